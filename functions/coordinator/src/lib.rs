@@ -1,0 +1,67 @@
+//! The coordinator function: API Gateway REST proxy events in, the core's answers out.
+
+use std::sync::Arc;
+
+use lambda_http::{Body, Request, RequestExt, Response};
+use twopc::clock;
+use twopc::config::{self, ConfigError};
+use twopc::coordinator::{Coordinator, Reply};
+use twopc::invoke::LambdaInvoker;
+use twopc::record::TransactionStore;
+
+/// Builds the coordinator from the environment: the transactions table and the service registry.
+pub async fn from_env() -> Result<Coordinator, ConfigError> {
+    let registry = config::string_map(config::PARTICIPANTS)?;
+    let table = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+    let aws = config::aws().await;
+    let transactions = TransactionStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    let services: Vec<String> = registry.keys().cloned().collect();
+    let invoker = LambdaInvoker::new(aws_sdk_lambda::Client::new(&aws), registry);
+    Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system()))
+}
+
+/// Routes `POST /transactions` and `GET /transactions/{id}`.
+pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Body> {
+    // The path without the stage prefix API Gateway adds; a plain HTTP request (the local stack) has none.
+    let path = match request.raw_http_path() {
+        "" => request.uri().path().to_owned(),
+        raw => raw.to_owned(),
+    };
+    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let method = request.method().as_str();
+    let reply = match (method, segments.as_slice()) {
+        ("POST", ["transactions"]) => {
+            let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_owned));
+            match key {
+                Some(Err(_)) => error(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be visible ASCII"),
+                Some(Ok(key)) => coordinator.submit(request.body().as_ref(), Some(&key)).await,
+                None => coordinator.submit(request.body().as_ref(), None).await,
+            }
+        }
+        ("GET", ["transactions", _]) => {
+            // API Gateway passes the id as a path parameter; fall back to the path for other front ends.
+            let id = request
+                .path_parameters_ref()
+                .and_then(|p| p.first("id").map(str::to_owned))
+                .unwrap_or_else(|| segments[1].to_owned());
+            coordinator.get(&id).await
+        }
+        (_, ["transactions"]) | (_, ["transactions", _]) => {
+            error(405, "METHOD_NOT_ALLOWED", format!("{method} is not allowed on {path}"))
+        }
+        _ => error(404, "NOT_FOUND", format!("no route for {method} {path}")),
+    };
+    to_response(reply)
+}
+
+fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
+    Reply { status, body: serde_json::json!({"error": {"code": code, "message": message.into()}}) }
+}
+
+pub fn to_response(reply: Reply) -> Response<Body> {
+    Response::builder()
+        .status(reply.status)
+        .header("content-type", "application/json")
+        .body(Body::Text(reply.body.to_string()))
+        .expect("status and header are valid")
+}

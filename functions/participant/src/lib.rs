@@ -1,0 +1,37 @@
+//! The participant function: a participant invocation event in, its answer out. Deployed once per
+//! service, each with its own table.
+
+use twopc::clock;
+use twopc::config::{self, ConfigError};
+use twopc::items::DataTable;
+use twopc::model::{ParticipantRequest, ParticipantResponse};
+use twopc::participant::{Participant, ParticipantError};
+use twopc::record::TransactionStore;
+
+pub async fn from_env() -> Result<Participant, ConfigError> {
+    let service = config::required(config::SERVICE_NAME)?;
+    let table = config::required(config::DATA_TABLE_NAME)?;
+    let transactions = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+    let client = aws_sdk_dynamodb::Client::new(&config::aws().await);
+    Ok(Participant::new(
+        service,
+        DataTable::new(client.clone(), table),
+        TransactionStore::new(client, transactions),
+        clock::system(),
+    ))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("event is not a participant invocation: {0}")]
+    BadEvent(serde_json::Error),
+    #[error(transparent)]
+    Participant(#[from] ParticipantError),
+}
+
+/// Handles one invocation. An infrastructure failure is an error (the invoker sees a function error),
+/// never a vote: a participant that could not ask DynamoDB has not prepared anything.
+pub async fn handle(participant: &Participant, event: serde_json::Value) -> Result<ParticipantResponse, HandlerError> {
+    let request: ParticipantRequest = serde_json::from_value(event).map_err(HandlerError::BadEvent)?;
+    Ok(participant.handle(&request).await?)
+}

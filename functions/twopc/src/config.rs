@@ -1,0 +1,81 @@
+//! Configuration from environment variables. Every variable a function reads is named here, once;
+//! a test holds `infra/template.yaml` to this list.
+
+use std::collections::BTreeMap;
+
+pub const TRANSACTIONS_TABLE_NAME: &str = "TRANSACTIONS_TABLE_NAME";
+/// Coordinator and sweeper: the service registry, JSON `{"service": "function name or ARN"}`.
+pub const PARTICIPANTS: &str = "PARTICIPANTS";
+/// Sweeper and stream processor: JSON `{"service": "data table name"}`.
+pub const PARTICIPANT_TABLES: &str = "PARTICIPANT_TABLES";
+/// Participant: the service it serves and the table it owns.
+pub const SERVICE_NAME: &str = "SERVICE_NAME";
+pub const DATA_TABLE_NAME: &str = "DATA_TABLE_NAME";
+pub const CONNECTIONS_TABLE_NAME: &str = "CONNECTIONS_TABLE_NAME";
+pub const FIREHOSE_STREAM_NAME: &str = "FIREHOSE_STREAM_NAME";
+/// Stream processor: the WebSocket API's management endpoint, `https://{api}.execute-api.{region}.amazonaws.com/{stage}`.
+pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
+
+pub const DEFAULT_TRANSACTIONS_TABLE: &str = "transactions";
+pub const DEFAULT_CONNECTIONS_TABLE: &str = "connections";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    #[error("environment variable {name} is not valid: {message}")]
+    Invalid { name: &'static str, message: String },
+}
+
+pub fn required(name: &'static str) -> Result<String, ConfigError> {
+    std::env::var(name).map_err(|_| ConfigError::Missing(name))
+}
+
+pub fn or_default(name: &'static str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// A JSON object of string values, such as the service registry.
+pub fn string_map(name: &'static str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let text = required(name)?;
+    serde_json::from_str(&text)
+        .map_err(|e| ConfigError::Invalid { name, message: format!("expected a JSON object of strings: {e}") })
+}
+
+/// The shared AWS configuration. `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT_URL_DYNAMODB`, ...) points the
+/// clients at local endpoints; the SDK reads those itself.
+pub async fn aws() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// Structured logs: JSON in Lambda (CloudWatch parses it), readable text in a terminal.
+/// `RUST_LOG` filters; every span field (the transaction id) is carried on every line.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let in_lambda = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let _ = if in_lambda {
+        builder.json().with_current_span(true).with_span_list(false).without_time().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// The environment each function reads, for the template check in `tests/`.
+pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
+    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS]),
+    ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME]),
+    ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES]),
+    (
+        "stream-processor",
+        &[
+            TRANSACTIONS_TABLE_NAME,
+            PARTICIPANT_TABLES,
+            CONNECTIONS_TABLE_NAME,
+            FIREHOSE_STREAM_NAME,
+            WEBSOCKET_ENDPOINT,
+        ],
+    ),
+    ("connections", &[CONNECTIONS_TABLE_NAME]),
+];

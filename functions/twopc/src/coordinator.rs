@@ -1,0 +1,512 @@
+//! The coordinator: validates a request, records the transaction, prepares every participant at
+//! once, decides by a conditional write, drives commit or abort, and answers. The sweeper drives
+//! decided transactions with the same code ([`Coordinator::recover`]).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::{Value, json};
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::clock::SharedClock;
+use crate::faults::{CoordinatorCrash, Crashed, Faults};
+use crate::invoke::ParticipantInvoker;
+use crate::model::{
+    Action, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
+    STATUS_NOT_PREPARED, Status, TransactionRequest, Vote,
+};
+use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition, open_shard};
+use crate::store::StoreError;
+
+/// One commit or abort message gets this long before it is counted as failed and tried again.
+const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
+const SECOND_PHASE_ATTEMPTS: u32 = 3;
+/// An idempotent retry of a request still in flight waits for it this long past its deadline.
+const REPLAY_GRACE_MS: u64 = 2_000;
+
+/// An HTTP answer: status code and JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
+        Reply { status, body: json!({"error": {"code": code, "message": message.into()}}) }
+    }
+
+    fn invalid(invalid: Invalid) -> Reply {
+        Reply::error(400, invalid.code, invalid.message)
+    }
+
+    /// The contract's status code for a record's state.
+    pub fn for_record(record: &TransactionRecord) -> Reply {
+        let status = match record.status {
+            Status::Committed => 200,
+            Status::Committing | Status::Preparing => 202,
+            Status::Aborting | Status::Aborted => 409,
+        };
+        Reply { status, body: record.to_response() }
+    }
+}
+
+/// Why driving a transaction stopped short of an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Crashed(#[from] Crashed),
+}
+
+#[derive(Clone)]
+pub struct Coordinator {
+    transactions: TransactionStore,
+    invoker: Arc<dyn ParticipantInvoker>,
+    services: BTreeSet<String>,
+    clock: SharedClock,
+    faults: Faults,
+}
+
+impl Coordinator {
+    pub fn new(
+        transactions: TransactionStore,
+        invoker: Arc<dyn ParticipantInvoker>,
+        services: impl IntoIterator<Item = String>,
+        clock: SharedClock,
+    ) -> Coordinator {
+        Coordinator {
+            transactions,
+            invoker,
+            services: services.into_iter().collect(),
+            clock,
+            faults: Faults::default(),
+        }
+    }
+
+    /// The same coordinator, crashing at one point (tests only).
+    pub fn with_faults(&self, faults: Faults) -> Coordinator {
+        Coordinator { faults, ..self.clone() }
+    }
+
+    pub fn transactions(&self) -> &TransactionStore {
+        &self.transactions
+    }
+
+    /// `GET /transactions/{id}`.
+    pub async fn get(&self, id: &str) -> Reply {
+        match self.transactions.get(id).await {
+            Ok(Some(record)) => Reply::for_record(&record),
+            Ok(None) => Reply::error(404, "NOT_FOUND", format!("no transaction {id}")),
+            Err(e) => unavailable(&e, None),
+        }
+    }
+
+    /// `POST /transactions`.
+    pub async fn submit(&self, body: &[u8], idempotency_key: Option<&str>) -> Reply {
+        let request = match TransactionRequest::parse(body, |s| self.services.contains(s)) {
+            Ok(request) => request,
+            Err(invalid) => return Reply::invalid(invalid),
+        };
+        let (id, request_hash) = match idempotency_key {
+            None => (format!("tx-{}", uuid::Uuid::new_v4().simple()), None),
+            Some(key) if key.is_empty() || key.len() > 255 => {
+                return Reply::invalid(Invalid::new(
+                    "INVALID_IDEMPOTENCY_KEY",
+                    "Idempotency-Key must be 1 to 255 characters",
+                ));
+            }
+            Some(key) => (idempotent_id(key), Some(request.canonical_hash())),
+        };
+        let now = self.clock.now_ms();
+        let record = TransactionRecord {
+            transaction_id: id.clone(),
+            status: Status::Preparing,
+            participants: request
+                .participants
+                .iter()
+                .map(|p| ParticipantEntry {
+                    service: p.service.clone(),
+                    operations: p.operations.iter().map(Operation::to_json).collect(),
+                    vote: None,
+                    code: None,
+                    reason: None,
+                    read_only: false,
+                })
+                .collect(),
+            created_at: now,
+            updated_at: now,
+            deadline: now + request.timeout_ms,
+            reason: None,
+            request_hash,
+            expire_at: None,
+            open_shard: Some(open_shard(&id)),
+        };
+        let span = info_span!("transaction", tx = %id);
+        match self.run(record).instrument(span).await {
+            Ok(reply) => reply,
+            Err(DriveError::Store(e)) => unavailable(&e, Some(&id)),
+            Err(DriveError::Crashed(c)) => Reply::error(500, "CRASHED", format!("{c}; transaction {id}")),
+        }
+    }
+
+    async fn run(&self, mut record: TransactionRecord) -> Result<Reply, DriveError> {
+        let started = std::time::Instant::now();
+        let id = record.transaction_id.clone();
+        let votes = if record.request_hash.is_some() {
+            // A keyed request must never run twice: the record is written first and only the writer prepares.
+            if let Some(existing) = self.transactions.create(&record).await? {
+                return self.replay(existing, record.request_hash.as_deref()).await;
+            }
+            self.faults.check(CoordinatorCrash::AfterCreate)?;
+            self.prepare_all(&record).await?
+        } else {
+            // The record is written while the participants prepare. That is safe: a lock can be resolved
+            // only after it expires, at the deadline; a resolver that finds no record then writes an
+            // ABORTED one conditionally, so this create fails and the coordinator aborts; and the decision
+            // below is a conditional write on PREPARING, which a record that was never created cannot pass.
+            let (created, votes) = futures::join!(self.transactions.create(&record), self.prepare_all(&record));
+            match created {
+                Ok(None) => {}
+                Ok(Some(existing)) => {
+                    warn!(status = %existing.status, "the record was written by lock resolution first");
+                    let votes = votes?;
+                    record.participants = votes;
+                    self.abort_participants(&record).await?;
+                    return Ok(Reply::for_record(&existing));
+                }
+                Err(e) => {
+                    error!(error = %e, "could not write the transaction record; aborting");
+                    if let Ok(votes) = votes {
+                        record.participants = votes;
+                        let _ = self.abort_participants(&record).await;
+                    }
+                    return Err(e.into());
+                }
+            }
+            self.faults.check(CoordinatorCrash::AfterCreate)?;
+            votes?
+        };
+        let prepared_ms = started.elapsed().as_millis();
+        let all_prepared = votes.iter().all(|p| p.vote == Some(Vote::Prepared));
+        let in_time = self.clock.now_ms() <= record.deadline;
+        let (to, reason) = match (all_prepared, in_time) {
+            (true, true) => (Status::Committing, None),
+            (true, false) => {
+                (Status::Aborting, Some("the deadline passed before every participant prepared".to_owned()))
+            }
+            (false, _) => (Status::Aborting, Some(abort_reason(&votes))),
+        };
+        let decided =
+            match self.transition_retrying(&id, Status::Preparing, to, Some(&votes), reason.as_deref()).await? {
+                Transition::Done(record) => record,
+                // Lock resolution aborted the transaction first: follow its decision.
+                Transition::Lost(Some(current)) => {
+                    warn!(status = %current.status, "another writer decided first");
+                    let mut current = current;
+                    if current.participants.iter().all(|p| p.vote.is_none()) {
+                        current.participants = votes;
+                    }
+                    current
+                }
+                Transition::Lost(None) => {
+                    return Err(StoreError {
+                        operation: "UpdateItem",
+                        table: self.transactions.table().to_owned(),
+                        message: format!("transaction record {id} disappeared"),
+                    }
+                    .into());
+                }
+            };
+        self.faults.check(CoordinatorCrash::AfterDecision)?;
+        let finished = self.finish(decided).await?;
+        info!(
+            status = %finished.status,
+            prepare_ms = prepared_ms as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "transaction answered"
+        );
+        Ok(Reply::for_record(&finished))
+    }
+
+    /// A retried keyed request: the same body gets the first execution's answer, another body a 422.
+    async fn replay(&self, existing: TransactionRecord, request_hash: Option<&str>) -> Result<Reply, DriveError> {
+        if existing.request_hash.is_some() && existing.request_hash.as_deref() != request_hash {
+            return Ok(Reply::error(
+                422,
+                "IDEMPOTENCY_KEY_REUSED",
+                format!(
+                    "Idempotency-Key was used for transaction {} with a different request body",
+                    existing.transaction_id
+                ),
+            ));
+        }
+        let mut record = existing;
+        let mut wait = Duration::from_millis(20);
+        while !record.status.is_terminal() && self.clock.now_ms() <= record.deadline + REPLAY_GRACE_MS {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_millis(250));
+            match self.transactions.get(&record.transaction_id).await? {
+                Some(now) => record = now,
+                None => break,
+            }
+        }
+        if !record.status.is_terminal() {
+            // The first execution stopped (its coordinator crashed): finish it as recovery would.
+            record = self.recover(record).await?;
+        }
+        Ok(Reply::for_record(&record))
+    }
+
+    /// Sends prepare to every participant at once, each bounded by the deadline, and records the votes.
+    async fn prepare_all(&self, record: &TransactionRecord) -> Result<Vec<ParticipantEntry>, Crashed> {
+        let now = self.clock.now_ms();
+        let budget = Duration::from_millis(record.deadline.saturating_sub(now));
+        let mut pending: FuturesUnordered<_> = record
+            .participants
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                let request = ParticipantRequest {
+                    action: Action::Prepare,
+                    transaction_id: record.transaction_id.clone(),
+                    deadline: Some(record.deadline),
+                    operations: entry.operations.clone(),
+                };
+                async move {
+                    let result = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
+                    (index, result)
+                }
+            })
+            .collect();
+        let mut votes = record.participants.clone();
+        let mut answered = 0;
+        while let Some((index, result)) = pending.next().await {
+            let entry = &mut votes[index];
+            match result {
+                Ok(Ok(response)) => record_vote(entry, response),
+                Ok(Err(e)) => {
+                    warn!(service = %entry.service, error = %e, "prepare failed");
+                    entry.code = Some(RefusalCode::Unavailable);
+                    entry.reason = Some(e.to_string());
+                }
+                Err(_) => {
+                    warn!(service = %entry.service, "prepare timed out");
+                    entry.code = Some(RefusalCode::Timeout);
+                    entry.reason = Some("no answer before the transaction's deadline".to_owned());
+                }
+            }
+            answered += 1;
+            self.faults.check(CoordinatorCrash::AfterPrepares(answered))?;
+        }
+        Ok(votes)
+    }
+
+    /// Drives a decided transaction to its end: commits (or aborts) at every participant that holds
+    /// locks, then the terminal status. A participant that cannot be reached leaves it open for the
+    /// sweeper, and the record says so.
+    pub async fn finish(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
+        let (action, terminal) = match record.status {
+            Status::Committing => (Action::Commit, Status::Committed),
+            Status::Aborting => (Action::Abort, Status::Aborted),
+            _ => return Ok(record),
+        };
+        let all_acknowledged = match action {
+            Action::Commit => self.commit_participants(&record).await?,
+            _ => self.abort_participants(&record).await?,
+        };
+        if !all_acknowledged {
+            return Ok(record);
+        }
+        self.faults.check(CoordinatorCrash::BeforeTerminal)?;
+        match self.transition_retrying(&record.transaction_id, record.status, terminal, None, None).await? {
+            Transition::Done(done) => Ok(done),
+            // A sweeper finished it at the same time: the outcome is the same.
+            Transition::Lost(Some(current)) => Ok(current),
+            Transition::Lost(None) => Ok(record),
+        }
+    }
+
+    async fn commit_participants(&self, record: &TransactionRecord) -> Result<bool, Crashed> {
+        let targets = record.participants.iter().filter(|p| !p.read_only).collect::<Vec<_>>();
+        self.second_phase(record, Action::Commit, &targets).await
+    }
+
+    /// Everyone who may hold a lock: all but those who refused (a refusal locks nothing) or only read.
+    async fn abort_participants(&self, record: &TransactionRecord) -> Result<bool, Crashed> {
+        let targets =
+            record.participants.iter().filter(|p| !p.read_only && p.vote != Some(Vote::Refused)).collect::<Vec<_>>();
+        self.second_phase(record, Action::Abort, &targets).await
+    }
+
+    async fn second_phase(
+        &self,
+        record: &TransactionRecord,
+        action: Action,
+        targets: &[&ParticipantEntry],
+    ) -> Result<bool, Crashed> {
+        let mut pending: FuturesUnordered<_> = targets
+            .iter()
+            .map(|entry| {
+                let request = ParticipantRequest {
+                    action,
+                    transaction_id: record.transaction_id.clone(),
+                    deadline: None,
+                    operations: entry.operations.clone(),
+                };
+                async move { (entry.service.as_str(), self.deliver(&entry.service, &request).await) }
+            })
+            .collect();
+        let mut all = true;
+        let mut answered = 0;
+        while let Some((service, acknowledged)) = pending.next().await {
+            if !acknowledged {
+                error!(service, action = action.as_str(), "participant did not acknowledge; left for the sweeper");
+                all = false;
+            }
+            answered += 1;
+            self.faults.check(CoordinatorCrash::AfterCommits(answered))?;
+        }
+        Ok(all)
+    }
+
+    /// One commit or abort, retried: true once the participant acknowledged it.
+    async fn deliver(&self, service: &str, request: &ParticipantRequest) -> bool {
+        for attempt in 0..SECOND_PHASE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+            match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.invoker.invoke(service, request)).await {
+                Ok(Ok(response)) if acknowledged(request.action, &response) => return true,
+                Ok(Ok(response)) => warn!(service, ?response, "unexpected second-phase answer"),
+                Ok(Err(e)) => warn!(service, error = %e, attempt, "second-phase delivery failed"),
+                Err(_) => warn!(service, attempt, "second-phase delivery timed out"),
+            }
+        }
+        false
+    }
+
+    /// Brings an open transaction to its end: the sweeper's rule, and an idempotent retry's when the
+    /// first execution stopped. PREPARING past its deadline is aborted by the same conditional write
+    /// that lock resolution uses; a PREPARING one within its deadline is left alone.
+    pub async fn recover(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
+        let record = match record.status {
+            Status::Preparing if self.clock.now_ms() > record.deadline => {
+                match self
+                    .transition_retrying(
+                        &record.transaction_id,
+                        Status::Preparing,
+                        Status::Aborting,
+                        None,
+                        Some(crate::recovery::EXPIRED_REASON),
+                    )
+                    .await?
+                {
+                    Transition::Done(r) | Transition::Lost(Some(r)) => r,
+                    Transition::Lost(None) => return Ok(record),
+                }
+            }
+            _ => record,
+        };
+        self.finish(record).await
+    }
+
+    /// A status change, retried on infrastructure errors: its condition makes a repeat harmless.
+    async fn transition_retrying(
+        &self,
+        id: &str,
+        from: Status,
+        to: Status,
+        participants: Option<&[ParticipantEntry]>,
+        reason: Option<&str>,
+    ) -> Result<Transition, StoreError> {
+        let mut last = None;
+        for attempt in 0..3u32 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+            }
+            match self.transactions.transition(id, from, to, self.clock.now_ms(), participants, reason).await {
+                // A retry after a write whose answer was lost finds its own write: that is success.
+                Ok(Transition::Lost(Some(current))) if attempt > 0 && current.status == to => {
+                    return Ok(Transition::Done(current));
+                }
+                Ok(t) => return Ok(t),
+                Err(e) => {
+                    warn!(error = %e, attempt, "status write failed");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+}
+
+fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
+    match response.vote {
+        Some(Vote::Prepared) => {
+            entry.vote = Some(Vote::Prepared);
+            entry.read_only = response.read_only;
+        }
+        Some(Vote::Refused) => {
+            entry.vote = Some(Vote::Refused);
+            entry.code = response.code;
+            entry.reason = response.reason;
+        }
+        None => {
+            entry.code = Some(RefusalCode::Unavailable);
+            entry.reason = Some(format!("prepare answered without a vote: {response:?}"));
+        }
+    }
+}
+
+/// Whether an answer completes the second phase for that participant.
+///
+/// A commit answered NOT_PREPARED counts as applied, and that is sound: commit is only ever sent for a
+/// transaction decided COMMITTING, for which every participant voted PREPARED, so each of its items
+/// held a lock of this transaction. That lock goes away only by committing the item (here, or by lock
+/// resolution rolling it forward), never by an abort: aborts and releases happen only for transactions
+/// decided ABORTING, and a status never moves backwards. So a lock that is gone was applied, even when
+/// a later commit by another transaction has since replaced `lastTx`.
+fn acknowledged(action: Action, response: &ParticipantResponse) -> bool {
+    matches!(
+        (action, response.status.as_deref()),
+        (Action::Commit, Some(STATUS_COMMITTED | STATUS_NOT_PREPARED)) | (Action::Abort, Some(STATUS_ABORTED))
+    )
+}
+
+fn abort_reason(votes: &[ParticipantEntry]) -> String {
+    votes
+        .iter()
+        .filter(|p| p.vote != Some(Vote::Prepared))
+        .map(|p| format!("{}: {}", p.service, p.reason.as_deref().unwrap_or("did not prepare")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The transaction id of a keyed request: the same key always names the same transaction.
+fn idempotent_id(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("tx-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32])
+}
+
+fn unavailable(error: &StoreError, id: Option<&str>) -> Reply {
+    let mut reply = Reply::error(
+        503,
+        "UNAVAILABLE",
+        format!(
+            "{error}; the outcome is {}",
+            match id {
+                Some(id) => format!("not known yet: GET /transactions/{id} tells it once recovery has run"),
+                None => "unchanged".to_owned(),
+            }
+        ),
+    );
+    if let Some(id) = id {
+        reply.body["transactionId"] = Value::String(id.to_owned());
+    }
+    reply
+}

@@ -1,0 +1,121 @@
+//! Calling a participant: AWS Lambda Invoke in production (and against `cargo lambda watch`), a direct
+//! call in-process for tests and the local stack. This trait is the only difference between them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use aws_sdk_lambda::primitives::Blob;
+use futures::future::BoxFuture;
+
+use crate::model::{ParticipantRequest, ParticipantResponse};
+use crate::participant::Participant;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InvokeError {
+    #[error("service {0} is not registered")]
+    UnknownService(String),
+    #[error("participant {service} failed: {message}")]
+    FunctionError { service: String, message: String },
+    #[error("could not reach participant {service}: {message}")]
+    Transport { service: String, message: String },
+    #[error("participant {service} answered something that is not a participant response: {message}")]
+    BadResponse { service: String, message: String },
+}
+
+pub trait ParticipantInvoker: Send + Sync {
+    fn invoke<'a>(
+        &'a self,
+        service: &'a str,
+        request: &'a ParticipantRequest,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>>;
+}
+
+/// Invokes the registered Lambda function of each service, synchronously.
+#[derive(Debug, Clone)]
+pub struct LambdaInvoker {
+    client: aws_sdk_lambda::Client,
+    functions: BTreeMap<String, String>,
+}
+
+impl LambdaInvoker {
+    pub fn new(client: aws_sdk_lambda::Client, functions: BTreeMap<String, String>) -> LambdaInvoker {
+        LambdaInvoker { client, functions }
+    }
+
+    async fn call(&self, service: &str, request: &ParticipantRequest) -> Result<ParticipantResponse, InvokeError> {
+        let function = self.functions.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
+        let payload = serde_json::to_vec(request).expect("requests serialize");
+        let result = self.client.invoke().function_name(function).payload(Blob::new(payload)).send().await;
+        let out = match result {
+            Ok(out) => out,
+            Err(err) => {
+                // `cargo lambda watch` answers a handler error with HTTP 500 and the error as the body,
+                // where the service answers 200 with X-Amz-Function-Error: both mean the function failed.
+                if let Some(raw) = err.raw_response()
+                    && raw.status().as_u16() == 500
+                {
+                    let body = raw.body().bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                    return Err(InvokeError::FunctionError { service: service.to_owned(), message: body });
+                }
+                let message = aws_smithy_types::error::display::DisplayErrorContext(&err).to_string();
+                return Err(InvokeError::Transport { service: service.to_owned(), message });
+            }
+        };
+        let body = out.payload().map(|b| b.as_ref().to_vec()).unwrap_or_default();
+        if let Some(kind) = out.function_error() {
+            return Err(InvokeError::FunctionError {
+                service: service.to_owned(),
+                message: format!("{kind}: {}", String::from_utf8_lossy(&body)),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| InvokeError::BadResponse {
+            service: service.to_owned(),
+            message: format!("{e}: {}", String::from_utf8_lossy(&body)),
+        })
+    }
+}
+
+impl ParticipantInvoker for LambdaInvoker {
+    fn invoke<'a>(
+        &'a self,
+        service: &'a str,
+        request: &'a ParticipantRequest,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        Box::pin(self.call(service, request))
+    }
+}
+
+/// Calls participants in this process: the same core code the participant function runs.
+#[derive(Debug, Clone, Default)]
+pub struct InProcessInvoker {
+    participants: HashMap<String, Arc<Participant>>,
+}
+
+impl InProcessInvoker {
+    pub fn new(participants: impl IntoIterator<Item = Participant>) -> InProcessInvoker {
+        InProcessInvoker {
+            participants: participants.into_iter().map(|p| (p.service().to_owned(), Arc::new(p))).collect(),
+        }
+    }
+
+    pub fn services(&self) -> impl Iterator<Item = &str> {
+        self.participants.keys().map(String::as_str)
+    }
+}
+
+impl ParticipantInvoker for InProcessInvoker {
+    fn invoke<'a>(
+        &'a self,
+        service: &'a str,
+        request: &'a ParticipantRequest,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        Box::pin(async move {
+            let participant =
+                self.participants.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
+            participant
+                .handle(request)
+                .await
+                .map_err(|e| InvokeError::FunctionError { service: service.to_owned(), message: e.to_string() })
+        })
+    }
+}

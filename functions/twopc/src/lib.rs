@@ -1,0 +1,23 @@
+//! Two-phase commit across services on DynamoDB.
+//!
+//! Every piece of protocol logic lives here, free of Lambda glue, so the functions, the local stack
+//! and the tests all run the same code. Remote calls sit behind small traits at the edge
+//! ([`invoke::ParticipantInvoker`], [`fanout`] sinks and notifiers, [`clock::Clock`]); DynamoDB is
+//! used for real, because its condition expressions are the protocol.
+
+pub mod attr;
+pub mod clock;
+pub mod config;
+pub mod coordinator;
+pub mod decimal;
+pub mod expr;
+pub mod fanout;
+pub mod faults;
+pub mod invoke;
+pub mod items;
+pub mod model;
+pub mod participant;
+pub mod record;
+pub mod recovery;
+pub mod store;
+pub mod tables;

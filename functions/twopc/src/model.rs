@@ -1,0 +1,580 @@
+//! The contract's data: operations, the REST request, participant messages and votes, statuses.
+//!
+//! Requests are parsed by hand from JSON values rather than derived, so that every refusal names the
+//! exact place and problem (`participants[1].operations[0].delta: ...`).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use bigdecimal::BigDecimal;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::decimal::Decimal;
+
+/// A request that cannot be carried out as written; becomes a 400 with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Invalid {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Invalid { code, message: message.into() }
+    }
+    fn at(path: &str, message: impl fmt::Display) -> Self {
+        Invalid::new("INVALID_REQUEST", format!("{path}: {message}"))
+    }
+}
+
+/// The item an operation targets: the table's key attributes as JSON scalars.
+pub type Key = Map<String, Value>;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Operation {
+    Put {
+        key: Key,
+        data: Map<String, Value>,
+        #[serde(rename = "ifNotExists", skip_serializing_if = "std::ops::Not::not")]
+        if_not_exists: bool,
+    },
+    Set {
+        key: Key,
+        set: Map<String, Value>,
+    },
+    Add {
+        key: Key,
+        field: String,
+        delta: Decimal,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        min: Option<Decimal>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max: Option<Decimal>,
+    },
+    Delete {
+        key: Key,
+    },
+    Check {
+        key: Key,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        version: Option<Decimal>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exists: Option<bool>,
+    },
+}
+
+impl Operation {
+    pub fn key(&self) -> &Key {
+        match self {
+            Operation::Put { key, .. }
+            | Operation::Set { key, .. }
+            | Operation::Add { key, .. }
+            | Operation::Delete { key }
+            | Operation::Check { key, .. } => key,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operation::Put { .. } => "put",
+            Operation::Set { .. } => "set",
+            Operation::Add { .. } => "add",
+            Operation::Delete { .. } => "delete",
+            Operation::Check { .. } => "check",
+        }
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        matches!(self, Operation::Check { .. })
+    }
+
+    /// The key as text, for messages and for telling items apart.
+    pub fn key_text(&self) -> String {
+        key_text(self.key())
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("operations serialize")
+    }
+
+    /// Parses and validates one operation; `path` names it in messages.
+    pub fn parse(value: &Value, path: &str) -> Result<Operation, Invalid> {
+        let object = value.as_object().ok_or_else(|| Invalid::at(path, "must be an object"))?;
+        let op = object
+            .get("op")
+            .ok_or_else(|| Invalid::at(path, "missing \"op\""))?
+            .as_str()
+            .ok_or_else(|| Invalid::at(&format!("{path}.op"), "must be a string"))?;
+        let allowed: &[&str] = match op {
+            "put" => &["op", "key", "data", "ifNotExists"],
+            "set" => &["op", "key", "set"],
+            "add" => &["op", "key", "field", "delta", "min", "max"],
+            "delete" => &["op", "key"],
+            "check" => &["op", "key", "version", "exists"],
+            other => {
+                return Err(Invalid::new(
+                    "UNKNOWN_OPERATION",
+                    format!("{path}.op: unknown operation \"{other}\"; expected put, set, add, delete or check"),
+                ));
+            }
+        };
+        if let Some(extra) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(Invalid::at(path, format!("unexpected field \"{extra}\" for op \"{op}\"")));
+        }
+        let key = parse_key(object.get("key"), &format!("{path}.key"))?;
+        let operation = match op {
+            "put" => Operation::Put {
+                key,
+                data: required_object(object, "data", path)?,
+                if_not_exists: optional_bool(object, "ifNotExists", path)?.unwrap_or(false),
+            },
+            "set" => {
+                let set = required_object(object, "set", path)?;
+                if set.is_empty() {
+                    return Err(Invalid::at(&format!("{path}.set"), "must name at least one field"));
+                }
+                for name in set.keys() {
+                    check_field_name(name, &format!("{path}.set"))?;
+                }
+                Operation::Set { key, set }
+            }
+            "add" => {
+                let field = object
+                    .get("field")
+                    .ok_or_else(|| Invalid::at(path, "missing \"field\""))?
+                    .as_str()
+                    .ok_or_else(|| Invalid::at(&format!("{path}.field"), "must be a string"))?
+                    .to_owned();
+                check_field_name(&field, &format!("{path}.field"))?;
+                let delta = Decimal::parse_json(object.get("delta"), &format!("{path}.delta"))?
+                    .ok_or_else(|| Invalid::at(path, "missing \"delta\""))?;
+                let min = Decimal::parse_json(object.get("min"), &format!("{path}.min"))?;
+                let max = Decimal::parse_json(object.get("max"), &format!("{path}.max"))?;
+                if let (Some(lo), Some(hi)) = (&min, &max)
+                    && lo.value() > hi.value()
+                {
+                    return Err(Invalid::at(path, format!("min {lo} is greater than max {hi}")));
+                }
+                // The guard becomes `value >= min - delta` in a condition expression: both bounds must be
+                // numbers DynamoDB can hold.
+                for (bound, name) in [(&min, "min"), (&max, "max")] {
+                    if let Some(bound) = bound {
+                        Decimal::from_big(bound.value() - delta.value())
+                            .map_err(|e| Invalid::at(&format!("{path}.{name}"), format!("{name} - delta {e}")))?;
+                    }
+                }
+                Operation::Add { key, field, delta, min, max }
+            }
+            "delete" => Operation::Delete { key },
+            _ => {
+                let version = Decimal::parse_json(object.get("version"), &format!("{path}.version"))?;
+                if let Some(v) = &version
+                    && (v.value() < &BigDecimal::from(0) || !v.value().is_integer())
+                {
+                    return Err(Invalid::at(&format!("{path}.version"), "must be a whole number >= 0"));
+                }
+                let exists = optional_bool(object, "exists", path)?;
+                if version.is_some() && exists == Some(false) {
+                    return Err(Invalid::at(path, "\"version\" and \"exists\": false contradict each other"));
+                }
+                Operation::Check { key, version, exists }
+            }
+        };
+        Ok(operation)
+    }
+
+    /// Parses a list of operations: at least one, and no item twice.
+    pub fn parse_list(value: Option<&Value>, path: &str) -> Result<Vec<Operation>, Invalid> {
+        let list = value
+            .ok_or_else(|| Invalid::at(path, "missing"))?
+            .as_array()
+            .ok_or_else(|| Invalid::at(path, "must be an array"))?;
+        if list.is_empty() {
+            return Err(Invalid::new("NO_OPERATIONS", format!("{path}: must contain at least one operation")));
+        }
+        if list.len() > MAX_OPERATIONS_PER_PARTICIPANT {
+            return Err(Invalid::at(
+                path,
+                format!(
+                    "at most {MAX_OPERATIONS_PER_PARTICIPANT} operations per participant (DynamoDB's transaction limit)"
+                ),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        let mut operations = Vec::with_capacity(list.len());
+        for (i, value) in list.iter().enumerate() {
+            let operation = Operation::parse(value, &format!("{path}[{i}]"))?;
+            if !seen.insert(operation.key_text()) {
+                return Err(Invalid::new(
+                    "DUPLICATE_ITEM",
+                    format!(
+                        "{path}[{i}]: item {} appears twice; combine its operations into one",
+                        operation.key_text()
+                    ),
+                ));
+            }
+            operations.push(operation);
+        }
+        Ok(operations)
+    }
+}
+
+/// TransactWriteItems takes at most 100 items; a participant prepares its items in one of them.
+pub const MAX_OPERATIONS_PER_PARTICIPANT: usize = 100;
+
+pub fn key_text(key: &Key) -> String {
+    Value::Object(key.clone()).to_string()
+}
+
+fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
+    let key = value
+        .ok_or_else(|| Invalid::at(path, "missing"))?
+        .as_object()
+        .ok_or_else(|| Invalid::at(path, "must be an object such as {\"entityId\": \"A\"}"))?;
+    if key.is_empty() {
+        return Err(Invalid::at(path, "must name the item's key attributes"));
+    }
+    for (name, value) in key {
+        match value {
+            Value::String(s) if !s.is_empty() => {}
+            Value::Number(_) => {}
+            _ => return Err(Invalid::at(&format!("{path}.{name}"), "must be a non-empty string or a number")),
+        }
+    }
+    Ok(key.clone())
+}
+
+fn required_object(object: &Map<String, Value>, name: &str, path: &str) -> Result<Map<String, Value>, Invalid> {
+    object
+        .get(name)
+        .ok_or_else(|| Invalid::at(path, format!("missing \"{name}\"")))?
+        .as_object()
+        .cloned()
+        .ok_or_else(|| Invalid::at(&format!("{path}.{name}"), "must be an object"))
+}
+
+fn optional_bool(object: &Map<String, Value>, name: &str, path: &str) -> Result<Option<bool>, Invalid> {
+    match object.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(Invalid::at(&format!("{path}.{name}"), "must be true or false")),
+    }
+}
+
+fn check_field_name(name: &str, path: &str) -> Result<(), Invalid> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(Invalid::at(path, "field names must be 1 to 255 characters"));
+    }
+    Ok(())
+}
+
+/// One service's part of a transaction, as the client sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParticipantPart {
+    pub service: String,
+    pub operations: Vec<Operation>,
+}
+
+/// `POST /transactions`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransactionRequest {
+    pub participants: Vec<ParticipantPart>,
+    pub timeout_ms: u64,
+}
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 3_000;
+pub const MIN_TIMEOUT_MS: u64 = 100;
+pub const MAX_TIMEOUT_MS: u64 = 30_000;
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+impl TransactionRequest {
+    /// Validates a request body against the registry of services. Nothing is written before this passes.
+    pub fn parse(body: &[u8], is_registered: impl Fn(&str) -> bool) -> Result<TransactionRequest, Invalid> {
+        if body.len() > MAX_BODY_BYTES {
+            return Err(Invalid::new(
+                "BODY_TOO_LARGE",
+                format!("request body is {} bytes; the limit is {MAX_BODY_BYTES} bytes (256 KiB)", body.len()),
+            ));
+        }
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| Invalid::new("MALFORMED_JSON", format!("request body is not valid JSON: {e}")))?;
+        let object = value.as_object().ok_or_else(|| Invalid::at("body", "must be a JSON object"))?;
+        if let Some(extra) = object.keys().find(|k| !["participants", "timeoutMs"].contains(&k.as_str())) {
+            return Err(Invalid::at("body", format!("unexpected field \"{extra}\"")));
+        }
+        let list = object
+            .get("participants")
+            .ok_or_else(|| Invalid::new("NO_PARTICIPANTS", "participants: missing"))?
+            .as_array()
+            .ok_or_else(|| Invalid::at("participants", "must be an array"))?;
+        if list.is_empty() {
+            return Err(Invalid::new("NO_PARTICIPANTS", "participants: must contain at least one participant"));
+        }
+        let mut services = BTreeSet::new();
+        let mut participants = Vec::with_capacity(list.len());
+        for (i, part) in list.iter().enumerate() {
+            let path = format!("participants[{i}]");
+            let part = part.as_object().ok_or_else(|| Invalid::at(&path, "must be an object"))?;
+            if let Some(extra) = part.keys().find(|k| !["service", "operations"].contains(&k.as_str())) {
+                return Err(Invalid::at(&path, format!("unexpected field \"{extra}\"")));
+            }
+            let service = part
+                .get("service")
+                .ok_or_else(|| Invalid::at(&path, "missing \"service\""))?
+                .as_str()
+                .ok_or_else(|| Invalid::at(&format!("{path}.service"), "must be a string"))?;
+            if !is_registered(service) {
+                return Err(Invalid::new(
+                    "UNKNOWN_SERVICE",
+                    format!("{path}.service: unknown service \"{service}\"; it is not in the coordinator's registry"),
+                ));
+            }
+            if !services.insert(service.to_owned()) {
+                return Err(Invalid::new(
+                    "DUPLICATE_SERVICE",
+                    format!("{path}.service: \"{service}\" appears twice; put all its operations in one entry"),
+                ));
+            }
+            let operations = Operation::parse_list(part.get("operations"), &format!("{path}.operations"))?;
+            participants.push(ParticipantPart { service: service.to_owned(), operations });
+        }
+        let timeout_ms = match object.get("timeoutMs") {
+            None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
+            Some(v) => v.as_u64().filter(|t| (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(t)).ok_or_else(|| {
+                Invalid::at(
+                    "timeoutMs",
+                    format!("must be a whole number of milliseconds from {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}"),
+                )
+            })?,
+        };
+        Ok(TransactionRequest { participants, timeout_ms })
+    }
+
+    /// A canonical form of the request, hashed for `Idempotency-Key` comparisons: the same request
+    /// written with other whitespace or key order hashes the same.
+    pub fn canonical_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let participants: Vec<Value> = self
+            .participants
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "service": p.service,
+                    "operations": p.operations.iter().map(Operation::to_json).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let canonical =
+            canonical_json(&serde_json::json!({"participants": participants, "timeoutMs": self.timeout_ms}));
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    }
+}
+
+/// JSON text with object keys sorted at every level.
+fn canonical_json(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> =
+                keys.into_iter().map(|k| format!("{}:{}", Value::String(k.clone()), canonical_json(&map[k]))).collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => format!("[{}]", items.iter().map(canonical_json).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    Preparing,
+    Committing,
+    Committed,
+    Aborting,
+    Aborted,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Preparing => "PREPARING",
+            Status::Committing => "COMMITTING",
+            Status::Committed => "COMMITTED",
+            Status::Aborting => "ABORTING",
+            Status::Aborted => "ABORTED",
+        }
+    }
+    pub fn parse(text: &str) -> Option<Status> {
+        Some(match text {
+            "PREPARING" => Status::Preparing,
+            "COMMITTING" => Status::Committing,
+            "COMMITTED" => Status::Committed,
+            "ABORTING" => Status::Aborting,
+            "ABORTED" => Status::Aborted,
+            _ => return None,
+        })
+    }
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Committed | Status::Aborted)
+    }
+    pub fn is_commit(self) -> bool {
+        matches!(self, Status::Committing | Status::Committed)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a participant refused to prepare (the contract's codes, plus the two the system adds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RefusalCode {
+    /// Another live transaction holds a lock on the item.
+    Conflict,
+    /// A guard does not hold: `min`/`max`, `ifNotExists`, a `check`, a non-numeric field.
+    ConditionFailed,
+    /// The item does not exist.
+    NotFound,
+    /// No answer before the transaction's deadline, or the participant failed.
+    Timeout,
+    /// The participant failed or could not be reached.
+    Unavailable,
+    /// The operation does not fit the participant's table (for example, the wrong key attributes).
+    Invalid,
+}
+
+/// A message to a participant (the contract's participant invocation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParticipantRequest {
+    pub action: Action,
+    pub transaction_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<u64>,
+    pub operations: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Prepare,
+    Commit,
+    Abort,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Prepare => "prepare",
+            Action::Commit => "commit",
+            Action::Abort => "abort",
+        }
+    }
+}
+
+/// A participant's answer. Prepare answers with `vote`; commit and abort with `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ParticipantResponse {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vote: Option<Vote>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<RefusalCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Prepare of a participant whose operations only read: nothing is locked, so it takes no part
+    /// in the second phase.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Vote {
+    Prepared,
+    Refused,
+}
+
+/// Answer of a commit when the item holds no lock of the transaction and `lastTx` does not prove
+/// the commit either (a later transaction committed the item since). See the coordinator for why a
+/// caller that knows the decision was commit may count it as applied.
+pub const STATUS_NOT_PREPARED: &str = "NOT_PREPARED";
+pub const STATUS_COMMITTED: &str = "COMMITTED";
+pub const STATUS_ABORTED: &str = "ABORTED";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<TransactionRequest, Invalid> {
+        TransactionRequest::parse(body.as_bytes(), |s| s.starts_with("service-"))
+    }
+
+    #[test]
+    fn a_transfer_parses_with_exact_amounts() {
+        let request = parse(
+            r#"{"participants": [
+                {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -0.1, "min": 0}]},
+                {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 0.1}]}
+            ], "timeoutMs": 2000}"#,
+        )
+        .unwrap();
+        assert_eq!(request.timeout_ms, 2000);
+        let Operation::Add { delta, min, .. } = &request.participants[0].operations[0] else { panic!() };
+        assert_eq!(delta.to_string(), "-0.1");
+        assert_eq!(min.as_ref().unwrap().to_string(), "0");
+    }
+
+    #[test]
+    fn refusals_name_the_problem() {
+        let cases = [
+            ("{", "not valid JSON"),
+            (r#"{"participants": []}"#, "at least one participant"),
+            (r#"{"participants": [{"service": "service-a", "operations": []}]}"#, "at least one operation"),
+            (
+                r#"{"participants": [{"service": "other", "operations": [{"op": "delete", "key": {"entityId": "A"}}]}]}"#,
+                "unknown service \"other\"",
+            ),
+            (
+                r#"{"participants": [{"service": "service-a", "operations": [{"op": "move", "key": {"entityId": "A"}}]}]}"#,
+                "unknown operation \"move\"",
+            ),
+            (
+                r#"{"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "A"}}, {"op": "delete", "key": {"entityId": "A"}}]}]}"#,
+                "appears twice",
+            ),
+            (
+                r#"{"participants": [{"service": "service-a", "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "b", "delta": "ten"}]}]}"#,
+                "operations[0].delta",
+            ),
+            (
+                r#"{"participants": [{"service": "service-a", "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "b", "delta": 1, "min": 5, "max": 1}]}]}"#,
+                "greater than max",
+            ),
+        ];
+        for (body, expected) in cases {
+            let err = parse(body).unwrap_err();
+            assert!(err.message.contains(expected), "{body}: {err}");
+        }
+        let big = format!(r#"{{"participants": [], "pad": "{}"}}"#, "x".repeat(MAX_BODY_BYTES));
+        assert_eq!(parse(&big).unwrap_err().code, "BODY_TOO_LARGE");
+    }
+
+    #[test]
+    fn the_hash_ignores_layout_but_not_content() {
+        let a = parse(r#"{"participants": [{"service": "service-a", "operations": [{"op": "set", "key": {"entityId": "A"}, "set": {"x": 1, "y": 2}}]}]}"#).unwrap();
+        let b = parse(r#"{ "participants":[{"operations":[{"set":{"y":2,"x":1},"key":{"entityId":"A"},"op":"set"}],"service":"service-a"}]}"#).unwrap();
+        let c = parse(r#"{"participants": [{"service": "service-a", "operations": [{"op": "set", "key": {"entityId": "A"}, "set": {"x": 1, "y": 3}}]}]}"#).unwrap();
+        assert_eq!(a.canonical_hash(), b.canonical_hash());
+        assert_ne!(a.canonical_hash(), c.canonical_hash());
+    }
+}

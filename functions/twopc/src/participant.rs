@@ -1,0 +1,289 @@
+//! A participant: prepare (lock and validate), commit, abort, for the items of one service's table.
+
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use serde_json::Value;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::clock::SharedClock;
+use crate::items::{
+    CommitOutcome, DataTable, Lock, LockAttempt, LockFailure, check_holds, classify_lock_failure, find,
+    unrepresentable_result,
+};
+use crate::model::{
+    Action, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
+    STATUS_NOT_PREPARED, Vote,
+};
+use crate::record::TransactionStore;
+use crate::recovery::{OwnerFate, owner_fate};
+use crate::store::{Item, StoreError};
+
+/// Locks live this long when a prepare names no deadline.
+pub const DEFAULT_LOCK_MS: u64 = 30_000;
+/// Attempts at taking the locks when something changes underneath (an expired lock resolved, contention).
+const LOCK_ATTEMPTS: u32 = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ParticipantError {
+    #[error("invalid participant request: {0}")]
+    Invalid(#[from] Invalid),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("transaction {owner} holds a lock this participant cannot resolve: {detail}")]
+    Unresolvable { owner: String, detail: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Participant {
+    service: String,
+    table: DataTable,
+    transactions: TransactionStore,
+    clock: SharedClock,
+}
+
+impl Participant {
+    pub fn new(
+        service: impl Into<String>,
+        table: DataTable,
+        transactions: TransactionStore,
+        clock: SharedClock,
+    ) -> Self {
+        Participant { service: service.into(), table, transactions, clock }
+    }
+
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    pub fn table(&self) -> &DataTable {
+        &self.table
+    }
+
+    pub async fn handle(&self, request: &ParticipantRequest) -> Result<ParticipantResponse, ParticipantError> {
+        let span = info_span!("participant", tx = %request.transaction_id, service = %self.service, action = request.action.as_str());
+        async {
+            let operations = parse_operations(&request.operations)?;
+            let response = match request.action {
+                Action::Prepare => self.prepare(&request.transaction_id, request.deadline, &operations).await?,
+                Action::Commit => self.commit(&request.transaction_id, &operations).await?,
+                Action::Abort => self.abort(&request.transaction_id, &operations).await?,
+            };
+            info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
+            Ok(response)
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn keys(&self, operations: &[Operation]) -> Result<Vec<Item>, String> {
+        operations.iter().map(|op| self.table.key(op.key())).collect()
+    }
+
+    pub async fn prepare(
+        &self,
+        tx: &str,
+        deadline: Option<u64>,
+        operations: &[Operation],
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let keys = match self.keys(operations) {
+            Ok(keys) => keys,
+            Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
+        };
+        let now = self.clock.now_ms();
+        if let Some(deadline) = deadline
+            && now > deadline
+        {
+            // Locking now would only hold the item for a transaction that can no longer commit.
+            return Ok(refused(
+                RefusalCode::Timeout,
+                format!("prepare arrived {} ms after the deadline", now - deadline),
+            ));
+        }
+        if operations.iter().all(Operation::is_read_only) {
+            return self.prepare_read_only(tx, operations, &keys).await;
+        }
+        let expires_at = deadline.unwrap_or(now + DEFAULT_LOCK_MS);
+        let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
+        for attempt in 0..LOCK_ATTEMPTS {
+            match self.table.lock_all(tx, &work, expires_at).await? {
+                LockAttempt::Locked(returned) => return self.verify_locked(tx, &work, returned).await,
+                LockAttempt::Contention => backoff(attempt).await,
+                LockAttempt::ConditionFailed { index, item } => {
+                    let (op, key) = &work[index];
+                    let item = match item {
+                        Some(item) => Some(item),
+                        // Not every endpoint returns the item with the failure: read it.
+                        None => self.table.get(key).await?,
+                    };
+                    match classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms()) {
+                        LockFailure::Refused { code, reason } => return Ok(refused(code, reason)),
+                        LockFailure::Expired { owner } => {
+                            if let Some(response) = self.resolve(&owner, key).await? {
+                                return Ok(response);
+                            }
+                        }
+                        LockFailure::Unexplained => backoff(attempt).await,
+                    }
+                }
+            }
+        }
+        Ok(refused(
+            RefusalCode::Conflict,
+            format!("could not lock the items after {LOCK_ATTEMPTS} attempts: they kept changing"),
+        ))
+    }
+
+    /// The guards held when the locks were taken; one thing they cannot express remains: that an `add`'s
+    /// result fits in a DynamoDB number. Checked here on the locked values, and the locks released if not.
+    async fn verify_locked(
+        &self,
+        tx: &str,
+        work: &[(Operation, Item)],
+        returned: Vec<Item>,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let adds: Vec<&(Operation, Item)> = work.iter().filter(|(op, _)| matches!(op, Operation::Add { .. })).collect();
+        if adds.is_empty() {
+            return Ok(prepared(false));
+        }
+        let items = if returned.is_empty() {
+            let keys: Vec<Item> = adds.iter().map(|(_, key)| key.clone()).collect();
+            self.table.get_many(&keys).await?
+        } else {
+            returned
+        };
+        let problem =
+            adds.iter().find_map(|(op, key)| find(&items, key).and_then(|item| unrepresentable_result(op, item)));
+        let Some(problem) = problem else { return Ok(prepared(false)) };
+        try_join_all(work.iter().map(|(_, key)| self.table.release(tx, key, "unrepresentable result"))).await?;
+        Ok(refused(RefusalCode::ConditionFailed, problem))
+    }
+
+    /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
+    /// in the second phase. Its guarantee is that the checks held at the moment of prepare.
+    async fn prepare_read_only(
+        &self,
+        tx: &str,
+        operations: &[Operation],
+        keys: &[Item],
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        for attempt in 0..LOCK_ATTEMPTS {
+            let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
+            let now = self.clock.now_ms();
+            let failure = operations
+                .iter()
+                .zip(&items)
+                .zip(keys)
+                .find_map(|((op, item), key)| check_holds(tx, op, item.as_ref(), now).err().map(|f| (f, key)));
+            match failure {
+                None => return Ok(prepared(true)),
+                Some((LockFailure::Refused { code, reason }, _)) => return Ok(refused(code, reason)),
+                Some((LockFailure::Expired { owner }, key)) => {
+                    if let Some(response) = self.resolve(&owner, key).await? {
+                        return Ok(response);
+                    }
+                }
+                Some((LockFailure::Unexplained, _)) => backoff(attempt).await,
+            }
+        }
+        Ok(refused(RefusalCode::Conflict, "the checked items kept changing".to_owned()))
+    }
+
+    /// Resolves an expired lock of `owner` on one item. `Some` is the refusal to give when the owner is
+    /// still deciding; `None` means the item is free to try again.
+    async fn resolve(&self, owner: &str, key: &Item) -> Result<Option<ParticipantResponse>, ParticipantError> {
+        let now = self.clock.now_ms();
+        let fate = owner_fate(&self.transactions, owner, now).await?;
+        warn!(owner, ?key, fate = fate_name(&fate), "resolving an expired lock");
+        match fate {
+            OwnerFate::Undecided { .. } => {
+                return Ok(Some(refused(
+                    RefusalCode::Conflict,
+                    format!("entity is locked by transaction {owner}, which is still deciding"),
+                )));
+            }
+            OwnerFate::Abort | OwnerFate::Committed => {
+                self.table.release(owner, key, "lock resolution").await?;
+            }
+            OwnerFate::Commit(record) => {
+                let op = record
+                    .participants
+                    .iter()
+                    .filter(|p| p.service == self.service)
+                    .flat_map(|p| p.operations.iter())
+                    .map(|v| Operation::parse(v, "record"))
+                    .filter_map(Result::ok)
+                    .find(|op| self.table.key(op.key()).as_ref() == Ok(key));
+                let Some(op) = op else {
+                    return Err(ParticipantError::Unresolvable {
+                        owner: owner.to_owned(),
+                        detail: "its record does not list this item".to_owned(),
+                    });
+                };
+                self.table.commit_item(owner, &op, key).await?;
+            }
+        }
+        Ok(None)
+    }
+
+    pub async fn commit(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
+        let keys = self.keys(operations).map_err(|m| Invalid::new("INVALID_REQUEST", m))?;
+        let outcomes =
+            try_join_all(operations.iter().zip(&keys).map(|(op, key)| self.table.commit_item(tx, op, key))).await?;
+        let unproven: Vec<String> = outcomes
+            .iter()
+            .zip(operations)
+            .filter_map(|(outcome, op)| match outcome {
+                CommitOutcome::NotPrepared { detail } => Some(format!("entity {}: {detail}", op.key_text())),
+                _ => None,
+            })
+            .collect();
+        if unproven.is_empty() {
+            return Ok(status(STATUS_COMMITTED, None));
+        }
+        warn!(?unproven, "commit found no lock of this transaction and no lastTx to prove it");
+        Ok(status(STATUS_NOT_PREPARED, Some(unproven.join("; "))))
+    }
+
+    pub async fn abort(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
+        let keys = self.keys(operations).map_err(|m| Invalid::new("INVALID_REQUEST", m))?;
+        try_join_all(keys.iter().map(|key| self.table.release(tx, key, "abort"))).await?;
+        Ok(status(STATUS_ABORTED, None))
+    }
+
+    /// Whether the item holds a lock of `tx` (for tests and diagnostics).
+    pub async fn lock_holder(&self, key: &Item) -> Result<Option<Lock>, StoreError> {
+        Ok(self.table.get(key).await?.as_ref().and_then(Lock::of))
+    }
+}
+
+fn fate_name(fate: &OwnerFate) -> &'static str {
+    match fate {
+        OwnerFate::Commit(_) => "roll forward",
+        OwnerFate::Committed => "release (owner finished)",
+        OwnerFate::Abort => "release (owner aborted)",
+        OwnerFate::Undecided { .. } => "conflict (owner deciding)",
+    }
+}
+
+pub fn parse_operations(values: &[Value]) -> Result<Vec<Operation>, Invalid> {
+    let list = Value::Array(values.to_vec());
+    Operation::parse_list(Some(&list), "operations")
+}
+
+fn prepared(read_only: bool) -> ParticipantResponse {
+    ParticipantResponse { vote: Some(Vote::Prepared), read_only, ..Default::default() }
+}
+
+fn refused(code: RefusalCode, reason: String) -> ParticipantResponse {
+    ParticipantResponse { vote: Some(Vote::Refused), code: Some(code), reason: Some(reason), ..Default::default() }
+}
+
+fn status(status: &str, reason: Option<String>) -> ParticipantResponse {
+    ParticipantResponse { status: Some(status.to_owned()), reason, ..Default::default() }
+}
+
+async fn backoff(attempt: u32) {
+    let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 20;
+    tokio::time::sleep(Duration::from_millis(10 * (1 << attempt) + jitter)).await;
+}

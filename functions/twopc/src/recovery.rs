@@ -1,0 +1,71 @@
+//! Lock resolution: what happens to a lock whose expiry has passed. A lock is never broken on time
+//! alone; its owner's record decides, and a still-undecided owner is aborted by a conditional
+//! `PREPARING` → `ABORTING` that races the coordinator's own decision write. Exactly one of those two
+//! writes succeeds, and whoever loses follows the winner.
+
+use crate::model::Status;
+use crate::record::{TransactionRecord, TransactionStore, Transition};
+use crate::store::StoreError;
+
+/// The decided fate of a lock's owner.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OwnerFate {
+    /// Decided commit and not yet finished: the owner's operation must be applied (rolled forward).
+    Commit(TransactionRecord),
+    /// Finished commit: every participant acknowledged, so any lock it still holds was taken by a
+    /// late duplicate prepare and is released without applying anything again.
+    Committed,
+    /// Decided abort, or never recorded (now recorded as aborted): release.
+    Abort,
+    /// Still preparing within its deadline: the lock stands.
+    Undecided { deadline: u64 },
+}
+
+pub const ABANDONED_REASON: &str = "no transaction record was written before the lock expired";
+pub const EXPIRED_REASON: &str = "deadline passed before a decision; aborted by lock resolution";
+
+/// Reads (and if need be decides) the fate of `owner`, whose lock was found expired at `now_ms`.
+pub async fn owner_fate(transactions: &TransactionStore, owner: &str, now_ms: u64) -> Result<OwnerFate, StoreError> {
+    let record = match transactions.get(owner).await? {
+        Some(record) => record,
+        // Written conditionally: a coordinator whose record write is still in flight then fails to
+        // create it, and aborts.
+        None => transactions.abort_if_absent(owner, now_ms, ABANDONED_REASON).await?,
+    };
+    decide(transactions, record, now_ms).await
+}
+
+async fn decide(
+    transactions: &TransactionStore,
+    record: TransactionRecord,
+    now_ms: u64,
+) -> Result<OwnerFate, StoreError> {
+    Ok(match record.status {
+        Status::Committing => OwnerFate::Commit(record),
+        Status::Committed => OwnerFate::Committed,
+        Status::Aborting | Status::Aborted => OwnerFate::Abort,
+        Status::Preparing if now_ms <= record.deadline => OwnerFate::Undecided { deadline: record.deadline },
+        Status::Preparing => {
+            match transactions
+                .transition(
+                    &record.transaction_id,
+                    Status::Preparing,
+                    Status::Aborting,
+                    now_ms,
+                    None,
+                    Some(EXPIRED_REASON),
+                )
+                .await?
+            {
+                Transition::Done(_) => OwnerFate::Abort,
+                // The coordinator decided first: follow its decision.
+                Transition::Lost(Some(now)) => match now.status {
+                    Status::Committing => OwnerFate::Commit(now),
+                    Status::Committed => OwnerFate::Committed,
+                    _ => OwnerFate::Abort,
+                },
+                Transition::Lost(None) => OwnerFate::Abort,
+            }
+        }
+    })
+}

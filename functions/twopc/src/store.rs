@@ -1,0 +1,51 @@
+//! DynamoDB error handling shared by every store: what a failure means for the protocol.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+pub type Item = HashMap<String, AttributeValue>;
+
+/// An infrastructure failure: DynamoDB could not be asked or did not answer. Never a business answer.
+#[derive(Debug, thiserror::Error)]
+#[error("DynamoDB {operation} on {table} failed: {message}")]
+pub struct StoreError {
+    pub operation: &'static str,
+    pub table: String,
+    pub message: String,
+}
+
+impl StoreError {
+    pub fn new<E, R>(operation: &'static str, table: &str, err: SdkError<E, R>) -> StoreError
+    where
+        E: std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        let message = match &err {
+            SdkError::ServiceError(service) => {
+                aws_smithy_types::error::display::DisplayErrorContext(service.err()).to_string()
+            }
+            other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
+        };
+        StoreError { operation, table: table.to_owned(), message }
+    }
+}
+
+pub fn get_s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
+}
+
+pub fn get_n<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    item.get(name).and_then(|v| v.as_n().ok()).map(String::as_str)
+}
+
+pub fn get_m<'a>(item: &'a Item, name: &str) -> Option<&'a Item> {
+    item.get(name).and_then(|v| v.as_m().ok())
+}
+
+/// Spreads sparse-index writes over [`crate::tables::INDEX_SHARDS`] partition values.
+pub fn shard_of(id: &str, prefix: &str) -> String {
+    let hash = id.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
+    format!("{prefix}#{}", hash % crate::tables::INDEX_SHARDS)
+}

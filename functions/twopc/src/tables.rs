@@ -1,0 +1,208 @@
+//! The tables the system uses, described once. The local stack and the tests create them from these
+//! definitions, and a test holds `infra/template.yaml` to them, so local and deployed tables cannot drift.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, StreamSpecification, StreamViewType,
+};
+
+/// Attribute names of the transactions table.
+pub mod tx_attr {
+    pub const ID: &str = "transactionId";
+    pub const STATUS: &str = "status";
+    pub const PARTICIPANTS: &str = "participants";
+    pub const CREATED_AT: &str = "createdAt";
+    pub const UPDATED_AT: &str = "updatedAt";
+    pub const DEADLINE: &str = "deadline";
+    pub const REASON: &str = "reason";
+    pub const REQUEST_HASH: &str = "requestHash";
+    pub const EXPIRE_AT: &str = "expireAt";
+    /// Present only while the transaction is open: the partition key of the open-transactions index.
+    pub const OPEN_SHARD: &str = "openShard";
+}
+
+/// Attribute names of a participant data table.
+pub mod item_attr {
+    pub const KEY: &str = "entityId";
+    pub const DATA: &str = "data";
+    pub const VERSION: &str = "version";
+    pub const LAST_TX: &str = "lastTx";
+    pub const LOCK: &str = "lock";
+    /// Present only while locked: the partition key of the locks index (sharded to spread writes).
+    pub const LOCK_SHARD: &str = "lockShard";
+    /// Present only while locked: the lock's expiry, the sort key of the locks index.
+    pub const LOCK_EXPIRES_AT: &str = "lockExpiresAt";
+}
+
+/// Attribute names of the WebSocket connections table: one item per (connection, topic), plus one
+/// item per connection under [`connection_attr::CONNECTION_TOPIC`].
+pub mod connection_attr {
+    pub const CONNECTION_ID: &str = "connectionId";
+    pub const TOPIC: &str = "topic";
+    /// The topic value of the item that records the connection itself.
+    pub const CONNECTION_TOPIC: &str = "$connection";
+    pub const CONNECTED_AT: &str = "connectedAt";
+    pub const EXPIRE_AT: &str = "expireAt";
+}
+
+pub const OPEN_TRANSACTIONS_INDEX: &str = "open-transactions";
+pub const LOCKS_INDEX: &str = "locks-by-expiry";
+pub const TOPIC_INDEX: &str = "by-topic";
+/// Shards of the sparse indexes: writes spread over this many partition key values; readers query each.
+pub const INDEX_SHARDS: u32 = 4;
+
+/// One secondary index: partition key and optional sort key, keys-only or full projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    pub name: &'static str,
+    pub hash_key: (&'static str, ScalarAttributeType),
+    pub range_key: Option<(&'static str, ScalarAttributeType)>,
+    pub projection: ProjectionType,
+}
+
+/// One table as the system needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    pub name: String,
+    pub hash_key: (&'static str, ScalarAttributeType),
+    pub range_key: Option<(&'static str, ScalarAttributeType)>,
+    pub indexes: Vec<IndexSpec>,
+    /// Every table streams NEW_AND_OLD_IMAGES: the fan-out reads commits from participant tables and
+    /// transaction outcomes from the transactions table.
+    pub stream: bool,
+    pub ttl_attribute: Option<&'static str>,
+}
+
+pub fn transactions_table(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.to_owned(),
+        hash_key: (tx_attr::ID, ScalarAttributeType::S),
+        range_key: None,
+        indexes: vec![IndexSpec {
+            name: OPEN_TRANSACTIONS_INDEX,
+            hash_key: (tx_attr::OPEN_SHARD, ScalarAttributeType::S),
+            range_key: Some((tx_attr::DEADLINE, ScalarAttributeType::N)),
+            projection: ProjectionType::KeysOnly,
+        }],
+        stream: true,
+        ttl_attribute: Some(tx_attr::EXPIRE_AT),
+    }
+}
+
+pub fn participant_table(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.to_owned(),
+        hash_key: (item_attr::KEY, ScalarAttributeType::S),
+        range_key: None,
+        indexes: vec![IndexSpec {
+            name: LOCKS_INDEX,
+            hash_key: (item_attr::LOCK_SHARD, ScalarAttributeType::S),
+            range_key: Some((item_attr::LOCK_EXPIRES_AT, ScalarAttributeType::N)),
+            projection: ProjectionType::KeysOnly,
+        }],
+        stream: true,
+        ttl_attribute: None,
+    }
+}
+
+pub fn connections_table(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.to_owned(),
+        hash_key: (connection_attr::CONNECTION_ID, ScalarAttributeType::S),
+        range_key: Some((connection_attr::TOPIC, ScalarAttributeType::S)),
+        indexes: vec![IndexSpec {
+            name: TOPIC_INDEX,
+            hash_key: (connection_attr::TOPIC, ScalarAttributeType::S),
+            range_key: Some((connection_attr::CONNECTION_ID, ScalarAttributeType::S)),
+            projection: ProjectionType::KeysOnly,
+        }],
+        stream: false,
+        ttl_attribute: Some(connection_attr::EXPIRE_AT),
+    }
+}
+
+fn key_schema(
+    hash: &(&'static str, ScalarAttributeType),
+    range: &Option<(&'static str, ScalarAttributeType)>,
+) -> Vec<KeySchemaElement> {
+    let mut keys = vec![element(hash.0, KeyType::Hash)];
+    if let Some((name, _)) = range {
+        keys.push(element(name, KeyType::Range));
+    }
+    keys
+}
+
+fn element(name: &str, key_type: KeyType) -> KeySchemaElement {
+    KeySchemaElement::builder().attribute_name(name).key_type(key_type).build().expect("name and key type are set")
+}
+
+impl TableSpec {
+    /// Every attribute that appears in a key of the table or of an index, once.
+    pub fn attribute_definitions(&self) -> Vec<(&'static str, ScalarAttributeType)> {
+        let mut defs: Vec<(&'static str, ScalarAttributeType)> = Vec::new();
+        let keys = std::iter::once(&self.hash_key)
+            .chain(self.range_key.iter())
+            .chain(self.indexes.iter().flat_map(|i| std::iter::once(&i.hash_key).chain(i.range_key.iter())));
+        for key in keys {
+            if !defs.iter().any(|(name, _)| *name == key.0) {
+                defs.push(key.clone());
+            }
+        }
+        defs
+    }
+
+    /// Creates the table (on-demand, streams as specified) unless it exists, and waits until it is usable.
+    pub async fn create_if_missing(&self, client: &Client) -> Result<(), aws_sdk_dynamodb::Error> {
+        let mut request = client
+            .create_table()
+            .table_name(&self.name)
+            .billing_mode(BillingMode::PayPerRequest)
+            .set_key_schema(Some(key_schema(&self.hash_key, &self.range_key)));
+        for (name, kind) in self.attribute_definitions() {
+            request = request.attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(name)
+                    .attribute_type(kind)
+                    .build()
+                    .expect("name and type are set"),
+            );
+        }
+        for index in &self.indexes {
+            request = request.global_secondary_indexes(
+                GlobalSecondaryIndex::builder()
+                    .index_name(index.name)
+                    .set_key_schema(Some(key_schema(&index.hash_key, &index.range_key)))
+                    .projection(Projection::builder().projection_type(index.projection.clone()).build())
+                    .build()
+                    .expect("name and keys are set"),
+            );
+        }
+        if self.stream {
+            request = request.stream_specification(
+                StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(StreamViewType::NewAndOldImages)
+                    .build()
+                    .expect("enabled is set"),
+            );
+        }
+        match request.send().await {
+            Ok(_) => {}
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_in_use_exception()) => {}
+            Err(err) => return Err(err.into()),
+        }
+        // DynamoDB Local creates tables synchronously, the service does not: wait for ACTIVE either way.
+        loop {
+            let table = client.describe_table().table_name(&self.name).send().await?;
+            let active = table
+                .table()
+                .and_then(|t| t.table_status())
+                .is_some_and(|s| *s == aws_sdk_dynamodb::types::TableStatus::Active);
+            if active {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+}

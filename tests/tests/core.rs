@@ -1,0 +1,393 @@
+//! The core two-phase commit against DynamoDB Local, through the coordinator and participant handlers.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use twopc::model::{Action, ParticipantRequest};
+use twopc_tests::{EdgeFault, TestEnv};
+
+fn a(id: &str) -> (&'static str, &str) {
+    ("service-a", id)
+}
+fn b(id: &str) -> (&'static str, &str) {
+    ("service-b", id)
+}
+
+async fn assert_no_locks(env: &TestEnv) {
+    let locked = env.locked_items().await;
+    assert!(locked.is_empty(), "locks left: {locked:#?}");
+}
+
+#[tokio::test]
+async fn a_transfer_commits_and_moves_the_balances() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "500").await;
+    env.put_account("service-b", "B", "100").await;
+
+    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "100"), None).await;
+
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "COMMITTED");
+    let id = body["transactionId"].as_str().unwrap();
+    assert_eq!(body["participants"][0]["vote"], "PREPARED");
+    assert_eq!(body["participants"][1]["vote"], "PREPARED");
+    let item_a = env.item("service-a", "A").await.unwrap();
+    let item_b = env.item("service-b", "B").await.unwrap();
+    assert_eq!(item_a["data"]["balance"], json!(400));
+    assert_eq!(item_b["data"]["balance"], json!(200));
+    for item in [&item_a, &item_b] {
+        assert_eq!(item["version"], json!(1));
+        assert_eq!(item["lastTx"], id);
+        assert!(item.get("lock").is_none() && item.get("lockShard").is_none(), "{item}");
+    }
+    let (status, record) = env.get(id).await;
+    assert_eq!(status, 200);
+    assert_eq!(record["status"], "COMMITTED");
+    assert_eq!(record["transactionId"], id);
+    assert!(record["createdAt"].as_u64().unwrap() <= record["updatedAt"].as_u64().unwrap());
+}
+
+#[tokio::test]
+async fn insufficient_funds_abort_with_a_readable_reason_and_change_nothing() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "50").await;
+    env.put_account("service-b", "B", "0").await;
+
+    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "100"), None).await;
+
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["status"], "ABORTED");
+    let refusing = &body["participants"][0];
+    assert_eq!(refusing["service"], "service-a");
+    assert_eq!(refusing["vote"], "REFUSED");
+    assert_eq!(refusing["code"], "CONDITION_FAILED");
+    let reason = refusing["reason"].as_str().unwrap();
+    assert!(reason.contains("balance 50 + -100 = -50") && reason.contains("minimum 0"), "{reason}");
+    assert_eq!(env.balance("service-a", "A").await, "50");
+    assert_eq!(env.balance("service-b", "B").await, "0");
+    assert_eq!(env.item("service-b", "B").await.unwrap()["version"], json!(0));
+    assert_no_locks(&env).await;
+    let (_, record) = env.get(body["transactionId"].as_str().unwrap()).await;
+    assert_eq!(record["status"], "ABORTED");
+}
+
+#[tokio::test]
+async fn missing_items_are_not_found_and_if_not_exists_refuses_an_existing_item() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "10").await;
+    let cases = [
+        (json!({"op": "set", "key": {"entityId": "ghost"}, "set": {"name": "x"}}), "NOT_FOUND"),
+        (json!({"op": "add", "key": {"entityId": "ghost"}, "field": "balance", "delta": 1}), "NOT_FOUND"),
+        (json!({"op": "delete", "key": {"entityId": "ghost"}}), "NOT_FOUND"),
+        (
+            json!({"op": "put", "key": {"entityId": "A"}, "data": {"balance": 0}, "ifNotExists": true}),
+            "CONDITION_FAILED",
+        ),
+    ];
+    for (op, code) in cases {
+        let (status, body) =
+            env.post(&json!({"participants": [{"service": "service-a", "operations": [op]}]}), None).await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["participants"][0]["code"], code, "{body}");
+    }
+    assert!(env.item("service-a", "ghost").await.is_none(), "a refused prepare leaves no placeholder");
+    assert_eq!(env.balance("service-a", "A").await, "10");
+    assert_no_locks(&env).await;
+
+    // put creates, set changes, delete removes: each a commit with its version.
+    let body = json!({"participants": [{"service": "service-a", "operations": [
+        {"op": "put", "key": {"entityId": "N"}, "data": {"name": "new", "tags": ["x"]}, "ifNotExists": true}]}]});
+    assert_eq!(env.post(&body, None).await.0, 200);
+    let body = json!({"participants": [{"service": "service-a", "operations": [
+        {"op": "set", "key": {"entityId": "N"}, "set": {"name": "renamed"}}]}]});
+    assert_eq!(env.post(&body, None).await.0, 200);
+    let item = env.item("service-a", "N").await.unwrap();
+    assert_eq!(item["data"], json!({"name": "renamed", "tags": ["x"]}));
+    assert_eq!(item["version"], json!(2));
+    let body =
+        json!({"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "N"}}]}]});
+    assert_eq!(env.post(&body, None).await.0, 200);
+    assert!(env.item("service-a", "N").await.is_none());
+}
+
+#[tokio::test]
+async fn two_concurrent_transfers_from_one_account_each_commit_or_abort_whole() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B1", "0").await;
+    env.put_account("service-b", "B2", "0").await;
+    let first = TestEnv::transfer(a("A"), b("B1"), "60");
+    let second = TestEnv::transfer(a("A"), b("B2"), "60");
+
+    let ((s1, r1), (s2, r2)) = futures::join!(env.post(&first, None), env.post(&second, None));
+
+    let committed = [s1, s2].iter().filter(|s| **s == 200).count();
+    assert!(committed <= 1, "both cannot commit: {r1} {r2}");
+    for (status, _) in [(s1, &r1), (s2, &r2)] {
+        assert!(status == 200 || status == 409);
+    }
+    let b1 = env.balance("service-b", "B1").await;
+    let b2 = env.balance("service-b", "B2").await;
+    assert_eq!(b1, if s1 == 200 { "60" } else { "0" });
+    assert_eq!(b2, if s2 == 200 { "60" } else { "0" });
+    assert_eq!(env.balance("service-a", "A").await, if committed == 1 { "40" } else { "100" });
+    assert_no_locks(&env).await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_transfers_among_five_accounts_conserve_the_total() {
+    let env = TestEnv::new().await;
+    // Accounts on both services, so some transfers are one participant with two items.
+    let accounts = [a("0"), b("1"), a("2"), b("3"), a("4")];
+    for (service, id) in accounts {
+        env.put_account(service, id, "100").await;
+    }
+    let transfers: Vec<Value> = (0..20)
+        .map(|i| {
+            let from = accounts[i % 5];
+            let to = accounts[(i * 3 + 1) % 5];
+            let to = if to == from { accounts[(i + 1) % 5] } else { to };
+            let amount = 10 + (i * 7) % 50;
+            let debit = json!({"op": "add", "key": {"entityId": from.1}, "field": "balance", "delta": -(amount as i64), "min": 0});
+            let credit = json!({"op": "add", "key": {"entityId": to.1}, "field": "balance", "delta": amount});
+            if from.0 == to.0 {
+                json!({"participants": [{"service": from.0, "operations": [debit, credit]}]})
+            } else {
+                json!({"participants": [{"service": from.0, "operations": [debit]}, {"service": to.0, "operations": [credit]}]})
+            }
+        })
+        .collect();
+
+    let results = futures::future::join_all(transfers.iter().map(|t| env.post(t, None))).await;
+
+    let mut total = 0i64;
+    for (service, id) in accounts {
+        let balance: i64 = env.balance(service, id).await.parse().unwrap();
+        assert!(balance >= 0);
+        total += balance;
+    }
+    assert_eq!(total, 500);
+    assert!(results.iter().all(|(s, _)| *s == 200 || *s == 409), "{results:?}");
+    assert!(results.iter().any(|(s, _)| *s == 200), "some commit");
+    assert_no_locks(&env).await;
+    for record in env.records().await {
+        assert!(record["status"] == "COMMITTED" || record["status"] == "ABORTED", "{record}");
+        assert!(record.get("openShard").is_none(), "a terminal record leaves the open index: {record}");
+    }
+}
+
+#[tokio::test]
+async fn duplicate_deliveries_of_prepare_commit_and_abort_change_nothing() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    let participant = &env.participants["service-a"];
+    let op = json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -30, "min": 0});
+    let message = |action, tx: &str| ParticipantRequest {
+        action,
+        transaction_id: tx.to_owned(),
+        deadline: Some(env.clock_now() + 10_000),
+        operations: vec![op.clone()],
+    };
+
+    for _ in 0..2 {
+        let vote = participant.handle(&message(Action::Prepare, "tx-dup")).await.unwrap();
+        assert_eq!(vote.vote, Some(twopc::model::Vote::Prepared));
+    }
+    for _ in 0..2 {
+        let answer = participant.handle(&message(Action::Commit, "tx-dup")).await.unwrap();
+        assert_eq!(answer.status.as_deref(), Some("COMMITTED"));
+    }
+    let item = env.item("service-a", "A").await.unwrap();
+    assert_eq!(item["data"]["balance"], json!(70));
+    assert_eq!(item["version"], json!(1));
+    // A prepare delivered again after the commit must not lock the item a second time.
+    let late = participant.handle(&message(Action::Prepare, "tx-dup")).await.unwrap();
+    assert_eq!(late.vote, Some(twopc::model::Vote::Refused));
+    assert_no_locks(&env).await;
+
+    for _ in 0..2 {
+        assert_eq!(
+            participant.handle(&message(Action::Prepare, "tx-ab")).await.unwrap().vote,
+            Some(twopc::model::Vote::Prepared)
+        );
+    }
+    for _ in 0..2 {
+        let answer = participant.handle(&message(Action::Abort, "tx-ab")).await.unwrap();
+        assert_eq!(answer.status.as_deref(), Some("ABORTED"));
+    }
+    // Abort of a transaction that never prepared here succeeds and changes nothing.
+    let answer = participant.handle(&message(Action::Abort, "tx-never")).await.unwrap();
+    assert_eq!(answer.status.as_deref(), Some("ABORTED"));
+    let item = env.item("service-a", "A").await.unwrap();
+    assert_eq!(item["data"]["balance"], json!(70));
+    assert_eq!(item["version"], json!(1));
+    assert_no_locks(&env).await;
+
+    // Through the coordinator: every message delivered twice.
+    env.put_account("service-b", "B", "0").await;
+    for action in [Action::Prepare, Action::Commit] {
+        env.invoker.set("service-a", action, EdgeFault::Duplicate);
+        env.invoker.set("service-b", action, EdgeFault::Duplicate);
+    }
+    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "20"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(env.balance("service-a", "A").await, "50");
+    assert_eq!(env.balance("service-b", "B").await, "20");
+    assert_no_locks(&env).await;
+}
+
+#[tokio::test]
+async fn the_same_idempotency_key_runs_once_and_another_body_is_refused() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    let transfer = TestEnv::transfer(a("A"), b("B"), "10");
+
+    let first = env.post(&transfer, Some("order-42")).await;
+    let again = env.post(&transfer, Some("order-42")).await;
+    // The same request, written differently, is the same request.
+    let reordered: Value = serde_json::from_str(&serde_json::to_string_pretty(&transfer).unwrap()).unwrap();
+    let third = env.post(&reordered, Some("order-42")).await;
+
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert_eq!(first, again);
+    assert_eq!(first, third);
+    assert_eq!(env.balance("service-a", "A").await, "90");
+    assert_eq!(env.records().await.len(), 1);
+
+    let other = TestEnv::transfer(a("A"), b("B"), "11");
+    let (status, body) = env.post(&other, Some("order-42")).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("different request body"));
+    assert_eq!(env.balance("service-a", "A").await, "90");
+
+    // Concurrent retries of one keyed request also run it once.
+    let transfer = TestEnv::transfer(a("A"), b("B"), "5");
+    let answers = futures::future::join_all((0..4).map(|_| env.post(&transfer, Some("order-43")))).await;
+    assert!(answers.iter().all(|a| a.0 == 200 && a.1["transactionId"] == answers[0].1["transactionId"]), "{answers:?}");
+    assert_eq!(env.balance("service-a", "A").await, "85");
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_that_names_the_problem_and_writes_nothing() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    let op = |extra: Value| {
+        let mut o = json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1});
+        o.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        o
+    };
+    let one = |ops: Value| json!({"participants": [{"service": "service-a", "operations": ops}]}).to_string();
+    let cases: Vec<(String, &str)> = vec![
+        ("{\"participants\": [".to_owned(), "not valid JSON"),
+        (json!({"participants": []}).to_string(), "at least one participant"),
+        (json!({}).to_string(), "participants: missing"),
+        (one(json!([])), "at least one operation"),
+        (
+            json!({"participants": [{"service": "billing", "operations": [op(json!({}))]}]}).to_string(),
+            "unknown service \"billing\"",
+        ),
+        (one(json!([{"op": "transfer", "key": {"entityId": "A"}}])), "unknown operation \"transfer\""),
+        (one(json!([op(json!({})), op(json!({"delta": 2}))])), "appears twice"),
+        (one(json!([op(json!({"delta": "lots"}))])), "operations[0].delta"),
+        (format!("{{\"participants\": [], \"padding\": \"{}\"}}", "x".repeat(256 * 1024)), "256 KiB"),
+    ];
+    for (body, expected) in cases {
+        let (status, answer) = env.post_raw(&body, None).await;
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "expected {expected:?} in {message:?}");
+        assert!(answer["error"]["code"].is_string());
+    }
+    assert!(env.records().await.is_empty(), "no record written");
+    assert_no_locks(&env).await;
+    assert_eq!(env.item("service-a", "A").await.unwrap()["version"], json!(0));
+}
+
+#[tokio::test]
+async fn a_failing_or_silent_participant_aborts_and_the_others_are_released() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+
+    env.invoker.set("service-b", Action::Prepare, EdgeFault::Fail);
+    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "10"), None).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["status"], "ABORTED");
+    assert_eq!(body["participants"][1]["code"], "UNAVAILABLE");
+    assert_no_locks(&env).await;
+
+    // Prepares, then stays silent past the deadline.
+    env.invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_secs(5)));
+    let mut transfer = TestEnv::transfer(a("A"), b("B"), "10");
+    transfer["timeoutMs"] = json!(300);
+    let started = std::time::Instant::now();
+    let (status, body) = env.post(&transfer, None).await;
+    assert!(started.elapsed() < Duration::from_secs(4), "the coordinator waits only until the deadline");
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["participants"][1]["code"], "TIMEOUT");
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert_eq!(env.balance("service-b", "B").await, "0");
+    assert_no_locks(&env).await;
+}
+
+#[tokio::test]
+async fn eight_participants_commit_and_their_prepares_overlap() {
+    let services: Vec<String> = (1..=8).map(|i| format!("service-{i}")).collect();
+    let names: Vec<&str> = services.iter().map(String::as_str).collect();
+    let env = TestEnv::with_services(&names).await;
+    for service in &names {
+        env.put_account(service, "X", "10").await;
+        // Each prepare takes at least 100 ms: one after another they could not overlap.
+        env.invoker.set(service, Action::Prepare, EdgeFault::Delay(Duration::from_millis(100)));
+    }
+    let participants: Vec<Value> = names
+        .iter()
+        .map(|s| json!({"service": s, "operations": [{"op": "add", "key": {"entityId": "X"}, "field": "balance", "delta": 1}]}))
+        .collect();
+
+    let (status, body) = env.post(&json!({"participants": participants}), None).await;
+
+    assert_eq!(status, 200, "{body}");
+    let prepares: Vec<_> = env.invoker.calls().into_iter().filter(|c| c.1 == Action::Prepare).collect();
+    assert_eq!(prepares.len(), 8);
+    let last_start = prepares.iter().map(|c| c.2).max().unwrap();
+    let first_end = prepares.iter().map(|c| c.3).min().unwrap();
+    println!(
+        "8 prepares: the last started {:?} before the first ended",
+        first_end.saturating_duration_since(last_start)
+    );
+    assert!(last_start < first_end, "every prepare was in flight at once");
+    for service in &names {
+        assert_eq!(env.balance(service, "X").await, "11");
+    }
+}
+
+#[tokio::test]
+async fn decimals_are_exact_end_to_end() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "1").await;
+    env.put_account("service-b", "B", "0").await;
+    for _ in 0..10 {
+        let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "0.1"), None).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(env.balance("service-a", "A").await, "0");
+    assert_eq!(env.balance("service-b", "B").await, "1");
+    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "0.1"), None).await;
+    assert_eq!(status, 409, "the guard is exact: {body}");
+
+    let big = "12345678901234567890123456789012345678";
+    env.put_account("service-a", "R", big).await;
+    let (status, body) =
+        env.post(&TestEnv::transfer(a("R"), b("B"), "0.000000000000000000000000000000000001"), None).await;
+    assert_eq!(status, 409, "a result of more than 38 digits is refused at prepare: {body}");
+    let reason = body["participants"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("DynamoDB numbers hold at most 38"), "{reason}");
+    assert_no_locks(&env).await;
+    let (status, body) =
+        env.post(&TestEnv::transfer(a("R"), b("B"), "12345678901234567890123456789012345677"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(env.balance("service-a", "R").await, "1");
+    assert_eq!(env.balance("service-b", "B").await, "12345678901234567890123456789012345678");
+}
