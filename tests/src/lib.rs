@@ -157,6 +157,60 @@ impl TestEnv {
         TestEnv { client, transactions, participants, clock, invoker, coordinator }
     }
 
+    /// A coordinator of its own, with its own edge faults and crash point: concurrent clients of a
+    /// fault test each get one, so one client's faults never touch another's transactions.
+    pub fn coordinator_with(&self, invoker: &FaultyInvoker, faults: twopc::faults::Faults) -> Coordinator {
+        Coordinator::new(
+            self.transactions.clone(),
+            Arc::new(invoker.clone()),
+            self.participants.keys().cloned(),
+            self.clock.clone(),
+        )
+        .with_faults(faults)
+    }
+
+    /// A fault-free invoker over the same in-process participants.
+    pub fn fresh_invoker(&self) -> FaultyInvoker {
+        FaultyInvoker::new(InProcessInvoker::new(self.participants.values().cloned()))
+    }
+
+    /// A sweeper over this world's tables, on the given clock (the world's own by default).
+    pub fn sweeper(&self, clock: Option<SharedClock>) -> twopc::sweeper::Sweeper {
+        self.sweeper_with(clock, twopc::sweeper::SweepLimits::default())
+    }
+
+    pub fn sweeper_with(
+        &self,
+        clock: Option<SharedClock>,
+        limits: twopc::sweeper::SweepLimits,
+    ) -> twopc::sweeper::Sweeper {
+        let clock = clock.unwrap_or_else(|| self.clock.clone());
+        let invoker: Arc<dyn ParticipantInvoker> = Arc::new(self.fresh_invoker());
+        let coordinator = Coordinator::new(
+            self.transactions.clone(),
+            invoker.clone(),
+            self.participants.keys().cloned(),
+            clock.clone(),
+        );
+        let tables = self.participants.iter().map(|(s, p)| (s.clone(), p.table().clone())).collect();
+        twopc::sweeper::Sweeper::new(coordinator, invoker, tables, clock, limits)
+    }
+
+    /// Sweeps until a run finds nothing to do (bounded), returning the runs' reports.
+    pub async fn sweep_until_quiet(&self) -> Vec<twopc::sweeper::SweepReport> {
+        let sweeper = self.sweeper(None);
+        let mut reports = vec![];
+        for _ in 0..20 {
+            let report = sweeper.sweep().await.expect("sweep");
+            let quiet = report.is_quiet();
+            reports.push(report);
+            if quiet {
+                return reports;
+            }
+        }
+        panic!("sweeps did not become quiet: {reports:#?}");
+    }
+
     pub fn clock_now(&self) -> u64 {
         use twopc::clock::Clock;
         self.clock.now_ms()

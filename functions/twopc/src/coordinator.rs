@@ -70,6 +70,7 @@ pub struct Coordinator {
     services: BTreeSet<String>,
     clock: SharedClock,
     faults: Faults,
+    sequential_prepares: bool,
 }
 
 impl Coordinator {
@@ -85,7 +86,13 @@ impl Coordinator {
             services: services.into_iter().collect(),
             clock,
             faults: Faults::default(),
+            sequential_prepares: false,
         }
+    }
+
+    /// Prepares one participant after another, as the seed design did: only for comparison in benchmarks.
+    pub fn with_sequential_prepares(&self) -> Coordinator {
+        Coordinator { sequential_prepares: true, ..self.clone() }
     }
 
     /// The same coordinator, crashing at one point (tests only).
@@ -150,7 +157,11 @@ impl Coordinator {
         match self.run(record).instrument(span).await {
             Ok(reply) => reply,
             Err(DriveError::Store(e)) => unavailable(&e, Some(&id)),
-            Err(DriveError::Crashed(c)) => Reply::error(500, "CRASHED", format!("{c}; transaction {id}")),
+            Err(DriveError::Crashed(c)) => {
+                let mut reply = Reply::error(500, "CRASHED", c.to_string());
+                reply.body["transactionId"] = Value::String(id);
+                reply
+            }
         }
     }
 
@@ -257,7 +268,7 @@ impl Coordinator {
         }
         if !record.status.is_terminal() {
             // The first execution stopped (its coordinator crashed): finish it as recovery would.
-            record = self.recover(record).await?;
+            record = self.recover(record).await?.0;
         }
         Ok(Reply::for_record(&record))
     }
@@ -266,7 +277,8 @@ impl Coordinator {
     async fn prepare_all(&self, record: &TransactionRecord) -> Result<Vec<ParticipantEntry>, Crashed> {
         let now = self.clock.now_ms();
         let budget = Duration::from_millis(record.deadline.saturating_sub(now));
-        let mut pending: FuturesUnordered<_> = record
+        // Collected first: a lazy iterator's closure inside this future would stop it being provably Send.
+        let prepares: Vec<_> = record
             .participants
             .iter()
             .enumerate()
@@ -283,6 +295,8 @@ impl Coordinator {
                 }
             })
             .collect();
+        let width = if self.sequential_prepares { 1 } else { record.participants.len().max(1) };
+        let mut pending = futures::stream::iter(prepares).buffer_unordered(width);
         let mut votes = record.participants.clone();
         let mut answered = 0;
         while let Some((index, result)) = pending.next().await {
@@ -310,24 +324,29 @@ impl Coordinator {
     /// locks, then the terminal status. A participant that cannot be reached leaves it open for the
     /// sweeper, and the record says so.
     pub async fn finish(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
+        Ok(self.drive(record).await?.0)
+    }
+
+    /// [`Coordinator::finish`], also telling whether this call wrote the terminal status.
+    async fn drive(&self, record: TransactionRecord) -> Result<(TransactionRecord, bool), DriveError> {
         let (action, terminal) = match record.status {
             Status::Committing => (Action::Commit, Status::Committed),
             Status::Aborting => (Action::Abort, Status::Aborted),
-            _ => return Ok(record),
+            _ => return Ok((record, false)),
         };
         let all_acknowledged = match action {
             Action::Commit => self.commit_participants(&record).await?,
             _ => self.abort_participants(&record).await?,
         };
         if !all_acknowledged {
-            return Ok(record);
+            return Ok((record, false));
         }
         self.faults.check(CoordinatorCrash::BeforeTerminal)?;
         match self.transition_retrying(&record.transaction_id, record.status, terminal, None, None).await? {
-            Transition::Done(done) => Ok(done),
+            Transition::Done(done) => Ok((done, true)),
             // A sweeper finished it at the same time: the outcome is the same.
-            Transition::Lost(Some(current)) => Ok(current),
-            Transition::Lost(None) => Ok(record),
+            Transition::Lost(Some(current)) => Ok((current, false)),
+            Transition::Lost(None) => Ok((record, false)),
         }
     }
 
@@ -393,7 +412,8 @@ impl Coordinator {
     /// Brings an open transaction to its end: the sweeper's rule, and an idempotent retry's when the
     /// first execution stopped. PREPARING past its deadline is aborted by the same conditional write
     /// that lock resolution uses; a PREPARING one within its deadline is left alone.
-    pub async fn recover(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
+    /// Returns the record as it ends up, and whether this call wrote its terminal status.
+    pub async fn recover(&self, record: TransactionRecord) -> Result<(TransactionRecord, bool), DriveError> {
         let record = match record.status {
             Status::Preparing if self.clock.now_ms() > record.deadline => {
                 match self
@@ -407,12 +427,12 @@ impl Coordinator {
                     .await?
                 {
                     Transition::Done(r) | Transition::Lost(Some(r)) => r,
-                    Transition::Lost(None) => return Ok(record),
+                    Transition::Lost(None) => return Ok((record, false)),
                 }
             }
             _ => record,
         };
-        self.finish(record).await
+        self.drive(record).await
     }
 
     /// A status change, retried on infrastructure errors: its condition makes a repeat harmless.

@@ -237,6 +237,37 @@ impl DataTable {
         }
     }
 
+    /// Keys of items whose lock expired before `now_ms`, through the sparse locks index (no scan): at most
+    /// `limit` from each shard.
+    pub async fn expired_locks(&self, now_ms: u64, limit: i32) -> Result<Vec<Item>, StoreError> {
+        let mut keys = Vec::new();
+        for shard in 0..crate::tables::INDEX_SHARDS {
+            let mut e = Expr::new();
+            let shard_name = e.name(a::LOCK_SHARD);
+            let shard_value = e.value(s(format!("lock#{shard}")));
+            let expiry = e.name(a::LOCK_EXPIRES_AT);
+            let now = e.value(n(now_ms));
+            let out = self
+                .client
+                .query()
+                .table_name(&self.name)
+                .index_name(crate::tables::LOCKS_INDEX)
+                .key_condition_expression(format!("{shard_name} = {shard_value} AND {expiry} < {now}"))
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .limit(limit)
+                .send()
+                .await
+                .map_err(|err| StoreError::new("Query", &self.name, err))?;
+            keys.extend(
+                out.items()
+                    .iter()
+                    .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())]))),
+            );
+        }
+        Ok(keys)
+    }
+
     /// Reads several items consistently in one request.
     pub async fn get_many(&self, keys: &[Item]) -> Result<Vec<Item>, StoreError> {
         let mut found = Vec::with_capacity(keys.len());

@@ -20,4 +20,5 @@ pub mod participant;
 pub mod record;
 pub mod recovery;
 pub mod store;
+pub mod sweeper;
 pub mod tables;

@@ -1,0 +1,34 @@
+//! The sweeper function: an EventBridge schedule runs one bounded sweep and reports what it recovered.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use twopc::clock::{self, Clock as _};
+use twopc::config::{self, ConfigError};
+use twopc::coordinator::Coordinator;
+use twopc::invoke::LambdaInvoker;
+use twopc::items::DataTable;
+use twopc::record::TransactionStore;
+use twopc::sweeper::{SweepLimits, SweepReport, Sweeper};
+
+pub async fn from_env() -> Result<Sweeper, ConfigError> {
+    let registry = config::string_map(config::PARTICIPANTS)?;
+    let tables = config::string_map(config::PARTICIPANT_TABLES)?;
+    let transactions = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+    let aws = config::aws().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
+    let services: Vec<String> = registry.keys().cloned().collect();
+    let invoker = Arc::new(LambdaInvoker::new(aws_sdk_lambda::Client::new(&aws), registry));
+    let transactions = TransactionStore::new(dynamodb.clone(), transactions);
+    let coordinator = Coordinator::new(transactions, invoker.clone(), services, clock::system());
+    let tables: BTreeMap<String, DataTable> =
+        tables.into_iter().map(|(service, table)| (service, DataTable::new(dynamodb.clone(), table))).collect();
+    Ok(Sweeper::new(coordinator, invoker, tables, clock::system(), SweepLimits::default()))
+}
+
+/// One sweep; the metric line goes to stdout, where CloudWatch reads Embedded Metric Format.
+pub async fn handle(sweeper: &Sweeper) -> Result<SweepReport, twopc::store::StoreError> {
+    let report = sweeper.sweep().await?;
+    println!("{}", report.metric_line(clock::SystemClock.now_ms()));
+    Ok(report)
+}

@@ -1,0 +1,238 @@
+//! The sweeper: finds what a crash left behind and finishes it, through the sparse indexes (never a
+//! scan), with bounded work per run. Open transactions past their deadline are driven by the
+//! coordinator's own recovery rule; expired locks are resolved by their owner's record, and the
+//! participant that owns the item is asked to commit or release it, so the sweeper itself never
+//! writes a participant's table. Everything it does is a conditional write or an idempotent message,
+//! so two sweepers at once are safe.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::clock::SharedClock;
+use crate::coordinator::Coordinator;
+use crate::invoke::ParticipantInvoker;
+use crate::items::{DataTable, Lock};
+use crate::model::{Action, ParticipantRequest, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED, Status};
+use crate::record::TransactionStore;
+use crate::recovery::{OwnerFate, owner_fate};
+use crate::store::{Item, StoreError};
+
+#[derive(Debug, Clone, Copy)]
+pub struct SweepLimits {
+    /// Open transactions are left to their coordinator until this long after their deadline.
+    pub grace_ms: u64,
+    /// At most this many open transactions, and this many expired locks per table, from each index shard.
+    pub per_shard: i32,
+    /// Transactions and locks handled at once.
+    pub concurrency: usize,
+}
+
+impl Default for SweepLimits {
+    fn default() -> Self {
+        SweepLimits { grace_ms: 2_000, per_shard: 25, concurrency: 8 }
+    }
+}
+
+/// What one run recovered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepReport {
+    pub committed: u32,
+    pub aborted: u32,
+    /// Open transactions past their deadline that this run could not finish.
+    pub stuck: u32,
+    pub locks_rolled_forward: u32,
+    pub locks_released: u32,
+    /// Expired locks whose owner is still deciding (it will be aborted once past its deadline).
+    pub locks_waiting: u32,
+    pub errors: u32,
+}
+
+impl SweepReport {
+    /// Whether the run found anything to do.
+    pub fn is_quiet(&self) -> bool {
+        *self == SweepReport::default()
+    }
+
+    /// A CloudWatch Embedded Metric Format line: metrics from a log line, with no API call.
+    pub fn metric_line(&self, now_ms: u64) -> String {
+        json!({
+            "_aws": {
+                "Timestamp": now_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": "TwoPhaseCommit",
+                    "Dimensions": [[]],
+                    "Metrics": [
+                        {"Name": "StuckTransactions", "Unit": "Count"},
+                        {"Name": "RecoveredTransactions", "Unit": "Count"},
+                        {"Name": "ResolvedLocks", "Unit": "Count"},
+                        {"Name": "SweepErrors", "Unit": "Count"}
+                    ]
+                }]
+            },
+            "StuckTransactions": self.stuck,
+            "RecoveredTransactions": self.committed + self.aborted,
+            "ResolvedLocks": self.locks_rolled_forward + self.locks_released,
+            "SweepErrors": self.errors,
+        })
+        .to_string()
+    }
+}
+
+pub struct Sweeper {
+    coordinator: Coordinator,
+    transactions: TransactionStore,
+    invoker: Arc<dyn ParticipantInvoker>,
+    /// service → its table, for the locks index.
+    tables: BTreeMap<String, DataTable>,
+    clock: SharedClock,
+    limits: SweepLimits,
+}
+
+enum TxOutcome {
+    Committed,
+    Aborted,
+    Stuck,
+    Skipped,
+}
+
+enum LockOutcome {
+    RolledForward,
+    Released,
+    Waiting,
+    Gone,
+}
+
+impl Sweeper {
+    pub fn new(
+        coordinator: Coordinator,
+        invoker: Arc<dyn ParticipantInvoker>,
+        tables: BTreeMap<String, DataTable>,
+        clock: SharedClock,
+        limits: SweepLimits,
+    ) -> Sweeper {
+        let transactions = coordinator.transactions().clone();
+        Sweeper { coordinator, transactions, invoker, tables, clock, limits }
+    }
+
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        let mut report = SweepReport::default();
+        let now = self.clock.now_ms();
+        let open =
+            self.transactions.open_before(now.saturating_sub(self.limits.grace_ms), self.limits.per_shard).await?;
+        // Futures collected before streaming them: a lazy map's closure would keep this future from being Send.
+        let recoveries: Vec<_> = open
+            .into_iter()
+            .map(|id| async move {
+                let span = info_span!("sweep", tx = %id);
+                self.recover_transaction(&id).instrument(span).await
+            })
+            .collect();
+        let outcomes: Vec<Result<TxOutcome, String>> =
+            futures::stream::iter(recoveries).buffer_unordered(self.limits.concurrency).collect().await;
+        for outcome in outcomes {
+            match outcome {
+                Ok(TxOutcome::Committed) => report.committed += 1,
+                Ok(TxOutcome::Aborted) => report.aborted += 1,
+                Ok(TxOutcome::Stuck) => report.stuck += 1,
+                Ok(TxOutcome::Skipped) => {}
+                Err(e) => {
+                    error!(error = %e, "could not recover a transaction");
+                    report.stuck += 1;
+                    report.errors += 1;
+                }
+            }
+        }
+        for (service, table) in &self.tables {
+            let keys = table.expired_locks(self.clock.now_ms(), self.limits.per_shard).await?;
+            let resolutions: Vec<_> =
+                keys.into_iter().map(|key| async move { self.resolve_lock(service, table, &key).await }).collect();
+            let outcomes: Vec<Result<LockOutcome, String>> =
+                futures::stream::iter(resolutions).buffer_unordered(self.limits.concurrency).collect().await;
+            for outcome in outcomes {
+                match outcome {
+                    Ok(LockOutcome::RolledForward) => report.locks_rolled_forward += 1,
+                    Ok(LockOutcome::Released) => report.locks_released += 1,
+                    Ok(LockOutcome::Waiting) => report.locks_waiting += 1,
+                    Ok(LockOutcome::Gone) => {}
+                    Err(e) => {
+                        error!(service, error = %e, "could not resolve an expired lock");
+                        report.errors += 1;
+                    }
+                }
+            }
+        }
+        info!(?report, "sweep finished");
+        Ok(report)
+    }
+
+    async fn recover_transaction(&self, id: &str) -> Result<TxOutcome, String> {
+        let Some(record) = self.transactions.get(id).await.map_err(|e| e.to_string())? else {
+            return Ok(TxOutcome::Skipped);
+        };
+        if record.status.is_terminal() {
+            return Ok(TxOutcome::Skipped);
+        }
+        let before = record.status;
+        let (after, finished_here) = self.coordinator.recover(record).await.map_err(|e| e.to_string())?;
+        info!(from = %before, to = %after.status, finished_here, "recovered");
+        Ok(match after.status {
+            // Finished by someone else meanwhile (its coordinator, another sweeper): not this run's to count.
+            _ if after.status.is_terminal() && !finished_here => TxOutcome::Skipped,
+            Status::Committed => TxOutcome::Committed,
+            Status::Aborted => TxOutcome::Aborted,
+            _ => TxOutcome::Stuck,
+        })
+    }
+
+    async fn resolve_lock(&self, service: &str, table: &DataTable, key: &Item) -> Result<LockOutcome, String> {
+        let item = table.get(key).await.map_err(|e| e.to_string())?;
+        let now = self.clock.now_ms();
+        let Some(lock) = item.as_ref().and_then(Lock::of).filter(|l| l.expires_at < now) else {
+            return Ok(LockOutcome::Gone);
+        };
+        let owner = lock.transaction_id;
+        let span = info_span!("resolve-lock", tx = %owner, service);
+        async {
+            let fate = owner_fate(&self.transactions, &owner, now).await.map_err(|e| e.to_string())?;
+            let key_only = json!({"op": "check", "key": key_json(key)});
+            let (action, operations, outcome) = match fate {
+                OwnerFate::Undecided { .. } => return Ok(LockOutcome::Waiting),
+                OwnerFate::Commit(record) => {
+                    let operations: Vec<Value> = record
+                        .participants
+                        .iter()
+                        .filter(|p| p.service == service)
+                        .flat_map(|p| p.operations.clone())
+                        .collect();
+                    if operations.is_empty() {
+                        return Err(format!("record {owner} lists no operations for {service}"));
+                    }
+                    (Action::Commit, operations, LockOutcome::RolledForward)
+                }
+                // A lock of a finished commit came from a late duplicate prepare: release without applying.
+                OwnerFate::Committed | OwnerFate::Abort => (Action::Abort, vec![key_only], LockOutcome::Released),
+            };
+            let request = ParticipantRequest { action, transaction_id: owner.clone(), deadline: None, operations };
+            let response = self.invoker.invoke(service, &request).await.map_err(|e| e.to_string())?;
+            match response.status.as_deref() {
+                Some(STATUS_COMMITTED | STATUS_NOT_PREPARED | STATUS_ABORTED) => {
+                    warn!(action = action.as_str(), "resolved an expired lock");
+                    Ok(outcome)
+                }
+                other => Err(format!("participant answered {other:?} to {}", action.as_str())),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+fn key_json(key: &Item) -> Value {
+    Value::Object(crate::attr::item_to_json(key))
+}

@@ -1,0 +1,213 @@
+//! Recovery: crashed coordinators, expired locks, and sweepers racing coordinators and each other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use twopc::clock::{SharedClock, ShiftedClock};
+use twopc::faults::{CoordinatorCrash, Faults};
+use twopc::model::{Action, Status};
+use twopc_tests::{EdgeFault, TestEnv, call_coordinator, rest_event};
+
+fn transfer(from: &str, to: &str, amount: i64) -> Value {
+    json!({"participants": [
+        {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": from}, "field": "balance", "delta": -amount, "min": 0}]},
+        {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": to}, "field": "balance", "delta": amount}]}
+    ]})
+}
+
+/// Posts through a coordinator that crashes at `crash`; returns the transaction id it was running.
+async fn post_crashing(env: &TestEnv, body: &Value, crash: CoordinatorCrash) -> String {
+    let coordinator = env.coordinator_with(&env.fresh_invoker(), Faults::crash_at(crash));
+    let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body.to_string()));
+    let (status, answer) = call_coordinator(&coordinator, &event).await;
+    assert_eq!(status, 500, "{answer}");
+    assert_eq!(answer["error"]["code"], "CRASHED");
+    answer["transactionId"].as_str().unwrap().to_owned()
+}
+
+async fn status_of(env: &TestEnv, id: &str) -> Status {
+    env.transactions.get(id).await.unwrap().expect("record").status
+}
+
+#[tokio::test]
+async fn a_transaction_left_committing_is_finished_by_one_sweep() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    let id = post_crashing(&env, &transfer("A", "B", 30), CoordinatorCrash::AfterDecision).await;
+    assert_eq!(status_of(&env, &id).await, Status::Committing);
+    assert_eq!(env.locked_items().await.len(), 2);
+    let (status, answer) = env.get(&id).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("COMMITTING")));
+
+    env.clock.advance(10_000);
+    let report = env.sweeper(None).sweep().await.unwrap();
+
+    assert_eq!(report.committed, 1, "{report:?}");
+    let (status, answer) = env.get(&id).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["status"], "COMMITTED");
+    assert_eq!(env.balance("service-a", "A").await, "70");
+    assert_eq!(env.balance("service-b", "B").await, "30");
+    assert!(env.locked_items().await.is_empty());
+}
+
+#[tokio::test]
+async fn an_expired_lock_whose_owner_is_committing_is_rolled_forward_not_taken() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    env.put_account("service-b", "C", "0").await;
+    let owner = post_crashing(&env, &transfer("A", "B", 30), CoordinatorCrash::AfterDecision).await;
+    env.clock.advance(10_000);
+
+    // A new transfer meets the owner's expired lock on A: A must first receive the owner's -30.
+    let (status, answer) = env.post(&transfer("A", "C", 50), None).await;
+
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(env.balance("service-a", "A").await, "20");
+    assert_eq!(env.balance("service-b", "C").await, "50");
+    let a = env.item("service-a", "A").await.unwrap();
+    assert_eq!(a["version"], json!(2), "both commits applied to A, each once");
+    // A transfer of 80 would have passed the guard had the lock simply been taken (100 - 80 >= 0).
+    let (status, _) = env.post(&transfer("A", "C", 80), None).await;
+    assert_eq!(status, 409);
+    // B still holds the owner's lock until a sweep finishes the owner.
+    env.sweep_until_quiet().await;
+    assert_eq!(env.balance("service-b", "B").await, "30");
+    assert_eq!(status_of(&env, &owner).await, Status::Committed);
+    assert!(env.locked_items().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_sweeper_abort_that_wins_the_race_makes_the_coordinator_abort() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    // service-b prepares, then its answer takes a while; meanwhile a sweeper whose clock is past the
+    // deadline aborts the transaction.
+    let invoker = env.fresh_invoker();
+    invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_millis(600)));
+    let coordinator = env.coordinator_with(&invoker, Faults::default());
+    let body = transfer("A", "B", 30).to_string();
+    let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body));
+    let client = tokio::spawn(async move { call_coordinator(&coordinator, &event).await });
+    while env.locked_items().await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let late = ShiftedClock::new();
+    late.advance(60_000);
+    let report = env.sweeper(Some(late as SharedClock)).sweep().await.unwrap();
+    assert_eq!(report.aborted, 1, "{report:?}");
+
+    let (status, answer) = client.await.unwrap();
+
+    assert_eq!(status, 409, "the coordinator follows the winning abort: {answer}");
+    assert_eq!(answer["status"], "ABORTED");
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert_eq!(env.balance("service-b", "B").await, "0");
+    assert!(env.locked_items().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_coordinator_decision_that_wins_makes_recovery_commit() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    let id = post_crashing(&env, &transfer("A", "B", 30), CoordinatorCrash::AfterPrepares(2)).await;
+    // Recovery read the record while it was PREPARING...
+    let stale = env.transactions.get(&id).await.unwrap().unwrap();
+    assert_eq!(stale.status, Status::Preparing);
+    // ...and the coordinator's decision lands before recovery's abort write.
+    let decided = env.transactions.transition(&id, Status::Preparing, Status::Committing, env.clock_now(), None, None);
+    assert!(matches!(decided.await.unwrap(), twopc::record::Transition::Done(_)));
+    env.clock.advance(60_000);
+
+    // The sweeper's rule is the coordinator's recover(): drive the stale view through it.
+    let coordinator = env.coordinator_with(&env.fresh_invoker(), Faults::default());
+    let (finished, _) = coordinator.recover(stale).await.unwrap();
+
+    assert_eq!(finished.status, Status::Committed);
+    assert_eq!(env.balance("service-a", "A").await, "70");
+    assert_eq!(env.balance("service-b", "B").await, "30");
+    assert!(env.locked_items().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_sweeper_and_a_coordinator_never_produce_two_outcomes() {
+    let env = TestEnv::new().await;
+    // No grace: the sweeper acts the moment a deadline passes.
+    let limits = twopc::sweeper::SweepLimits { grace_ms: 0, ..Default::default() };
+    let sweeper = Arc::new(env.sweeper_with(None, limits));
+    let mut outcomes = vec![];
+    for round in 0..8u64 {
+        let (from, to) = (format!("A{round}"), format!("B{round}"));
+        env.put_account("service-a", &from, "100").await;
+        env.put_account("service-b", &to, "0").await;
+        let invoker = env.fresh_invoker();
+        // Answers land from well before to well after the 300 ms deadline.
+        invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_millis(150 + 40 * round)));
+        let coordinator = env.coordinator_with(&invoker, Faults::default());
+        let mut body = transfer(&from, &to, 10);
+        body["timeoutMs"] = json!(300);
+        let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body.to_string()));
+        let client = tokio::spawn(async move { call_coordinator(&coordinator, &event).await });
+        let racing = {
+            let sweeper = sweeper.clone();
+            tokio::spawn(async move {
+                for _ in 0..40 {
+                    sweeper.sweep().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                }
+            })
+        };
+        let (status, answer) = client.await.unwrap();
+        racing.await.unwrap();
+        let id = answer["transactionId"].as_str().unwrap();
+        let record = status_of(&env, id).await;
+        let (a, b) = (env.balance("service-a", &from).await, env.balance("service-b", &to).await);
+        match status {
+            200 => assert_eq!((record, a.as_str(), b.as_str()), (Status::Committed, "90", "10")),
+            409 => assert_eq!((record, a.as_str(), b.as_str()), (Status::Aborted, "100", "0")),
+            other => panic!("unexpected answer {other}: {answer}"),
+        }
+        outcomes.push(status);
+    }
+    println!("outcomes across the deadline: {outcomes:?}");
+    assert!(outcomes.contains(&200) && outcomes.contains(&409), "the rounds straddle the deadline: {outcomes:?}");
+    env.clock.advance(60_000);
+    env.sweep_until_quiet().await;
+    assert!(env.locked_items().await.is_empty());
+}
+
+#[tokio::test]
+async fn two_sweepers_at_once_never_double_apply() {
+    let env = TestEnv::new().await;
+    let crashes = [
+        CoordinatorCrash::AfterDecision,
+        CoordinatorCrash::AfterCommits(1),
+        CoordinatorCrash::BeforeTerminal,
+        CoordinatorCrash::AfterDecision,
+        CoordinatorCrash::AfterCommits(1),
+    ];
+    for (i, crash) in crashes.iter().enumerate() {
+        env.put_account("service-a", &format!("A{i}"), "100").await;
+        env.put_account("service-b", &format!("B{i}"), "0").await;
+        post_crashing(&env, &transfer(&format!("A{i}"), &format!("B{i}"), 25), *crash).await;
+    }
+    env.clock.advance(60_000);
+    let (one, two) = (env.sweeper(None), env.sweeper(None));
+
+    let (first, second) = futures::join!(one.sweep(), two.sweep());
+
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.committed + second.committed, 5, "each transaction finished once: {first:?} {second:?}");
+    env.sweep_until_quiet().await;
+    for i in 0..crashes.len() {
+        assert_eq!(env.balance("service-a", &format!("A{i}")).await, "75");
+        assert_eq!(env.balance("service-b", &format!("B{i}")).await, "25");
+        assert_eq!(env.item("service-b", &format!("B{i}")).await.unwrap()["version"], json!(1));
+    }
+    assert!(env.locked_items().await.is_empty());
+}
