@@ -187,6 +187,7 @@ async fn duplicate_deliveries_of_prepare_commit_and_abort_change_nothing() {
         transaction_id: tx.to_owned(),
         deadline: Some(env.clock_now() + 10_000),
         operations: vec![op.clone()],
+        one_phase_record: None,
     };
 
     for _ in 0..2 {
@@ -390,4 +391,37 @@ async fn decimals_are_exact_end_to_end() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(env.balance("service-a", "R").await, "1");
     assert_eq!(env.balance("service-b", "B").await, "12345678901234567890123456789012345678");
+}
+
+#[tokio::test]
+async fn a_sole_participant_commits_in_one_phase_and_a_lost_reply_still_gets_the_true_answer() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-a", "B", "0").await;
+    let transfer = json!({"participants": [{"service": "service-a", "operations": [
+        {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -10, "min": 0},
+        {"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 10}]}]});
+
+    let (status, body) = env.post(&transfer, None).await;
+    assert_eq!(status, 200, "{body}");
+    let commits = env.invoker.calls().iter().filter(|c| c.1 == Action::Commit).count();
+    let prepares = env.invoker.calls().iter().filter(|c| c.1 == Action::Prepare).count();
+    assert_eq!((prepares, commits), (0, 1), "one message, no prepare");
+
+    // The participant commits and its answer is lost: the record it wrote says what happened.
+    env.invoker.set("service-a", Action::Commit, EdgeFault::LoseReply);
+    let (status, body) = env.post(&transfer, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "COMMITTED");
+    assert_eq!(env.balance("service-a", "A").await, "80");
+    assert_eq!(env.balance("service-a", "B").await, "20");
+
+    // It fails before doing anything: the coordinator's ABORTED record is the outcome.
+    env.invoker.set("service-a", Action::Commit, EdgeFault::Fail);
+    let (status, body) = env.post(&transfer, None).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(env.balance("service-a", "A").await, "80");
+    let id = body["transactionId"].as_str().unwrap();
+    assert_eq!(env.get(id).await.1["status"], "ABORTED");
+    assert_no_locks(&env).await;
 }

@@ -16,7 +16,7 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     let aws = config::aws().await;
     let transactions = TransactionStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
     let services: Vec<String> = registry.keys().cloned().collect();
-    let invoker = LambdaInvoker::new(aws_sdk_lambda::Client::new(&aws), registry);
+    let invoker = LambdaInvoker::from_registry(&aws, registry);
     Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system()))
 }
 

@@ -18,7 +18,7 @@ pub async fn from_env() -> Result<Sweeper, ConfigError> {
     let aws = config::aws().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
     let services: Vec<String> = registry.keys().cloned().collect();
-    let invoker = Arc::new(LambdaInvoker::new(aws_sdk_lambda::Client::new(&aws), registry));
+    let invoker = Arc::new(LambdaInvoker::from_registry(&aws, registry));
     let transactions = TransactionStore::new(dynamodb.clone(), transactions);
     let coordinator = Coordinator::new(transactions, invoker.clone(), services, clock::system());
     let tables: BTreeMap<String, DataTable> =

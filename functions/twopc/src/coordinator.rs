@@ -16,7 +16,7 @@ use crate::faults::{CoordinatorCrash, Crashed, Faults};
 use crate::invoke::ParticipantInvoker;
 use crate::model::{
     Action, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
-    STATUS_NOT_PREPARED, Status, TransactionRequest, Vote,
+    STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition, open_shard};
 use crate::store::StoreError;
@@ -166,6 +166,11 @@ impl Coordinator {
     }
 
     async fn run(&self, mut record: TransactionRecord) -> Result<Reply, DriveError> {
+        if let [sole] = record.participants.as_slice()
+            && !sole.operations.iter().all(|op| op.get("op").and_then(Value::as_str) == Some("check"))
+        {
+            return self.run_one_phase(record).await;
+        }
         let started = std::time::Instant::now();
         let id = record.transaction_id.clone();
         let votes = if record.request_hash.is_some() {
@@ -244,6 +249,71 @@ impl Coordinator {
         Ok(Reply::for_record(&finished))
     }
 
+    /// One writing participant: no vote to collect from anyone else, so it applies its operations and the
+    /// record is created COMMITTED in the same atomic write (two requests to DynamoDB instead of five).
+    /// Whatever goes wrong on the way, the record decides: if the participant's reply is lost, the
+    /// coordinator creates the record as ABORTED, conditionally, and exactly one of the two writes exists.
+    async fn run_one_phase(&self, record: TransactionRecord) -> Result<Reply, DriveError> {
+        let started = std::time::Instant::now();
+        let now = self.clock.now_ms();
+        let mut committed = record.clone();
+        committed.status = Status::Committed;
+        committed.participants[0].vote = Some(Vote::Prepared);
+        committed.expire_at = Some(now / 1000 + crate::record::RETENTION_SECONDS);
+        committed.open_shard = None;
+        let entry = &record.participants[0];
+        let request = ParticipantRequest {
+            action: Action::Commit,
+            transaction_id: record.transaction_id.clone(),
+            deadline: Some(record.deadline),
+            operations: entry.operations.clone(),
+            one_phase_record: Some(serde_json::to_value(&committed).expect("records serialize")),
+        };
+        let budget = Duration::from_millis(record.deadline.saturating_sub(now));
+        let answer = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
+        let mut aborted = record.clone();
+        aborted.status = Status::Aborted;
+        aborted.open_shard = None;
+        aborted.expire_at = committed.expire_at;
+        match answer {
+            Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
+                info!(total_ms = started.elapsed().as_millis() as u64, "committed in one phase");
+                return Ok(Reply::for_record(&committed));
+            }
+            Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_RECORD_EXISTS) => {
+                let existing = self.transactions.get(&record.transaction_id).await?;
+                return match existing {
+                    Some(existing) => self.replay(existing, record.request_hash.as_deref()).await,
+                    None => Err(StoreError {
+                        operation: "GetItem",
+                        table: self.transactions.table().to_owned(),
+                        message: format!("record {} reported but not found", record.transaction_id),
+                    }
+                    .into()),
+                };
+            }
+            Ok(Ok(response)) => record_vote(&mut aborted.participants[0], response),
+            Ok(Err(e)) => {
+                aborted.participants[0].code = Some(RefusalCode::Unavailable);
+                aborted.participants[0].reason = Some(e.to_string());
+            }
+            Err(_) => {
+                aborted.participants[0].code = Some(RefusalCode::Timeout);
+                aborted.participants[0].reason = Some("no answer before the transaction's deadline".to_owned());
+            }
+        }
+        aborted.reason = Some(abort_reason(&aborted.participants));
+        aborted.updated_at = self.clock.now_ms();
+        // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record wins.
+        match self.transactions.create(&aborted).await? {
+            None => Ok(Reply::for_record(&aborted)),
+            Some(existing) if record.request_hash.is_some() && existing.request_hash != record.request_hash => {
+                self.replay(existing, record.request_hash.as_deref()).await
+            }
+            Some(existing) => Ok(Reply::for_record(&existing)),
+        }
+    }
+
     /// A retried keyed request: the same body gets the first execution's answer, another body a 422.
     async fn replay(&self, existing: TransactionRecord, request_hash: Option<&str>) -> Result<Reply, DriveError> {
         if existing.request_hash.is_some() && existing.request_hash.as_deref() != request_hash {
@@ -288,6 +358,7 @@ impl Coordinator {
                     transaction_id: record.transaction_id.clone(),
                     deadline: Some(record.deadline),
                     operations: entry.operations.clone(),
+                    one_phase_record: None,
                 };
                 async move {
                     let result = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
@@ -376,6 +447,7 @@ impl Coordinator {
                     transaction_id: record.transaction_id.clone(),
                     deadline: None,
                     operations: entry.operations.clone(),
+                    one_phase_record: None,
                 };
                 async move { (entry.service.as_str(), self.deliver(&entry.service, &request).await) }
             })

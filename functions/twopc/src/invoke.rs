@@ -33,19 +33,44 @@ pub trait ParticipantInvoker: Send + Sync {
 /// Invokes the registered Lambda function of each service, synchronously.
 #[derive(Debug, Clone)]
 pub struct LambdaInvoker {
-    client: aws_sdk_lambda::Client,
-    functions: BTreeMap<String, String>,
+    /// service → the client to call it with, and its function name or ARN.
+    targets: BTreeMap<String, (aws_sdk_lambda::Client, String)>,
 }
 
 impl LambdaInvoker {
     pub fn new(client: aws_sdk_lambda::Client, functions: BTreeMap<String, String>) -> LambdaInvoker {
-        LambdaInvoker { client, functions }
+        LambdaInvoker { targets: functions.into_iter().map(|(s, f)| (s, (client.clone(), f))).collect() }
+    }
+
+    /// From the registry (`PARTICIPANTS`). A value is a function name or ARN; for local development it
+    /// may also be `http://host:port/function`, an Invoke API of its own (one `cargo lambda watch` per
+    /// participant deployment, each with its own table).
+    pub fn from_registry(config: &aws_config::SdkConfig, registry: BTreeMap<String, String>) -> LambdaInvoker {
+        let shared = aws_sdk_lambda::Client::new(config);
+        let targets = registry
+            .into_iter()
+            .map(|(service, target)| {
+                let local = target.strip_prefix("http://").and_then(|rest| rest.split_once('/'));
+                let entry = match local {
+                    Some((authority, function)) => {
+                        let config = aws_sdk_lambda::config::Builder::from(config)
+                            .endpoint_url(format!("http://{authority}"))
+                            .build();
+                        (aws_sdk_lambda::Client::from_conf(config), function.to_owned())
+                    }
+                    None => (shared.clone(), target),
+                };
+                (service, entry)
+            })
+            .collect();
+        LambdaInvoker { targets }
     }
 
     async fn call(&self, service: &str, request: &ParticipantRequest) -> Result<ParticipantResponse, InvokeError> {
-        let function = self.functions.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
+        let (client, function) =
+            self.targets.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
         let payload = serde_json::to_vec(request).expect("requests serialize");
-        let result = self.client.invoke().function_name(function).payload(Blob::new(payload)).send().await;
+        let result = client.invoke().function_name(function).payload(Blob::new(payload)).send().await;
         let out = match result {
             Ok(out) => out,
             Err(err) => {

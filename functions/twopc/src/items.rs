@@ -114,7 +114,6 @@ impl DataTable {
         let lock = e.name(a::LOCK);
         let lock_tx = e.path(&[a::LOCK, "transactionId"]);
         let last_tx = e.name(a::LAST_TX);
-        let data = e.name(a::DATA);
         let lock_value = e.value(AttributeValue::M(HashMap::from([
             ("transactionId".to_owned(), s(tx)),
             ("status".to_owned(), s(PREPARED)),
@@ -129,36 +128,7 @@ impl DataTable {
         let mut condition = format!(
             "(attribute_not_exists({lock}) OR {lock_tx} = {tx_value}) AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})"
         );
-        match op {
-            Operation::Put { if_not_exists: true, .. } => condition += &format!(" AND attribute_not_exists({data})"),
-            Operation::Put { .. } => {}
-            Operation::Set { .. } | Operation::Delete { .. } => condition += &format!(" AND attribute_exists({data})"),
-            Operation::Add { field, delta, min, max, .. } => {
-                let path = e.path(&[a::DATA, field]);
-                let number_type = e.value(s("N"));
-                condition += &format!(" AND attribute_exists({data}) AND attribute_type({path}, {number_type})");
-                if let Some(min) = min {
-                    let lowest = e.value(n(plain(&(min.value() - delta.value()))));
-                    condition += &format!(" AND {path} >= {lowest}");
-                }
-                if let Some(max) = max {
-                    let highest = e.value(n(plain(&(max.value() - delta.value()))));
-                    condition += &format!(" AND {path} <= {highest}");
-                }
-            }
-            Operation::Check { version, exists, .. } => {
-                if let Some(version) = version {
-                    let version_name = e.name(a::VERSION);
-                    let expected = e.value(n(version));
-                    condition += &format!(" AND {version_name} = {expected}");
-                }
-                match exists {
-                    Some(true) => condition += &format!(" AND attribute_exists({data})"),
-                    Some(false) => condition += &format!(" AND attribute_not_exists({data})"),
-                    None => {}
-                }
-            }
-        }
+        condition += &guard(&mut e, op);
         Update::builder()
             .table_name(&self.name)
             .set_key(Some(key))
@@ -294,6 +264,104 @@ impl DataTable {
         Ok(found)
     }
 
+    /// The one-phase commit of a transaction with a single writing participant: every operation applied
+    /// under its guard, and the transaction record created as COMMITTED, in one TransactWriteItems. It
+    /// all happens or none of it does, so there is never a lock to resolve nor an open record to sweep;
+    /// and a record written first by anyone else (an abort after a lost reply, a duplicate) cancels it.
+    pub async fn apply_one_phase(
+        &self,
+        tx: &str,
+        ops: &[(Operation, Item)],
+        record_table: &str,
+        record: Item,
+    ) -> Result<OnePhase, StoreError> {
+        let mut items = Vec::with_capacity(ops.len() + 1);
+        for (op, key) in ops {
+            let mut e = Expr::new();
+            let lock = e.name(a::LOCK);
+            let condition = format!("attribute_not_exists({lock}){}", guard(&mut e, op));
+            let item = match op {
+                Operation::Delete { .. } => TransactWriteItem::builder().delete(
+                    aws_sdk_dynamodb::types::Delete::builder()
+                        .table_name(&self.name)
+                        .set_key(Some(key.clone()))
+                        .condition_expression(condition)
+                        .set_expression_attribute_names(e.names())
+                        .set_expression_attribute_values(e.values())
+                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .build()
+                        .expect("table, key and condition are set"),
+                ),
+                Operation::Check { .. } => TransactWriteItem::builder().condition_check(
+                    aws_sdk_dynamodb::types::ConditionCheck::builder()
+                        .table_name(&self.name)
+                        .set_key(Some(key.clone()))
+                        .condition_expression(condition)
+                        .set_expression_attribute_names(e.names())
+                        .set_expression_attribute_values(e.values())
+                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .build()
+                        .expect("table, key and condition are set"),
+                ),
+                _ => {
+                    let sets = apply(&mut e, op, tx);
+                    TransactWriteItem::builder().update(
+                        Update::builder()
+                            .table_name(&self.name)
+                            .set_key(Some(key.clone()))
+                            .update_expression(format!("SET {sets}"))
+                            .condition_expression(condition)
+                            .set_expression_attribute_names(e.names())
+                            .set_expression_attribute_values(e.values())
+                            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                            .build()
+                            .expect("table, key and expression are set"),
+                    )
+                }
+            };
+            items.push(item.build());
+        }
+        let mut e = Expr::new();
+        let id = e.name(crate::tables::tx_attr::ID);
+        items.push(
+            TransactWriteItem::builder()
+                .put(
+                    aws_sdk_dynamodb::types::Put::builder()
+                        .table_name(record_table)
+                        .set_item(Some(record))
+                        .condition_expression(format!("attribute_not_exists({id})"))
+                        .set_expression_attribute_names(e.names())
+                        .build()
+                        .expect("table and item are set"),
+                )
+                .build(),
+        );
+        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
+        match result {
+            Ok(_) => Ok(OnePhase::Committed),
+            Err(err) => match err.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    let reasons = c.cancellation_reasons();
+                    match reasons.iter().position(|r| r.code() == Some("ConditionalCheckFailed")) {
+                        Some(index) if index == ops.len() => Ok(OnePhase::RecordExists),
+                        Some(index) => Ok(OnePhase::ConditionFailed { index, item: reasons[index].item().cloned() }),
+                        // A result DynamoDB cannot store shows as a validation failure of that item.
+                        None => match reasons.iter().find(|r| r.code() == Some("ValidationError")) {
+                            Some(reason) => Ok(OnePhase::Unstorable(reason.message().unwrap_or("invalid value").to_owned())),
+                            None => Ok(OnePhase::Contention),
+                        },
+                    }
+                }
+                Some(e) if e.is_transaction_in_progress_exception() => Ok(OnePhase::Contention),
+                Some(e) if aws_sdk_dynamodb::error::ProvideErrorMetadata::code(e) == Some("ValidationException") => {
+                    let message = aws_sdk_dynamodb::error::ProvideErrorMetadata::message(e).unwrap_or("invalid value");
+                    Ok(OnePhase::Unstorable(message.to_owned()))
+                }
+                _ => Err(StoreError::new("TransactWriteItems", &self.name, err)),
+            },
+        }
+    }
+
     /// Applies a prepared operation and releases the lock in one conditional write.
     pub async fn commit_item(&self, tx: &str, op: &Operation, key: &Item) -> Result<CommitOutcome, StoreError> {
         let mut e = Expr::new();
@@ -329,40 +397,13 @@ impl DataTable {
             _ => {
                 let release =
                     format!("REMOVE {}, {}, {}", e.name(a::LOCK), e.name(a::LOCK_SHARD), e.name(a::LOCK_EXPIRES_AT));
-                let version = e.name(a::VERSION);
-                let last_tx = e.name(a::LAST_TX);
-                let data = e.name(a::DATA);
-                let zero = e.value(n(0));
-                let one = e.value(n(1));
-                let mut sets = vec![
-                    format!("{version} = if_not_exists({version}, {zero}) + {one}"),
-                    format!("{last_tx} = {tx_value}"),
-                ];
-                match op {
-                    Operation::Put { data: value, .. } => {
-                        let value = e.value(AttributeValue::M(attr::to_item(value)));
-                        sets.push(format!("{data} = {value}"));
-                    }
-                    Operation::Set { set, .. } => {
-                        for (field, value) in set {
-                            let path = e.path(&[a::DATA, field]);
-                            let value = e.value(attr::to_attribute(value));
-                            sets.push(format!("{path} = {value}"));
-                        }
-                    }
-                    Operation::Add { field, delta, .. } => {
-                        let path = e.path(&[a::DATA, field]);
-                        let delta = e.value(n(delta));
-                        sets.push(format!("{path} = {path} + {delta}"));
-                    }
-                    Operation::Delete { .. } | Operation::Check { .. } => unreachable!("handled above"),
-                }
+                let sets = apply(&mut e, op, tx);
                 let out = self
                     .client
                     .update_item()
                     .table_name(&self.name)
                     .set_key(Some(key.clone()))
-                    .update_expression(format!("SET {} {release}", sets.join(", ")))
+                    .update_expression(format!("SET {sets} {release}"))
                     .condition_expression(lock_held)
                     .set_expression_attribute_names(e.names())
                     .set_expression_attribute_values(e.values())
@@ -455,6 +496,20 @@ impl DataTable {
             Err(err) => Err(StoreError::new("DeleteItem", &self.name, err)),
         }
     }
+}
+
+#[derive(Debug)]
+pub enum OnePhase {
+    Committed,
+    /// The transaction's record exists already: a duplicate request, or an abort written after a lost reply.
+    RecordExists,
+    ConditionFailed {
+        index: usize,
+        item: Option<Item>,
+    },
+    Contention,
+    /// DynamoDB refused a value (an `add` whose result has more than 38 digits).
+    Unstorable(String),
 }
 
 #[derive(Debug)]
@@ -609,4 +664,74 @@ pub fn unrepresentable_result(op: &Operation, locked: &Item) -> Option<String> {
 /// The item of `key` among `items`.
 pub fn find<'a>(items: &'a [Item], key: &Item) -> Option<&'a Item> {
     items.iter().find(|item| key.iter().all(|(name, value)| item.get(name) == Some(value)))
+}
+
+/// The precondition an operation's vote stands on, as a condition expression (starting with " AND ").
+fn guard(e: &mut Expr, op: &Operation) -> String {
+    let data = e.name(a::DATA);
+    match op {
+        Operation::Put { if_not_exists: true, .. } => format!(" AND attribute_not_exists({data})"),
+        Operation::Put { .. } => String::new(),
+        Operation::Set { .. } | Operation::Delete { .. } => format!(" AND attribute_exists({data})"),
+        Operation::Add { field, delta, min, max, .. } => {
+            let path = e.path(&[a::DATA, field]);
+            let number_type = e.value(s("N"));
+            let mut condition = format!(" AND attribute_exists({data}) AND attribute_type({path}, {number_type})");
+            if let Some(min) = min {
+                let lowest = e.value(n(plain(&(min.value() - delta.value()))));
+                condition += &format!(" AND {path} >= {lowest}");
+            }
+            if let Some(max) = max {
+                let highest = e.value(n(plain(&(max.value() - delta.value()))));
+                condition += &format!(" AND {path} <= {highest}");
+            }
+            condition
+        }
+        Operation::Check { version, exists, .. } => {
+            let mut condition = String::new();
+            if let Some(version) = version {
+                let version_name = e.name(a::VERSION);
+                let expected = e.value(n(version));
+                condition += &format!(" AND {version_name} = {expected}");
+            }
+            match exists {
+                Some(true) => condition += &format!(" AND attribute_exists({data})"),
+                Some(false) => condition += &format!(" AND attribute_not_exists({data})"),
+                None => {}
+            }
+            condition
+        }
+    }
+}
+
+/// The SET clauses (without "SET") that apply a writing operation as a commit of `tx`.
+fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
+    let version = e.name(a::VERSION);
+    let last_tx = e.name(a::LAST_TX);
+    let data = e.name(a::DATA);
+    let zero = e.value(n(0));
+    let one = e.value(n(1));
+    let tx_value = e.value(s(tx));
+    let mut sets =
+        vec![format!("{version} = if_not_exists({version}, {zero}) + {one}"), format!("{last_tx} = {tx_value}")];
+    match op {
+        Operation::Put { data: value, .. } => {
+            let value = e.value(AttributeValue::M(attr::to_item(value)));
+            sets.push(format!("{data} = {value}"));
+        }
+        Operation::Set { set, .. } => {
+            for (field, value) in set {
+                let path = e.path(&[a::DATA, field]);
+                let value = e.value(attr::to_attribute(value));
+                sets.push(format!("{path} = {value}"));
+            }
+        }
+        Operation::Add { field, delta, .. } => {
+            let path = e.path(&[a::DATA, field]);
+            let delta = e.value(n(delta));
+            sets.push(format!("{path} = {path} + {delta}"));
+        }
+        Operation::Delete { .. } | Operation::Check { .. } => unreachable!("delete and check do not update"),
+    }
+    sets.join(", ")
 }

@@ -459,6 +459,10 @@ pub struct ParticipantRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<u64>,
     pub operations: Vec<Value>,
+    /// A commit with this field is a one-phase commit: apply the operations under their guards and create
+    /// this transaction record (as COMMITTED) in the same atomic write. Sent only to a sole participant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_phase_record: Option<Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -510,6 +514,8 @@ pub enum Vote {
 pub const STATUS_NOT_PREPARED: &str = "NOT_PREPARED";
 pub const STATUS_COMMITTED: &str = "COMMITTED";
 pub const STATUS_ABORTED: &str = "ABORTED";
+/// Answer of a one-phase commit whose transaction record already exists: nothing was applied.
+pub const STATUS_RECORD_EXISTS: &str = "RECORD_EXISTS";
 
 #[cfg(test)]
 mod tests {

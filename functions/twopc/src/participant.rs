@@ -8,12 +8,12 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::clock::SharedClock;
 use crate::items::{
-    CommitOutcome, DataTable, Lock, LockAttempt, LockFailure, check_holds, classify_lock_failure, find,
+    CommitOutcome, DataTable, Lock, LockAttempt, LockFailure, OnePhase, check_holds, classify_lock_failure, find,
     unrepresentable_result,
 };
 use crate::model::{
     Action, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
-    STATUS_NOT_PREPARED, Vote,
+    STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
 };
 use crate::record::TransactionStore;
 use crate::recovery::{OwnerFate, owner_fate};
@@ -66,7 +66,12 @@ impl Participant {
             let operations = parse_operations(&request.operations)?;
             let response = match request.action {
                 Action::Prepare => self.prepare(&request.transaction_id, request.deadline, &operations).await?,
-                Action::Commit => self.commit(&request.transaction_id, &operations).await?,
+                Action::Commit => match &request.one_phase_record {
+                    Some(record) => {
+                        self.commit_one_phase(&request.transaction_id, request.deadline, &operations, record).await?
+                    }
+                    None => self.commit(&request.transaction_id, &operations).await?,
+                },
                 Action::Abort => self.abort(&request.transaction_id, &operations).await?,
             };
             info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
@@ -224,6 +229,60 @@ impl Participant {
             }
         }
         Ok(None)
+    }
+
+    /// Prepare and commit in one atomic write, for a transaction with no other writing participant.
+    pub async fn commit_one_phase(
+        &self,
+        tx: &str,
+        deadline: Option<u64>,
+        operations: &[Operation],
+        record: &Value,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let keys = match self.keys(operations) {
+            Ok(keys) => keys,
+            Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
+        };
+        let record = match record {
+            Value::Object(map) if map.get("transactionId").and_then(Value::as_str) == Some(tx) => {
+                crate::attr::to_item(map)
+            }
+            _ => return Err(Invalid::new("INVALID_REQUEST", "onePhaseRecord must be this transaction's record").into()),
+        };
+        if let Some(deadline) = deadline
+            && self.clock.now_ms() > deadline
+        {
+            return Ok(refused(RefusalCode::Timeout, "the one-phase commit arrived after the deadline".to_owned()));
+        }
+        let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
+        for attempt in 0..LOCK_ATTEMPTS {
+            match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone()).await? {
+                OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
+                OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
+                OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
+                OnePhase::Contention => backoff(attempt).await,
+                OnePhase::ConditionFailed { index, item } => {
+                    let (op, key) = &work[index];
+                    let item = match item {
+                        Some(item) => Some(item),
+                        None => self.table.get(key).await?,
+                    };
+                    match classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms()) {
+                        LockFailure::Refused { code, reason } => return Ok(refused(code, reason)),
+                        LockFailure::Expired { owner } => {
+                            if let Some(response) = self.resolve(&owner, key).await? {
+                                return Ok(response);
+                            }
+                        }
+                        LockFailure::Unexplained => backoff(attempt).await,
+                    }
+                }
+            }
+        }
+        Ok(refused(
+            RefusalCode::Conflict,
+            format!("could not commit after {LOCK_ATTEMPTS} attempts: the items kept changing"),
+        ))
     }
 
     pub async fn commit(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {

@@ -218,7 +218,13 @@ impl Sweeper {
                 // A lock of a finished commit came from a late duplicate prepare: release without applying.
                 OwnerFate::Committed | OwnerFate::Abort => (Action::Abort, vec![key_only], LockOutcome::Released),
             };
-            let request = ParticipantRequest { action, transaction_id: owner.clone(), deadline: None, operations };
+            let request = ParticipantRequest {
+                action,
+                transaction_id: owner.clone(),
+                deadline: None,
+                operations,
+                one_phase_record: None,
+            };
             let response = self.invoker.invoke(service, &request).await.map_err(|e| e.to_string())?;
             match response.status.as_deref() {
                 Some(STATUS_COMMITTED | STATUS_NOT_PREPARED | STATUS_ABORTED) => {
