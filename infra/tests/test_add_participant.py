@@ -1,0 +1,133 @@
+"""Adding a participant service, done as infra/DEPLOY.md describes, keeps every check green; each
+step left out is caught. The third service is added to a copy of the template in memory (and linted
+with cfn-lint as a JSON template)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from template_checks import (
+    REPO,
+    check_environment,
+    check_event_sources,
+    check_iam,
+    check_invoke_only_registered,
+    check_participant_isolation,
+    check_permissions_complete,
+    check_tables,
+    transform,
+)
+
+STEPS = ["table", "deployment", "registry", "iam", "stream"]
+
+RENAMES = {
+    "ServiceAName": "ServiceCName",
+    "ServiceATableName": "ServiceCTableName",
+    "ServiceATable": "ServiceCTable",
+    "ParticipantAFunction": "ParticipantCFunction",
+    "ParticipantARole": "ParticipantCRole",
+    "ParticipantALogGroup": "ParticipantCLogGroup",
+}
+
+
+def _rename(value: Any) -> Any:
+    """A copy with the logical ids of service A replaced by those of service C."""
+    if isinstance(value, dict):
+        return {_rename(k): _rename(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rename(v) for v in value]
+    if isinstance(value, str):
+        for old, new in sorted(RENAMES.items(), key=lambda kv: -len(kv[0])):
+            value = value.replace("${" + old + "}", "${" + new + "}").replace("${" + old + ".", "${" + new + ".")
+        return RENAMES.get(value, value)
+    return value
+
+
+def _statement(template: dict, role: str, sid: str) -> dict:
+    return next(
+        s
+        for p in template["Resources"][role]["Properties"]["Policies"]
+        for s in p["PolicyDocument"]["Statement"]
+        if s.get("Sid") == sid
+    )
+
+
+def _append_json_entry(variables: dict, name: str, entry: str) -> None:
+    text = variables[name]["Fn::Sub"]
+    assert text.endswith("}")
+    variables[name] = {"Fn::Sub": text[:-1] + ", " + entry + "}"}
+
+
+def add_service_c(raw: dict, skip: str | None = None) -> dict:
+    template = json.loads(json.dumps(raw))  # plain dicts and strings
+    params, res = template["Parameters"], template["Resources"]
+    if skip != "table":
+        # 1. the service's table (and its name parameter)
+        params["ServiceCName"] = {"Type": "String", "Default": "service-c"}
+        params["ServiceCTableName"] = {"Type": "String", "Default": "service-c-data"}
+        res["ServiceCTable"] = _rename(res["ServiceATable"])
+    if skip != "deployment":
+        # 2. the participant deployment: log group, role, function (binary `participant`)
+        for logical_id in ["ParticipantALogGroup", "ParticipantARole", "ParticipantAFunction"]:
+            res[RENAMES[logical_id]] = _rename(res[logical_id])
+    if skip != "registry":
+        # 3. the registry entries
+        for function in ["CoordinatorFunction", "SweeperFunction"]:
+            variables = res[function]["Properties"]["Environment"]["Variables"]
+            _append_json_entry(variables, "PARTICIPANTS", '"${ServiceCName}": "${ParticipantCFunction.Arn}"')
+        for function in ["SweeperFunction", "StreamProcessorFunction"]:
+            variables = res[function]["Properties"]["Environment"]["Variables"]
+            _append_json_entry(variables, "PARTICIPANT_TABLES", '"${ServiceCName}": "${ServiceCTable}"')
+    if skip != "iam":
+        # 4. IAM of the functions that reach every service
+        for role in ["CoordinatorRole", "SweeperRole"]:
+            _statement(template, role, "RegisteredParticipants")["Resource"].append(
+                {"Fn::GetAtt": ["ParticipantCFunction", "Arn"]}
+            )
+        _statement(template, "SweeperRole", "SparseIndexes")["Resource"].append(
+            {"Fn::Sub": "${ServiceCTable.Arn}/index/locks-by-expiry"}
+        )
+        _statement(template, "SweeperRole", "ReadLockedItems")["Resource"].append({"Fn::GetAtt": ["ServiceCTable", "Arn"]})
+        _statement(template, "StreamProcessorRole", "ReadStreams")["Resource"].append(
+            {"Fn::GetAtt": ["ServiceCTable", "StreamArn"]}
+        )
+    if skip != "stream":
+        # 5. the stream event source
+        events = res["StreamProcessorFunction"]["Properties"]["Events"]
+        events["ServiceCStream"] = _rename(events["ServiceAStream"])
+    return template
+
+
+def all_problems(raw: dict, contract: dict) -> list[str]:
+    try:
+        transformed = transform(copy.deepcopy(raw))
+    except AssertionError as error:
+        return [str(error)]
+    return (
+        check_tables(raw, contract)
+        + check_environment(raw, transformed, contract)
+        + check_iam(transformed)
+        + check_invoke_only_registered(raw, transformed)
+        + check_participant_isolation(raw, transformed)
+        + check_permissions_complete(raw, transformed)
+        + check_event_sources(raw, transformed)
+    )
+
+
+def test_a_third_service_added_as_documented_passes(raw, contract, tmp_path):
+    template = add_service_c(raw)
+    assert all_problems(template, contract) == []
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template, indent=1))
+    lint = subprocess.run(["cfn-lint", str(path)], cwd=REPO, capture_output=True, text=True, check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+@pytest.mark.parametrize("skip", STEPS)
+def test_each_step_left_out_is_caught(raw, contract, skip):
+    assert all_problems(add_service_c(raw, skip=skip), contract) != []
