@@ -51,12 +51,21 @@ pub enum EdgeFault {
     Fail,
 }
 
+/// One participant call: which service, which message, when it started and when it ended.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub service: String,
+    pub action: Action,
+    pub started: std::time::Instant,
+    pub ended: std::time::Instant,
+}
+
 /// Calls in-process participants through faults set per (service, action).
 #[derive(Clone)]
 pub struct FaultyInvoker {
     inner: InProcessInvoker,
     faults: Arc<Mutex<HashMap<(String, Action), EdgeFault>>>,
-    log: Arc<Mutex<Vec<(String, Action, std::time::Instant, std::time::Instant)>>>,
+    log: Arc<Mutex<Vec<Call>>>,
 }
 
 impl FaultyInvoker {
@@ -69,8 +78,8 @@ impl FaultyInvoker {
     pub fn clear(&self) {
         self.faults.lock().unwrap().clear();
     }
-    /// Every call made: service, action, when it started and when it ended.
-    pub fn calls(&self) -> Vec<(String, Action, std::time::Instant, std::time::Instant)> {
+    /// Every call made.
+    pub fn calls(&self) -> Vec<Call> {
         self.log.lock().unwrap().clone()
     }
 }
@@ -104,7 +113,12 @@ impl ParticipantInvoker for FaultyInvoker {
                     message: "participant failed (injected)".into(),
                 }),
             };
-            self.log.lock().unwrap().push((service.to_owned(), request.action, started, std::time::Instant::now()));
+            self.log.lock().unwrap().push(Call {
+                service: service.to_owned(),
+                action: request.action,
+                started,
+                ended: std::time::Instant::now(),
+            });
             result
         })
     }

@@ -219,7 +219,7 @@ async fn the_bank_stays_balanced_under_random_faults() {
         let balance: BigDecimal = item["data"]["balance"].to_string().parse().unwrap();
         total += &balance;
         let key = (service.to_owned(), id.to_owned());
-        if balance < BigDecimal::from(0) {
+        if balance < 0 {
             violations.push(format!("{service}/{id} is below its guard: {balance}"));
         }
         if balance != expected[&key] {
@@ -239,7 +239,7 @@ async fn the_bank_stays_balanced_under_random_faults() {
             violations.push(format!("{service}/{id} was last written by {last}, which did not commit"));
         }
     }
-    if total != BigDecimal::from(OPENING_BALANCE * ACCOUNTS.len() as u64) {
+    if total != OPENING_BALANCE * ACCOUNTS.len() as u64 {
         violations.push(format!("the total is {total}, not {}", OPENING_BALANCE * ACCOUNTS.len() as u64));
     }
     for (service, item) in env.locked_items().await {

@@ -158,7 +158,21 @@ async fn twenty_concurrent_transfers_among_five_accounts_conserve_the_total() {
         })
         .collect();
 
-    let results = futures::future::join_all(transfers.iter().map(|t| env.post(t, None))).await;
+    // Clients retry a refusal for a conflict (another transfer holds a lock), as a real client would.
+    let env = &env;
+    let results = futures::future::join_all(transfers.iter().enumerate().map(|(i, t)| async move {
+        for attempt in 0..30u64 {
+            let (status, body) = env.post(t, None).await;
+            let conflict =
+                status == 409 && body["participants"].as_array().unwrap().iter().any(|p| p["code"] == "CONFLICT");
+            if !conflict {
+                return (status, body);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5 + (i as u64 * 7 + attempt * 13) % 40)).await;
+        }
+        panic!("transfer {i} kept conflicting");
+    }))
+    .await;
 
     let mut total = 0i64;
     for (service, id) in accounts {
@@ -169,7 +183,7 @@ async fn twenty_concurrent_transfers_among_five_accounts_conserve_the_total() {
     assert_eq!(total, 500);
     assert!(results.iter().all(|(s, _)| *s == 200 || *s == 409), "{results:?}");
     assert!(results.iter().any(|(s, _)| *s == 200), "some commit");
-    assert_no_locks(&env).await;
+    assert_no_locks(env).await;
     for record in env.records().await {
         assert!(record["status"] == "COMMITTED" || record["status"] == "ABORTED", "{record}");
         assert!(record.get("openShard").is_none(), "a terminal record leaves the open index: {record}");
@@ -350,10 +364,10 @@ async fn eight_participants_commit_and_their_prepares_overlap() {
     let (status, body) = env.post(&json!({"participants": participants}), None).await;
 
     assert_eq!(status, 200, "{body}");
-    let prepares: Vec<_> = env.invoker.calls().into_iter().filter(|c| c.1 == Action::Prepare).collect();
+    let prepares: Vec<_> = env.invoker.calls().into_iter().filter(|c| c.action == Action::Prepare).collect();
     assert_eq!(prepares.len(), 8);
-    let last_start = prepares.iter().map(|c| c.2).max().unwrap();
-    let first_end = prepares.iter().map(|c| c.3).min().unwrap();
+    let last_start = prepares.iter().map(|c| c.started).max().unwrap();
+    let first_end = prepares.iter().map(|c| c.ended).min().unwrap();
     println!(
         "8 prepares: the last started {:?} before the first ended",
         first_end.saturating_duration_since(last_start)
@@ -404,8 +418,8 @@ async fn a_sole_participant_commits_in_one_phase_and_a_lost_reply_still_gets_the
 
     let (status, body) = env.post(&transfer, None).await;
     assert_eq!(status, 200, "{body}");
-    let commits = env.invoker.calls().iter().filter(|c| c.1 == Action::Commit).count();
-    let prepares = env.invoker.calls().iter().filter(|c| c.1 == Action::Prepare).count();
+    let commits = env.invoker.calls().iter().filter(|c| c.action == Action::Commit).count();
+    let prepares = env.invoker.calls().iter().filter(|c| c.action == Action::Prepare).count();
     assert_eq!((prepares, commits), (0, 1), "one message, no prepare");
 
     // The participant commits and its answer is lost: the record it wrote says what happened.

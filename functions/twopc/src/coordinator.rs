@@ -167,7 +167,7 @@ impl Coordinator {
 
     async fn run(&self, mut record: TransactionRecord) -> Result<Reply, DriveError> {
         if let [sole] = record.participants.as_slice()
-            && !sole.operations.iter().all(|op| op.get("op").and_then(Value::as_str) == Some("check"))
+            && takes_one_phase(&sole.operations)
         {
             return self.run_one_phase(record).await;
         }
@@ -535,6 +535,15 @@ impl Coordinator {
         }
         Err(last.expect("at least one attempt"))
     }
+}
+
+/// A sole participant commits in one phase when it writes something and deletes nothing. A delete
+/// stays two-phase: the stream tells a delete by a commit from any other delete only by the lock of
+/// the transaction the removed item carried.
+fn takes_one_phase(operations: &[Value]) -> bool {
+    let op = |o: &Value| o.get("op").and_then(Value::as_str).map(str::to_owned);
+    let ops: Vec<Option<String>> = operations.iter().map(op).collect();
+    ops.iter().any(|o| o.as_deref() != Some("check")) && !ops.iter().any(|o| o.as_deref() == Some("delete"))
 }
 
 fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {

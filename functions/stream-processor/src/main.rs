@@ -1,0 +1,103 @@
+//! Stream processor: DynamoDB Streams of the participant tables and the transactions table, with
+//! `ReportBatchItemFailures`. Commits go to Firehose and to WebSocket subscribers; the logic is in
+//! `twopc::fanout`.
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use twopc::config;
+use twopc::fanout::{ApiGatewayPoster, ConnectionStore, FanoutConfig, FirehoseSink, StreamProcessor};
+
+type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
+
+async fn handle(processor: &Processor, event: LambdaEvent<Event>) -> Result<DynamoDbEventResponse, Error> {
+    Ok(processor.process(&event.payload).await.response)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    config::init_tracing();
+    let fanout = FanoutConfig::from_env()?;
+    let stream = config::required(config::FIREHOSE_STREAM_NAME)?;
+    let websocket = config::required(config::WEBSOCKET_ENDPOINT)?;
+    let connections = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
+    let sdk = config::aws().await;
+    let processor = StreamProcessor::new(
+        fanout,
+        FirehoseSink::from_config(&sdk, stream),
+        ApiGatewayPoster::from_config(&sdk, &websocket),
+        ConnectionStore::from_config(&sdk, connections),
+    );
+    let processor = &processor;
+    lambda_runtime::run(service_fn(move |event| handle(processor, event))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use twopc::fanout::memory::{MemoryPoster, MemorySink, MemorySubscriptions};
+    use twopc::fanout::{Topic, prepare};
+
+    fn config() -> FanoutConfig {
+        let tables = BTreeMap::from([
+            ("service-a".to_owned(), "service-a-data".to_owned()),
+            ("service-b".to_owned(), "service-b-data".to_owned()),
+        ]);
+        FanoutConfig::new(&tables, "transactions").unwrap()
+    }
+
+    /// What the runtime does with the payload: JSON into the event type.
+    fn parse(path: &str) -> Event {
+        let text = std::fs::read(format!("{}/../../events/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        serde_json::from_slice(&text).unwrap()
+    }
+
+    #[tokio::test]
+    async fn commit_event_gives_exactly_its_commit() {
+        let event = parse("stream-processor-commit.json");
+        let batch = prepare(&config(), &event);
+        assert_eq!((batch.commits, batch.skipped, batch.unprocessable.len()), (1, 1, 0));
+
+        let subscriptions = MemorySubscriptions::default();
+        subscriptions.subscribe("c", &Topic::entity("service-a-data", "A"));
+        let processor = StreamProcessor::new(config(), MemorySink::default(), MemoryPoster::default(), subscriptions);
+        let outcome = processor.process(&event).await;
+        assert!(outcome.response.batch_item_failures.is_empty());
+        let lake = processor.sink.json();
+        assert_eq!(lake.len(), 1);
+        assert_eq!(lake[0]["transactionId"], "5d2f8e3a-1c7b-4e9a-8f60-2a4b9c1d0e77");
+        assert_eq!(lake[0]["change"], "MODIFY");
+        assert_eq!(lake[0]["version"], 4);
+        assert_eq!(lake[0]["committedAt"], "2024-05-01T12:00:01Z");
+        assert_eq!(lake[0]["previous"]["balance"], 400);
+        assert_eq!(processor.poster.posts("c").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn transaction_event_tells_its_followers() {
+        let event = parse("stream-processor-transaction.json");
+        let batch = prepare(&config(), &event);
+        assert_eq!((batch.commits, batch.outcomes, batch.unprocessable.len()), (0, 1, 0));
+        let subscriptions = MemorySubscriptions::default();
+        subscriptions.subscribe("c", &Topic::transaction("5d2f8e3a-1c7b-4e9a-8f60-2a4b9c1d0e77"));
+        let processor = StreamProcessor::new(config(), MemorySink::default(), MemoryPoster::default(), subscriptions);
+        let outcome = processor.process(&event).await;
+        assert!(outcome.response.batch_item_failures.is_empty());
+        assert!(processor.sink.records().is_empty());
+        let posts = processor.poster.posts("c");
+        let message: serde_json::Value = serde_json::from_slice(&posts[0]).unwrap();
+        assert_eq!(
+            message,
+            serde_json::json!({"type": "transaction", "transactionId": "5d2f8e3a-1c7b-4e9a-8f60-2a4b9c1d0e77", "status": "COMMITTED"})
+        );
+    }
+
+    /// The response is what Lambda expects with ReportBatchItemFailures.
+    #[test]
+    fn response_shape() {
+        let response = DynamoDbEventResponse::default();
+        assert_eq!(serde_json::to_string(&response).unwrap(), r#"{"batchItemFailures":[]}"#);
+    }
+}

@@ -1,0 +1,393 @@
+//! Commit fan-out: stream records to the lake (Firehose) and to WebSocket subscribers.
+//!
+//! One batch of DynamoDB stream records (participant tables and the transactions table) goes through
+//! three steps:
+//! 1. [`prepare`]: each record is decided ([`decide::decide`]): a commit becomes a lake line (NDJSON)
+//!    and a `{"type": "commit"}` message for `entity:<table>:<entityId>`; a transaction that ended
+//!    becomes a `{"type": "transaction"}` message for `tx:<id>`; prepares, aborts and writes outside
+//!    the protocol are skipped; a record that cannot be judged is a failure.
+//! 2. The lake ([`lake::deliver`]) and realtime ([`realtime::push`]) run side by side: realtime is best
+//!    effort under its own time budget and never fails or holds up the lake.
+//! 3. Every record that is not safely in Firehose (undelivered, oversized, unprocessable) is reported
+//!    as a batch item failure (its `SequenceNumber`), so Lambda retries it (`ReportBatchItemFailures`).
+//!
+//! Delivery is at least once: a retried batch re-sends records that had gone through, and realtime
+//! may see a commit twice; `eventId` dedupes.
+//!
+//! Oversized records (over Firehose's 1,000 KiB; possible only for items near DynamoDB's 400 KB with
+//! large `data` and `previous`) are logged as errors and reported as failures rather than sent to a
+//! separate dead-letter store: the record cannot be dropped, and the stream itself is the one place
+//! that holds it whole. The event source mapping's bounded retries and its on-failure destination
+//! (set in the template) then hand the shard and sequence numbers to the dead-letter queue, where an
+//! operator can replay them, and the shard moves on.
+
+pub mod connections;
+pub mod convert;
+pub mod decide;
+pub mod lake;
+pub mod memory;
+pub mod realtime;
+pub mod topic;
+
+use std::time::Duration;
+
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use tracing::{Span, debug, error, field, info, info_span, warn};
+
+pub use connections::{ConnectionRequest, ConnectionStore};
+pub use decide::{ChangeRecord, Decision, FanoutConfig, TransactionEnded};
+pub use lake::{ChangeSink, FirehoseSink, Limits, RetryPolicy};
+pub use realtime::{ApiGatewayPoster, ConnectionPoster, Message, Subscriptions};
+pub use topic::Topic;
+
+/// Tuning of a [`StreamProcessor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    pub limits: Limits,
+    pub retry: RetryPolicy,
+    /// Subscriber lookups and connections served at once.
+    pub push_concurrency: usize,
+    /// The longest realtime may take per batch; what is not pushed by then is dropped (best effort).
+    pub realtime_budget: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            limits: Limits::default(),
+            retry: RetryPolicy::default(),
+            push_concurrency: 32,
+            realtime_budget: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A batch decided and encoded, ready to send.
+#[derive(Debug, Default)]
+pub struct PreparedBatch {
+    /// Lake lines (NDJSON, newline included), and the record each comes from.
+    pub lines: Vec<Vec<u8>>,
+    pub line_records: Vec<usize>,
+    pub messages: Vec<Message>,
+    /// Records that cannot be judged, with why.
+    pub unprocessable: Vec<(usize, String)>,
+    pub commits: usize,
+    pub outcomes: usize,
+    pub skipped: usize,
+}
+
+/// The span of one record's processing: every line logged about a record is inside it, so it
+/// carries the transaction id. Made when there is something to log, not for every record: with
+/// Lambda's JSON subscriber a span per record would cost more than deciding the record.
+pub fn record_span(event_id: &str, transaction_id: Option<&str>) -> Span {
+    let span = info_span!("record", event_id, transaction_id = field::Empty);
+    if let Some(id) = transaction_id {
+        span.record("transaction_id", id);
+    }
+    span
+}
+
+fn debug_enabled() -> bool {
+    tracing::enabled!(tracing::Level::DEBUG)
+}
+
+/// Decides every record and encodes the commits (step 1). Synchronous and allocation-light: this
+/// is what `examples/fanout_bench.rs` measures.
+pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
+    let mut batch = PreparedBatch::default();
+    for (index, record) in event.records.iter().enumerate() {
+        match decide::decide(config, record) {
+            Decision::Commit(change) => {
+                if debug_enabled() {
+                    record_span(&record.event_id, Some(&change.transaction_id)).in_scope(
+                        || debug!(change = ?change.change, version = %change.version, table = %change.table, "commit"),
+                    );
+                }
+                batch.commits += 1;
+                let line = change.to_ndjson();
+                match change.topic() {
+                    Some(topic) => batch.messages.push(Message {
+                        topic,
+                        payload: decide::commit_message(&line),
+                        event_id: change.event_id.clone(),
+                        transaction_id: change.transaction_id.clone(),
+                    }),
+                    None => record_span(&record.event_id, Some(&change.transaction_id)).in_scope(
+                        || warn!(key = %change.key, "commit without a string entityId: not pushed to WebSocket"),
+                    ),
+                }
+                batch.lines.push(line);
+                batch.line_records.push(index);
+            }
+            Decision::Ended(ended) => {
+                if debug_enabled() {
+                    record_span(&record.event_id, Some(&ended.transaction_id))
+                        .in_scope(|| debug!(status = %ended.status, "transaction ended"));
+                }
+                batch.outcomes += 1;
+                batch.messages.push(Message {
+                    topic: ended.topic(),
+                    payload: ended.to_message(),
+                    event_id: record.event_id.clone(),
+                    transaction_id: ended.transaction_id,
+                });
+            }
+            Decision::Skip(skip) => {
+                batch.skipped += 1;
+                if skip == decide::Skip::UnlockedRemove {
+                    record_span(&record.event_id, decide::transaction_id_hint(record)).in_scope(|| {
+                        warn!(event_name = %record.event_name, table = decide::table_name(record), "{}", skip.describe())
+                    });
+                } else if debug_enabled() {
+                    record_span(&record.event_id, decide::transaction_id_hint(record))
+                        .in_scope(|| debug!(event_name = %record.event_name, "skipped: {}", skip.describe()));
+                }
+            }
+            Decision::Unprocessable(why) => {
+                record_span(&record.event_id, decide::transaction_id_hint(record)).in_scope(|| {
+                    error!(
+                        event_name = %record.event_name,
+                        table = decide::table_name(record),
+                        sequence_number = ?record.change.sequence_number,
+                        "unprocessable record, reported for retry: {why}"
+                    )
+                });
+                batch.unprocessable.push((index, why));
+            }
+        }
+    }
+    batch
+}
+
+/// What one batch came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchSummary {
+    pub records: usize,
+    pub commits: usize,
+    pub outcomes: usize,
+    pub skipped: usize,
+    pub unprocessable: usize,
+    pub delivered: usize,
+    pub undelivered: usize,
+    /// None when realtime ran out of its budget.
+    pub realtime: Option<realtime::RealtimeReport>,
+}
+
+/// The answer for Lambda and what happened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub response: DynamoDbEventResponse,
+    pub summary: BatchSummary,
+}
+
+impl BatchOutcome {
+    /// The sequence numbers reported as failures.
+    pub fn failed_sequence_numbers(&self) -> Vec<Option<String>> {
+        self.response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect()
+    }
+}
+
+/// The stream processor's core: decide, deliver to the lake, push to subscribers.
+pub struct StreamProcessor<S, P, L> {
+    pub config: FanoutConfig,
+    pub sink: S,
+    pub poster: P,
+    pub subscriptions: L,
+    pub options: Options,
+}
+
+impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P, L> {
+    pub fn new(config: FanoutConfig, sink: S, poster: P, subscriptions: L) -> Self {
+        StreamProcessor { config, sink, poster, subscriptions, options: Options::default() }
+    }
+
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Processes one batch. Never fails: what could not be done is in the batch item failures.
+    pub async fn process(&self, event: &Event) -> BatchOutcome {
+        let batch = prepare(&self.config, event);
+        let lake = lake::deliver(&self.sink, &batch.lines, &self.options.limits, &self.options.retry);
+        let realtime = tokio::time::timeout(
+            self.options.realtime_budget,
+            realtime::push(&self.poster, &self.subscriptions, &batch.messages, self.options.push_concurrency),
+        );
+        let (lake, realtime) = futures::join!(lake, realtime);
+        let realtime = match realtime {
+            Ok(report) => Some(report),
+            Err(_) => {
+                warn!(
+                    budget_ms = self.options.realtime_budget.as_millis() as u64,
+                    "WebSocket push ran out of time; the rest is dropped"
+                );
+                None
+            }
+        };
+
+        let mut failed: Vec<usize> = batch.unprocessable.iter().map(|(i, _)| *i).collect();
+        for (line, why) in &lake.undelivered {
+            let index = batch.line_records[*line];
+            let record = &event.records[index];
+            record_span(&record.event_id, decide::transaction_id_hint(record)).in_scope(|| match why {
+                lake::Undelivered::Oversized { .. } => {
+                    error!(sequence_number = ?record.change.sequence_number, "commit cannot go to Firehose, reported for retry and the dead-letter queue: {why}")
+                }
+                lake::Undelivered::Failed { .. } => {
+                    warn!(sequence_number = ?record.change.sequence_number, "commit not delivered to Firehose, reported for retry: {why}")
+                }
+            });
+            failed.push(index);
+        }
+        failed.sort_unstable();
+        failed.dedup();
+
+        let mut response = DynamoDbEventResponse::default();
+        response.batch_item_failures = failed.iter().map(|&i| failure(&event.records[i])).collect();
+        let summary = BatchSummary {
+            records: event.records.len(),
+            commits: batch.commits,
+            outcomes: batch.outcomes,
+            skipped: batch.skipped,
+            unprocessable: batch.unprocessable.len(),
+            delivered: lake.delivered,
+            undelivered: lake.undelivered.len(),
+            realtime,
+        };
+        info!(
+            records = summary.records,
+            commits = summary.commits,
+            outcomes = summary.outcomes,
+            skipped = summary.skipped,
+            unprocessable = summary.unprocessable,
+            delivered = summary.delivered,
+            undelivered = summary.undelivered,
+            firehose_calls = lake.calls,
+            firehose_retried = lake.retried,
+            pushed = summary.realtime.as_ref().map_or(0, |r| r.posted),
+            push_failed = summary.realtime.as_ref().map_or(0, |r| r.failed),
+            gone = summary.realtime.as_ref().map_or(0, |r| r.gone),
+            batch_item_failures = response.batch_item_failures.len(),
+            "batch processed"
+        );
+        BatchOutcome { response, summary }
+    }
+}
+
+/// A batch item failure names the record's sequence number. A record without one (never the case
+/// for a real stream) gives an empty identifier, which Lambda treats as a failure of the whole batch:
+/// the safe side.
+fn failure(record: &EventRecord) -> DynamoDbBatchItemFailure {
+    let mut failure = DynamoDbBatchItemFailure::default();
+    failure.item_identifier = record.change.sequence_number.clone();
+    failure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memory::{MemoryPoster, MemorySink, MemorySubscriptions};
+    use serde_json::{Value, json};
+    use std::collections::BTreeMap;
+
+    fn config() -> FanoutConfig {
+        let mut tables = BTreeMap::new();
+        tables.insert("service-a".to_owned(), "service-a-data".to_owned());
+        FanoutConfig::new(&tables, "transactions").unwrap()
+    }
+
+    fn record(seq: u32, table: &str, name: &str, old: Value, new: Value, keys: Value) -> Value {
+        let mut dynamodb = json!({"ApproximateCreationDateTime": 1714564800, "Keys": keys, "SequenceNumber": seq.to_string(), "SizeBytes": 100, "StreamViewType": "NEW_AND_OLD_IMAGES"});
+        if !old.is_null() {
+            dynamodb["OldImage"] = old;
+        }
+        if !new.is_null() {
+            dynamodb["NewImage"] = new;
+        }
+        json!({"eventID": format!("e{seq}"), "eventName": name, "awsRegion": "us-east-1", "eventSource": "aws:dynamodb",
+               "eventSourceARN": format!("arn:aws:dynamodb:us-east-1:1:table/{table}/stream/x"), "dynamodb": dynamodb})
+    }
+
+    fn item(id: &str, tx: &str, version: u32) -> Value {
+        json!({"entityId": {"S": id}, "data": {"M": {"v": {"N": version.to_string()}}}, "version": {"N": version.to_string()}, "lastTx": {"S": tx}})
+    }
+
+    fn event() -> Event {
+        let keys = |id: &str| json!({"entityId": {"S": id}});
+        serde_json::from_value(json!({"Records": [
+            record(1, "service-a-data", "MODIFY", item("A", "T0", 1), item("A", "T1", 2), keys("A")),
+            record(2, "service-a-data", "MODIFY", item("A", "T1", 2), item("A", "T1", 2), keys("A")),
+            record(3, "service-a-data", "MODIFY", item("B", "T0", 1), item("B", "T2", 2), keys("B")),
+            record(4, "unknown-table", "MODIFY", item("B", "T0", 1), item("B", "T2", 2), keys("B")),
+            record(5, "transactions", "MODIFY", json!({"transactionId": {"S": "T1"}, "status": {"S": "COMMITTING"}}),
+                   json!({"transactionId": {"S": "T1"}, "status": {"S": "COMMITTED"}}), json!({"transactionId": {"S": "T1"}})),
+        ]}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn commits_reach_the_lake_and_their_subscribers() {
+        let subscriptions = MemorySubscriptions::default();
+        subscriptions.subscribe("c-a", &Topic::entity("service-a-data", "A"));
+        subscriptions.subscribe("c-a", &Topic::transaction("T1"));
+        subscriptions.subscribe("c-b", &Topic::entity("service-a-data", "B"));
+        subscriptions.subscribe("c-gone", &Topic::entity("service-a-data", "A"));
+        let poster = MemoryPoster::default();
+        poster.set_gone("c-gone");
+        let processor = StreamProcessor::new(config(), MemorySink::default(), poster, subscriptions);
+        let outcome = processor.process(&event()).await;
+
+        let lake = processor.sink.json();
+        assert_eq!(lake.iter().map(|r| r["transactionId"].as_str().unwrap()).collect::<Vec<_>>(), vec!["T1", "T2"]);
+        assert_eq!(outcome.failed_sequence_numbers(), vec![Some("4".to_owned())]);
+        let a: Vec<Value> = processor.poster.posts("c-a").iter().map(|p| serde_json::from_slice(p).unwrap()).collect();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0]["type"], "commit");
+        assert_eq!(a[0]["key"], json!({"entityId": "A"}));
+        assert_eq!(a[1], json!({"type": "transaction", "transactionId": "T1", "status": "COMMITTED"}));
+        let b = processor.poster.posts("c-b");
+        assert_eq!(b.len(), 1);
+        assert!(!processor.subscriptions.connections().contains("c-gone"));
+        let realtime = outcome.summary.realtime.unwrap();
+        assert_eq!((realtime.posted, realtime.gone, realtime.failed), (3, 1, 0));
+        assert_eq!((outcome.summary.commits, outcome.summary.skipped, outcome.summary.unprocessable), (2, 1, 1));
+    }
+
+    /// A push that never answers cannot hold the lake past the realtime budget.
+    #[tokio::test]
+    async fn slow_realtime_never_blocks_the_lake() {
+        struct Stuck;
+        impl ConnectionPoster for Stuck {
+            async fn post(&self, _: &str, _: &[u8]) -> Result<(), realtime::PostError> {
+                std::future::pending().await
+            }
+        }
+        let subscriptions = MemorySubscriptions::default();
+        subscriptions.subscribe("c", &Topic::entity("service-a-data", "A"));
+        let processor = StreamProcessor::new(config(), MemorySink::default(), Stuck, subscriptions)
+            .with_options(Options { realtime_budget: Duration::from_millis(50), ..Options::default() });
+        let outcome = tokio::time::timeout(Duration::from_secs(5), processor.process(&event())).await.unwrap();
+        assert_eq!(processor.sink.records().len(), 2);
+        assert_eq!(outcome.summary.realtime, None);
+    }
+}
+
+/// The processor's future is `Send` (the local stack spawns it): checked at compile time.
+#[cfg(test)]
+#[allow(dead_code)]
+mod send_check {
+    use super::*;
+    use memory::{MemoryPoster, MemorySink, MemorySubscriptions};
+
+    fn assert_send<T: Send>(_: T) {}
+
+    fn in_memory(p: &'static StreamProcessor<MemorySink, MemoryPoster, MemorySubscriptions>, e: &'static Event) {
+        assert_send(p.process(e));
+    }
+
+    fn on_aws(p: &'static StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>, e: &'static Event) {
+        assert_send(p.process(e));
+    }
+}

@@ -1,0 +1,594 @@
+//! Which stream records are commits, and the record each commit becomes.
+//!
+//! Participant tables: a commit is an INSERT/MODIFY whose NewImage `lastTx` exists and differs from
+//! the OldImage's (or there is no OldImage), or a REMOVE whose OldImage holds a lock and a `version`
+//! (a committed delete). Prepares and aborts leave `lastTx` alone, and an aborted placeholder has no
+//! `version`, so neither is ever emitted. Transactions table: a status that becomes COMMITTED or
+//! ABORTED ends a transaction.
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use serde::Serialize;
+use serde_dynamo::AttributeValue;
+use serde_json::{Number, Value};
+
+use super::convert::{self, ConvertError};
+use super::topic::Topic;
+use crate::config::{self, ConfigError};
+use crate::tables::{item_attr, tx_attr};
+
+/// What the stream processor needs to know about the tables it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FanoutConfig {
+    /// Participant data table name → the service that owns it.
+    pub services_by_table: HashMap<String, String>,
+    pub transactions_table: String,
+}
+
+impl FanoutConfig {
+    /// From the service registry `{"service": "table"}` (the `PARTICIPANT_TABLES` shape).
+    pub fn new(participant_tables: &BTreeMap<String, String>, transactions_table: &str) -> Result<Self, ConfigError> {
+        let mut services_by_table = HashMap::new();
+        for (service, table) in participant_tables {
+            if let Some(other) = services_by_table.insert(table.clone(), service.clone()) {
+                return Err(ConfigError::Invalid {
+                    name: config::PARTICIPANT_TABLES,
+                    message: format!("table {table} belongs to both {other} and {service}"),
+                });
+            }
+            if *table == transactions_table {
+                return Err(ConfigError::Invalid {
+                    name: config::PARTICIPANT_TABLES,
+                    message: format!("{table} is the transactions table"),
+                });
+            }
+        }
+        Ok(FanoutConfig { services_by_table, transactions_table: transactions_table.to_owned() })
+    }
+
+    /// `PARTICIPANT_TABLES` and `TRANSACTIONS_TABLE_NAME`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let tables = config::string_map(config::PARTICIPANT_TABLES)?;
+        let transactions = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+        Self::new(&tables, &transactions)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ChangeKind {
+    /// A new business entity (the old image had no `data`, a placeholder included).
+    Insert,
+    Modify,
+    Remove,
+}
+
+/// One committed change: a line of the lake (contract field order) and, with `"type": "commit"`,
+/// the WebSocket message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeRecord {
+    pub event_id: String,
+    pub transaction_id: String,
+    pub service: String,
+    pub table: String,
+    pub key: Value,
+    pub change: ChangeKind,
+    pub version: Number,
+    pub committed_at: String,
+    pub data: Value,
+    pub previous: Value,
+}
+
+#[derive(Serialize)]
+struct Tagged<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+impl ChangeRecord {
+    /// The lake line: the record as JSON and a newline (Firehose concatenates records as they come).
+    pub fn to_ndjson(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).expect("a ChangeRecord always serialises");
+        line.push(b'\n');
+        line
+    }
+
+    /// `{"type": "commit", ...the lake record}`.
+    pub fn to_message(&self) -> Vec<u8> {
+        commit_message(&self.to_ndjson())
+    }
+
+    /// `entity:<table>:<entityId>`, when the key has a string `entityId`.
+    pub fn topic(&self) -> Option<Topic> {
+        self.key.get(item_attr::KEY).and_then(Value::as_str).map(|id| Topic::entity(&self.table, id))
+    }
+}
+
+/// The WebSocket message of a lake line, without serialising the record again: `{"type":"commit",`
+/// followed by the line's fields.
+pub fn commit_message(line: &[u8]) -> Vec<u8> {
+    const HEAD: &[u8] = br#"{"type":"commit","#;
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let body = body.strip_prefix(b"{").unwrap_or(body);
+    let mut message = Vec::with_capacity(HEAD.len() + body.len());
+    message.extend_from_slice(HEAD);
+    message.extend_from_slice(body);
+    message
+}
+
+/// A transaction that ended: `{"type": "transaction", "transactionId", "status"}` to `tx:<id>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransactionEnded {
+    pub transaction_id: String,
+    pub status: String,
+}
+
+impl TransactionEnded {
+    pub fn to_message(&self) -> Vec<u8> {
+        serde_json::to_vec(&Tagged { kind: "transaction", body: self }).expect("always serialises")
+    }
+
+    pub fn topic(&self) -> Topic {
+        Topic::transaction(&self.transaction_id)
+    }
+}
+
+/// Why a record is not emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// INSERT/MODIFY without `lastTx`: a placeholder a prepare created, or data written outside the protocol.
+    NoLastTx,
+    /// `lastTx` unchanged: a lock added (prepare) or removed (abort).
+    LastTxUnchanged,
+    /// REMOVE of a placeholder (locked, never committed): an aborted put.
+    PlaceholderReleased,
+    /// REMOVE of an item without a lock: outside the protocol (manual delete). Logged as a warning.
+    UnlockedRemove,
+    /// REMOVE by DynamoDB's TTL process.
+    TimeToLive,
+    /// Transactions table: not a change to COMMITTED or ABORTED.
+    NotAnOutcome,
+}
+
+impl Skip {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Skip::NoLastTx => "no lastTx: a placeholder or a write outside the protocol",
+            Skip::LastTxUnchanged => "lastTx unchanged: a prepare or an abort",
+            Skip::PlaceholderReleased => "placeholder removed: an aborted put",
+            Skip::UnlockedRemove => "REMOVE of an unlocked item: not a commit (outside the protocol)",
+            Skip::TimeToLive => "REMOVE by TTL",
+            Skip::NotAnOutcome => "transaction record change that is not an outcome",
+        }
+    }
+}
+
+/// What to do with one stream record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Commit(Box<ChangeRecord>),
+    Ended(TransactionEnded),
+    Skip(Skip),
+    /// A record that cannot be judged (missing image, wrong attribute type, unknown table). It may be
+    /// a commit, so it is reported as a batch item failure, never dropped.
+    Unprocessable(String),
+}
+
+type Image = HashMap<String, AttributeValue>;
+
+fn table_from_arn(arn: &str) -> Option<&str> {
+    // arn:aws:dynamodb:REGION:ACCOUNT:table/NAME/stream/LABEL
+    let resource = arn.splitn(6, ':').nth(5)?;
+    let mut parts = resource.split('/');
+    match (parts.next(), parts.next()) {
+        (Some("table"), Some(name)) if !name.is_empty() => Some(name),
+        _ => None,
+    }
+}
+
+/// The table a record comes from: `eventSourceARN`, or the optional `tableName` field.
+pub fn table_name(record: &EventRecord) -> Option<&str> {
+    record
+        .event_source_arn
+        .as_deref()
+        .and_then(table_from_arn)
+        .or(record.table_name.as_deref().filter(|n| !n.is_empty()))
+}
+
+/// The transaction id a record is about, for the log span, when it can be told.
+pub fn transaction_id_hint(record: &EventRecord) -> Option<&str> {
+    let new = record.change.new_image.inner();
+    let old = record.change.old_image.inner();
+    string(new, item_attr::LAST_TX)
+        .or_else(|| lock_transaction(new))
+        .or_else(|| lock_transaction(old))
+        .or_else(|| string(record.change.keys.inner(), tx_attr::ID))
+}
+
+fn string<'a>(image: &'a Image, name: &str) -> Option<&'a str> {
+    match image.get(name) {
+        Some(AttributeValue::S(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn lock_transaction(image: &Image) -> Option<&str> {
+    match image.get(item_attr::LOCK) {
+        Some(AttributeValue::M(lock)) => string(lock, "transactionId"),
+        _ => None,
+    }
+}
+
+/// `Ok(None)` when absent, an error when present with another type.
+fn optional_string<'a>(image: &'a Image, name: &str, which: &str) -> Result<Option<&'a str>, String> {
+    match image.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::S(s)) => Ok(Some(s)),
+        Some(other) => Err(format!("{which} {name} is not a string: {other:?}")),
+    }
+}
+
+fn json_or_null(image: &Image, name: &str) -> Result<Value, ConvertError> {
+    image.get(name).map_or(Ok(Value::Null), convert::attribute_to_json)
+}
+
+/// RFC 3339 UTC, e.g. `2024-05-01T12:00:00Z` (fractional seconds when there are any).
+pub fn rfc3339(secs: i64, nanos: u32) -> String {
+    aws_smithy_types::DateTime::from_secs_and_nanos(secs, nanos)
+        .fmt(aws_smithy_types::date_time::Format::DateTime)
+        .unwrap_or_else(|_| secs.to_string())
+}
+
+/// Decides one record.
+pub fn decide(config: &FanoutConfig, record: &EventRecord) -> Decision {
+    let Some(table) = table_name(record) else {
+        return Decision::Unprocessable(format!("no table name in eventSourceARN {:?}", record.event_source_arn));
+    };
+    if table == config.transactions_table {
+        return decide_transaction(record);
+    }
+    match config.services_by_table.get(table) {
+        Some(service) => decide_participant(record, table, service),
+        None => Decision::Unprocessable(format!(
+            "table {table} is neither a participant table (PARTICIPANT_TABLES) nor the transactions table"
+        )),
+    }
+}
+
+fn decide_participant(record: &EventRecord, table: &str, service: &str) -> Decision {
+    match participant_change(record, table, service) {
+        Ok(Ok(change)) => Decision::Commit(Box::new(change)),
+        Ok(Err(skip)) => Decision::Skip(skip),
+        Err(message) => Decision::Unprocessable(message),
+    }
+}
+
+fn participant_change(record: &EventRecord, table: &str, service: &str) -> Result<Result<ChangeRecord, Skip>, String> {
+    let stream = &record.change;
+    let new = stream.new_image.inner();
+    let old = stream.old_image.inner();
+    let (transaction_id, version, change, data) = match record.event_name.as_str() {
+        name @ ("INSERT" | "MODIFY") => {
+            if new.is_empty() {
+                return Err(format!("{name} without NewImage: the stream must be NEW_AND_OLD_IMAGES"));
+            }
+            if name == "MODIFY" && old.is_empty() {
+                return Err("MODIFY without OldImage: the stream must be NEW_AND_OLD_IMAGES".into());
+            }
+            let Some(new_tx) = optional_string(new, item_attr::LAST_TX, "NewImage")? else {
+                return Ok(Err(Skip::NoLastTx));
+            };
+            if optional_string(old, item_attr::LAST_TX, "OldImage")? == Some(new_tx) {
+                return Ok(Err(Skip::LastTxUnchanged));
+            }
+            let version = match new.get(item_attr::VERSION) {
+                Some(AttributeValue::N(v)) => convert::number(v, item_attr::VERSION).map_err(|e| e.to_string())?,
+                other => return Err(format!("a commit without a numeric version: {other:?}")),
+            };
+            let kind = if old.contains_key(item_attr::DATA) { ChangeKind::Modify } else { ChangeKind::Insert };
+            let data = json_or_null(new, item_attr::DATA).map_err(|e| e.to_string())?;
+            (new_tx.to_owned(), version, kind, data)
+        }
+        "REMOVE" => {
+            if old.is_empty() {
+                return Err("REMOVE without OldImage: the stream must be NEW_AND_OLD_IMAGES".into());
+            }
+            if record.user_identity.as_ref().is_some_and(|u| u.type_ == "Service") {
+                return Ok(Err(Skip::TimeToLive));
+            }
+            let lock_tx = match old.get(item_attr::LOCK) {
+                None => return Ok(Err(Skip::UnlockedRemove)),
+                Some(AttributeValue::M(lock)) => optional_string(lock, "transactionId", "OldImage lock")?,
+                Some(other) => return Err(format!("OldImage lock is not a map: {other:?}")),
+            };
+            let Some(lock_tx) = lock_tx else {
+                return Err("OldImage lock without a transactionId".into());
+            };
+            let version = match old.get(item_attr::VERSION) {
+                None => return Ok(Err(Skip::PlaceholderReleased)),
+                Some(AttributeValue::N(v)) => next_version(v)?,
+                Some(other) => return Err(format!("OldImage version is not a number: {other:?}")),
+            };
+            (lock_tx.to_owned(), version, ChangeKind::Remove, Value::Null)
+        }
+        other => return Err(format!("unknown eventName {other:?}")),
+    };
+    let keys = stream.keys.inner();
+    if keys.is_empty() {
+        return Err("a record without Keys".into());
+    }
+    let key = convert::item_to_json(keys).map_err(|e| e.to_string())?;
+    let previous = json_or_null(old, item_attr::DATA).map_err(|e| e.to_string())?;
+    let at = &stream.approximate_creation_date_time;
+    Ok(Ok(ChangeRecord {
+        event_id: record.event_id.clone(),
+        transaction_id,
+        service: service.to_owned(),
+        table: table.to_owned(),
+        key,
+        change,
+        version,
+        committed_at: rfc3339(at.timestamp(), at.timestamp_subsec_nanos()),
+        data,
+        previous,
+    }))
+}
+
+/// The version a committed delete would have written: the old one plus one, exactly.
+fn next_version(old: &str) -> Result<Number, String> {
+    let n: u64 = old.parse().map_err(|_| format!("OldImage version {old:?} is not a whole number"))?;
+    let next = n.checked_add(1).ok_or_else(|| format!("OldImage version {old} overflows"))?;
+    Ok(Number::from(next))
+}
+
+fn decide_transaction(record: &EventRecord) -> Decision {
+    let new = record.change.new_image.inner();
+    let old = record.change.old_image.inner();
+    match record.event_name.as_str() {
+        "INSERT" | "MODIFY" => {}
+        // Terminal records expire by TTL; nothing to tell anyone.
+        "REMOVE" => return Decision::Skip(Skip::NotAnOutcome),
+        other => return Decision::Unprocessable(format!("unknown eventName {other:?}")),
+    }
+    if new.is_empty() {
+        return Decision::Unprocessable("a transactions table record without NewImage".into());
+    }
+    let status = match optional_string(new, tx_attr::STATUS, "NewImage") {
+        Ok(Some(status)) => status,
+        Ok(None) => return Decision::Skip(Skip::NotAnOutcome),
+        Err(message) => return Decision::Unprocessable(message),
+    };
+    if !matches!(status, "COMMITTED" | "ABORTED") {
+        return Decision::Skip(Skip::NotAnOutcome);
+    }
+    if string(old, tx_attr::STATUS) == Some(status) {
+        return Decision::Skip(Skip::NotAnOutcome);
+    }
+    let id = string(record.change.keys.inner(), tx_attr::ID).or_else(|| string(new, tx_attr::ID));
+    match id {
+        Some(id) => Decision::Ended(TransactionEnded { transaction_id: id.to_owned(), status: status.to_owned() }),
+        None => Decision::Unprocessable("a transaction record without a string transactionId".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config() -> FanoutConfig {
+        let mut tables = BTreeMap::new();
+        tables.insert("service-a".to_owned(), "service-a-data".to_owned());
+        FanoutConfig::new(&tables, "transactions").unwrap()
+    }
+
+    fn record(event_name: &str, table: &str, keys: Value, old: Value, new: Value) -> EventRecord {
+        let mut dynamodb = json!({
+            "ApproximateCreationDateTime": 1714564800,
+            "Keys": keys,
+            "SequenceNumber": "100",
+            "SizeBytes": 10,
+            "StreamViewType": "NEW_AND_OLD_IMAGES"
+        });
+        if !old.is_null() {
+            dynamodb["OldImage"] = old;
+        }
+        if !new.is_null() {
+            dynamodb["NewImage"] = new;
+        }
+        serde_json::from_value(json!({
+            "eventID": "e1",
+            "eventName": event_name,
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": "us-east-1",
+            "eventSourceARN": format!("arn:aws:dynamodb:us-east-1:123456789012:table/{table}/stream/2024-01-01T00:00:00.000"),
+            "dynamodb": dynamodb
+        }))
+        .unwrap()
+    }
+
+    fn key() -> Value {
+        json!({"entityId": {"S": "A"}})
+    }
+
+    fn lock(tx: &str) -> Value {
+        json!({"M": {"transactionId": {"S": tx}, "status": {"S": "PREPARED"}, "expiresAt": {"N": "1714564900000"}}})
+    }
+
+    fn committed(tx: &str, version: &str, balance: &str) -> Value {
+        json!({"entityId": {"S": "A"}, "data": {"M": {"balance": {"N": balance}}}, "version": {"N": version}, "lastTx": {"S": tx}})
+    }
+
+    fn with_lock(mut image: Value, tx: &str) -> Value {
+        image["lock"] = lock(tx);
+        image["lockShard"] = json!({"S": "1"});
+        image["lockExpiresAt"] = json!({"N": "1714564900000"});
+        image
+    }
+
+    fn placeholder(tx: &str) -> Value {
+        with_lock(json!({"entityId": {"S": "A"}}), tx)
+    }
+
+    fn commit(decision: Decision) -> ChangeRecord {
+        match decision {
+            Decision::Commit(change) => *change,
+            other => panic!("expected a commit, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn commit_of_an_update_is_a_modify() {
+        let old = with_lock(committed("T1", "1", "100"), "T2");
+        let new = committed("T2", "2", "12345678901234567890123456789012345678.5");
+        let change = commit(decide(&config(), &record("MODIFY", "service-a-data", key(), old, new)));
+        assert_eq!(
+            String::from_utf8(change.to_ndjson()).unwrap(),
+            "{\"eventId\":\"e1\",\"transactionId\":\"T2\",\"service\":\"service-a\",\"table\":\"service-a-data\",\
+             \"key\":{\"entityId\":\"A\"},\"change\":\"MODIFY\",\"version\":2,\"committedAt\":\"2024-05-01T12:00:00Z\",\
+             \"data\":{\"balance\":12345678901234567890123456789012345678.5},\"previous\":{\"balance\":100}}\n"
+        );
+        assert_eq!(change.topic(), Some(Topic::entity("service-a-data", "A")));
+        let message: Value = serde_json::from_slice(&change.to_message()).unwrap();
+        assert_eq!(message["type"], "commit");
+        assert_eq!(message["transactionId"], "T2");
+        assert_eq!(message.as_object().unwrap().keys().next().unwrap(), "type");
+    }
+
+    #[test]
+    fn commit_of_a_put_on_a_placeholder_is_an_insert() {
+        let change = commit(decide(
+            &config(),
+            &record("MODIFY", "service-a-data", key(), placeholder("T1"), committed("T1", "1", "5")),
+        ));
+        assert_eq!(change.change, ChangeKind::Insert);
+        assert_eq!(change.previous, Value::Null);
+        assert_eq!(change.version.to_string(), "1");
+    }
+
+    #[test]
+    fn insert_with_last_tx_is_a_commit() {
+        let change = commit(decide(
+            &config(),
+            &record("INSERT", "service-a-data", key(), Value::Null, committed("T1", "1", "5")),
+        ));
+        assert_eq!(change.change, ChangeKind::Insert);
+    }
+
+    #[test]
+    fn prepares_and_aborts_are_skipped() {
+        let c = config();
+        let prepare = record(
+            "MODIFY",
+            "service-a-data",
+            key(),
+            committed("T1", "1", "5"),
+            with_lock(committed("T1", "1", "5"), "T2"),
+        );
+        assert_eq!(decide(&c, &prepare), Decision::Skip(Skip::LastTxUnchanged));
+        let abort = record(
+            "MODIFY",
+            "service-a-data",
+            key(),
+            with_lock(committed("T1", "1", "5"), "T2"),
+            committed("T1", "1", "5"),
+        );
+        assert_eq!(decide(&c, &abort), Decision::Skip(Skip::LastTxUnchanged));
+        let placeholder_insert = record("INSERT", "service-a-data", key(), Value::Null, placeholder("T3"));
+        assert_eq!(decide(&c, &placeholder_insert), Decision::Skip(Skip::NoLastTx));
+        let placeholder_abort = record("REMOVE", "service-a-data", key(), placeholder("T3"), Value::Null);
+        assert_eq!(decide(&c, &placeholder_abort), Decision::Skip(Skip::PlaceholderReleased));
+        let manual = record("REMOVE", "service-a-data", key(), committed("T1", "1", "5"), Value::Null);
+        assert_eq!(decide(&c, &manual), Decision::Skip(Skip::UnlockedRemove));
+    }
+
+    #[test]
+    fn committed_delete_is_a_remove() {
+        let old = with_lock(committed("T1", "7", "5"), "T9");
+        let change = commit(decide(&config(), &record("REMOVE", "service-a-data", key(), old, Value::Null)));
+        assert_eq!(change.change, ChangeKind::Remove);
+        assert_eq!(change.transaction_id, "T9");
+        assert_eq!(change.version.to_string(), "8");
+        assert_eq!(change.data, Value::Null);
+        assert_eq!(change.previous, json!({"balance": 5}));
+    }
+
+    #[test]
+    fn ttl_remove_is_skipped() {
+        let mut r = record("REMOVE", "service-a-data", key(), with_lock(committed("T1", "7", "5"), "T9"), Value::Null);
+        r.user_identity =
+            serde_json::from_value(json!({"type": "Service", "principalId": "dynamodb.amazonaws.com"})).unwrap();
+        assert_eq!(decide(&config(), &r), Decision::Skip(Skip::TimeToLive));
+    }
+
+    #[test]
+    fn malformed_records_are_unprocessable() {
+        let c = config();
+        let keys_only = record("MODIFY", "service-a-data", key(), Value::Null, Value::Null);
+        assert!(matches!(decide(&c, &keys_only), Decision::Unprocessable(_)));
+        let bad_tx =
+            record("MODIFY", "service-a-data", key(), committed("T1", "1", "5"), json!({"lastTx": {"N": "3"}}));
+        assert!(matches!(decide(&c, &bad_tx), Decision::Unprocessable(_)));
+        let no_version =
+            record("MODIFY", "service-a-data", key(), committed("T1", "1", "5"), json!({"lastTx": {"S": "T2"}}));
+        assert!(matches!(decide(&c, &no_version), Decision::Unprocessable(_)));
+        let unknown = record("MODIFY", "other-table", key(), committed("T1", "1", "5"), committed("T2", "2", "5"));
+        assert!(matches!(decide(&c, &unknown), Decision::Unprocessable(m) if m.contains("other-table")));
+        let mut no_arn =
+            record("MODIFY", "service-a-data", key(), committed("T1", "1", "5"), committed("T2", "2", "5"));
+        no_arn.event_source_arn = None;
+        assert!(matches!(decide(&c, &no_arn), Decision::Unprocessable(_)));
+    }
+
+    #[test]
+    fn transaction_outcomes() {
+        let c = config();
+        let keys = json!({"transactionId": {"S": "T1"}});
+        let committing = json!({"transactionId": {"S": "T1"}, "status": {"S": "COMMITTING"}});
+        let committed = json!({"transactionId": {"S": "T1"}, "status": {"S": "COMMITTED"}});
+        let aborted = json!({"transactionId": {"S": "T1"}, "status": {"S": "ABORTED"}});
+        assert_eq!(
+            decide(&c, &record("MODIFY", "transactions", keys.clone(), committing.clone(), committed.clone())),
+            Decision::Ended(TransactionEnded { transaction_id: "T1".into(), status: "COMMITTED".into() })
+        );
+        assert_eq!(
+            decide(&c, &record("INSERT", "transactions", keys.clone(), Value::Null, aborted.clone())),
+            Decision::Ended(TransactionEnded { transaction_id: "T1".into(), status: "ABORTED".into() })
+        );
+        assert_eq!(
+            decide(&c, &record("MODIFY", "transactions", keys.clone(), committed.clone(), committed.clone())),
+            Decision::Skip(Skip::NotAnOutcome)
+        );
+        assert_eq!(
+            decide(&c, &record("MODIFY", "transactions", keys.clone(), Value::Null, committing)),
+            Decision::Skip(Skip::NotAnOutcome)
+        );
+        let ended = TransactionEnded { transaction_id: "T1".into(), status: "ABORTED".into() };
+        assert_eq!(
+            String::from_utf8(ended.to_message()).unwrap(),
+            r#"{"type":"transaction","transactionId":"T1","status":"ABORTED"}"#
+        );
+    }
+
+    #[test]
+    fn arn_parsing() {
+        assert_eq!(table_from_arn("arn:aws:dynamodb:us-east-1:1:table/a-b.c/stream/2024"), Some("a-b.c"));
+        assert_eq!(table_from_arn("arn:aws:dynamodb:us-east-1:1:table/x"), Some("x"));
+        assert_eq!(table_from_arn("arn:aws:sqs:us-east-1:1:queue"), None);
+        assert_eq!(table_from_arn("nonsense"), None);
+    }
+
+    #[test]
+    fn a_table_cannot_belong_to_two_services() {
+        let mut tables = BTreeMap::new();
+        tables.insert("a".to_owned(), "t".to_owned());
+        tables.insert("b".to_owned(), "t".to_owned());
+        assert!(FanoutConfig::new(&tables, "transactions").is_err());
+    }
+}

@@ -1,0 +1,212 @@
+//! Best-effort push of messages to WebSocket subscribers.
+//!
+//! The subscribers of each topic are looked up once per batch; each connection then receives its
+//! messages in stream order (one post after the other), and connections are served concurrently
+//! with a bound. A connection that answers Gone is deleted with all its subscriptions; any other
+//! failure is logged and counted. Nothing here can fail the batch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+
+use futures::StreamExt;
+use tracing::{Instrument, Span, debug, warn};
+
+use super::topic::Topic;
+
+/// Why a post did not reach its connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// 410: the connection is closed; it will never come back.
+    #[error("connection is gone")]
+    Gone,
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Sends one message to one WebSocket connection (`POST @connections/{id}`).
+pub trait ConnectionPoster: Send + Sync {
+    fn post(&self, connection_id: &str, payload: &[u8]) -> impl Future<Output = Result<(), PostError>> + Send;
+}
+
+/// A failure of the subscription store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreError(pub String);
+
+/// Who follows what.
+pub trait Subscriptions: Send + Sync {
+    /// Connection ids subscribed to `topic`.
+    fn subscribers(&self, topic: &Topic) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    /// Forgets a connection and all its subscriptions; answers how many items went.
+    fn remove_connection(&self, connection_id: &str) -> impl Future<Output = Result<usize, StoreError>> + Send;
+}
+
+/// One message for the subscribers of one topic, and the record it comes from (the lines it logs
+/// carry its event and transaction ids, in a span made only when there is something to log).
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub topic: Topic,
+    pub payload: Vec<u8>,
+    pub event_id: String,
+    pub transaction_id: String,
+}
+
+impl Message {
+    fn span(&self) -> Span {
+        super::record_span(&self.event_id, Some(&self.transaction_id))
+    }
+}
+
+/// What [`push`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RealtimeReport {
+    pub messages: usize,
+    pub posted: usize,
+    /// Connections found Gone (and deleted, unless the delete failed too).
+    pub gone: usize,
+    pub failed: usize,
+    /// Topics whose subscribers could not be looked up (their messages were not sent).
+    pub lookup_failed: usize,
+    /// Deletes of gone connections that failed (the connection item expires by TTL anyway).
+    pub remove_failed: usize,
+}
+
+/// The API Gateway management API (`aws-sdk-apigatewaymanagement`). Its endpoint is the WebSocket
+/// API's `https://{api}.execute-api.{region}.amazonaws.com/{stage}` (`WEBSOCKET_ENDPOINT`).
+#[derive(Debug, Clone)]
+pub struct ApiGatewayPoster {
+    client: aws_sdk_apigatewaymanagement::Client,
+}
+
+impl ApiGatewayPoster {
+    pub fn new(client: aws_sdk_apigatewaymanagement::Client) -> Self {
+        ApiGatewayPoster { client }
+    }
+
+    /// A client for `endpoint` built on the shared AWS configuration.
+    pub fn from_config(sdk: &aws_config::SdkConfig, endpoint: &str) -> Self {
+        let config = aws_sdk_apigatewaymanagement::config::Builder::from(sdk).endpoint_url(endpoint).build();
+        Self::new(aws_sdk_apigatewaymanagement::Client::from_conf(config))
+    }
+}
+
+impl ConnectionPoster for ApiGatewayPoster {
+    async fn post(&self, connection_id: &str, payload: &[u8]) -> Result<(), PostError> {
+        let result = self
+            .client
+            .post_to_connection()
+            .connection_id(connection_id)
+            .data(aws_sdk_apigatewaymanagement::primitives::Blob::new(payload.to_vec()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_gone_exception()) => Err(PostError::Gone),
+            Err(err) => Err(PostError::Failed(aws_smithy_types::error::display::DisplayErrorContext(&err).to_string())),
+        }
+    }
+}
+
+/// Pushes `messages` to their topics' subscribers; `concurrency` bounds lookups, connections served
+/// at once and deletes.
+pub async fn push<P, L>(poster: &P, subscriptions: &L, messages: &[Message], concurrency: usize) -> RealtimeReport
+where
+    P: ConnectionPoster,
+    L: Subscriptions,
+{
+    let concurrency = concurrency.max(1);
+    let mut report = RealtimeReport { messages: messages.len(), ..RealtimeReport::default() };
+    if messages.is_empty() {
+        return report;
+    }
+
+    // Each topic once. The stream closures below take owned values (not references) so that the
+    // whole future is `Send` (closures over borrowed arguments trip the compiler's higher-ranked
+    // lifetime check), and the local stack can spawn it.
+    let mut topics: Vec<Topic> = messages.iter().map(|m| m.topic.clone()).collect();
+    topics.sort();
+    topics.dedup();
+    let lookups: Vec<(Topic, Result<Vec<String>, StoreError>)> = futures::stream::iter(topics)
+        .map(|topic: Topic| async move {
+            let result = subscriptions.subscribers(&topic).await;
+            (topic, result)
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let mut subscribers: HashMap<Topic, Vec<String>> = HashMap::new();
+    for (topic, result) in lookups {
+        match result {
+            Ok(ids) => {
+                subscribers.insert(topic, ids);
+            }
+            Err(err) => {
+                report.lookup_failed += 1;
+                warn!(%topic, error = %err, "subscriber lookup failed; the topic's messages are not pushed");
+            }
+        }
+    }
+
+    // Per connection, its messages (indexes) in stream order.
+    let mut per_connection: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (index, message) in messages.iter().enumerate() {
+        for id in subscribers.get(&message.topic).into_iter().flatten() {
+            per_connection.entry(id.clone()).or_default().push(index);
+        }
+    }
+
+    let outcomes: Vec<(String, usize, usize, bool)> = futures::stream::iter(per_connection)
+        .map(|(id, queue): (String, Vec<usize>)| async move {
+            let (mut posted, mut failed) = (0, 0);
+            for index in queue {
+                let message = &messages[index];
+                // The SDK's own (debug) lines get the record's span too, when they are on at all.
+                let span = if tracing::enabled!(tracing::Level::DEBUG) { message.span() } else { Span::none() };
+                match poster.post(&id, &message.payload).instrument(span).await {
+                    Ok(()) => posted += 1,
+                    Err(PostError::Gone) => {
+                        message.span().in_scope(|| debug!(connection_id = %id, "connection gone"));
+                        return (id, posted, failed, true);
+                    }
+                    Err(PostError::Failed(error)) => {
+                        failed += 1;
+                        message.span().in_scope(
+                            || warn!(connection_id = %id, %error, topic = %message.topic, "WebSocket push failed"),
+                        );
+                    }
+                }
+            }
+            (id, posted, failed, false)
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+
+    let mut gone = Vec::new();
+    for (id, posted, failed, is_gone) in outcomes {
+        report.posted += posted;
+        report.failed += failed;
+        if is_gone {
+            gone.push(id);
+        }
+    }
+    report.gone = gone.len();
+    let removals: Vec<(String, Result<usize, StoreError>)> = futures::stream::iter(gone)
+        .map(|id: String| async move {
+            let result = subscriptions.remove_connection(&id).await;
+            (id, result)
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    for (id, result) in removals {
+        match result {
+            Ok(items) => debug!(connection_id = %id, items, "removed gone connection"),
+            Err(err) => {
+                report.remove_failed += 1;
+                warn!(connection_id = %id, error = %err, "could not remove a gone connection");
+            }
+        }
+    }
+    report
+}

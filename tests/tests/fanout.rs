@@ -1,0 +1,704 @@
+//! Commit fan-out against DynamoDB Local (streams read through the Streams API), the real
+//! `aws-sdk-firehose` client against a local Firehose endpoint, and the real
+//! `aws-sdk-apigatewaymanagement` client against a local `@connections` endpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use aws_sdk_dynamodb::types::AttributeValue;
+use local_services::apigw::{ManagementApi, MemoryRegistry};
+use local_services::firehose::{self, CallFault, Firehose};
+use local_services::streams::{StartAt, StreamReader, lambda_event};
+use serde_json::{Value, json};
+use twopc::fanout::connections::{self, ConnectionRequest, ConnectionStore};
+use twopc::fanout::memory::{MemoryPoster, MemorySubscriptions};
+use twopc::fanout::{
+    ApiGatewayPoster, FanoutConfig, FirehoseSink, Options, RetryPolicy, StreamProcessor, Topic, prepare,
+};
+use twopc::tables::{self, connection_attr};
+use twopc_tests::TestEnv;
+
+const REGION: &str = "us-east-1";
+/// The lake record's fields, in the contract's order.
+const LAKE_FIELDS: [&str; 10] =
+    ["eventId", "transactionId", "service", "table", "key", "change", "version", "committedAt", "data", "previous"];
+
+fn credentials() -> aws_sdk_firehose::config::Credentials {
+    aws_sdk_firehose::config::Credentials::new("fake", "fake", None, None, "test")
+}
+
+/// The real Firehose client on the local endpoint, SDK retries off so the processor's own retries
+/// are what the test sees.
+fn firehose_client(url: &str) -> aws_sdk_firehose::Client {
+    let config = aws_sdk_firehose::Config::builder()
+        .behavior_version(aws_sdk_firehose::config::BehaviorVersion::latest())
+        .region(aws_sdk_firehose::config::Region::new(REGION))
+        .credentials_provider(credentials())
+        .endpoint_url(url)
+        .retry_config(aws_sdk_firehose::config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_firehose::Client::from_conf(config)
+}
+
+fn management_client(endpoint: &str) -> aws_sdk_apigatewaymanagement::Client {
+    let config = aws_sdk_apigatewaymanagement::Config::builder()
+        .behavior_version(aws_sdk_apigatewaymanagement::config::BehaviorVersion::latest())
+        .region(aws_sdk_apigatewaymanagement::config::Region::new(REGION))
+        .credentials_provider(credentials())
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_apigatewaymanagement::Client::from_conf(config)
+}
+
+fn streams_client() -> aws_sdk_dynamodbstreams::Client {
+    let config = aws_sdk_dynamodbstreams::Config::builder()
+        .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodbstreams::config::Region::new(REGION))
+        .credentials_provider(credentials())
+        .endpoint_url(dynamodb_local::shared().endpoint())
+        .build();
+    aws_sdk_dynamodbstreams::Client::from_conf(config)
+}
+
+/// Fast retries: the same bounded algorithm, without the waiting.
+fn fast() -> Options {
+    Options {
+        retry: RetryPolicy {
+            max_attempts: 4,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+        },
+        ..Options::default()
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// The local edges: Firehose into memory, `@connections` into a registry, a connections table.
+struct Edges {
+    firehose: Firehose,
+    lake: firehose::MemorySink,
+    api: ManagementApi,
+    registry: MemoryRegistry,
+    connections: ConnectionStore,
+}
+
+impl Edges {
+    async fn start() -> Edges {
+        let lake = firehose::MemorySink::default();
+        let firehose = Firehose::start(lake.clone()).await.expect("firehose starts");
+        let registry = MemoryRegistry::default();
+        let api = ManagementApi::start(registry.clone(), "test").await.expect("management API starts");
+        let client = twopc_tests::dynamodb().await;
+        let table = unique("connections");
+        tables::connections_table(&table).create_if_missing(&client).await.expect("connections table");
+        Edges { firehose, lake, api, registry, connections: ConnectionStore::new(client, table) }
+    }
+
+    fn processor(&self, config: FanoutConfig) -> StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore> {
+        StreamProcessor::new(
+            config,
+            FirehoseSink::new(firehose_client(self.firehose.url()), "lake-stream"),
+            ApiGatewayPoster::new(management_client(self.api.endpoint())),
+            self.connections.clone(),
+        )
+        .with_options(fast())
+    }
+
+    /// An open WebSocket connection subscribed to `topics`.
+    async fn subscriber(&self, id: &str, topics: &[Topic]) {
+        self.registry.connect(id);
+        self.record_subscription(id, topics).await;
+    }
+
+    /// A connection the table knows but API Gateway does not (closed without `$disconnect`).
+    async fn record_subscription(&self, id: &str, topics: &[Topic]) {
+        self.connections.connect(id, SystemTime::now()).await.expect("connect");
+        self.connections.subscribe(id, topics, SystemTime::now()).await.expect("subscribe");
+    }
+
+    /// Items of one connection in the connections table (consistent read).
+    async fn items_of(&self, connection_id: &str) -> Vec<String> {
+        let client = twopc_tests::dynamodb().await;
+        let out = client
+            .query()
+            .table_name(self.connections.table())
+            .key_condition_expression("#c = :c")
+            .expression_attribute_names("#c", connection_attr::CONNECTION_ID)
+            .expression_attribute_values(":c", AttributeValue::S(connection_id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("query");
+        out.items().iter().filter_map(|i| i.get(connection_attr::TOPIC).and_then(|t| t.as_s().ok()).cloned()).collect()
+    }
+}
+
+fn fanout_config(env: &TestEnv) -> FanoutConfig {
+    let tables: BTreeMap<String, String> =
+        env.participants.keys().map(|service| (service.clone(), env.table(service).to_owned())).collect();
+    FanoutConfig::new(&tables, env.transactions.table()).expect("a valid configuration")
+}
+
+/// Reads a table's stream from its start until the record of a marker item, written now, shows up:
+/// every record written before it is then in hand. Polls; never sleeps in place of a condition.
+async fn read_stream(client: &aws_sdk_dynamodb::Client, table: &str, key_attribute: &str) -> Vec<EventRecord> {
+    let marker = unique("zz-marker");
+    client
+        .put_item()
+        .table_name(table)
+        .item(key_attribute, AttributeValue::S(marker.clone()))
+        .send()
+        .await
+        .expect("marker written");
+    let described = client.describe_table().table_name(table).send().await.expect("describe");
+    let arn = described.table().and_then(|t| t.latest_stream_arn()).expect("the table streams").to_owned();
+    let mut reader = StreamReader::new(streams_client(), arn, StartAt::TrimHorizon);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut records = Vec::new();
+    loop {
+        records.extend(reader.poll().await.expect("stream read"));
+        let seen = records.iter().any(|r: &EventRecord| {
+            twopc::fanout::convert::item_to_json(r.change.keys.inner()).ok().and_then(|k| k.get(key_attribute).cloned())
+                == Some(json!(marker))
+        });
+        if seen {
+            return records;
+        }
+        assert!(Instant::now() < deadline, "the marker never reached the stream of {table}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn post_ok(env: &TestEnv, body: Value, expected: u16) -> String {
+    let (status, answer) = env.post(&body, None).await;
+    assert_eq!(status, expected, "{answer}");
+    answer["transactionId"].as_str().expect("a transaction id").to_owned()
+}
+
+fn by_key(records: &[Value]) -> BTreeMap<(String, String, u64), Value> {
+    records
+        .iter()
+        .map(|r| {
+            let id = r["key"]["entityId"].as_str().unwrap().to_owned();
+            ((r["table"].as_str().unwrap().to_owned(), id, r["version"].as_u64().unwrap()), r.clone())
+        })
+        .collect()
+}
+
+/// 1. Real transactions on DynamoDB Local: commits, a refusal, a put of a new entity, an aborted put
+/// (placeholder released) and a delete. Exactly the committed changes reach the lake.
+#[tokio::test]
+async fn exactly_the_committed_changes_reach_the_lake() {
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    let (a, b) = (env.table("service-a").to_owned(), env.table("service-b").to_owned());
+    env.put_account("service-a", "A", "500").await;
+    env.put_account("service-b", "B", "100").await;
+
+    let transfer = post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "100"), 200).await;
+    let refused = post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "1000"), 409).await;
+    let big = "12345678901234567890123456789012345678";
+    let put = post_ok(
+        &env,
+        json!({"participants": [{"service": "service-a", "operations": [
+            {"op": "put", "key": {"entityId": "C"}, "ifNotExists": true,
+             "data": {"owner": "carol", "balance": serde_json::from_str::<Value>(big).unwrap(), "rate": 0.1}}]}]}),
+        200,
+    )
+    .await;
+    let aborted_put = post_ok(
+        &env,
+        json!({"participants": [
+            {"service": "service-a", "operations": [{"op": "put", "key": {"entityId": "D"}, "data": {"x": 1}, "ifNotExists": true}]},
+            {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": -1000, "min": 0}]}
+        ]}),
+        409,
+    )
+    .await;
+    // Two writing participants: the two-phase path, where a delete's REMOVE carries its lock.
+    let delete = post_ok(
+        &env,
+        json!({"participants": [
+            {"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "A"}}]},
+            {"service": "service-b", "operations": [{"op": "set", "key": {"entityId": "B"}, "set": {"note": "A closed"}}]}
+        ]}),
+        200,
+    )
+    .await;
+    assert!(env.locked_items().await.is_empty());
+
+    let mut records = read_stream(&env.client, &a, "entityId").await;
+    records.extend(read_stream(&env.client, &b, "entityId").await);
+    let event = lambda_event(records);
+    let processor = edges.processor(fanout_config(&env));
+    let outcome = processor.process(&event).await;
+
+    assert!(outcome.response.batch_item_failures.is_empty(), "{:?}", outcome.response);
+    let lake = edges.lake.json();
+    assert_eq!(lake.len(), 5, "{lake:#?}");
+    let lake_by_key = by_key(&lake);
+    let expect = |table: &str, id: &str, version: u64| {
+        lake_by_key
+            .get(&(table.to_owned(), id.to_owned(), version))
+            .unwrap_or_else(|| panic!("{table}/{id} v{version} in {lake:#?}"))
+    };
+
+    let a1 = expect(&a, "A", 1);
+    assert_eq!(a1["transactionId"], transfer.as_str());
+    assert_eq!((a1["service"].as_str(), a1["change"].as_str()), (Some("service-a"), Some("MODIFY")));
+    assert_eq!(a1["data"], json!({"balance": 400}));
+    assert_eq!(a1["previous"], json!({"balance": 500}));
+    let b1 = expect(&b, "B", 1);
+    assert_eq!(b1["transactionId"], transfer.as_str());
+    assert_eq!(b1["service"], "service-b");
+    assert_eq!((b1["data"].clone(), b1["previous"].clone()), (json!({"balance": 200}), json!({"balance": 100})));
+
+    let c1 = expect(&a, "C", 1);
+    assert_eq!(c1["transactionId"], put.as_str());
+    assert_eq!(c1["change"], "INSERT");
+    assert_eq!(c1["previous"], Value::Null);
+    assert_eq!(c1["data"]["balance"].to_string(), big, "38 digits survive end to end");
+    assert_eq!(c1["data"]["rate"].to_string(), "0.1");
+    assert_eq!(c1["data"]["owner"], "carol");
+
+    let b2 = expect(&b, "B", 2);
+    assert_eq!(b2["transactionId"], delete.as_str());
+    assert_eq!(b2["data"], json!({"balance": 200, "note": "A closed"}));
+    assert_eq!(b2["previous"], json!({"balance": 200}));
+
+    let a2 = expect(&a, "A", 2);
+    assert_eq!(a2["transactionId"], delete.as_str());
+    assert_eq!(a2["change"], "REMOVE");
+    assert_eq!(a2["data"], Value::Null);
+    assert_eq!(a2["previous"], json!({"balance": 400}));
+
+    for record in &lake {
+        let fields: Vec<&str> = record.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(fields, LAKE_FIELDS, "contract field order");
+        assert_ne!(record["transactionId"], refused.as_str());
+        assert_ne!(record["transactionId"], aborted_put.as_str());
+        assert!(event.records.iter().any(|r| record["eventId"] == r.event_id.as_str()));
+        let at = record["committedAt"].as_str().unwrap();
+        assert!(at.len() >= 20 && at.ends_with('Z') && at.as_bytes()[10] == b'T', "{at}");
+    }
+    // Raw lines: one JSON object per line, newline-terminated, the number's text intact.
+    for (_, line) in edges.lake.records() {
+        assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+        assert!(line.ends_with(b"\n"));
+    }
+    assert!(edges.lake.records().iter().any(|(_, l)| String::from_utf8_lossy(l).contains(big)));
+    let summary = &outcome.summary;
+    assert_eq!((summary.commits, summary.delivered, summary.unprocessable), (5, 5, 0));
+    assert!(summary.skipped >= 8, "prepares, aborts and plain writes are skipped: {summary:?}");
+}
+
+/// A delete by a transaction with a single writing participant reaches the lake like any other (such a
+/// transaction takes the two-phase path, so the removed item carries the transaction's lock).
+#[tokio::test]
+async fn a_single_participant_delete_reaches_the_lake() {
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    let a = env.table("service-a").to_owned();
+    env.put_account("service-a", "A", "500").await;
+    let delete = post_ok(
+        &env,
+        json!({"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "A"}}]}]}),
+        200,
+    )
+    .await;
+    let event = lambda_event(read_stream(&env.client, &a, "entityId").await);
+    let outcome = edges.processor(fanout_config(&env)).process(&event).await;
+    assert!(outcome.response.batch_item_failures.is_empty());
+    let lake = edges.lake.json();
+    assert_eq!(lake.len(), 1, "{lake:#?}");
+    assert_eq!(lake[0]["transactionId"], delete.as_str());
+    assert_eq!(lake[0]["change"], "REMOVE");
+    assert_eq!(lake[0]["version"], 1);
+    assert_eq!(lake[0]["previous"], json!({"balance": 500}));
+}
+
+/// Every attribute type a stream image can hold, through the Streams API and the converters.
+#[tokio::test]
+async fn every_attribute_type_survives_the_stream() {
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    let table = env.table("service-a").to_owned();
+    let data = AttributeValue::M(
+        [
+            ("s", AttributeValue::S("text".into())),
+            ("n", AttributeValue::N("-12345678901234567890123456789012345678".into())),
+            ("f", AttributeValue::N("0.000000000000000000000000000000000001".into())),
+            ("b", AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(b"bytes\x00\xff".to_vec()))),
+            ("t", AttributeValue::Bool(true)),
+            ("z", AttributeValue::Null(true)),
+            ("m", AttributeValue::M([("k".to_owned(), AttributeValue::N("1".into()))].into())),
+            ("l", AttributeValue::L(vec![AttributeValue::S("x".into()), AttributeValue::N("2".into())])),
+            ("ss", AttributeValue::Ss(vec!["a".into(), "b".into()])),
+            ("ns", AttributeValue::Ns(vec!["1".into()])),
+            ("bs", AttributeValue::Bs(vec![aws_sdk_dynamodb::primitives::Blob::new(vec![1u8, 2, 3])])),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect(),
+    );
+    // A commit as the participant writes it for a new entity whose prepare left no placeholder.
+    env.client
+        .put_item()
+        .table_name(&table)
+        .item("entityId", AttributeValue::S("E".into()))
+        .item("data", data)
+        .item("version", AttributeValue::N("1".into()))
+        .item("lastTx", AttributeValue::S("T-types".into()))
+        .send()
+        .await
+        .unwrap();
+    let event = lambda_event(read_stream(&env.client, &table, "entityId").await);
+    let outcome = edges.processor(fanout_config(&env)).process(&event).await;
+    assert!(outcome.response.batch_item_failures.is_empty());
+    let records = edges.lake.records();
+    assert_eq!(records.len(), 1);
+    let line = String::from_utf8(records[0].1.clone()).unwrap();
+    assert!(
+        line.contains(
+            r#""data":{"b":"Ynl0ZXMA/w==","bs":["AQID"],"f":0.000000000000000000000000000000000001,"l":["x",2],"m":{"k":1},"n":-12345678901234567890123456789012345678,"ns":[1],"s":"text","ss":["a","b"],"t":true,"z":null},"previous":null}"#
+        ),
+        "{line}"
+    );
+}
+
+fn arn(table: &str) -> String {
+    format!("arn:aws:dynamodb:{REGION}:123456789012:table/{table}/stream/2024-05-01T00:00:00.000")
+}
+
+fn sequence(seq: usize) -> String {
+    format!("{:021}", 4_421_584_500_000_000_000usize + seq)
+}
+
+/// A Lambda stream record of a commit (lastTx changed) of `id` to `version`, with a note of `size` bytes.
+fn commit_record(seq: usize, table: &str, id: &str, version: u64, size: usize) -> Value {
+    let old = json!({"entityId": {"S": id}, "data": {"M": {"n": {"N": (version - 1).to_string()}}},
+        "version": {"N": (version - 1).to_string()}, "lastTx": {"S": "T-before"},
+        "lock": {"M": {"transactionId": {"S": format!("T-{seq}")}, "status": {"S": "PREPARED"}, "expiresAt": {"N": "1714564830000"}}},
+        "lockShard": {"S": "1"}, "lockExpiresAt": {"N": "1714564830000"}});
+    let new = json!({"entityId": {"S": id}, "data": {"M": {"n": {"N": version.to_string()}, "note": {"S": "x".repeat(size)}}},
+        "version": {"N": version.to_string()}, "lastTx": {"S": format!("T-{seq}")}});
+    stream_record(seq, table, id, old, new)
+}
+
+/// A prepare: a lock added, lastTx unchanged.
+fn prepare_record(seq: usize, table: &str, id: &str) -> Value {
+    let old = json!({"entityId": {"S": id}, "data": {"M": {}}, "version": {"N": "3"}, "lastTx": {"S": "T-before"}});
+    let mut new = old.clone();
+    new["lock"] = json!({"M": {"transactionId": {"S": format!("T-{seq}")}, "status": {"S": "PREPARED"}, "expiresAt": {"N": "1"}}});
+    stream_record(seq, table, id, old, new)
+}
+
+fn stream_record(seq: usize, table: &str, id: &str, old: Value, new: Value) -> Value {
+    json!({
+        "eventID": format!("ev-{seq:05}"), "eventName": "MODIFY", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+        "awsRegion": REGION, "eventSourceARN": arn(table),
+        "dynamodb": {"ApproximateCreationDateTime": 1714564800, "Keys": {"entityId": {"S": id}}, "OldImage": old, "NewImage": new,
+                     "SequenceNumber": sequence(seq), "SizeBytes": 300, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    })
+}
+
+fn event_of(records: Vec<Value>) -> Event {
+    serde_json::from_value(json!({"Records": records})).expect("a valid stream event")
+}
+
+fn synthetic_config() -> FanoutConfig {
+    FanoutConfig::new(&BTreeMap::from([("service-a".to_owned(), "service-a-data".to_owned())]), "transactions").unwrap()
+}
+
+/// A processor whose lake is the local Firehose through the real SDK, with in-memory realtime.
+fn lake_processor(firehose: &Firehose) -> StreamProcessor<FirehoseSink, MemoryPoster, MemorySubscriptions> {
+    StreamProcessor::new(
+        synthetic_config(),
+        FirehoseSink::new(firehose_client(firehose.url()), "lake-stream"),
+        MemoryPoster::default(),
+        MemorySubscriptions::default(),
+    )
+    .with_options(fast())
+}
+
+fn event_ids(lake: &firehose::MemorySink) -> Vec<String> {
+    lake.json().iter().map(|r| r["eventId"].as_str().unwrap().to_owned()).collect()
+}
+
+/// 2. Partial failures are retried (only the failed entries), chunks respect the limits, and what
+/// still fails comes back as batch item failures naming exactly those records.
+#[tokio::test]
+async fn firehose_partial_failures_are_retried_and_the_rest_reported() {
+    let lake = firehose::MemorySink::default();
+    let firehose = Firehose::start(lake.clone()).await.unwrap();
+    let mut records = Vec::new();
+    for seq in 0..1300 {
+        records.push(if seq % 13 == 5 {
+            prepare_record(seq, "service-a-data", &format!("P{seq}"))
+        } else {
+            commit_record(seq, "service-a-data", &format!("K{seq}"), 1 + (seq % 7) as u64, 2000)
+        });
+    }
+    let commits: Vec<String> = (0..1300).filter(|s| s % 13 != 5).map(|s| format!("ev-{s:05}")).collect();
+    firehose.fail_next_calls(1);
+    firehose.fail_entries_containing(br#""eventId":"ev-00007""#, Some(1));
+    firehose.fail_entries_containing(br#""eventId":"ev-00042""#, Some(2));
+    firehose.fail_entries_containing(br#""eventId":"ev-00100""#, None);
+    firehose.fail_entries_containing(br#""eventId":"ev-01299""#, None);
+
+    let outcome = lake_processor(&firehose).process(&event_of(records)).await;
+
+    assert_eq!(outcome.failed_sequence_numbers(), vec![Some(sequence(100)), Some(sequence(1299))]);
+    let mut delivered = event_ids(&lake);
+    let count = delivered.len();
+    delivered.sort();
+    delivered.dedup();
+    assert_eq!(count, delivered.len(), "no record accepted twice");
+    let expected: Vec<String> = commits.iter().filter(|id| *id != "ev-00100" && *id != "ev-01299").cloned().collect();
+    assert_eq!(delivered, expected);
+
+    let calls = firehose.calls();
+    assert!(calls.iter().all(|c| c.operation == "PutRecordBatch" && c.stream == "lake-stream"));
+    assert!(calls.iter().all(|c| c.records <= 500 && c.bytes <= 4 * 1024 * 1024), "{calls:?}");
+    assert_eq!(calls.iter().filter(|c| c.status == 500).count(), 1);
+    // First try: every commit; then only what failed. The always-failing pair is tried four times.
+    let first: usize = calls.iter().take(3).map(|c| c.records).sum();
+    assert_eq!(first, commits.len());
+    let retried: usize = calls.iter().skip(3).map(|c| c.records).sum();
+    assert!(retried <= 511, "only failed entries are re-sent, got {retried}");
+    let attempts_of_100 = calls.iter().filter(|c| c.failed_entries > 0).count();
+    assert!(attempts_of_100 >= 4, "{calls:?}");
+    assert_eq!(outcome.summary.delivered, commits.len() - 2);
+}
+
+/// Whole calls failing every time: all commits of the batch are reported, none counted delivered.
+#[tokio::test]
+async fn firehose_outage_reports_every_commit() {
+    let lake = firehose::MemorySink::default();
+    let firehose = Firehose::start(lake.clone()).await.unwrap();
+    firehose.fail_next_calls(1000);
+    let records = vec![
+        commit_record(1, "service-a-data", "A", 2, 10),
+        prepare_record(2, "service-a-data", "B"),
+        commit_record(3, "service-a-data", "C", 5, 10),
+    ];
+    let outcome = lake_processor(&firehose).process(&event_of(records)).await;
+    assert_eq!(outcome.failed_sequence_numbers(), vec![Some(sequence(1)), Some(sequence(3))]);
+    assert!(lake.is_empty());
+    assert_eq!(outcome.summary.delivered, 0);
+    assert_eq!(firehose.calls().len(), 4, "bounded: four tries");
+}
+
+/// A fatal error (no such delivery stream) is not retried; the records are reported.
+#[tokio::test]
+async fn firehose_fatal_errors_are_reported_without_retries() {
+    let firehose = Firehose::start(firehose::MemorySink::default()).await.unwrap();
+    firehose.fail_next_calls_with(
+        1,
+        CallFault::Error {
+            status: 400,
+            error_type: "ResourceNotFoundException".into(),
+            message: "no such stream".into(),
+        },
+    );
+    let outcome =
+        lake_processor(&firehose).process(&event_of(vec![commit_record(1, "service-a-data", "A", 2, 10)])).await;
+    assert_eq!(outcome.failed_sequence_numbers(), vec![Some(sequence(1))]);
+    assert_eq!(firehose.calls().len(), 1);
+}
+
+/// A record over Firehose's 1,000 KiB is never sent, and reported; its neighbours go through.
+#[tokio::test]
+async fn oversized_records_are_reported_not_dropped() {
+    let lake = firehose::MemorySink::default();
+    let firehose = Firehose::start(lake.clone()).await.unwrap();
+    let records = vec![
+        commit_record(1, "service-a-data", "A", 2, 10),
+        commit_record(2, "service-a-data", "HUGE", 2, 1_100_000),
+        commit_record(3, "service-a-data", "C", 2, 10),
+    ];
+    let outcome = lake_processor(&firehose).process(&event_of(records)).await;
+    assert_eq!(outcome.failed_sequence_numbers(), vec![Some(sequence(2))]);
+    assert_eq!(event_ids(&lake), vec!["ev-00001", "ev-00003"]);
+    assert!(firehose.calls().iter().all(|c| c.bytes < 1_000_000));
+}
+
+/// 3. Pushes go through the real management client to the right connections only, in stream order;
+/// a 410 removes the connection and all its items from the connections table.
+#[tokio::test]
+async fn websocket_pushes_reach_the_right_connections_and_gone_ones_are_removed() {
+    let edges = Edges::start().await;
+    let table = "service-a-data";
+    let (a, b) = (Topic::entity(table, "A"), Topic::entity(table, "B"));
+    // Real connection ids end in '=': the path encoding is exercised.
+    edges.subscriber("conn-a=", std::slice::from_ref(&a)).await;
+    edges.subscriber("conn-b=", &[b.clone(), Topic::transaction("unrelated")]).await;
+    edges.subscriber("conn-z=", &[Topic::entity(table, "Z")]).await;
+    edges.record_subscription("conn-gone=", &[a.clone(), b.clone()]).await;
+    assert_eq!(edges.items_of("conn-gone=").await.len(), 3);
+
+    let records = vec![
+        commit_record(1, table, "A", 1, 10),
+        commit_record(2, table, "B", 1, 10),
+        prepare_record(3, table, "A"),
+        commit_record(4, table, "A", 2, 10),
+    ];
+    let outcome = edges.processor(synthetic_config()).process(&event_of(records)).await;
+
+    assert!(outcome.response.batch_item_failures.is_empty());
+    let to_a = edges.registry.json("conn-a=");
+    assert_eq!(to_a.len(), 2, "{to_a:#?}");
+    assert_eq!(to_a.iter().map(|m| m["version"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 2], "stream order");
+    let lake = edges.lake.json();
+    for message in &to_a {
+        assert_eq!(message["type"], "commit");
+        let mut as_record = message.clone();
+        as_record.as_object_mut().unwrap().shift_remove("type");
+        assert!(lake.contains(&as_record), "a push is the lake record plus its type: {message}");
+    }
+    let to_b = edges.registry.json("conn-b=");
+    assert_eq!(to_b.len(), 1);
+    assert_eq!(to_b[0]["key"], json!({"entityId": "B"}));
+    assert!(edges.registry.messages("conn-z=").is_empty());
+
+    assert!(edges.items_of("conn-gone=").await.is_empty(), "a Gone connection is deleted with its subscriptions");
+    assert_eq!(edges.items_of("conn-a=").await.len(), 2);
+    let realtime = outcome.summary.realtime.expect("within budget");
+    assert_eq!((realtime.posted, realtime.gone, realtime.failed, realtime.remove_failed), (3, 1, 0, 0));
+}
+
+/// 4. A subscriber of `tx:<id>` learns that the transaction ended, and how; it does not hear about
+/// other transactions, and outcomes never reach the lake.
+#[tokio::test]
+async fn transaction_followers_learn_the_outcome() {
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    env.put_account("service-a", "A", "500").await;
+    env.put_account("service-b", "B", "100").await;
+    let committed = post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "100"), 200).await;
+    let aborted = post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "9999"), 409).await;
+    edges.subscriber("follower=", &[Topic::transaction(&committed), Topic::transaction(&aborted)]).await;
+    edges.subscriber("other=", &[Topic::transaction("someone-else")]).await;
+
+    let event = lambda_event(read_stream(&env.client, env.transactions.table(), "transactionId").await);
+    let outcome = edges.processor(fanout_config(&env)).process(&event).await;
+
+    assert!(outcome.response.batch_item_failures.is_empty());
+    assert_eq!(
+        edges.registry.json("follower="),
+        vec![
+            json!({"type": "transaction", "transactionId": committed, "status": "COMMITTED"}),
+            json!({"type": "transaction", "transactionId": aborted, "status": "ABORTED"}),
+        ]
+    );
+    assert!(edges.registry.messages("other=").is_empty());
+    assert!(edges.lake.is_empty(), "transaction outcomes are not lake records");
+    assert_eq!(outcome.summary.outcomes, 2);
+}
+
+fn sample(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn websocket_sample(name: &str) -> ApiGatewayWebsocketProxyRequest {
+    serde_json::from_slice(&sample(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn parse_websocket(request: &ApiGatewayWebsocketProxyRequest) -> ConnectionRequest {
+    let body = connections::message_body(request.body.as_deref(), request.is_base64_encoded).unwrap();
+    let route = request.request_context.route_key.as_deref().unwrap_or("$default");
+    connections::parse_request(route, body.as_deref()).unwrap()
+}
+
+/// 5. Every sample event of the fan-out is accepted by its handler's parsing and means what it says.
+#[test]
+fn sample_events_are_accepted() {
+    let tables = BTreeMap::from([
+        ("service-a".to_owned(), "service-a-data".to_owned()),
+        ("service-b".to_owned(), "service-b-data".to_owned()),
+    ]);
+    let config = FanoutConfig::new(&tables, "transactions").unwrap();
+    let commit: Event = serde_json::from_slice(&sample("stream-processor-commit.json")).unwrap();
+    let batch = prepare(&config, &commit);
+    assert_eq!((batch.commits, batch.skipped, batch.unprocessable.len()), (1, 1, 0));
+    let transaction: Event = serde_json::from_slice(&sample("stream-processor-transaction.json")).unwrap();
+    let batch = prepare(&config, &transaction);
+    assert_eq!((batch.outcomes, batch.unprocessable.len()), (1, 0));
+
+    assert_eq!(parse_websocket(&websocket_sample("connections-connect.json")), ConnectionRequest::Connect);
+    assert_eq!(parse_websocket(&websocket_sample("connections-disconnect.json")), ConnectionRequest::Disconnect);
+    assert!(
+        matches!(parse_websocket(&websocket_sample("connections-subscribe.json")), ConnectionRequest::Subscribe(t) if t.len() == 2)
+    );
+    assert!(
+        matches!(parse_websocket(&websocket_sample("connections-unsubscribe.json")), ConnectionRequest::Unsubscribe(t) if t.len() == 1)
+    );
+
+    // Every fan-out sample in events/ is covered above.
+    let covered: BTreeSet<&str> = [
+        "stream-processor-commit.json",
+        "stream-processor-transaction.json",
+        "connections-connect.json",
+        "connections-disconnect.json",
+        "connections-subscribe.json",
+        "connections-unsubscribe.json",
+    ]
+    .into();
+    let dir = format!("{}/../events", env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.starts_with("stream-processor") || name.starts_with("connections") {
+            assert!(covered.contains(name.as_str()), "{name} has no parsing check");
+        }
+    }
+}
+
+/// The connections function's routes, with the sample events, against the connections table.
+#[tokio::test]
+async fn connection_routes_keep_the_table() {
+    let edges = Edges::start().await;
+    let store = &edges.connections;
+    let now = SystemTime::now();
+    let serve = |name: &'static str| async move {
+        let request = websocket_sample(name);
+        let body = connections::message_body(request.body.as_deref(), request.is_base64_encoded).unwrap();
+        connections::handle(
+            store,
+            request.request_context.connection_id.as_deref(),
+            request.request_context.route_key.as_deref().unwrap(),
+            body.as_deref(),
+            now,
+        )
+        .await
+    };
+    let id = "L0SM9cOFvHcCIhw=";
+    assert_eq!(serve("connections-connect.json").await.status_code, 200);
+    assert_eq!(edges.items_of(id).await, vec!["$connection"]);
+    let subscribed = serve("connections-subscribe.json").await;
+    assert_eq!(subscribed.status_code, 200, "{subscribed:?}");
+    let entity = Topic::entity("service-a-data", "A").to_string();
+    assert_eq!(store.subscribers_of(&entity).await.unwrap(), vec![id]);
+    assert_eq!(edges.items_of(id).await.len(), 3);
+    assert_eq!(serve("connections-unsubscribe.json").await.status_code, 200);
+    assert!(store.subscribers_of(&entity).await.unwrap().is_empty());
+
+    let refused = connections::handle(
+        store,
+        Some(id),
+        "subscribe",
+        Some(r#"{"action": "subscribe", "topics": ["entity:A"]}"#),
+        now,
+    )
+    .await;
+    assert_eq!(refused.status_code, 400);
+    assert!(refused.body.unwrap().contains("topics[0]"));
+    assert_eq!(edges.items_of(id).await.len(), 2, "a refused message writes nothing");
+
+    assert_eq!(serve("connections-disconnect.json").await.status_code, 200);
+    assert!(edges.items_of(id).await.is_empty());
+}

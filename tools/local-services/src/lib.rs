@@ -1,0 +1,49 @@
+//! Local stand-ins for the remote edges of the fan-out, speaking the real wire protocols so the
+//! real AWS SDK clients talk to them unchanged (only `endpoint_url` differs):
+//!
+//! - [`firehose::Firehose`]: Firehose's `PutRecordBatch`/`PutRecord` (AWS JSON 1.1); records go to a
+//!   [`firehose::RecordSink`] (memory for tests, NDJSON files under a lake folder for the local stack);
+//!   chosen entries or whole calls can be made to fail.
+//! - [`apigw::ManagementApi`]: the WebSocket API's `@connections` management API; posts go to a
+//!   [`apigw::ConnectionRegistry`]; unknown connections answer 410 `GoneException`.
+//! - [`streams`]: DynamoDB Streams records read through the Streams API, as the Lambda event.
+//!
+//! Servers bind 127.0.0.1 (port 0 unless told otherwise) and stop when dropped.
+
+pub mod apigw;
+pub mod firehose;
+pub mod streams;
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::task::JoinHandle;
+
+/// An axum app served on a loopback port until dropped.
+struct Server {
+    url: String,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(addr: &str, app: axum::Router) -> io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local: SocketAddr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "local service stopped");
+            }
+        });
+        Ok(Server { url: format!("http://{local}"), task })
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
