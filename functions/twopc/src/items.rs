@@ -217,23 +217,33 @@ impl DataTable {
             let shard_value = e.value(s(format!("lock#{shard}")));
             let expiry = e.name(a::LOCK_EXPIRES_AT);
             let now = e.value(n(now_ms));
-            let out = self
-                .client
-                .query()
-                .table_name(&self.name)
-                .index_name(crate::tables::LOCKS_INDEX)
-                .key_condition_expression(format!("{shard_name} = {shard_value} AND {expiry} < {now}"))
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .limit(limit)
-                .send()
-                .await
-                .map_err(|err| StoreError::new("Query", &self.name, err))?;
-            keys.extend(
-                out.items()
-                    .iter()
-                    .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())]))),
-            );
+            let (mut found, mut start) = (0, None);
+            // Pages until the shard's budget is spent: bounded work per run, oldest expiries first.
+            loop {
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.name)
+                    .index_name(crate::tables::LOCKS_INDEX)
+                    .key_condition_expression(format!("{shard_name} = {shard_value} AND {expiry} < {now}"))
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+                    .limit(limit - found)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|err| StoreError::new("Query", &self.name, err))?;
+                found += out.items().len() as i32;
+                keys.extend(
+                    out.items()
+                        .iter()
+                        .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())]))),
+                );
+                start = out.last_evaluated_key;
+                if start.is_none() || found >= limit {
+                    break;
+                }
+            }
         }
         Ok(keys)
     }
