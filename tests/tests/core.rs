@@ -439,3 +439,42 @@ async fn a_sole_participant_commits_in_one_phase_and_a_lost_reply_still_gets_the
     assert_eq!(env.get(id).await.1["status"], "ABORTED");
     assert_no_locks(&env).await;
 }
+
+#[tokio::test]
+async fn every_operation_form_prepares_and_commits_in_both_phases() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "10").await;
+    env.put_account("service-b", "B", "10").await;
+    // Each form alone on service-a (one phase, or two for delete) and beside a write on service-b (two phases).
+    let forms = [
+        json!({"op": "put", "key": {"entityId": "P"}, "data": {"n": 1}}),
+        json!({"op": "put", "key": {"entityId": "P"}, "data": {"n": 2}}),
+        json!({"op": "put", "key": {"entityId": "Q"}, "data": {"n": 1}, "ifNotExists": true}),
+        json!({"op": "set", "key": {"entityId": "P"}, "set": {"n": 3, "m": "x"}}),
+        json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1}),
+        json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1, "min": 0, "max": 100}),
+        json!({"op": "check", "key": {"entityId": "A"}}),
+        json!({"op": "check", "key": {"entityId": "A"}, "exists": true}),
+        json!({"op": "check", "key": {"entityId": "missing"}, "exists": false}),
+        json!({"op": "delete", "key": {"entityId": "Q"}}),
+    ];
+    for (i, form) in forms.iter().enumerate() {
+        let alone = json!({"participants": [{"service": "service-a", "operations": [form]}]});
+        let (status, body) = env.post(&alone, None).await;
+        assert_eq!(status, 200, "form {i} alone: {body}");
+        let beside = json!({"participants": [
+            {"service": "service-a", "operations": [form]},
+            {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 1}]}
+        ]});
+        if form["op"] == "delete" || (form["op"] == "put" && form["ifNotExists"] == true) {
+            continue;
+        }
+        let (status, body) = env.post(&beside, None).await;
+        assert_eq!(status, 200, "form {i} beside another participant: {body}");
+    }
+    assert_eq!(env.item("service-a", "P").await.unwrap()["data"], json!({"n": 3, "m": "x"}));
+    assert!(env.item("service-a", "Q").await.is_none());
+    assert!(env.item("service-a", "missing").await.is_none(), "checking an absence leaves nothing behind");
+    assert_eq!(env.balance("service-a", "A").await, "10");
+    assert_no_locks(&env).await;
+}

@@ -1,106 +1,14 @@
-//! Connections: the WebSocket API's `$connect`, `$disconnect`, `subscribe` and `unsubscribe` routes
-//! (Lambda proxy integration), kept in the connections table. The logic is in
-//! `twopc::fanout::connections`.
-
-use std::time::SystemTime;
-
-use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
-use aws_lambda_events::encodings::Body;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use twopc::config;
-use twopc::fanout::connections::{self, ConnectionRequest, ConnectionResponse, ConnectionStore};
-
-/// The route and its message, from the proxy event.
-fn parse(request: &ApiGatewayWebsocketProxyRequest) -> Result<ConnectionRequest, connections::BadRequest> {
-    let route = request.request_context.route_key.as_deref().unwrap_or("$default");
-    let body = connections::message_body(request.body.as_deref(), request.is_base64_encoded)?;
-    connections::parse_request(route, body.as_deref())
-}
-
-fn to_api_gateway(response: ConnectionResponse) -> ApiGatewayProxyResponse {
-    let mut out = ApiGatewayProxyResponse::default();
-    out.status_code = i64::from(response.status_code);
-    out.body = response.body.map(Body::Text);
-    out
-}
-
-async fn handle(
-    store: &ConnectionStore,
-    event: LambdaEvent<ApiGatewayWebsocketProxyRequest>,
-) -> Result<ApiGatewayProxyResponse, Error> {
-    let request = &event.payload;
-    let connection_id = request.request_context.connection_id.as_deref();
-    let response = match parse(request) {
-        Ok(parsed) => connections::serve(store, connection_id, &parsed, SystemTime::now()).await,
-        Err(err) => {
-            tracing::info!(connection_id, error = %err, "refused a WebSocket message");
-            ConnectionResponse::error(400, err.code, &err.message)
-        }
-    };
-    Ok(to_api_gateway(response))
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    config::init_tracing();
-    let table = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
-    let sdk = config::aws().await;
-    let store = ConnectionStore::from_config(&sdk, table);
+    twopc::config::init_tracing();
+    let store = connections::from_env().await;
     let store = &store;
-    lambda_runtime::run(service_fn(move |event| handle(store, event))).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use twopc::fanout::Topic;
-
-    fn event(name: &str) -> ApiGatewayWebsocketProxyRequest {
-        let text = std::fs::read(format!("{}/../../events/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-        serde_json::from_slice(&text).unwrap()
-    }
-
-    #[test]
-    fn sample_events_parse() {
-        let connect = event("connections-connect.json");
-        assert_eq!(connect.request_context.connection_id.as_deref(), Some("L0SM9cOFvHcCIhw="));
-        assert_eq!(parse(&connect), Ok(ConnectionRequest::Connect));
-        assert_eq!(parse(&event("connections-disconnect.json")), Ok(ConnectionRequest::Disconnect));
-        assert_eq!(
-            parse(&event("connections-subscribe.json")),
-            Ok(ConnectionRequest::Subscribe(vec![
-                Topic::entity("service-a-data", "A"),
-                Topic::transaction("5d2f8e3a-1c7b-4e9a-8f60-2a4b9c1d0e77"),
-            ]))
-        );
-        assert_eq!(
-            parse(&event("connections-unsubscribe.json")),
-            Ok(ConnectionRequest::Unsubscribe(vec![Topic::entity("service-a-data", "A")]))
-        );
-    }
-
-    #[test]
-    fn binary_frames_are_decoded_and_bad_ones_refused() {
-        let mut request = event("connections-subscribe.json");
-        request.body = Some("eyJhY3Rpb24iOiAic3Vic2NyaWJlIiwgInRvcGljcyI6IFsidHg6VDEiXX0=".into());
-        request.is_base64_encoded = true;
-        assert_eq!(parse(&request), Ok(ConnectionRequest::Subscribe(vec![Topic::transaction("T1")])));
-        request.body = Some("{\"action\": \"subscribe\", \"topics\": [\"nope\"]}".into());
-        request.is_base64_encoded = false;
-        let err = parse(&request).unwrap_err();
-        assert!(err.message.contains("topics[0]"), "{}", err.message);
-    }
-
-    #[test]
-    fn responses_are_what_api_gateway_expects() {
-        let ok = serde_json::to_value(to_api_gateway(ConnectionResponse { status_code: 200, body: None })).unwrap();
-        assert_eq!(ok["statusCode"], 200);
-        assert!(ok.get("body").is_none());
-        let bad =
-            serde_json::to_value(to_api_gateway(ConnectionResponse::error(400, "INVALID_REQUEST", "topics is empty")))
-                .unwrap();
-        assert_eq!(bad["statusCode"], 400);
-        let body: serde_json::Value = serde_json::from_str(bad["body"].as_str().unwrap()).unwrap();
-        assert_eq!(body["error"]["message"], "topics is empty");
-    }
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest>| async move {
+            Ok::<_, Error>(connections::handle(store, &event.payload).await)
+        },
+    ))
+    .await
 }

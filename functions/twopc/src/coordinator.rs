@@ -589,7 +589,7 @@ fn abort_reason(votes: &[ParticipantEntry]) -> String {
 }
 
 /// The transaction id of a keyed request: the same key always names the same transaction.
-fn idempotent_id(key: &str) -> String {
+pub fn idempotent_id(key: &str) -> String {
     use sha2::{Digest, Sha256};
     format!("tx-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32])
 }

@@ -678,12 +678,13 @@ pub fn find<'a>(items: &'a [Item], key: &Item) -> Option<&'a Item> {
 
 /// The precondition an operation's vote stands on, as a condition expression (starting with " AND ").
 fn guard(e: &mut Expr, op: &Operation) -> String {
-    let data = e.name(a::DATA);
+    // Names are registered only where the expression uses them: DynamoDB refuses unused ones.
     match op {
-        Operation::Put { if_not_exists: true, .. } => format!(" AND attribute_not_exists({data})"),
+        Operation::Put { if_not_exists: true, .. } => format!(" AND attribute_not_exists({})", e.name(a::DATA)),
         Operation::Put { .. } => String::new(),
-        Operation::Set { .. } | Operation::Delete { .. } => format!(" AND attribute_exists({data})"),
+        Operation::Set { .. } | Operation::Delete { .. } => format!(" AND attribute_exists({})", e.name(a::DATA)),
         Operation::Add { field, delta, min, max, .. } => {
+            let data = e.name(a::DATA);
             let path = e.path(&[a::DATA, field]);
             let number_type = e.value(s("N"));
             let mut condition = format!(" AND attribute_exists({data}) AND attribute_type({path}, {number_type})");
@@ -705,8 +706,8 @@ fn guard(e: &mut Expr, op: &Operation) -> String {
                 condition += &format!(" AND {version_name} = {expected}");
             }
             match exists {
-                Some(true) => condition += &format!(" AND attribute_exists({data})"),
-                Some(false) => condition += &format!(" AND attribute_not_exists({data})"),
+                Some(true) => condition += &format!(" AND attribute_exists({})", e.name(a::DATA)),
+                Some(false) => condition += &format!(" AND attribute_not_exists({})", e.name(a::DATA)),
                 None => {}
             }
             condition

@@ -19,13 +19,17 @@ pub struct StoreError {
 impl StoreError {
     pub fn new<E, R>(operation: &'static str, table: &str, err: SdkError<E, R>) -> StoreError
     where
-        E: std::error::Error + 'static,
+        E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static,
         R: std::fmt::Debug,
     {
+        // One line a person can act on: the service's code and message, or why no answer came.
         let message = match &err {
             SdkError::ServiceError(service) => {
-                aws_smithy_types::error::display::DisplayErrorContext(service.err()).to_string()
+                let e = service.err();
+                format!("{}: {}", e.code().unwrap_or("error"), e.message().unwrap_or("no message"))
             }
+            SdkError::TimeoutError(_) => "no answer in time".to_owned(),
+            SdkError::DispatchFailure(failure) if failure.is_io() => "could not connect".to_owned(),
             other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
         };
         StoreError { operation, table: table.to_owned(), message }

@@ -83,9 +83,7 @@ pub struct Options {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The requested port is taken on 127.0.0.1.
-    #[error(
-        "port {port} on 127.0.0.1 is already in use (leave Options::port as None for a free port)"
-    )]
+    #[error("port {port} on 127.0.0.1 is already in use (leave Options::port as None for a free port)")]
     PortInUse { port: u16 },
     /// Downloading DynamoDB Local (or compiling its launcher) failed.
     #[error("installing DynamoDB Local {DYNAMODB_LOCAL_VERSION} into {} failed: {message}", dir.display())]
@@ -94,10 +92,7 @@ pub enum Error {
     #[error("`{}` not found: DynamoDB Local needs a Java 17+ runtime on PATH or in JAVA_HOME", command.display())]
     JavaNotFound { command: PathBuf },
     /// The Java process could not be spawned, exited, or did not answer in time.
-    #[error(
-        "DynamoDB Local on 127.0.0.1:{port} did not start: {message}{}",
-        output_section(output)
-    )]
+    #[error("DynamoDB Local on 127.0.0.1:{port} did not start: {message}{}", output_section(output))]
     Start {
         port: u16,
         message: String,
@@ -184,9 +179,7 @@ pub fn shared() -> &'static DynamoDbLocal {
 
 /// [`shared`], returning the (remembered) error instead of panicking.
 pub fn try_shared() -> Result<&'static DynamoDbLocal, &'static Error> {
-    SHARED
-        .get_or_init(|| start_blocking(&Options::default()))
-        .as_ref()
+    SHARED.get_or_init(|| start_blocking(&Options::default())).as_ref()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -208,10 +201,7 @@ fn start_blocking(options: &Options) -> Result<DynamoDbLocal, Error> {
         };
         match launch(&installation, port, options) {
             Err(Error::PortInUse { .. }) if attempt < attempts => {
-                tracing::debug!(
-                    port,
-                    "port taken before DynamoDB Local could bind it; retrying"
-                );
+                tracing::debug!(port, "port taken before DynamoDB Local could bind it; retrying");
             }
             result => return result,
         }
@@ -222,11 +212,9 @@ fn ensure_port_free(port: u16) -> Result<(), Error> {
     match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
         Ok(_) => Ok(()),
         Err(error) if error.kind() == io::ErrorKind::AddrInUse => Err(Error::PortInUse { port }),
-        Err(error) => Err(Error::Start {
-            port,
-            message: format!("cannot bind 127.0.0.1:{port}: {error}"),
-            output: String::new(),
-        }),
+        Err(error) => {
+            Err(Error::Start { port, message: format!("cannot bind 127.0.0.1:{port}: {error}"), output: String::new() })
+        }
     }
 }
 
@@ -241,16 +229,8 @@ fn free_port() -> Result<u16, Error> {
         })
 }
 
-fn launch(
-    installation: &Installation,
-    port: u16,
-    options: &Options,
-) -> Result<DynamoDbLocal, Error> {
-    let start_error = |message: String, output: String| Error::Start {
-        port,
-        message,
-        output,
-    };
+fn launch(installation: &Installation, port: u16, options: &Options) -> Result<DynamoDbLocal, Error> {
+    let start_error = |message: String, output: String| Error::Start { port, message, output };
     let java = java_tool("java");
     let mut command = Command::new(&java);
     // The serial collector starts a little faster and uses fewer threads and less memory,
@@ -277,39 +257,24 @@ fn launch(
         }
         Some(db_path) => {
             let db_path = std::path::absolute(db_path).unwrap_or_else(|_| db_path.clone());
-            fs::create_dir_all(&db_path).map_err(|error| {
-                start_error(
-                    format!("cannot create {}: {error}", db_path.display()),
-                    String::new(),
-                )
-            })?;
+            fs::create_dir_all(&db_path)
+                .map_err(|error| start_error(format!("cannot create {}: {error}", db_path.display()), String::new()))?;
             command.arg("-dbPath").arg(db_path);
         }
     }
     // Stray files (if any) go to the install folder, not to the caller's working directory.
-    command
-        .current_dir(&installation.dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    command.current_dir(&installation.dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     tracing::debug!(?command, "starting DynamoDB Local");
 
     let mut child = spawn_from_long_lived_thread(command).map_err(|error| {
         if error.kind() == io::ErrorKind::NotFound {
             Error::JavaNotFound { command: java }
         } else {
-            start_error(
-                format!("cannot run {}: {error}", java.display()),
-                String::new(),
-            )
+            start_error(format!("cannot run {}: {error}", java.display()), String::new())
         }
     })?;
     let output = OutputTail::capture(&mut child);
-    let mut instance = DynamoDbLocal {
-        child: Some(child),
-        port,
-        endpoint: format!("http://127.0.0.1:{port}"),
-    };
+    let mut instance = DynamoDbLocal { child: Some(child), port, endpoint: format!("http://127.0.0.1:{port}") };
     match wait_until_ready(&mut instance, port) {
         Ok(()) => Ok(instance),
         Err(message) => {
@@ -329,16 +294,10 @@ fn wait_until_ready(instance: &mut DynamoDbLocal, port: u16) -> Result<(), Strin
     let started = Instant::now();
     let mut pause = Duration::from_millis(20);
     loop {
-        let child = instance
-            .child
-            .as_mut()
-            .expect("child present while starting");
+        let child = instance.child.as_mut().expect("child present while starting");
         match child.try_wait() {
             Ok(Some(status)) => {
-                return Err(format!(
-                    "java exited ({}) before answering",
-                    describe(status)
-                ));
+                return Err(format!("java exited ({}) before answering", describe(status)));
             }
             Ok(None) => {}
             Err(error) => return Err(format!("cannot check the java process: {error}")),
@@ -352,9 +311,7 @@ fn wait_until_ready(instance: &mut DynamoDbLocal, port: u16) -> Result<(), Strin
             Err(error) => format!("ListTables failed: {error}"),
         };
         if started.elapsed() > START_TIMEOUT {
-            return Err(format!(
-                "no successful answer within {START_TIMEOUT:?} (last: {failure})"
-            ));
+            return Err(format!("no successful answer within {START_TIMEOUT:?} (last: {failure})"));
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(200));
@@ -409,32 +366,24 @@ impl OutputTail {
         let lines = Arc::new(Mutex::new(VecDeque::new()));
         let mut readers = Vec::new();
         let streams: [Option<Box<dyn Read + Send>>; 2] = [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
         ];
         for stream in streams.into_iter().flatten() {
             let lines = Arc::clone(&lines);
-            let reader = std::thread::Builder::new()
-                .name("dynamodb-local-output".into())
-                .spawn(move || {
-                    let mut reader = BufReader::new(stream);
-                    let mut line = Vec::new();
-                    while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
-                        let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
-                        lines.push_back(String::from_utf8_lossy(&line).into_owned());
-                        let mut total: usize = lines.iter().map(String::len).sum();
-                        while total > OUTPUT_TAIL_BYTES && lines.len() > 1 {
-                            total -= lines.pop_front().map_or(0, |l| l.len());
-                        }
-                        line.clear();
+            let reader = std::thread::Builder::new().name("dynamodb-local-output".into()).spawn(move || {
+                let mut reader = BufReader::new(stream);
+                let mut line = Vec::new();
+                while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+                    let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+                    lines.push_back(String::from_utf8_lossy(&line).into_owned());
+                    let mut total: usize = lines.iter().map(String::len).sum();
+                    while total > OUTPUT_TAIL_BYTES && lines.len() > 1 {
+                        total -= lines.pop_front().map_or(0, |l| l.len());
                     }
-                });
+                    line.clear();
+                }
+            });
             if let Ok(reader) = reader {
                 readers.push(reader);
             }
@@ -477,12 +426,8 @@ fn spawn_from_long_lived_thread(mut command: Command) -> io::Result<Child> {
         requests
     });
     let (reply, response) = mpsc::channel();
-    spawner
-        .send((command, reply))
-        .map_err(|_| io::Error::other("the dynamodb-local spawner thread is gone"))?;
-    response
-        .recv()
-        .map_err(|_| io::Error::other("the dynamodb-local spawner thread is gone"))?
+    spawner.send((command, reply)).map_err(|_| io::Error::other("the dynamodb-local spawner thread is gone"))?;
+    response.recv().map_err(|_| io::Error::other("the dynamodb-local spawner thread is gone"))?
 }
 
 #[cfg(target_os = "linux")]
@@ -543,10 +488,7 @@ fn install_root() -> PathBuf {
         return std::path::absolute(&dir).unwrap_or_else(|_| PathBuf::from(dir));
     }
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let workspace = manifest_dir
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(manifest_dir);
+    let workspace = manifest_dir.parent().and_then(Path::parent).unwrap_or(manifest_dir);
     workspace.join(".local").join("dynamodb-local")
 }
 
@@ -569,10 +511,7 @@ fn installation() -> Result<Installation, Error> {
         return Ok(installation.clone());
     }
     let root = install_root();
-    let installation = install(&root).map_err(|message| Error::Install {
-        dir: root.clone(),
-        message,
-    })?;
+    let installation = install(&root).map_err(|message| Error::Install { dir: root.clone(), message })?;
     if installation.launcher_dir.is_none() {
         progress!(
             "warning: DynamoDB Local was installed without its loopback launcher (no javac), so it \
@@ -590,10 +529,7 @@ fn install(root: &Path) -> Result<Installation, String> {
         let launcher_dir = dir.join("launcher");
         Installation {
             lib_dir: dir.join("lib"),
-            launcher_dir: launcher_dir
-                .join(format!("{LAUNCHER_CLASS}.class"))
-                .is_file()
-                .then_some(launcher_dir),
+            launcher_dir: launcher_dir.join(format!("{LAUNCHER_CLASS}.class")).is_file().then_some(launcher_dir),
             dir,
         }
     };
@@ -619,8 +555,7 @@ fn install(root: &Path) -> Result<Installation, String> {
     let temp = root.join(format!(".tmp-install-{}", std::process::id()));
     let result = install_into(&temp);
     let result = result.and_then(|()| {
-        fs::rename(&temp, &dir)
-            .map_err(|e| format!("cannot rename {} to {}: {e}", temp.display(), dir.display()))
+        fs::rename(&temp, &dir).map_err(|e| format!("cannot rename {} to {}: {e}", temp.display(), dir.display()))
     });
     if let Err(message) = result {
         let _ = fs::remove_dir_all(&temp);
@@ -647,25 +582,16 @@ fn install_into(temp: &Path) -> Result<(), String> {
         .arg(jvm_arg("-DoutputDirectory=", &lib_dir))
         .current_dir(temp);
     let output = mvn.stdin(Stdio::null()).output();
-    check(
-        output,
-        "mvn (Maven 3, needed once to download DynamoDB Local)",
-    )?;
+    check(output, "mvn (Maven 3, needed once to download DynamoDB Local)")?;
     let jar = lib_dir.join(format!("DynamoDBLocal-{DYNAMODB_LOCAL_VERSION}.jar"));
     if !jar.is_file() {
         return Err(format!("Maven did not produce {}", jar.display()));
     }
 
     let source = launcher_dir.join(format!("{LAUNCHER_CLASS}.java"));
-    fs::write(&source, LAUNCHER_SOURCE)
-        .map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+    fs::write(&source, LAUNCHER_SOURCE).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
     let mut javac = Command::new(java_tool("javac"));
-    javac
-        .arg("-d")
-        .arg(&launcher_dir)
-        .arg("-cp")
-        .arg(lib_dir.join("*"))
-        .arg(&source);
+    javac.arg("-d").arg(&launcher_dir).arg("-cp").arg(lib_dir.join("*")).arg(&source);
     match javac.stdin(Stdio::null()).output() {
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             let _ = fs::remove_dir_all(&launcher_dir); // falls back to the stock ServerRunner
@@ -694,11 +620,7 @@ fn check(output: io::Result<std::process::Output>, what: &str) -> Result<(), Str
     text.push_str(&String::from_utf8_lossy(&output.stderr));
     let tail: Vec<&str> = text.lines().rev().take(40).collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
-    Err(format!(
-        "{what} failed ({}):\n{}",
-        describe(output.status),
-        tail.join("\n")
-    ))
+    Err(format!("{what} failed ({}):\n{}", describe(output.status), tail.join("\n")))
 }
 
 fn remove_stale_temp_dirs(root: &Path) {
@@ -706,11 +628,7 @@ fn remove_stale_temp_dirs(root: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(".tmp-install-")
-        {
+        if entry.file_name().to_string_lossy().starts_with(".tmp-install-") {
             let _ = fs::remove_dir_all(entry.path());
         }
     }
@@ -735,10 +653,7 @@ impl InstallLock {
             let fd = file.as_raw_fd();
             // SAFETY: flock on a file descriptor we own.
             if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                progress!(
-                    "waiting for another process installing DynamoDB Local (lock {})",
-                    path.display()
-                );
+                progress!("waiting for another process installing DynamoDB Local (lock {})", path.display());
                 loop {
                     // SAFETY: as above.
                     if unsafe { libc::flock(fd, libc::LOCK_EX) } == 0 {
@@ -761,10 +676,8 @@ mod tests {
 
     #[test]
     fn version_matches_pom() {
-        let after_artifact = POM_XML
-            .split("<artifactId>DynamoDBLocal</artifactId>")
-            .nth(1)
-            .expect("pom.xml names DynamoDBLocal");
+        let after_artifact =
+            POM_XML.split("<artifactId>DynamoDBLocal</artifactId>").nth(1).expect("pom.xml names DynamoDBLocal");
         let version = after_artifact
             .split("<version>")
             .nth(1)
@@ -777,19 +690,8 @@ mod tests {
     fn default_root_is_under_the_workspace() {
         if std::env::var_os(DIR_ENV).is_none() {
             let root = install_root();
-            assert!(
-                root.ends_with(".local/dynamodb-local"),
-                "{}",
-                root.display()
-            );
-            assert!(
-                root.parent()
-                    .unwrap()
-                    .parent()
-                    .unwrap()
-                    .join("Cargo.toml")
-                    .is_file()
-            );
+            assert!(root.ends_with(".local/dynamodb-local"), "{}", root.display());
+            assert!(root.parent().unwrap().parent().unwrap().join("Cargo.toml").is_file());
         }
     }
 
@@ -803,9 +705,6 @@ mod tests {
             output: "Exception in thread \"main\"\n".into(),
         };
         let text = error.to_string();
-        assert!(
-            text.contains("127.0.0.1:1234") && text.contains("Exception in thread"),
-            "{text}"
-        );
+        assert!(text.contains("127.0.0.1:1234") && text.contains("Exception in thread"), "{text}");
     }
 }

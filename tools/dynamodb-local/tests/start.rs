@@ -25,11 +25,7 @@ async fn call(port: u16, operation: &str, body: &str) -> std::io::Result<(u16, S
     stream.read_to_end(&mut response).await?;
     let response = String::from_utf8_lossy(&response);
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
+    let status = head.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
     Ok((status, body.to_string()))
 }
 
@@ -76,10 +72,7 @@ fn listening_addresses(port: u16) -> Vec<String> {
 
 #[tokio::test]
 async fn two_instances_on_free_ports_answer_and_stop() {
-    let (a, b) = tokio::join!(
-        DynamoDbLocal::start(Options::default()),
-        DynamoDbLocal::start(Options::default())
-    );
+    let (a, b) = tokio::join!(DynamoDbLocal::start(Options::default()), DynamoDbLocal::start(Options::default()));
     let (a, b) = (a.expect("first instance"), b.expect("second instance"));
     assert_ne!(a.port(), b.port());
     assert_eq!(a.endpoint(), format!("http://127.0.0.1:{}", a.port()));
@@ -115,28 +108,17 @@ async fn two_instances_on_free_ports_answer_and_stop() {
 async fn a_port_in_use_is_reported_with_the_port() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let error = DynamoDbLocal::start(Options {
-        port: Some(port),
-        db_path: None,
-    })
-    .await
-    .expect_err("the port is taken");
-    assert!(
-        matches!(error, Error::PortInUse { port: p } if p == port),
-        "{error:?}"
-    );
+    let error = DynamoDbLocal::start(Options { port: Some(port), db_path: None }).await.expect_err("the port is taken");
+    assert!(matches!(error, Error::PortInUse { port: p } if p == port), "{error:?}");
     assert!(error.to_string().contains(&port.to_string()), "{error}");
 }
 
 #[tokio::test]
 async fn a_db_path_keeps_tables_across_restarts() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("dynamodb-local-db-{}", std::process::id()));
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dynamodb-local-db-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let options = Options {
-        port: None,
-        db_path: Some(dir.clone()),
-    };
+    let options = Options { port: None, db_path: Some(dir.clone()) };
 
     let db = DynamoDbLocal::start(options.clone()).await.unwrap();
     create_table(db.port(), "kept_table").await;
@@ -154,10 +136,7 @@ async fn shared_serves_every_thread_and_runtime() {
     let threads: Vec<_> = (0..4)
         .map(|_| {
             std::thread::spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
                 runtime.block_on(async {
                     let port = dynamodb_local::shared().port();
                     list_tables(port).await;
@@ -183,14 +162,9 @@ fn exit_helper() {
     if std::env::var_os(HELPER_ENV).is_none() {
         return;
     }
-    let port = std::thread::spawn(|| dynamodb_local::shared().port())
-        .join()
-        .unwrap();
+    let port = std::thread::spawn(|| dynamodb_local::shared().port()).join().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(list_tables(port));
     println!("PORT={port}");
     std::process::exit(0);
@@ -211,11 +185,7 @@ async fn shared_dies_with_the_process() {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|port| port.parse().ok())
         .unwrap_or_else(|| {
-            panic!(
-                "helper failed ({}):\n{stdout}\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            )
+            panic!("helper failed ({}):\n{stdout}\n{}", output.status, String::from_utf8_lossy(&output.stderr))
         });
     assert_gone(port).await;
 }

@@ -1,0 +1,185 @@
+//! Every sample in `events/` (the files `cargo lambda invoke --data-file` takes) is accepted by its
+//! function's handler: parsed the way the runtime parses it, then run, against DynamoDB Local where
+//! the function writes. A file whose name matches no function fails the test, so every new sample
+//! is checked too.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use serde_json::Value;
+use twopc::fanout::FanoutConfig;
+use twopc::fanout::connections::ConnectionStore;
+use twopc::model::ParticipantRequest;
+use twopc_tests::TestEnv;
+
+fn events_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../events")
+}
+
+/// The samples whose names start with `prefix`, as (file name, JSON text).
+fn samples(prefix: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = std::fs::read_dir(events_dir())
+        .expect("events/ exists")
+        .map(|entry| entry.expect("readable").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?.to_owned();
+            name.starts_with(prefix).then(|| (name, std::fs::read_to_string(&path).expect("readable")))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+const FUNCTIONS: [&str; 5] = ["coordinator-", "participant-", "sweeper-", "stream-processor-", "connections-"];
+
+#[test]
+fn every_sample_belongs_to_a_function() {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(events_dir()).expect("events/ exists") {
+        let name = entry.expect("readable").file_name().to_string_lossy().into_owned();
+        assert!(
+            name.ends_with(".json") && FUNCTIONS.iter().any(|f| name.starts_with(f)),
+            "events/{name}: name a sample <function>-<case>.json for one of {FUNCTIONS:?}, so that a test feeds it to its handler"
+        );
+        names.push(name);
+    }
+    for function in FUNCTIONS {
+        assert!(names.iter().any(|n| n.starts_with(function)), "no sample event for {function}*");
+    }
+}
+
+/// Coordinator: API Gateway REST proxy events through `lambda_http` into the handler. POSTs run
+/// first (the GET sample reads the transaction the POST sample's Idempotency-Key creates).
+#[tokio::test]
+async fn coordinator_samples_are_served() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "500").await;
+    env.put_account("service-b", "B", "0").await;
+    let mut files = samples("coordinator-");
+    files.sort_by_key(|(_, text)| !text.contains("\"httpMethod\": \"POST\""));
+    assert!(!files.is_empty());
+    let mut created = Vec::new();
+    for (name, text) in files {
+        let event: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
+        lambda_http::request::from_str(&text).unwrap_or_else(|e| panic!("{name}: not an API Gateway event: {e}"));
+        let method = event["httpMethod"].as_str().unwrap_or_default().to_owned();
+        let (status, body) = env.call(&event).await;
+        match method.as_str() {
+            "POST" => {
+                assert_eq!(status, 200, "{name}: {body}");
+                assert_eq!(body["status"], "COMMITTED", "{name}: {body}");
+                created.push(body["transactionId"].as_str().expect("an id").to_owned());
+            }
+            "GET" => {
+                assert_eq!(status, 200, "{name} should find the transaction the POST sample made: {body}");
+                assert!(created.iter().any(|id| body["transactionId"] == id.as_str()), "{name}: {body}");
+            }
+            other => panic!("{name}: the API has no {other} route"),
+        }
+    }
+    assert_eq!(env.balance("service-a", "A").await, "400");
+    assert_eq!(env.balance("service-b", "B").await, "100");
+}
+
+/// Participant: the invocation event into `ParticipantRequest`, then the function's handler, in
+/// protocol order (prepare, commit, abort).
+#[tokio::test]
+async fn participant_samples_are_handled() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "500").await;
+    let participant = &env.participants["service-a"];
+    let order = |action: &str| ["prepare", "commit", "abort"].iter().position(|a| *a == action).unwrap_or(9);
+    let mut files: Vec<(String, Value)> = samples("participant-")
+        .into_iter()
+        .map(|(name, text)| {
+            let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
+            (name, value)
+        })
+        .collect();
+    files.sort_by_key(|(_, v)| order(v["action"].as_str().unwrap_or_default()));
+    assert!(files.len() >= 3, "a sample for prepare, commit and abort");
+    for (name, value) in files {
+        let request: ParticipantRequest =
+            serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{name}: not a participant request: {e}"));
+        let response =
+            participant::handle(participant, value).await.unwrap_or_else(|e| panic!("{name}: the handler failed: {e}"));
+        let answer = serde_json::to_value(&response).unwrap();
+        match request.action.as_str() {
+            "prepare" => assert_eq!(answer["vote"], "PREPARED", "{name}: {answer}"),
+            "commit" => assert_eq!(answer["status"], "COMMITTED", "{name}: {answer}"),
+            "abort" => assert_eq!(answer["status"], "ABORTED", "{name}: {answer}"),
+            other => panic!("{name}: unknown action {other}"),
+        }
+    }
+    assert_eq!(env.balance("service-a", "A").await, "400", "prepare + commit applied the sample once");
+    assert!(env.locked_items().await.is_empty(), "no lock left behind");
+}
+
+/// Sweeper: the EventBridge scheduled event parses as the runtime would; a sweep then runs.
+#[tokio::test]
+async fn sweeper_samples_are_scheduled_events() {
+    let files = samples("sweeper-");
+    assert!(!files.is_empty());
+    for (name, text) in files {
+        let event: EventBridgeEvent =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not an EventBridge event: {e}"));
+        assert_eq!(event.detail_type, "Scheduled Event", "{name}");
+        assert_eq!(event.source, "aws.events", "{name}");
+    }
+    let env = TestEnv::new().await;
+    let report = env.sweeper(None).sweep().await.expect("a sweep runs");
+    assert!(report.is_quiet(), "{report:?}");
+}
+
+/// Stream processor: the Lambda DynamoDB event, decided by the processor's core; nothing in a
+/// sample may be unprocessable, and each must produce something.
+#[test]
+fn stream_processor_samples_are_decided() {
+    let tables = BTreeMap::from([
+        ("service-a".to_owned(), "service-a-data".to_owned()),
+        ("service-b".to_owned(), "service-b-data".to_owned()),
+    ]);
+    let config = FanoutConfig::new(&tables, "transactions").expect("a valid configuration");
+    let files = samples("stream-processor-");
+    assert!(!files.is_empty());
+    for (name, text) in files {
+        let event: Event = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not a DynamoDB event: {e}"));
+        let batch = twopc::fanout::prepare(&config, &event);
+        assert!(batch.unprocessable.is_empty(), "{name}: {:?}", batch.unprocessable);
+        assert!(batch.commits + batch.outcomes > 0, "{name}: produces nothing");
+    }
+}
+
+/// Connections: the WebSocket proxy events, routed and served against a connections table, in the
+/// order a connection lives ($connect, messages, $disconnect).
+#[tokio::test]
+async fn connections_samples_are_served() {
+    let client = twopc_tests::dynamodb().await;
+    let table = format!("connections-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    twopc::tables::connections_table(&table).create_if_missing(&client).await.expect("table");
+    let store = ConnectionStore::new(client, table);
+    let order = |route: &str| match route {
+        "$connect" => 0,
+        "$disconnect" => 2,
+        _ => 1,
+    };
+    let mut files: Vec<(String, ApiGatewayWebsocketProxyRequest)> = samples("connections-")
+        .into_iter()
+        .map(|(name, text)| {
+            let event = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{name}: not an API Gateway WebSocket event: {e}"));
+            (name, event)
+        })
+        .collect();
+    files.sort_by_key(|(_, e)| order(e.request_context.route_key.as_deref().unwrap_or_default()));
+    assert!(!files.is_empty());
+    for (name, event) in files {
+        ::connections::parse(&event).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+        let response = ::connections::handle(&store, &event).await;
+        assert_eq!(response.status_code, 200, "{name}: {:?}", response.body);
+    }
+}

@@ -1,0 +1,591 @@
+//! The demo: a real WebSocket client and a real HTTP client against the local stack. Opens two
+//! accounts, makes a transfer that commits, one that is refused, and two that conflict, and shows
+//! for each the phases and their timings, the votes and the outcome, what the WebSocket client
+//! received and what reached the lake.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::{SinkExt, StreamExt};
+use local_stack::trace::{TraceRecorder, TransactionTrace};
+use local_stack::{Config, Mode, Stack};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+pub async fn run(config: Config) -> Result<(), String> {
+    let recorder = TraceRecorder::default();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_target(false).with_filter(filter))
+        .with(
+            recorder
+                .clone()
+                .with_filter(tracing_subscriber::filter::Targets::new().with_target("twopc", tracing::Level::INFO)),
+        )
+        .try_init();
+
+    let began = Instant::now();
+    println!("Starting the local stack...");
+    let stack = tokio::select! {
+        stack = Stack::start(config.clone()) => stack.map_err(|e| e.to_string())?,
+        _ = tokio::signal::ctrl_c() => return Err("interrupted".into()),
+    };
+    let cold_start = began.elapsed();
+    println!(
+        "Ready in {:.1} s{}:",
+        cold_start.as_secs_f64(),
+        if stack.owns_dynamodb() { " (DynamoDB Local started and tables created)" } else { "" }
+    );
+    crate::print_endpoints(&stack, &config);
+
+    let demo_started = Instant::now();
+    let result = tokio::select! {
+        result = scenario(&stack, &recorder, matches!(config.mode, Mode::Lambda(_))) => result,
+        _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
+    };
+    let demo_took = demo_started.elapsed();
+    stack.stop().await;
+    result?;
+    println!(
+        "\nCold start {:.1} s, demo {:.1} s. Everything the demo started is stopped.",
+        cold_start.as_secs_f64(),
+        demo_took.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The transaction id the coordinator gives a request with this `Idempotency-Key` (so the client can
+/// follow `tx:<id>` before sending it). Mirrors `twopc::coordinator`; checked against every answer.
+fn transaction_id_for_key(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("tx-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32])
+}
+
+/// A participant's reason, cut to a line.
+fn clip(text: &str) -> String {
+    const MAX: usize = 120;
+    match text.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+fn short(id: &str) -> String {
+    format!("{}…", &id[..id.len().min(11)])
+}
+
+/// A WebSocket client: messages are read in the background and kept until taken.
+struct WsClient {
+    sink: futures::stream::SplitSink<
+        tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+        Message,
+    >,
+    incoming: mpsc::UnboundedReceiver<Value>,
+    buffer: Vec<Value>,
+    received: usize,
+}
+
+impl WsClient {
+    async fn connect(url: &str) -> Result<WsClient, String> {
+        let (socket, _) =
+            tokio_tungstenite::connect_async(url).await.map_err(|e| format!("WebSocket connect to {url}: {e}"))?;
+        let (sink, mut stream) = socket.split();
+        let (sender, incoming) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = stream.next().await {
+                if let Message::Text(text) = message
+                    && let Ok(value) = serde_json::from_str::<Value>(text.as_str())
+                    && sender.send(value).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Ok(WsClient { sink, incoming, buffer: Vec::new(), received: 0 })
+    }
+
+    /// Waits until the buffered messages satisfy `done`; false on timeout.
+    async fn wait_for(&mut self, done: impl Fn(&[Value]) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !done(&self.buffer) {
+            match tokio::time::timeout_at(deadline, self.incoming.recv()).await {
+                Ok(Some(message)) => {
+                    self.received += 1;
+                    self.buffer.push(message);
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Subscribes and waits for the acknowledgement (the local stack sends the function's answer back).
+    async fn subscribe(&mut self, topics: &[String]) -> Result<(), String> {
+        let message = json!({"action": "subscribe", "topics": topics});
+        self.sink.send(Message::Text(message.to_string().into())).await.map_err(|e| e.to_string())?;
+        let acked =
+            |m: &Value| m.get("subscribed").is_some_and(|t| t.as_array().is_some_and(|a| a.len() == topics.len()));
+        if !self.wait_for(|buffer| buffer.iter().any(acked)).await {
+            return Err(format!("no answer to the subscription to {topics:?}"));
+        }
+        self.buffer.retain(|m| !acked(m));
+        Ok(())
+    }
+
+    fn take(&mut self, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let (taken, rest) = std::mem::take(&mut self.buffer).into_iter().partition(|m| keep(m));
+        self.buffer = rest;
+        taken
+    }
+}
+
+/// Every lake line in files written since `since`, with its file.
+fn lake_lines(dir: &Path, since: SystemTime) -> Vec<(PathBuf, Value)> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "ndjson")
+                && entry.metadata().and_then(|m| m.modified()).is_ok_and(|m| m >= since)
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut lines = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        lines.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()).map(|v| (file.clone(), v)));
+    }
+    lines
+}
+
+struct Submitted {
+    label: &'static str,
+    id: String,
+    status: u16,
+    answer: Value,
+    elapsed: Duration,
+    /// Entity topics the transaction writes.
+    entities: Vec<String>,
+}
+
+impl Submitted {
+    fn outcome(&self) -> &str {
+        self.answer.get("status").and_then(Value::as_str).unwrap_or("?")
+    }
+    fn committed(&self) -> bool {
+        self.outcome() == "COMMITTED"
+    }
+}
+
+struct Demo<'a> {
+    http: reqwest::Client,
+    api: String,
+    ws: WsClient,
+    recorder: &'a TraceRecorder,
+    lambda: bool,
+    run: String,
+    count: u32,
+    tables: BTreeMap<String, String>,
+    lake_dir: PathBuf,
+    since: SystemTime,
+    committed: Vec<String>,
+    aborted: Vec<String>,
+    alice: String,
+    bob: String,
+}
+
+fn transfer(from: &str, to: &str, amount: u64) -> Value {
+    json!({"participants": [
+        {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": from}, "field": "balance", "delta": -(amount as i64), "min": 0}]},
+        {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": to}, "field": "balance", "delta": amount}]}
+    ]})
+}
+
+impl Demo<'_> {
+    fn entity_topics(&self, body: &Value) -> Vec<String> {
+        let mut topics = Vec::new();
+        for part in body["participants"].as_array().into_iter().flatten() {
+            let table = part["service"].as_str().and_then(|s| self.tables.get(s)).cloned().unwrap_or_default();
+            for op in part["operations"].as_array().into_iter().flatten() {
+                if let Some(id) = op["key"]["entityId"].as_str() {
+                    topics.push(format!("entity:{table}:{id}"));
+                }
+            }
+        }
+        topics
+    }
+
+    /// Follows `tx:<id>` (the id its Idempotency-Key gives), then POSTs the request.
+    async fn submit(&mut self, body: &Value) -> Result<(String, Value, Vec<String>), String> {
+        self.count += 1;
+        let key = format!("demo-{}-{}", self.run, self.count);
+        let id = transaction_id_for_key(&key);
+        self.ws.subscribe(&[format!("tx:{id}")]).await?;
+        Ok((key, body.clone(), self.entity_topics(body)))
+    }
+
+    async fn post(
+        http: &reqwest::Client,
+        api: &str,
+        key: &str,
+        body: &Value,
+    ) -> Result<(u16, Value, Duration), String> {
+        let started = Instant::now();
+        let response = http
+            .post(format!("{api}/transactions"))
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| format!("POST /transactions: {e}"))?;
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.map_err(|e| format!("POST /transactions answered no JSON: {e}"))?;
+        Ok((status, answer, started.elapsed()))
+    }
+
+    async fn one(&mut self, label: &'static str, body: Value) -> Result<Submitted, String> {
+        let (key, body, entities) = self.submit(&body).await?;
+        let (status, answer, elapsed) = Self::post(&self.http, &self.api, &key, &body).await?;
+        self.finish(label, &key, status, answer, elapsed, entities)
+    }
+
+    async fn two_at_once(&mut self, a: Value, b: Value) -> Result<(Submitted, Submitted), String> {
+        let (key_a, body_a, entities_a) = self.submit(&a).await?;
+        let (key_b, body_b, entities_b) = self.submit(&b).await?;
+        let (ra, rb) = futures::join!(
+            Self::post(&self.http, &self.api, &key_a, &body_a),
+            Self::post(&self.http, &self.api, &key_b, &body_b)
+        );
+        let (sa, aa, ea) = ra?;
+        let (sb, ab, eb) = rb?;
+        Ok((self.finish("A", &key_a, sa, aa, ea, entities_a)?, self.finish("B", &key_b, sb, ab, eb, entities_b)?))
+    }
+
+    fn finish(
+        &mut self,
+        label: &'static str,
+        key: &str,
+        status: u16,
+        answer: Value,
+        elapsed: Duration,
+        entities: Vec<String>,
+    ) -> Result<Submitted, String> {
+        let id = answer.get("transactionId").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if id.is_empty() {
+            return Err(format!("POST /transactions answered {status} {answer}"));
+        }
+        if id != transaction_id_for_key(key) {
+            eprintln!("note: the coordinator no longer derives ids from Idempotency-Key as this demo expects");
+        }
+        let submitted = Submitted { label, id, status, answer, elapsed, entities };
+        if submitted.committed() {
+            self.committed.push(submitted.id.clone());
+        } else {
+            self.aborted.push(submitted.id.clone());
+        }
+        Ok(submitted)
+    }
+
+    /// The answer, the phases with their timings and votes.
+    fn print_trace(&self, s: &Submitted, indent: &str) {
+        println!(
+            "{indent}POST /transactions → {} {} in {} ms   {}",
+            s.status,
+            s.outcome(),
+            s.elapsed.as_millis(),
+            short(&s.id)
+        );
+        let votes: BTreeMap<String, &Value> = s.answer["participants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["service"].as_str()?.to_owned(), p)))
+            .collect();
+        let vote_text = |service: &str| {
+            let Some(p) = votes.get(service) else { return "?".to_owned() };
+            let vote = p["vote"].as_str().unwrap_or("no vote");
+            match (p["code"].as_str(), p["reason"].as_str()) {
+                (Some(code), Some(reason)) => format!("{vote} {code} ({})", clip(reason)),
+                (Some(code), None) => format!("{vote} {code}"),
+                _ => vote.to_owned(),
+            }
+        };
+        let trace: Option<TransactionTrace> = self.recorder.get(&s.id);
+        match trace {
+            Some(trace) if !trace.calls.is_empty() => {
+                for action in ["prepare", "commit", "abort"] {
+                    let calls = trace.phase(action);
+                    if calls.is_empty() {
+                        continue;
+                    }
+                    let phase = trace.phase_duration(action).unwrap_or_default();
+                    let parts: Vec<String> = calls
+                        .iter()
+                        .map(|c| {
+                            let answer = if action == "prepare" {
+                                vote_text(&c.service)
+                            } else {
+                                c.status.clone().unwrap_or_else(|| "?".into())
+                            };
+                            format!("{} {answer} {} ms", c.service, c.duration.as_millis())
+                        })
+                        .collect();
+                    println!("{indent}  {action:<8}{:>4} ms  {}", phase.as_millis(), parts.join(" · "));
+                }
+                if let (Some(prepare), Some(total)) = (trace.prepare_ms, trace.total_ms) {
+                    println!("{indent}  coordinator: votes in {prepare} ms, answered after {total} ms");
+                }
+            }
+            _ => {
+                let services: Vec<String> = votes.keys().map(|s| format!("{s} {}", vote_text(s))).collect();
+                println!("{indent}  votes    {}", services.join(" · "));
+                if self.lambda {
+                    println!("{indent}  (phase timings are traced in-process only; the functions log theirs)");
+                }
+            }
+        }
+    }
+
+    /// Waits for what the WebSocket client and the lake should get, and prints it.
+    async fn expect_fanout(&mut self, transactions: &[&Submitted], indent: &str) -> Result<(), String> {
+        let expected: Vec<(String, bool, Vec<String>)> =
+            transactions.iter().map(|s| (s.id.clone(), s.committed(), s.entities.clone())).collect();
+        let arrived = self
+            .ws
+            .wait_for(|buffer| {
+                expected.iter().all(|(id, committed, entities)| {
+                    let of_tx = |m: &&Value| m["transactionId"] == *id;
+                    let ended = buffer.iter().filter(of_tx).any(|m| m["type"] == "transaction");
+                    let commits = buffer.iter().filter(of_tx).filter(|m| m["type"] == "commit").count();
+                    ended && (!committed || commits >= entities.len())
+                })
+            })
+            .await;
+        if !arrived {
+            return Err(format!("the WebSocket client did not get every expected message within {WAIT:?}"));
+        }
+        let ids: Vec<String> = expected.iter().map(|(id, ..)| id.clone()).collect();
+        let labels: BTreeMap<String, &str> = transactions.iter().map(|s| (s.id.clone(), s.label)).collect();
+        let multiple = transactions.len() > 1;
+        let messages = self.ws.take(|m| m["transactionId"].as_str().is_some_and(|id| ids.iter().any(|i| i == id)));
+        for (i, m) in messages.iter().enumerate() {
+            let head = if i == 0 { "WebSocket" } else { "" };
+            let who = if multiple {
+                format!("{} ", labels.get(m["transactionId"].as_str().unwrap_or_default()).copied().unwrap_or("?"))
+            } else {
+                String::new()
+            };
+            let text = match m["type"].as_str() {
+                Some("commit") => {
+                    let id = m["key"]["entityId"].as_str().unwrap_or("?");
+                    format!(
+                        "commit {}/{id} v{}  balance {} → {}",
+                        m["table"].as_str().unwrap_or("?"),
+                        m["version"],
+                        m["previous"]["balance"].as_number().map_or("—".to_owned(), ToString::to_string),
+                        m["data"]["balance"]
+                    )
+                }
+                Some("transaction") => format!("transaction {}", m["status"].as_str().unwrap_or("?")),
+                _ => m.to_string(),
+            };
+            println!("{indent}{head:<10}{who}{text}");
+        }
+
+        // The lake: a line per committed change; nothing for an abort.
+        let wanted: usize = expected.iter().filter(|(_, c, _)| *c).map(|(_, _, e)| e.len()).sum();
+        let deadline = Instant::now() + WAIT;
+        let lines = loop {
+            let lines: Vec<(PathBuf, Value)> = lake_lines(&self.lake_dir, self.since)
+                .into_iter()
+                .filter(|(_, l)| l["transactionId"].as_str().is_some_and(|id| ids.iter().any(|i| i == id)))
+                .collect();
+            let distinct: std::collections::BTreeSet<&str> =
+                lines.iter().filter_map(|(_, l)| l["eventId"].as_str()).collect();
+            if distinct.len() >= wanted || Instant::now() > deadline {
+                break lines;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if lines.len() < wanted {
+            return Err(format!("the lake got {} of the {wanted} expected lines within {WAIT:?}", lines.len()));
+        }
+        if lines.is_empty() {
+            println!("{indent}lake      nothing: a refused transaction changes nothing, so nothing is emitted");
+        }
+        for (i, (file, line)) in lines.iter().enumerate() {
+            let head = if i == 0 { "lake" } else { "" };
+            let file = file.strip_prefix(&self.lake_dir).unwrap_or(file).display().to_string();
+            let who = if multiple {
+                format!("{} ", labels.get(line["transactionId"].as_str().unwrap_or_default()).copied().unwrap_or("?"))
+            } else {
+                String::new()
+            };
+            println!(
+                "{indent}{head:<10}{who}{}/{} v{} {}  → {file}",
+                line["table"].as_str().unwrap_or("?"),
+                line["key"]["entityId"].as_str().unwrap_or("?"),
+                line["version"],
+                line["change"].as_str().unwrap_or("?"),
+            );
+        }
+        Ok(())
+    }
+}
+
+async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Result<(), String> {
+    let endpoints = stack.endpoints();
+    let tables = endpoints.tables.participants.clone();
+    let (a, b) = (tables["service-a"].clone(), tables["service-b"].clone());
+    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let since = SystemTime::now() - Duration::from_secs(1);
+    let mut ws = WsClient::connect(&endpoints.websocket).await?;
+    let accounts = [format!("entity:{a}:alice"), format!("entity:{b}:bob")];
+
+    ws.subscribe(&accounts).await?;
+    println!("\nA WebSocket client is connected to {} and follows {}.", endpoints.websocket, accounts.join(", "));
+    println!("Before each request it also follows tx:<id> (the id its Idempotency-Key gives).");
+
+    let mut demo = Demo {
+        http,
+        api: endpoints.api.clone(),
+        ws,
+        recorder,
+        lambda,
+        run: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
+        count: 0,
+        tables,
+        lake_dir: endpoints.lake_dir.clone(),
+        since,
+        committed: vec![],
+        aborted: vec![],
+        alice: "alice".into(),
+        bob: "bob".into(),
+    };
+
+    println!("\n1. Open two accounts: alice with 100 at service-a, bob with 20 at service-b (`put`s, ifNotExists)");
+    let open = |suffix: &str| {
+        json!({"participants": [
+            {"service": "service-a", "operations": [{"op": "put", "key": {"entityId": format!("alice{suffix}")}, "data": {"owner": "Alice", "balance": 100}, "ifNotExists": true}]},
+            {"service": "service-b", "operations": [{"op": "put", "key": {"entityId": format!("bob{suffix}")}, "data": {"owner": "Bob", "balance": 20}, "ifNotExists": true}]}
+        ]})
+    };
+    let mut s = demo.one("open", open("")).await?;
+    if !s.committed()
+        && s.answer["participants"].as_array().into_iter().flatten().any(|p| p["code"] == "CONDITION_FAILED")
+    {
+        // Kept data from an earlier run: open fresh accounts beside the old ones.
+        demo.print_trace(&s, "   ");
+        let suffix = format!("-{}", &demo.run[..4]);
+        println!(
+            "   alice and bob exist from an earlier run (kept data): opening alice{suffix} and bob{suffix} instead"
+        );
+        demo.ws.subscribe(&[format!("entity:{a}:alice{suffix}"), format!("entity:{b}:bob{suffix}")]).await?;
+        demo.alice = format!("alice{suffix}");
+        demo.bob = format!("bob{suffix}");
+        s = demo.one("open", open(&suffix)).await?;
+    }
+    demo.print_trace(&s, "   ");
+    if !s.committed() {
+        return Err(format!("opening the accounts did not commit: {}", s.answer));
+    }
+    demo.expect_fanout(&[&s], "   ").await?;
+    let (alice, bob) = (demo.alice.clone(), demo.bob.clone());
+
+    println!("\n2. alice sends 30 to bob");
+    let s = demo.one("transfer", transfer(&alice, &bob, 30)).await?;
+    demo.print_trace(&s, "   ");
+    if !s.committed() {
+        return Err(format!("the transfer did not commit: {}", s.answer));
+    }
+    demo.expect_fanout(&[&s], "   ").await?;
+
+    println!("\n3. alice sends 500 to bob: more than she has (the guard is min 0)");
+    let refused = demo.one("refused", transfer(&alice, &bob, 500)).await?;
+    demo.print_trace(&refused, "   ");
+    if refused.status != 409 {
+        return Err(format!("the overdraft was not refused: {} {}", refused.status, refused.answer));
+    }
+    demo.expect_fanout(&[&refused], "   ").await?;
+
+    println!("\n4. alice sends 10 (A) and 20 (B) to bob at the same moment");
+    let (x, y) = demo.two_at_once(transfer(&alice, &bob, 10), transfer(&alice, &bob, 20)).await?;
+    demo.print_trace(&x, "   A ");
+    demo.print_trace(&y, "   B ");
+    let conflict = [&x, &y]
+        .iter()
+        .any(|s| s.answer["participants"].as_array().into_iter().flatten().any(|p| p["code"] == "CONFLICT"));
+    match (x.committed(), y.committed()) {
+        (true, false) | (false, true) if conflict => println!(
+            "   The first to lock the accounts won; the other's prepare found the lock of an undecided transaction and voted CONFLICT, so nothing of it was applied."
+        ),
+        (true, true) => {
+            println!("   Both committed: the first had finished before the second prepared (no overlap this time).")
+        }
+        (false, false) if conflict => println!(
+            "   Each locked one account first and found the other's lock on the second: both voted CONFLICT somewhere, both aborted, nothing was applied. Locks never wait, so no deadlock; a retry goes through."
+        ),
+        _ => println!("   Outcomes: A {}, B {}.", x.outcome(), y.outcome()),
+    }
+    demo.expect_fanout(&[&x, &y], "   ").await?;
+    if !x.committed() && !y.committed() {
+        println!("\n   A again, alone:");
+        let again = demo.one("A", transfer(&alice, &bob, 10)).await?;
+        demo.print_trace(&again, "   ");
+        demo.expect_fanout(&[&again], "   ").await?;
+    }
+
+    // Everything committed is in; nothing else may be.
+    let lines = lake_lines(&demo.lake_dir, demo.since);
+    let of = |ids: &[String]| {
+        lines.iter().filter(|(_, l)| l["transactionId"].as_str().is_some_and(|id| ids.iter().any(|i| i == id))).count()
+    };
+    let (committed_lines, aborted_lines) = (of(&demo.committed), of(&demo.aborted));
+    let mut balances: BTreeMap<String, (u64, Value)> = BTreeMap::new();
+    for (_, line) in lines
+        .iter()
+        .filter(|(_, l)| l["transactionId"].as_str().is_some_and(|id| demo.committed.iter().any(|i| i == id)))
+    {
+        let who = line["key"]["entityId"].as_str().unwrap_or("?").to_owned();
+        let version = line["version"].as_u64().unwrap_or(0);
+        if balances.get(&who).is_none_or(|(v, _)| version > *v) {
+            balances.insert(who, (version, line["data"]["balance"].clone()));
+        }
+    }
+    println!("\nSummary");
+    let total: Option<i64> = balances.values().map(|(_, b)| b.as_i64()).sum();
+    let shown: Vec<String> = balances.iter().map(|(who, (_, b))| format!("{who} {b}")).collect();
+    println!(
+        "   balances  {}{}",
+        shown.join(", "),
+        total.map_or(String::new(), |t| format!("; total {t}, as opened (100 + 20)"))
+    );
+    println!(
+        "   lake      {committed_lines} lines, all from the {} committed transactions; {aborted_lines} from the {} refused",
+        demo.committed.len(),
+        demo.aborted.len()
+    );
+    println!("   WebSocket {} messages received", demo.ws.received);
+    if aborted_lines > 0 {
+        return Err("a refused transaction reached the lake".into());
+    }
+    if total.is_some_and(|t| t != 120) {
+        return Err("the balances do not add up to what was opened".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! The functions, behind one interface: their cores in this process, or their real binaries under
+//! `cargo lambda watch`, invoked with the events AWS would send.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
+use aws_lambda_events::event::dynamodb::Event;
+use aws_sdk_lambda::primitives::Blob;
+use serde_json::{Value, json};
+use tracing::info;
+use twopc::clock;
+use twopc::coordinator::Coordinator;
+use twopc::fanout::connections::ConnectionStore;
+use twopc::fanout::{ApiGatewayPoster, FanoutConfig, FirehoseSink, StreamProcessor};
+use twopc::invoke::{InProcessInvoker, ParticipantInvoker};
+use twopc::items::DataTable;
+use twopc::participant::Participant;
+use twopc::record::TransactionStore;
+use twopc::sweeper::{SweepLimits, Sweeper};
+
+use crate::events::{self, HttpRequest, ProxyResponse, WebSocketConnection, WebSocketEvent};
+use crate::watch::Watch;
+use crate::{Error, LambdaOptions, REGION, Tables};
+
+/// How the functions reach the rest of the stack.
+#[derive(Debug, Clone)]
+pub(crate) struct Wiring {
+    pub sdk: aws_config::SdkConfig,
+    pub dynamodb_endpoint: String,
+    pub tables: Tables,
+    pub firehose_url: String,
+    pub stream_name: String,
+    pub management_endpoint: String,
+}
+
+type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
+
+/// The system's functions, in-process or under `cargo lambda watch`.
+pub enum Functions {
+    InProcess(Box<InProcess>),
+    Lambda(Lambda),
+}
+
+pub struct InProcess {
+    coordinator: Coordinator,
+    connections: ConnectionStore,
+    processor: Processor,
+    sweeper: Sweeper,
+}
+
+pub struct Lambda {
+    /// The Invoke API of the deployment that runs coordinator, connections, stream-processor and sweeper.
+    client: aws_sdk_lambda::Client,
+    watches: Vec<Watch>,
+}
+
+/// How long the first invocations may take: they build the function binaries.
+const WARM_UP_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The deployment running every function but the participants.
+const SYSTEM: &str = "functions";
+const SYSTEM_FUNCTIONS: [&str; 4] = ["coordinator", "connections", "stream-processor", "sweeper"];
+
+impl Functions {
+    pub(crate) fn in_process(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Client) -> Functions {
+        let tables = &wiring.tables;
+        let transactions = TransactionStore::new(dynamodb.clone(), &tables.transactions);
+        let participants: Vec<Participant> = tables
+            .participants
+            .iter()
+            .map(|(service, table)| {
+                Participant::new(
+                    service.clone(),
+                    DataTable::new(dynamodb.clone(), table),
+                    transactions.clone(),
+                    clock::system(),
+                )
+            })
+            .collect();
+        let invoker: Arc<dyn ParticipantInvoker> = Arc::new(InProcessInvoker::new(participants));
+        let services: Vec<String> = tables.participants.keys().cloned().collect();
+        let coordinator = Coordinator::new(transactions, invoker.clone(), services.clone(), clock::system());
+        let data_tables: BTreeMap<String, DataTable> = tables
+            .participants
+            .iter()
+            .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
+            .collect();
+        let sweeper = Sweeper::new(coordinator.clone(), invoker, data_tables, clock::system(), SweepLimits::default());
+        let connections = ConnectionStore::new(dynamodb, &tables.connections);
+        let fanout = FanoutConfig::new(&tables.participants, &tables.transactions)
+            .expect("participant tables are distinct from the transactions table");
+        let firehose = aws_sdk_firehose::Client::from_conf(
+            aws_sdk_firehose::config::Builder::from(&wiring.sdk).endpoint_url(&wiring.firehose_url).build(),
+        );
+        let management = aws_sdk_apigatewaymanagement::Client::from_conf(
+            aws_sdk_apigatewaymanagement::config::Builder::from(&wiring.sdk)
+                .endpoint_url(&wiring.management_endpoint)
+                .build(),
+        );
+        let processor = StreamProcessor::new(
+            fanout,
+            FirehoseSink::new(firehose, &wiring.stream_name),
+            ApiGatewayPoster::new(management),
+            connections.clone(),
+        );
+        Functions::InProcess(Box::new(InProcess { coordinator, connections, processor, sweeper }))
+    }
+
+    /// Starts one `cargo lambda watch` per participant deployment and one for the other functions,
+    /// waits for each Invoke API, then invokes every function once so that each is compiled and
+    /// running before the stack reports ready.
+    pub(crate) async fn lambda(
+        wiring: &Wiring,
+        options: &LambdaOptions,
+    ) -> Result<(Functions, Vec<(String, String, Vec<String>)>), Error> {
+        let common = [
+            ("AWS_ACCESS_KEY_ID", "local".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "local".to_owned()),
+            ("AWS_REGION", REGION.to_owned()),
+            ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+            (twopc::config::TRANSACTIONS_TABLE_NAME, wiring.tables.transactions.clone()),
+        ];
+        let port_for = |i: usize| match options.invoke_port {
+            0 => crate::ports::free_port(),
+            base => Ok(base + i as u16),
+        };
+        let mut participant_ports = BTreeMap::new();
+        let mut watches = Vec::new();
+        for (i, (service, table)) in wiring.tables.participants.iter().enumerate() {
+            let port = port_for(i + 1)?;
+            let mut env: Vec<(&str, String)> = common.to_vec();
+            env.extend([
+                ("AWS_ENDPOINT_URL", wiring.dynamodb_endpoint.clone()),
+                (twopc::config::SERVICE_NAME, service.clone()),
+                (twopc::config::DATA_TABLE_NAME, table.clone()),
+            ]);
+            let watch = Watch::spawn(&format!("participant-{service}"), port, &env, options)?;
+            participant_ports.insert(service.clone(), port);
+            watches.push(watch);
+        }
+        let registry: BTreeMap<&String, String> =
+            participant_ports.iter().map(|(s, port)| (s, format!("http://127.0.0.1:{port}/participant"))).collect();
+        let system_port = port_for(0)?;
+        let mut env: Vec<(&str, String)> = common.to_vec();
+        env.extend([
+            ("AWS_ENDPOINT_URL_DYNAMODB", wiring.dynamodb_endpoint.clone()),
+            ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
+            (twopc::config::PARTICIPANTS, json!(registry).to_string()),
+            (twopc::config::PARTICIPANT_TABLES, json!(wiring.tables.participants).to_string()),
+            (twopc::config::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
+            (twopc::config::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
+            (twopc::config::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
+        ]);
+        watches.push(Watch::spawn(SYSTEM, system_port, &env, options)?);
+        for watch in &watches {
+            watch.wait_ready(Duration::from_secs(120)).await?;
+        }
+
+        let client = |port: u16| {
+            aws_sdk_lambda::Client::from_conf(
+                aws_sdk_lambda::config::Builder::from(&wiring.sdk)
+                    .endpoint_url(format!("http://127.0.0.1:{port}"))
+                    .retry_config(aws_sdk_lambda::config::retry::RetryConfig::disabled())
+                    .build(),
+            )
+        };
+        let lambda = Lambda { client: client(system_port), watches };
+
+        // Warm-up: the first invocation of each function builds and starts it (minutes the first
+        // time, seconds after); a harmless event each.
+        eprintln!(
+            "building and starting the functions under `cargo lambda watch` (the first build takes a few minutes)..."
+        );
+        let started = std::time::Instant::now();
+        let warm_participants = participant_ports.values().map(|port| {
+            let client = client(*port);
+            async move {
+                // A read-only prepare: it reads one item and locks nothing.
+                let check = json!({"action": "prepare", "transactionId": "warm-up", "operations": [
+                    {"op": "check", "key": {"entityId": "warm-up"}}
+                ]});
+                invoke(&client, "participant", &check).await
+            }
+        });
+        let connection = WebSocketConnection {
+            connection_id: "warm-up".into(),
+            connected_at: 0,
+            source_ip: "127.0.0.1".into(),
+            user_agent: None,
+            domain: "127.0.0.1".into(),
+            stage: "local".into(),
+        };
+        let get = HttpRequest {
+            method: "GET",
+            path: "/transactions/warm-up",
+            query: None,
+            headers: vec![],
+            body: b"",
+            source_ip: "127.0.0.1".into(),
+        };
+        let (resource, parameters) = events::rest_resource("GET", get.path).expect("a route");
+        let system_events = [
+            ("coordinator", events::rest_proxy_event(&get, resource, parameters, "local", "127.0.0.1")),
+            (
+                "connections",
+                events::websocket_event(
+                    &connection,
+                    &WebSocketEvent::Disconnect { status_code: 1000, reason: "warm-up" },
+                ),
+            ),
+            ("stream-processor", json!({"Records": []})),
+            ("sweeper", events::scheduled_event()),
+        ];
+        let warm_system = system_events.iter().map(|(function, event)| invoke(&lambda.client, function, event));
+        let warm_up = async {
+            futures::join!(futures::future::join_all(warm_participants), futures::future::join_all(warm_system))
+        };
+        // A build that fails leaves its invocation waiting: bounded, with the output to say why.
+        let Ok((participants, system)) = tokio::time::timeout(WARM_UP_TIMEOUT, warm_up).await else {
+            return Err(Error::Lambda(format!(
+                "the functions did not all answer within {WARM_UP_TIMEOUT:?} under cargo lambda watch (a build error?):\n{}",
+                lambda.output_tail()
+            )));
+        };
+        for result in participants.into_iter().chain(system) {
+            if let Err(e) = result {
+                return Err(Error::Lambda(format!(
+                    "a function did not start under cargo lambda watch: {e}\n{}",
+                    lambda.output_tail()
+                )));
+            }
+        }
+        eprintln!("functions ready in {:.1} s", started.elapsed().as_secs_f64());
+        info!(after_ms = started.elapsed().as_millis() as u64, "every function answered under cargo lambda watch");
+
+        let mut described: Vec<(String, String, Vec<String>)> = participant_ports
+            .iter()
+            .map(|(service, port)| {
+                (format!("participant-{service}"), format!("http://127.0.0.1:{port}"), vec!["participant".to_owned()])
+            })
+            .collect();
+        described.push((
+            SYSTEM.to_owned(),
+            format!("http://127.0.0.1:{system_port}"),
+            SYSTEM_FUNCTIONS.iter().map(|f| f.to_string()).collect(),
+        ));
+        Ok((Functions::Lambda(lambda), described))
+    }
+
+    /// The coordinator with an API Gateway REST proxy event.
+    pub async fn coordinator(&self, event: &Value) -> Result<ProxyResponse, String> {
+        match self {
+            Functions::InProcess(f) => {
+                let request = lambda_http::request::from_str(&event.to_string())
+                    .map_err(|e| format!("not an API Gateway event: {e}"))?;
+                let response = coordinator::handle(&f.coordinator, request).await;
+                let headers = response
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                    .collect();
+                Ok(ProxyResponse { status: response.status().as_u16(), headers, body: response.body().to_vec() })
+            }
+            Functions::Lambda(f) => ProxyResponse::from_json(&invoke(&f.client, "coordinator", event).await?),
+        }
+    }
+
+    /// The connections function with an API Gateway WebSocket proxy event: its status code and body.
+    pub async fn connections(&self, event: &Value) -> Result<ProxyResponse, String> {
+        match self {
+            Functions::InProcess(f) => {
+                let request: ApiGatewayWebsocketProxyRequest = serde_json::from_value(event.clone())
+                    .map_err(|e| format!("not an API Gateway WebSocket event: {e}"))?;
+                let response = ::connections::handle(&f.connections, &request).await;
+                Ok(ProxyResponse {
+                    status: response.status_code as u16,
+                    headers: vec![],
+                    body: match response.body {
+                        Some(aws_lambda_events::encodings::Body::Text(text)) => text.into_bytes(),
+                        Some(aws_lambda_events::encodings::Body::Binary(bytes)) => bytes,
+                        _ => vec![],
+                    },
+                })
+            }
+            Functions::Lambda(f) => ProxyResponse::from_json(&invoke(&f.client, "connections", event).await?),
+        }
+    }
+
+    /// The stream processor with a batch: the sequence numbers it reports as failed (an empty one
+    /// means the whole batch).
+    pub async fn stream_processor(&self, event: &Event) -> Result<Vec<String>, String> {
+        match self {
+            Functions::InProcess(f) => {
+                let outcome = f.processor.process(event).await;
+                Ok(outcome.failed_sequence_numbers().into_iter().map(Option::unwrap_or_default).collect())
+            }
+            Functions::Lambda(f) => {
+                let event = serde_json::to_value(event).map_err(|e| e.to_string())?;
+                let answer = invoke(&f.client, "stream-processor", &event).await?;
+                let failures = answer.get("batchItemFailures").and_then(Value::as_array).ok_or_else(|| {
+                    format!("the stream processor answered {answer}, not a response with batchItemFailures")
+                })?;
+                Ok(failures
+                    .iter()
+                    .map(|f| f.get("itemIdentifier").and_then(Value::as_str).unwrap_or_default().to_owned())
+                    .collect())
+            }
+        }
+    }
+
+    /// One sweep; its report.
+    pub async fn sweep(&self) -> Result<Value, String> {
+        match self {
+            Functions::InProcess(f) => {
+                let report = f.sweeper.sweep().await.map_err(|e| e.to_string())?;
+                serde_json::to_value(report).map_err(|e| e.to_string())
+            }
+            Functions::Lambda(f) => invoke(&f.client, "sweeper", &events::scheduled_event()).await,
+        }
+    }
+
+    pub(crate) async fn stop(&self) {
+        if let Functions::Lambda(f) = self {
+            futures::future::join_all(f.watches.iter().map(Watch::stop)).await;
+        }
+    }
+}
+
+impl Lambda {
+    fn output_tail(&self) -> String {
+        self.watches.iter().map(Watch::output_tail).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// Invokes a function through the Lambda Invoke API and reads its JSON answer. `cargo lambda watch`
+/// answers a function error with HTTP 500 (the service: 200 and `X-Amz-Function-Error`).
+async fn invoke(client: &aws_sdk_lambda::Client, function: &str, payload: &Value) -> Result<Value, String> {
+    let bytes = serde_json::to_vec(payload).map_err(|e| e.to_string())?;
+    let result = client.invoke().function_name(function).payload(Blob::new(bytes)).send().await;
+    let out = match result {
+        Ok(out) => out,
+        Err(err) => {
+            if let Some(raw) = err.raw_response() {
+                let body = raw.body().bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                return Err(format!("{function} failed (HTTP {}): {body}", raw.status().as_u16()));
+            }
+            return Err(format!(
+                "could not invoke {function}: {}",
+                aws_smithy_types::error::display::DisplayErrorContext(&err)
+            ));
+        }
+    };
+    let body = out.payload().map(|b| b.as_ref().to_vec()).unwrap_or_default();
+    if let Some(kind) = out.function_error() {
+        return Err(format!("{function} failed ({kind}): {}", String::from_utf8_lossy(&body)));
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        format!("{function} answered something that is not JSON ({e}): {}", String::from_utf8_lossy(&body))
+    })
+}

@@ -1,0 +1,524 @@
+//! The whole system on one machine, with no AWS account.
+//!
+//! [`Stack::start`] brings up, in this order: DynamoDB Local (unless an endpoint is given) and every
+//! table, created from [`twopc::tables`] so local and deployed tables cannot drift; a
+//! Firehose-compatible endpoint that writes the lake as NDJSON files (S3-like keys
+//! `YYYY/MM/DD/HH/...`); the WebSocket API's `@connections` management endpoint; the functions
+//! (in-process, or as their real binaries under `cargo lambda watch`); the WebSocket API; stream
+//! polling that feeds the stream processor as Lambda's event source mapping does; the sweeper on a
+//! timer; and last the REST API. [`Stack::stop`] (or dropping the stack) stops everything it started.
+//!
+//! Every edge speaks the wire format of the service it stands in for: the REST API hands the
+//! coordinator an API Gateway REST proxy event, the WebSocket API hands the connections function API
+//! Gateway WebSocket proxy events, the stream processor gets the Lambda DynamoDB event and its real
+//! Firehose and `@connections` clients talk to local endpoints.
+
+pub mod events;
+mod functions;
+mod ports;
+mod rest;
+mod streams;
+pub mod trace;
+mod watch;
+mod websocket;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use local_services::apigw::ManagementApi;
+use local_services::firehose::{Firehose, LakeSink};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+pub use functions::Functions;
+pub use watch::cargo_lambda_installed;
+
+/// The delivery stream name the stream processor writes to (the lake's file names start with it).
+pub const LAKE_STREAM: &str = "twopc-lake";
+pub const DEFAULT_DYNAMODB_PORT: u16 = 8000;
+pub const DEFAULT_API_PORT: u16 = 3000;
+pub const DEFAULT_WEBSOCKET_PORT: u16 = 3001;
+pub const DEFAULT_SERVICES: [&str; 2] = ["service-a", "service-b"];
+/// Region and credentials every local client uses (DynamoDB Local accepts any).
+pub const REGION: &str = "us-east-1";
+
+/// How the functions run.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Every function's core in this process (the participants behind `InProcessInvoker`): starts in
+    /// a second, and a debugger sees everything.
+    InProcess,
+    /// Every function as its real binary under `cargo lambda watch`, invoked through the Lambda
+    /// Invoke API with `aws-sdk-lambda`: the deployed code path, with reload on change.
+    Lambda(LambdaOptions),
+}
+
+#[derive(Debug, Clone)]
+pub struct LambdaOptions {
+    /// The workspace whose binaries `cargo lambda watch` runs.
+    pub workspace: PathBuf,
+    /// Rebuild and restart a function when its code changes (`cargo lambda watch`'s inner loop);
+    /// off in tests, where other edits must not restart the functions mid-test.
+    pub reload: bool,
+    /// Copy the functions' output (and `cargo lambda`'s) to stderr, each line prefixed by its
+    /// deployment; when off, the last lines are kept for error messages only.
+    pub echo_output: bool,
+    /// The Invoke API of the deployment running coordinator, connections, stream-processor and
+    /// sweeper; each participant deployment takes the next port, in service order. 0: free ports.
+    pub invoke_port: u16,
+}
+
+/// `cargo lambda`'s default invoke port: `cargo lambda invoke` reaches the coordinator there unflagged.
+pub const DEFAULT_INVOKE_PORT: u16 = 9000;
+
+/// What to start, where. Every port 0 means a free port.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Use this DynamoDB endpoint instead of starting DynamoDB Local.
+    pub dynamodb_endpoint: Option<String>,
+    /// The port of the DynamoDB Local this stack starts.
+    pub dynamodb_port: u16,
+    /// Keep DynamoDB Local's data in this folder; None keeps it in memory.
+    pub dynamodb_data: Option<PathBuf>,
+    pub api_port: u16,
+    pub websocket_port: u16,
+    /// The `@connections` management endpoint (`http://127.0.0.1:PORT/{stage}`).
+    pub connections_port: u16,
+    /// The Firehose endpoint.
+    pub firehose_port: u16,
+    pub lake_dir: PathBuf,
+    /// Prepended to every table name (tests share one DynamoDB Local).
+    pub table_prefix: String,
+    /// Participant services; each owns the table `{prefix}{service}-data`.
+    pub services: Vec<String>,
+    pub sweep_interval: Duration,
+    /// How often an idle stream shard is polled (Lambda polls four times a second).
+    pub poll_interval: Duration,
+    /// The API stage (in the `@connections` path and the REST events' request context).
+    pub stage: String,
+    pub mode: Mode,
+}
+
+impl Default for Config {
+    /// The contract's defaults: DynamoDB Local on 8000 (in memory), the REST API on 3000, WebSocket
+    /// on 3001, the lake under `.local/lake/` of the workspace, `service-a` and `service-b`.
+    fn default() -> Self {
+        Config {
+            dynamodb_endpoint: None,
+            dynamodb_port: DEFAULT_DYNAMODB_PORT,
+            dynamodb_data: None,
+            api_port: DEFAULT_API_PORT,
+            websocket_port: DEFAULT_WEBSOCKET_PORT,
+            connections_port: 0,
+            firehose_port: 0,
+            lake_dir: local_dir().join("lake"),
+            table_prefix: String::new(),
+            services: DEFAULT_SERVICES.iter().map(|s| s.to_string()).collect(),
+            sweep_interval: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(100),
+            stage: "local".to_owned(),
+            mode: Mode::InProcess,
+        }
+    }
+}
+
+impl Config {
+    /// Everything on free ports against an existing DynamoDB (tests: `dynamodb_local::shared()`),
+    /// tables under a unique prefix, the lake in `lake_dir`.
+    pub fn isolated(dynamodb_endpoint: &str, lake_dir: impl Into<PathBuf>) -> Config {
+        Config {
+            dynamodb_endpoint: Some(dynamodb_endpoint.to_owned()),
+            api_port: 0,
+            websocket_port: 0,
+            lake_dir: lake_dir.into(),
+            table_prefix: format!("s{}-", &uuid::Uuid::new_v4().simple().to_string()[..10]),
+            poll_interval: Duration::from_millis(50),
+            sweep_interval: Duration::from_secs(2),
+            ..Config::default()
+        }
+    }
+
+    /// The table names this configuration uses.
+    pub fn tables(&self) -> Tables {
+        let p = &self.table_prefix;
+        Tables {
+            transactions: format!("{p}{}", twopc::config::DEFAULT_TRANSACTIONS_TABLE),
+            connections: format!("{p}{}", twopc::config::DEFAULT_CONNECTIONS_TABLE),
+            participants: self.services.iter().map(|s| (s.clone(), format!("{p}{s}-data"))).collect(),
+        }
+    }
+}
+
+/// The workspace this crate was built in (where `cargo lambda watch` runs the functions).
+pub fn workspace_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    dir.canonicalize().unwrap_or(dir)
+}
+
+/// `<workspace>/.local` (git-ignored), or `./.local` when the workspace is not around.
+pub fn local_dir() -> PathBuf {
+    let workspace = workspace_dir();
+    if workspace.join("Cargo.toml").is_file() { workspace.join(".local") } else { PathBuf::from(".local") }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tables {
+    pub transactions: String,
+    pub connections: String,
+    /// service → its data table.
+    pub participants: BTreeMap<String, String>,
+}
+
+/// Where everything answers, once started.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    pub dynamodb: String,
+    /// `http://127.0.0.1:PORT`: `POST /transactions`, `GET /transactions/{id}`.
+    pub api: String,
+    /// `ws://127.0.0.1:PORT`.
+    pub websocket: String,
+    /// The `@connections` management endpoint, `http://127.0.0.1:PORT/{stage}`.
+    pub connections: String,
+    pub firehose: String,
+    pub lake_dir: PathBuf,
+    pub tables: Tables,
+    /// Lambda mode: each `cargo lambda watch` (deployment name, Invoke API URL, its functions).
+    pub lambda: Vec<(String, String, Vec<String>)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "port {port} on 127.0.0.1 is already in use, wanted for {what}: stop what holds it (another `twopc-local`?) or choose another port with {flag}"
+    )]
+    PortInUse { port: u16, what: &'static str, flag: &'static str },
+    #[error(transparent)]
+    DynamoDbLocal(#[from] dynamodb_local::Error),
+    #[error("DynamoDB at {endpoint}: {message}")]
+    DynamoDb { endpoint: String, message: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("{0}")]
+    Lambda(String),
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// A running stack. Stops everything it started on [`Stack::stop`] or drop.
+pub struct Stack {
+    endpoints: Endpoints,
+    dynamodb: Option<dynamodb_local::DynamoDbLocal>,
+    functions: Arc<Functions>,
+    tasks: Tasks,
+    pollers: Option<Pollers>,
+    registry: websocket::Registry,
+    // Held for their Drop, which stops their servers.
+    _firehose: Firehose,
+    _management: ManagementApi,
+    started_in: Duration,
+}
+
+/// Static credentials and region for every local client (each sets its own endpoint).
+pub fn local_sdk_config() -> aws_config::SdkConfig {
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(REGION))
+        .credentials_provider(aws_sdk_dynamodb::config::SharedCredentialsProvider::new(
+            aws_sdk_dynamodb::config::Credentials::new("local", "local", None, None, "twopc-local"),
+        ))
+        .build()
+}
+
+impl Stack {
+    /// Starts everything and returns once every endpoint answers. Checks every fixed port first, so
+    /// a port in use fails fast with [`Error::PortInUse`] naming it, before anything is started.
+    pub async fn start(config: Config) -> Result<Stack, Error> {
+        let started = Instant::now();
+        let tables = config.tables();
+
+        // 1. Ports: our own servers' listeners are bound now and kept; the ports of processes we
+        //    start (DynamoDB Local, cargo lambda watch) are probed and released.
+        if config.dynamodb_endpoint.is_none() && config.dynamodb_port != 0 {
+            ports::check(config.dynamodb_port, "DynamoDB Local", "--dynamodb-port (or --dynamodb-endpoint)")?;
+        }
+        let api = ports::bind(config.api_port, "the REST API", "--api-port").await?;
+        let websocket = ports::bind(config.websocket_port, "the WebSocket API", "--ws-port").await?;
+        if config.connections_port != 0 {
+            ports::check(config.connections_port, "the @connections endpoint", "--connections-port")?;
+        }
+        if let Mode::Lambda(options) = &config.mode
+            && options.invoke_port != 0
+        {
+            for i in 0..=config.services.len() as u16 {
+                ports::check(options.invoke_port + i, "a cargo lambda watch Invoke API", "--invoke-port")?;
+            }
+        }
+        if config.firehose_port != 0 {
+            ports::check(config.firehose_port, "the Firehose endpoint", "--firehose-port")?;
+        }
+
+        // 2. DynamoDB and the tables.
+        let mut dynamodb = None;
+        let dynamodb_endpoint = match &config.dynamodb_endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None => {
+                let local = dynamodb_local::DynamoDbLocal::start(dynamodb_local::Options {
+                    port: Some(config.dynamodb_port).filter(|p| *p != 0),
+                    db_path: config.dynamodb_data.clone(),
+                })
+                .await
+                .map_err(|e| match e {
+                    dynamodb_local::Error::PortInUse { port } => Error::PortInUse {
+                        port,
+                        what: "DynamoDB Local",
+                        flag: "--dynamodb-port (or --dynamodb-endpoint)",
+                    },
+                    other => other.into(),
+                })?;
+                let endpoint = local.endpoint().to_owned();
+                info!(endpoint = %endpoint, after_ms = started.elapsed().as_millis() as u64, "DynamoDB Local is up");
+                dynamodb = Some(local);
+                endpoint
+            }
+        };
+        let sdk = local_sdk_config();
+        let ddb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(&dynamodb_endpoint).build(),
+        );
+        let created = create_tables(&ddb, &tables, &dynamodb_endpoint).await?;
+
+        // 3. The fan-out's edges: Firehose writing the lake, and @connections over live WebSockets.
+        std::fs::create_dir_all(&config.lake_dir)
+            .map_err(io_error(format!("creating the lake folder {}", config.lake_dir.display())))?;
+        let firehose =
+            Firehose::start_on(LakeSink::new(&config.lake_dir), &format!("127.0.0.1:{}", config.firehose_port))
+                .await
+                .map_err(|e| port_error(e, config.firehose_port, "the Firehose endpoint", "--firehose-port"))?;
+        let registry = websocket::Registry::default();
+        let management =
+            ManagementApi::start_on(registry.clone(), &config.stage, &format!("127.0.0.1:{}", config.connections_port))
+                .await
+                .map_err(|e| {
+                    port_error(e, config.connections_port, "the @connections endpoint", "--connections-port")
+                })?;
+
+        // 4. The functions.
+        let wiring = functions::Wiring {
+            sdk: sdk.clone(),
+            dynamodb_endpoint: dynamodb_endpoint.clone(),
+            tables: tables.clone(),
+            firehose_url: firehose.url().to_owned(),
+            stream_name: LAKE_STREAM.to_owned(),
+            management_endpoint: management.endpoint().to_owned(),
+        };
+        let (functions, lambda) = match &config.mode {
+            Mode::InProcess => (Functions::in_process(&wiring, ddb.clone()), vec![]),
+            Mode::Lambda(options) => {
+                let (functions, lambda) = Functions::lambda(&wiring, options).await?;
+                (functions, lambda)
+            }
+        };
+        let functions = Arc::new(functions);
+
+        // 5. Stream polling (as the event source mappings of the participant tables and the
+        //    transactions table), the WebSocket API, the sweeper, then the REST API.
+        let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+            aws_sdk_dynamodbstreams::config::Builder::from(&sdk).endpoint_url(&dynamodb_endpoint).build(),
+        );
+        let mut streamed: Vec<&String> = tables.participants.values().collect();
+        streamed.push(&tables.transactions);
+        let mut pollers = Vec::new();
+        for table in streamed {
+            let arn = ddb
+                .describe_table()
+                .table_name(table)
+                .send()
+                .await
+                .ok()
+                .and_then(|t| t.table.and_then(|t| t.latest_stream_arn))
+                .ok_or_else(|| Error::DynamoDb {
+                    endpoint: dynamodb_endpoint.clone(),
+                    message: format!("table {table} has no stream"),
+                })?;
+            // A table made now is read from its start; one that was there (kept data) from now on:
+            // what came before was processed when it was written.
+            let from_start = created.contains(table);
+            pollers.push(streams::Poller::new(
+                streams.clone(),
+                table.clone(),
+                arn,
+                from_start,
+                functions.clone(),
+                config.poll_interval,
+            ));
+        }
+        let websocket_addr = local_addr(&websocket)?;
+        let api_addr = local_addr(&api)?;
+        let pollers = Pollers::start(pollers)?;
+        let mut tasks = Tasks::default();
+        tasks.0.push(tokio::spawn(websocket::serve(
+            websocket,
+            registry.clone(),
+            functions.clone(),
+            config.stage.clone(),
+        )));
+        tasks.0.push(tokio::spawn(sweep_loop(functions.clone(), config.sweep_interval)));
+        tasks.0.push(tokio::spawn(rest::serve(api, functions.clone(), config.stage.clone())));
+
+        let endpoints = Endpoints {
+            dynamodb: dynamodb_endpoint,
+            api: format!("http://{api_addr}"),
+            websocket: format!("ws://{websocket_addr}"),
+            connections: management.endpoint().to_owned(),
+            firehose: firehose.url().to_owned(),
+            lake_dir: config.lake_dir.clone(),
+            tables,
+            lambda,
+        };
+        Ok(Stack {
+            endpoints,
+            dynamodb,
+            functions,
+            tasks,
+            pollers: Some(pollers),
+            registry,
+            _firehose: firehose,
+            _management: management,
+            started_in: started.elapsed(),
+        })
+    }
+
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    /// How long [`Stack::start`] took.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// Whether this stack started DynamoDB Local itself.
+    pub fn owns_dynamodb(&self) -> bool {
+        self.dynamodb.is_some()
+    }
+
+    /// Stops the servers, the pollers and the sweeper, the `cargo lambda watch` processes (and their
+    /// functions) and DynamoDB Local, waiting for the processes to exit.
+    pub async fn stop(mut self) {
+        // Close the WebSocket connections first, so that their `$disconnect` still reaches the
+        // connections function.
+        self.registry.close_all();
+        self.registry.wait_idle(Duration::from_secs(3)).await;
+        std::mem::take(&mut self.tasks);
+        if let Some(pollers) = self.pollers.take() {
+            pollers.stop().await;
+        }
+        self.functions.stop().await;
+        if let Some(dynamodb) = self.dynamodb.take() {
+            dynamodb.stop().await;
+        }
+    }
+}
+
+/// Tasks aborted when dropped (a stack that fails to start half-way leaves nothing running).
+#[derive(Default)]
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+fn port_error(e: std::io::Error, port: u16, what: &'static str, flag: &'static str) -> Error {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        Error::PortInUse { port, what, flag }
+    } else {
+        Error::Io { what: format!("starting {what} on port {port}"), source: e }
+    }
+}
+
+fn local_addr(listener: &tokio::net::TcpListener) -> Result<SocketAddr, Error> {
+    listener.local_addr().map_err(io_error("reading a listener's address"))
+}
+
+/// Creates every table that is missing, from the specs in `twopc::tables`. Returns the ones it created.
+async fn create_tables(
+    client: &aws_sdk_dynamodb::Client,
+    tables: &Tables,
+    endpoint: &str,
+) -> Result<Vec<String>, Error> {
+    use twopc::tables;
+    let mut specs =
+        vec![tables::transactions_table(&tables.transactions), tables::connections_table(&tables.connections)];
+    specs.extend(tables.participants.values().map(|t| tables::participant_table(t)));
+    let failed = |e: &dyn std::fmt::Display| Error::DynamoDb { endpoint: endpoint.to_owned(), message: e.to_string() };
+    let existing = client
+        .list_tables()
+        .into_paginator()
+        .items()
+        .send()
+        .collect::<Result<Vec<String>, _>>()
+        .await
+        .map_err(|e| failed(&aws_smithy_types::error::display::DisplayErrorContext(&e)))?;
+    let mut created = Vec::new();
+    for spec in &specs {
+        spec.create_if_missing(client).await.map_err(|e| failed(&e))?;
+        if !existing.contains(&spec.name) {
+            created.push(spec.name.clone());
+        }
+    }
+    Ok(created)
+}
+
+/// The stream pollers, one task per table stream. Dropping this stops them.
+struct Pollers {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Pollers {
+    fn start(pollers: Vec<streams::Poller>) -> Result<Pollers, Error> {
+        let task = tokio::spawn(async move {
+            futures::future::join_all(pollers.into_iter().map(streams::Poller::run)).await;
+        });
+        Ok(Pollers { task })
+    }
+
+    async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Pollers {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The sweeper on a timer, as the EventBridge schedule runs it.
+async fn sweep_loop(functions: Arc<Functions>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        match functions.sweep().await {
+            Ok(report) => {
+                let quiet = report.as_object().is_some_and(|o| o.values().all(|v| v.as_u64() == Some(0)));
+                if !quiet {
+                    info!(%report, "the sweeper recovered something");
+                }
+            }
+            Err(e) => warn!(error = %e, "sweep failed"),
+        }
+    }
+}

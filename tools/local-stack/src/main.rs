@@ -1,0 +1,193 @@
+//! `twopc-local`: the whole system on one machine.
+//!
+//! - `twopc-local up`: start it and keep it running until Ctrl-C.
+//! - `twopc-local demo`: start it, run a few transfers with a WebSocket client watching, show what
+//!   happened (phases, votes, outcomes, pushes, lake lines), stop.
+
+mod demo;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use local_stack::{Config, Endpoints, LambdaOptions, Mode, Stack};
+
+#[derive(Parser)]
+#[command(name = "twopc-local", version, about = "The two-phase-commit system on one machine: no AWS account needed")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the stack and keep it running; Ctrl-C stops everything it started.
+    Up(StackArgs),
+    /// Start the stack, run a committed, a refused and two conflicting transfers, show what happened, stop.
+    Demo(StackArgs),
+}
+
+#[derive(Args, Clone)]
+struct StackArgs {
+    /// Use this DynamoDB endpoint instead of starting DynamoDB Local.
+    #[arg(long, value_name = "URL")]
+    dynamodb_endpoint: Option<String>,
+    /// Port of the DynamoDB Local the stack starts.
+    #[arg(long, default_value_t = local_stack::DEFAULT_DYNAMODB_PORT)]
+    dynamodb_port: u16,
+    /// Keep DynamoDB Local's data in this folder [`up`: .local/dynamodb-data; `demo`: in memory].
+    #[arg(long, value_name = "DIR", conflicts_with = "in_memory")]
+    db_path: Option<PathBuf>,
+    /// Keep DynamoDB Local's data in memory only.
+    #[arg(long)]
+    in_memory: bool,
+    /// Port of the REST API.
+    #[arg(long, default_value_t = local_stack::DEFAULT_API_PORT)]
+    api_port: u16,
+    /// Port of the WebSocket API.
+    #[arg(long = "ws-port", default_value_t = local_stack::DEFAULT_WEBSOCKET_PORT)]
+    websocket_port: u16,
+    /// Port of the `@connections` management endpoint [default: a free port].
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
+    connections_port: u16,
+    /// Port of the Firehose endpoint [default: a free port].
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
+    firehose_port: u16,
+    /// Folder of the lake (NDJSON files under YYYY/MM/DD/HH/) [default: .local/lake of the workspace].
+    #[arg(long, value_name = "DIR")]
+    lake_dir: Option<PathBuf>,
+    /// Seconds between sweeps.
+    #[arg(long, default_value_t = 5)]
+    sweep_secs: u64,
+    /// Prefix for every table name.
+    #[arg(long, default_value = "")]
+    table_prefix: String,
+    /// Run every function as its real binary under `cargo lambda watch` (rebuilt when its code changes).
+    #[arg(long)]
+    lambda: bool,
+    /// With --lambda: do not rebuild and restart functions when their code changes.
+    #[arg(long, requires = "lambda")]
+    no_reload: bool,
+    /// With --lambda: the Invoke API of coordinator, connections, stream-processor and sweeper;
+    /// service-a's participant takes the next port, service-b's the one after (0: free ports).
+    #[arg(long, default_value_t = local_stack::DEFAULT_INVOKE_PORT, requires = "lambda")]
+    invoke_port: u16,
+}
+
+impl StackArgs {
+    fn config(&self, keep_data_by_default: bool, echo_function_output: bool) -> Config {
+        let dynamodb_data = match (&self.db_path, self.in_memory) {
+            (Some(path), _) => Some(path.clone()),
+            (None, true) => None,
+            (None, false) if keep_data_by_default => Some(local_stack::local_dir().join("dynamodb-data")),
+            (None, false) => None,
+        };
+        let defaults = Config::default();
+        Config {
+            dynamodb_endpoint: self.dynamodb_endpoint.clone(),
+            dynamodb_port: self.dynamodb_port,
+            dynamodb_data,
+            api_port: self.api_port,
+            websocket_port: self.websocket_port,
+            connections_port: self.connections_port,
+            firehose_port: self.firehose_port,
+            lake_dir: self.lake_dir.clone().unwrap_or(defaults.lake_dir),
+            table_prefix: self.table_prefix.clone(),
+            sweep_interval: Duration::from_secs(self.sweep_secs.max(1)),
+            mode: if self.lambda {
+                Mode::Lambda(LambdaOptions {
+                    workspace: local_stack::workspace_dir(),
+                    reload: !self.no_reload,
+                    echo_output: echo_function_output,
+                    invoke_port: self.invoke_port,
+                })
+            } else {
+                Mode::InProcess
+            },
+            ..defaults
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a Tokio runtime");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Up(args) => up(args).await,
+            Command::Demo(args) => demo::run(args.config(false, false)).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).try_init();
+}
+
+/// Where a path shows best: relative to the current folder when inside it.
+fn show(path: &std::path::Path) -> String {
+    let current = std::env::current_dir().ok();
+    let shown = current.as_deref().and_then(|c| path.strip_prefix(c).ok()).unwrap_or(path);
+    shown.display().to_string()
+}
+
+fn print_endpoints(stack: &Stack, config: &Config) {
+    let e: &Endpoints = stack.endpoints();
+    let dynamodb = if stack.owns_dynamodb() {
+        match &config.dynamodb_data {
+            Some(path) => format!("DynamoDB Local, data in {}", show(path)),
+            None => "DynamoDB Local, in memory".to_owned(),
+        }
+    } else {
+        "given with --dynamodb-endpoint".to_owned()
+    };
+    let services: Vec<String> = e.tables.participants.iter().map(|(s, t)| format!("{s} → {t}")).collect();
+    println!("  REST API      {:<28} POST /transactions, GET /transactions/{{id}}", e.api);
+    println!("  WebSocket     {:<28} {{\"action\": \"subscribe\", \"topics\": [...]}}", e.websocket);
+    println!("  DynamoDB      {:<28} {dynamodb}", e.dynamodb);
+    println!("  lake          {:<28} NDJSON, YYYY/MM/DD/HH/ keys", format!("{}/", show(&e.lake_dir)));
+    println!("  Firehose      {:<28} the stream processor writes the lake here", e.firehose);
+    println!("  @connections  {:<28} the stream processor pushes here", e.connections);
+    println!("  services      {}", services.join(", "));
+    println!(
+        "  tables        {}, {}, {}",
+        e.tables.transactions,
+        e.tables.connections,
+        e.tables.participants.values().cloned().collect::<Vec<_>>().join(", ")
+    );
+    for (deployment, url, functions) in &e.lambda {
+        println!("  λ {:<11} {:<28} cargo lambda watch: {}", deployment, url, functions.join(", "));
+    }
+}
+
+async fn up(args: StackArgs) -> Result<(), String> {
+    init_logs("info,twopc::fanout=warn,twopc::sweeper=warn,aws_config=warn,aws_smithy_runtime=warn");
+    let config = args.config(true, true);
+    let stack = tokio::select! {
+        stack = Stack::start(config.clone()) => stack.map_err(|e| e.to_string())?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("interrupted while starting; stopped");
+            return Ok(());
+        }
+    };
+    println!("twopc local stack is up ({:.1} s)", stack.started_in().as_secs_f64());
+    print_endpoints(&stack, &config);
+    println!("  sweeper       every {} s", config.sweep_interval.as_secs());
+    println!("Ctrl-C stops everything.");
+    let _ = tokio::signal::ctrl_c().await;
+    eprintln!("stopping...");
+    stack.stop().await;
+    eprintln!("stopped");
+    Ok(())
+}

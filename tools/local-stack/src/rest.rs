@@ -1,0 +1,94 @@
+//! The REST API: each HTTP request becomes the API Gateway REST proxy event the coordinator gets in
+//! AWS, and the coordinator's `{statusCode, headers, body}` becomes the HTTP answer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tracing::{error, info};
+
+use crate::Functions;
+use crate::events::{self, HttpRequest};
+
+/// API Gateway's payload limit.
+const MAX_BODY: usize = 10 * 1024 * 1024;
+
+struct Api {
+    functions: Arc<Functions>,
+    stage: String,
+}
+
+pub(crate) async fn serve(listener: TcpListener, functions: Arc<Functions>, stage: String) {
+    let app = Router::new().fallback(handle).with_state(Arc::new(Api { functions, stage }));
+    if let Err(e) = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await {
+        error!(error = %e, "the REST API stopped");
+    }
+}
+
+fn message(status: StatusCode, text: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], json!({"message": text}).to_string()).into_response()
+}
+
+async fn handle(State(api): State<Arc<Api>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let method = parts.method.as_str();
+    let path = parts.uri.path();
+    let Some((resource, path_parameters)) = events::rest_resource(method, path) else {
+        // The deployed API answers 403 "Missing Authentication Token" for a route it does not have.
+        return message(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no route for {method} {path}: the API has POST /transactions and GET /transactions/{{id}} (deployed, API Gateway answers 403 Missing Authentication Token here)"
+            ),
+        );
+    };
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(body) => body,
+        Err(_) => return message(StatusCode::PAYLOAD_TOO_LARGE, "Request Too Long".into()),
+    };
+    let headers: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect();
+    let domain = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1").to_owned();
+    let http =
+        HttpRequest { method, path, query: parts.uri.query(), headers, body: &body, source_ip: peer.ip().to_string() };
+    let event = events::rest_proxy_event(&http, resource, path_parameters, &api.stage, &domain);
+    match api.functions.coordinator(&event).await {
+        Ok(answer) => {
+            let summary = serde_json::from_slice::<Value>(&answer.body).ok().map(|b| {
+                let field = |name: &str| b.get(name).and_then(Value::as_str).unwrap_or("").to_owned();
+                let error = b.pointer("/error/code").and_then(Value::as_str).unwrap_or("");
+                format!("{} {}{error}", field("transactionId"), field("status")).trim().to_owned()
+            });
+            info!(
+                "{method} {path} -> {} {} ({} ms)",
+                answer.status,
+                summary.unwrap_or_default(),
+                started.elapsed().as_millis()
+            );
+            let mut response = Response::new(Body::from(answer.body));
+            *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            for (name, value) in answer.headers {
+                if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+                    response.headers_mut().append(name, value);
+                }
+            }
+            response
+        }
+        Err(e) => {
+            // What API Gateway answers when the integration fails.
+            error!(error = %e, "{method} {path}: the coordinator failed");
+            message(StatusCode::BAD_GATEWAY, "Internal server error".into())
+        }
+    }
+}
