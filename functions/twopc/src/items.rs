@@ -210,42 +210,20 @@ impl DataTable {
     /// Keys of items whose lock expired before `now_ms`, through the sparse locks index (no scan): at most
     /// `limit` from each shard.
     pub async fn expired_locks(&self, now_ms: u64, limit: i32) -> Result<Vec<Item>, StoreError> {
-        let mut keys = Vec::new();
-        for shard in 0..crate::tables::INDEX_SHARDS {
-            let mut e = Expr::new();
-            let shard_name = e.name(a::LOCK_SHARD);
-            let shard_value = e.value(s(format!("lock#{shard}")));
-            let expiry = e.name(a::LOCK_EXPIRES_AT);
-            let now = e.value(n(now_ms));
-            let (mut found, mut start) = (0, None);
-            // Pages until the shard's budget is spent: bounded work per run, oldest expiries first.
-            loop {
-                let out = self
-                    .client
-                    .query()
-                    .table_name(&self.name)
-                    .index_name(crate::tables::LOCKS_INDEX)
-                    .key_condition_expression(format!("{shard_name} = {shard_value} AND {expiry} < {now}"))
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
-                    .limit(limit - found)
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(|err| StoreError::new("Query", &self.name, err))?;
-                found += out.items().len() as i32;
-                keys.extend(
-                    out.items()
-                        .iter()
-                        .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())]))),
-                );
-                start = out.last_evaluated_key;
-                if start.is_none() || found >= limit {
-                    break;
-                }
-            }
-        }
-        Ok(keys)
+        let entries = crate::store::query_index_below(
+            &self.client,
+            &self.name,
+            crate::tables::LOCKS_INDEX,
+            (a::LOCK_SHARD, "lock"),
+            a::LOCK_EXPIRES_AT,
+            now_ms,
+            limit,
+        )
+        .await?;
+        Ok(entries
+            .iter()
+            .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())])))
+            .collect())
     }
 
     /// Reads several items consistently in one request.

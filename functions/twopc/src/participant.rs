@@ -115,20 +115,8 @@ impl Participant {
                 LockAttempt::Locked(returned) => return self.verify_locked(tx, &work, returned).await,
                 LockAttempt::Contention => backoff(attempt).await,
                 LockAttempt::ConditionFailed { index, item } => {
-                    let (op, key) = &work[index];
-                    let item = match item {
-                        Some(item) => Some(item),
-                        // Not every endpoint returns the item with the failure: read it.
-                        None => self.table.get(key).await?,
-                    };
-                    match classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms()) {
-                        LockFailure::Refused { code, reason } => return Ok(refused(code, reason)),
-                        LockFailure::Expired { owner } => {
-                            if let Some(response) = self.resolve(&owner, key).await? {
-                                return Ok(response);
-                            }
-                        }
-                        LockFailure::Unexplained => backoff(attempt).await,
+                    if let Some(refusal) = self.after_condition_failure(tx, &work[index], item, attempt).await? {
+                        return Ok(refusal);
                     }
                 }
             }
@@ -162,6 +150,31 @@ impl Participant {
         let Some(problem) = problem else { return Ok(prepared(false)) };
         try_join_all(work.iter().map(|(_, key)| self.table.release(tx, key, "unrepresentable result"))).await?;
         Ok(refused(RefusalCode::ConditionFailed, problem))
+    }
+
+    /// Classifies a failed conditional write of one item, from the item as it was: a refusal to answer
+    /// (`Some`), or `None` once the way is clear to try again (an expired lock resolved, or a pause when
+    /// the item changed underneath).
+    async fn after_condition_failure(
+        &self,
+        tx: &str,
+        (op, key): &(Operation, Item),
+        returned: Option<Item>,
+        attempt: u32,
+    ) -> Result<Option<ParticipantResponse>, ParticipantError> {
+        let item = match returned {
+            Some(item) => Some(item),
+            // Not every endpoint returns the item with the failure: read it.
+            None => self.table.get(key).await?,
+        };
+        match classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms()) {
+            LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
+            LockFailure::Expired { owner } => self.resolve(&owner, key).await,
+            LockFailure::Unexplained => {
+                backoff(attempt).await;
+                Ok(None)
+            }
+        }
     }
 
     /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
@@ -262,19 +275,8 @@ impl Participant {
                 OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
                 OnePhase::Contention => backoff(attempt).await,
                 OnePhase::ConditionFailed { index, item } => {
-                    let (op, key) = &work[index];
-                    let item = match item {
-                        Some(item) => Some(item),
-                        None => self.table.get(key).await?,
-                    };
-                    match classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms()) {
-                        LockFailure::Refused { code, reason } => return Ok(refused(code, reason)),
-                        LockFailure::Expired { owner } => {
-                            if let Some(response) = self.resolve(&owner, key).await? {
-                                return Ok(response);
-                            }
-                        }
-                        LockFailure::Unexplained => backoff(attempt).await,
+                    if let Some(refusal) = self.after_condition_failure(tx, &work[index], item, attempt).await? {
+                        return Ok(refusal);
                     }
                 }
             }

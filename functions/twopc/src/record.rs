@@ -273,38 +273,17 @@ impl TransactionStore {
 
     /// Ids of open transactions whose deadline is before `before_ms`, at most `limit` from each shard.
     pub async fn open_before(&self, before_ms: u64, limit: i32) -> Result<Vec<String>, StoreError> {
-        let mut ids = Vec::new();
-        for shard in 0..crate::tables::INDEX_SHARDS {
-            let mut e = Expr::new();
-            let shard_name = e.name(a::OPEN_SHARD);
-            let shard_value = e.value(s(format!("open#{shard}")));
-            let deadline = e.name(a::DEADLINE);
-            let before = e.value(n(before_ms));
-            let (mut found, mut start) = (0, None);
-            // Pages until the shard's budget is spent: bounded work per run, oldest deadlines first.
-            loop {
-                let out = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(crate::tables::OPEN_TRANSACTIONS_INDEX)
-                    .key_condition_expression(format!("{shard_name} = {shard_value} AND {deadline} < {before}"))
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
-                    .limit(limit - found)
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(|err| StoreError::new("Query", &self.table, err))?;
-                found += out.items().len() as i32;
-                ids.extend(out.items().iter().filter_map(|i| crate::store::get_s(i, a::ID).map(str::to_owned)));
-                start = out.last_evaluated_key;
-                if start.is_none() || found >= limit {
-                    break;
-                }
-            }
-        }
-        Ok(ids)
+        let entries = crate::store::query_index_below(
+            &self.client,
+            &self.table,
+            crate::tables::OPEN_TRANSACTIONS_INDEX,
+            (a::OPEN_SHARD, "open"),
+            a::DEADLINE,
+            before_ms,
+            limit,
+        )
+        .await?;
+        Ok(entries.iter().filter_map(|i| crate::store::get_s(i, a::ID).map(str::to_owned)).collect())
     }
 }
 
