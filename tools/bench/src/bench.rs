@@ -1,0 +1,338 @@
+//! The benchmark's world: one DynamoDB client (with the request counter), the transactions table,
+//! eight participant services on their own tables, in-process participants, the coordinator (and
+//! its sequential-prepare twin), and the `TransactWriteItems` baseline.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use aws_smithy_types::error::display::DisplayErrorContext;
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
+use serde_json::{Value, json};
+use twopc::coordinator::Coordinator;
+use twopc::invoke::{InProcessInvoker, InvokeError, ParticipantInvoker};
+use twopc::items::DataTable;
+use twopc::model::{ParticipantRequest, ParticipantResponse};
+use twopc::participant::Participant;
+use twopc::record::TransactionStore;
+
+use crate::counter::RequestCounter;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Participant services `service-1` … `service-8`, each with its table.
+pub const SERVICES: usize = 8;
+pub const TRANSACTIONS_TABLE: &str = "transactions";
+/// Every account starts with this balance: no `min: 0` guard is ever hit by accident.
+pub const START_BALANCE: i64 = 1_000_000_000;
+
+pub fn service(k: usize) -> String {
+    format!("service-{k}")
+}
+
+pub fn table(k: usize) -> String {
+    format!("service-{k}-data")
+}
+
+/// An account: (service number, entityId).
+pub type Account = (usize, String);
+
+/// How one transfer ended, as the client sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// 200 / TransactWriteItems succeeded.
+    Committed,
+    /// 409 (with the first refusal code), or TransactionCanceled (with its reason codes).
+    Refused(String),
+    /// 202: decided commit, not finished yet (left for the sweeper).
+    Pending,
+    /// Anything else: an error of the system or of the benchmark.
+    Failed(String),
+}
+
+pub struct Bench {
+    pub client: Client,
+    pub counter: RequestCounter,
+    pub coordinator: Coordinator,
+    pub sequential: Coordinator,
+    /// The same, with every participant call delayed as a Lambda Invoke would be.
+    pub delayed: Coordinator,
+    pub delayed_sequential: Coordinator,
+}
+
+/// Calls in-process participants after a fixed delay: the round trip of a warm Lambda Invoke,
+/// which in-process calls do not have.
+pub struct DelayedInvoker {
+    inner: InProcessInvoker,
+    delay: Duration,
+}
+
+impl ParticipantInvoker for DelayedInvoker {
+    fn invoke<'a>(
+        &'a self,
+        service: &'a str,
+        request: &'a ParticipantRequest,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.inner.invoke(service, request).await
+        })
+    }
+}
+
+impl Bench {
+    pub async fn new(endpoint: &str, invoke_delay: Duration) -> Result<Bench, BoxError> {
+        let counter = RequestCounter::default();
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("local", "local", None, None, "bench"))
+            .endpoint_url(endpoint)
+            .interceptor(counter.clone())
+            .build();
+        let client = Client::from_conf(config);
+        let mut specs = vec![twopc::tables::transactions_table(TRANSACTIONS_TABLE)];
+        specs.extend((1..=SERVICES).map(|k| twopc::tables::participant_table(&table(k))));
+        for spec in &specs {
+            spec.create_if_missing(&client).await?;
+        }
+        let transactions = TransactionStore::new(client.clone(), TRANSACTIONS_TABLE);
+        let participants: Vec<Participant> = (1..=SERVICES)
+            .map(|k| {
+                Participant::new(
+                    service(k),
+                    DataTable::new(client.clone(), table(k)),
+                    transactions.clone(),
+                    twopc::clock::system(),
+                )
+            })
+            .collect();
+        let invoker = InProcessInvoker::new(participants);
+        let delayed_invoker = DelayedInvoker { inner: invoker.clone(), delay: invoke_delay };
+        let coordinator = Coordinator::new(
+            transactions.clone(),
+            Arc::new(invoker),
+            (1..=SERVICES).map(service),
+            twopc::clock::system(),
+        );
+        let sequential = coordinator.with_sequential_prepares();
+        let delayed = Coordinator::new(
+            transactions,
+            Arc::new(delayed_invoker),
+            (1..=SERVICES).map(service),
+            twopc::clock::system(),
+        );
+        let delayed_sequential = delayed.with_sequential_prepares();
+        Ok(Bench { client, counter, coordinator, sequential, delayed, delayed_sequential })
+    }
+
+    /// Writes accounts as committed data (version 0, balance [`START_BALANCE`]), 16 at a time.
+    pub async fn seed(&self, accounts: &[Account]) -> Result<(), BoxError> {
+        futures::stream::iter(accounts.iter().map(|(k, id)| {
+            let item = HashMap::from([
+                ("entityId".to_owned(), AttributeValue::S(id.clone())),
+                (
+                    "data".to_owned(),
+                    AttributeValue::M(HashMap::from([(
+                        "balance".to_owned(),
+                        AttributeValue::N(START_BALANCE.to_string()),
+                    )])),
+                ),
+                ("version".to_owned(), AttributeValue::N("0".to_owned())),
+            ]);
+            self.client.put_item().table_name(table(*k)).set_item(Some(item)).send()
+        }))
+        .buffer_unordered(16)
+        .map_err(|e| -> BoxError { DisplayErrorContext(&e).to_string().into() })
+        .try_for_each(|_| async { Ok(()) })
+        .await
+    }
+
+    /// An account's balance, read consistently.
+    pub async fn balance(&self, (k, id): &Account) -> Result<i128, BoxError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(table(*k))
+            .key("entityId", AttributeValue::S(id.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| DisplayErrorContext(&e).to_string())?;
+        let balance = out
+            .item
+            .as_ref()
+            .and_then(|i| i.get("data"))
+            .and_then(|d| d.as_m().ok())
+            .and_then(|d| d.get("balance"))
+            .and_then(|b| b.as_n().ok())
+            .ok_or_else(|| format!("{}/{id} has no balance", table(*k)))?;
+        Ok(balance.parse()?)
+    }
+
+    /// Sends a request body through the coordinator (participants in-process).
+    pub async fn submit(&self, coordinator: &Coordinator, body: &[u8]) -> Outcome {
+        let reply = coordinator.submit(body, None).await;
+        match reply.status {
+            200 => Outcome::Committed,
+            202 => Outcome::Pending,
+            409 => Outcome::Refused(refusal_code(&reply.body)),
+            status => Outcome::Failed(format!("HTTP {status}: {}", reply.body)),
+        }
+    }
+
+    /// The baseline: the same two conditional updates in one `TransactWriteItems`.
+    pub async fn transact_transfer(&self, from: &Account, to: &Account, amount: i64) -> Outcome {
+        let debit = balance_update(&table(from.0), &from.1, -amount, Some(0));
+        let credit = balance_update(&table(to.0), &to.1, amount, None);
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(debit).build())
+            .transact_items(TransactWriteItem::builder().update(credit).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Outcome::Committed,
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => Outcome::Refused(
+                    c.cancellation_reasons()
+                        .iter()
+                        .filter_map(|r| r.code())
+                        .filter(|c| *c != "None")
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+                _ => Outcome::Failed(DisplayErrorContext(&err).to_string()),
+            },
+        }
+    }
+
+    /// N conditional `SET data.balance = data.balance + 1` at once, on `id` in tables 1..=N.
+    pub async fn parallel_updates(&self, n: usize, id: &str) -> Outcome {
+        let updates = (1..=n).map(|k| {
+            let u = balance_update(&table(k), id, 1, None);
+            self.client
+                .update_item()
+                .table_name(u.table_name())
+                .set_key(Some(u.key().clone()))
+                .update_expression(u.update_expression())
+                .set_condition_expression(u.condition_expression().map(str::to_owned))
+                .set_expression_attribute_names(u.expression_attribute_names().cloned())
+                .set_expression_attribute_values(u.expression_attribute_values().cloned())
+                .send()
+        });
+        match futures::future::try_join_all(updates).await {
+            Ok(_) => Outcome::Committed,
+            Err(err) => Outcome::Failed(DisplayErrorContext(&err).to_string()),
+        }
+    }
+
+    /// Every item of every participant table that still carries a lock, as `table/entityId`.
+    pub async fn locked_items(&self) -> Result<Vec<String>, BoxError> {
+        let mut locked = Vec::new();
+        for k in 1..=SERVICES {
+            let mut items =
+                self.client.scan().table_name(table(k)).consistent_read(true).into_paginator().items().send();
+            while let Some(item) = items.next().await {
+                let item = item.map_err(|e| DisplayErrorContext(&e).to_string())?;
+                if item.contains_key("lock") || item.contains_key("lockShard") {
+                    let id = item.get("entityId").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                    locked.push(format!("{}/{id}", table(k)));
+                }
+            }
+        }
+        Ok(locked)
+    }
+
+    /// Transaction records by status.
+    pub async fn records_by_status(&self) -> Result<BTreeMap<String, u64>, BoxError> {
+        let mut counts = BTreeMap::new();
+        let mut items = self
+            .client
+            .scan()
+            .table_name(TRANSACTIONS_TABLE)
+            .projection_expression("#s")
+            .expression_attribute_names("#s", "status")
+            .into_paginator()
+            .items()
+            .send();
+        while let Some(item) = items.next().await {
+            let item = item.map_err(|e| DisplayErrorContext(&e).to_string())?;
+            let status = item.get("status").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            *counts.entry(status).or_default() += 1;
+        }
+        Ok(counts)
+    }
+}
+
+/// `SET data.balance = data.balance + :d` if the item exists and, with a minimum, the result stays at
+/// or above it: the condition the 2PC's `add` checks at prepare.
+fn balance_update(table: &str, id: &str, delta: i64, min: Option<i64>) -> Update {
+    let mut condition = "attribute_exists(#d)".to_owned();
+    let mut update = Update::builder()
+        .table_name(table)
+        .key("entityId", AttributeValue::S(id.to_owned()))
+        .update_expression("SET #d.#b = #d.#b + :delta")
+        .expression_attribute_names("#d", "data")
+        .expression_attribute_names("#b", "balance")
+        .expression_attribute_values(":delta", AttributeValue::N(delta.to_string()));
+    if let Some(min) = min {
+        condition += " AND #d.#b >= :lowest";
+        update = update.expression_attribute_values(":lowest", AttributeValue::N((min - delta).to_string()));
+    }
+    update.condition_expression(condition).build().expect("table, key and expression are set")
+}
+
+/// The first refusal code in a 409 body (`CONFLICT`, `CONDITION_FAILED`, ...), or `ABORTED`.
+fn refusal_code(body: &Value) -> String {
+    body["participants"]
+        .as_array()
+        .and_then(|ps| ps.iter().find_map(|p| p.get("code").and_then(Value::as_str)))
+        .unwrap_or("ABORTED")
+        .to_owned()
+}
+
+/// `{"op": "add", ...}` on an account's balance.
+pub fn add(id: &str, delta: i64, min: Option<i64>) -> Value {
+    let mut op = json!({"op": "add", "key": {"entityId": id}, "field": "balance", "delta": delta});
+    if let Some(min) = min {
+        op["min"] = json!(min);
+    }
+    op
+}
+
+/// `{"op": "check", "key": ..., "exists": true}`.
+pub fn check_exists(id: &str) -> Value {
+    json!({"op": "check", "key": {"entityId": id}, "exists": true})
+}
+
+pub fn participant(k: usize, operations: Vec<Value>) -> Value {
+    json!({"service": service(k), "operations": operations})
+}
+
+pub fn body(participants: Vec<Value>) -> Vec<u8> {
+    json!({ "participants": participants }).to_string().into_bytes()
+}
+
+/// Moves `amount` from one account to another (two participants), guarded by `min: 0`.
+pub fn transfer_body(from: &Account, to: &Account, amount: i64) -> Vec<u8> {
+    body(vec![
+        participant(from.0, vec![add(&from.1, -amount, Some(0))]),
+        participant(to.0, vec![add(&to.1, amount, None)]),
+    ])
+}
+
+/// N participants (services 1..=N), one `add` each on `id`: the first pays N-1 (1 when alone, guarded
+/// by `min: 0`), every other receives 1.
+pub fn fan_body(n: usize, id: &str) -> Vec<u8> {
+    let debit = (n as i64 - 1).max(1);
+    let mut participants = vec![participant(1, vec![add(id, -debit, Some(0))])];
+    participants.extend((2..=n).map(|k| participant(k, vec![add(id, 1, None)])));
+    body(participants)
+}

@@ -1,0 +1,886 @@
+//! `twopc-bench`: latency, throughput, cost and scaling of the two-phase commit against a
+//! `TransactWriteItems` of the same updates, on one DynamoDB Local this binary starts itself.
+//!
+//! ```text
+//! cargo run --release -p twopc-bench --                # full run, a few minutes
+//! cargo run --release -p twopc-bench -- --quick \
+//!     --out target/bench/quick.json --svg target/bench/quick.svg   # CI smoke run
+//! ```
+//!
+//! Prints a table with PASS/FAIL per target, writes the figures as JSON (`--out`) and the latency
+//! chart as SVG (`--svg`). A missed target does not fail the process; a scenario that errors, or a
+//! lock left behind, does (exit status 1).
+
+mod bench;
+mod counter;
+mod scenarios;
+mod stats;
+mod svg;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::{Value, json};
+
+use crate::bench::Bench;
+use crate::counter::RequestCounter;
+use crate::scenarios::{
+    BACKOFF_BASE_MS, BACKOFF_CAP_MS, Contention, CostCase, Latency, Load, MAX_ATTEMPTS, Plan, Progress, ScalingPoint,
+    Throughput,
+};
+use crate::stats::{Summary, round};
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Benchmarks the 2PC against TransactWriteItems on a DynamoDB Local it starts itself")]
+struct Cli {
+    /// Smoke mode for CI: tiny iteration counts, every scenario still runs and the files are still written.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the figures as JSON.
+    #[arg(long, default_value = "target/bench/figures.json")]
+    out: PathBuf,
+    /// Where to write the latency-against-N chart.
+    #[arg(long, default_value = "BENCHMARKS-latency.svg")]
+    svg: PathBuf,
+    /// Measured iterations of the latency scenario (each path); default 400 (quick: 20).
+    #[arg(long)]
+    latency_iterations: Option<usize>,
+    /// Measured iterations per N and mode of the scaling scenario; default 100 (quick: 6).
+    #[arg(long)]
+    scaling_iterations: Option<usize>,
+    /// Measurement window of the throughput and contention phases, in seconds; default 10 (quick: 1.5).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Simulated Lambda Invoke round trip per participant call in scenario 2b, in ms; 0 skips 2b.
+    #[arg(long, default_value_t = 10)]
+    invoke_delay_ms: u64,
+    /// No progress bars.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// One target: what is compared, the measured value and the limit, and whether it holds.
+struct Target {
+    id: &'static str,
+    description: String,
+    measured: String,
+    pass: Option<bool>,
+}
+
+impl Target {
+    fn new(id: &'static str, description: impl Into<String>, measured: impl Into<String>, pass: bool) -> Target {
+        Target { id, description: description.into(), measured: measured.into(), pass: Some(pass) }
+    }
+    fn missing(id: &'static str, description: impl Into<String>) -> Target {
+        Target { id, description: description.into(), measured: "scenario did not run".into(), pass: None }
+    }
+    fn verdict(&self) -> &'static str {
+        match self.pass {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "ERROR",
+        }
+    }
+}
+
+/// Wall time of a phase, and the CPU time this process and the DynamoDB Local JVM used in it.
+struct Phase {
+    name: &'static str,
+    wall: Duration,
+    bench_cpu: Option<f64>,
+    jvm_cpu: Option<f64>,
+}
+
+/// Measures phases against the clock and both processes' CPU time.
+struct PhaseClock {
+    jvm: Option<String>,
+    started: Instant,
+    bench: Option<f64>,
+    db: Option<f64>,
+}
+
+impl PhaseClock {
+    fn start(jvm: Option<String>) -> PhaseClock {
+        let db = jvm.as_deref().and_then(scenarios::cpu_seconds);
+        PhaseClock { jvm, started: Instant::now(), bench: scenarios::cpu_seconds("self"), db }
+    }
+
+    fn stop(self, name: &'static str) -> Phase {
+        let bench_cpu = scenarios::cpu_seconds("self").zip(self.bench).map(|(b, a)| b - a);
+        let jvm_cpu = self.jvm.as_deref().and_then(scenarios::cpu_seconds).zip(self.db).map(|(b, a)| b - a);
+        Phase { name, wall: self.started.elapsed(), bench_cpu, jvm_cpu }
+    }
+}
+
+#[derive(Default)]
+struct Figures {
+    latency: Option<Latency>,
+    scaling: Option<Vec<ScalingPoint>>,
+    scaling_delayed: Option<Vec<ScalingPoint>>,
+    throughput: Option<Throughput>,
+    contention: Option<Contention>,
+    requests: Option<(Vec<CostCase>, u64)>,
+    memory: (Option<u64>, Option<u64>),
+    final_locks: Option<Vec<String>>,
+    records: Option<BTreeMap<String, u64>>,
+    phases: Vec<Phase>,
+    errors: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut plan = if cli.quick { Plan::quick() } else { Plan::full() };
+    if let Some(n) = cli.latency_iterations {
+        plan.latency_iterations = n.max(1);
+    }
+    if let Some(n) = cli.scaling_iterations {
+        plan.scaling_iterations = n.max(1);
+    }
+    plan.invoke_delay = Duration::from_millis(cli.invoke_delay_ms);
+    if let Some(s) = cli.seconds {
+        plan.load_window = Duration::from_secs_f64(s.max(0.1));
+    }
+    let progress = Progress { enabled: !cli.quick && !cli.no_progress };
+    let started = Instant::now();
+
+    eprintln!("starting DynamoDB Local {} (in memory) ...", dynamodb_local::DYNAMODB_LOCAL_VERSION);
+    let db = match dynamodb_local::DynamoDbLocal::start(dynamodb_local::Options::default()).await {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let bench = match Bench::new(db.endpoint(), plan.invoke_delay).await {
+        Ok(b) => Arc::new(b),
+        Err(e) => {
+            eprintln!("error: could not set up the tables: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    eprintln!(
+        "DynamoDB Local at {}; {} cores; {} mode",
+        db.endpoint(),
+        cores,
+        if cli.quick { "quick" } else { "full" }
+    );
+
+    let jvm = scenarios::jvm_pid(db.port());
+    let mut f = Figures::default();
+    let phase = PhaseClock::start(jvm.clone());
+    if let Err(e) = scenarios::warm_up(&bench, &plan, progress).await {
+        f.errors.push(format!("warm-up: {e}"));
+    }
+    f.phases.push(phase.stop("warm-up"));
+
+    macro_rules! scenario {
+        ($label:expr, $slot:ident, $call:expr) => {{
+            eprintln!("{} ...", $label);
+            let phase = PhaseClock::start(jvm.clone());
+            match $call.await {
+                Ok(value) => f.$slot = Some(value),
+                Err(e) => f.errors.push(format!("{}: {e}", $label)),
+            }
+            f.phases.push(phase.stop($label));
+        }};
+    }
+    scenario!("1. latency", latency, scenarios::latency(&bench, &plan, progress));
+    scenario!("2. scaling", scaling, scenarios::scaling(&bench, &plan, progress));
+    if !plan.invoke_delay.is_zero() {
+        scenario!(
+            "2b. scaling, simulated invoke",
+            scaling_delayed,
+            scenarios::scaling_delayed(&bench, &plan, progress)
+        );
+    }
+    scenario!("3. throughput", throughput, scenarios::throughput(&bench, &plan, progress));
+    scenario!("4. contention", contention, scenarios::contention(&bench, &plan, progress));
+    scenario!("5. requests", requests, scenarios::requests(&bench, &plan, progress));
+
+    // Whatever ran, no lock may be left anywhere, and no transaction left open.
+    match bench.locked_items().await {
+        Ok(locks) => f.final_locks = Some(locks),
+        Err(e) => f.errors.push(format!("final lock scan: {e}")),
+    }
+    match bench.records_by_status().await {
+        Ok(records) => f.records = Some(records),
+        Err(e) => f.errors.push(format!("transaction record scan: {e}")),
+    }
+    f.memory = (scenarios::peak_rss_kib("self"), jvm.as_deref().and_then(scenarios::peak_rss_kib));
+    collect_errors(&mut f);
+
+    let targets = targets(&f);
+    let elapsed = started.elapsed();
+    let report = report(&f, &targets, &plan, db.endpoint(), cores, elapsed);
+    println!("{report}");
+
+    let subtitle = format!(
+        "DynamoDB Local {} in memory, {} cores, participants in-process; p50/p95 of {} (left) and {} (right) transactions per point{}",
+        dynamodb_local::DYNAMODB_LOCAL_VERSION,
+        cores,
+        plan.scaling_iterations,
+        plan.delayed_iterations,
+        if plan.quick { " (quick run)" } else { "" }
+    );
+    let mut code = if f.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    if let Some(points) = &f.scaling {
+        let mut panels = vec![svg::Panel {
+            title: "DynamoDB Local, participants called in-process".to_owned(),
+            points,
+            baseline_p50: f.latency.as_ref().map(|l| l.baseline.p50),
+        }];
+        if let Some(delayed) = &f.scaling_delayed {
+            panels.push(svg::Panel {
+                title: format!(
+                    "plus {} ms simulated Lambda Invoke per participant call",
+                    plan.invoke_delay.as_millis()
+                ),
+                points: delayed,
+                baseline_p50: None,
+            });
+        }
+        let chart = svg::latency_chart(&panels, "2PC commit latency against the number of participants", &subtitle);
+        match write(&cli.svg, chart.as_bytes()) {
+            Ok(()) => println!("chart written to {}", cli.svg.display()),
+            Err(e) => {
+                eprintln!("error: writing {}: {e}", cli.svg.display());
+                code = ExitCode::FAILURE;
+            }
+        }
+    }
+    let figures = figures_json(&f, &targets, &plan, cores, elapsed);
+    let text = serde_json::to_string_pretty(&figures).expect("figures serialize") + "\n";
+    match write(&cli.out, text.as_bytes()) {
+        Ok(()) => println!("figures written to {}", cli.out.display()),
+        Err(e) => {
+            eprintln!("error: writing {}: {e}", cli.out.display());
+            code = ExitCode::FAILURE;
+        }
+    }
+    if !f.errors.is_empty() {
+        eprintln!("{} error(s):", f.errors.len());
+        for e in &f.errors {
+            eprintln!("  - {e}");
+        }
+    }
+    db.stop().await;
+    code
+}
+
+fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, bytes)
+}
+
+/// Turns what the figures show into errors: failed requests, locks left, money created or lost.
+fn collect_errors(f: &mut Figures) {
+    let mut errors = Vec::new();
+    if let Some(t) = &f.throughput {
+        for (name, load) in [("3. throughput 2PC", &t.twopc), ("3. throughput TransactWriteItems", &t.baseline)] {
+            if load.failed > 0 {
+                errors.push(format!(
+                    "{name}: {} request(s) failed, first: {}",
+                    load.failed,
+                    load.first_failure.as_deref().unwrap_or("?")
+                ));
+            }
+        }
+    }
+    if let Some(c) = &f.contention {
+        if c.load.failed > 0 {
+            errors.push(format!(
+                "4. contention: {} request(s) failed, first: {}",
+                c.load.failed,
+                c.load.first_failure.as_deref().unwrap_or("?")
+            ));
+        }
+        if !c.locks_left.is_empty() {
+            errors.push(format!("4. contention: {} lock(s) left: {}", c.locks_left.len(), sample(&c.locks_left)));
+        }
+        if c.balance_before != c.balance_after {
+            errors.push(format!(
+                "4. contention: the hot accounts held {} before and {} after",
+                c.balance_before, c.balance_after
+            ));
+        }
+    }
+    if let Some(locks) = &f.final_locks
+        && !locks.is_empty()
+    {
+        errors.push(format!("end of run: {} lock(s) left: {}", locks.len(), sample(locks)));
+    }
+    f.errors.extend(errors);
+}
+
+fn sample(items: &[String]) -> String {
+    let mut s = items.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > 5 {
+        s += ", ...";
+    }
+    s
+}
+
+fn targets(f: &Figures) -> Vec<Target> {
+    let mut t = Vec::new();
+    let d1 = "p50 of a 2-participant 2PC transfer ≤ 3× TransactWriteItems p50";
+    t.push(match &f.latency {
+        Some(l) => {
+            let ratio = l.twopc.p50 / l.baseline.p50;
+            Target::new(
+                "latency",
+                d1,
+                format!("{:.2} ms vs {:.2} ms = {ratio:.2}×", l.twopc.p50, l.baseline.p50),
+                ratio <= 3.0,
+            )
+        }
+        None => Target::missing("latency", d1),
+    });
+    let d2 = "p50 with 8 participants ≤ 1.3× p50 with 2 (parallel prepares)";
+    t.push(match f.scaling.as_ref().and_then(|s| Some((point(s, 2)?, point(s, 8)?))) {
+        Some((two, eight)) => {
+            let ratio = eight.parallel.p50 / two.parallel.p50;
+            Target::new(
+                "scaling",
+                d2,
+                format!("{:.2} ms vs {:.2} ms = {ratio:.2}×", eight.parallel.p50, two.parallel.p50),
+                ratio <= 1.3,
+            )
+        }
+        None => Target::missing("scaling", d2),
+    });
+    if let Some((two, eight)) = f.scaling_delayed.as_ref().and_then(|s| Some((point(s, 2)?, point(s, 8)?))) {
+        let ratio = eight.parallel.p50 / two.parallel.p50;
+        t.push(Target::new(
+            "scaling-simulated-invoke",
+            "(supplementary) the same with a simulated Lambda Invoke per participant call (2b.)",
+            format!("{:.2} ms vs {:.2} ms = {ratio:.2}×", eight.parallel.p50, two.parallel.p50),
+            ratio <= 1.3,
+        ));
+    }
+    let d3 = "2PC throughput ≥ 40% of TransactWriteItems (32 clients, disjoint accounts)";
+    t.push(match &f.throughput {
+        Some(tp) => {
+            let ratio = tp.twopc.per_second() / tp.baseline.per_second();
+            Target::new(
+                "throughput",
+                d3,
+                format!("{:.1}/s vs {:.1}/s = {:.0}%", tp.twopc.per_second(), tp.baseline.per_second(), ratio * 100.0),
+                ratio >= 0.4,
+            )
+        }
+        None => Target::missing("throughput", d3),
+    });
+    let d4 = "contended goodput (16 clients, 4 hot accounts) ≥ 50% of uncontended 2PC throughput (3.)";
+    t.push(match (&f.contention, &f.throughput) {
+        (Some(c), Some(tp)) => {
+            let ratio = c.load.per_second() / tp.twopc.per_second();
+            Target::new(
+                "contention",
+                d4,
+                format!("{:.1}/s vs {:.1}/s = {:.0}%", c.load.per_second(), tp.twopc.per_second(), ratio * 100.0),
+                ratio >= 0.5,
+            )
+        }
+        _ => Target::missing("contention", d4),
+    });
+    let d_lock = "no lock left after contention";
+    t.push(match &f.contention {
+        Some(c) => {
+            Target::new("no-locks", d_lock, format!("{} locked item(s)", c.locks_left.len()), c.locks_left.is_empty())
+        }
+        None => Target::missing("no-locks", d_lock),
+    });
+    match &f.requests {
+        Some((cases, _)) => {
+            for case in cases.iter().filter(|c| c.bound.is_some() && c.check_table.is_none()) {
+                let bound = case.bound.unwrap_or_default();
+                let per = case.per_transaction();
+                t.push(Target::new(
+                    "requests",
+                    format!("DynamoDB requests ≤ 2N+3 = {bound} for N = {}", case.items),
+                    format!("{per:.2} per committed tx"),
+                    per <= bound as f64,
+                ));
+            }
+            if let Some(one) = cases.iter().find(|c| c.items == 1 && c.bound.is_some()) {
+                let per = one.per_transaction();
+                t.push(Target::new(
+                    "one-phase",
+                    "single participant takes the one-phase path (≤ 3 requests; full 2PC needs 5)",
+                    format!("{per:.2} per committed tx"),
+                    per <= 3.0,
+                ));
+            }
+            if let Some(check) = cases.iter().find(|c| c.check_table.is_some()) {
+                let table = check.check_table.clone().unwrap_or_default();
+                let on_table = check.on_table(&table);
+                let reads = ["GetItem", "BatchGetItem", "Query", "TransactGetItems"];
+                let writes: f64 = on_table.iter().filter(|(op, _)| !reads.contains(&op.as_str())).map(|(_, n)| n).sum();
+                let all: f64 = on_table.values().sum();
+                t.push(Target::new(
+                    "check-released",
+                    "check-only participant released at prepare (one read, no write to its table)",
+                    format!("{all:.2} request(s) per tx on its table ({})", ops_text(&on_table)),
+                    writes == 0.0 && all <= 1.0,
+                ));
+                let per = check.per_transaction();
+                t.push(Target::new(
+                    "requests",
+                    format!("DynamoDB requests ≤ 2N+3 = {} for add + check (N = 2)", check.bound.unwrap_or_default()),
+                    format!("{per:.2} per committed tx"),
+                    per <= check.bound.unwrap_or_default() as f64,
+                ));
+            }
+        }
+        None => t.push(Target::missing("requests", "DynamoDB requests per committed transaction")),
+    }
+    t
+}
+
+fn point(points: &[ScalingPoint], n: usize) -> Option<&ScalingPoint> {
+    points.iter().find(|p| p.n == n)
+}
+
+fn ops_text(ops: &BTreeMap<String, f64>) -> String {
+    if ops.is_empty() {
+        return "none".to_owned();
+    }
+    ops.iter().map(|(op, n)| format!("{op} {}", trim(*n))).collect::<Vec<_>>().join(", ")
+}
+
+/// 2 → "2", 2.5 → "2.5", 2.333 → "2.33".
+fn trim(n: f64) -> String {
+    let s = format!("{n:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// A text table; `align` has one letter per column: `l` left, `r` right.
+fn table(out: &mut String, align: &str, header: &[&str], rows: &[Vec<String>]) {
+    let columns = header.len();
+    let left: Vec<bool> = (0..columns).map(|i| align.as_bytes().get(i) == Some(&b'l')).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(columns) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                let pad = " ".repeat(widths[i].saturating_sub(cell.chars().count()));
+                if left[i] { format!("{cell}{pad}") } else { format!("{pad}{cell}") }
+            })
+            .collect();
+        format!("  {}", parts.join("  ")).trim_end().to_owned()
+    };
+    let _ = writeln!(out, "{}", line(header.to_vec()));
+    let _ = writeln!(out, "  {}", "-".repeat(widths.iter().sum::<usize>() + 2 * (columns - 1)));
+    for row in rows {
+        let _ = writeln!(out, "{}", line(row.iter().map(String::as_str).collect()));
+    }
+}
+
+fn scaling_table(o: &mut String, points: &[ScalingPoint], with_raw: bool) {
+    let rows: Vec<Vec<String>> = points
+        .iter()
+        .map(|p| {
+            let mut row = vec![
+                p.n.to_string(),
+                ms(p.parallel.p50),
+                ms(p.parallel.p95),
+                ms(p.parallel.p99),
+                ms(p.sequential.p50),
+                ms(p.sequential.p95),
+                ms(p.sequential.p99),
+                format!("{:.2}×", p.sequential.p50 / p.parallel.p50),
+            ];
+            if with_raw {
+                row.push(ms(p.raw.p50));
+            }
+            row
+        })
+        .collect();
+    let mut header = vec!["N", "par p50", "par p95", "par p99", "seq p50", "seq p95", "seq p99", "seq/par p50"];
+    if with_raw {
+        header.push("N UpdateItems p50");
+    }
+    table(o, "rrrrrrrrr", &header, &rows);
+    if with_raw {
+        let _ = writeln!(
+            o,
+            "  N UpdateItems p50: N plain conditional UpdateItems sent at once (one per table), the endpoint's own floor"
+        );
+    }
+}
+
+fn ms(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+fn summary_cells(s: &Summary) -> Vec<String> {
+    vec![ms(s.p50), ms(s.p95), ms(s.p99), ms(s.mean)]
+}
+
+fn load_row(name: &str, l: &Load) -> Vec<String> {
+    vec![
+        name.to_owned(),
+        format!("{:.1}", l.per_second()),
+        l.committed.to_string(),
+        l.refused.to_string(),
+        l.pending.to_string(),
+        l.failed.to_string(),
+        ms(l.latency.p50),
+        ms(l.latency.p99),
+    ]
+}
+
+fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: usize, elapsed: Duration) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "twopc-bench ({} run): DynamoDB Local {} in memory at {endpoint}, {cores} cores, participants in-process",
+        if plan.quick { "quick" } else { "full" },
+        dynamodb_local::DYNAMODB_LOCAL_VERSION
+    );
+    let _ = writeln!(o);
+    if let Some(l) = &f.latency {
+        let _ = writeln!(
+            o,
+            "1. Latency of a 2-participant transfer (one client, {} iterations each after {} warm-up), ms",
+            plan.latency_iterations, plan.latency_warmup
+        );
+        let mut rows = vec![];
+        for (name, s) in [("2PC through the coordinator", &l.twopc), ("TransactWriteItems", &l.baseline)] {
+            let mut row = vec![name.to_owned()];
+            row.extend(summary_cells(s));
+            rows.push(row);
+        }
+        table(&mut o, "lrrrr", &["path", "p50", "p95", "p99", "mean"], &rows);
+        let _ = writeln!(o, "  p50 ratio 2PC / TransactWriteItems: {:.2}×", l.twopc.p50 / l.baseline.p50);
+        let _ = writeln!(o);
+    }
+    if let Some(points) = &f.scaling {
+        let _ = writeln!(
+            o,
+            "2. Latency against N participants (one add each; {} iterations per N and mode after {} warm-up), ms",
+            plan.scaling_iterations, plan.scaling_warmup
+        );
+        scaling_table(&mut o, points, true);
+        if let (Some(two), Some(eight)) = (point(points, 2), point(points, 8)) {
+            let _ = writeln!(o, "  p50 N=8 / N=2 (parallel): {:.2}×", eight.parallel.p50 / two.parallel.p50);
+        }
+        let _ = writeln!(o);
+    }
+    if let Some(points) = &f.scaling_delayed {
+        let _ = writeln!(
+            o,
+            "2b. The same with a simulated {} ms Lambda Invoke round trip per participant call ({} iterations per N and mode after {} warm-up), ms",
+            plan.invoke_delay.as_millis(),
+            plan.delayed_iterations,
+            plan.delayed_warmup
+        );
+        scaling_table(&mut o, points, false);
+        if let (Some(two), Some(eight)) = (point(points, 2), point(points, 8)) {
+            let _ = writeln!(o, "  p50 N=8 / N=2 (parallel): {:.2}×", eight.parallel.p50 / two.parallel.p50);
+        }
+        let _ = writeln!(o);
+    }
+    let header = ["path", "committed/s", "committed", "aborted", "202", "failed", "p50 ms", "p99 ms"];
+    if let Some(t) = &f.throughput {
+        let _ = writeln!(
+            o,
+            "3. Throughput: {} closed-loop clients on disjoint accounts, {:.1} s window after {:.1} s warm-up",
+            plan.throughput_clients,
+            plan.load_window.as_secs_f64(),
+            plan.load_warmup.as_secs_f64()
+        );
+        table(&mut o, "lrrrrrrr", &header, &[load_row("2PC", &t.twopc), load_row("TransactWriteItems", &t.baseline)]);
+        for (name, l) in [("2PC", &t.twopc), ("TransactWriteItems", &t.baseline)] {
+            let _ = writeln!(
+                o,
+                "  {name}: DynamoDB Local served {:.0} requests/s over the phase ({:.2} per transaction)",
+                l.requests_per_second(),
+                l.requests_per_commit()
+            );
+        }
+        let _ =
+            writeln!(o, "  2PC / TransactWriteItems: {:.0}%", 100.0 * t.twopc.per_second() / t.baseline.per_second());
+        let _ = writeln!(o);
+    }
+    if let Some(c) = &f.contention {
+        let _ = writeln!(
+            o,
+            "4. Contention: {} clients on {} hot accounts, refused transfers retried (full-jitter backoff {}..{} ms, ≤ {} attempts), {:.1} s window",
+            plan.contention_clients,
+            plan.hot_accounts,
+            BACKOFF_BASE_MS,
+            BACKOFF_CAP_MS,
+            MAX_ATTEMPTS,
+            plan.load_window.as_secs_f64()
+        );
+        let l = &c.load;
+        let rows = vec![vec![
+            format!("{:.1}", l.per_second()),
+            l.committed.to_string(),
+            l.attempts.to_string(),
+            l.refused.to_string(),
+            format!("{:.1}%", 100.0 * l.abort_rate()),
+            l.gave_up.to_string(),
+            ms(l.latency.p50),
+            ms(l.latency.p99),
+        ]];
+        table(
+            &mut o,
+            "rrrrrrrr",
+            &["goodput/s", "committed", "attempts", "aborted", "abort rate", "gave up", "p50 ms", "p99 ms"],
+            &rows,
+        );
+        let codes: Vec<String> = l.refusals.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let _ = writeln!(o, "  refusals by code: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
+        let _ = writeln!(o, "  latency is per committed transfer, retries included");
+        let _ = writeln!(
+            o,
+            "  DynamoDB requests: {:.2} per attempt, {:.2} per committed transfer; {:.0} requests/s over the phase",
+            l.requests_per_attempt(),
+            l.requests_per_commit(),
+            l.requests_per_second()
+        );
+        let _ = writeln!(
+            o,
+            "  locks left: {} ({}); hot balances {} → {} ({})",
+            c.locks_left.len(),
+            if c.locks_left.is_empty() { "none, PASS".to_owned() } else { sample(&c.locks_left) },
+            c.balance_before,
+            c.balance_after,
+            if c.balance_before == c.balance_after { "conserved" } else { "NOT CONSERVED" }
+        );
+        let _ = writeln!(o);
+    }
+    if let Some((cases, retries)) = &f.requests {
+        let _ = writeln!(
+            o,
+            "5. DynamoDB requests per transaction (counted at the client, one client, {} transactions per case; committed unless marked abort)",
+            plan.cost_transactions
+        );
+        let rows: Vec<Vec<String>> = cases
+            .iter()
+            .map(|c| {
+                vec![
+                    c.name.clone(),
+                    c.items.to_string(),
+                    trim(c.per_transaction()),
+                    c.bound.map_or("-".to_owned(), |b| b.to_string()),
+                    ops_text(&c.by_operation()),
+                ]
+            })
+            .collect();
+        table(&mut o, "lrrrl", &["case", "items", "requests/tx", "2N+3", "by operation"], &rows);
+        if let Some(check) = cases.iter().find(|c| c.check_table.is_some()) {
+            let table_name = check.check_table.clone().unwrap_or_default();
+            let _ = writeln!(o, "  check-only participant's table: {}", ops_text(&check.on_table(&table_name)));
+        }
+        let _ = writeln!(o, "  SDK retries during this scenario: {retries}");
+        let _ = writeln!(o, "  Time per request (sequential, uncontended), by operation and table:");
+        let mut rows = Vec::new();
+        for c in cases.iter().filter(|c| c.items == 2 || c.items == 1) {
+            for ((op, kind), (per_tx, mean)) in c.timing() {
+                rows.push(vec![c.name.clone(), format!("{op} on {kind}"), trim(per_tx), ms(mean)]);
+            }
+        }
+        table(&mut o, "llrr", &["case", "request", "per tx", "mean ms"], &rows);
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "6. Peak memory (VmHWM)");
+    let mib = |k: Option<u64>| k.map_or("n/a".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+    let _ = writeln!(o, "  twopc-bench process: {}", mib(f.memory.0));
+    let _ = writeln!(o, "  DynamoDB Local JVM:  {}", mib(f.memory.1));
+    let _ = writeln!(o);
+    if let Some(locks) = &f.final_locks {
+        let _ = writeln!(o, "End of run: {} locked item(s) in the participant tables", locks.len());
+    }
+    if let Some(records) = &f.records {
+        let text: Vec<String> = records.iter().map(|(s, n)| format!("{s} {n}")).collect();
+        let _ = writeln!(o, "Transaction records by status: {}", text.join(", "));
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Targets");
+    let rows: Vec<Vec<String>> =
+        targets.iter().map(|t| vec![t.verdict().to_owned(), t.description.clone(), t.measured.clone()]).collect();
+    table(&mut o, "lll", &["", "target", "measured"], &rows);
+    let passed = targets.iter().filter(|t| t.pass == Some(true)).count();
+    let _ = writeln!(o, "  {passed}/{} targets met", targets.len());
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Run took {:.1} s. Wall and CPU time per phase (CPU seconds; {cores} cores):",
+        elapsed.as_secs_f64()
+    );
+    let cpu = |c: Option<f64>| c.map_or("n/a".to_owned(), |c| format!("{c:.1}"));
+    let share = |c: Option<f64>, wall: Duration| {
+        c.map_or("n/a".to_owned(), |c| format!("{:.0}%", 100.0 * c / (wall.as_secs_f64() * cores.max(1) as f64)))
+    };
+    let rows: Vec<Vec<String>> = f
+        .phases
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.to_owned(),
+                format!("{:.1}", p.wall.as_secs_f64()),
+                cpu(p.jvm_cpu),
+                share(p.jvm_cpu, p.wall),
+                cpu(p.bench_cpu),
+                share(p.bench_cpu, p.wall),
+            ]
+        })
+        .collect();
+    table(
+        &mut o,
+        "lrrrrr",
+        &["phase", "wall s", "DynamoDB Local CPU", "of machine", "twopc-bench CPU", "of machine"],
+        &rows,
+    );
+    if !f.errors.is_empty() {
+        let _ = writeln!(o, "ERRORS: {}", f.errors.join("; "));
+    }
+    o
+}
+
+fn load_json(l: &Load) -> Value {
+    json!({
+        "clients": l.clients,
+        "windowSeconds": l.window.as_secs_f64(),
+        "perSecond": round(l.per_second(), 2),
+        "attempts": l.attempts,
+        "committed": l.committed,
+        "aborted": l.refused,
+        "abortRate": round(l.abort_rate(), 4),
+        "pending202": l.pending,
+        "failed": l.failed,
+        "gaveUp": l.gave_up,
+        "refusals": l.refusals,
+        "latency": l.latency.json(),
+        "phase": {
+            "seconds": round(l.phase.as_secs_f64(), 2),
+            "attempts": l.attempts_total,
+            "committed": l.committed_total,
+            "dynamodbRequests": l.requests,
+            "dynamodbRequestsPerSecond": round(l.requests_per_second(), 1),
+            "requestsPerAttempt": round(l.requests_per_attempt(), 3),
+            "requestsPerCommit": round(l.requests_per_commit(), 3),
+        },
+    })
+}
+
+fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elapsed: Duration) -> Value {
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    json!({
+        "mode": if plan.quick { "quick" } else { "full" },
+        "finishedAtUnix": unix,
+        "runSeconds": round(elapsed.as_secs_f64(), 1),
+        "machine": {
+            "cores": cores,
+            "dynamodbLocal": dynamodb_local::DYNAMODB_LOCAL_VERSION,
+            "dynamodbLocalStorage": "in-memory",
+            "participants": "in-process",
+        },
+        "plan": {
+            "globalWarmup": plan.global_warmup,
+            "latencyWarmup": plan.latency_warmup,
+            "latencyIterations": plan.latency_iterations,
+            "scalingWarmup": plan.scaling_warmup,
+            "scalingIterations": plan.scaling_iterations,
+            "invokeDelayMs": plan.invoke_delay.as_millis() as u64,
+            "delayedWarmup": plan.delayed_warmup,
+            "delayedIterations": plan.delayed_iterations,
+            "throughputClients": plan.throughput_clients,
+            "contentionClients": plan.contention_clients,
+            "hotAccounts": plan.hot_accounts,
+            "loadWarmupSeconds": plan.load_warmup.as_secs_f64(),
+            "loadWindowSeconds": plan.load_window.as_secs_f64(),
+            "costWarmup": plan.cost_warmup,
+            "costTransactions": plan.cost_transactions,
+            "backoff": {"baseMs": BACKOFF_BASE_MS, "capMs": BACKOFF_CAP_MS, "maxAttempts": MAX_ATTEMPTS},
+        },
+        "latency": f.latency.as_ref().map(|l| json!({
+            "twopc": l.twopc.json(),
+            "transactWriteItems": l.baseline.json(),
+            "ratioP50": round(l.twopc.p50 / l.baseline.p50, 3),
+        })),
+        "scaling": f.scaling.as_ref().map(|points| points.iter().map(|p| json!({
+            "n": p.n,
+            "parallel": p.parallel.json(),
+            "sequential": p.sequential.json(),
+            "parallelUpdateItems": p.raw.json(),
+        })).collect::<Vec<_>>()),
+        "scalingSimulatedInvoke": f.scaling_delayed.as_ref().map(|points| json!({
+            "invokeDelayMs": plan.invoke_delay.as_millis() as u64,
+            "points": points.iter().map(|p| json!({
+                "n": p.n,
+                "parallel": p.parallel.json(),
+                "sequential": p.sequential.json(),
+            })).collect::<Vec<_>>(),
+        })),
+        "throughput": f.throughput.as_ref().map(|t| json!({
+            "twopc": load_json(&t.twopc),
+            "transactWriteItems": load_json(&t.baseline),
+            "ratio": round(t.twopc.per_second() / t.baseline.per_second(), 3),
+        })),
+        "contention": f.contention.as_ref().map(|c| json!({
+            "load": load_json(&c.load),
+            "goodputPerSecond": round(c.load.per_second(), 2),
+            "locksLeft": c.locks_left,
+            "balanceBefore": c.balance_before.to_string(),
+            "balanceAfter": c.balance_after.to_string(),
+        })),
+        "requests": f.requests.as_ref().map(|(cases, retries)| json!({
+            "sdkRetries": retries,
+            "cases": cases.iter().map(|c| json!({
+                "name": c.name,
+                "items": c.items,
+                "bound": c.bound,
+                "transactions": c.transactions,
+                "perTransaction": round(c.per_transaction(), 3),
+                "total": RequestCounter::total(&c.requests),
+                "byOperation": c.by_operation(),
+                "byOperationAndTable": c.requests.iter().map(|((op, table), n)| json!({
+                    "operation": op,
+                    "table": table,
+                    "count": n,
+                    "meanMs": round(c.times.get(&(op.clone(), table.clone())).map_or(0.0, |t| t.as_secs_f64() * 1e3 / (*n).max(1) as f64), 3),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })),
+        "memory": {
+            "benchVmHwmKiB": f.memory.0,
+            "dynamodbLocalVmHwmKiB": f.memory.1,
+        },
+        "endOfRun": {
+            "locksLeft": f.final_locks,
+            "recordsByStatus": f.records,
+        },
+        "phases": f.phases.iter().map(|p| json!({
+            "phase": p.name,
+            "wallSeconds": round(p.wall.as_secs_f64(), 2),
+            "dynamodbLocalCpuSeconds": p.jvm_cpu.map(|c| round(c, 2)),
+            "benchCpuSeconds": p.bench_cpu.map(|c| round(c, 2)),
+        })).collect::<Vec<_>>(),
+        "targets": targets.iter().map(|t| json!({
+            "id": t.id,
+            "description": t.description,
+            "measured": t.measured,
+            "result": t.verdict(),
+        })).collect::<Vec<_>>(),
+        "errors": f.errors,
+    })
+}

@@ -1,0 +1,786 @@
+//! The six scenarios. Each returns its figures; an `Err` is a scenario that could not run (a
+//! transaction that should have committed did not, an SDK error, ...).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use twopc::coordinator::Coordinator;
+
+use crate::bench::{Account, Bench, Outcome, body, check_exists, fan_body, participant, transfer_body};
+use crate::counter::{Counts, RequestCounter, Times};
+use crate::stats::{Rng, Summary};
+
+/// Participant counts of the scaling and request-count scenarios.
+pub const FAN_OUT: [usize; 4] = [1, 2, 4, 8];
+/// A refused contended transfer is retried at most this many times in all.
+pub const MAX_ATTEMPTS: u32 = 12;
+/// Full-jitter exponential backoff: attempt k sleeps uniformly in 0..min(cap, base·2^k) ms.
+pub const BACKOFF_BASE_MS: u64 = 8;
+pub const BACKOFF_CAP_MS: u64 = 256;
+
+/// Iteration counts and durations.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub quick: bool,
+    pub global_warmup: usize,
+    pub latency_warmup: usize,
+    pub latency_iterations: usize,
+    pub scaling_warmup: usize,
+    pub scaling_iterations: usize,
+    /// Simulated Lambda Invoke round trip per participant call (2b.); zero skips 2b.
+    pub invoke_delay: Duration,
+    pub delayed_warmup: usize,
+    pub delayed_iterations: usize,
+    pub throughput_clients: usize,
+    pub contention_clients: usize,
+    pub hot_accounts: usize,
+    pub load_warmup: Duration,
+    pub load_window: Duration,
+    pub cost_warmup: usize,
+    pub cost_transactions: usize,
+}
+
+impl Plan {
+    pub fn full() -> Plan {
+        Plan {
+            quick: false,
+            global_warmup: 200,
+            latency_warmup: 50,
+            latency_iterations: 400,
+            scaling_warmup: 10,
+            scaling_iterations: 100,
+            invoke_delay: Duration::from_millis(10),
+            delayed_warmup: 3,
+            delayed_iterations: 40,
+            throughput_clients: 32,
+            contention_clients: 16,
+            hot_accounts: 4,
+            load_warmup: Duration::from_secs(2),
+            load_window: Duration::from_secs(10),
+            cost_warmup: 3,
+            cost_transactions: 20,
+        }
+    }
+
+    pub fn quick() -> Plan {
+        Plan {
+            quick: true,
+            global_warmup: 10,
+            latency_warmup: 3,
+            latency_iterations: 20,
+            scaling_warmup: 1,
+            scaling_iterations: 6,
+            delayed_warmup: 1,
+            delayed_iterations: 2,
+            load_warmup: Duration::from_millis(300),
+            load_window: Duration::from_millis(1500),
+            cost_warmup: 1,
+            cost_transactions: 3,
+            ..Plan::full()
+        }
+    }
+}
+
+/// Progress bars on stderr for long runs; hidden in quick mode.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub enabled: bool,
+}
+
+impl Progress {
+    pub fn bar(&self, len: u64, label: &str) -> ProgressBar {
+        if !self.enabled {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::new(len);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:<28} [{bar:40}] {pos}/{len} {elapsed}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(label.to_owned());
+        bar
+    }
+
+    /// A bar that fills over `total` by itself (timed phases).
+    pub fn timed(&self, total: Duration, label: &str) -> Ticker {
+        let bar = self.bar(total.as_millis() as u64, label);
+        let ticking = bar.clone();
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            loop {
+                ticking.set_position((started.elapsed().as_millis() as u64).min(ticking.length().unwrap_or(0)));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Ticker { bar, task }
+    }
+}
+
+pub struct Ticker {
+    bar: ProgressBar,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.bar.finish_and_clear();
+    }
+}
+
+fn committed(outcome: Outcome, what: &str) -> Result<(), String> {
+    match outcome {
+        Outcome::Committed => Ok(()),
+        other => Err(format!("{what} did not commit: {other:?}")),
+    }
+}
+
+async fn timed_commit(fut: impl Future<Output = Outcome>, what: &str) -> Result<Duration, String> {
+    let started = Instant::now();
+    let outcome = fut.await;
+    let elapsed = started.elapsed();
+    committed(outcome, what)?;
+    Ok(elapsed)
+}
+
+fn acct(k: usize, id: &str) -> Account {
+    (k, id.to_owned())
+}
+
+/// Warms the JVM (JIT) and the connection pool with the shapes measured afterwards.
+pub async fn warm_up(b: &Bench, plan: &Plan, progress: Progress) -> Result<(), String> {
+    let accounts: Vec<Account> = (1..=8).map(|k| acct(k, "warm")).collect();
+    b.seed(&accounts).await.map_err(|e| e.to_string())?;
+    let bar = progress.bar(plan.global_warmup as u64, "warm-up");
+    let pair = fan_body(2, "warm");
+    let wide = fan_body(8, "warm");
+    for _ in 0..plan.global_warmup {
+        committed(b.submit(&b.coordinator, &pair).await, "warm-up 2PC")?;
+        committed(b.submit(&b.coordinator, &wide).await, "warm-up 2PC N=8")?;
+        committed(b.transact_transfer(&accounts[0], &accounts[1], 1).await, "warm-up TransactWriteItems")?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Latency
+
+#[derive(Debug, Clone)]
+pub struct Latency {
+    pub twopc: Summary,
+    pub baseline: Summary,
+}
+
+pub async fn latency(b: &Bench, plan: &Plan, progress: Progress) -> Result<Latency, String> {
+    let (from, to) = (acct(1, "lat-a"), acct(2, "lat-b"));
+    b.seed(&[from.clone(), to.clone()]).await.map_err(|e| e.to_string())?;
+    let request = transfer_body(&from, &to, 1);
+    let (mut twopc, mut baseline) = (Vec::new(), Vec::new());
+    let total = plan.latency_warmup + plan.latency_iterations;
+    let bar = progress.bar(total as u64, "1. latency");
+    for i in 0..total {
+        // Alternate which goes first, so that neither always follows the other.
+        let (t2pc, tbase) = if i.is_multiple_of(2) {
+            let a = timed_commit(b.submit(&b.coordinator, &request), "2PC transfer").await?;
+            (a, timed_commit(b.transact_transfer(&from, &to, 1), "TransactWriteItems transfer").await?)
+        } else {
+            let c = timed_commit(b.transact_transfer(&from, &to, 1), "TransactWriteItems transfer").await?;
+            (timed_commit(b.submit(&b.coordinator, &request), "2PC transfer").await?, c)
+        };
+        if i >= plan.latency_warmup {
+            twopc.push(t2pc);
+            baseline.push(tbase);
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(Latency { twopc: Summary::of(&twopc), baseline: Summary::of(&baseline) })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Scaling with N
+
+#[derive(Debug, Clone)]
+pub struct ScalingPoint {
+    pub n: usize,
+    pub parallel: Summary,
+    pub sequential: Summary,
+    /// N plain conditional UpdateItems sent at once, one per table: what the endpoint itself does
+    /// with N concurrent requests (the floor of one parallel round of prepares or commits).
+    pub raw: Summary,
+}
+
+pub async fn scaling(b: &Bench, plan: &Plan, progress: Progress) -> Result<Vec<ScalingPoint>, String> {
+    let modes = (&b.coordinator, &b.sequential);
+    fan_out_latency(b, modes, "scale", plan.scaling_warmup, plan.scaling_iterations, true, progress).await
+}
+
+/// 2b: the same with every participant call delayed like a Lambda Invoke.
+pub async fn scaling_delayed(b: &Bench, plan: &Plan, progress: Progress) -> Result<Vec<ScalingPoint>, String> {
+    let modes = (&b.delayed, &b.delayed_sequential);
+    fan_out_latency(b, modes, "scale-delayed", plan.delayed_warmup, plan.delayed_iterations, false, progress).await
+}
+
+async fn fan_out_latency(
+    b: &Bench,
+    (parallel, sequential): (&Coordinator, &Coordinator),
+    id: &str,
+    warmup: usize,
+    iterations: usize,
+    with_raw: bool,
+    progress: Progress,
+) -> Result<Vec<ScalingPoint>, String> {
+    let raw_id = format!("{id}-raw");
+    let accounts: Vec<Account> = (1..=8).flat_map(|k| [acct(k, id), acct(k, &raw_id)]).collect();
+    b.seed(&accounts).await.map_err(|e| e.to_string())?;
+    let bodies: Vec<Vec<u8>> = FAN_OUT.iter().map(|&n| fan_body(n, id)).collect();
+    let mut samples = vec![(Vec::new(), Vec::new(), Vec::new()); FAN_OUT.len()];
+    let total = warmup + iterations;
+    let bar = progress.bar(total as u64, &format!("2. scaling ({id})"));
+    for i in 0..total {
+        // Every N and both modes in each round, so that drift of the endpoint affects them alike.
+        for (index, request) in bodies.iter().enumerate() {
+            let n = FAN_OUT[index];
+            let modes: [(&Coordinator, bool); 2] = if i.is_multiple_of(2) {
+                [(parallel, false), (sequential, true)]
+            } else {
+                [(sequential, true), (parallel, false)]
+            };
+            for (coordinator, is_sequential) in modes {
+                let took = timed_commit(b.submit(coordinator, request), &format!("2PC N={n}")).await?;
+                if i >= warmup {
+                    let slot = &mut samples[index];
+                    if is_sequential { slot.1.push(took) } else { slot.0.push(took) }
+                }
+            }
+            if with_raw {
+                let took = timed_commit(b.parallel_updates(n, &raw_id), &format!("{n} parallel UpdateItems")).await?;
+                if i >= warmup {
+                    samples[index].2.push(took);
+                }
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(FAN_OUT
+        .iter()
+        .zip(samples)
+        .map(|(&n, (par, seq, raw))| ScalingPoint {
+            n,
+            parallel: Summary::of(&par),
+            sequential: Summary::of(&seq),
+            raw: Summary::of(&raw),
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Throughput and 4. contention: closed-loop clients
+
+/// What a set of clients did inside the measurement window (counted by completion time).
+#[derive(Debug, Clone, Default)]
+pub struct Load {
+    pub clients: usize,
+    pub window: Duration,
+    /// Requests sent (every attempt).
+    pub attempts: u64,
+    pub committed: u64,
+    pub refused: u64,
+    pub pending: u64,
+    pub failed: u64,
+    /// Contended transfers that were refused `MAX_ATTEMPTS` times.
+    pub gave_up: u64,
+    pub refusals: BTreeMap<String, u64>,
+    pub first_failure: Option<String>,
+    /// Over the whole phase (warm-up and ramp-down included): attempts, commits, DynamoDB requests, time.
+    pub attempts_total: u64,
+    pub committed_total: u64,
+    pub requests: u64,
+    pub phase: Duration,
+    /// Per committed transfer (with its retries, under contention).
+    pub latency: Summary,
+    latencies: Vec<Duration>,
+}
+
+impl Load {
+    pub fn per_second(&self) -> f64 {
+        self.committed as f64 / self.window.as_secs_f64()
+    }
+
+    /// DynamoDB requests per attempt (committed or refused), over the whole phase.
+    pub fn requests_per_attempt(&self) -> f64 {
+        self.requests as f64 / self.attempts_total.max(1) as f64
+    }
+
+    /// DynamoDB requests per committed transfer (its refused attempts included), over the whole phase.
+    pub fn requests_per_commit(&self) -> f64 {
+        self.requests as f64 / self.committed_total.max(1) as f64
+    }
+
+    /// DynamoDB requests per second the endpoint served, over the whole phase.
+    pub fn requests_per_second(&self) -> f64 {
+        self.requests as f64 / self.phase.as_secs_f64().max(1e-9)
+    }
+
+    /// Refused attempts over all attempts.
+    pub fn abort_rate(&self) -> f64 {
+        if self.attempts == 0 { 0.0 } else { self.refused as f64 / self.attempts as f64 }
+    }
+
+    fn merge(&mut self, other: Load) {
+        self.attempts += other.attempts;
+        self.committed += other.committed;
+        self.refused += other.refused;
+        self.pending += other.pending;
+        self.failed += other.failed;
+        self.gave_up += other.gave_up;
+        self.attempts_total += other.attempts_total;
+        self.committed_total += other.committed_total;
+        for (code, n) in other.refusals {
+            *self.refusals.entry(code).or_default() += n;
+        }
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
+        self.latencies.extend(other.latencies);
+    }
+
+    /// Records one attempt that ended at `now`, if inside the window.
+    fn record(&mut self, outcome: &Outcome, now: Instant, window: (Instant, Instant), since: Instant) {
+        if let Outcome::Failed(message) = outcome {
+            // Failures count wherever they happen: they are errors, not figures.
+            self.failed += 1;
+            self.first_failure.get_or_insert_with(|| message.clone());
+            return;
+        }
+        self.attempts_total += 1;
+        if *outcome == Outcome::Committed {
+            self.committed_total += 1;
+        }
+        if now < window.0 || now >= window.1 {
+            return;
+        }
+        self.attempts += 1;
+        match outcome {
+            Outcome::Committed => {
+                self.committed += 1;
+                self.latencies.push(now - since);
+            }
+            Outcome::Refused(code) => {
+                self.refused += 1;
+                *self.refusals.entry(code.clone()).or_default() += 1;
+            }
+            Outcome::Pending => self.pending += 1,
+            Outcome::Failed(_) => unreachable!("handled above"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    TwoPc,
+    Baseline,
+}
+
+async fn run_clients<F, Fut>(counter: &RequestCounter, clients: usize, plan: &Plan, client: F) -> Load
+where
+    F: Fn(usize, (Instant, Instant)) -> Fut,
+    Fut: Future<Output = Load> + Send + 'static,
+{
+    let started = Instant::now();
+    let before = RequestCounter::total(&counter.snapshot());
+    let t0 = started + plan.load_warmup;
+    let window = (t0, t0 + plan.load_window);
+    let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(client(c, window))).collect();
+    let mut load = Load { clients, window: plan.load_window, ..Load::default() };
+    for task in tasks {
+        match task.await {
+            Ok(part) => load.merge(part),
+            Err(e) => {
+                load.failed += 1;
+                load.first_failure.get_or_insert_with(|| format!("client task failed: {e}"));
+            }
+        }
+    }
+    load.latency = Summary::of(&load.latencies);
+    load.requests = RequestCounter::total(&counter.snapshot()) - before;
+    load.phase = started.elapsed();
+    load
+}
+
+/// Client `c` transfers 1 back and forth between its own two accounts until the window closes.
+async fn disjoint_client(b: Arc<Bench>, path: Path, c: usize, window: (Instant, Instant)) -> Load {
+    let prefix = match path {
+        Path::TwoPc => "tp",
+        Path::Baseline => "twi",
+    };
+    let (a, z) = (acct(1, &format!("{prefix}-{c}")), acct(2, &format!("{prefix}-{c}")));
+    let forth = transfer_body(&a, &z, 1);
+    let back = transfer_body(&z, &a, 1);
+    let mut load = Load::default();
+    let mut i = 0u64;
+    while Instant::now() < window.1 {
+        let started = Instant::now();
+        let outcome = match (path, i.is_multiple_of(2)) {
+            (Path::TwoPc, true) => b.submit(&b.coordinator, &forth).await,
+            (Path::TwoPc, false) => b.submit(&b.coordinator, &back).await,
+            (Path::Baseline, true) => b.transact_transfer(&a, &z, 1).await,
+            (Path::Baseline, false) => b.transact_transfer(&z, &a, 1).await,
+        };
+        load.record(&outcome, Instant::now(), window, started);
+        i += 1;
+    }
+    load
+}
+
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    pub twopc: Load,
+    pub baseline: Load,
+}
+
+pub async fn throughput(b: &Arc<Bench>, plan: &Plan, progress: Progress) -> Result<Throughput, String> {
+    let clients = plan.throughput_clients;
+    let accounts: Vec<Account> = (0..clients)
+        .flat_map(|c| {
+            ["tp", "twi"].into_iter().flat_map(move |p| [acct(1, &format!("{p}-{c}")), acct(2, &format!("{p}-{c}"))])
+        })
+        .collect();
+    b.seed(&accounts).await.map_err(|e| e.to_string())?;
+    let phase = plan.load_warmup + plan.load_window;
+    let baseline = {
+        let _ticker = progress.timed(phase, "3. throughput TWI");
+        run_clients(&b.counter, clients, plan, |c, w| disjoint_client(b.clone(), Path::Baseline, c, w)).await
+    };
+    let twopc = {
+        let _ticker = progress.timed(phase, "3. throughput 2PC");
+        run_clients(&b.counter, clients, plan, |c, w| disjoint_client(b.clone(), Path::TwoPc, c, w)).await
+    };
+    Ok(Throughput { twopc, baseline })
+}
+
+#[derive(Debug, Clone)]
+pub struct Contention {
+    pub load: Load,
+    pub locks_left: Vec<String>,
+    pub balance_before: i128,
+    pub balance_after: i128,
+}
+
+/// The hot accounts: half on service-1, half on service-2; every transfer goes between the two.
+fn hot_accounts(plan: &Plan) -> (Vec<Account>, Vec<Account>) {
+    let half = (plan.hot_accounts / 2).max(1);
+    (
+        (0..half).map(|i| acct(1, &format!("hot-{i}"))).collect(),
+        (0..half).map(|i| acct(2, &format!("hot-{i}"))).collect(),
+    )
+}
+
+async fn contended_client(b: Arc<Bench>, plan: Plan, c: usize, window: (Instant, Instant)) -> Load {
+    let (left, right) = hot_accounts(&plan);
+    let mut rng = Rng::new(0xC0FFEE + c as u64);
+    let mut load = Load::default();
+    'transfers: while Instant::now() < window.1 {
+        let l = &left[rng.below(left.len() as u64) as usize];
+        let r = &right[rng.below(right.len() as u64) as usize];
+        let request = if rng.below(2) == 0 { transfer_body(l, r, 1) } else { transfer_body(r, l, 1) };
+        let first = Instant::now();
+        for attempt in 0..MAX_ATTEMPTS {
+            let outcome = b.submit(&b.coordinator, &request).await;
+            let now = Instant::now();
+            load.record(&outcome, now, window, first);
+            if !matches!(outcome, Outcome::Refused(_)) {
+                continue 'transfers;
+            }
+            if now >= window.1 {
+                break 'transfers;
+            }
+            let ceiling = (BACKOFF_BASE_MS << attempt).min(BACKOFF_CAP_MS);
+            tokio::time::sleep(Duration::from_micros(rng.below(ceiling * 1000 + 1))).await;
+        }
+        let now = Instant::now();
+        if now >= window.0 && now < window.1 {
+            load.gave_up += 1;
+        }
+    }
+    load
+}
+
+pub async fn contention(b: &Arc<Bench>, plan: &Plan, progress: Progress) -> Result<Contention, String> {
+    let (left, right) = hot_accounts(plan);
+    let hot: Vec<Account> = left.into_iter().chain(right).collect();
+    b.seed(&hot).await.map_err(|e| e.to_string())?;
+    let sum = |b: Arc<Bench>, hot: Vec<Account>| async move {
+        let mut total = 0i128;
+        for account in &hot {
+            total += b.balance(account).await.map_err(|e| e.to_string())?;
+        }
+        Ok::<i128, String>(total)
+    };
+    let balance_before = sum(b.clone(), hot.clone()).await?;
+    let load = {
+        let _ticker = progress.timed(plan.load_warmup + plan.load_window, "4. contention");
+        run_clients(&b.counter, plan.contention_clients, plan, |c, w| contended_client(b.clone(), plan.clone(), c, w))
+            .await
+    };
+    let balance_after = sum(b.clone(), hot).await?;
+    let locks_left = b.locked_items().await.map_err(|e| e.to_string())?;
+    Ok(Contention { load, locks_left, balance_before, balance_after })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. DynamoDB requests per committed transaction
+
+#[derive(Debug, Clone)]
+pub struct CostCase {
+    pub name: String,
+    /// Items the transaction touches (the N of the 2N+3 bound).
+    pub items: usize,
+    /// None for the baseline.
+    pub bound: Option<u64>,
+    pub transactions: u64,
+    pub requests: Counts,
+    /// Time spent in those requests.
+    pub times: Times,
+    /// Requests to the table of the `check`-only participant (the add+check case).
+    pub check_table: Option<String>,
+}
+
+impl CostCase {
+    pub fn per_transaction(&self) -> f64 {
+        RequestCounter::total(&self.requests) as f64 / self.transactions.max(1) as f64
+    }
+
+    /// "PutItem 1, UpdateItem 4" per transaction.
+    pub fn by_operation(&self) -> BTreeMap<String, f64> {
+        let mut ops: BTreeMap<String, f64> = BTreeMap::new();
+        for ((op, _), n) in &self.requests {
+            *ops.entry(op.clone()).or_default() += *n as f64 / self.transactions.max(1) as f64;
+        }
+        ops
+    }
+
+    /// Per (operation, kind of table): requests per transaction and mean ms per request.
+    pub fn timing(&self) -> BTreeMap<(String, &'static str), (f64, f64)> {
+        let mut grouped: BTreeMap<(String, &'static str), (u64, Duration)> = BTreeMap::new();
+        for ((op, table), n) in &self.requests {
+            let slot = grouped.entry((op.clone(), table_kind(table))).or_default();
+            slot.0 += n;
+            slot.1 += self.times.get(&(op.clone(), table.clone())).copied().unwrap_or_default();
+        }
+        grouped
+            .into_iter()
+            .map(|(key, (n, t))| {
+                let per_tx = n as f64 / self.transactions.max(1) as f64;
+                (key, (per_tx, t.as_secs_f64() * 1e3 / n.max(1) as f64))
+            })
+            .collect()
+    }
+
+    /// Requests per transaction to one table, by operation.
+    pub fn on_table(&self, table: &str) -> BTreeMap<String, f64> {
+        let mut ops: BTreeMap<String, f64> = BTreeMap::new();
+        for ((op, t), n) in &self.requests {
+            if t.split('+').any(|t| t == table) {
+                *ops.entry(op.clone()).or_default() += *n as f64 / self.transactions.max(1) as f64;
+            }
+        }
+        ops
+    }
+}
+
+/// `transactions`, `data` (one participant table) or `data+transactions` (several, joined by `+`).
+pub fn table_kind(table: &str) -> &'static str {
+    let tx = table.split('+').any(|t| t == crate::bench::TRANSACTIONS_TABLE);
+    let data = table.split('+').any(|t| t != crate::bench::TRANSACTIONS_TABLE);
+    match (tx, data) {
+        (true, true) => "data+transactions",
+        (true, false) => "transactions",
+        _ => "data",
+    }
+}
+
+struct CostSpec {
+    name: String,
+    /// The transaction is refused by design (the abort path); otherwise it must commit.
+    refused: bool,
+    items: usize,
+    bound: Option<u64>,
+    request: CostRequest,
+    check_table: Option<String>,
+}
+
+enum CostRequest {
+    TwoPc(Vec<u8>),
+    Baseline,
+}
+
+async fn cost_once(b: &Bench, request: &CostRequest, accounts: &[Account]) -> Outcome {
+    match request {
+        CostRequest::TwoPc(body) => b.submit(&b.coordinator, body).await,
+        CostRequest::Baseline => b.transact_transfer(&accounts[0], &accounts[1], 1).await,
+    }
+}
+
+pub async fn requests(b: &Bench, plan: &Plan, progress: Progress) -> Result<(Vec<CostCase>, u64), String> {
+    let accounts: Vec<Account> = (1..=8).map(|k| acct(k, "cost")).collect();
+    b.seed(&accounts).await.map_err(|e| e.to_string())?;
+    let mut cases: Vec<CostSpec> = FAN_OUT
+        .iter()
+        .map(|&n| CostSpec {
+            refused: false,
+            name: format!("2PC, {n} participant{}", if n == 1 { "" } else { "s" }),
+            items: n,
+            bound: Some(2 * n as u64 + 3),
+            request: CostRequest::TwoPc(fan_body(n, "cost")),
+            check_table: None,
+        })
+        .collect();
+    cases.push(CostSpec {
+        refused: false,
+        name: "2PC, add + check-only".to_owned(),
+        items: 2,
+        bound: Some(7),
+        request: CostRequest::TwoPc(body(vec![
+            participant(1, vec![crate::bench::add("cost", -1, Some(0))]),
+            participant(2, vec![check_exists("cost")]),
+        ])),
+        check_table: Some(crate::bench::table(2)),
+    });
+    cases.push(CostSpec {
+        refused: true,
+        name: "2PC, 2 participants, one refuses (abort)".to_owned(),
+        items: 2,
+        bound: None,
+        request: CostRequest::TwoPc(body(vec![
+            participant(1, vec![crate::bench::add("cost", -10 * crate::bench::START_BALANCE, Some(0))]),
+            participant(2, vec![crate::bench::add("cost", 1, None)]),
+        ])),
+        check_table: None,
+    });
+    cases.push(CostSpec {
+        refused: false,
+        name: "TransactWriteItems, 2 items".to_owned(),
+        items: 2,
+        bound: None,
+        request: CostRequest::Baseline,
+        check_table: None,
+    });
+    let bar = progress.bar(cases.len() as u64, "5. requests per tx");
+    let executions_before = b.counter.executions();
+    let attempts_before = RequestCounter::total(&b.counter.snapshot());
+    let mut figures = Vec::new();
+    for CostSpec { name, refused, items, bound, request, check_table } in cases {
+        let expect = |outcome: Outcome| match (refused, outcome) {
+            (false, outcome) => committed(outcome, &name),
+            (true, Outcome::Refused(_)) => Ok(()),
+            (true, other) => Err(format!("{name} was not refused: {other:?}")),
+        };
+        for _ in 0..plan.cost_warmup {
+            expect(cost_once(b, &request, &accounts).await)?;
+        }
+        let before = b.counter.snapshot();
+        let times_before = b.counter.times();
+        for _ in 0..plan.cost_transactions {
+            expect(cost_once(b, &request, &accounts).await)?;
+        }
+        let after = b.counter.snapshot();
+        let times_after = b.counter.times();
+        figures.push(CostCase {
+            name,
+            items,
+            bound,
+            transactions: plan.cost_transactions as u64,
+            requests: RequestCounter::diff(&before, &after),
+            times: times_after
+                .iter()
+                .filter_map(|(key, t)| {
+                    let delta = t.saturating_sub(times_before.get(key).copied().unwrap_or_default());
+                    (!delta.is_zero()).then(|| (key.clone(), delta))
+                })
+                .collect(),
+            check_table,
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    // Attempts beyond executions are SDK retries (each a request of its own).
+    let retries = (RequestCounter::total(&b.counter.snapshot()) - attempts_before)
+        .saturating_sub(b.counter.executions() - executions_before);
+    Ok((figures, retries))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Memory
+
+/// A `Vm*` line of a /proc status file, in KiB.
+pub fn vm_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+/// The process id of the DynamoDB Local JVM listening on `port`.
+pub fn jvm_pid(port: u16) -> Option<String> {
+    let needle = format!("\0-port\0{port}\0");
+    std::fs::read_dir("/proc").ok()?.filter_map(Result::ok).find_map(|entry| {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        (cmdline.contains(&needle) && cmdline.contains("java")).then_some(name)
+    })
+}
+
+/// Peak RSS (VmHWM) of a process (`"self"` or a pid), in KiB.
+pub fn peak_rss_kib(pid: &str) -> Option<u64> {
+    vm_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?, "VmHWM")
+}
+
+/// CPU time (user + system) a process (`"self"` or a pid) has used, in seconds.
+pub fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; in clock ticks,
+    // which are 100 per second on Linux.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_vm_fields() {
+        let status = "Name:\ttwopc-bench\nVmPeak:\t  100 kB\nVmHWM:\t   2048 kB\nVmRSS:\t 1024 kB\n";
+        assert_eq!(vm_kib(status, "VmHWM"), Some(2048));
+        assert_eq!(vm_kib(status, "VmRSS"), Some(1024));
+        assert_eq!(vm_kib(status, "VmSwap"), None);
+    }
+
+    #[test]
+    fn reads_own_cpu_and_memory() {
+        assert!(cpu_seconds("self").is_some());
+        assert!(peak_rss_kib("self").is_some_and(|k| k > 0));
+    }
+
+    #[test]
+    fn quick_plan_is_small() {
+        let quick = Plan::quick();
+        assert!(quick.load_warmup + quick.load_window < Duration::from_secs(3));
+        assert!(quick.latency_iterations <= 50);
+    }
+}

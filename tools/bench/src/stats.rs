@@ -1,0 +1,106 @@
+//! Latency summaries and a small random source (jitter, account choice).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// Percentiles of a set of latencies, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Summary {
+    pub count: usize,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+impl Summary {
+    pub fn of(samples: &[Duration]) -> Summary {
+        if samples.is_empty() {
+            return Summary::default();
+        }
+        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        ms.sort_by(f64::total_cmp);
+        Summary {
+            count: ms.len(),
+            p50: percentile(&ms, 50.0),
+            p95: percentile(&ms, 95.0),
+            p99: percentile(&ms, 99.0),
+            mean: ms.iter().sum::<f64>() / ms.len() as f64,
+            max: ms[ms.len() - 1],
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "samples": self.count,
+            "p50Ms": round(self.p50, 3),
+            "p95Ms": round(self.p95, 3),
+            "p99Ms": round(self.p99, 3),
+            "meanMs": round(self.mean, 3),
+            "maxMs": round(self.max, 3),
+        })
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+pub fn round(value: f64, decimals: i32) -> f64 {
+    let factor = 10f64.powi(decimals);
+    (value * factor).round() / factor
+}
+
+/// SplitMix64: enough randomness for jitter and picking accounts, seeded per client.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&values, 50.0), 50.0);
+        assert_eq!(percentile(&values, 99.0), 99.0);
+        assert_eq!(percentile(&values, 100.0), 100.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+    }
+
+    #[test]
+    fn summary_of_durations() {
+        let samples: Vec<Duration> = (1..=10).map(Duration::from_millis).collect();
+        let s = Summary::of(&samples);
+        assert_eq!(s.count, 10);
+        assert_eq!(s.p50, 5.0);
+        assert_eq!(s.p99, 10.0);
+        assert!((s.mean - 5.5).abs() < 1e-9);
+    }
+}
