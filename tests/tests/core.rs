@@ -478,3 +478,45 @@ async fn every_operation_form_prepares_and_commits_in_both_phases() {
     assert_eq!(env.balance("service-a", "A").await, "10");
     assert_no_locks(&env).await;
 }
+
+#[tokio::test]
+async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses_at_once() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    let participant = env.participants["service-a"].clone();
+    let hold = |tx: &str, deadline: u64| ParticipantRequest {
+        action: Action::Prepare,
+        transaction_id: tx.to_owned(),
+        deadline: Some(deadline),
+        operations: vec![json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1})],
+        one_phase_record: None,
+    };
+    let release = move |tx: &str| ParticipantRequest { action: Action::Abort, deadline: None, ..hold(tx, 0) };
+
+    // A younger holder (a later deadline) that finishes soon: the transfer waits for it and commits.
+    let young = hold("tx-young", env.clock_now() + 20_000);
+    assert_eq!(participant.handle(&young).await.unwrap().vote, Some(twopc::model::Vote::Prepared));
+    let releaser = {
+        let (participant, abort) = (participant.clone(), release("tx-young"));
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            participant.handle(&abort).await.unwrap();
+        })
+    };
+    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "10"), None).await;
+    releaser.await.unwrap();
+    assert_eq!(status, 200, "the older transfer waited for the younger lock: {body}");
+
+    // An older holder (an earlier deadline): the transfer refuses at once rather than wait.
+    let old = hold("tx-old", env.clock_now() + 2_000);
+    assert_eq!(participant.handle(&old).await.unwrap().vote, Some(twopc::model::Vote::Prepared));
+    let started = std::time::Instant::now();
+    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "10"), None).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["participants"][0]["code"], "CONFLICT");
+    assert!(started.elapsed() < Duration::from_millis(150), "it did not wait: {:?}", started.elapsed());
+    participant.handle(&release("tx-old")).await.unwrap();
+    assert_eq!(env.balance("service-a", "A").await, "90");
+    assert_no_locks(&env).await;
+}

@@ -43,6 +43,12 @@ pub enum LockFailure {
     Expired {
         owner: String,
     },
+    /// Held by another transaction that is still within its deadline.
+    Held {
+        owner: String,
+        expires_at: u64,
+        reason: String,
+    },
     /// The item no longer shows why the write failed (it changed since): try again.
     Unexplained,
 }
@@ -540,7 +546,11 @@ pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_
         if lock.expires_at <= now_ms {
             return LockFailure::Expired { owner: lock.transaction_id };
         }
-        return refuse(RefusalCode::Conflict, format!("entity {key} is locked by transaction {}", lock.transaction_id));
+        return LockFailure::Held {
+            reason: format!("entity {key} is locked by transaction {}", lock.transaction_id),
+            owner: lock.transaction_id,
+            expires_at: lock.expires_at,
+        };
     }
     if let Some(item) = item
         && get_s(item, a::LAST_TX) == Some(tx)
@@ -621,9 +631,10 @@ pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -
         return Err(if lock.expires_at <= now_ms {
             LockFailure::Expired { owner: lock.transaction_id }
         } else {
-            LockFailure::Refused {
-                code: RefusalCode::Conflict,
+            LockFailure::Held {
                 reason: format!("entity {} is locked by transaction {}", op.key_text(), lock.transaction_id),
+                owner: lock.transaction_id,
+                expires_at: lock.expires_at,
             }
         });
     }

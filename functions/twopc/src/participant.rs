@@ -21,8 +21,12 @@ use crate::store::{Item, StoreError};
 
 /// Locks live this long when a prepare names no deadline.
 pub const DEFAULT_LOCK_MS: u64 = 30_000;
-/// Attempts at taking the locks when something changes underneath (an expired lock resolved, contention).
-const LOCK_ATTEMPTS: u32 = 4;
+/// Attempts at taking the locks when something changes underneath (an expired lock resolved, contention,
+/// a wait for a younger transaction's lock).
+const LOCK_ATTEMPTS: u32 = 12;
+/// An older transaction waits for a younger one's lock at most this long in all, and never more than
+/// half of what is left before its deadline.
+const MAX_LOCK_WAIT_MS: u64 = 200;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParticipantError {
@@ -106,16 +110,18 @@ impl Participant {
             ));
         }
         if operations.iter().all(Operation::is_read_only) {
-            return self.prepare_read_only(tx, operations, &keys).await;
+            return self.prepare_read_only(tx, deadline, operations, &keys).await;
         }
         let expires_at = deadline.unwrap_or(now + DEFAULT_LOCK_MS);
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
+        let waiting = Waiting::new(tx, deadline, now);
         for attempt in 0..LOCK_ATTEMPTS {
             match self.table.lock_all(tx, &work, expires_at).await? {
                 LockAttempt::Locked(returned) => return self.verify_locked(tx, &work, returned).await,
                 LockAttempt::Contention => backoff(attempt).await,
                 LockAttempt::ConditionFailed { index, item } => {
-                    if let Some(refusal) = self.after_condition_failure(tx, &work[index], item, attempt).await? {
+                    let failed = &work[index];
+                    if let Some(refusal) = self.after_condition_failure(tx, failed, item, &waiting, attempt).await? {
                         return Ok(refusal);
                     }
                 }
@@ -160,6 +166,7 @@ impl Participant {
         tx: &str,
         (op, key): &(Operation, Item),
         returned: Option<Item>,
+        waiting: &Waiting<'_>,
         attempt: u32,
     ) -> Result<Option<ParticipantResponse>, ParticipantError> {
         let item = match returned {
@@ -167,9 +174,30 @@ impl Participant {
             // Not every endpoint returns the item with the failure: read it.
             None => self.table.get(key).await?,
         };
-        match classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms()) {
+        let failure = classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms());
+        self.settle(failure, key, waiting, attempt).await
+    }
+
+    /// What a lock failure means for this attempt: a refusal to answer (`Some`), or `None` to try again.
+    async fn settle(
+        &self,
+        failure: LockFailure,
+        key: &Item,
+        waiting: &Waiting<'_>,
+        attempt: u32,
+    ) -> Result<Option<ParticipantResponse>, ParticipantError> {
+        match failure {
             LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
             LockFailure::Expired { owner } => self.resolve(&owner, key).await,
+            LockFailure::Held { owner, expires_at, reason } => {
+                match waiting.pause(&owner, expires_at, attempt, self.clock.now_ms()) {
+                    Some(pause) => {
+                        tokio::time::sleep(pause).await;
+                        Ok(None)
+                    }
+                    None => Ok(Some(refused(RefusalCode::Conflict, reason))),
+                }
+            }
             LockFailure::Unexplained => {
                 backoff(attempt).await;
                 Ok(None)
@@ -182,9 +210,11 @@ impl Participant {
     async fn prepare_read_only(
         &self,
         tx: &str,
+        deadline: Option<u64>,
         operations: &[Operation],
         keys: &[Item],
     ) -> Result<ParticipantResponse, ParticipantError> {
+        let waiting = Waiting::new(tx, deadline, self.clock.now_ms());
         for attempt in 0..LOCK_ATTEMPTS {
             let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
             let now = self.clock.now_ms();
@@ -193,15 +223,9 @@ impl Participant {
                 .zip(&items)
                 .zip(keys)
                 .find_map(|((op, item), key)| check_holds(tx, op, item.as_ref(), now).err().map(|f| (f, key)));
-            match failure {
-                None => return Ok(prepared(true)),
-                Some((LockFailure::Refused { code, reason }, _)) => return Ok(refused(code, reason)),
-                Some((LockFailure::Expired { owner }, key)) => {
-                    if let Some(response) = self.resolve(&owner, key).await? {
-                        return Ok(response);
-                    }
-                }
-                Some((LockFailure::Unexplained, _)) => backoff(attempt).await,
+            let Some((failure, key)) = failure else { return Ok(prepared(true)) };
+            if let Some(refusal) = self.settle(failure, key, &waiting, attempt).await? {
+                return Ok(refusal);
             }
         }
         Ok(refused(RefusalCode::Conflict, "the checked items kept changing".to_owned()))
@@ -268,6 +292,7 @@ impl Participant {
             return Ok(refused(RefusalCode::Timeout, "the one-phase commit arrived after the deadline".to_owned()));
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
+        let waiting = Waiting::new(tx, deadline, self.clock.now_ms());
         for attempt in 0..LOCK_ATTEMPTS {
             match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone()).await? {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
@@ -275,7 +300,8 @@ impl Participant {
                 OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
                 OnePhase::Contention => backoff(attempt).await,
                 OnePhase::ConditionFailed { index, item } => {
-                    if let Some(refusal) = self.after_condition_failure(tx, &work[index], item, attempt).await? {
+                    let failed = &work[index];
+                    if let Some(refusal) = self.after_condition_failure(tx, failed, item, &waiting, attempt).await? {
                         return Ok(refusal);
                     }
                 }
@@ -315,6 +341,34 @@ impl Participant {
     /// Whether the item holds a lock of `tx` (for tests and diagnostics).
     pub async fn lock_holder(&self, key: &Item) -> Result<Option<Lock>, StoreError> {
         Ok(self.table.get(key).await?.as_ref().and_then(Lock::of))
+    }
+}
+
+/// Wait-die between transactions that want the same item. All transactions are ordered by (deadline,
+/// id), the same order everywhere; one that meets the lock of a transaction later in that order (a
+/// younger one) waits a little for it to finish, one that meets an older one's lock refuses at once.
+/// Waits therefore only ever go from older to younger and can never form a cycle, and a transfer on a
+/// hot item usually waits milliseconds instead of aborting.
+struct Waiting<'a> {
+    tx: &'a str,
+    deadline: Option<u64>,
+    /// No wait may end after this.
+    until: u64,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(tx: &'a str, deadline: Option<u64>, now_ms: u64) -> Waiting<'a> {
+        let budget = deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(MAX_LOCK_WAIT_MS));
+        Waiting { tx, deadline, until: now_ms + budget }
+    }
+
+    /// How long to pause before trying again, or `None` to refuse now.
+    fn pause(&self, owner: &str, owner_deadline: u64, attempt: u32, now_ms: u64) -> Option<Duration> {
+        let deadline = self.deadline?;
+        let older = (deadline, self.tx) < (owner_deadline, owner);
+        let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 3;
+        let pause = (2u64 << attempt.min(4)) + jitter;
+        (older && now_ms + pause <= self.until).then(|| Duration::from_millis(pause))
     }
 }
 
