@@ -219,6 +219,25 @@ async fn duplicate_deliveries_of_prepare_commit_and_abort_change_nothing() {
     let late = participant.handle(&message(Action::Prepare, "tx-dup")).await.unwrap();
     assert_eq!(late.vote, Some(twopc::model::Vote::Refused));
     assert_no_locks(&env).await;
+    // And should such a stray lock exist anyway, a commit delivered again does not apply twice.
+    env.client
+        .update_item()
+        .table_name(env.table("service-a"))
+        .key("entityId", aws_sdk_dynamodb::types::AttributeValue::S("A".into()))
+        .update_expression("SET #l = :l")
+        .expression_attribute_names("#l", "lock")
+        .expression_attribute_values(
+            ":l",
+            twopc::attr::to_attribute(&json!({"transactionId": "tx-dup", "status": "PREPARED", "expiresAt": 1})),
+        )
+        .send()
+        .await
+        .unwrap();
+    let again = participant.handle(&message(Action::Commit, "tx-dup")).await.unwrap();
+    assert_eq!(again.status.as_deref(), Some("COMMITTED"), "lastTx proves the earlier commit");
+    assert_eq!(env.item("service-a", "A").await.unwrap()["data"]["balance"], json!(70));
+    participant.handle(&message(Action::Abort, "tx-dup")).await.unwrap();
+    assert_no_locks(&env).await;
 
     for _ in 0..2 {
         assert_eq!(

@@ -361,7 +361,11 @@ impl DataTable {
         let mut e = Expr::new();
         let lock_tx = e.path(&[a::LOCK, "transactionId"]);
         let tx_value = e.value(s(tx));
-        let lock_held = format!("{lock_tx} = {tx_value}");
+        let last_tx = e.name(a::LAST_TX);
+        // A lock of this transaction on an item this transaction already committed can only come from a
+        // late duplicate prepare: applying the operation again would apply it twice.
+        let lock_held =
+            format!("{lock_tx} = {tx_value} AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})");
         let result: Result<(), Option<Item>> = match op {
             Operation::Delete { .. } => {
                 let out = self
