@@ -54,45 +54,29 @@ pub fn shard_of(id: &str, prefix: &str) -> String {
     format!("{prefix}#{}", hash % crate::tables::INDEX_SHARDS)
 }
 
-/// Keys from every shard of a sparse index whose sort key is below `below`, oldest first, following
-/// `LastEvaluatedKey` until each shard's budget of `per_shard` items is spent: bounded work per call.
-pub async fn query_index_below(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    index: &str,
-    (shard_attribute, shard_prefix): (&str, &str),
-    sort_attribute: &str,
-    below: u64,
-    per_shard: i32,
-) -> Result<Vec<Item>, StoreError> {
-    let mut found_items = Vec::new();
+/// One page of a sparse-index query: the items and where the next page starts.
+pub type Page = (Vec<Item>, Option<Item>);
+
+/// Every shard of a sparse index, oldest first, following `LastEvaluatedKey` until each shard's budget
+/// of `per_shard` items is spent: bounded work per call. `page(shard, limit, start)` runs one query; it
+/// is written by the store that owns the table.
+pub async fn page_shards<F, Fut>(per_shard: i32, mut page: F) -> Result<Vec<Item>, StoreError>
+where
+    F: FnMut(u32, i32, Option<Item>) -> Fut,
+    Fut: std::future::Future<Output = Result<Page, StoreError>>,
+{
+    let mut items = Vec::new();
     for shard in 0..crate::tables::INDEX_SHARDS {
-        let mut e = crate::expr::Expr::new();
-        let shard_name = e.name(shard_attribute);
-        let shard_value = e.value(crate::expr::s(format!("{shard_prefix}#{shard}")));
-        let sort_name = e.name(sort_attribute);
-        let bound = e.value(crate::expr::n(below));
         let (mut found, mut start) = (0, None);
         loop {
-            let out = client
-                .query()
-                .table_name(table)
-                .index_name(index)
-                .key_condition_expression(format!("{shard_name} = {shard_value} AND {sort_name} < {bound}"))
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .limit(per_shard - found)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|err| StoreError::new("Query", table, err))?;
-            found += out.items().len() as i32;
-            found_items.extend(out.items.unwrap_or_default());
-            start = out.last_evaluated_key;
+            let (page_items, next) = page(shard, per_shard - found, start).await?;
+            found += page_items.len() as i32;
+            items.extend(page_items);
+            start = next;
             if start.is_none() || found >= per_shard {
                 break;
             }
         }
     }
-    Ok(found_items)
+    Ok(items)
 }
