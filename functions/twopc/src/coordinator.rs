@@ -201,7 +201,15 @@ impl Coordinator {
                         record.participants = votes;
                         let _ = self.abort_participants(&record).await;
                     }
-                    return Err(e.into());
+                    // Without a record there is no commit decision, and there never will be: every lock
+                    // this left is released (here, or by resolution once it expires).
+                    let mut reply = Reply::error(
+                        503,
+                        "UNAVAILABLE",
+                        format!("{e}; the transaction was not committed and nothing was applied"),
+                    );
+                    reply.body["transactionId"] = Value::String(id);
+                    return Ok(reply);
                 }
             }
             self.faults.check(CoordinatorCrash::AfterCreate)?;
