@@ -25,13 +25,6 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// BatchWriteItem takes 25 requests per call.
 const BATCH_WRITE_LIMIT: usize = 25;
 
-fn store_error<E>(err: aws_sdk_dynamodb::error::SdkError<E>) -> StoreError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    StoreError(aws_smithy_types::error::display::DisplayErrorContext(&err).to_string())
-}
-
 /// The connections table on DynamoDB.
 #[derive(Debug, Clone)]
 pub struct ConnectionStore {
@@ -78,7 +71,13 @@ impl ConnectionStore {
         let millis = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
         item.insert(connection_attr::CONNECTED_AT.to_owned(), AttributeValue::N(millis.to_string()));
         item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
-        self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(store_error)?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| StoreError::new("PutItem", &self.table, e))?;
         Ok(())
     }
 
@@ -119,7 +118,7 @@ impl ConnectionStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(store_error)?;
+                .map_err(|e| StoreError::new("Query", &self.table, e))?;
             for item in page.items() {
                 if let Some(AttributeValue::S(topic)) = item.get(connection_attr::TOPIC) {
                     topics.push(topic.clone());
@@ -152,7 +151,7 @@ impl ConnectionStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(store_error)?;
+                .map_err(|e| StoreError::new("Query", &self.table, e))?;
             for item in page.items() {
                 if let Some(AttributeValue::S(id)) = item.get(connection_attr::CONNECTION_ID) {
                     ids.push(id.clone());
@@ -175,11 +174,11 @@ impl ConnectionStore {
                 attempt += 1;
                 if attempt > 1 {
                     if attempt > self.retry.max_attempts.max(1) + 3 {
-                        return Err(StoreError(format!(
-                            "{} writes still unprocessed after {} tries",
-                            pending.len(),
-                            attempt - 1
-                        )));
+                        return Err(StoreError {
+                            operation: "BatchWriteItem",
+                            table: self.table.clone(),
+                            message: format!("{} writes still unprocessed after {} tries", pending.len(), attempt - 1),
+                        });
                     }
                     tokio::time::sleep(self.retry.delay(attempt - 1)).await;
                 }
@@ -189,7 +188,7 @@ impl ConnectionStore {
                     .request_items(&self.table, pending)
                     .send()
                     .await
-                    .map_err(store_error)?;
+                    .map_err(|e| StoreError::new("BatchWriteItem", &self.table, e))?;
                 pending =
                     output.unprocessed_items().and_then(|items| items.get(&self.table)).cloned().unwrap_or_default();
             }

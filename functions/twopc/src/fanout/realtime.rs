@@ -28,10 +28,8 @@ pub trait ConnectionPoster: Send + Sync {
     fn post(&self, connection_id: &str, payload: &[u8]) -> impl Future<Output = Result<(), PostError>> + Send;
 }
 
-/// A failure of the subscription store.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreError(pub String);
+/// A failure of the subscription store: the core's DynamoDB failure.
+pub use crate::store::StoreError;
 
 /// Who follows what.
 pub trait Subscriptions: Send + Sync {
