@@ -199,15 +199,14 @@ impl TestEnv {
         limits: twopc::sweeper::SweepLimits,
     ) -> twopc::sweeper::Sweeper {
         let clock = clock.unwrap_or_else(|| self.clock.clone());
-        let invoker: Arc<dyn ParticipantInvoker> = Arc::new(self.fresh_invoker());
         let coordinator = Coordinator::new(
             self.transactions.clone(),
-            invoker.clone(),
+            Arc::new(self.fresh_invoker()),
             self.participants.keys().cloned(),
-            clock.clone(),
+            clock,
         );
         let tables = self.participants.iter().map(|(s, p)| (s.clone(), p.table().clone())).collect();
-        twopc::sweeper::Sweeper::new(coordinator, invoker, tables, clock, limits)
+        twopc::sweeper::Sweeper::new(coordinator, tables, limits)
     }
 
     /// Sweeps until a run finds nothing to do (bounded), returning the runs' reports.

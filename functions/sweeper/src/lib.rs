@@ -20,10 +20,10 @@ pub async fn from_env() -> Result<Sweeper, ConfigError> {
     let services: Vec<String> = registry.keys().cloned().collect();
     let invoker = Arc::new(LambdaInvoker::from_registry(&aws, registry));
     let transactions = TransactionStore::new(dynamodb.clone(), transactions);
-    let coordinator = Coordinator::new(transactions, invoker.clone(), services, clock::system());
+    let coordinator = Coordinator::new(transactions, invoker, services, clock::system());
     let tables: BTreeMap<String, DataTable> =
         tables.into_iter().map(|(service, table)| (service, DataTable::new(dynamodb.clone(), table))).collect();
-    Ok(Sweeper::new(coordinator, invoker, tables, clock::system(), SweepLimits::default()))
+    Ok(Sweeper::new(coordinator, tables, SweepLimits::default()))
 }
 
 /// One sweep; the metric line goes to stdout, where CloudWatch reads Embedded Metric Format.

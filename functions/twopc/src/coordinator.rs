@@ -104,6 +104,14 @@ impl Coordinator {
         &self.transactions
     }
 
+    pub fn invoker(&self) -> &Arc<dyn ParticipantInvoker> {
+        &self.invoker
+    }
+
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
     /// `GET /transactions/{id}`.
     pub async fn get(&self, id: &str) -> Reply {
         match self.transactions.get(id).await {
@@ -549,9 +557,8 @@ impl Coordinator {
 /// stays two-phase: the stream tells a delete by a commit from any other delete only by the lock of
 /// the transaction the removed item carried.
 fn takes_one_phase(operations: &[Value]) -> bool {
-    let op = |o: &Value| o.get("op").and_then(Value::as_str).map(str::to_owned);
-    let ops: Vec<Option<String>> = operations.iter().map(op).collect();
-    ops.iter().any(|o| o.as_deref() != Some("check")) && !ops.iter().any(|o| o.as_deref() == Some("delete"))
+    let ops = || operations.iter().map(|o| o.get("op").and_then(Value::as_str));
+    ops().any(|op| op != Some("check")) && !ops().any(|op| op == Some("delete"))
 }
 
 fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {

@@ -8,7 +8,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::clock::SharedClock;
 use crate::items::{
-    CommitOutcome, DataTable, Lock, LockAttempt, LockFailure, OnePhase, check_holds, classify_lock_failure, find,
+    CommitOutcome, DataTable, LockAttempt, LockFailure, OnePhase, check_holds, classify_lock_failure, find,
     unrepresentable_result,
 };
 use crate::model::{
@@ -336,11 +336,6 @@ impl Participant {
         let keys = self.keys(operations).map_err(|m| Invalid::new("INVALID_REQUEST", m))?;
         try_join_all(keys.iter().map(|key| self.table.release(tx, key, "abort"))).await?;
         Ok(status(STATUS_ABORTED, None))
-    }
-
-    /// Whether the item holds a lock of `tx` (for tests and diagnostics).
-    pub async fn lock_holder(&self, key: &Item) -> Result<Option<Lock>, StoreError> {
-        Ok(self.table.get(key).await?.as_ref().and_then(Lock::of))
     }
 }
 

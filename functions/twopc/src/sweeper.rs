@@ -109,14 +109,12 @@ enum LockOutcome {
 }
 
 impl Sweeper {
-    pub fn new(
-        coordinator: Coordinator,
-        invoker: Arc<dyn ParticipantInvoker>,
-        tables: BTreeMap<String, DataTable>,
-        clock: SharedClock,
-        limits: SweepLimits,
-    ) -> Sweeper {
+    /// A sweeper that drives transactions with `coordinator` (its store, its invoker, its clock) and finds
+    /// expired locks in `tables` (service → its table).
+    pub fn new(coordinator: Coordinator, tables: BTreeMap<String, DataTable>, limits: SweepLimits) -> Sweeper {
         let transactions = coordinator.transactions().clone();
+        let invoker = coordinator.invoker().clone();
+        let clock = coordinator.clock().clone();
         Sweeper { coordinator, transactions, invoker, tables, clock, limits }
     }
 

@@ -81,13 +81,13 @@ impl Functions {
             .collect();
         let invoker: Arc<dyn ParticipantInvoker> = Arc::new(InProcessInvoker::new(participants));
         let services: Vec<String> = tables.participants.keys().cloned().collect();
-        let coordinator = Coordinator::new(transactions, invoker.clone(), services.clone(), clock::system());
+        let coordinator = Coordinator::new(transactions, invoker, services.clone(), clock::system());
         let data_tables: BTreeMap<String, DataTable> = tables
             .participants
             .iter()
             .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
             .collect();
-        let sweeper = Sweeper::new(coordinator.clone(), invoker, data_tables, clock::system(), SweepLimits::default());
+        let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default());
         let connections = ConnectionStore::new(dynamodb, &tables.connections);
         let fanout = FanoutConfig::new(&tables.participants, &tables.transactions)
             .expect("participant tables are distinct from the transactions table");
