@@ -21,23 +21,10 @@ fn lake_dir(name: &str) -> PathBuf {
 
 /// Every lake line under `dir` (NDJSON files under YYYY/MM/DD/HH/).
 fn lake_lines(dir: &Path) -> Vec<(PathBuf, Value)> {
-    let mut lines = Vec::new();
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|e| e == "ndjson") {
-                let text = std::fs::read_to_string(&path).expect("a lake file is readable");
-                for line in text.lines() {
-                    lines.push((path.clone(), serde_json::from_str(line).expect("a lake line is JSON")));
-                }
-            }
-        }
-    }
-    lines
+    local_services::firehose::LakeSink::read_lines(dir, None)
+        .into_iter()
+        .map(|(file, line)| (file, serde_json::from_str(&line).expect("a lake line is JSON")))
+        .collect()
 }
 
 fn transfer(from: &str, to: &str, amount: i64) -> Value {

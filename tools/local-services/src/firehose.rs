@@ -91,6 +91,32 @@ impl LakeSink {
         &self.dir
     }
 
+    /// Every line of every object under `dir` (written since `since`, if given), with its file, in write
+    /// order: how a reader of the lake sees what this sink wrote.
+    pub fn read_lines(dir: &Path, since: Option<std::time::SystemTime>) -> Vec<(PathBuf, String)> {
+        let mut files = Vec::new();
+        let mut folders = vec![dir.to_path_buf()];
+        while let Some(folder) = folders.pop() {
+            let Ok(entries) = fs::read_dir(&folder) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let recent = || since.is_none_or(|s| entry.metadata().and_then(|m| m.modified()).is_ok_and(|m| m >= s));
+                if path.is_dir() {
+                    folders.push(path);
+                } else if path.extension().is_some_and(|e| e == "ndjson") && recent() {
+                    files.push(path);
+                }
+            }
+        }
+        files.sort();
+        let mut lines = Vec::new();
+        for file in files {
+            let Ok(text) = fs::read_to_string(&file) else { continue };
+            lines.extend(text.lines().map(|line| (file.clone(), line.to_owned())));
+        }
+        lines
+    }
+
     /// The key an object written now would get.
     fn key(&self, stream: &str) -> PathBuf {
         let now = chrono::Utc::now();

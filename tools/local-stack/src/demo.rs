@@ -147,30 +147,12 @@ impl WsClient {
     }
 }
 
-/// Every lake line in files written since `since`, with its file.
+/// Every lake line in files written since `since`, with its file (lines that are not JSON skipped).
 fn lake_lines(dir: &Path, since: SystemTime) -> Vec<(PathBuf, Value)> {
-    let mut files = Vec::new();
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|e| e == "ndjson")
-                && entry.metadata().and_then(|m| m.modified()).is_ok_and(|m| m >= since)
-            {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    let mut lines = Vec::new();
-    for file in files {
-        let Ok(text) = std::fs::read_to_string(&file) else { continue };
-        lines.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()).map(|v| (file.clone(), v)));
-    }
-    lines
+    local_services::firehose::LakeSink::read_lines(dir, Some(since))
+        .into_iter()
+        .filter_map(|(file, line)| serde_json::from_str(&line).ok().map(|value| (file, value)))
+        .collect()
 }
 
 struct Submitted {
