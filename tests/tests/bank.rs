@@ -135,7 +135,7 @@ async fn the_bank_stays_balanced_under_random_faults() {
         })
     };
 
-    let outcomes: Arc<Mutex<Vec<(String, u16)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<(String, u16, String)>>> = Arc::default();
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
         .map(|client| {
@@ -168,7 +168,8 @@ async fn the_bank_stays_balanced_under_random_faults() {
                     let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body));
                     let (status, answer) = call_coordinator(&coordinator, &event).await;
                     assert!([200, 202, 409, 500].contains(&status), "unexpected answer {status}: {answer}");
-                    outcomes.lock().unwrap().push((fault.kind(), status));
+                    let id = answer["transactionId"].as_str().unwrap_or_default().to_owned();
+                    outcomes.lock().unwrap().push((fault.kind(), status, id));
                 }
             })
         })
@@ -248,10 +249,28 @@ async fn the_bank_stays_balanced_under_random_faults() {
 
     let outcomes = outcomes.lock().unwrap();
     let mut faults: BTreeMap<String, u32> = BTreeMap::new();
-    for (kind, _) in outcomes.iter().filter(|(kind, _)| kind != "none") {
+    for (kind, _, _) in outcomes.iter().filter(|(kind, _, _)| kind != "none") {
         *faults.entry(kind.clone()).or_default() += 1;
     }
-    let refused = outcomes.iter().filter(|(_, s)| *s == 409).count();
+    let refused = outcomes.iter().filter(|(_, s, _)| *s == 409).count();
+    // Presumed abort: a transfer without an Idempotency-Key has a record once it is decided. Every answer
+    // names its transaction; every decided one (200, 202, 409) has exactly its record, and one whose
+    // coordinator crashed has one only if it got as far as a decision or left a lock to resolve.
+    let statuses: HashMap<&str, &str> = records
+        .iter()
+        .map(|r| (r["transactionId"].as_str().unwrap(), r["status"].as_str().unwrap_or_default()))
+        .collect();
+    for (kind, status, id) in outcomes.iter() {
+        let recorded = statuses.get(id.as_str()).copied();
+        let expected = match status {
+            200 | 202 => Some("COMMITTED"),
+            409 => Some("ABORTED"),
+            _ => recorded,
+        };
+        if id.is_empty() || recorded != expected {
+            violations.push(format!("answer {status} ({kind}) for {id:?} but its record is {recorded:?}"));
+        }
+    }
     println!(
         "bank: seed={seed} transfers={} committed={committed} aborted={aborted} refused_answers={refused} faults={} {faults:?} background_sweeps={background_runs} final_sweeps={} violations={}",
         outcomes.len(),
@@ -260,6 +279,6 @@ async fn the_bank_stays_balanced_under_random_faults() {
         violations.len()
     );
     assert!(violations.is_empty(), "seed {seed}: {violations:#?}");
-    assert_eq!(records.len(), outcomes.len(), "every transfer left exactly one record");
+    assert!(records.len() <= outcomes.len(), "a record for every transfer at most");
     assert!(committed > 0 && aborted > 0, "the run exercised both outcomes");
 }

@@ -18,8 +18,15 @@ fn transfer(from: &str, to: &str, amount: i64) -> Value {
 
 /// Posts through a coordinator that crashes at `crash`; returns the transaction id it was running.
 async fn post_crashing(env: &TestEnv, body: &Value, crash: CoordinatorCrash) -> String {
+    post_crashing_keyed(env, body, crash, None).await
+}
+
+/// [`post_crashing`] with an optional `Idempotency-Key`: a keyed request writes its record (PREPARING)
+/// before it prepares; one without writes it only at the decision.
+async fn post_crashing_keyed(env: &TestEnv, body: &Value, crash: CoordinatorCrash, key: Option<&str>) -> String {
     let coordinator = env.coordinator_with(&env.fresh_invoker(), Faults::crash_at(crash));
-    let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body.to_string()));
+    let headers = key.map_or(json!({}), |key| json!({"Idempotency-Key": key}));
+    let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&body.to_string()));
     let (status, answer) = call_coordinator(&coordinator, &event).await;
     assert_eq!(status, 500, "{answer}");
     assert_eq!(answer["error"]["code"], "CRASHED");
@@ -83,28 +90,64 @@ async fn an_expired_lock_whose_owner_is_committing_is_rolled_forward_not_taken()
 #[tokio::test]
 async fn a_sweeper_abort_that_wins_the_race_makes_the_coordinator_abort() {
     let env = TestEnv::new().await;
+    // Keyed: the sweeper aborts the PREPARING record. Unkeyed: there is no record yet, so it resolves
+    // the two expired locks, recording the owner ABORTED first.
+    for (round, key) in [Some("sweeper-wins"), None].into_iter().enumerate() {
+        let (from, to) = (format!("A{round}"), format!("B{round}"));
+        env.put_account("service-a", &from, "100").await;
+        env.put_account("service-b", &to, "0").await;
+        // service-b prepares, then its answer takes a while; meanwhile a sweeper whose clock is past the
+        // deadline aborts the transaction.
+        let invoker = env.fresh_invoker();
+        invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_millis(600)));
+        let coordinator = env.coordinator_with(&invoker, Faults::default());
+        let body = transfer(&from, &to, 30).to_string();
+        let headers = key.map_or(json!({}), |key| json!({"Idempotency-Key": key}));
+        let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&body));
+        let client = tokio::spawn(async move { call_coordinator(&coordinator, &event).await });
+        while env.locked_items().await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let late = ShiftedClock::new();
+        late.advance(60_000);
+        let report = env.sweeper(Some(late as SharedClock)).sweep().await.unwrap();
+        match key {
+            Some(_) => assert_eq!(report.aborted, 1, "{report:?}"),
+            None => assert_eq!((report.aborted, report.locks_released), (0, 2), "{report:?}"),
+        }
+
+        let (status, answer) = client.await.unwrap();
+
+        assert_eq!(status, 409, "the coordinator follows the winning abort: {answer}");
+        assert_eq!(answer["status"], "ABORTED");
+        let id = answer["transactionId"].as_str().unwrap();
+        assert_eq!(status_of(&env, id).await, Status::Aborted);
+        assert_eq!(env.balance("service-a", &from).await, "100");
+        assert_eq!(env.balance("service-b", &to).await, "0");
+        assert!(env.locked_items().await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_coordinator_that_stops_before_deciding_leaves_no_record_and_its_locks_are_released() {
+    let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
     env.put_account("service-b", "B", "0").await;
-    // service-b prepares, then its answer takes a while; meanwhile a sweeper whose clock is past the
-    // deadline aborts the transaction.
-    let invoker = env.fresh_invoker();
-    invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_millis(600)));
-    let coordinator = env.coordinator_with(&invoker, Faults::default());
-    let body = transfer("A", "B", 30).to_string();
-    let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body));
-    let client = tokio::spawn(async move { call_coordinator(&coordinator, &event).await });
-    while env.locked_items().await.len() < 2 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let late = ShiftedClock::new();
-    late.advance(60_000);
-    let report = env.sweeper(Some(late as SharedClock)).sweep().await.unwrap();
-    assert_eq!(report.aborted, 1, "{report:?}");
+    let id = post_crashing(&env, &transfer("A", "B", 30), CoordinatorCrash::AfterPrepares(2)).await;
+    // Presumed abort: nothing is recorded before the decision.
+    assert_eq!(env.get(&id).await.0, 404);
+    assert_eq!(env.locked_items().await.len(), 2);
+    // Before the deadline the locks stand: a transaction begun since is refused.
+    let (status, answer) = env.post(&transfer("A", "B", 5), None).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["participants"][0]["code"], "CONFLICT");
 
-    let (status, answer) = client.await.unwrap();
+    env.clock.advance(60_000);
+    let report = env.sweeper(None).sweep().await.unwrap();
 
-    assert_eq!(status, 409, "the coordinator follows the winning abort: {answer}");
-    assert_eq!(answer["status"], "ABORTED");
+    assert_eq!(report.locks_released, 2, "{report:?}");
+    let (status, answer) = env.get(&id).await;
+    assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")));
     assert_eq!(env.balance("service-a", "A").await, "100");
     assert_eq!(env.balance("service-b", "B").await, "0");
     assert!(env.locked_items().await.is_empty());
@@ -115,7 +158,10 @@ async fn a_coordinator_decision_that_wins_makes_recovery_commit() {
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
     env.put_account("service-b", "B", "0").await;
-    let id = post_crashing(&env, &transfer("A", "B", 30), CoordinatorCrash::AfterPrepares(2)).await;
+    // Keyed, so the record is PREPARING while the participants prepare.
+    let id =
+        post_crashing_keyed(&env, &transfer("A", "B", 30), CoordinatorCrash::AfterPrepares(2), Some("decision-wins"))
+            .await;
     // Recovery read the record while it was PREPARING...
     let stale = env.transactions.get(&id).await.unwrap().unwrap();
     assert_eq!(stale.status, Status::Preparing);

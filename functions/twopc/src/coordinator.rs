@@ -1,6 +1,12 @@
-//! The coordinator: validates a request, records the transaction, prepares every participant at
-//! once, decides by a conditional write, drives commit or abort, and answers. The sweeper drives
-//! decided transactions with the same code ([`Coordinator::recover`]).
+//! The coordinator: validates a request, prepares every participant at once, decides by a conditional
+//! write, drives commit or abort, and answers. The sweeper drives decided transactions with the same
+//! code ([`Coordinator::recover`]).
+//!
+//! Presumed abort: a request without an `Idempotency-Key` writes no record before its decision. The
+//! decision to commit *creates* the record as COMMITTING, conditionally; lock resolution that finds a
+//! lock whose owner has no record creates it ABORTED the same way, so exactly one of the two exists,
+//! and a transaction without a record can never have committed. A keyed request writes its record
+//! first (PREPARING), because the record is what makes a retry find the first execution.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -181,48 +187,15 @@ impl Coordinator {
         }
         let started = std::time::Instant::now();
         let id = record.transaction_id.clone();
-        let votes = if record.request_hash.is_some() {
+        let keyed = record.request_hash.is_some();
+        if keyed {
             // A keyed request must never run twice: the record is written first and only the writer prepares.
             if let Some(existing) = self.transactions.create(&record).await? {
                 return self.replay(existing, record.request_hash.as_deref()).await;
             }
             self.faults.check(CoordinatorCrash::AfterCreate)?;
-            self.prepare_all(&record).await?
-        } else {
-            // The record is written while the participants prepare. That is safe: a lock can be resolved
-            // only after it expires, at the deadline; a resolver that finds no record then writes an
-            // ABORTED one conditionally, so this create fails and the coordinator aborts; and the decision
-            // below is a conditional write on PREPARING, which a record that was never created cannot pass.
-            let (created, votes) = futures::join!(self.transactions.create(&record), self.prepare_all(&record));
-            match created {
-                Ok(None) => {}
-                Ok(Some(existing)) => {
-                    warn!(status = %existing.status, "the record was written by lock resolution first");
-                    let votes = votes?;
-                    record.participants = votes;
-                    self.abort_participants(&record).await?;
-                    return Ok(Reply::for_record(&existing));
-                }
-                Err(e) => {
-                    error!(error = %e, "could not write the transaction record; aborting");
-                    if let Ok(votes) = votes {
-                        record.participants = votes;
-                        let _ = self.abort_participants(&record).await;
-                    }
-                    // Without a record there is no commit decision, and there never will be: every lock
-                    // this left is released (here, or by resolution once it expires).
-                    let mut reply = Reply::error(
-                        503,
-                        "UNAVAILABLE",
-                        format!("{e}; the transaction was not committed and nothing was applied"),
-                    );
-                    reply.body["transactionId"] = Value::String(id);
-                    return Ok(reply);
-                }
-            }
-            self.faults.check(CoordinatorCrash::AfterCreate)?;
-            votes?
-        };
+        }
+        let votes = self.prepare_all(&record).await?;
         let prepared_ms = started.elapsed().as_millis();
         let all_prepared = votes.iter().all(|p| p.vote == Some(Vote::Prepared));
         let in_time = self.clock.now_ms() <= record.deadline;
@@ -233,18 +206,11 @@ impl Coordinator {
             }
             (false, _) => (Status::Aborting, Some(abort_reason(&votes))),
         };
-        let decided =
+        let decided = if keyed {
             match self.transition_retrying(&id, Status::Preparing, to, Some(&votes), reason.as_deref()).await? {
                 Transition::Done(record) => record,
                 // Lock resolution aborted the transaction first: follow its decision.
-                Transition::Lost(Some(current)) => {
-                    warn!(status = %current.status, "another writer decided first");
-                    let mut current = current;
-                    if current.participants.iter().all(|p| p.vote.is_none()) {
-                        current.participants = votes;
-                    }
-                    current
-                }
+                Transition::Lost(Some(current)) => with_votes(current, votes),
                 Transition::Lost(None) => {
                     return Err(StoreError {
                         operation: "UpdateItem",
@@ -253,7 +219,28 @@ impl Coordinator {
                     }
                     .into());
                 }
-            };
+            }
+        } else {
+            record.participants = votes;
+            record.reason = reason;
+            record.updated_at = self.clock.now_ms();
+            if to == Status::Aborting {
+                return self.abort_unrecorded(record, started).await;
+            }
+            record.status = Status::Committing;
+            match self.create_retrying(&record).await? {
+                None => record,
+                // Lock resolution found a lock of this transaction expired and recorded it aborted first.
+                Some(existing) => {
+                    warn!(status = %existing.status, "lock resolution decided first");
+                    if existing.status == Status::Aborted {
+                        // It released only the locks it found expired: release the rest.
+                        self.abort_participants(&record).await?;
+                    }
+                    with_votes(existing, record.participants)
+                }
+            }
+        };
         self.faults.check(CoordinatorCrash::AfterDecision)?;
         let finished = self.finish(decided).await?;
         info!(
@@ -263,6 +250,34 @@ impl Coordinator {
             "transaction answered"
         );
         Ok(Reply::for_record(&finished))
+    }
+
+    /// Aborts a transaction that has no record yet: presumed abort, so nothing had to be written before
+    /// the decision. The ABORTED record is created (conditionally: lock resolution may have written it
+    /// first) while the prepared participants release their locks; a lock whose release is not
+    /// acknowledged is resolved once it expires, because its owner's record says ABORTED.
+    async fn abort_unrecorded(
+        &self,
+        mut record: TransactionRecord,
+        started: std::time::Instant,
+    ) -> Result<Reply, DriveError> {
+        record.status = Status::Aborted;
+        record.open_shard = None;
+        record.expire_at = Some(record.updated_at / 1000 + crate::record::RETENTION_SECONDS);
+        let (created, released) = futures::join!(self.transactions.create(&record), self.abort_participants(&record));
+        released?;
+        let record = match created {
+            Ok(None) => record,
+            Ok(Some(existing)) => with_votes(existing, record.participants),
+            // Only this coordinator could ever decide commit, and it will not: the answer stands without
+            // the record, and a lock left behind is resolved as its owner's record is absent.
+            Err(e) => {
+                warn!(error = %e, "could not record the abort");
+                record
+            }
+        };
+        info!(status = %record.status, total_ms = started.elapsed().as_millis() as u64, "transaction answered");
+        Ok(Reply::for_record(&record))
     }
 
     /// One writing participant: no vote to collect from anyone else, so it applies its operations and the
@@ -523,6 +538,27 @@ impl Coordinator {
         self.drive(record).await
     }
 
+    /// Creates the record of a decision, retried on infrastructure errors: `Some` is the record another
+    /// writer created first. A retry that finds this very decision (its first write landed, its answer
+    /// was lost) counts as done.
+    async fn create_retrying(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
+        let mut last = None;
+        for attempt in 0..3u32 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+            }
+            match self.transactions.create(record).await {
+                Ok(Some(existing)) if attempt > 0 && existing.status == record.status => return Ok(None),
+                Ok(found) => return Ok(found),
+                Err(e) => {
+                    warn!(error = %e, attempt, "decision write failed");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
     /// A status change, retried on infrastructure errors: its condition makes a repeat harmless.
     async fn transition_retrying(
         &self,
@@ -559,6 +595,14 @@ impl Coordinator {
 fn takes_one_phase(operations: &[Value]) -> bool {
     let ops = || operations.iter().map(|o| o.get("op").and_then(Value::as_str));
     ops().any(|op| op != Some("check")) && !ops().any(|op| op == Some("delete"))
+}
+
+/// A record another writer decided, shown with the votes this coordinator collected when it has none.
+fn with_votes(mut record: TransactionRecord, votes: Vec<ParticipantEntry>) -> TransactionRecord {
+    if record.participants.iter().all(|p| p.vote.is_none()) {
+        record.participants = votes;
+    }
+    record
 }
 
 fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {

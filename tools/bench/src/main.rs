@@ -62,6 +62,10 @@ struct Cli {
     /// No progress bars.
     #[arg(long)]
     no_progress: bool,
+    /// Run only these scenarios (comma-separated: 1, 2, 2b, 3, 4, 5); the targets of the others show
+    /// as not run. The contention target needs 3 as well.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// One target: what is compared, the measured value and the limit, and whether it holds.
@@ -180,15 +184,23 @@ async fn main() -> ExitCode {
     }
     f.phases.push(phase.stop("warm-up"));
 
+    let selected = |label: &str| {
+        let number = label.split_once('.').map_or(label, |(n, _)| n);
+        cli.only.is_empty() || cli.only.iter().any(|o| o == number)
+    };
     macro_rules! scenario {
         ($label:expr, $slot:ident, $call:expr) => {{
-            eprintln!("{} ...", $label);
-            let phase = PhaseClock::start(jvm.clone());
-            match $call.await {
-                Ok(value) => f.$slot = Some(value),
-                Err(e) => f.errors.push(format!("{}: {e}", $label)),
+            if !selected($label) {
+                eprintln!("{} skipped (--only)", $label);
+            } else {
+                eprintln!("{} ...", $label);
+                let phase = PhaseClock::start(jvm.clone());
+                match $call.await {
+                    Ok(value) => f.$slot = Some(value),
+                    Err(e) => f.errors.push(format!("{}: {e}", $label)),
+                }
+                f.phases.push(phase.stop($label));
             }
-            f.phases.push(phase.stop($label));
         }};
     }
     scenario!("1. latency", latency, scenarios::latency(&bench, &plan, progress));
@@ -656,6 +668,8 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
             l.requests_per_commit(),
             l.requests_per_second()
         );
+        let by: Vec<String> = l.per_commit_by_operation().iter().map(|(op, n)| format!("{op} {n:.2}")).collect();
+        let _ = writeln!(o, "  per committed transfer: {}", by.join(", "));
         let _ = writeln!(
             o,
             "  locks left: {} ({}); hot balances {} → {} ({})",

@@ -302,6 +302,8 @@ pub struct Load {
     pub attempts_total: u64,
     pub committed_total: u64,
     pub requests: u64,
+    /// The same requests by (operation, table).
+    pub requests_by: Counts,
     pub phase: Duration,
     /// Per committed transfer (with its retries, under contention).
     pub latency: Summary,
@@ -321,6 +323,16 @@ impl Load {
     /// DynamoDB requests per committed transfer (its refused attempts included), over the whole phase.
     pub fn requests_per_commit(&self) -> f64 {
         self.requests as f64 / self.committed_total.max(1) as f64
+    }
+
+    /// Requests per committed transfer by operation and kind of table ("UpdateItem on data").
+    pub fn per_commit_by_operation(&self) -> BTreeMap<String, f64> {
+        let mut ops: BTreeMap<String, f64> = BTreeMap::new();
+        for ((op, table), n) in &self.requests_by {
+            *ops.entry(format!("{op} on {}", table_kind(table))).or_default() +=
+                *n as f64 / self.committed_total.max(1) as f64;
+        }
+        ops
     }
 
     /// DynamoDB requests per second the endpoint served, over the whole phase.
@@ -394,7 +406,7 @@ where
     Fut: Future<Output = Load> + Send + 'static,
 {
     let started = Instant::now();
-    let before = RequestCounter::total(&counter.snapshot());
+    let before = counter.snapshot();
     let t0 = started + plan.load_warmup;
     let window = (t0, t0 + plan.load_window);
     let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(client(c, window))).collect();
@@ -409,7 +421,8 @@ where
         }
     }
     load.latency = Summary::of(&load.latencies);
-    load.requests = RequestCounter::total(&counter.snapshot()) - before;
+    load.requests_by = RequestCounter::diff(&before, &counter.snapshot());
+    load.requests = RequestCounter::total(&load.requests_by);
     load.phase = started.elapsed();
     load
 }

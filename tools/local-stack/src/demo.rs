@@ -520,7 +520,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
             println!("   Both committed: the first had finished before the second prepared (no overlap this time).")
         }
         (false, false) if conflict => println!(
-            "   Each locked one account first and found the other's lock on the second: both voted CONFLICT somewhere, both aborted, nothing was applied. Locks never wait, so no deadlock; a retry goes through."
+            "   Each locked one account first and found the other's lock on the second: both voted CONFLICT somewhere, both aborted, nothing was applied. Only an older transaction ever waits for a younger one's lock, so waits never deadlock; a retry goes through."
         ),
         _ => println!("   Outcomes: A {}, B {}.", x.outcome(), y.outcome()),
     }
