@@ -177,7 +177,11 @@ impl Bench {
 
     /// Sends a request body through the coordinator (participants in-process).
     pub async fn submit(&self, coordinator: &Coordinator, body: &[u8]) -> Outcome {
-        let reply = coordinator.submit(body, None).await;
+        self.submit_keyed(coordinator, body, None).await
+    }
+
+    pub async fn submit_keyed(&self, coordinator: &Coordinator, body: &[u8], idempotency_key: Option<&str>) -> Outcome {
+        let reply = coordinator.submit(body, idempotency_key).await;
         match reply.status {
             200 => Outcome::Committed,
             202 => Outcome::Pending,

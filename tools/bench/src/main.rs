@@ -418,7 +418,11 @@ fn targets(f: &Figures) -> Vec<Target> {
                 let per = case.per_transaction();
                 t.push(Target::new(
                     "requests",
-                    format!("DynamoDB requests ≤ 2N+3 = {bound} for N = {}", case.items),
+                    format!(
+                        "DynamoDB requests ≤ 2N+3 = {bound} for N = {}{}",
+                        case.items,
+                        if case.name.contains("Idempotency-Key") { " with an Idempotency-Key" } else { "" }
+                    ),
                     format!("{per:.2} per committed tx"),
                     per <= bound as f64,
                 ));

@@ -631,12 +631,18 @@ struct CostSpec {
 
 enum CostRequest {
     TwoPc(Vec<u8>),
+    /// Sent with a fresh `Idempotency-Key` each time: the record is written before the prepares.
+    TwoPcKeyed(Vec<u8>),
     Baseline,
 }
 
 async fn cost_once(b: &Bench, request: &CostRequest, accounts: &[Account]) -> Outcome {
     match request {
         CostRequest::TwoPc(body) => b.submit(&b.coordinator, body).await,
+        CostRequest::TwoPcKeyed(body) => {
+            let key = uuid::Uuid::new_v4().to_string();
+            b.submit_keyed(&b.coordinator, body, Some(&key)).await
+        }
         CostRequest::Baseline => b.transact_transfer(&accounts[0], &accounts[1], 1).await,
     }
 }
@@ -655,6 +661,14 @@ pub async fn requests(b: &Bench, plan: &Plan, progress: Progress) -> Result<(Vec
             check_table: None,
         })
         .collect();
+    cases.push(CostSpec {
+        refused: false,
+        name: "2PC, 2 participants, Idempotency-Key".to_owned(),
+        items: 2,
+        bound: Some(7),
+        request: CostRequest::TwoPcKeyed(fan_body(2, "cost")),
+        check_table: None,
+    });
     cases.push(CostSpec {
         refused: false,
         name: "2PC, add + check-only".to_owned(),
