@@ -165,7 +165,13 @@ async fn the_bank_stays_balanced_under_random_faults() {
                     };
                     let coordinator = env.coordinator_with(&invoker, crash);
                     let body = transfer_body(from, to, amount, timeout.as_millis() as u64).to_string();
-                    let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body));
+                    // One transfer in four is keyed: its record is written before the prepares (PREPARING),
+                    // the others' only at the decision (presumed abort).
+                    let headers = match rng.below(4) {
+                        0 => json!({"Idempotency-Key": format!("bank-{seed}-{}", rng.below(u64::MAX))}),
+                        _ => json!({}),
+                    };
+                    let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&body));
                     let (status, answer) = call_coordinator(&coordinator, &event).await;
                     assert!([200, 202, 409, 500].contains(&status), "unexpected answer {status}: {answer}");
                     let id = answer["transactionId"].as_str().unwrap_or_default().to_owned();
