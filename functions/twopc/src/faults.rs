@@ -4,6 +4,8 @@
 /// Where an injected crash stops the coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CoordinatorCrash {
+    /// After the PREPARING record of a keyed request is written. (An unkeyed request writes no record
+    /// before its decision, so it never reaches this point.)
     AfterCreate,
     /// Once this many prepare answers have arrived.
     AfterPrepares(usize),
