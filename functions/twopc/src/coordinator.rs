@@ -258,12 +258,10 @@ impl Coordinator {
     /// acknowledged is resolved once it expires, because its owner's record says ABORTED.
     async fn abort_unrecorded(
         &self,
-        mut record: TransactionRecord,
+        record: TransactionRecord,
         started: std::time::Instant,
     ) -> Result<Reply, DriveError> {
-        record.status = Status::Aborted;
-        record.open_shard = None;
-        record.expire_at = Some(record.updated_at / 1000 + crate::record::RETENTION_SECONDS);
+        let record = record.ended(Status::Aborted, self.clock.now_ms());
         let (created, released) = futures::join!(self.transactions.create(&record), self.abort_participants(&record));
         released?;
         let record = match created {
@@ -287,11 +285,8 @@ impl Coordinator {
     async fn run_one_phase(&self, record: TransactionRecord) -> Result<Reply, DriveError> {
         let started = std::time::Instant::now();
         let now = self.clock.now_ms();
-        let mut committed = record.clone();
-        committed.status = Status::Committed;
+        let mut committed = record.clone().ended(Status::Committed, now);
         committed.participants[0].vote = Some(Vote::Prepared);
-        committed.expire_at = Some(now / 1000 + crate::record::RETENTION_SECONDS);
-        committed.open_shard = None;
         let entry = &record.participants[0];
         let request = ParticipantRequest {
             action: Action::Commit,
@@ -302,10 +297,7 @@ impl Coordinator {
         };
         let budget = Duration::from_millis(record.deadline.saturating_sub(now));
         let answer = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
-        let mut aborted = record.clone();
-        aborted.status = Status::Aborted;
-        aborted.open_shard = None;
-        aborted.expire_at = committed.expire_at;
+        let mut aborted = record.clone().ended(Status::Aborted, now);
         match answer {
             Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
                 info!(total_ms = started.elapsed().as_millis() as u64, "committed in one phase");
@@ -542,21 +534,13 @@ impl Coordinator {
     /// writer created first. A retry that finds this very decision (its first write landed, its answer
     /// was lost) counts as done.
     async fn create_retrying(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
-        let mut last = None;
-        for attempt in 0..3u32 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
-            }
-            match self.transactions.create(record).await {
-                Ok(Some(existing)) if attempt > 0 && existing.status == record.status => return Ok(None),
-                Ok(found) => return Ok(found),
-                Err(e) => {
-                    warn!(error = %e, attempt, "decision write failed");
-                    last = Some(e);
-                }
-            }
-        }
-        Err(last.expect("at least one attempt"))
+        retrying("decision write", |attempt| async move {
+            Ok(match self.transactions.create(record).await? {
+                Some(existing) if attempt > 0 && existing.status == record.status => None,
+                found => found,
+            })
+        })
+        .await
     }
 
     /// A status change, retried on infrastructure errors: its condition makes a repeat harmless.
@@ -568,25 +552,37 @@ impl Coordinator {
         participants: Option<&[ParticipantEntry]>,
         reason: Option<&str>,
     ) -> Result<Transition, StoreError> {
-        let mut last = None;
-        for attempt in 0..3u32 {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
-            }
-            match self.transactions.transition(id, from, to, self.clock.now_ms(), participants, reason).await {
+        retrying("status write", |attempt| async move {
+            Ok(match self.transactions.transition(id, from, to, self.clock.now_ms(), participants, reason).await? {
                 // A retry after a write whose answer was lost finds its own write: that is success.
-                Ok(Transition::Lost(Some(current))) if attempt > 0 && current.status == to => {
-                    return Ok(Transition::Done(current));
-                }
-                Ok(t) => return Ok(t),
-                Err(e) => {
-                    warn!(error = %e, attempt, "status write failed");
-                    last = Some(e);
-                }
+                Transition::Lost(Some(current)) if attempt > 0 && current.status == to => Transition::Done(current),
+                t => t,
+            })
+        })
+        .await
+    }
+}
+
+/// A conditional write to a transaction record, tried up to three times on infrastructure errors;
+/// `write` is told the attempt, so that a retry can recognise its own earlier write.
+async fn retrying<T, Fut>(what: &str, mut write: impl FnMut(u32) -> Fut) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut last = None;
+    for attempt in 0..3u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+        }
+        match write(attempt).await {
+            Ok(done) => return Ok(done),
+            Err(e) => {
+                warn!(error = %e, attempt, "{what} failed");
+                last = Some(e);
             }
         }
-        Err(last.expect("at least one attempt"))
     }
+    Err(last.expect("at least one attempt"))
 }
 
 /// A sole participant commits in one phase when it writes something and deletes nothing. A delete

@@ -53,6 +53,17 @@ pub struct ParticipantEntry {
 }
 
 impl TransactionRecord {
+    /// This record as a terminal one created at `now_ms`: out of the open-transactions index, with its
+    /// retention clock started (what [`TransactionStore::transition`] writes for a terminal status).
+    pub fn ended(mut self, status: Status, now_ms: u64) -> TransactionRecord {
+        debug_assert!(status.is_terminal());
+        self.status = status;
+        self.updated_at = now_ms;
+        self.open_shard = None;
+        self.expire_at = Some(now_ms / 1000 + RETENTION_SECONDS);
+        self
+    }
+
     pub fn to_item(&self) -> Item {
         let Value::Object(map) = serde_json::to_value(self).expect("records serialize") else {
             unreachable!("a struct serializes to an object")
@@ -265,9 +276,10 @@ impl TransactionStore {
             deadline: now_ms,
             reason: Some(reason.to_owned()),
             request_hash: None,
-            expire_at: Some(now_ms / 1000 + RETENTION_SECONDS),
+            expire_at: None,
             open_shard: None,
-        };
+        }
+        .ended(Status::Aborted, now_ms);
         Ok(self.create(&record).await?.unwrap_or(record))
     }
 
