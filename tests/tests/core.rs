@@ -539,3 +539,18 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
     assert_eq!(env.balance("service-a", "A").await, "90");
     assert_no_locks(&env).await;
 }
+
+#[tokio::test]
+async fn a_sole_participant_with_the_most_operations_allowed_commits() {
+    let env = TestEnv::new().await;
+    // 100 operations fill a TransactWriteItems: no room for the record, so this one takes two phases.
+    let operations: Vec<Value> =
+        (0..100).map(|i| json!({"op": "put", "key": {"entityId": format!("bulk-{i}")}, "data": {"n": i}})).collect();
+    let body = json!({"participants": [{"service": "service-a", "operations": operations}]});
+
+    let (status, answer) = env.post(&body, None).await;
+
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(env.item("service-a", "bulk-99").await.unwrap()["data"], json!({"n": 99}));
+    assert_no_locks(&env).await;
+}

@@ -585,12 +585,15 @@ where
     Err(last.expect("at least one attempt"))
 }
 
-/// A sole participant commits in one phase when it writes something and deletes nothing. A delete
+/// A sole participant commits in one phase when it writes something and deletes nothing, and its
+/// operations leave room for the record in one `TransactWriteItems` (100 items at most). A delete
 /// stays two-phase: the stream tells a delete by a commit from any other delete only by the lock of
 /// the transaction the removed item carried.
 fn takes_one_phase(operations: &[Value]) -> bool {
     let ops = || operations.iter().map(|o| o.get("op").and_then(Value::as_str));
-    ops().any(|op| op != Some("check")) && !ops().any(|op| op == Some("delete"))
+    operations.len() < crate::model::MAX_OPERATIONS_PER_PARTICIPANT
+        && ops().any(|op| op != Some("check"))
+        && !ops().any(|op| op == Some("delete"))
 }
 
 /// A record another writer decided, shown with the votes this coordinator collected when it has none.

@@ -198,13 +198,12 @@ impl DataTable {
             Ok(_) => Ok(LockAttempt::Locked(vec![])),
             Err(err) => match err.as_service_error() {
                 Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    let reasons = c.cancellation_reasons();
-                    if let Some(index) = reasons.iter().position(|r| r.code() == Some("ConditionalCheckFailed")) {
-                        let item = reasons[index].item().cloned();
-                        Ok(LockAttempt::ConditionFailed { index, item })
-                    } else {
-                        // TransactionConflict: another transactional write touched one of the items.
-                        Ok(LockAttempt::Contention)
+                    match Cancellation::of(c.cancellation_reasons()) {
+                        Cancellation::ConditionFailed { index, item } => Ok(LockAttempt::ConditionFailed { index, item }),
+                        Cancellation::Conflict => Ok(LockAttempt::Contention),
+                        Cancellation::Invalid(_) | Cancellation::Other => {
+                            Err(StoreError::new("TransactWriteItems", &self.name, err))
+                        }
                     }
                 }
                 Some(e) if e.is_transaction_in_progress_exception() => Ok(LockAttempt::Contention),
@@ -350,15 +349,13 @@ impl DataTable {
             Ok(_) => Ok(OnePhase::Committed),
             Err(err) => match err.as_service_error() {
                 Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    let reasons = c.cancellation_reasons();
-                    match reasons.iter().position(|r| r.code() == Some("ConditionalCheckFailed")) {
-                        Some(index) if index == ops.len() => Ok(OnePhase::RecordExists),
-                        Some(index) => Ok(OnePhase::ConditionFailed { index, item: reasons[index].item().cloned() }),
+                    match Cancellation::of(c.cancellation_reasons()) {
+                        Cancellation::ConditionFailed { index, .. } if index == ops.len() => Ok(OnePhase::RecordExists),
+                        Cancellation::ConditionFailed { index, item } => Ok(OnePhase::ConditionFailed { index, item }),
                         // A result DynamoDB cannot store shows as a validation failure of that item.
-                        None => match reasons.iter().find(|r| r.code() == Some("ValidationError")) {
-                            Some(reason) => Ok(OnePhase::Unstorable(reason.message().unwrap_or("invalid value").to_owned())),
-                            None => Ok(OnePhase::Contention),
-                        },
+                        Cancellation::Invalid(message) => Ok(OnePhase::Unstorable(message)),
+                        Cancellation::Conflict => Ok(OnePhase::Contention),
+                        Cancellation::Other => Err(StoreError::new("TransactWriteItems", &self.name, err)),
                     }
                 }
                 Some(e) if e.is_transaction_in_progress_exception() => Ok(OnePhase::Contention),
@@ -753,4 +750,31 @@ fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
         Operation::Delete { .. } | Operation::Check { .. } => unreachable!("delete and check do not update"),
     }
     sets.join(", ")
+}
+
+/// What a canceled `TransactWriteItems` says about itself, from its per-item reasons.
+enum Cancellation {
+    /// The first item whose condition failed, as it was.
+    ConditionFailed { index: usize, item: Option<Item> },
+    /// Another transactional write touched one of the items: worth trying again.
+    Conflict,
+    /// An item DynamoDB refused to store.
+    Invalid(String),
+    /// Anything else (throttling, capacity): an infrastructure failure, never a vote.
+    Other,
+}
+
+impl Cancellation {
+    fn of(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Cancellation {
+        let with = |code: &str| reasons.iter().position(|r| r.code() == Some(code));
+        if let Some(index) = with("ConditionalCheckFailed") {
+            Cancellation::ConditionFailed { index, item: reasons[index].item().cloned() }
+        } else if let Some(index) = with("ValidationError") {
+            Cancellation::Invalid(reasons[index].message().unwrap_or("invalid value").to_owned())
+        } else if with("TransactionConflict").is_some() {
+            Cancellation::Conflict
+        } else {
+            Cancellation::Other
+        }
+    }
 }
