@@ -33,7 +33,7 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
         ("POST", ["transactions"]) => {
             let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_owned));
             match key {
-                Some(Err(_)) => error(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be visible ASCII"),
+                Some(Err(_)) => Reply::error(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be visible ASCII"),
                 Some(Ok(key)) => coordinator.submit(request.body().as_ref(), Some(&key)).await,
                 None => coordinator.submit(request.body().as_ref(), None).await,
             }
@@ -47,15 +47,11 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
             coordinator.get(&id).await
         }
         (_, ["transactions"]) | (_, ["transactions", _]) => {
-            error(405, "METHOD_NOT_ALLOWED", format!("{method} is not allowed on {path}"))
+            Reply::error(405, "METHOD_NOT_ALLOWED", format!("{method} is not allowed on {path}"))
         }
-        _ => error(404, "NOT_FOUND", format!("no route for {method} {path}")),
+        _ => Reply::error(404, "NOT_FOUND", format!("no route for {method} {path}")),
     };
     to_response(reply)
-}
-
-fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
-    Reply { status, body: serde_json::json!({"error": {"code": code, "message": message.into()}}) }
 }
 
 pub fn to_response(reply: Reply) -> Response<Body> {

@@ -41,7 +41,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
+    /// The contract's error answer: `{"error": {"code", "message"}}`.
+    pub fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
         Reply { status, body: json!({"error": {"code": code, "message": message.into()}}) }
     }
 
@@ -328,12 +329,11 @@ impl Coordinator {
         aborted.reason = Some(abort_reason(&aborted.participants));
         aborted.updated_at = self.clock.now_ms();
         // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record wins.
+        // The record found is terminal (one phase writes only COMMITTED or ABORTED), so replay answers
+        // it at once, or 422 for a keyed request whose key was used with another body.
         match self.transactions.create(&aborted).await? {
             None => Ok(Reply::for_record(&aborted)),
-            Some(existing) if record.request_hash.is_some() && existing.request_hash != record.request_hash => {
-                self.replay(existing, record.request_hash.as_deref()).await
-            }
-            Some(existing) => Ok(Reply::for_record(&existing)),
+            Some(existing) => self.replay(existing, record.request_hash.as_deref()).await,
         }
     }
 

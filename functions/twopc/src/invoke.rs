@@ -122,10 +122,6 @@ impl InProcessInvoker {
             participants: participants.into_iter().map(|p| (p.service().to_owned(), Arc::new(p))).collect(),
         }
     }
-
-    pub fn services(&self) -> impl Iterator<Item = &str> {
-        self.participants.keys().map(String::as_str)
-    }
 }
 
 impl ParticipantInvoker for InProcessInvoker {

@@ -82,10 +82,6 @@ impl DataTable {
         &self.name
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     /// The operation's key as the table's key, or why it does not fit the table.
     pub fn key(&self, key: &Key) -> Result<Item, String> {
         match key.get(a::KEY) {
@@ -637,23 +633,10 @@ pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_
 }
 
 /// Evaluates a read-only `check` against the item as read: the same guards as its lock condition.
+/// Another transaction's lock counts against the check (classified first, as for a lock): a value under
+/// it may be about to change, and reading past it could order this transaction inconsistently with
+/// the lock holder.
 pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> Result<(), LockFailure> {
-    if let Some(item) = item
-        && let Some(lock) = Lock::of(item)
-        && lock.transaction_id != tx
-    {
-        // A value under another transaction's lock may be about to change; reading past it could
-        // order this transaction inconsistently with the lock holder.
-        return Err(if lock.expires_at <= now_ms {
-            LockFailure::Expired { owner: lock.transaction_id }
-        } else {
-            LockFailure::Held {
-                reason: format!("entity {} is locked by transaction {}", op.key_text(), lock.transaction_id),
-                owner: lock.transaction_id,
-                expires_at: lock.expires_at,
-            }
-        });
-    }
     match classify_lock_failure(tx, op, item, now_ms) {
         LockFailure::Unexplained => Ok(()),
         failure => Err(failure),

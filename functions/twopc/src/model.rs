@@ -77,16 +77,6 @@ impl Operation {
         }
     }
 
-    pub fn name(&self) -> &'static str {
-        match self {
-            Operation::Put { .. } => "put",
-            Operation::Set { .. } => "set",
-            Operation::Add { .. } => "add",
-            Operation::Delete { .. } => "delete",
-            Operation::Check { .. } => "check",
-        }
-    }
-
     pub fn is_read_only(&self) -> bool {
         matches!(self, Operation::Check { .. })
     }
@@ -421,9 +411,6 @@ impl Status {
     }
     pub fn is_terminal(self) -> bool {
         matches!(self, Status::Committed | Status::Aborted)
-    }
-    pub fn is_commit(self) -> bool {
-        matches!(self, Status::Committing | Status::Committed)
     }
 }
 

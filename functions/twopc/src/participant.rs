@@ -238,7 +238,7 @@ impl Participant {
         let fate = owner_fate(&self.transactions, owner, now).await?;
         warn!(owner, ?key, fate = fate_name(&fate), "resolving an expired lock");
         match fate {
-            OwnerFate::Undecided { .. } => {
+            OwnerFate::Undecided => {
                 return Ok(Some(refused(
                     RefusalCode::Conflict,
                     format!("entity is locked by transaction {owner}, which is still deciding"),
@@ -372,7 +372,7 @@ fn fate_name(fate: &OwnerFate) -> &'static str {
         OwnerFate::Commit(_) => "roll forward",
         OwnerFate::Committed => "release (owner finished)",
         OwnerFate::Abort => "release (owner aborted)",
-        OwnerFate::Undecided { .. } => "conflict (owner deciding)",
+        OwnerFate::Undecided => "conflict (owner deciding)",
     }
 }
 

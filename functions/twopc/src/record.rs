@@ -136,10 +136,6 @@ impl TransactionStore {
         &self.table
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     fn key(id: &str) -> Item {
         Item::from([(a::ID.to_owned(), s(id))])
     }

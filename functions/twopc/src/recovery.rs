@@ -18,7 +18,7 @@ pub enum OwnerFate {
     /// Decided abort, or never recorded (now recorded as aborted): release.
     Abort,
     /// Still preparing within its deadline: the lock stands.
-    Undecided { deadline: u64 },
+    Undecided,
 }
 
 pub const ABANDONED_REASON: &str = "no transaction record was written before the lock expired";
@@ -44,7 +44,7 @@ async fn decide(
         Status::Committing => OwnerFate::Commit(record),
         Status::Committed => OwnerFate::Committed,
         Status::Aborting | Status::Aborted => OwnerFate::Abort,
-        Status::Preparing if now_ms <= record.deadline => OwnerFate::Undecided { deadline: record.deadline },
+        Status::Preparing if now_ms <= record.deadline => OwnerFate::Undecided,
         Status::Preparing => {
             match transactions
                 .transition(

@@ -6,19 +6,15 @@
 //! so two sweepers at once are safe.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::clock::SharedClock;
 use crate::coordinator::Coordinator;
-use crate::invoke::ParticipantInvoker;
 use crate::items::{DataTable, Lock};
 use crate::model::{Action, ParticipantRequest, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED, Status};
-use crate::record::TransactionStore;
 use crate::recovery::{OwnerFate, owner_fate};
 use crate::store::{Item, StoreError};
 
@@ -85,12 +81,10 @@ impl SweepReport {
 }
 
 pub struct Sweeper {
+    /// Also the sweeper's store, invoker and clock, so that they can never disagree with it.
     coordinator: Coordinator,
-    transactions: TransactionStore,
-    invoker: Arc<dyn ParticipantInvoker>,
     /// service → its table, for the locks index.
     tables: BTreeMap<String, DataTable>,
-    clock: SharedClock,
     limits: SweepLimits,
 }
 
@@ -112,17 +106,17 @@ impl Sweeper {
     /// A sweeper that drives transactions with `coordinator` (its store, its invoker, its clock) and finds
     /// expired locks in `tables` (service → its table).
     pub fn new(coordinator: Coordinator, tables: BTreeMap<String, DataTable>, limits: SweepLimits) -> Sweeper {
-        let transactions = coordinator.transactions().clone();
-        let invoker = coordinator.invoker().clone();
-        let clock = coordinator.clock().clone();
-        Sweeper { coordinator, transactions, invoker, tables, clock, limits }
+        Sweeper { coordinator, tables, limits }
     }
 
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
         let mut report = SweepReport::default();
-        let now = self.clock.now_ms();
-        let open =
-            self.transactions.open_before(now.saturating_sub(self.limits.grace_ms), self.limits.per_shard).await?;
+        let now = self.coordinator.clock().now_ms();
+        let open = self
+            .coordinator
+            .transactions()
+            .open_before(now.saturating_sub(self.limits.grace_ms), self.limits.per_shard)
+            .await?;
         // Futures collected before streaming them: a lazy map's closure would keep this future from being Send.
         let recoveries: Vec<_> = open
             .into_iter()
@@ -147,7 +141,15 @@ impl Sweeper {
             }
         }
         for (service, table) in &self.tables {
-            let keys = table.expired_locks(self.clock.now_ms(), self.limits.per_shard).await?;
+            // One table that cannot be queried must not keep the others' locks from being resolved.
+            let keys = match table.expired_locks(self.coordinator.clock().now_ms(), self.limits.per_shard).await {
+                Ok(keys) => keys,
+                Err(e) => {
+                    error!(service, error = %e, "could not list expired locks");
+                    report.errors += 1;
+                    continue;
+                }
+            };
             let resolutions: Vec<_> =
                 keys.into_iter().map(|key| async move { self.resolve_lock(service, table, &key).await }).collect();
             let outcomes: Vec<Result<LockOutcome, String>> =
@@ -170,7 +172,7 @@ impl Sweeper {
     }
 
     async fn recover_transaction(&self, id: &str) -> Result<TxOutcome, String> {
-        let Some(record) = self.transactions.get(id).await.map_err(|e| e.to_string())? else {
+        let Some(record) = self.coordinator.transactions().get(id).await.map_err(|e| e.to_string())? else {
             return Ok(TxOutcome::Skipped);
         };
         if record.status.is_terminal() {
@@ -190,17 +192,17 @@ impl Sweeper {
 
     async fn resolve_lock(&self, service: &str, table: &DataTable, key: &Item) -> Result<LockOutcome, String> {
         let item = table.get(key).await.map_err(|e| e.to_string())?;
-        let now = self.clock.now_ms();
+        let now = self.coordinator.clock().now_ms();
         let Some(lock) = item.as_ref().and_then(Lock::of).filter(|l| l.expires_at < now) else {
             return Ok(LockOutcome::Gone);
         };
         let owner = lock.transaction_id;
         let span = info_span!("resolve-lock", tx = %owner, service);
         async {
-            let fate = owner_fate(&self.transactions, &owner, now).await.map_err(|e| e.to_string())?;
+            let fate = owner_fate(self.coordinator.transactions(), &owner, now).await.map_err(|e| e.to_string())?;
             let key_only = json!({"op": "check", "key": key_json(key)});
             let (action, operations, outcome) = match fate {
-                OwnerFate::Undecided { .. } => return Ok(LockOutcome::Waiting),
+                OwnerFate::Undecided => return Ok(LockOutcome::Waiting),
                 OwnerFate::Commit(record) => {
                     let operations: Vec<Value> = record
                         .participants
@@ -223,7 +225,7 @@ impl Sweeper {
                 operations,
                 one_phase_record: None,
             };
-            let response = self.invoker.invoke(service, &request).await.map_err(|e| e.to_string())?;
+            let response = self.coordinator.invoker().invoke(service, &request).await.map_err(|e| e.to_string())?;
             match response.status.as_deref() {
                 Some(STATUS_COMMITTED | STATUS_NOT_PREPARED | STATUS_ABORTED) => {
                     warn!(action = action.as_str(), "resolved an expired lock");
