@@ -105,7 +105,10 @@ async fn a_sweeper_abort_that_wins_the_race_makes_the_coordinator_abort() {
         let headers = key.map_or(json!({}), |key| json!({"Idempotency-Key": key}));
         let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&body));
         let client = tokio::spawn(async move { call_coordinator(&coordinator, &event).await });
+        let waited = std::time::Instant::now();
         while env.locked_items().await.len() < 2 {
+            assert!(!client.is_finished(), "the transfer ended before its delayed prepare answered");
+            assert!(waited.elapsed() < Duration::from_secs(10), "the prepares never took their locks");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let late = ShiftedClock::new();
