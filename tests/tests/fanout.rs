@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
+use aws_lambda_events::encodings::Body;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_sdk_dynamodb::types::AttributeValue;
 use local_services::apigw::{ManagementApi, MemoryRegistry};
 use local_services::firehose::{self, CallFault, Firehose};
 use local_services::streams::{StartAt, StreamReader, lambda_event};
 use serde_json::{Value, json};
-use twopc::fanout::connections::{self, ConnectionRequest, ConnectionStore};
+use twopc::fanout::connections::{ConnectionRequest, ConnectionStore};
 use twopc::fanout::memory::{MemoryPoster, MemorySubscriptions};
 use twopc::fanout::{
     ApiGatewayPoster, FanoutConfig, FirehoseSink, Options, RetryPolicy, StreamProcessor, Topic, prepare,
@@ -610,9 +611,7 @@ fn websocket_sample(name: &str) -> ApiGatewayWebsocketProxyRequest {
 }
 
 fn parse_websocket(request: &ApiGatewayWebsocketProxyRequest) -> ConnectionRequest {
-    let body = connections::message_body(request.body.as_deref(), request.is_base64_encoded).unwrap();
-    let route = request.request_context.route_key.as_deref().unwrap_or("$default");
-    connections::parse_request(route, body.as_deref()).unwrap()
+    ::connections::parse(request).unwrap()
 }
 
 /// 5. Every sample event of the fan-out is accepted by its handler's parsing and means what it says.
@@ -663,19 +662,8 @@ fn sample_events_are_accepted() {
 async fn connection_routes_keep_the_table() {
     let edges = Edges::start().await;
     let store = &edges.connections;
-    let now = SystemTime::now();
-    let serve = |name: &'static str| async move {
-        let request = websocket_sample(name);
-        let body = connections::message_body(request.body.as_deref(), request.is_base64_encoded).unwrap();
-        connections::handle(
-            store,
-            request.request_context.connection_id.as_deref(),
-            request.request_context.route_key.as_deref().unwrap(),
-            body.as_deref(),
-            now,
-        )
-        .await
-    };
+    // Through the connections function's own handler, as the Lambda runtime calls it.
+    let serve = |name: &'static str| async move { ::connections::handle(store, &websocket_sample(name)).await };
     let id = "L0SM9cOFvHcCIhw=";
     assert_eq!(serve("connections-connect.json").await.status_code, 200);
     assert_eq!(edges.items_of(id).await, vec!["$connection"]);
@@ -687,16 +675,12 @@ async fn connection_routes_keep_the_table() {
     assert_eq!(serve("connections-unsubscribe.json").await.status_code, 200);
     assert!(store.subscribers_of(&entity).await.unwrap().is_empty());
 
-    let refused = connections::handle(
-        store,
-        Some(id),
-        "subscribe",
-        Some(r#"{"action": "subscribe", "topics": ["entity:A"]}"#),
-        now,
-    )
-    .await;
+    let mut bad_topic = websocket_sample("connections-subscribe.json");
+    bad_topic.body = Some(r#"{"action": "subscribe", "topics": ["entity:A"]}"#.to_owned());
+    bad_topic.is_base64_encoded = false;
+    let refused = ::connections::handle(store, &bad_topic).await;
     assert_eq!(refused.status_code, 400);
-    assert!(refused.body.unwrap().contains("topics[0]"));
+    assert!(matches!(refused.body, Some(Body::Text(text)) if text.contains("topics[0]")));
     assert_eq!(edges.items_of(id).await.len(), 2, "a refused message writes nothing");
 
     assert_eq!(serve("connections-disconnect.json").await.status_code, 200);

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::lake::RetryPolicy;
 use super::realtime::{StoreError, Subscriptions};
@@ -319,23 +319,6 @@ impl ConnectionResponse {
 
     pub fn error(status_code: u16, code: &str, message: &str) -> Self {
         ConnectionResponse { status_code, body: Some(json!({"error": {"code": code, "message": message}}).to_string()) }
-    }
-}
-
-/// Parses and serves one route for `connection_id` (None when API Gateway did not send one).
-pub async fn handle(
-    store: &ConnectionStore,
-    connection_id: Option<&str>,
-    route_key: &str,
-    body: Option<&str>,
-    now: SystemTime,
-) -> ConnectionResponse {
-    match parse_request(route_key, body) {
-        Ok(request) => serve(store, connection_id, &request, now).await,
-        Err(err) => {
-            info!(route_key, error = %err, "refused a WebSocket message");
-            ConnectionResponse::error(400, err.code, &err.message)
-        }
     }
 }
 
