@@ -91,18 +91,13 @@ impl Functions {
         let connections = ConnectionStore::new(dynamodb, &tables.connections);
         let fanout = FanoutConfig::new(&tables.participants, &tables.transactions)
             .expect("participant tables are distinct from the transactions table");
-        let firehose = aws_sdk_firehose::Client::from_conf(
-            aws_sdk_firehose::config::Builder::from(&wiring.sdk).endpoint_url(&wiring.firehose_url).build(),
-        );
-        let management = aws_sdk_apigatewaymanagement::Client::from_conf(
-            aws_sdk_apigatewaymanagement::config::Builder::from(&wiring.sdk)
-                .endpoint_url(&wiring.management_endpoint)
-                .build(),
-        );
+        // The functions' own constructors: the Firehose client with the SDK's retries off, so that
+        // delivery's retry of the failed entries is the only retry layer, as deployed.
+        let firehose = wiring.sdk.to_builder().endpoint_url(&wiring.firehose_url).build();
         let processor = StreamProcessor::new(
             fanout,
-            FirehoseSink::new(firehose, &wiring.stream_name),
-            ApiGatewayPoster::new(management),
+            FirehoseSink::from_config(&firehose, &wiring.stream_name),
+            ApiGatewayPoster::from_config(&wiring.sdk, &wiring.management_endpoint),
             connections.clone(),
         );
         Functions::InProcess(Box::new(InProcess { coordinator, connections, processor, sweeper }))
