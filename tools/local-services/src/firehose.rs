@@ -87,10 +87,6 @@ impl LakeSink {
         LakeSink { dir: dir.into(), next: AtomicU64::new(start) }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Every line of every object under `dir` (written since `since`, if given), with its file, in write
     /// order: how a reader of the lake sees what this sink wrote.
     pub fn read_lines(dir: &Path, since: Option<std::time::SystemTime>) -> Vec<(PathBuf, String)> {
@@ -237,11 +233,6 @@ impl Firehose {
     pub fn fail_entries(&self, matcher: impl Fn(&[u8]) -> bool + Send + Sync + 'static, times: Option<usize>) {
         let mut faults = self.shared.faults.lock().expect("not poisoned");
         faults.entries.push(EntryFault { matcher: Arc::new(matcher), remaining: times });
-    }
-
-    /// Forgets every fault not yet used.
-    pub fn clear_faults(&self) {
-        *self.shared.faults.lock().expect("not poisoned") = Faults::default();
     }
 
     /// Every call so far.

@@ -126,10 +126,6 @@ impl StreamReader {
         StreamReader { client, stream_arn: stream_arn.into(), shards: BTreeMap::new(), start, started: false }
     }
 
-    pub fn stream_arn(&self) -> &str {
-        &self.stream_arn
-    }
-
     async fn discover(&mut self) -> Result<(), StreamError> {
         let mut exclusive_start: Option<String> = None;
         let mut found = Vec::new();
@@ -180,16 +176,19 @@ impl StreamReader {
     }
 
     /// One GetRecords per open shard (after looking for new shards): the records that came since the
-    /// last poll, as Lambda event records, in shard order.
+    /// last poll, as Lambda event records, in shard order. A poll that fails moves no shard forward, so
+    /// the next one returns everything again (at least once, as Lambda delivers).
     pub async fn poll(&mut self) -> Result<Vec<EventRecord>, StreamError> {
         self.discover().await?;
         let mut records = Vec::new();
-        for iterator in self.shards.values_mut() {
+        let mut advanced = Vec::new();
+        for (shard_id, iterator) in &self.shards {
             let Some(current) = iterator.clone() else { continue };
             let out = self.client.get_records().shard_iterator(current).send().await.map_err(stream_error)?;
-            *iterator = out.next_shard_iterator;
+            advanced.push((shard_id.clone(), out.next_shard_iterator));
             records.extend(out.records.unwrap_or_default().into_iter().map(|r| lambda_record(r, &self.stream_arn)));
         }
+        self.shards.extend(advanced);
         Ok(records)
     }
 }

@@ -44,11 +44,6 @@ impl ConnectionStore {
         Self::new(Client::new(sdk), table)
     }
 
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
     pub fn table(&self) -> &str {
         &self.table
     }
