@@ -1,9 +1,9 @@
 //! Which stream records are commits, and the record each commit becomes.
 //!
 //! Participant tables: a commit is an INSERT/MODIFY whose NewImage `lastTx` exists and differs from
-//! the OldImage's (or there is no OldImage), or a REMOVE whose OldImage holds a lock and a `version`
-//! (a committed delete). Prepares and aborts leave `lastTx` alone, and an aborted placeholder has no
-//! `version`, so neither is ever emitted. Transactions table: a status that becomes COMMITTED or
+//! the OldImage's (or there is no OldImage), or a REMOVE whose OldImage holds a lock and `data` (a
+//! committed delete). Prepares and aborts leave `lastTx` alone, and an aborted placeholder has no
+//! `data`, so neither is ever emitted. Transactions table: a status that becomes COMMITTED or
 //! ABORTED ends a transaction.
 
 use std::collections::{BTreeMap, HashMap};
@@ -309,8 +309,14 @@ fn participant_change(record: &EventRecord, table: &str, service: &str) -> Resul
             let Some(lock_tx) = lock_tx else {
                 return Err("OldImage lock without a transactionId".into());
             };
+            // A placeholder (locked by a prepare, never committed) has no `data`: its removal is an aborted
+            // put. A locked item with `data` is only ever removed by the commit of a delete, whether or
+            // not it had a `version` (an item written outside the protocol has none: its version was 0).
+            if !old.contains_key(item_attr::DATA) {
+                return Ok(Err(Skip::PlaceholderReleased));
+            }
             let version = match old.get(item_attr::VERSION) {
-                None => return Ok(Err(Skip::PlaceholderReleased)),
+                None => next_version("0")?,
                 Some(AttributeValue::N(v)) => next_version(v)?,
                 Some(other) => return Err(format!("OldImage version is not a number: {other:?}")),
             };
