@@ -197,11 +197,9 @@ async fn duplicate_deliveries_of_prepare_commit_and_abort_change_nothing() {
     let participant = &env.participants["service-a"];
     let op = json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -30, "min": 0});
     let message = |action, tx: &str| ParticipantRequest {
-        action,
-        transaction_id: tx.to_owned(),
         deadline: Some(env.clock_now() + 10_000),
         operations: vec![op.clone()],
-        one_phase_record: None,
+        ..ParticipantRequest::new(action, tx)
     };
 
     for _ in 0..2 {
@@ -504,17 +502,18 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
     env.put_account("service-a", "A", "100").await;
     env.put_account("service-b", "B", "0").await;
     let participant = env.participants["service-a"].clone();
-    let hold = |tx: &str, deadline: u64| ParticipantRequest {
-        action: Action::Prepare,
-        transaction_id: tx.to_owned(),
-        deadline: Some(deadline),
+    let hold = |tx: &str, started_at: u64| ParticipantRequest {
+        deadline: Some(env.clock_now() + 20_000),
+        started_at: Some(started_at),
         operations: vec![json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1})],
-        one_phase_record: None,
+        ..ParticipantRequest::new(Action::Prepare, tx)
     };
-    let release = move |tx: &str| ParticipantRequest { action: Action::Abort, deadline: None, ..hold(tx, 0) };
+    let release = move |tx: &str| {
+        ParticipantRequest { deadline: None, started_at: None, ..hold(tx, 0) }.with_action(Action::Abort)
+    };
 
-    // A younger holder (a later deadline) that finishes soon: the transfer waits for it and commits.
-    let young = hold("tx-young", env.clock_now() + 20_000);
+    // A younger holder (started later) that finishes soon: the transfer waits for it and commits.
+    let young = hold("tx-young", env.clock_now() + 1_000);
     assert_eq!(participant.handle(&young).await.unwrap().vote, Some(twopc::model::Vote::Prepared));
     let releaser = {
         let (participant, abort) = (participant.clone(), release("tx-young"));
@@ -527,8 +526,8 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
     releaser.await.unwrap();
     assert_eq!(status, 200, "the older transfer waited for the younger lock: {body}");
 
-    // An older holder (an earlier deadline): the transfer refuses at once rather than wait.
-    let old = hold("tx-old", env.clock_now() + 2_000);
+    // An older holder (started earlier, however long its timeout): the transfer refuses at once rather than wait.
+    let old = hold("tx-old", env.clock_now() - 1_000);
     assert_eq!(participant.handle(&old).await.unwrap().vote, Some(twopc::model::Vote::Prepared));
     let started = std::time::Instant::now();
     let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "10"), None).await;

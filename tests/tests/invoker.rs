@@ -64,13 +64,7 @@ fn invoker(endpoint: &str) -> LambdaInvoker {
 }
 
 fn prepare() -> ParticipantRequest {
-    ParticipantRequest {
-        action: Action::Prepare,
-        transaction_id: "tx-1".into(),
-        deadline: None,
-        operations: vec![],
-        one_phase_record: None,
-    }
+    ParticipantRequest::new(Action::Prepare, "tx-1")
 }
 
 #[tokio::test]

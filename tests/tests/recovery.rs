@@ -169,7 +169,8 @@ async fn a_coordinator_decision_that_wins_makes_recovery_commit() {
     let stale = env.transactions.get(&id).await.unwrap().unwrap();
     assert_eq!(stale.status, Status::Preparing);
     // ...and the coordinator's decision lands before recovery's abort write.
-    let decided = env.transactions.transition(&id, Status::Preparing, Status::Committing, env.clock_now(), None, None);
+    let decided =
+        env.transactions.transition(&id, Status::Preparing, Status::Committing, true, env.clock_now(), None, None);
     assert!(matches!(decided.await.unwrap(), twopc::record::Transition::Done(_)));
     env.clock.advance(60_000);
 

@@ -7,6 +7,11 @@
 //! lock whose owner has no record creates it ABORTED the same way, so exactly one of the two exists,
 //! and a transaction without a record can never have committed. A keyed request writes its record
 //! first (PREPARING), because the record is what makes a retry find the first execution.
+//!
+//! Every record write carries the execution's own id, so a write that took effect but whose reply was
+//! lost (and whose retry then fails its condition) is recognised as this execution's own. A decision
+//! write that fails is never taken to mean "not decided": the abort decision is written conditionally
+//! over it (a fence), and only the record that results says whether the locks may be released.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -24,7 +29,7 @@ use crate::model::{
     Action, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
     STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
-use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition, open_shard};
+use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::StoreError;
 
 /// One commit or abort message gets this long before it is counted as failed and tried again.
@@ -32,6 +37,11 @@ const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
 const SECOND_PHASE_ATTEMPTS: u32 = 3;
 /// An idempotent retry of a request still in flight waits for it this long past its deadline.
 const REPLAY_GRACE_MS: u64 = 2_000;
+/// The coordinator answers within this long of a request, below API Gateway's 29-second integration
+/// timeout: a commit still being applied then is answered 202 with its id, and the sweeper finishes it.
+pub const ANSWER_BUDGET: Duration = Duration::from_millis(27_000);
+/// What a caller is told when the decision could not be recorded and the locks were released.
+const UNRECORDED_DECISION: &str = "the decision could not be recorded, so the transaction was aborted";
 
 /// An HTTP answer: status code and JSON body.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,14 +60,19 @@ impl Reply {
         Reply::error(400, invalid.code, invalid.message)
     }
 
-    /// The contract's status code for a record's state.
+    /// The contract's status code for a record's state. A decided abort is answered as the outcome it is
+    /// (ABORTED: nothing applied, ever), while the sweeper may still be releasing its locks.
     pub fn for_record(record: &TransactionRecord) -> Reply {
         let status = match record.status {
             Status::Committed => 200,
             Status::Committing | Status::Preparing => 202,
             Status::Aborting | Status::Aborted => 409,
         };
-        Reply { status, body: record.to_response() }
+        let mut body = record.to_response();
+        if record.status == Status::Aborting {
+            body["status"] = Value::String(Status::Aborted.as_str().to_owned());
+        }
+        Reply { status, body }
     }
 }
 
@@ -78,6 +93,7 @@ pub struct Coordinator {
     clock: SharedClock,
     faults: Faults,
     sequential_prepares: bool,
+    answer_budget: Duration,
 }
 
 impl Coordinator {
@@ -94,7 +110,13 @@ impl Coordinator {
             clock,
             faults: Faults::default(),
             sequential_prepares: false,
+            answer_budget: ANSWER_BUDGET,
         }
+    }
+
+    /// The same coordinator answering within `budget` instead of [`ANSWER_BUDGET`].
+    pub fn with_answer_budget(&self, budget: Duration) -> Coordinator {
+        Coordinator { answer_budget: budget, ..self.clone() }
     }
 
     /// Prepares one participant after another, as the seed design did: only for comparison in benchmarks.
@@ -144,6 +166,7 @@ impl Coordinator {
             }
             Some(key) => (idempotent_id(key), Some(request.canonical_hash())),
         };
+        let answer_by = std::time::Instant::now() + self.answer_budget;
         let now = self.clock.now_ms();
         let record = TransactionRecord {
             transaction_id: id.clone(),
@@ -158,6 +181,7 @@ impl Coordinator {
                     code: None,
                     reason: None,
                     read_only: false,
+                    lock_token: None,
                 })
                 .collect(),
             created_at: now,
@@ -166,10 +190,14 @@ impl Coordinator {
             reason: None,
             request_hash,
             expire_at: None,
-            open_shard: Some(open_shard(&id)),
+            open_shard: None,
+            sweep_at: None,
+            sweep_attempts: None,
+            sweep_error: None,
+            execution_id: Some(uuid::Uuid::new_v4().simple().to_string()),
         };
         let span = info_span!("transaction", tx = %id);
-        match self.run(record).instrument(span).await {
+        match self.run(record, answer_by).instrument(span).await {
             Ok(reply) => reply,
             Err(DriveError::Store(e)) => unavailable(&e, Some(&id)),
             Err(DriveError::Crashed(c)) => {
@@ -180,18 +208,17 @@ impl Coordinator {
         }
     }
 
-    async fn run(&self, mut record: TransactionRecord) -> Result<Reply, DriveError> {
+    async fn run(&self, record: TransactionRecord, answer_by: std::time::Instant) -> Result<Reply, DriveError> {
         if let [sole] = record.participants.as_slice()
             && takes_one_phase(&sole.operations)
         {
             return self.run_one_phase(record).await;
         }
         let started = std::time::Instant::now();
-        let id = record.transaction_id.clone();
-        let keyed = record.request_hash.is_some();
+        let keyed = record.is_keyed();
         if keyed {
             // A keyed request must never run twice: the record is written first and only the writer prepares.
-            if let Some(existing) = self.transactions.create(&record).await? {
+            if let Some(existing) = self.create_own(&record.clone().opened()).await? {
                 return self.replay(existing, record.request_hash.as_deref()).await;
             }
             self.faults.check(CoordinatorCrash::AfterCreate)?;
@@ -208,42 +235,29 @@ impl Coordinator {
             (false, _) => (Status::Aborting, Some(abort_reason(&votes))),
         };
         let decided = if keyed {
-            match self.transition_retrying(&id, Status::Preparing, to, Some(&votes), reason.as_deref()).await? {
-                Transition::Done(record) => record,
-                // Lock resolution aborted the transaction first: follow its decision.
-                Transition::Lost(Some(current)) => with_votes(current, votes),
-                Transition::Lost(None) => {
-                    return Err(StoreError {
-                        operation: "UpdateItem",
-                        table: self.transactions.table().to_owned(),
-                        message: format!("transaction record {id} disappeared"),
-                    }
-                    .into());
-                }
-            }
+            self.decide_recorded(&record, to, votes, reason).await?
         } else {
+            let mut record = record;
             record.participants = votes;
             record.reason = reason;
             record.updated_at = self.clock.now_ms();
             if to == Status::Aborting {
                 return self.abort_unrecorded(record, started).await;
             }
-            record.status = Status::Committing;
-            match self.create_retrying(&record).await? {
-                None => record,
-                // Lock resolution found a lock of this transaction expired and recorded it aborted first.
-                Some(existing) => {
-                    warn!(status = %existing.status, "lock resolution decided first");
-                    if existing.status == Status::Aborted {
-                        // It released only the locks it found expired: release the rest.
-                        self.abort_participants(&record).await?;
-                    }
-                    with_votes(existing, record.participants)
-                }
+            match self.decide_unrecorded(record).await? {
+                Ok(decided) => decided,
+                Err(aborted) => return Ok(aborted),
             }
         };
         self.faults.check(CoordinatorCrash::AfterDecision)?;
-        let finished = self.finish(decided).await?;
+        let remaining = answer_by.saturating_duration_since(std::time::Instant::now());
+        let finished = match tokio::time::timeout(remaining, self.drive(decided.clone())).await {
+            Ok(driven) => driven?.0,
+            Err(_) => {
+                warn!(status = %decided.status, "answer budget spent before the second phase ended; the sweeper finishes it");
+                decided
+            }
+        };
         info!(
             status = %finished.status,
             prepare_ms = prepared_ms as u64,
@@ -253,26 +267,105 @@ impl Coordinator {
         Ok(Reply::for_record(&finished))
     }
 
+    /// The decision of a keyed transaction: PREPARING → COMMITTING or ABORTING on its record, with the
+    /// votes. Whatever the record then says is the decision (lock resolution may have aborted it first;
+    /// a status found as this execution wanted it is its own write whose reply was lost: only this
+    /// execution ever writes COMMITTING, and any ABORTING is the same decision).
+    async fn decide_recorded(
+        &self,
+        record: &TransactionRecord,
+        to: Status,
+        votes: Vec<ParticipantEntry>,
+        reason: Option<String>,
+    ) -> Result<TransactionRecord, DriveError> {
+        let id = &record.transaction_id;
+        let written = self.transition_retrying(id, Status::Preparing, to, true, Some(&votes), reason.as_deref()).await;
+        let transition = match written {
+            Ok(transition) => transition,
+            // The write may have taken effect or not: settle it by writing the abort over it, conditionally.
+            Err(e) => {
+                warn!(error = %e, "decision write failed; fencing it with an abort");
+                let reason = Some(UNRECORDED_DECISION);
+                self.transition_retrying(id, Status::Preparing, Status::Aborting, true, Some(&votes), reason)
+                    .await
+                    .map_err(|_| e)?
+            }
+        };
+        match transition {
+            Transition::Done(record) => Ok(record),
+            Transition::Lost(Some(current)) => {
+                if current.status != to {
+                    warn!(status = %current.status, "the record was decided otherwise first; following it");
+                }
+                Ok(with_votes(current, votes))
+            }
+            Transition::Lost(None) => {
+                Err(StoreError::internal("UpdateItem", self.transactions.table(), format!("record {id} disappeared"))
+                    .into())
+            }
+        }
+    }
+
+    /// The commit decision of a transaction without a record: the record is created COMMITTING. `Err` is
+    /// the answer when the transaction ended aborted instead: lock resolution recorded it ABORTED first,
+    /// or the decision could not be written and the abort written over it won.
+    async fn decide_unrecorded(
+        &self,
+        record: TransactionRecord,
+    ) -> Result<Result<TransactionRecord, Reply>, DriveError> {
+        let committing = TransactionRecord { status: Status::Committing, ..record.clone() }.opened();
+        let existing = match self.create_own(&committing).await {
+            Ok(None) => return Ok(Ok(committing)),
+            Ok(Some(existing)) => existing,
+            Err(e) => {
+                // Unknown whether the COMMITTING record exists: an ABORTED one created conditionally decides.
+                warn!(error = %e, "decision write failed; fencing it with an abort");
+                let mut aborted = record.clone().ended(Status::Aborted, self.clock.now_ms());
+                aborted.reason = Some(UNRECORDED_DECISION.to_owned());
+                match self.create_own(&aborted).await.map_err(|_| e)? {
+                    None => {
+                        self.abort_participants(&aborted).await?;
+                        return Ok(Err(Reply::for_record(&aborted)));
+                    }
+                    Some(existing) if existing.execution_id == committing.execution_id => {
+                        return Ok(Ok(with_votes(existing, committing.participants)));
+                    }
+                    Some(existing) => existing,
+                }
+            }
+        };
+        // Lock resolution found a lock of this transaction expired and recorded it aborted first. It released
+        // only the locks it found expired: release the rest.
+        warn!(status = %existing.status, "lock resolution decided first");
+        self.abort_participants(&record).await?;
+        Ok(Err(Reply::for_record(&with_votes(existing, record.participants))))
+    }
+
     /// Aborts a transaction that has no record yet: presumed abort, so nothing had to be written before
     /// the decision. The ABORTED record is created (conditionally: lock resolution may have written it
-    /// first) while the prepared participants release their locks; a lock whose release is not
-    /// acknowledged is resolved once it expires, because its owner's record says ABORTED.
+    /// first) while every participant releases what it may hold; the answer comes once they have. No one
+    /// else can ever decide commit for it, so the releases need not wait for the record.
     async fn abort_unrecorded(
         &self,
         record: TransactionRecord,
         started: std::time::Instant,
     ) -> Result<Reply, DriveError> {
         let record = record.ended(Status::Aborted, self.clock.now_ms());
-        let (created, released) = futures::join!(self.transactions.create(&record), self.abort_participants(&record));
+        let (created, released) = futures::join!(self.create_own(&record), self.abort_participants(&record));
         released?;
         let record = match created {
             Ok(None) => record,
             Ok(Some(existing)) => with_votes(existing, record.participants),
-            // Only this coordinator could ever decide commit, and it will not: the answer stands without
-            // the record, and a lock left behind is resolved as its owner's record is absent.
             Err(e) => {
-                warn!(error = %e, "could not record the abort");
-                record
+                error!(error = %e, "could not record the abort");
+                let mut reply = Reply::error(
+                    503,
+                    "UNAVAILABLE",
+                    "the transaction was aborted and nothing was applied, but its record could not be written: \
+                     GET may not find it",
+                );
+                reply.body["transactionId"] = Value::String(record.transaction_id);
+                return Ok(reply);
             }
         };
         info!(status = %record.status, total_ms = started.elapsed().as_millis() as u64, "transaction answered");
@@ -290,11 +383,11 @@ impl Coordinator {
         committed.participants[0].vote = Some(Vote::Prepared);
         let entry = &record.participants[0];
         let request = ParticipantRequest {
-            action: Action::Commit,
-            transaction_id: record.transaction_id.clone(),
             deadline: Some(record.deadline),
+            started_at: Some(record.created_at),
             operations: entry.operations.clone(),
             one_phase_record: Some(serde_json::to_value(&committed).expect("records serialize")),
+            ..ParticipantRequest::new(Action::Commit, &record.transaction_id)
         };
         let budget = Duration::from_millis(record.deadline.saturating_sub(now));
         let answer = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
@@ -308,11 +401,11 @@ impl Coordinator {
                 let existing = self.transactions.get(&record.transaction_id).await?;
                 return match existing {
                     Some(existing) => self.replay(existing, record.request_hash.as_deref()).await,
-                    None => Err(StoreError {
-                        operation: "GetItem",
-                        table: self.transactions.table().to_owned(),
-                        message: format!("record {} reported but not found", record.transaction_id),
-                    }
+                    None => Err(StoreError::internal(
+                        "GetItem",
+                        self.transactions.table(),
+                        format!("record {} reported but not found", record.transaction_id),
+                    )
                     .into()),
                 };
             }
@@ -331,7 +424,7 @@ impl Coordinator {
         // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record wins.
         // The record found is terminal (one phase writes only COMMITTED or ABORTED), so replay answers
         // it at once, or 422 for a keyed request whose key was used with another body.
-        match self.transactions.create(&aborted).await? {
+        match self.create_own(&aborted).await? {
             None => Ok(Reply::for_record(&aborted)),
             Some(existing) => self.replay(existing, record.request_hash.as_deref()).await,
         }
@@ -377,11 +470,10 @@ impl Coordinator {
             .enumerate()
             .map(|(index, entry)| {
                 let request = ParticipantRequest {
-                    action: Action::Prepare,
-                    transaction_id: record.transaction_id.clone(),
                     deadline: Some(record.deadline),
+                    started_at: Some(record.created_at),
                     operations: entry.operations.clone(),
-                    one_phase_record: None,
+                    ..ParticipantRequest::new(Action::Prepare, &record.transaction_id)
                 };
                 async move {
                     let result = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
@@ -436,7 +528,8 @@ impl Coordinator {
             return Ok((record, false));
         }
         self.faults.check(CoordinatorCrash::BeforeTerminal)?;
-        match self.transition_retrying(&record.transaction_id, record.status, terminal, None, None).await? {
+        let keyed = record.is_keyed();
+        match self.transition_retrying(&record.transaction_id, record.status, terminal, keyed, None, None).await? {
             Transition::Done(done) => Ok((done, true)),
             // A sweeper finished it at the same time: the outcome is the same.
             Transition::Lost(Some(current)) => Ok((current, false)),
@@ -449,10 +542,11 @@ impl Coordinator {
         self.second_phase(record, Action::Commit, &targets).await
     }
 
-    /// Everyone who may hold a lock: all but those who refused (a refusal locks nothing) or only read.
+    /// Everyone who may hold a lock: all but those whose PREPARED vote said they only read. A refusal or
+    /// no answer proves nothing: an earlier delivery of the same prepare may have taken the lock (and an
+    /// abort where nothing was locked is an empty rollback).
     async fn abort_participants(&self, record: &TransactionRecord) -> Result<bool, Crashed> {
-        let targets =
-            record.participants.iter().filter(|p| !p.read_only && p.vote != Some(Vote::Refused)).collect::<Vec<_>>();
+        let targets = record.participants.iter().filter(|p| !p.read_only).collect::<Vec<_>>();
         self.second_phase(record, Action::Abort, &targets).await
     }
 
@@ -466,11 +560,9 @@ impl Coordinator {
             .iter()
             .map(|entry| {
                 let request = ParticipantRequest {
-                    action,
-                    transaction_id: record.transaction_id.clone(),
-                    deadline: None,
                     operations: entry.operations.clone(),
-                    one_phase_record: None,
+                    lock_token: entry.lock_token.clone().filter(|_| action == Action::Commit),
+                    ..ParticipantRequest::new(action, &record.transaction_id)
                 };
                 async move { (entry.service.as_str(), self.deliver(&entry.service, &request).await) }
             })
@@ -516,6 +608,7 @@ impl Coordinator {
                         &record.transaction_id,
                         Status::Preparing,
                         Status::Aborting,
+                        record.is_keyed(),
                         None,
                         Some(crate::recovery::EXPIRED_REASON),
                     )
@@ -530,34 +623,39 @@ impl Coordinator {
         self.drive(record).await
     }
 
-    /// Creates the record of a decision, retried on infrastructure errors: `Some` is the record another
-    /// writer created first. A retry that finds this very decision (its first write landed, its answer
-    /// was lost) counts as done.
-    async fn create_retrying(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
-        retrying("decision write", |attempt| async move {
+    /// Creates a record unless one exists, retried on infrastructure errors: `Some` is the record another
+    /// write created first. A record found with this execution's id and this status is this very write
+    /// (an attempt whose reply was lost, retried by the SDK or here), and counts as created: an execution
+    /// never creates two records with the same status.
+    async fn create_own(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
+        retrying("record write", |_| async move {
             Ok(match self.transactions.create(record).await? {
-                Some(existing) if attempt > 0 && existing.status == record.status => None,
+                Some(existing)
+                    if existing.execution_id.is_some()
+                        && existing.execution_id == record.execution_id
+                        && existing.status == record.status =>
+                {
+                    None
+                }
                 found => found,
             })
         })
         .await
     }
 
-    /// A status change, retried on infrastructure errors: its condition makes a repeat harmless.
+    /// A status change, retried on infrastructure errors: its condition makes a repeat harmless, and a
+    /// retry that finds the status it wanted found its own earlier write.
     async fn transition_retrying(
         &self,
         id: &str,
         from: Status,
         to: Status,
+        keyed: bool,
         participants: Option<&[ParticipantEntry]>,
         reason: Option<&str>,
     ) -> Result<Transition, StoreError> {
-        retrying("status write", |attempt| async move {
-            Ok(match self.transactions.transition(id, from, to, self.clock.now_ms(), participants, reason).await? {
-                // A retry after a write whose answer was lost finds its own write: that is success.
-                Transition::Lost(Some(current)) if attempt > 0 && current.status == to => Transition::Done(current),
-                t => t,
-            })
+        retrying("status write", |_| async move {
+            self.transactions.transition(id, from, to, keyed, self.clock.now_ms(), participants, reason).await
         })
         .await
     }
@@ -609,6 +707,7 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
         Some(Vote::Prepared) => {
             entry.vote = Some(Vote::Prepared);
             entry.read_only = response.read_only;
+            entry.lock_token = response.lock_token;
         }
         Some(Vote::Refused) => {
             entry.vote = Some(Vote::Refused);
@@ -652,12 +751,15 @@ pub fn idempotent_id(key: &str) -> String {
     format!("tx-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32])
 }
 
+/// A 503 in the system's own words: which store failed and what the caller may conclude; the DynamoDB
+/// error itself (operation, table, the service's text) goes to the log only.
 fn unavailable(error: &StoreError, id: Option<&str>) -> Reply {
+    error!(error = %error, "answering 503");
     let mut reply = Reply::error(
         503,
         "UNAVAILABLE",
         format!(
-            "{error}; the outcome is {}",
+            "the transaction store could not be reached; the outcome is {}",
             match id {
                 Some(id) => format!("not known yet: GET /transactions/{id} tells it once recovery has run"),
                 None => "unchanged".to_owned(),

@@ -20,21 +20,45 @@ use crate::tables::item_attr as a;
 pub struct Lock {
     pub transaction_id: String,
     pub expires_at: u64,
+    /// When the owner started, for wait-die (locks written before it existed order by expiry).
+    pub started_at: u64,
+    /// Names the prepare execution that took the lock: a commit applies only the lock its vote reported.
+    pub token: Option<String>,
 }
 
 impl Lock {
     pub fn of(item: &Item) -> Option<Lock> {
         let lock = get_m(item, a::LOCK)?;
+        let expires_at = get_n(lock, "expiresAt").and_then(|t| t.parse().ok()).unwrap_or(0);
         Some(Lock {
             transaction_id: get_s(lock, "transactionId")?.to_owned(),
-            expires_at: get_n(lock, "expiresAt").and_then(|t| t.parse().ok()).unwrap_or(0),
+            expires_at,
+            started_at: get_n(lock, "startedAt").and_then(|t| t.parse().ok()).unwrap_or(expires_at),
+            token: get_s(lock, "token").map(str::to_owned),
         })
     }
 }
 
+/// What a prepare writes besides the lock: who locks, with which token, until when.
+#[derive(Debug, Clone, Copy)]
+pub struct LockSpec<'a> {
+    pub tx: &'a str,
+    pub token: &'a str,
+    pub expires_at: u64,
+    pub started_at: u64,
+}
+
+/// DynamoDB refuses any expression string longer than this.
+const MAX_EXPRESSION_BYTES: usize = 4096;
+
 /// Why a lock could not be taken, decided from the item as it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockFailure {
+    /// The item already carries a lock of this very transaction: an earlier delivery of the same prepare
+    /// (or this write's own earlier attempt, whose reply was lost) took it, with this token.
+    Ours {
+        token: Option<String>,
+    },
     Refused {
         code: RefusalCode,
         reason: String,
@@ -46,7 +70,7 @@ pub enum LockFailure {
     /// Held by another transaction that is still within its deadline.
     Held {
         owner: String,
-        expires_at: u64,
+        started_at: u64,
         reason: String,
     },
     /// The item no longer shows why the write failed (it changed since): try again.
@@ -59,7 +83,8 @@ pub enum CommitOutcome {
     Applied,
     /// `lastTx` names the transaction: a re-delivered commit.
     AlreadyCommitted,
-    /// Neither a lock of the transaction nor `lastTx` on the item.
+    /// Neither the voted lock of the transaction nor `lastTx` on the item. A lock of the transaction with
+    /// another token (a late duplicate prepare's) was released on the way.
     NotPrepared {
         detail: String,
     },
@@ -108,29 +133,11 @@ impl DataTable {
         Ok(out.item)
     }
 
-    /// The write that locks one item for `tx` if the operation's precondition holds. Re-delivery of the
-    /// same prepare passes (the lock is already ours); a prepare after this transaction committed the
-    /// item does not (`lastTx`).
-    fn lock_update(&self, tx: &str, op: &Operation, key: Item, expires_at: u64) -> Update {
-        let mut e = Expr::new();
-        let lock = e.name(a::LOCK);
-        let lock_tx = e.path(&[a::LOCK, "transactionId"]);
-        let last_tx = e.name(a::LAST_TX);
-        let lock_value = e.value(AttributeValue::M(HashMap::from([
-            ("transactionId".to_owned(), s(tx)),
-            ("status".to_owned(), s(PREPARED)),
-            ("expiresAt".to_owned(), n(expires_at)),
-        ])));
-        let shard = e.name(a::LOCK_SHARD);
-        let shard_value = e.value(s(shard_of(tx, "lock")));
-        let expiry = e.name(a::LOCK_EXPIRES_AT);
-        let expiry_value = e.value(n(expires_at));
-        let tx_value = e.value(s(tx));
-        let update = format!("SET {lock} = {lock_value}, {shard} = {shard_value}, {expiry} = {expiry_value}");
-        let mut condition = format!(
-            "(attribute_not_exists({lock}) OR {lock_tx} = {tx_value}) AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})"
-        );
-        condition += &guard(&mut e, op);
+    /// The write that locks one item, if the operation's precondition holds and no lock is there, and
+    /// reserves what the commit will write (`pending`), so that an item the commit would push past
+    /// DynamoDB's limits is refused now rather than failing at commit.
+    fn lock_update(&self, spec: LockSpec<'_>, op: &Operation, key: Item) -> Update {
+        let (update, condition, e) = lock_expressions(spec, op);
         Update::builder()
             .table_name(&self.name)
             .set_key(Some(key))
@@ -143,16 +150,11 @@ impl DataTable {
             .expect("table, key and expression are set")
     }
 
-    /// Locks every item of `ops` for `tx`, all or none. `Err(index, item)` names the item whose
-    /// condition failed, with the item as it was when the endpoint returns it.
-    pub async fn lock_all(
-        &self,
-        tx: &str,
-        ops: &[(Operation, Item)],
-        expires_at: u64,
-    ) -> Result<LockAttempt, StoreError> {
+    /// Locks every item of `ops`, all or none. A failed condition names every item whose condition
+    /// failed, with the item as it was when the endpoint returns it.
+    pub async fn lock_all(&self, spec: LockSpec<'_>, ops: &[(Operation, Item)]) -> Result<LockAttempt, StoreError> {
         if let [(op, key)] = ops {
-            let u = self.lock_update(tx, op, key.clone(), expires_at);
+            let u = self.lock_update(spec, op, key.clone());
             let result = self
                 .client
                 .update_item()
@@ -176,18 +178,17 @@ impl DataTable {
                             }
                             _ => None,
                         };
-                        Ok(LockAttempt::ConditionFailed { index: 0, item })
+                        Ok(LockAttempt::ConditionFailed(vec![(0, item)]))
                     }
                     Some(e) if e.is_transaction_conflict_exception() => Ok(LockAttempt::Contention),
+                    Some(e) if is_validation(e) => Ok(LockAttempt::Unstorable(validation_message(e))),
                     _ => Err(StoreError::new("UpdateItem", &self.name, err)),
                 },
             };
         }
         let items: Vec<TransactWriteItem> = ops
             .iter()
-            .map(|(op, key)| {
-                TransactWriteItem::builder().update(self.lock_update(tx, op, key.clone(), expires_at)).build()
-            })
+            .map(|(op, key)| TransactWriteItem::builder().update(self.lock_update(spec, op, key.clone())).build())
             .collect();
         let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
         match result {
@@ -195,14 +196,14 @@ impl DataTable {
             Err(err) => match err.as_service_error() {
                 Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
                     match Cancellation::of(c.cancellation_reasons()) {
-                        Cancellation::ConditionFailed { index, item } => Ok(LockAttempt::ConditionFailed { index, item }),
+                        Cancellation::ConditionFailed(failed) => Ok(LockAttempt::ConditionFailed(failed)),
                         Cancellation::Conflict => Ok(LockAttempt::Contention),
-                        Cancellation::Invalid(_) | Cancellation::Other => {
-                            Err(StoreError::new("TransactWriteItems", &self.name, err))
-                        }
+                        Cancellation::Invalid(message) => Ok(LockAttempt::Unstorable(message)),
+                        Cancellation::Other => Err(StoreError::new("TransactWriteItems", &self.name, err)),
                     }
                 }
                 Some(e) if e.is_transaction_in_progress_exception() => Ok(LockAttempt::Contention),
+                Some(e) if is_validation(e) => Ok(LockAttempt::Unstorable(validation_message(e))),
                 _ => Err(StoreError::new("TransactWriteItems", &self.name, err)),
             },
         }
@@ -346,8 +347,13 @@ impl DataTable {
             Err(err) => match err.as_service_error() {
                 Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
                     match Cancellation::of(c.cancellation_reasons()) {
-                        Cancellation::ConditionFailed { index, .. } if index == ops.len() => Ok(OnePhase::RecordExists),
-                        Cancellation::ConditionFailed { index, item } => Ok(OnePhase::ConditionFailed { index, item }),
+                        Cancellation::ConditionFailed(failed) if failed.iter().any(|(i, _)| *i == ops.len()) => {
+                            Ok(OnePhase::RecordExists)
+                        }
+                        Cancellation::ConditionFailed(mut failed) => {
+                            let (index, item) = failed.swap_remove(0);
+                            Ok(OnePhase::ConditionFailed { index, item })
+                        }
                         // A result DynamoDB cannot store shows as a validation failure of that item.
                         Cancellation::Invalid(message) => Ok(OnePhase::Unstorable(message)),
                         Cancellation::Conflict => Ok(OnePhase::Contention),
@@ -355,107 +361,114 @@ impl DataTable {
                     }
                 }
                 Some(e) if e.is_transaction_in_progress_exception() => Ok(OnePhase::Contention),
-                Some(e) if aws_sdk_dynamodb::error::ProvideErrorMetadata::code(e) == Some("ValidationException") => {
-                    let message = aws_sdk_dynamodb::error::ProvideErrorMetadata::message(e).unwrap_or("invalid value");
-                    Ok(OnePhase::Unstorable(message.to_owned()))
-                }
+                Some(e) if is_validation(e) => Ok(OnePhase::Unstorable(validation_message(e))),
                 _ => Err(StoreError::new("TransactWriteItems", &self.name, err)),
             },
         }
     }
 
-    /// Applies a prepared operation and releases the lock in one conditional write.
-    pub async fn commit_item(&self, tx: &str, op: &Operation, key: &Item) -> Result<CommitOutcome, StoreError> {
-        let mut e = Expr::new();
-        let lock_tx = e.path(&[a::LOCK, "transactionId"]);
-        let tx_value = e.value(s(tx));
-        let last_tx = e.name(a::LAST_TX);
-        // A lock of this transaction on an item this transaction already committed can only come from a
-        // late duplicate prepare: applying the operation again would apply it twice.
-        let lock_held =
-            format!("{lock_tx} = {tx_value} AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})");
-        let result: Result<(), Option<Item>> = match op {
-            Operation::Delete { .. } => {
-                let out = self
-                    .client
-                    .delete_item()
-                    .table_name(&self.name)
-                    .set_key(Some(key.clone()))
-                    .condition_expression(lock_held)
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                    .send()
-                    .await;
-                match out {
+    /// Applies a prepared operation and releases the lock in one conditional write, if the item holds the
+    /// lock `token` names (the one the participant's vote reported). Without a token (a message from before
+    /// tokens existed) any lock of `tx` on an item it has not committed yet will do.
+    pub async fn commit_item(
+        &self,
+        tx: &str,
+        op: &Operation,
+        key: &Item,
+        token: Option<&str>,
+    ) -> Result<CommitOutcome, StoreError> {
+        if let Operation::Check { .. } = op {
+            // A check changes nothing: releasing the lock is its commit.
+            return self.release(tx, key, None, "commit").await.map(|_| CommitOutcome::Applied);
+        }
+        let (update, condition, e) = commit_expressions(tx, token, op);
+        let returned =
+            match update {
+                None => {
+                    let out = self
+                        .client
+                        .delete_item()
+                        .table_name(&self.name)
+                        .set_key(Some(key.clone()))
+                        .condition_expression(condition)
+                        .set_expression_attribute_names(e.names())
+                        .set_expression_attribute_values(e.values())
+                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .send()
+                        .await;
+                    match out {
                     Ok(_) => return Ok(CommitOutcome::Applied),
                     Err(err) => match err.as_service_error() {
-                        Some(
-                            aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(
-                                c,
-                            ),
-                        ) => Err(c.item().cloned()),
+                        Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(
+                            c,
+                        )) => c.item().cloned(),
                         _ => return Err(StoreError::new("DeleteItem", &self.name, err)),
                     },
                 }
-            }
-            Operation::Check { .. } => return self.release(tx, key, "commit").await.map(|_| CommitOutcome::Applied),
-            _ => {
-                let release =
-                    format!("REMOVE {}, {}, {}", e.name(a::LOCK), e.name(a::LOCK_SHARD), e.name(a::LOCK_EXPIRES_AT));
-                let sets = apply(&mut e, op, tx);
-                let out = self
-                    .client
-                    .update_item()
-                    .table_name(&self.name)
-                    .set_key(Some(key.clone()))
-                    .update_expression(format!("SET {sets} {release}"))
-                    .condition_expression(lock_held)
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                    .send()
-                    .await;
-                match out {
+                }
+                Some(update) => {
+                    let out = self
+                        .client
+                        .update_item()
+                        .table_name(&self.name)
+                        .set_key(Some(key.clone()))
+                        .update_expression(update)
+                        .condition_expression(condition)
+                        .set_expression_attribute_names(e.names())
+                        .set_expression_attribute_values(e.values())
+                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                        .send()
+                        .await;
+                    match out {
                     Ok(_) => return Ok(CommitOutcome::Applied),
                     Err(err) => match err.as_service_error() {
-                        Some(
-                            aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
-                                c,
-                            ),
-                        ) => Err(c.item().cloned()),
+                        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
+                            c,
+                        )) => c.item().cloned(),
                         _ => return Err(StoreError::new("UpdateItem", &self.name, err)),
                     },
                 }
-            }
-        };
-        let Err(returned) = result else { unreachable!("successes returned above") };
+                }
+            };
         // The endpoint may not return the item (DynamoDB Local before 2.x did not): read it.
         let item = match returned {
             Some(item) => Some(item),
             None => self.get(key).await?,
         };
-        Ok(commit_outcome(tx, item.as_ref()))
+        let outcome = commit_outcome(tx, token, item.as_ref());
+        if let (CommitOutcome::NotPrepared { .. }, Some(stray)) = (&outcome, item.as_ref().and_then(Lock::of))
+            && stray.transaction_id == tx
+            && token.is_some()
+        {
+            // The voted lock is gone, so it was committed (only a commit removes the lock of a transaction
+            // decided to commit); this one was taken afterwards by a late duplicate prepare.
+            self.release(tx, key, stray.token.as_deref(), "stray lock of a late prepare").await?;
+        }
+        Ok(outcome)
     }
 
-    /// Releases `tx`'s lock on the item, if it holds one: a placeholder made by the prepare goes away
-    /// with it. Returns whether a lock was released.
-    pub async fn release(&self, tx: &str, key: &Item, why: &'static str) -> Result<bool, StoreError> {
+    /// Releases `tx`'s lock on the item, if it holds one (with `token`, when given): a placeholder made by
+    /// the prepare goes away with it. Returns whether a lock was released. A key DynamoDB refuses (too
+    /// long to ever have been stored) holds nothing.
+    pub async fn release(
+        &self,
+        tx: &str,
+        key: &Item,
+        token: Option<&str>,
+        why: &'static str,
+    ) -> Result<bool, StoreError> {
         let mut e = Expr::new();
-        let lock_tx = e.path(&[a::LOCK, "transactionId"]);
-        let tx_value = e.value(s(tx));
+        let held = lock_held_condition(&mut e, tx, token);
         let version = e.name(a::VERSION);
         let data = e.name(a::DATA);
-        let release = format!("REMOVE {}, {}, {}", e.name(a::LOCK), e.name(a::LOCK_SHARD), e.name(a::LOCK_EXPIRES_AT));
+        let release = format!("REMOVE {}", release_names(&mut e));
         let out = self
             .client
             .update_item()
             .table_name(&self.name)
             .set_key(Some(key.clone()))
             .update_expression(release)
-            .condition_expression(format!(
-                "{lock_tx} = {tx_value} AND (attribute_exists({version}) OR attribute_exists({data}))"
-            ))
+            .condition_expression(format!("{held} AND (attribute_exists({version}) OR attribute_exists({data}))"))
             .set_expression_attribute_names(e.names())
             .set_expression_attribute_values(e.values())
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -467,6 +480,10 @@ impl DataTable {
                 Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
                     c.item().cloned()
                 }
+                Some(e) if is_validation(e) => {
+                    tracing::warn!(why, reason = %validation_message(e), "key cannot be stored, so it holds no lock");
+                    return Ok(false);
+                }
                 _ => return Err(StoreError::new("UpdateItem", &self.name, err)),
             },
         };
@@ -475,20 +492,21 @@ impl DataTable {
             None => self.get(key).await?,
         };
         let Some(item) = item else { return Ok(false) };
-        if Lock::of(&item).is_none_or(|l| l.transaction_id != tx) {
+        let ours =
+            Lock::of(&item).is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token));
+        if !ours {
             return Ok(false);
         }
         // Our lock on a placeholder: the key did not exist before this transaction, so neither does it after.
         let mut e = Expr::new();
-        let lock_tx = e.path(&[a::LOCK, "transactionId"]);
-        let tx_value = e.value(s(tx));
+        let held = lock_held_condition(&mut e, tx, token);
         let data = e.name(a::DATA);
         let out = self
             .client
             .delete_item()
             .table_name(&self.name)
             .set_key(Some(key.clone()))
-            .condition_expression(format!("{lock_tx} = {tx_value} AND attribute_not_exists({data})"))
+            .condition_expression(format!("{held} AND attribute_not_exists({data})"))
             .set_expression_attribute_names(e.names())
             .set_expression_attribute_values(e.values())
             .send()
@@ -522,21 +540,26 @@ pub enum OnePhase {
 pub enum LockAttempt {
     /// Locked; with the items as locked when the write returned them (a single item).
     Locked(Vec<Item>),
-    ConditionFailed {
-        index: usize,
-        item: Option<Item>,
-    },
+    /// Every item whose condition failed (its index in the request), as it was when the endpoint returns it.
+    ConditionFailed(Vec<(usize, Option<Item>)>),
     Contention,
+    /// DynamoDB refused to store the prepared item (it would pass 400 KB, or a result is out of range).
+    Unstorable(String),
 }
 
-fn commit_outcome(tx: &str, item: Option<&Item>) -> CommitOutcome {
+fn commit_outcome(tx: &str, token: Option<&str>, item: Option<&Item>) -> CommitOutcome {
     let Some(item) = item else {
         return CommitOutcome::NotPrepared { detail: "the item does not exist".to_owned() };
     };
     if get_s(item, a::LAST_TX) == Some(tx) {
         return CommitOutcome::AlreadyCommitted;
     }
-    let holder = Lock::of(item).map(|l| l.transaction_id);
+    let holder = Lock::of(item).map(|l| match l.token {
+        Some(other) if l.transaction_id == tx && token.is_some() => {
+            format!("{tx} (a late prepare's, token {other}, released)")
+        }
+        _ => l.transaction_id,
+    });
     CommitOutcome::NotPrepared {
         detail: format!(
             "the item holds {} and its lastTx is {}",
@@ -551,17 +574,17 @@ fn commit_outcome(tx: &str, item: Option<&Item>) -> CommitOutcome {
 pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> LockFailure {
     let key = op.key_text();
     let refuse = |code, reason: String| LockFailure::Refused { code, reason };
-    if let Some(item) = item
-        && let Some(lock) = Lock::of(item)
-        && lock.transaction_id != tx
-    {
+    if let Some(lock) = item.and_then(Lock::of) {
+        if lock.transaction_id == tx {
+            return LockFailure::Ours { token: lock.token };
+        }
         if lock.expires_at <= now_ms {
             return LockFailure::Expired { owner: lock.transaction_id };
         }
         return LockFailure::Held {
             reason: format!("entity {key} is locked by transaction {}", lock.transaction_id),
             owner: lock.transaction_id,
-            expires_at: lock.expires_at,
+            started_at: lock.started_at,
         };
     }
     if let Some(item) = item
@@ -638,7 +661,7 @@ pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_
 /// the lock holder.
 pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> Result<(), LockFailure> {
     match classify_lock_failure(tx, op, item, now_ms) {
-        LockFailure::Unexplained => Ok(()),
+        LockFailure::Unexplained | LockFailure::Ours { .. } => Ok(()),
         failure => Err(failure),
     }
 }
@@ -703,6 +726,126 @@ fn guard(e: &mut Expr, op: &Operation) -> String {
     }
 }
 
+/// The lock write of one item: update and condition expressions, with their placeholders.
+fn lock_expressions(spec: LockSpec<'_>, op: &Operation) -> (String, String, Expr) {
+    let mut e = Expr::new();
+    let lock = e.name(a::LOCK);
+    let last_tx = e.name(a::LAST_TX);
+    let lock_value = e.value(AttributeValue::M(HashMap::from([
+        ("transactionId".to_owned(), s(spec.tx)),
+        ("status".to_owned(), s(PREPARED)),
+        ("expiresAt".to_owned(), n(spec.expires_at)),
+        ("startedAt".to_owned(), n(spec.started_at)),
+        ("token".to_owned(), s(spec.token)),
+    ])));
+    let shard = e.name(a::LOCK_SHARD);
+    let shard_value = e.value(s(shard_of(spec.tx, "lock")));
+    let expiry = e.name(a::LOCK_EXPIRES_AT);
+    let expiry_value = e.value(n(spec.expires_at));
+    let tx_value = e.value(s(spec.tx));
+    let mut update = format!("SET {lock} = {lock_value}, {shard} = {shard_value}, {expiry} = {expiry_value}");
+    if let Some(reservation) = reservation(&mut e, op) {
+        update += &format!(", {} = {reservation}", e.name(a::PENDING));
+    }
+    // No lock at all, not even one of this transaction: a re-delivered prepare keeps the lock (and token)
+    // the first delivery took, and answers with it.
+    let mut condition =
+        format!("attribute_not_exists({lock}) AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})");
+    condition += &guard(&mut e, op);
+    (update, condition, e)
+}
+
+/// What the prepare reserves in `pending` for the commit: at least as many bytes as the commit adds, so
+/// the locked item is never smaller than the committed one will be (DynamoDB's 400 KB limit is met at
+/// prepare). An `add`'s result is a number of at most 38 digits: the largest such number covers it.
+fn reservation(e: &mut Expr, op: &Operation) -> Option<String> {
+    match op {
+        Operation::Put { data, .. } => Some(e.value(AttributeValue::M(attr::to_item(data)))),
+        Operation::Set { set, .. } => Some(e.value(AttributeValue::M(attr::to_item(set)))),
+        Operation::Add { .. } => Some(e.value(n(LARGEST_NUMBER))),
+        Operation::Delete { .. } | Operation::Check { .. } => None,
+    }
+}
+
+/// The number DynamoDB stores in the most bytes: 38 significant digits.
+const LARGEST_NUMBER: &str = "-9.9999999999999999999999999999999999999E+125";
+
+/// The commit write of one item: the update (None for a delete, which deletes the item) and the
+/// condition that the lock named by `token` is there.
+fn commit_expressions(tx: &str, token: Option<&str>, op: &Operation) -> (Option<String>, String, Expr) {
+    let mut e = Expr::new();
+    let condition = match token {
+        Some(_) => lock_held_condition(&mut e, tx, token),
+        None => {
+            let held = lock_held_condition(&mut e, tx, None);
+            let last_tx = e.name(a::LAST_TX);
+            let tx_value = e.value(s(tx));
+            format!("{held} AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})")
+        }
+    };
+    let update = match op {
+        Operation::Delete { .. } | Operation::Check { .. } => None,
+        _ => {
+            let release = release_names(&mut e);
+            let sets = apply(&mut e, op, tx);
+            Some(format!("SET {sets} REMOVE {release}"))
+        }
+    };
+    (update, condition, e)
+}
+
+/// `lock.transactionId = tx` (and `lock.token = token` when given).
+fn lock_held_condition(e: &mut Expr, tx: &str, token: Option<&str>) -> String {
+    let lock_tx = e.path(&[a::LOCK, "transactionId"]);
+    let tx_value = e.value(s(tx));
+    let mut condition = format!("{lock_tx} = {tx_value}");
+    if let Some(token) = token {
+        let lock_token = e.path(&[a::LOCK, "token"]);
+        condition += &format!(" AND {lock_token} = {}", e.value(s(token)));
+    }
+    condition
+}
+
+/// Everything a lock adds to an item, for a REMOVE clause.
+fn release_names(e: &mut Expr) -> String {
+    [a::LOCK, a::LOCK_SHARD, a::LOCK_EXPIRES_AT, a::PENDING]
+        .iter()
+        .map(|name| e.name(name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether the operation's prepare and commit writes fit DynamoDB's expression limit; checked when a
+/// request is validated, because a commit that DynamoDB refuses could never be finished.
+pub fn check_expressible(op: &Operation) -> Result<(), String> {
+    // Placeholders do not depend on the values, only on how many there are: any id of the usual length will do.
+    let tx = "tx-00000000000000000000000000000000";
+    let spec = LockSpec { tx, token: tx, expires_at: u64::MAX, started_at: u64::MAX };
+    let (lock_update, lock_condition, _) = lock_expressions(spec, op);
+    let (commit_update, commit_condition, _) = commit_expressions(tx, Some(tx), op);
+    let longest = [Some(lock_update), Some(lock_condition), commit_update, Some(commit_condition)]
+        .into_iter()
+        .flatten()
+        .map(|expression| expression.len())
+        .max()
+        .unwrap_or(0);
+    if longest > MAX_EXPRESSION_BYTES {
+        return Err(format!(
+            "its commit needs an expression of {longest} bytes; DynamoDB's limit is {MAX_EXPRESSION_BYTES} bytes \
+             (write fewer fields in one operation)"
+        ));
+    }
+    Ok(())
+}
+
+fn is_validation(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> bool {
+    e.code() == Some("ValidationException")
+}
+
+fn validation_message(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> String {
+    format!("DynamoDB refused the item: {}", e.message().unwrap_or("invalid value"))
+}
+
 /// The SET clauses (without "SET") that apply a writing operation as a commit of `tx`.
 fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
     let version = e.name(a::VERSION);
@@ -737,8 +880,8 @@ fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
 
 /// What a canceled `TransactWriteItems` says about itself, from its per-item reasons.
 enum Cancellation {
-    /// The first item whose condition failed, as it was.
-    ConditionFailed { index: usize, item: Option<Item> },
+    /// Every item whose condition failed, as it was.
+    ConditionFailed(Vec<(usize, Option<Item>)>),
     /// Another transactional write touched one of the items: worth trying again.
     Conflict,
     /// An item DynamoDB refused to store.
@@ -750,8 +893,14 @@ enum Cancellation {
 impl Cancellation {
     fn of(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Cancellation {
         let with = |code: &str| reasons.iter().position(|r| r.code() == Some(code));
-        if let Some(index) = with("ConditionalCheckFailed") {
-            Cancellation::ConditionFailed { index, item: reasons[index].item().cloned() }
+        let failed: Vec<(usize, Option<Item>)> = reasons
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
+            .map(|(index, r)| (index, r.item().cloned()))
+            .collect();
+        if !failed.is_empty() {
+            Cancellation::ConditionFailed(failed)
         } else if let Some(index) = with("ValidationError") {
             Cancellation::Invalid(reasons[index].message().unwrap_or("invalid value").to_owned())
         } else if with("TransactionConflict").is_some() {

@@ -116,18 +116,25 @@ impl Operation {
         }
         let key = parse_key(object.get("key"), &format!("{path}.key"))?;
         let operation = match op {
-            "put" => Operation::Put {
-                key,
-                data: required_object(object, "data", path)?,
-                if_not_exists: optional_bool(object, "ifNotExists", path)?.unwrap_or(false),
-            },
+            "put" => {
+                let data = required_object(object, "data", path)?;
+                for (name, value) in &data {
+                    check_storable(name, value, &format!("{path}.data"), 2)?;
+                }
+                Operation::Put {
+                    key,
+                    data,
+                    if_not_exists: optional_bool(object, "ifNotExists", path)?.unwrap_or(false),
+                }
+            }
             "set" => {
                 let set = required_object(object, "set", path)?;
                 if set.is_empty() {
                     return Err(Invalid::at(&format!("{path}.set"), "must name at least one field"));
                 }
-                for name in set.keys() {
+                for (name, value) in &set {
                     check_field_name(name, &format!("{path}.set"))?;
+                    check_storable(name, value, &format!("{path}.set"), 2)?;
                 }
                 Operation::Set { key, set }
             }
@@ -173,6 +180,9 @@ impl Operation {
                 Operation::Check { key, version, exists }
             }
         };
+        // Prepare and commit write this operation with expressions whose length grows with its fields.
+        crate::items::check_expressible(&operation)
+            .map_err(|why| Invalid::new("LIMIT_EXCEEDED", format!("{path}: {why}")))?;
         Ok(operation)
     }
 
@@ -228,13 +238,65 @@ fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
         return Err(Invalid::at(path, "must name the item's key attributes"));
     }
     for (name, value) in key {
+        let at = format!("{path}.{name}");
         match value {
+            Value::String(s) if s.len() > MAX_KEY_BYTES => {
+                return Err(Invalid::new(
+                    "LIMIT_EXCEEDED",
+                    format!("{at}: is {} bytes; DynamoDB keys hold at most {MAX_KEY_BYTES} bytes", s.len()),
+                ));
+            }
             Value::String(s) if !s.is_empty() => {}
-            Value::Number(_) => {}
-            _ => return Err(Invalid::at(&format!("{path}.{name}"), "must be a non-empty string or a number")),
+            Value::Number(number) => {
+                number.to_string().parse::<Decimal>().map_err(|e| Invalid::at(&at, e))?;
+            }
+            _ => return Err(Invalid::at(&at, "must be a non-empty string or a number")),
         }
     }
     Ok(key.clone())
+}
+
+/// DynamoDB's limit on a partition key value.
+pub const MAX_KEY_BYTES: usize = 2048;
+/// DynamoDB's limit on how deep maps and lists nest in an item.
+pub const MAX_NESTING: usize = 32;
+/// DynamoDB's limit on an attribute name (a map key at any depth).
+const MAX_NAME_BYTES: usize = 65_535;
+
+/// Refuses a value DynamoDB would refuse to store, so that no write of the transaction (the record, the
+/// prepare, the commit) can fail on it later: numbers out of range or over 38 digits, empty or
+/// oversized names, nesting deeper than DynamoDB allows. `level` is the nesting level a map or list
+/// value would have in the item: `data` itself is level 1, a map in one of its fields level 2.
+fn check_storable(name: &str, value: &Value, path: &str, level: usize) -> Result<(), Invalid> {
+    let at = format!("{path}.{name}");
+    if name.is_empty() {
+        return Err(Invalid::at(path, "attribute names must not be empty"));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Invalid::new(
+            "LIMIT_EXCEEDED",
+            format!("{path}: a name is {} bytes; DynamoDB names hold at most {MAX_NAME_BYTES} bytes", name.len()),
+        ));
+    }
+    check_value(value, &at, level)
+}
+
+fn check_value(value: &Value, at: &str, level: usize) -> Result<(), Invalid> {
+    let nested = matches!(value, Value::Object(_) | Value::Array(_));
+    if nested && level > MAX_NESTING {
+        return Err(Invalid::new(
+            "LIMIT_EXCEEDED",
+            format!("{at}: nests deeper than DynamoDB's limit of {MAX_NESTING} levels"),
+        ));
+    }
+    match value {
+        Value::Number(number) => number.to_string().parse::<Decimal>().map(|_| ()).map_err(|e| Invalid::at(at, e)),
+        Value::Object(map) => map.iter().try_for_each(|(name, v)| check_storable(name, v, at, level + 1)),
+        Value::Array(items) => {
+            items.iter().enumerate().try_for_each(|(i, v)| check_value(v, &format!("{at}[{i}]"), level + 1))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn required_object(object: &Map<String, Value>, name: &str, path: &str) -> Result<Map<String, Value>, Invalid> {
@@ -451,6 +513,35 @@ pub struct ParticipantRequest {
     /// this transaction record (as COMMITTED) in the same atomic write. Sent only to a sole participant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_phase_record: Option<Value>,
+    /// Prepare and one-phase commit: when the transaction started. Wait-die orders transactions by
+    /// (startedAt, transactionId), so a longer timeout never lowers a transaction's priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    /// Commit: the token of the locks this participant's PREPARED vote reported. Only locks with this
+    /// token are applied; a lock of the transaction with another token was taken by a late duplicate
+    /// prepare after the voted one was committed, and is released without applying anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_token: Option<String>,
+}
+
+impl ParticipantRequest {
+    /// The same message with another action.
+    pub fn with_action(self, action: Action) -> ParticipantRequest {
+        ParticipantRequest { action, ..self }
+    }
+
+    /// A message with only its action and transaction; the optional fields are set with struct update.
+    pub fn new(action: Action, transaction_id: impl Into<String>) -> ParticipantRequest {
+        ParticipantRequest {
+            action,
+            transaction_id: transaction_id.into(),
+            deadline: None,
+            operations: vec![],
+            one_phase_record: None,
+            started_at: None,
+            lock_token: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -487,6 +578,9 @@ pub struct ParticipantResponse {
     /// in the second phase.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
+    /// A PREPARED vote that locked items: the token those locks carry (see [`ParticipantRequest::lock_token`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_token: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::clock::SharedClock;
 use crate::items::{
-    CommitOutcome, DataTable, LockAttempt, LockFailure, OnePhase, check_holds, classify_lock_failure, find,
+    CommitOutcome, DataTable, LockAttempt, LockFailure, LockSpec, OnePhase, check_holds, classify_lock_failure, find,
     unrepresentable_result,
 };
 use crate::model::{
@@ -68,13 +68,13 @@ impl Participant {
         let span = info_span!("participant", tx = %request.transaction_id, service = %self.service, action = request.action.as_str());
         async {
             let operations = parse_operations(&request.operations)?;
+            let tx = &request.transaction_id;
+            let order = Order { started_at: request.started_at, deadline: request.deadline };
             let response = match request.action {
-                Action::Prepare => self.prepare(&request.transaction_id, request.deadline, &operations).await?,
+                Action::Prepare => self.prepare(tx, order, &operations).await?,
                 Action::Commit => match &request.one_phase_record {
-                    Some(record) => {
-                        self.commit_one_phase(&request.transaction_id, request.deadline, &operations, record).await?
-                    }
-                    None => self.commit(&request.transaction_id, &operations).await?,
+                    Some(record) => self.commit_one_phase(tx, order, &operations, record).await?,
+                    None => self.commit(tx, &operations, request.lock_token.as_deref()).await?,
                 },
                 Action::Abort => self.abort(&request.transaction_id, &operations).await?,
             };
@@ -92,7 +92,7 @@ impl Participant {
     pub async fn prepare(
         &self,
         tx: &str,
-        deadline: Option<u64>,
+        order: Order,
         operations: &[Operation],
     ) -> Result<ParticipantResponse, ParticipantError> {
         let keys = match self.keys(operations) {
@@ -100,7 +100,7 @@ impl Participant {
             Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
         };
         let now = self.clock.now_ms();
-        if let Some(deadline) = deadline
+        if let Some(deadline) = order.deadline
             && now > deadline
         {
             // Locking now would only hold the item for a transaction that can no longer commit.
@@ -110,19 +110,27 @@ impl Participant {
             ));
         }
         if operations.iter().all(Operation::is_read_only) {
-            return self.prepare_read_only(tx, deadline, operations, &keys).await;
+            return self.prepare_read_only(tx, order, operations, &keys).await;
         }
-        let expires_at = deadline.unwrap_or(now + DEFAULT_LOCK_MS);
+        // Each execution of a prepare locks with a token of its own; the vote reports it and the commit
+        // applies only a lock that carries it (see `DataTable::commit_item`).
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let spec = LockSpec {
+            tx,
+            token: &token,
+            expires_at: order.deadline.unwrap_or(now + DEFAULT_LOCK_MS),
+            started_at: order.priority().unwrap_or(now),
+        };
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
-        let waiting = Waiting::new(tx, deadline, now);
+        let waiting = Waiting::new(tx, order, now);
         for attempt in 0..LOCK_ATTEMPTS {
-            match self.table.lock_all(tx, &work, expires_at).await? {
-                LockAttempt::Locked(returned) => return self.verify_locked(tx, &work, returned).await,
+            match self.table.lock_all(spec, &work).await? {
+                LockAttempt::Locked(returned) => return self.verify_locked(tx, &token, &work, returned).await,
                 LockAttempt::Contention => backoff(attempt).await,
-                LockAttempt::ConditionFailed { index, item } => {
-                    let failed = &work[index];
-                    if let Some(refusal) = self.after_condition_failure(tx, failed, item, &waiting, attempt).await? {
-                        return Ok(refusal);
+                LockAttempt::Unstorable(reason) => return Ok(refused(RefusalCode::ConditionFailed, reason)),
+                LockAttempt::ConditionFailed(failed) => {
+                    if let Some(answer) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
+                        return Ok(answer);
                     }
                 }
             }
@@ -138,12 +146,13 @@ impl Participant {
     async fn verify_locked(
         &self,
         tx: &str,
+        token: &str,
         work: &[(Operation, Item)],
         returned: Vec<Item>,
     ) -> Result<ParticipantResponse, ParticipantError> {
         let adds: Vec<&(Operation, Item)> = work.iter().filter(|(op, _)| matches!(op, Operation::Add { .. })).collect();
         if adds.is_empty() {
-            return Ok(prepared(false));
+            return Ok(prepared(Some(token.to_owned())));
         }
         let items = if returned.is_empty() {
             let keys: Vec<Item> = adds.iter().map(|(_, key)| key.clone()).collect();
@@ -153,28 +162,53 @@ impl Participant {
         };
         let problem =
             adds.iter().find_map(|(op, key)| find(&items, key).and_then(|item| unrepresentable_result(op, item)));
-        let Some(problem) = problem else { return Ok(prepared(false)) };
-        try_join_all(work.iter().map(|(_, key)| self.table.release(tx, key, "unrepresentable result"))).await?;
+        let Some(problem) = problem else { return Ok(prepared(Some(token.to_owned()))) };
+        try_join_all(work.iter().map(|(_, key)| self.table.release(tx, key, Some(token), "unrepresentable result")))
+            .await?;
         Ok(refused(RefusalCode::ConditionFailed, problem))
     }
 
-    /// Classifies a failed conditional write of one item, from the item as it was: a refusal to answer
-    /// (`Some`), or `None` once the way is clear to try again (an expired lock resolved, or a pause when
-    /// the item changed underneath).
-    async fn after_condition_failure(
+    /// Classifies a failed lock write from the items as they were: the answer to give (`Some`), or `None`
+    /// once the way is clear to try again (an expired lock resolved, or a pause when an item changed).
+    async fn after_lock_failure(
         &self,
         tx: &str,
-        (op, key): &(Operation, Item),
-        returned: Option<Item>,
+        work: &[(Operation, Item)],
+        failed: Vec<(usize, Option<Item>)>,
         waiting: &Waiting<'_>,
         attempt: u32,
     ) -> Result<Option<ParticipantResponse>, ParticipantError> {
-        let item = match returned {
-            Some(item) => Some(item),
-            // Not every endpoint returns the item with the failure: read it.
-            None => self.table.get(key).await?,
-        };
-        let failure = classify_lock_failure(tx, op, item.as_ref(), self.clock.now_ms());
+        let now = self.clock.now_ms();
+        let mut failures = Vec::with_capacity(failed.len());
+        for (index, returned) in failed {
+            let (op, key) = &work[index];
+            let item = match returned {
+                Some(item) => Some(item),
+                // Not every endpoint returns the item with the failure: read it.
+                None => self.table.get(key).await?,
+            };
+            failures.push((key, classify_lock_failure(tx, op, item.as_ref(), now)));
+        }
+        let ours: Vec<&Option<String>> = failures
+            .iter()
+            .filter_map(|(_, f)| match f {
+                LockFailure::Ours { token } => Some(token),
+                _ => None,
+            })
+            .collect();
+        if let Some(first) = ours.first() {
+            // An earlier delivery of this prepare (or this write's own attempt whose reply was lost) locked
+            // the items: its vote stands, with its token. Locks on only some of them mean the transaction is
+            // already being finished here, so nothing more may be locked for it.
+            if ours.len() == work.len() && ours.iter().all(|token| token == first) {
+                return Ok(Some(prepared((*first).clone())));
+            }
+            return Ok(Some(refused(
+                RefusalCode::Conflict,
+                format!("transaction {tx} holds only some of its items here: it is already being finished"),
+            )));
+        }
+        let (key, failure) = failures.swap_remove(0);
         self.settle(failure, key, waiting, attempt).await
     }
 
@@ -189,8 +223,8 @@ impl Participant {
         match failure {
             LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
             LockFailure::Expired { owner } => self.resolve(&owner, key).await,
-            LockFailure::Held { owner, expires_at, reason } => {
-                match waiting.pause(&owner, expires_at, attempt, self.clock.now_ms()) {
+            LockFailure::Held { owner, started_at, reason } => {
+                match waiting.pause(&owner, started_at, attempt, self.clock.now_ms()) {
                     Some(pause) => {
                         tokio::time::sleep(pause).await;
                         Ok(None)
@@ -198,7 +232,7 @@ impl Participant {
                     None => Ok(Some(refused(RefusalCode::Conflict, reason))),
                 }
             }
-            LockFailure::Unexplained => {
+            LockFailure::Ours { .. } | LockFailure::Unexplained => {
                 backoff(attempt).await;
                 Ok(None)
             }
@@ -210,11 +244,11 @@ impl Participant {
     async fn prepare_read_only(
         &self,
         tx: &str,
-        deadline: Option<u64>,
+        order: Order,
         operations: &[Operation],
         keys: &[Item],
     ) -> Result<ParticipantResponse, ParticipantError> {
-        let waiting = Waiting::new(tx, deadline, self.clock.now_ms());
+        let waiting = Waiting::new(tx, order, self.clock.now_ms());
         for attempt in 0..LOCK_ATTEMPTS {
             let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
             let now = self.clock.now_ms();
@@ -223,7 +257,9 @@ impl Participant {
                 .zip(&items)
                 .zip(keys)
                 .find_map(|((op, item), key)| check_holds(tx, op, item.as_ref(), now).err().map(|f| (f, key)));
-            let Some((failure, key)) = failure else { return Ok(prepared(true)) };
+            let Some((failure, key)) = failure else {
+                return Ok(ParticipantResponse { vote: Some(Vote::Prepared), read_only: true, ..Default::default() });
+            };
             if let Some(refusal) = self.settle(failure, key, &waiting, attempt).await? {
                 return Ok(refusal);
             }
@@ -245,13 +281,12 @@ impl Participant {
                 )));
             }
             OwnerFate::Abort | OwnerFate::Committed => {
-                self.table.release(owner, key, "lock resolution").await?;
+                self.table.release(owner, key, None, "lock resolution").await?;
             }
             OwnerFate::Commit(record) => {
-                let op = record
-                    .participants
-                    .iter()
-                    .filter(|p| p.service == self.service)
+                let entry = record.participants.iter().find(|p| p.service == self.service);
+                let op = entry
+                    .into_iter()
                     .flat_map(|p| p.operations.iter())
                     .map(|v| Operation::parse(v, "record"))
                     .filter_map(Result::ok)
@@ -262,7 +297,9 @@ impl Participant {
                         detail: "its record does not list this item".to_owned(),
                     });
                 };
-                self.table.commit_item(owner, &op, key).await?;
+                // With the token the owner's record lists: a stray lock of a late prepare is released, not applied.
+                let token = entry.and_then(|p| p.lock_token.as_deref());
+                self.table.commit_item(owner, &op, key, token).await?;
             }
         }
         Ok(None)
@@ -272,7 +309,7 @@ impl Participant {
     pub async fn commit_one_phase(
         &self,
         tx: &str,
-        deadline: Option<u64>,
+        order: Order,
         operations: &[Operation],
         record: &Value,
     ) -> Result<ParticipantResponse, ParticipantError> {
@@ -286,13 +323,13 @@ impl Participant {
             }
             _ => return Err(Invalid::new("INVALID_REQUEST", "onePhaseRecord must be this transaction's record").into()),
         };
-        if let Some(deadline) = deadline
+        if let Some(deadline) = order.deadline
             && self.clock.now_ms() > deadline
         {
             return Ok(refused(RefusalCode::Timeout, "the one-phase commit arrived after the deadline".to_owned()));
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
-        let waiting = Waiting::new(tx, deadline, self.clock.now_ms());
+        let waiting = Waiting::new(tx, order, self.clock.now_ms());
         for attempt in 0..LOCK_ATTEMPTS {
             match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone()).await? {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
@@ -300,8 +337,8 @@ impl Participant {
                 OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
                 OnePhase::Contention => backoff(attempt).await,
                 OnePhase::ConditionFailed { index, item } => {
-                    let failed = &work[index];
-                    if let Some(refusal) = self.after_condition_failure(tx, failed, item, &waiting, attempt).await? {
+                    let failed = vec![(index, item)];
+                    if let Some(refusal) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
                         return Ok(refusal);
                     }
                 }
@@ -313,10 +350,16 @@ impl Participant {
         ))
     }
 
-    pub async fn commit(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
+    pub async fn commit(
+        &self,
+        tx: &str,
+        operations: &[Operation],
+        token: Option<&str>,
+    ) -> Result<ParticipantResponse, ParticipantError> {
         let keys = self.keys(operations).map_err(|m| Invalid::new("INVALID_REQUEST", m))?;
         let outcomes =
-            try_join_all(operations.iter().zip(&keys).map(|(op, key)| self.table.commit_item(tx, op, key))).await?;
+            try_join_all(operations.iter().zip(&keys).map(|(op, key)| self.table.commit_item(tx, op, key, token)))
+                .await?;
         let unproven: Vec<String> = outcomes
             .iter()
             .zip(operations)
@@ -334,33 +377,49 @@ impl Participant {
 
     pub async fn abort(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
         let keys = self.keys(operations).map_err(|m| Invalid::new("INVALID_REQUEST", m))?;
-        try_join_all(keys.iter().map(|key| self.table.release(tx, key, "abort"))).await?;
+        try_join_all(keys.iter().map(|key| self.table.release(tx, key, None, "abort"))).await?;
         Ok(status(STATUS_ABORTED, None))
     }
 }
 
-/// Wait-die between transactions that want the same item. All transactions are ordered by (deadline,
+/// Where a transaction stands in wait-die's order, from its prepare message.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Order {
+    pub started_at: Option<u64>,
+    pub deadline: Option<u64>,
+}
+
+impl Order {
+    /// The time wait-die orders by: the start, or for a message from a coordinator that sends none, the
+    /// deadline (as before start times were sent).
+    fn priority(&self) -> Option<u64> {
+        self.started_at.or(self.deadline)
+    }
+}
+
+/// Wait-die between transactions that want the same item. All transactions are ordered by (startedAt,
 /// id), the same order everywhere; one that meets the lock of a transaction later in that order (a
 /// younger one) waits a little for it to finish, one that meets an older one's lock refuses at once.
 /// Waits therefore only ever go from older to younger and can never form a cycle, and a transfer on a
-/// hot item usually waits milliseconds instead of aborting.
+/// hot item usually waits milliseconds instead of aborting. Ordering by start rather than by deadline
+/// means a longer timeout never makes a transaction the one that yields.
 struct Waiting<'a> {
     tx: &'a str,
-    deadline: Option<u64>,
+    started_at: Option<u64>,
     /// No wait may end after this.
     until: u64,
 }
 
 impl<'a> Waiting<'a> {
-    fn new(tx: &'a str, deadline: Option<u64>, now_ms: u64) -> Waiting<'a> {
-        let budget = deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(MAX_LOCK_WAIT_MS));
-        Waiting { tx, deadline, until: now_ms + budget }
+    fn new(tx: &'a str, order: Order, now_ms: u64) -> Waiting<'a> {
+        let budget = order.deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(MAX_LOCK_WAIT_MS));
+        Waiting { tx, started_at: order.priority(), until: now_ms + budget }
     }
 
     /// How long to pause before trying again, or `None` to refuse now.
-    fn pause(&self, owner: &str, owner_deadline: u64, attempt: u32, now_ms: u64) -> Option<Duration> {
-        let deadline = self.deadline?;
-        let older = (deadline, self.tx) < (owner_deadline, owner);
+    fn pause(&self, owner: &str, owner_started_at: u64, attempt: u32, now_ms: u64) -> Option<Duration> {
+        let started_at = self.started_at?;
+        let older = (started_at, self.tx) < (owner_started_at, owner);
         let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 3;
         let pause = (2u64 << attempt.min(4)) + jitter;
         (older && now_ms + pause <= self.until).then(|| Duration::from_millis(pause))
@@ -381,8 +440,8 @@ pub fn parse_operations(values: &[Value]) -> Result<Vec<Operation>, Invalid> {
     Operation::parse_list(Some(&list), "operations")
 }
 
-fn prepared(read_only: bool) -> ParticipantResponse {
-    ParticipantResponse { vote: Some(Vote::Prepared), read_only, ..Default::default() }
+fn prepared(lock_token: Option<String>) -> ParticipantResponse {
+    ParticipantResponse { vote: Some(Vote::Prepared), lock_token, ..Default::default() }
 }
 
 fn refused(code: RefusalCode, reason: String) -> ParticipantResponse {

@@ -12,7 +12,8 @@ use crate::model::{RefusalCode, Status, Vote};
 use crate::store::{Item, StoreError, shard_of};
 use crate::tables::tx_attr as a;
 
-/// Terminal records stay readable (`GET /transactions/{id}`, idempotent retries) this long, then TTL removes them.
+/// Terminal records of requests without an `Idempotency-Key` stay readable (`GET /transactions/{id}`) this
+/// long, then TTL removes them. A keyed record is kept: it is what stops its key from ever running again.
 pub const RETENTION_SECONDS: u64 = 7 * 24 * 3600;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +33,14 @@ pub struct TransactionRecord {
     pub expire_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_shard: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
 }
 
 /// One service's part, stored with its operations so that recovery can finish the transaction from
@@ -50,6 +59,9 @@ pub struct ParticipantEntry {
     /// Locked nothing at prepare: takes no part in commit or abort.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
+    /// The token of the locks its PREPARED vote reported: commit and roll-forward apply only those.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_token: Option<String>,
 }
 
 impl TransactionRecord {
@@ -60,7 +72,20 @@ impl TransactionRecord {
         self.status = status;
         self.updated_at = now_ms;
         self.open_shard = None;
-        self.expire_at = Some(now_ms / 1000 + RETENTION_SECONDS);
+        self.sweep_at = None;
+        self.expire_at = (!self.is_keyed()).then_some(now_ms / 1000 + RETENTION_SECONDS);
+        self
+    }
+
+    /// Whether an `Idempotency-Key` named this transaction (its record is then kept for ever).
+    pub fn is_keyed(&self) -> bool {
+        self.request_hash.is_some()
+    }
+
+    /// This record as open: in the open-transactions index, first due for the sweeper at its deadline.
+    pub fn opened(mut self) -> TransactionRecord {
+        self.open_shard = Some(open_shard(&self.transaction_id));
+        self.sweep_at = Some(self.deadline);
         self
     }
 
@@ -72,11 +97,8 @@ impl TransactionRecord {
     }
 
     pub fn from_item(item: &Item) -> Result<TransactionRecord, StoreError> {
-        serde_json::from_value(Value::Object(attr::item_to_json(item))).map_err(|e| StoreError {
-            operation: "decode",
-            table: String::new(),
-            message: format!("transaction record is malformed: {e}"),
-        })
+        serde_json::from_value(Value::Object(attr::item_to_json(item)))
+            .map_err(|e| StoreError::internal("decode", "", format!("transaction record is malformed: {e}")))
     }
 
     /// The contract's answer body.
@@ -160,10 +182,8 @@ impl TransactionStore {
                 Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
                     match c.item() {
                         Some(item) => Ok(Some(TransactionRecord::from_item(item)?)),
-                        None => self.get(&record.transaction_id).await?.map(Some).ok_or_else(|| StoreError {
-                            operation: "PutItem",
-                            table: self.table.clone(),
-                            message: "record exists but cannot be read".into(),
+                        None => self.get(&record.transaction_id).await?.map(Some).ok_or_else(|| {
+                            StoreError::internal("PutItem", &self.table, "record exists but cannot be read")
                         }),
                     }
                 }
@@ -186,13 +206,15 @@ impl TransactionStore {
     }
 
     /// Moves the record from `from` to `to` if, and only if, it is in `from`. Votes and a reason may be
-    /// written with the change. Terminal states drop the record from the open-transactions index and
-    /// start its retention clock.
+    /// written with the change. Terminal states drop the record from the open-transactions index and,
+    /// unless it is `keyed`, start its retention clock.
+    #[allow(clippy::too_many_arguments)]
     pub async fn transition(
         &self,
         id: &str,
         from: Status,
         to: Status,
+        keyed: bool,
         now_ms: u64,
         participants: Option<&[ParticipantEntry]>,
         reason: Option<&str>,
@@ -217,10 +239,13 @@ impl TransactionStore {
             sets.push(format!("{name} = {value}"));
         }
         if to.is_terminal() {
-            let expire = e.name(a::EXPIRE_AT);
-            let at = e.value(n(now_ms / 1000 + RETENTION_SECONDS));
-            sets.push(format!("{expire} = {at}"));
+            if !keyed {
+                let expire = e.name(a::EXPIRE_AT);
+                let at = e.value(n(now_ms / 1000 + RETENTION_SECONDS));
+                sets.push(format!("{expire} = {at}"));
+            }
             removes.push(e.name(a::OPEN_SHARD));
+            removes.push(e.name(a::SWEEP_AT));
         }
         let mut update = format!("SET {}", sets.join(", "));
         if !removes.is_empty() {
@@ -274,12 +299,60 @@ impl TransactionStore {
             request_hash: None,
             expire_at: None,
             open_shard: None,
+            sweep_at: None,
+            sweep_attempts: None,
+            sweep_error: None,
+            execution_id: None,
         }
         .ended(Status::Aborted, now_ms);
         Ok(self.create(&record).await?.unwrap_or(record))
     }
 
-    /// Ids of open transactions whose deadline is before `before_ms`, at most `limit` from each shard.
+    /// Puts an open transaction the sweeper could not finish behind the others until `sweep_at`, with why,
+    /// so that the next runs reach what stands behind it. Only while it is still `status`.
+    pub async fn postpone(
+        &self,
+        id: &str,
+        status: Status,
+        sweep_at: u64,
+        attempts: u32,
+        error: &str,
+    ) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let update = format!(
+            "SET {} = {}, {} = {}, {} = {}",
+            e.name(a::SWEEP_AT),
+            e.value(n(sweep_at)),
+            e.name(a::SWEEP_ATTEMPTS),
+            e.value(n(attempts)),
+            e.name(a::SWEEP_ERROR),
+            e.value(s(error))
+        );
+        let condition = format!(
+            "{} = {} AND attribute_exists({})",
+            e.name(a::STATUS),
+            e.value(s(status.as_str())),
+            e.name(a::OPEN_SHARD)
+        );
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(id)))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
+        }
+    }
+
+    /// Ids of open transactions due for the sweeper before `before_ms`, at most `limit` from each shard.
     pub async fn open_before(&self, before_ms: u64, limit: i32) -> Result<Vec<String>, StoreError> {
         let entries = crate::store::page_shards(limit, |shard, limit, start| {
             let mut e = Expr::new();
@@ -287,7 +360,7 @@ impl TransactionStore {
                 "{} = {} AND {} < {}",
                 e.name(a::OPEN_SHARD),
                 e.value(s(format!("open#{shard}"))),
-                e.name(a::DEADLINE),
+                e.name(a::SWEEP_AT),
                 e.value(n(before_ms))
             );
             let query = self

@@ -11,7 +11,7 @@ use crate::store::StoreError;
 #[derive(Debug, Clone, PartialEq)]
 pub enum OwnerFate {
     /// Decided commit and not yet finished: the owner's operation must be applied (rolled forward).
-    Commit(TransactionRecord),
+    Commit(Box<TransactionRecord>),
     /// Finished commit: every participant acknowledged, so any lock it still holds was taken by a
     /// late duplicate prepare and is released without applying anything again.
     Committed,
@@ -41,7 +41,7 @@ async fn decide(
     now_ms: u64,
 ) -> Result<OwnerFate, StoreError> {
     Ok(match record.status {
-        Status::Committing => OwnerFate::Commit(record),
+        Status::Committing => OwnerFate::Commit(Box::new(record)),
         Status::Committed => OwnerFate::Committed,
         Status::Aborting | Status::Aborted => OwnerFate::Abort,
         Status::Preparing if now_ms <= record.deadline => OwnerFate::Undecided,
@@ -51,6 +51,7 @@ async fn decide(
                     &record.transaction_id,
                     Status::Preparing,
                     Status::Aborting,
+                    record.is_keyed(),
                     now_ms,
                     None,
                     Some(EXPIRED_REASON),
@@ -60,7 +61,7 @@ async fn decide(
                 Transition::Done(_) => OwnerFate::Abort,
                 // The coordinator decided first: follow its decision.
                 Transition::Lost(Some(now)) => match now.status {
-                    Status::Committing => OwnerFate::Commit(now),
+                    Status::Committing => OwnerFate::Commit(Box::new(now)),
                     Status::Committed => OwnerFate::Committed,
                     _ => OwnerFate::Abort,
                 },

@@ -14,14 +14,39 @@ pub struct StoreError {
     pub operation: &'static str,
     pub table: String,
     pub message: String,
+    /// Whether a write that failed so may still have taken effect.
+    pub outcome: WriteOutcome,
+}
+
+/// What a failed request says about its write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// DynamoDB answered that it refused the request (a 4xx: validation, throttling, access): not applied.
+    NotApplied,
+    /// No answer, or a server error: the write may have taken effect.
+    Unknown,
 }
 
 impl StoreError {
-    pub fn new<E, R>(operation: &'static str, table: &str, err: SdkError<E, R>) -> StoreError
+    /// A failure of this system's own making (a record that does not decode, a write found missing): no
+    /// write of it took effect.
+    pub fn internal(operation: &'static str, table: &str, message: impl Into<String>) -> StoreError {
+        StoreError { operation, table: table.to_owned(), message: message.into(), outcome: WriteOutcome::NotApplied }
+    }
+
+    pub fn new<E>(
+        operation: &'static str,
+        table: &str,
+        err: SdkError<E, aws_smithy_runtime_api::http::Response>,
+    ) -> StoreError
     where
         E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static,
-        R: std::fmt::Debug,
     {
+        let outcome = match &err {
+            SdkError::ConstructionFailure(_) => WriteOutcome::NotApplied,
+            SdkError::ServiceError(service) if service.raw().status().is_client_error() => WriteOutcome::NotApplied,
+            _ => WriteOutcome::Unknown,
+        };
         // One line a person can act on: the service's code and message, or why no answer came.
         let message = match &err {
             SdkError::ServiceError(service) => {
@@ -32,7 +57,7 @@ impl StoreError {
             SdkError::DispatchFailure(failure) if failure.is_io() => "could not connect".to_owned(),
             other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
         };
-        StoreError { operation, table: table.to_owned(), message }
+        StoreError { operation, table: table.to_owned(), message, outcome }
     }
 }
 

@@ -26,11 +26,14 @@ pub struct SweepLimits {
     pub per_shard: i32,
     /// Transactions and locks handled at once.
     pub concurrency: usize,
+    /// A transaction this sweep could not finish is looked at again after this long, doubled for each
+    /// further failure (at most 64 times): the entries behind it are reached meanwhile.
+    pub retry_ms: u64,
 }
 
 impl Default for SweepLimits {
     fn default() -> Self {
-        SweepLimits { grace_ms: 2_000, per_shard: 25, concurrency: 8 }
+        SweepLimits { grace_ms: 2_000, per_shard: 25, concurrency: 8, retry_ms: 5_000 }
     }
 }
 
@@ -179,15 +182,31 @@ impl Sweeper {
             return Ok(TxOutcome::Skipped);
         }
         let before = record.status;
-        let (after, finished_here) = self.coordinator.recover(record).await.map_err(|e| e.to_string())?;
-        info!(from = %before, to = %after.status, finished_here, "recovered");
-        Ok(match after.status {
-            // Finished by someone else meanwhile (its coordinator, another sweeper): not this run's to count.
-            _ if after.status.is_terminal() && !finished_here => TxOutcome::Skipped,
-            Status::Committed => TxOutcome::Committed,
-            Status::Aborted => TxOutcome::Aborted,
-            _ => TxOutcome::Stuck,
-        })
+        let attempts = record.sweep_attempts.unwrap_or(0) + 1;
+        let (status, failure) = match self.coordinator.recover(record).await {
+            Ok((after, finished_here)) => {
+                info!(from = %before, to = %after.status, finished_here, "recovered");
+                match after.status {
+                    // Finished by someone else meanwhile (its coordinator, another sweeper): not this run's to count.
+                    _ if after.status.is_terminal() && !finished_here => return Ok(TxOutcome::Skipped),
+                    Status::Committed => return Ok(TxOutcome::Committed),
+                    Status::Aborted => return Ok(TxOutcome::Aborted),
+                    // Within its deadline: its coordinator is still at work.
+                    Status::Preparing => return Ok(TxOutcome::Stuck),
+                    status => (status, format!("still {status}: a participant did not acknowledge")),
+                }
+            }
+            Err(e) => (before, e.to_string()),
+        };
+        // Behind the others for a while, so that an entry this sweep cannot finish never hides the rest.
+        let delay = self.limits.retry_ms.saturating_mul(1 << (attempts - 1).min(6));
+        let sweep_at = self.coordinator.clock().now_ms() + delay;
+        let postponed = self.coordinator.transactions().postpone(id, status, sweep_at, attempts, &failure).await;
+        if let Err(e) = postponed {
+            warn!(error = %e, "could not postpone the transaction");
+        }
+        warn!(attempts, error = %failure, retry_in_ms = delay, "could not finish the transaction");
+        Err(failure)
     }
 
     async fn resolve_lock(&self, service: &str, table: &DataTable, key: &Item) -> Result<LockOutcome, String> {
@@ -201,30 +220,20 @@ impl Sweeper {
         async {
             let fate = owner_fate(self.coordinator.transactions(), &owner, now).await.map_err(|e| e.to_string())?;
             let key_only = json!({"op": "check", "key": key_json(key)});
-            let (action, operations, outcome) = match fate {
+            let (action, operations, lock_token, outcome) = match fate {
                 OwnerFate::Undecided => return Ok(LockOutcome::Waiting),
                 OwnerFate::Commit(record) => {
-                    let operations: Vec<Value> = record
-                        .participants
-                        .iter()
-                        .filter(|p| p.service == service)
-                        .flat_map(|p| p.operations.clone())
-                        .collect();
-                    if operations.is_empty() {
+                    let Some(entry) = record.participants.into_iter().find(|p| p.service == service) else {
                         return Err(format!("record {owner} lists no operations for {service}"));
-                    }
-                    (Action::Commit, operations, LockOutcome::RolledForward)
+                    };
+                    // The token the vote reported: a stray lock of a late prepare is released, never applied.
+                    (Action::Commit, entry.operations, entry.lock_token, LockOutcome::RolledForward)
                 }
                 // A lock of a finished commit came from a late duplicate prepare: release without applying.
-                OwnerFate::Committed | OwnerFate::Abort => (Action::Abort, vec![key_only], LockOutcome::Released),
+                OwnerFate::Committed | OwnerFate::Abort => (Action::Abort, vec![key_only], None, LockOutcome::Released),
             };
-            let request = ParticipantRequest {
-                action,
-                transaction_id: owner.clone(),
-                deadline: None,
-                operations,
-                one_phase_record: None,
-            };
+            let request =
+                ParticipantRequest { operations, lock_token, ..ParticipantRequest::new(action, owner.clone()) };
             let response = self.coordinator.invoker().invoke(service, &request).await.map_err(|e| e.to_string())?;
             match response.status.as_deref() {
                 Some(STATUS_COMMITTED | STATUS_NOT_PREPARED | STATUS_ABORTED) => {

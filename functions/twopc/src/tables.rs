@@ -20,6 +20,14 @@ pub mod tx_attr {
     pub const EXPIRE_AT: &str = "expireAt";
     /// Present only while the transaction is open: the partition key of the open-transactions index.
     pub const OPEN_SHARD: &str = "openShard";
+    /// Present only while the transaction is open: when the sweeper should next look at it (the deadline at
+    /// first, later when it could not finish it), the sort key of the open-transactions index.
+    pub const SWEEP_AT: &str = "sweepAt";
+    pub const SWEEP_ATTEMPTS: &str = "sweepAttempts";
+    /// Why the sweeper's last attempt at finishing the transaction failed.
+    pub const SWEEP_ERROR: &str = "sweepError";
+    /// The coordinator execution that wrote the record: a write whose reply was lost is recognised as its own.
+    pub const EXECUTION_ID: &str = "executionId";
 }
 
 /// Attribute names of a participant data table.
@@ -33,6 +41,9 @@ pub mod item_attr {
     pub const LOCK_SHARD: &str = "lockShard";
     /// Present only while locked: the lock's expiry, the sort key of the locks index.
     pub const LOCK_EXPIRES_AT: &str = "lockExpiresAt";
+    /// Present only while locked: what the commit will write, reserved by the prepare so that the item
+    /// already has the size the commit gives it.
+    pub const PENDING: &str = "pending";
 }
 
 /// Attribute names of the WebSocket connections table: one item per (connection, topic), plus one
@@ -82,7 +93,7 @@ pub fn transactions_table(name: &str) -> TableSpec {
         indexes: vec![IndexSpec {
             name: OPEN_TRANSACTIONS_INDEX,
             hash_key: (tx_attr::OPEN_SHARD, ScalarAttributeType::S),
-            range_key: Some((tx_attr::DEADLINE, ScalarAttributeType::N)),
+            range_key: Some((tx_attr::SWEEP_AT, ScalarAttributeType::N)),
             projection: ProjectionType::KeysOnly,
         }],
         stream: true,

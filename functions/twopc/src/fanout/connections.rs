@@ -169,11 +169,11 @@ impl ConnectionStore {
                 attempt += 1;
                 if attempt > 1 {
                     if attempt > self.retry.max_attempts.max(1) + 3 {
-                        return Err(StoreError {
-                            operation: "BatchWriteItem",
-                            table: self.table.clone(),
-                            message: format!("{} writes still unprocessed after {} tries", pending.len(), attempt - 1),
-                        });
+                        return Err(StoreError::internal(
+                            "BatchWriteItem",
+                            &self.table,
+                            format!("{} writes still unprocessed after {} tries", pending.len(), attempt - 1),
+                        ));
                     }
                     tokio::time::sleep(self.retry.delay(attempt - 1)).await;
                 }
