@@ -322,9 +322,12 @@ impl Coordinator {
                 warn!(error = %e, "decision write failed; fencing it with an abort");
                 let mut aborted = record.clone().ended(Status::Aborted, self.clock.now_ms());
                 aborted.reason = Some(UNRECORDED_DECISION.to_owned());
+                // Whatever made DynamoDB refuse the decision, it cannot be in the fence: an aborted record
+                // needs no operations, nothing is ever finished from it.
+                aborted.participants.iter_mut().for_each(|p| p.operations.clear());
                 match self.create_own(&aborted).await.map_err(|_| e)? {
                     None => {
-                        self.abort_participants(&aborted).await?;
+                        self.abort_participants(&record).await?;
                         return Ok(Err(Reply::for_record(&aborted)));
                     }
                     Some(existing) if existing.execution_id == committing.execution_id => {

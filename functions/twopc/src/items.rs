@@ -843,7 +843,8 @@ fn is_validation(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> bool
 }
 
 fn validation_message(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> String {
-    format!("DynamoDB refused the item: {}", e.message().unwrap_or("invalid value"))
+    let why = e.message().unwrap_or("invalid value");
+    format!("DynamoDB refused the prepared item (at most 400 KB, counting what the commit will write): {why}")
 }
 
 /// The SET clauses (without "SET") that apply a writing operation as a commit of `tx`.

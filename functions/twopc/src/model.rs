@@ -119,7 +119,7 @@ impl Operation {
             "put" => {
                 let data = required_object(object, "data", path)?;
                 for (name, value) in &data {
-                    check_storable(name, value, &format!("{path}.data"), 2)?;
+                    check_storable(name, value, &format!("{path}.data"), FIELD_LEVEL)?;
                 }
                 Operation::Put {
                     key,
@@ -134,7 +134,7 @@ impl Operation {
                 }
                 for (name, value) in &set {
                     check_field_name(name, &format!("{path}.set"))?;
-                    check_storable(name, value, &format!("{path}.set"), 2)?;
+                    check_storable(name, value, &format!("{path}.set"), FIELD_LEVEL)?;
                 }
                 Operation::Set { key, set }
             }
@@ -260,13 +260,16 @@ fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
 pub const MAX_KEY_BYTES: usize = 2048;
 /// DynamoDB's limit on how deep maps and lists nest in an item.
 pub const MAX_NESTING: usize = 32;
+/// The nesting level a field of an operation's data has at its deepest: in the transaction record, which
+/// stores it as participants (1) → entry (2) → operations (3) → operation (4) → data or set (5) → field.
+const FIELD_LEVEL: usize = 6;
 /// DynamoDB's limit on an attribute name (a map key at any depth).
 const MAX_NAME_BYTES: usize = 65_535;
 
 /// Refuses a value DynamoDB would refuse to store, so that no write of the transaction (the record, the
 /// prepare, the commit) can fail on it later: numbers out of range or over 38 digits, empty or
 /// oversized names, nesting deeper than DynamoDB allows. `level` is the nesting level a map or list
-/// value would have in the item: `data` itself is level 1, a map in one of its fields level 2.
+/// value would have in the deepest item that stores it (see [`FIELD_LEVEL`]).
 fn check_storable(name: &str, value: &Value, path: &str, level: usize) -> Result<(), Invalid> {
     let at = format!("{path}.{name}");
     if name.is_empty() {
@@ -286,7 +289,11 @@ fn check_value(value: &Value, at: &str, level: usize) -> Result<(), Invalid> {
     if nested && level > MAX_NESTING {
         return Err(Invalid::new(
             "LIMIT_EXCEEDED",
-            format!("{at}: nests deeper than DynamoDB's limit of {MAX_NESTING} levels"),
+            format!(
+                "{at}: nests too deep: the transaction record stores it {} levels deep, and DynamoDB's limit is \
+                 {MAX_NESTING} levels",
+                level
+            ),
         ));
     }
     match value {
@@ -655,6 +662,35 @@ mod tests {
         }
         let big = format!(r#"{{"participants": [], "pad": "{}"}}"#, "x".repeat(MAX_BODY_BYTES));
         assert_eq!(parse(&big).unwrap_err().code, "BODY_TOO_LARGE");
+    }
+
+    #[test]
+    fn values_dynamodb_cannot_store_are_refused_with_the_limit_named() {
+        let op = |operation: serde_json::Value| {
+            let body = serde_json::json!({"participants": [{"service": "service-a", "operations": [operation]}]});
+            parse(&body.to_string())
+        };
+        let put =
+            |data: serde_json::Value| op(serde_json::json!({"op": "put", "key": {"entityId": "A"}, "data": data}));
+        let huge: Value = serde_json::from_str("1e400").unwrap();
+        assert!(put(serde_json::json!({"x": huge})).unwrap_err().message.contains("data.x"));
+        assert!(put(serde_json::json!({"x": {"": 1}})).unwrap_err().message.contains("names must not be empty"));
+        let mut deep = serde_json::json!(1);
+        for _ in 0..MAX_NESTING - FIELD_LEVEL + 2 {
+            deep = serde_json::json!({"d": deep});
+        }
+        let err = put(serde_json::json!({"x": deep})).unwrap_err();
+        assert_eq!((err.code, err.message.contains("limit is 32 levels")), ("LIMIT_EXCEEDED", true), "{err}");
+        assert!(put(serde_json::json!({"x": deep["d"].clone()})).is_ok(), "one level less fits");
+        let long_key = "k".repeat(MAX_KEY_BYTES + 1);
+        let err = op(serde_json::json!({"op": "delete", "key": {"entityId": long_key}})).unwrap_err();
+        assert_eq!((err.code, err.message.contains("2048 bytes")), ("LIMIT_EXCEEDED", true), "{err}");
+        assert!(op(serde_json::json!({"op": "delete", "key": {"entityId": "k".repeat(MAX_KEY_BYTES)}})).is_ok());
+        let fields: Map<String, Value> = (0..400).map(|i| (format!("f{i}"), Value::from(i))).collect();
+        let err = op(serde_json::json!({"op": "set", "key": {"entityId": "A"}, "set": fields})).unwrap_err();
+        assert_eq!((err.code, err.message.contains("4096 bytes")), ("LIMIT_EXCEEDED", true), "{err}");
+        let fields: Map<String, Value> = (0..100).map(|i| (format!("f{i}"), Value::from(i))).collect();
+        assert!(op(serde_json::json!({"op": "set", "key": {"entityId": "A"}, "set": fields})).is_ok());
     }
 
     #[test]

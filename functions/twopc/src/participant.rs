@@ -375,8 +375,11 @@ impl Participant {
         Ok(status(STATUS_NOT_PREPARED, Some(unproven.join("; "))))
     }
 
+    /// Releases whatever the transaction holds. A key that does not fit this table (its prepare was
+    /// refused as invalid) can hold nothing, so it is skipped rather than failing the abort: an abort that
+    /// could never succeed would leave its transaction ABORTING for ever.
     pub async fn abort(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
-        let keys = self.keys(operations).map_err(|m| Invalid::new("INVALID_REQUEST", m))?;
+        let keys: Vec<Item> = operations.iter().filter_map(|op| self.table.key(op.key()).ok()).collect();
         try_join_all(keys.iter().map(|key| self.table.release(tx, key, None, "abort"))).await?;
         Ok(status(STATUS_ABORTED, None))
     }
