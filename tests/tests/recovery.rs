@@ -3,11 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use twopc::clock::{SharedClock, ShiftedClock};
+use twopc::clock::{Clock, SharedClock, ShiftedClock};
+use twopc::coordinator::Coordinator;
 use twopc::faults::{CoordinatorCrash, Faults};
-use twopc::model::{Action, Status};
-use twopc_tests::{EdgeFault, TestEnv, call_coordinator, rest_event};
+use twopc::invoke::{InvokeError, ParticipantInvoker};
+use twopc::model::{Action, ParticipantRequest, ParticipantResponse, Status};
+use twopc_tests::{EdgeFault, FaultyInvoker, TestEnv, call_coordinator, rest_event};
 
 fn transfer(from: &str, to: &str, amount: i64) -> Value {
     json!({"participants": [
@@ -184,23 +187,85 @@ async fn a_coordinator_decision_that_wins_makes_recovery_commit() {
     assert!(env.locked_items().await.is_empty());
 }
 
+/// service-b's prepare does its work at once and answers after `delay`; with `past_deadline`, the shared
+/// clock has moved past the transaction's deadline by the time the answer arrives.
+struct SlowPrepare {
+    inner: FaultyInvoker,
+    clock: Arc<ShiftedClock>,
+    delay: Duration,
+    past_deadline: bool,
+}
+
+impl ParticipantInvoker for SlowPrepare {
+    fn invoke<'a>(
+        &'a self,
+        service: &'a str,
+        request: &'a ParticipantRequest,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        Box::pin(async move {
+            let answer = self.inner.invoke(service, request).await;
+            if service == "service-b" && request.action == Action::Prepare {
+                tokio::time::sleep(self.delay).await;
+                if self.past_deadline {
+                    let deadline = request.deadline.expect("a prepare carries its deadline");
+                    self.clock.advance(deadline.saturating_sub(self.clock.now_ms()) + 1);
+                }
+            }
+            answer
+        })
+    }
+}
+
 #[tokio::test]
 async fn a_sweeper_and_a_coordinator_never_produce_two_outcomes() {
+    /// How a round's last vote lands against its deadline.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Landing {
+        /// Well within it (5 s of timeout): the coordinator commits.
+        InTime,
+        /// After it, by the controllable clock: the coordinator, or a sweeper first, aborts.
+        Late,
+        /// Around it, in real time (a 300 ms timeout): either outcome, but only one.
+        Racing(u64),
+    }
     let env = TestEnv::new().await;
     // No grace: the sweeper acts the moment a deadline passes.
     let limits = twopc::sweeper::SweepLimits { grace_ms: 0, ..Default::default() };
     let sweeper = Arc::new(env.sweeper_with(None, limits));
+    let rounds = [
+        Landing::InTime,
+        Landing::Late,
+        Landing::Racing(150),
+        Landing::Racing(250),
+        Landing::Racing(350),
+        Landing::Racing(450),
+        Landing::InTime,
+        Landing::Late,
+    ];
     let mut outcomes = vec![];
-    for round in 0..8u64 {
+    for (round, landing) in rounds.into_iter().enumerate() {
         let (from, to) = (format!("A{round}"), format!("B{round}"));
         env.put_account("service-a", &from, "100").await;
         env.put_account("service-b", &to, "0").await;
-        let invoker = env.fresh_invoker();
-        // Answers land from well before to well after the 300 ms deadline.
-        invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_millis(150 + 40 * round)));
-        let coordinator = env.coordinator_with(&invoker, Faults::default());
+        let (timeout_ms, delay) = match landing {
+            Landing::InTime => (5_000, 50),
+            Landing::Late => (300, 50),
+            Landing::Racing(delay) => (300, delay),
+        };
+        let invoker = SlowPrepare {
+            inner: env.fresh_invoker(),
+            clock: env.clock.clone(),
+            delay: Duration::from_millis(delay),
+            past_deadline: landing == Landing::Late,
+        };
+        let coordinator = Coordinator::new(
+            env.transactions.clone(),
+            Arc::new(invoker),
+            env.participants.keys().cloned(),
+            env.clock.clone(),
+        );
         let mut body = transfer(&from, &to, 10);
-        body["timeoutMs"] = json!(300);
+        body["timeoutMs"] = json!(timeout_ms);
         let event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body.to_string()));
         let client = tokio::spawn(async move { call_coordinator(&coordinator, &event).await });
         let racing = {
@@ -218,14 +283,18 @@ async fn a_sweeper_and_a_coordinator_never_produce_two_outcomes() {
         let record = status_of(&env, id).await;
         let (a, b) = (env.balance("service-a", &from).await, env.balance("service-b", &to).await);
         match status {
-            200 => assert_eq!((record, a.as_str(), b.as_str()), (Status::Committed, "90", "10")),
-            409 => assert_eq!((record, a.as_str(), b.as_str()), (Status::Aborted, "100", "0")),
-            other => panic!("unexpected answer {other}: {answer}"),
+            200 => assert_eq!((record, a.as_str(), b.as_str()), (Status::Committed, "90", "10"), "{landing:?}"),
+            409 => assert_eq!((record, a.as_str(), b.as_str()), (Status::Aborted, "100", "0"), "{landing:?}"),
+            other => panic!("unexpected answer {other} ({landing:?}): {answer}"),
         }
-        outcomes.push(status);
+        match landing {
+            Landing::InTime => assert_eq!(status, 200, "every vote in time, nothing to abort: {answer}"),
+            Landing::Late => assert_eq!(status, 409, "the last vote came after the deadline: {answer}"),
+            Landing::Racing(_) => {}
+        }
+        outcomes.push((landing, status));
     }
-    println!("outcomes across the deadline: {outcomes:?}");
-    assert!(outcomes.contains(&200) && outcomes.contains(&409), "the rounds straddle the deadline: {outcomes:?}");
+    println!("outcomes: {outcomes:?}");
     env.clock.advance(60_000);
     env.sweep_until_quiet().await;
     assert!(env.locked_items().await.is_empty());

@@ -525,6 +525,30 @@ mod tests {
         assert_eq!(change.previous, json!({"balance": 5}));
     }
 
+    /// Issue 19, defect 3: an item written outside the protocol has `data` and no `version`; a committed
+    /// `delete` of it is a REMOVE whose old image holds the lock and that data, and must reach the lake and
+    /// WebSocket (as version 1: a commit counts a missing version as 0). A released placeholder (a lock and
+    /// no data) is still not a change.
+    #[test]
+    fn committed_delete_of_an_item_without_a_version_is_a_remove() {
+        let mut unversioned = with_lock(committed("T1", "7", "5"), "T9");
+        let image = unversioned.as_object_mut().unwrap();
+        image.remove("version");
+        image.remove("lastTx");
+        let decision = decide(&config(), &record("REMOVE", "service-a-data", key(), unversioned, Value::Null));
+        let Decision::Commit(change) = decision else {
+            panic!("a committed delete of an unversioned item must be emitted, got {decision:?}")
+        };
+        assert_eq!(change.change, ChangeKind::Remove);
+        assert_eq!(change.transaction_id, "T9");
+        assert_eq!(change.version.to_string(), "1");
+        assert_eq!(change.data, Value::Null);
+        assert_eq!(change.previous, json!({"balance": 5}));
+
+        let released = record("REMOVE", "service-a-data", key(), placeholder("T3"), Value::Null);
+        assert_eq!(decide(&config(), &released), Decision::Skip(Skip::PlaceholderReleased));
+    }
+
     #[test]
     fn ttl_remove_is_skipped() {
         let mut r = record("REMOVE", "service-a-data", key(), with_lock(committed("T1", "7", "5"), "T9"), Value::Null);
