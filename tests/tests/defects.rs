@@ -325,7 +325,8 @@ async fn a_stray_lock_met_by_a_later_prepare_after_expiry_is_not_rolled_forward_
     let t3 = answer["transactionId"].as_str().unwrap().to_owned();
     assert_eq!(env.balance("service-a", "A").await, "84", "A reflects T1 (-10), T2 (-5) and T3 (-1), each once");
     assert_eq!(committed_state(&env, "service-a", "A").await.map(|(_, v, l)| (v, l)), Some((json!(3), json!(t3))));
-    // T1 is still to be finished on B.
+    // T1 is still to be finished on B: past the sweeper's grace after T1's deadline.
+    env.clock.advance(60_000);
     env.sweep_until_quiet().await;
     assert_eq!(env.balance("service-a", "A").await, "84");
     assert_eq!(env.balance("service-b", "B").await, "10");
