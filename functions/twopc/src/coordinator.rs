@@ -30,7 +30,7 @@ use crate::model::{
     STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
-use crate::store::StoreError;
+use crate::store::{StoreError, WriteOutcome};
 
 /// One commit or abort message gets this long before it is counted as failed and tried again.
 const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,6 +83,10 @@ pub enum DriveError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Crashed(#[from] Crashed),
+    /// The decision could not be recorded, nor an abort over it; `released`: it certainly did not happen,
+    /// so the transaction was aborted and its locks released.
+    #[error("the decision could not be recorded: {error}")]
+    Unrecorded { error: StoreError, released: bool },
 }
 
 #[derive(Clone)]
@@ -200,6 +204,18 @@ impl Coordinator {
         match self.run(record, answer_by).instrument(span).await {
             Ok(reply) => reply,
             Err(DriveError::Store(e)) => unavailable(&e, Some(&id)),
+            Err(DriveError::Unrecorded { error, released: true }) => {
+                error!(error = %error, "answering 503: aborted, decision refused");
+                let mut reply = Reply::error(
+                    503,
+                    "UNAVAILABLE",
+                    "the transaction store refused to record the decision, so the transaction was aborted: \
+                     nothing was applied and its locks are released",
+                );
+                reply.body["transactionId"] = Value::String(id);
+                reply
+            }
+            Err(DriveError::Unrecorded { error, released: false }) => unavailable(&error, Some(&id)),
             Err(DriveError::Crashed(c)) => {
                 let mut reply = Reply::error(500, "CRASHED", c.to_string());
                 reply.body["transactionId"] = Value::String(id);
@@ -282,13 +298,16 @@ impl Coordinator {
         let written = self.transition_retrying(id, Status::Preparing, to, true, Some(&votes), reason.as_deref()).await;
         let transition = match written {
             Ok(transition) => transition,
-            // The write may have taken effect or not: settle it by writing the abort over it, conditionally.
+            // Settled by writing the abort over it, conditionally: the record then says which one happened.
             Err(e) => {
                 warn!(error = %e, "decision write failed; fencing it with an abort");
                 let reason = Some(UNRECORDED_DECISION);
-                self.transition_retrying(id, Status::Preparing, Status::Aborting, true, Some(&votes), reason)
-                    .await
-                    .map_err(|_| e)?
+                let fence =
+                    self.transition_retrying(id, Status::Preparing, Status::Aborting, true, Some(&votes), reason).await;
+                match fence {
+                    Ok(transition) => transition,
+                    Err(_) => return Err(self.unrecorded_decision(record, e).await),
+                }
             }
         };
         match transition {
@@ -325,7 +344,11 @@ impl Coordinator {
                 // Whatever made DynamoDB refuse the decision, it cannot be in the fence: an aborted record
                 // needs no operations, nothing is ever finished from it.
                 aborted.participants.iter_mut().for_each(|p| p.operations.clear());
-                match self.create_own(&aborted).await.map_err(|_| e)? {
+                let fenced = match self.create_own(&aborted).await {
+                    Ok(fenced) => fenced,
+                    Err(_) => return Err(self.unrecorded_decision(&record, e).await),
+                };
+                match fenced {
                     None => {
                         self.abort_participants(&record).await?;
                         return Ok(Err(Reply::for_record(&aborted)));
@@ -342,6 +365,22 @@ impl Coordinator {
         warn!(status = %existing.status, "lock resolution decided first");
         self.abort_participants(&record).await?;
         Ok(Err(Reply::for_record(&with_votes(existing, record.participants))))
+    }
+
+    /// Neither the decision nor the abort written over it could be recorded. Only this execution can ever
+    /// write its transaction's commit decision, so if DynamoDB refused every attempt at it, it certainly
+    /// did not happen: the transaction is aborted and its locks released before the 503. If any attempt
+    /// may have taken effect, the record may say COMMITTING: nothing is released, and lock resolution
+    /// settles the locks from the record once they expire.
+    async fn unrecorded_decision(&self, record: &TransactionRecord, error: StoreError) -> DriveError {
+        let released = error.outcome == WriteOutcome::NotApplied;
+        if released {
+            match self.abort_participants(record).await {
+                Ok(_) => warn!("decision refused by the transaction store; locks released"),
+                Err(crashed) => return crashed.into(),
+            }
+        }
+        DriveError::Unrecorded { error, released }
     }
 
     /// Aborts a transaction that has no record yet: presumed abort, so nothing had to be written before
@@ -664,21 +703,24 @@ impl Coordinator {
     }
 }
 
-/// A conditional write to a transaction record, tried up to three times on infrastructure errors;
-/// `write` is told the attempt, so that a retry can recognise its own earlier write.
+/// A conditional write to a transaction record, tried up to three times on infrastructure errors. The
+/// error it ends with says the write may have taken effect if any attempt may have.
 async fn retrying<T, Fut>(what: &str, mut write: impl FnMut(u32) -> Fut) -> Result<T, StoreError>
 where
     Fut: std::future::Future<Output = Result<T, StoreError>>,
 {
-    let mut last = None;
+    let mut last: Option<StoreError> = None;
     for attempt in 0..3u32 {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
         }
         match write(attempt).await {
             Ok(done) => return Ok(done),
-            Err(e) => {
+            Err(mut e) => {
                 warn!(error = %e, attempt, "{what} failed");
+                if last.as_ref().is_some_and(|l| l.outcome == WriteOutcome::Unknown) {
+                    e.outcome = WriteOutcome::Unknown;
+                }
                 last = Some(e);
             }
         }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::attr;
 use crate::expr::{Expr, n, s};
 use crate::model::{RefusalCode, Status, Vote};
-use crate::store::{Item, StoreError, shard_of};
+use crate::store::{AttemptWatch, Item, StoreError, shard_of};
 use crate::tables::tx_attr as a;
 
 /// Terminal records of requests without an `Idempotency-Key` stay readable (`GET /transactions/{id}`) this
@@ -166,6 +166,7 @@ impl TransactionStore {
     pub async fn create(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
         let mut e = Expr::new();
         let id = e.name(a::ID);
+        let watch = AttemptWatch::default();
         let out = self
             .client
             .put_item()
@@ -174,6 +175,8 @@ impl TransactionStore {
             .condition_expression(format!("attribute_not_exists({id})"))
             .set_expression_attribute_names(e.names())
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .customize()
+            .interceptor(watch.clone())
             .send()
             .await;
         match out {
@@ -187,7 +190,7 @@ impl TransactionStore {
                         }),
                     }
                 }
-                _ => Err(StoreError::new("PutItem", &self.table, err)),
+                _ => Err(watch.error("PutItem", &self.table, err)),
             },
         }
     }
@@ -251,6 +254,7 @@ impl TransactionStore {
         if !removes.is_empty() {
             update += &format!(" REMOVE {}", removes.join(", "));
         }
+        let watch = AttemptWatch::default();
         let out = self
             .client
             .update_item()
@@ -262,6 +266,8 @@ impl TransactionStore {
             .set_expression_attribute_values(e.values())
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .customize()
+            .interceptor(watch.clone())
             .send()
             .await;
         match out {
@@ -279,7 +285,7 @@ impl TransactionStore {
                         _ => Ok(Transition::Lost(self.get(id).await?)),
                     }
                 }
-                _ => Err(StoreError::new("UpdateItem", &self.table, err)),
+                _ => Err(watch.error("UpdateItem", &self.table, err)),
             },
         }
     }

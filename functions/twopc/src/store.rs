@@ -1,6 +1,8 @@
 //! DynamoDB error handling shared by every store: what a failure means for the protocol.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -58,6 +60,51 @@ impl StoreError {
             other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
         };
         StoreError { operation, table: table.to_owned(), message, outcome }
+    }
+}
+
+/// Watches every attempt of one request (the SDK retries transient failures on its own), so that a
+/// failure can tell whether any attempt may have taken effect: only an attempt DynamoDB answered with a
+/// 4xx certainly did not. Register it with `.customize().interceptor(watch.clone())`.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptWatch(Arc<AtomicBool>);
+
+impl AttemptWatch {
+    /// The error of the watched request, unknown if any of its attempts went unanswered or failed on the
+    /// server side, whatever the last attempt said.
+    pub fn error<E>(
+        &self,
+        operation: &'static str,
+        table: &str,
+        err: SdkError<E, aws_smithy_runtime_api::http::Response>,
+    ) -> StoreError
+    where
+        E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static,
+    {
+        let mut error = StoreError::new(operation, table, err);
+        if self.0.load(Ordering::Relaxed) {
+            error.outcome = WriteOutcome::Unknown;
+        }
+        error
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for AttemptWatch {
+    fn name(&self) -> &'static str {
+        "AttemptWatch"
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef<'_>,
+        _components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let answered = context.response().is_some_and(|r| r.status().is_success() || r.status().is_client_error());
+        if !answered {
+            self.0.store(true, Ordering::Relaxed);
+        }
+        Ok(())
     }
 }
 
