@@ -43,7 +43,7 @@ impl Fault {
         match self {
             Fault::None => "none".into(),
             Fault::Crash(c) => format!("crash:{c:?}").replace("(", "").replace(")", ""),
-            Fault::Edge(EdgeFault::Delay(_), a) => format!("late:{}", a.as_str()),
+            Fault::Edge(EdgeFault::DelayReply(_), a) => format!("late:{}", a.as_str()),
             Fault::Edge(e, a) => format!("{}:{}", format!("{e:?}").to_lowercase(), a.as_str()),
         }
     }
