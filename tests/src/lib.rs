@@ -540,3 +540,37 @@ pub fn rest_event(
         "isBase64Encoded": false
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A late copy is delivered after its transaction ended, in a task of its own, and `settle` waits
+    /// for it.
+    #[tokio::test]
+    async fn a_late_copy_lands_after_its_transaction_ended() {
+        let env = TestEnv::new().await;
+        env.put_account("service-a", "A", "100").await;
+        env.put_account("service-b", "B", "0").await;
+        let delay = Duration::from_millis(1_000);
+        for action in [Action::Prepare, Action::Commit] {
+            env.invoker.set("service-a", action, EdgeFault::LateCopy(delay));
+        }
+
+        let (status, answer) = env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "10"), None).await;
+        let answered = std::time::Instant::now();
+
+        assert_eq!(status, 200, "{answer}");
+        let id = answer["transactionId"].as_str().unwrap();
+        assert!(env.invoker.calls().iter().all(|c| !c.late_copy), "no copy has landed yet");
+        assert_eq!(env.late_copies.in_flight(), 2);
+        env.settle().await;
+        assert_eq!(env.late_copies.in_flight(), 0);
+        let copies: Vec<Call> = env.invoker.calls().into_iter().filter(|c| c.late_copy).collect();
+        assert_eq!(copies.len(), 2, "{copies:?}");
+        for copy in copies {
+            assert_eq!((copy.service.as_str(), copy.transaction_id.as_str()), ("service-a", id));
+            assert!(copy.started >= answered, "the copy of {:?} landed after the answer", copy.action);
+        }
+    }
+}
