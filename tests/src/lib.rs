@@ -78,6 +78,8 @@ pub struct Call {
     pub one_phase: bool,
     /// The late copy of a message ([`EdgeFault::LateCopy`]), not the coordinator's own delivery.
     pub late_copy: bool,
+    /// The participant's answer in short: `PREPARED`, `REFUSED:CONFLICT`, `COMMITTED`, `error: ...`.
+    pub answer: String,
     pub started: std::time::Instant,
     pub ended: std::time::Instant,
 }
@@ -143,13 +145,34 @@ impl FaultyInvoker {
         self.late.settle().await
     }
 
-    fn note(&self, service: &str, request: &ParticipantRequest, late_copy: bool, started: std::time::Instant) {
+    fn note(
+        &self,
+        service: &str,
+        request: &ParticipantRequest,
+        answer: &Result<ParticipantResponse, InvokeError>,
+        late_copy: bool,
+        started: std::time::Instant,
+    ) {
+        let answer = match answer {
+            Ok(ParticipantResponse { vote: Some(vote), code, .. }) => {
+                let vote = serde_json::to_value(vote).unwrap().as_str().unwrap_or_default().to_owned();
+                match code {
+                    Some(code) => {
+                        format!("{vote}:{}", serde_json::to_value(code).unwrap().as_str().unwrap_or_default())
+                    }
+                    None => vote,
+                }
+            }
+            Ok(response) => response.status.clone().unwrap_or_else(|| format!("{response:?}")),
+            Err(e) => format!("error: {e}"),
+        };
         self.log.lock().unwrap().push(Call {
             service: service.to_owned(),
             action: request.action,
             transaction_id: request.transaction_id.clone(),
             one_phase: request.one_phase_record.is_some(),
             late_copy,
+            answer,
             started,
             ended: std::time::Instant::now(),
         });
@@ -163,7 +186,7 @@ impl FaultyInvoker {
             let started = std::time::Instant::now();
             let answer = this.inner.invoke(&service, &request).await;
             tracing::info!(service, action = request.action.as_str(), tx = %request.transaction_id, ?answer, "late copy delivered");
-            this.note(&service, &request, true, started);
+            this.note(&service, &request, &answer, true, started);
         });
         self.late.pending.lock().unwrap().push(copy);
     }
@@ -203,7 +226,7 @@ impl ParticipantInvoker for FaultyInvoker {
                     message: "participant failed (injected)".into(),
                 }),
             };
-            self.note(service, request, false, started);
+            self.note(service, request, &result, false, started);
             result
         })
     }
