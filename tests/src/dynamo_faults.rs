@@ -65,6 +65,7 @@ impl DynamoFault {
 /// The message of every injected answer, so a test can tell it from DynamoDB's own words.
 pub const INJECTED_THROTTLING_MESSAGE: &str = "Rate of requests exceeds the allowed throughput (injected)";
 pub const INJECTED_INTERNAL_MESSAGE: &str = "The server encountered an internal error (injected)";
+pub const INJECTED_RESET_MESSAGE: &str = "connection reset after the request was sent (injected)";
 
 /// Which requests get a fault. Every filter set must match; then `skip`, `times` and the chance decide.
 #[derive(Debug, Clone)]
@@ -342,10 +343,7 @@ impl HttpConnector for FaultyConnector {
                 }
                 Some(DynamoFault::DropConnection) => {
                     let _ = inner.call(request).await?;
-                    let reset = std::io::Error::new(
-                        std::io::ErrorKind::ConnectionReset,
-                        "connection reset after the request was sent (injected)",
-                    );
+                    let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, INJECTED_RESET_MESSAGE);
                     Err(ConnectorError::io(Box::new(reset)))
                 }
                 Some(DynamoFault::Late(delay)) => {

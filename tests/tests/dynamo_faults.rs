@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use twopc_tests::dynamo_faults::{INJECTED_INTERNAL_MESSAGE, INJECTED_THROTTLING_MESSAGE};
+use twopc_tests::dynamo_faults::{INJECTED_INTERNAL_MESSAGE, INJECTED_RESET_MESSAGE, INJECTED_THROTTLING_MESSAGE};
 use twopc_tests::{DynamoFault, Rule, TestEnv};
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -77,8 +77,10 @@ fn leaks(env: &TestEnv, body: &Value) -> Vec<String> {
             "TransactWriteItems",
             "ThrottlingException",
             "InternalServerError",
+            "ConditionalCheckFailed",
             INJECTED_THROTTLING_MESSAGE,
             INJECTED_INTERNAL_MESSAGE,
+            INJECTED_RESET_MESSAGE,
         ]
         .map(str::to_owned),
     );
