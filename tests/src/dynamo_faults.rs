@@ -102,9 +102,9 @@ impl Rule {
     }
 
     /// Only this DynamoDB operation: `PutItem`, `UpdateItem`, `TransactWriteItems`, `GetItem`, ...
-    /// (the part of the `x-amz-target` header after `DynamoDB_20120810.`).
+    /// (the `x-amz-target` header, `DynamoDB_20120810.PutItem`, with or without its prefix).
     pub fn operation(mut self, operation: &str) -> Rule {
-        self.operation = Some(operation.to_owned());
+        self.operation = Some(operation.rsplit('.').next().unwrap_or(operation).to_owned());
         self
     }
 

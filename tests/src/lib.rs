@@ -1,6 +1,7 @@
 //! Test support: one DynamoDB Local per test binary, fresh tables per test, participants in-process
-//! behind an invoker that can inject the faults a network and a crash produce, and API Gateway
-//! events built the way API Gateway sends them.
+//! behind an invoker that can inject the faults a network and a crash produce (late copies of any
+//! message included), the protocol's DynamoDB client behind faults of its own ([`dynamo_faults`]),
+//! and API Gateway events built the way API Gateway sends them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
