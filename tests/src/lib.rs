@@ -1,6 +1,7 @@
 //! Test support: one DynamoDB Local per test binary, fresh tables per test, participants in-process
-//! behind an invoker that can inject the faults a network and a crash produce, and API Gateway
-//! events built the way API Gateway sends them.
+//! behind an invoker that can inject the faults a network and a crash produce (late copies of any
+//! message included), the protocol's DynamoDB client behind faults of its own ([`dynamo_faults`]),
+//! and API Gateway events built the way API Gateway sends them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,9 @@ use twopc::model::{Action, ParticipantRequest, ParticipantResponse};
 use twopc::participant::Participant;
 use twopc::record::TransactionStore;
 use twopc::tables;
+
+pub mod dynamo_faults;
+pub use dynamo_faults::{DynamoFault, DynamoFaults, Rule};
 
 /// A DynamoDB client for the test binary's DynamoDB Local.
 pub async fn dynamodb() -> Client {
@@ -43,12 +47,26 @@ pub fn init_logs() {
 pub enum EdgeFault {
     /// The participant does its work, and the answer is lost.
     LoseReply,
-    /// The message is delivered twice; the second answer is returned.
+    /// The message is delivered twice, back to back; the second answer is returned.
     Duplicate,
-    /// The participant answers only after this delay (past the deadline, when long enough).
-    Delay(Duration),
+    /// The participant does its work at once; only its ANSWER comes after this delay (past the
+    /// deadline, when long enough). The message itself is never late: see [`EdgeFault::LateCopy`].
+    DelayReply(Duration),
+    /// The message is delivered normally (its answer is returned), AND a copy of the very same message
+    /// is delivered again after this delay, in a task of its own: the copy can land after its
+    /// transaction ended and after other transactions touched the same items, as a re-sent Invoke
+    /// does. [`FaultyInvoker::settle`] waits for every copy still in flight.
+    LateCopy(Duration),
     /// The participant fails before doing anything.
     Fail,
+}
+
+impl EdgeFault {
+    /// The former name of [`EdgeFault::DelayReply`]: it delays the answer, not the message.
+    #[allow(non_snake_case)]
+    pub fn Delay(delay: Duration) -> EdgeFault {
+        EdgeFault::DelayReply(delay)
+    }
 }
 
 /// One participant call: which service, which message, when it started and when it ended.
@@ -56,21 +74,61 @@ pub enum EdgeFault {
 pub struct Call {
     pub service: String,
     pub action: Action,
+    pub transaction_id: String,
+    /// A commit that carried `onePhaseRecord`.
+    pub one_phase: bool,
+    /// The late copy of a message ([`EdgeFault::LateCopy`]), not the coordinator's own delivery.
+    pub late_copy: bool,
+    /// The participant's answer in short: `PREPARED`, `REFUSED:CONFLICT`, `COMMITTED`, `error: ...`.
+    pub answer: String,
     pub started: std::time::Instant,
     pub ended: std::time::Instant,
 }
 
-/// Calls in-process participants through faults set per (service, action).
+/// Late copies still to be delivered, shared by every invoker of one test world so that one
+/// [`LateCopies::settle`] waits for them all.
+#[derive(Clone, Default)]
+pub struct LateCopies {
+    pending: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl LateCopies {
+    /// Waits until every late copy sent so far (and any sent meanwhile) has been delivered.
+    pub async fn settle(&self) {
+        loop {
+            let pending = std::mem::take(&mut *self.pending.lock().unwrap());
+            if pending.is_empty() {
+                return;
+            }
+            for copy in pending {
+                copy.await.expect("a late copy's delivery panicked");
+            }
+        }
+    }
+
+    /// How many copies are still in flight.
+    pub fn in_flight(&self) -> usize {
+        self.pending.lock().unwrap().iter().filter(|c| !c.is_finished()).count()
+    }
+}
+
+/// Calls in-process participants through faults set per (service, action). A fault on
+/// [`Action::Commit`] applies to one-phase commits (a commit with `onePhaseRecord`) too.
 #[derive(Clone)]
 pub struct FaultyInvoker {
     inner: InProcessInvoker,
     faults: Arc<Mutex<HashMap<(String, Action), EdgeFault>>>,
     log: Arc<Mutex<Vec<Call>>>,
+    late: LateCopies,
 }
 
 impl FaultyInvoker {
     pub fn new(inner: InProcessInvoker) -> FaultyInvoker {
-        FaultyInvoker { inner, faults: Default::default(), log: Default::default() }
+        FaultyInvoker::with_late_copies(inner, LateCopies::default())
+    }
+    /// An invoker whose late copies join `late` (so the world's settle waits for them).
+    pub fn with_late_copies(inner: InProcessInvoker, late: LateCopies) -> FaultyInvoker {
+        FaultyInvoker { inner, faults: Default::default(), log: Default::default(), late }
     }
     pub fn set(&self, service: &str, action: Action, fault: EdgeFault) {
         self.faults.lock().unwrap().insert((service.to_owned(), action), fault);
@@ -78,9 +136,60 @@ impl FaultyInvoker {
     pub fn clear(&self) {
         self.faults.lock().unwrap().clear();
     }
-    /// Every call made.
+    /// Every call made (late copies included, once delivered).
     pub fn calls(&self) -> Vec<Call> {
         self.log.lock().unwrap().clone()
+    }
+    /// Waits until every late copy in flight (this invoker's, and every other invoker's sharing its
+    /// [`LateCopies`]) has been delivered.
+    pub async fn settle(&self) {
+        self.late.settle().await
+    }
+
+    fn note(
+        &self,
+        service: &str,
+        request: &ParticipantRequest,
+        answer: &Result<ParticipantResponse, InvokeError>,
+        late_copy: bool,
+        started: std::time::Instant,
+    ) {
+        let answer = match answer {
+            Ok(ParticipantResponse { vote: Some(vote), code, .. }) => {
+                let vote = serde_json::to_value(vote).unwrap().as_str().unwrap_or_default().to_owned();
+                match code {
+                    Some(code) => {
+                        format!("{vote}:{}", serde_json::to_value(code).unwrap().as_str().unwrap_or_default())
+                    }
+                    None => vote,
+                }
+            }
+            Ok(response) => response.status.clone().unwrap_or_else(|| format!("{response:?}")),
+            Err(e) => format!("error: {e}"),
+        };
+        self.log.lock().unwrap().push(Call {
+            service: service.to_owned(),
+            action: request.action,
+            transaction_id: request.transaction_id.clone(),
+            one_phase: request.one_phase_record.is_some(),
+            late_copy,
+            answer,
+            started,
+            ended: std::time::Instant::now(),
+        });
+    }
+
+    /// Delivers a copy of `request` to `service` after `delay`, in a task of its own.
+    fn send_late_copy(&self, service: &str, request: &ParticipantRequest, delay: Duration) {
+        let (this, service, request) = (self.clone(), service.to_owned(), request.clone());
+        let copy = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let started = std::time::Instant::now();
+            let answer = this.inner.invoke(&service, &request).await;
+            tracing::info!(service, action = request.action.as_str(), tx = %request.transaction_id, ?answer, "late copy delivered");
+            this.note(&service, &request, &answer, true, started);
+        });
+        self.late.pending.lock().unwrap().push(copy);
     }
 }
 
@@ -103,9 +212,14 @@ impl ParticipantInvoker for FaultyInvoker {
                     let _ = self.inner.invoke(service, request).await;
                     self.inner.invoke(service, request).await
                 }
-                Some(EdgeFault::Delay(delay)) => {
+                Some(EdgeFault::DelayReply(delay)) => {
                     let result = self.inner.invoke(service, request).await;
                     tokio::time::sleep(delay).await;
+                    result
+                }
+                Some(EdgeFault::LateCopy(delay)) => {
+                    let result = self.inner.invoke(service, request).await;
+                    self.send_late_copy(service, request, delay);
                     result
                 }
                 Some(EdgeFault::Fail) => Err(InvokeError::FunctionError {
@@ -113,20 +227,27 @@ impl ParticipantInvoker for FaultyInvoker {
                     message: "participant failed (injected)".into(),
                 }),
             };
-            self.log.lock().unwrap().push(Call {
-                service: service.to_owned(),
-                action: request.action,
-                started,
-                ended: std::time::Instant::now(),
-            });
+            self.note(service, request, &result, false, started);
             result
         })
     }
 }
 
 /// One test's world: its own tables, participants, a clock it can move, and a coordinator.
+///
+/// The protocol (coordinator, participants, sweeper: every store) talks to DynamoDB through
+/// `store_client`, the deployed configuration over [`DynamoFaults`]; with no rule added it passes every
+/// request untouched. The test's own reads and writes (`item`, `records`, `put_account`, ...) go
+/// through `client`, which no fault touches.
 pub struct TestEnv {
+    /// A plain client, for the test's own look at the tables.
     pub client: Client,
+    /// The client every store of the protocol uses (through `dynamo_faults`).
+    pub store_client: Client,
+    /// The rules of `store_client`: add one to inject a DynamoDB-level fault, `clear()` to stop.
+    pub dynamo_faults: DynamoFaults,
+    /// Late copies of participant messages still in flight, from every invoker of this world.
+    pub late_copies: LateCopies,
     pub transactions: TransactionStore,
     /// service → its participant (and table).
     pub participants: BTreeMap<String, Participant>,
@@ -142,8 +263,14 @@ impl TestEnv {
     }
 
     pub async fn with_services(services: &[&str]) -> TestEnv {
+        TestEnv::with_dynamo_faults(services, DynamoFaults::new(0)).await
+    }
+
+    /// A world whose protocol reaches DynamoDB through `faults` (add rules before or after).
+    pub async fn with_dynamo_faults(services: &[&str], faults: DynamoFaults) -> TestEnv {
         init_logs();
         let client = dynamodb().await;
+        let store_client = dynamo_faults::faulty_client(&faults);
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
         let transactions_table = format!("{prefix}-transactions");
         let mut specs = vec![tables::transactions_table(&transactions_table)];
@@ -153,22 +280,39 @@ impl TestEnv {
             .expect("tables are created");
         let clock = ShiftedClock::new();
         let shared: SharedClock = clock.clone();
-        let transactions = TransactionStore::new(client.clone(), &transactions_table);
+        let transactions = TransactionStore::new(store_client.clone(), &transactions_table);
         let participants: BTreeMap<String, Participant> = services
             .iter()
             .map(|s| {
-                let table = DataTable::new(client.clone(), format!("{prefix}-{s}-data"));
+                let table = DataTable::new(store_client.clone(), format!("{prefix}-{s}-data"));
                 (s.to_string(), Participant::new(*s, table, transactions.clone(), shared.clone()))
             })
             .collect();
-        let invoker = FaultyInvoker::new(InProcessInvoker::new(participants.values().cloned()));
+        let late_copies = LateCopies::default();
+        let invoker =
+            FaultyInvoker::with_late_copies(InProcessInvoker::new(participants.values().cloned()), late_copies.clone());
         let coordinator = Coordinator::new(
             transactions.clone(),
             Arc::new(invoker.clone()),
             services.iter().map(|s| s.to_string()),
             shared,
         );
-        TestEnv { client, transactions, participants, clock, invoker, coordinator }
+        TestEnv {
+            client,
+            store_client,
+            dynamo_faults: faults,
+            late_copies,
+            transactions,
+            participants,
+            clock,
+            invoker,
+            coordinator,
+        }
+    }
+
+    /// Waits until every late copy of a participant message sent in this world has been delivered.
+    pub async fn settle(&self) {
+        self.late_copies.settle().await
     }
 
     /// A coordinator of its own, with its own edge faults and crash point: concurrent clients of a
@@ -183,9 +327,13 @@ impl TestEnv {
         .with_faults(faults)
     }
 
-    /// A fault-free invoker over the same in-process participants.
+    /// A fault-free invoker over the same in-process participants (its late copies are the world's:
+    /// [`TestEnv::settle`] waits for them).
     pub fn fresh_invoker(&self) -> FaultyInvoker {
-        FaultyInvoker::new(InProcessInvoker::new(self.participants.values().cloned()))
+        FaultyInvoker::with_late_copies(
+            InProcessInvoker::new(self.participants.values().cloned()),
+            self.late_copies.clone(),
+        )
     }
 
     /// A sweeper over this world's tables, on the given clock (the world's own by default).
@@ -222,6 +370,22 @@ impl TestEnv {
             }
         }
         panic!("sweeps did not become quiet: {reports:#?}");
+    }
+
+    /// Sweeps until a run finds nothing to do or `runs` runs have gone by, never panicking: the
+    /// reports, and whether the last run was quiet. A run that fails counts as not quiet.
+    pub async fn try_sweep_until_quiet(&self, runs: usize) -> (Vec<Result<twopc::sweeper::SweepReport, String>>, bool) {
+        let sweeper = self.sweeper(None);
+        let mut reports = vec![];
+        for _ in 0..runs {
+            let report = sweeper.sweep().await.map_err(|e| e.to_string());
+            let quiet = report.as_ref().is_ok_and(|r| r.is_quiet());
+            reports.push(report);
+            if quiet {
+                return (reports, true);
+            }
+        }
+        (reports, false)
     }
 
     pub fn clock_now(&self) -> u64 {
@@ -270,17 +434,9 @@ impl TestEnv {
     pub async fn locked_items(&self) -> Vec<(String, Value)> {
         let mut locked = vec![];
         for (service, participant) in &self.participants {
-            let out = self
-                .client
-                .scan()
-                .table_name(participant.table().name())
-                .consistent_read(true)
-                .send()
-                .await
-                .expect("scan");
-            for item in out.items() {
+            for item in self.scan(participant.table().name()).await {
                 if item.contains_key("lock") || item.contains_key("lockShard") {
-                    locked.push((service.clone(), Value::Object(twopc::attr::item_to_json(item))));
+                    locked.push((service.clone(), Value::Object(twopc::attr::item_to_json(&item))));
                 }
             }
         }
@@ -289,9 +445,30 @@ impl TestEnv {
 
     /// Every transaction record as JSON.
     pub async fn records(&self) -> Vec<Value> {
-        let out =
-            self.client.scan().table_name(self.transactions.table()).consistent_read(true).send().await.expect("scan");
-        out.items().iter().map(|i| Value::Object(twopc::attr::item_to_json(i))).collect()
+        let items = self.scan(self.transactions.table()).await;
+        items.iter().map(|i| Value::Object(twopc::attr::item_to_json(i))).collect()
+    }
+
+    /// Every item of a table, through every page (a page holds at most 1 MB).
+    pub async fn scan(&self, table: &str) -> Vec<HashMap<String, AttributeValue>> {
+        let mut items = vec![];
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan");
+            items.extend(out.items.unwrap_or_default());
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return items;
+            }
+        }
     }
 
     /// POST /transactions through the coordinator function's handler, as an API Gateway REST event.
@@ -386,4 +563,38 @@ pub fn rest_event(
         "body": body,
         "isBase64Encoded": false
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A late copy is delivered after its transaction ended, in a task of its own, and `settle` waits
+    /// for it.
+    #[tokio::test]
+    async fn a_late_copy_lands_after_its_transaction_ended() {
+        let env = TestEnv::new().await;
+        env.put_account("service-a", "A", "100").await;
+        env.put_account("service-b", "B", "0").await;
+        let delay = Duration::from_millis(1_000);
+        for action in [Action::Prepare, Action::Commit] {
+            env.invoker.set("service-a", action, EdgeFault::LateCopy(delay));
+        }
+
+        let (status, answer) = env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "10"), None).await;
+        let answered = std::time::Instant::now();
+
+        assert_eq!(status, 200, "{answer}");
+        let id = answer["transactionId"].as_str().unwrap();
+        assert!(env.invoker.calls().iter().all(|c| !c.late_copy), "no copy has landed yet");
+        assert_eq!(env.late_copies.in_flight(), 2);
+        env.settle().await;
+        assert_eq!(env.late_copies.in_flight(), 0);
+        let copies: Vec<Call> = env.invoker.calls().into_iter().filter(|c| c.late_copy).collect();
+        assert_eq!(copies.len(), 2, "{copies:?}");
+        for copy in copies {
+            assert_eq!((copy.service.as_str(), copy.transaction_id.as_str()), ("service-a", id));
+            assert!(copy.started >= answered, "the copy of {:?} landed after the answer", copy.action);
+        }
+    }
 }

@@ -1,20 +1,48 @@
 //! The bank test: concurrent random transfers among 10 accounts on two services, with faults drawn at
-//! random (coordinator crashes at every step, lost replies, duplicate deliveries, late answers), a
-//! sweeper running alongside, then sweeps until quiet. Every invariant is checked against the records.
+//! random under one seed, a sweeper running alongside, then faults stop, late copies land, sweeps run
+//! until quiet, and every invariant is checked against the records.
 //!
-//! `BANK_SEED` replays a run; `BANK_TRANSFERS`, `BANK_CLIENTS` size it; `BANK_SOAK_SECS` turns it into
-//! a soak that keeps transferring for that long.
+//! Faults drawn:
+//! - at the coordinator: a crash at every step;
+//! - at the participant edge: lost replies, failures, duplicate deliveries, late answers, and late
+//!   COPIES of any message (prepare, commit, abort, one-phase commit), delivered from before the
+//!   transaction's deadline to well after it ended, when other transfers have touched the same items;
+//! - at the DynamoDB client (the SDK as deployed, standard retries): replies lost after the write took
+//!   effect, dropped connections, throttling, late answers, on any table and operation, some of them on
+//!   every retry of the request they struck.
+//!
+//! One transfer in four is keyed, and most keyed ones are REPLAYED with the same key and body: at once,
+//! later, or concurrently with the first execution, each replay under faults of its own. Among the
+//! transfers are writes that approach DynamoDB's limits (a `set` of up to 400 fields, strings of up to
+//! 190 KB on an account's other fields, next to its balance).
+//!
+//! Checked once everything ended: every record terminal and no lock left; balances, versions and
+//! `lastTx` are exactly what the committed records make (each applied once, nothing of an aborted
+//! transaction), and so is every other field; the total is conserved; every answer agrees with its final
+//! record as the call itself saw it (a crash before the decision ends aborted, one after it ends as the
+//! record said right after the crash); a 409 says ABORTED; a 5xx quotes no table, DynamoDB operation
+//! or DynamoDB error; a key is prepared by one execution at most, and its replays name one transaction.
+//!
+//! `BANK_SEED` replays a run's draws (the interleaving, and so which request a DynamoDB fault strikes,
+//! varies); `BANK_TRANSFERS`, `BANK_CLIENTS` size it; `BANK_SOAK_SECS` turns it into a soak that keeps
+//! transferring for that long; `BANK_FAULT_PERCENT` is the chance of a coordinator or edge fault per
+//! call, `BANK_DYNAMO_PERMILLE` the chance of each DynamoDB fault kind per request, `BANK_LIMIT_PERCENT`
+//! the share of writes near DynamoDB's limits, `BANK_LATE_PERCENT` the chance that a call also has a late
+//! copy of one of its messages.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use bigdecimal::BigDecimal;
 use serde_json::{Value, json};
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::model::Action;
-use twopc_tests::{EdgeFault, TestEnv, call_coordinator, rest_event};
+use twopc_tests::dynamo_faults::{INJECTED_INTERNAL_MESSAGE, INJECTED_RESET_MESSAGE, INJECTED_THROTTLING_MESSAGE};
+use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, FaultyInvoker, Rule, TestEnv, call_coordinator, rest_event};
 
 /// SplitMix64: a seeded generator, so a printed seed replays the same draws.
 struct Rng(u64);
@@ -28,6 +56,9 @@ impl Rng {
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+    fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.below(high - low + 1)
     }
 }
 
@@ -43,8 +74,19 @@ impl Fault {
         match self {
             Fault::None => "none".into(),
             Fault::Crash(c) => format!("crash:{c:?}").replace("(", "").replace(")", ""),
-            Fault::Edge(EdgeFault::Delay(_), a) => format!("late:{}", a.as_str()),
+            Fault::Edge(EdgeFault::DelayReply(_), a) => format!("late-reply:{}", a.as_str()),
+            Fault::Edge(EdgeFault::LateCopy(_), a) => format!("late-copy:{}", a.as_str()),
             Fault::Edge(e, a) => format!("{}:{}", format!("{e:?}").to_lowercase(), a.as_str()),
+        }
+    }
+
+    /// A crash before the decision is written: the transaction can only end aborted (or, without a
+    /// key, with no record at all: presumed abort).
+    fn crashes_before_decision(&self) -> Option<bool> {
+        match self {
+            Fault::Crash(CoordinatorCrash::AfterCreate | CoordinatorCrash::AfterPrepares(_)) => Some(true),
+            Fault::Crash(_) => Some(false),
+            _ => None,
         }
     }
 }
@@ -62,14 +104,34 @@ fn draw_fault(rng: &mut Rng, rate_percent: u64, timeout: Duration) -> Fault {
         CoordinatorCrash::BeforeTerminal,
     ];
     let actions = [Action::Prepare, Action::Commit, Action::Abort];
-    match rng.below(4) {
+    match rng.below(6) {
         0 | 1 => Fault::Crash(crashes[rng.below(crashes.len() as u64) as usize]),
         2 => {
-            let edge = if rng.below(2) == 0 { EdgeFault::LoseReply } else { EdgeFault::Duplicate };
+            let edges = [EdgeFault::LoseReply, EdgeFault::Duplicate, EdgeFault::Fail];
+            let edge = edges[rng.below(3) as usize];
             Fault::Edge(edge, actions[rng.below(3) as usize])
         }
-        _ => Fault::Edge(EdgeFault::Delay(timeout + Duration::from_millis(300)), Action::Prepare),
+        3 => Fault::Edge(EdgeFault::DelayReply(timeout + Duration::from_millis(300)), Action::Prepare),
+        _ => Fault::Edge(late_copy(rng, timeout), actions[rng.below(3) as usize]),
     }
+}
+
+/// A late copy of a message: most land before the deadline (a prepare's copy can then still lock),
+/// the others up to long after the transaction ended.
+fn late_copy(rng: &mut Rng, timeout: Duration) -> EdgeFault {
+    let timeout_ms = timeout.as_millis() as u64;
+    let delay = if rng.below(10) < 6 { rng.between(10, timeout_ms) } else { rng.between(timeout_ms, 3 * timeout_ms) };
+    EdgeFault::LateCopy(Duration::from_millis(delay))
+}
+
+/// Besides its fault, a call may have a late copy of one of its messages (a prepare half the time):
+/// (service index, action, copy).
+fn draw_late(rng: &mut Rng, late_percent: u64, timeout: Duration) -> Option<(u64, Action, EdgeFault)> {
+    if rng.below(100) >= late_percent {
+        return None;
+    }
+    let actions = [Action::Prepare, Action::Prepare, Action::Commit, Action::Abort];
+    Some((rng.below(2), actions[rng.below(4) as usize], late_copy(rng, timeout)))
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -89,6 +151,13 @@ const ACCOUNTS: [(&str, &str); 10] = [
     ("service-b", "b4"),
 ];
 const OPENING_BALANCE: u64 = 100;
+/// The transfers' `timeoutMs`, drawn evenly.
+const TIMEOUTS: [Duration; 4] = [
+    Duration::from_millis(800),
+    Duration::from_millis(800),
+    Duration::from_millis(1_500),
+    Duration::from_millis(3_000),
+];
 
 fn transfer_body(from: (&str, &str), to: (&str, &str), amount: u64, timeout_ms: u64) -> Value {
     let debit =
@@ -102,6 +171,251 @@ fn transfer_body(from: (&str, &str), to: (&str, &str), amount: u64, timeout_ms: 
     json!({"participants": participants, "timeoutMs": timeout_ms})
 }
 
+/// A `set` near one of DynamoDB's limits, on an account's other fields (never its balance): hundreds of
+/// fields (the commit's expression nears, and may pass, 4 KB) or a string of up to 190 KB (three such
+/// notes on one item near, and may pass, 400 KB).
+fn near_limit_set(rng: &mut Rng, account: &str, many_fields: bool) -> Value {
+    let set: serde_json::Map<String, Value> = if many_fields {
+        let fields = rng.between(40, 400);
+        let base = rng.below(1000);
+        (0..fields).map(|i| (format!("f{i}"), json!(base + i))).collect()
+    } else {
+        let size = rng.between(40_000, 190_000) as usize;
+        let letter = (b'a' + rng.below(26) as u8) as char;
+        let mut note = format!("{letter}{}", rng.next());
+        note.extend(std::iter::repeat_n(letter, size - note.len()));
+        [(format!("note{}", rng.below(3)), json!(note))].into_iter().collect()
+    };
+    json!({"op": "set", "key": {"entityId": account}, "set": set})
+}
+
+/// One or two `set`s near DynamoDB's limits: on one service (one phase) or two (two phases), at most
+/// one large string per request (the API takes 256 KiB).
+fn near_limit_body(rng: &mut Rng, timeout_ms: u64) -> Value {
+    let a = ACCOUNTS[rng.below(5) as usize];
+    let b = ACCOUNTS[5 + rng.below(5) as usize];
+    let large_first = rng.below(2) == 0;
+    let participants = if rng.below(2) == 0 {
+        let (service, account) = if rng.below(2) == 0 { a } else { b };
+        let many_fields = rng.below(2) == 0;
+        json!([{"service": service, "operations": [near_limit_set(rng, account, many_fields)]}])
+    } else {
+        json!([
+            {"service": a.0, "operations": [near_limit_set(rng, a.1, !large_first)]},
+            {"service": b.0, "operations": [near_limit_set(rng, b.1, large_first)]}
+        ])
+    };
+    json!({"participants": participants, "timeoutMs": timeout_ms})
+}
+
+/// The DynamoDB faults of a run: every kind, on any table and operation, each at `per_mille` per request;
+/// some strike every retry of the request they hit (a refusal or an unknown outcome reaches the protocol).
+fn dynamo_rules(faults: &DynamoFaults, per_mille: u64, timeout: Duration) {
+    let half = per_mille.div_ceil(2);
+    for rule in [
+        Rule::new(DynamoFault::LoseReply).per_mille(per_mille),
+        Rule::new(DynamoFault::DropConnection).per_mille(per_mille),
+        Rule::new(DynamoFault::Throttle).per_mille(per_mille),
+        Rule::new(DynamoFault::Late(Duration::from_millis(150))).per_mille(per_mille),
+        Rule::new(DynamoFault::Late(timeout + Duration::from_millis(400))).per_mille(half),
+        Rule::new(DynamoFault::Throttle).per_mille(half).sticky(),
+        Rule::new(DynamoFault::LoseReply).per_mille(half).sticky(),
+    ] {
+        faults.add(rule);
+    }
+}
+
+/// One transfer as the client sends it (every call of a keyed one sends the same).
+#[derive(Debug, Clone)]
+struct Transfer {
+    index: usize,
+    body: String,
+    key: Option<String>,
+    services: Vec<String>,
+    near_limit: bool,
+    timeout: Duration,
+}
+
+/// The faults of one call: a crash or an edge fault, and maybe a late copy of one of its messages.
+#[derive(Debug, Clone)]
+struct Plan {
+    fault: Fault,
+    edge_service: String,
+    late: Option<(String, Action, EdgeFault)>,
+}
+
+impl Plan {
+    fn draw(rng: &mut Rng, transfer: &Transfer, fault_rate: u64, late_percent: u64) -> Plan {
+        let timeout = transfer.timeout;
+        let fault = draw_fault(rng, fault_rate, timeout);
+        let services = &transfer.services;
+        let edge_service = services[rng.below(services.len() as u64) as usize].clone();
+        let late = draw_late(rng, late_percent, timeout)
+            .map(|(service, action, copy)| (services[(service % services.len() as u64) as usize].clone(), action, copy))
+            // One fault per (service, action): the edge fault drawn first keeps its place.
+            .filter(
+                |(service, action, _)| !matches!(fault, Fault::Edge(_, a) if a == *action && *service == edge_service),
+            );
+        Plan { fault, edge_service, late }
+    }
+
+    fn kind(&self) -> String {
+        match &self.late {
+            None => self.fault.kind(),
+            Some((_, action, _)) => format!("{}+late-copy:{}", self.fault.kind(), action.as_str()),
+        }
+    }
+}
+
+/// One answer of the coordinator to one call.
+#[derive(Clone)]
+struct Outcome {
+    /// Which transfer (the same for a keyed transfer's replays).
+    transfer: usize,
+    plan: Plan,
+    keyed: bool,
+    key: Option<String>,
+    replay: &'static str,
+    near_limit: bool,
+    status: u16,
+    answer: Value,
+    id: String,
+    /// The record right after a crash (500), read apart from the protocol.
+    at_crash: Option<Option<String>>,
+    /// What this call's coordinator sent for the transaction (late copies aside).
+    sent_prepare: bool,
+    sent_commit: bool,
+    sent_abort: bool,
+    /// The call's invoker: its late copies are logged there once they land.
+    invoker: FaultyInvoker,
+}
+
+/// One call to the coordinator function, through a coordinator and invoker of its own with its faults.
+async fn call(env: &TestEnv, transfer: &Transfer, plan: Plan, replay: &'static str) -> Outcome {
+    let invoker = env.fresh_invoker();
+    let crash = match plan.fault {
+        Fault::Crash(c) => Faults::crash_at(c),
+        Fault::Edge(edge, action) => {
+            invoker.set(&plan.edge_service, action, edge);
+            Faults::default()
+        }
+        Fault::None => Faults::default(),
+    };
+    if let Some((service, action, copy)) = &plan.late {
+        invoker.set(service, *action, *copy);
+    }
+    let coordinator = env.coordinator_with(&invoker, crash);
+    let headers = transfer.key.as_ref().map_or(json!({}), |key| json!({"Idempotency-Key": key}));
+    let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&transfer.body));
+    let (status, answer) = call_coordinator(&coordinator, &event).await;
+    let id = answer["transactionId"].as_str().unwrap_or_default().to_owned();
+    let at_crash = if status == 500 { Some(record_status(env, &id).await) } else { None };
+    let calls: Vec<_> = invoker.calls().into_iter().filter(|c| c.transaction_id == id && !c.late_copy).collect();
+    Outcome {
+        transfer: transfer.index,
+        plan,
+        keyed: transfer.key.is_some(),
+        key: transfer.key.clone(),
+        replay,
+        near_limit: transfer.near_limit,
+        status,
+        answer,
+        sent_prepare: calls.iter().any(|c| c.action == Action::Prepare),
+        sent_commit: calls.iter().any(|c| c.action == Action::Commit && !c.one_phase),
+        sent_abort: calls.iter().any(|c| c.action == Action::Abort),
+        id,
+        at_crash,
+        invoker,
+    }
+}
+
+/// A transaction's status as recorded now, read with the test's own client (no fault touches it).
+async fn record_status(env: &TestEnv, id: &str) -> Option<String> {
+    if id.is_empty() {
+        return None;
+    }
+    let out = env
+        .client
+        .get_item()
+        .table_name(env.transactions.table())
+        .key("transactionId", AttributeValue::S(id.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get");
+    out.item.and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
+}
+
+/// What the final record of a call's transaction may be, derived from what the call itself saw; or
+/// why the call's answer is wrong whatever the record.
+fn expected_records(outcome: &Outcome) -> Result<&'static [Option<&'static str>], String> {
+    const COMMITTED: &[Option<&str>] = &[Some("COMMITTED")];
+    const ABORTED: &[Option<&str>] = &[Some("ABORTED")];
+    const ABORTED_OR_NONE: &[Option<&str>] = &[Some("ABORTED"), None];
+    const TERMINAL_OR_NONE: &[Option<&str>] = &[Some("COMMITTED"), Some("ABORTED"), None];
+    const NONE: &[Option<&str>] = &[None];
+    let answer = &outcome.answer;
+    match outcome.status {
+        200 => Ok(COMMITTED),
+        202 if answer["status"] == "COMMITTING" => Ok(COMMITTED),
+        202 if answer["status"] == "PREPARING" => Ok(TERMINAL_OR_NONE),
+        409 if answer["status"] == "ABORTED" => Ok(ABORTED),
+        409 => Err(format!("a 409 must say ABORTED, not {}", answer["status"])),
+        // Validation refuses a write past one of DynamoDB's limits before anything is written.
+        400 if outcome.near_limit => Ok(NONE),
+        // The outcome is not known to the caller: whatever it is, it must end.
+        503 => Ok(TERMINAL_OR_NONE),
+        500 if answer["error"]["code"] == "CRASHED" => {
+            let at_crash = outcome.at_crash.clone().flatten();
+            match outcome.plan.fault.crashes_before_decision() {
+                Some(true) => match at_crash.as_deref() {
+                    Some("COMMITTING" | "COMMITTED") => {
+                        Err(format!("it crashed before its decision, yet its record said {at_crash:?}"))
+                    }
+                    _ => Ok(ABORTED_OR_NONE),
+                },
+                Some(false) => {
+                    let committed = match at_crash.as_deref() {
+                        Some("COMMITTING" | "COMMITTED") => true,
+                        Some("ABORTING" | "ABORTED") => false,
+                        other => {
+                            return Err(format!("it crashed after its decision, yet its record then was {other:?}"));
+                        }
+                    };
+                    if (committed && outcome.sent_abort) || (!committed && outcome.sent_commit) {
+                        return Err(format!(
+                            "its record said {at_crash:?} but it sent commit: {}, abort: {}",
+                            outcome.sent_commit, outcome.sent_abort
+                        ));
+                    }
+                    Ok(if committed { COMMITTED } else { ABORTED })
+                }
+                None => Err("a crash that was not injected".to_owned()),
+            }
+        }
+        other => Err(format!("unexpected answer {other}")),
+    }
+}
+
+/// The words of a DynamoDB failure that must not reach a caller.
+fn leaked_words(env: &TestEnv, answer: &Value) -> Vec<String> {
+    let text = answer.to_string();
+    let prefix = env.transactions.table().trim_end_matches("-transactions").to_owned();
+    [prefix.as_str(), "DynamoDB", "PutItem", "UpdateItem", "GetItem", "DeleteItem", "TransactWriteItems", "Query"]
+        .iter()
+        .chain(["ThrottlingException", "InternalServerError", "ValidationException", "ConditionalCheckFailed"].iter())
+        .chain([INJECTED_THROTTLING_MESSAGE, INJECTED_INTERNAL_MESSAGE, INJECTED_RESET_MESSAGE].iter())
+        .filter(|w| text.contains(**w))
+        .map(|w| w.to_string())
+        .collect()
+}
+
+fn value_digest(value: &Value) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_bank_stays_balanced_under_random_faults() {
     let seed = env_number(
@@ -111,23 +425,32 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let transfers = env_number("BANK_TRANSFERS", 240);
     let clients = env_number("BANK_CLIENTS", 8);
     let soak = Duration::from_secs(env_number("BANK_SOAK_SECS", 0));
-    let fault_rate = env_number("BANK_FAULT_PERCENT", 35);
+    let fault_rate = env_number("BANK_FAULT_PERCENT", 50);
+    let dynamo_per_mille = env_number("BANK_DYNAMO_PERMILLE", 4);
+    let limit_percent = env_number("BANK_LIMIT_PERCENT", 6);
+    let late_percent = env_number("BANK_LATE_PERCENT", 80);
     println!("bank: seed={seed} (replay with BANK_SEED={seed})");
-    let timeout = Duration::from_millis(800);
+    let run_started = Instant::now();
 
-    let env = Arc::new(TestEnv::new().await);
+    let dynamo_faults = DynamoFaults::new(seed ^ 0xD1B5_4A32_D192_ED03);
+    let env = Arc::new(TestEnv::with_dynamo_faults(&["service-a", "service-b"], dynamo_faults.clone()).await);
     for (service, id) in ACCOUNTS {
         env.put_account(service, id, &OPENING_BALANCE.to_string()).await;
     }
+    dynamo_rules(&dynamo_faults, dynamo_per_mille, TIMEOUTS[0]);
     // A sweeper runs alongside the clients, as the schedule would, racing live coordinators.
     let stop = Arc::new(AtomicBool::new(false));
+    let background_errors = Arc::new(AtomicU32::new(0));
     let background = {
-        let (env, stop) = (env.clone(), stop.clone());
+        let (env, stop, errors) = (env.clone(), stop.clone(), background_errors.clone());
         tokio::spawn(async move {
             let sweeper = env.sweeper(None);
             let mut runs = 0u32;
             while !stop.load(Ordering::SeqCst) {
-                sweeper.sweep().await.expect("background sweep");
+                // A run that meets a DynamoDB fault fails; the next one tries again.
+                if sweeper.sweep().await.is_err() {
+                    errors.fetch_add(1, Ordering::SeqCst);
+                }
                 runs += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -135,47 +458,87 @@ async fn the_bank_stays_balanced_under_random_faults() {
         })
     };
 
-    let outcomes: Arc<Mutex<Vec<(String, u16, String)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
         .map(|client| {
             let (env, outcomes) = (env.clone(), outcomes.clone());
             tokio::spawn(async move {
                 let mut rng = Rng(seed ^ (client + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                let mut deferred: Vec<Transfer> = vec![];
                 let mut done = 0;
+                let record = |outcome: Outcome| outcomes.lock().unwrap().push(outcome);
+                let plan = |rng: &mut Rng, transfer: &Transfer| Plan::draw(rng, transfer, fault_rate, late_percent);
                 while done < transfers / clients || started.elapsed() < soak {
                     done += 1;
-                    let from = ACCOUNTS[rng.below(10) as usize];
-                    let mut to = ACCOUNTS[rng.below(10) as usize];
-                    while to == from {
-                        to = ACCOUNTS[rng.below(10) as usize];
-                    }
-                    // Up to 120 out of accounts near 100: the min guard refuses some.
-                    let amount = 1 + rng.below(120);
-                    let fault = draw_fault(&mut rng, fault_rate, timeout);
-                    let invoker = env.fresh_invoker();
-                    let crash = match fault {
-                        Fault::Crash(c) => Faults::crash_at(c),
-                        Fault::Edge(edge, action) => {
-                            let service = if rng.below(2) == 0 { from.0 } else { to.0 };
-                            invoker.set(service, action, edge);
-                            Faults::default()
+                    // Mostly short deadlines; some longer ones (wait-die must not punish them, and a late
+                    // copy has more room to land before the deadline after others touched the items).
+                    let timeout = TIMEOUTS[rng.below(TIMEOUTS.len() as u64) as usize];
+                    let timeout_ms = timeout.as_millis() as u64;
+                    let near_limit = rng.below(100) < limit_percent;
+                    let (body, services) = if near_limit {
+                        let body = near_limit_body(&mut rng, timeout_ms);
+                        let services: Vec<String> = body["participants"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|p| p["service"].as_str().unwrap().to_owned())
+                            .collect();
+                        (body, services)
+                    } else {
+                        let from = ACCOUNTS[rng.below(10) as usize];
+                        let mut to = ACCOUNTS[rng.below(10) as usize];
+                        while to == from {
+                            to = ACCOUNTS[rng.below(10) as usize];
                         }
-                        Fault::None => Faults::default(),
+                        // Up to 120 out of accounts near 100: the min guard refuses some.
+                        let amount = 1 + rng.below(120);
+                        (transfer_body(from, to, amount, timeout_ms), vec![from.0.to_owned(), to.0.to_owned()])
                     };
-                    let coordinator = env.coordinator_with(&invoker, crash);
-                    let body = transfer_body(from, to, amount, timeout.as_millis() as u64).to_string();
                     // One transfer in four is keyed: its record is written before the prepares (PREPARING),
-                    // the others' only at the decision (presumed abort).
-                    let headers = match rng.below(4) {
-                        0 => json!({"Idempotency-Key": format!("bank-{seed}-{}", rng.below(u64::MAX))}),
-                        _ => json!({}),
+                    // the others' only at the decision (presumed abort). Most keyed ones are replayed.
+                    let keyed = rng.below(4) == 0;
+                    let transfer = Transfer {
+                        index: (client * 1_000_000 + done) as usize,
+                        body: body.to_string(),
+                        key: keyed.then(|| format!("bank-{seed}-{client}-{done}")),
+                        services,
+                        near_limit,
+                        timeout,
                     };
-                    let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&body));
-                    let (status, answer) = call_coordinator(&coordinator, &event).await;
-                    assert!([200, 202, 409, 500].contains(&status), "unexpected answer {status}: {answer}");
-                    let id = answer["transactionId"].as_str().unwrap_or_default().to_owned();
-                    outcomes.lock().unwrap().push((fault.kind(), status, id));
+                    let first = plan(&mut rng, &transfer);
+                    let replay = if keyed { rng.below(4) } else { 0 };
+                    match replay {
+                        0 => record(call(&env, &transfer, first, "").await),
+                        1 => {
+                            record(call(&env, &transfer, first, "").await);
+                            let again = plan(&mut rng, &transfer);
+                            record(call(&env, &transfer, again, "at once").await);
+                        }
+                        2 => {
+                            let again = plan(&mut rng, &transfer);
+                            let (first, again) = futures::join!(
+                                call(&env, &transfer, first, ""),
+                                call(&env, &transfer, again, "concurrent")
+                            );
+                            record(first);
+                            record(again);
+                        }
+                        _ => {
+                            record(call(&env, &transfer, first, "").await);
+                            deferred.push(transfer);
+                        }
+                    }
+                    // A replay "later": after a few other transfers touched the accounts.
+                    if deferred.len() > 2 {
+                        let transfer = deferred.remove(0);
+                        let again = plan(&mut rng, &transfer);
+                        record(call(&env, &transfer, again, "later").await);
+                    }
+                }
+                for transfer in deferred {
+                    let again = plan(&mut rng, &transfer);
+                    record(call(&env, &transfer, again, "later").await);
                 }
             })
         })
@@ -183,19 +546,34 @@ async fn the_bank_stays_balanced_under_random_faults() {
     for worker in workers {
         worker.await.expect("client");
     }
+    let clients_ms = run_started.elapsed().as_millis();
     stop.store(true, Ordering::SeqCst);
     let background_runs = background.await.unwrap();
 
-    // Faults stop: every deadline and lock expiry passes, and sweeps bring everything to an end.
+    // Faults stop; every late copy lands; every deadline and lock expiry passes, and sweeps bring
+    // everything to an end.
+    let dynamo_seen = dynamo_faults.seen();
+    dynamo_faults.clear();
+    let settle_started = Instant::now();
+    env.settle().await;
+    let settle_ms = settle_started.elapsed().as_millis();
     env.clock.advance(10 * 60_000);
-    let sweeps = env.sweep_until_quiet().await;
+    let (sweeps, quiet) = env.try_sweep_until_quiet(20).await;
 
-    let mut violations: Vec<String> = vec![];
+    let mut violations: Vec<(&'static str, String)> = vec![];
+    if !quiet {
+        violations.push((
+            "sweeps",
+            format!("sweeps did not become quiet: the last ones {:?}", &sweeps[sweeps.len().saturating_sub(2)..]),
+        ));
+    }
     let records = env.records().await;
     let mut expected: HashMap<(String, String), BigDecimal> =
         ACCOUNTS.iter().map(|(s, id)| ((s.to_string(), id.to_string()), BigDecimal::from(OPENING_BALANCE))).collect();
     let mut touches: HashMap<(String, String), u64> = HashMap::new();
-    let mut committed_ids = std::collections::HashSet::new();
+    // (account, field) → every value a committed transaction set it to.
+    let mut written: HashMap<(String, String, String), HashSet<u64>> = HashMap::new();
+    let mut committed_ids = HashSet::new();
     let (mut committed, mut aborted) = (0, 0);
     for record in &records {
         match record["status"].as_str() {
@@ -205,7 +583,14 @@ async fn the_bank_stays_balanced_under_random_faults() {
                 continue;
             }
             other => {
-                violations.push(format!("transaction {} is not terminal: {other:?}", record["transactionId"]));
+                violations.push((
+                    "not terminal",
+                    format!(
+                        "transaction {} is not terminal: {other:?}; {}",
+                        record["transactionId"],
+                        summary_of(record)
+                    ),
+                ));
                 continue;
             }
         }
@@ -213,9 +598,23 @@ async fn the_bank_stays_balanced_under_random_faults() {
         for participant in record["participants"].as_array().unwrap() {
             let service = participant["service"].as_str().unwrap();
             for op in participant["operations"].as_array().unwrap() {
-                let key = (service.to_owned(), op["key"]["entityId"].as_str().unwrap().to_owned());
-                let delta: BigDecimal = op["delta"].to_string().parse().unwrap();
-                *expected.get_mut(&key).expect("a known account") += delta;
+                let account = op["key"]["entityId"].as_str().unwrap().to_owned();
+                let key = (service.to_owned(), account.clone());
+                match op["op"].as_str() {
+                    Some("add") => {
+                        let delta: BigDecimal = op["delta"].to_string().parse().unwrap();
+                        *expected.get_mut(&key).expect("a known account") += delta;
+                    }
+                    Some("set") => {
+                        for (field, value) in op["set"].as_object().unwrap() {
+                            written
+                                .entry((service.to_owned(), account.clone(), field.clone()))
+                                .or_default()
+                                .insert(value_digest(value));
+                        }
+                    }
+                    other => panic!("the bank writes no {other:?}"),
+                }
                 *touches.entry(key).or_default() += 1;
             }
         }
@@ -227,64 +626,216 @@ async fn the_bank_stays_balanced_under_random_faults() {
         total += &balance;
         let key = (service.to_owned(), id.to_owned());
         if balance < 0 {
-            violations.push(format!("{service}/{id} is below its guard: {balance}"));
+            violations.push(("guard", format!("{service}/{id} is below its guard: {balance}")));
         }
         if balance != expected[&key] {
-            violations.push(format!(
-                "{service}/{id} holds {balance} but its committed transactions make {}: an aborted transaction left an effect or a commit applied twice",
-                expected[&key]
+            violations.push((
+                "balance",
+                format!(
+                    "{service}/{id} holds {balance} but its committed transactions make {}: an aborted transaction left an effect or a commit applied twice",
+                    expected[&key]
+                ),
             ));
         }
         let version = item["version"].as_u64().unwrap();
         let applied = touches.get(&key).copied().unwrap_or(0);
         if version != applied {
-            violations.push(format!("{service}/{id} is at version {version} after {applied} committed transactions"));
+            violations
+                .push(("version", format!("{service}/{id} is at version {version} after {applied} committed writes")));
         }
         if let Some(last) = item.get("lastTx").and_then(Value::as_str)
             && !committed_ids.contains(last)
         {
-            violations.push(format!("{service}/{id} was last written by {last}, which did not commit"));
+            violations.push(("lastTx", format!("{service}/{id} was last written by {last}, which did not commit")));
+        }
+        for (field, value) in item["data"].as_object().unwrap() {
+            if field != "balance"
+                && !written
+                    .get(&(service.to_owned(), id.to_owned(), field.clone()))
+                    .is_some_and(|values| values.contains(&value_digest(value)))
+            {
+                violations.push((
+                    "field",
+                    format!(
+                        "{service}/{id}.{field} holds a value no committed transaction set (an aborted write's effect)"
+                    ),
+                ));
+            }
         }
     }
     if total != OPENING_BALANCE * ACCOUNTS.len() as u64 {
-        violations.push(format!("the total is {total}, not {}", OPENING_BALANCE * ACCOUNTS.len() as u64));
+        violations.push(("total", format!("the total is {total}, not {}", OPENING_BALANCE * ACCOUNTS.len() as u64)));
     }
     for (service, item) in env.locked_items().await {
-        violations.push(format!("a lock is left on {service}: {item}"));
+        let mut item = item;
+        item["data"] = json!("...");
+        violations.push(("lock left", format!("a lock is left on {service}: {item}")));
     }
 
     let outcomes = outcomes.lock().unwrap();
-    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
-    for (kind, _, _) in outcomes.iter().filter(|(kind, _, _)| kind != "none") {
-        *faults.entry(kind.clone()).or_default() += 1;
-    }
-    let refused = outcomes.iter().filter(|(_, s, _)| *s == 409).count();
-    // Presumed abort: a transfer without an Idempotency-Key has a record once it is decided. Every answer
-    // names its transaction; every decided one (200, 202, 409) has exactly its record, and one whose
-    // coordinator crashed has one only if it got as far as a decision or left a lock to resolve.
     let statuses: HashMap<&str, &str> = records
         .iter()
         .map(|r| (r["transactionId"].as_str().unwrap(), r["status"].as_str().unwrap_or_default()))
         .collect();
-    for (kind, status, id) in outcomes.iter() {
-        let recorded = statuses.get(id.as_str()).copied();
-        let expected = match status {
-            200 | 202 => Some("COMMITTED"),
-            409 => Some("ABORTED"),
+    // Every answer names its transaction and agrees with its final record, as the call itself saw it.
+    for outcome in outcomes.iter() {
+        let recorded = statuses.get(outcome.id.as_str()).copied();
+        let what = format!(
+            "answer {} ({}{}{}) for {:?}",
+            outcome.status,
+            outcome.plan.kind(),
+            if outcome.keyed { ", keyed" } else { "" },
+            if outcome.replay.is_empty() { String::new() } else { format!(", replay {}", outcome.replay) },
+            outcome.id
+        );
+        // A write refused at validation (near DynamoDB's limits) has no transaction; a keyed one's id is
+        // known, and nothing may be recorded under it.
+        let recorded = match (outcome.status, &outcome.key) {
+            (400, Some(key)) if outcome.near_limit => {
+                statuses.get(twopc::coordinator::idempotent_id(key).as_str()).copied()
+            }
+            (400, None) if outcome.near_limit => None,
+            _ if outcome.id.is_empty() => {
+                violations.push(("answer", format!("{what} names no transaction: {}", outcome.answer)));
+                continue;
+            }
             _ => recorded,
         };
-        if id.is_empty() || recorded != expected {
-            violations.push(format!("answer {status} ({kind}) for {id:?} but its record is {recorded:?}"));
+        match expected_records(outcome) {
+            Ok(allowed) if allowed.contains(&recorded) => {}
+            Ok(allowed) => violations.push((
+                "answer vs record",
+                format!(
+                    "{what}: its record ends {recorded:?}, expected one of {allowed:?}; answered {}",
+                    outcome.answer
+                ),
+            )),
+            Err(why) => violations.push(("answer", format!("{what}: {why}; answered {}", outcome.answer))),
+        }
+        if outcome.status >= 500 && outcome.answer["error"]["code"] != "CRASHED" {
+            let leaked = leaked_words(&env, &outcome.answer);
+            if !leaked.is_empty() {
+                violations.push(("answer leaks", format!("{what} quotes {leaked:?}: {}", outcome.answer)));
+            }
         }
     }
+    // A key never executes twice: one call at most prepares its transaction.
+    let mut preparers: BTreeMap<&str, u32> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| o.keyed && o.sent_prepare) {
+        *preparers.entry(outcome.id.as_str()).or_default() += 1;
+    }
+    for (id, count) in preparers.iter().filter(|(_, count)| **count > 1) {
+        violations.push(("key ran twice", format!("keyed transaction {id} was prepared by {count} executions")));
+    }
+    // Replays of a key agree with each other (each agrees with the record, checked above).
+    let mut by_transfer: BTreeMap<usize, Vec<&Outcome>> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| o.keyed) {
+        by_transfer.entry(outcome.transfer).or_default().push(outcome);
+    }
+    for calls in by_transfer.values().filter(|calls| calls.len() > 1) {
+        let ids: HashSet<&str> = calls.iter().map(|o| o.id.as_str()).filter(|id| !id.is_empty()).collect();
+        if ids.len() > 1 {
+            violations.push(("replay", format!("one key named several transactions: {ids:?}")));
+        }
+        if calls.iter().any(|o| o.status == 422) {
+            violations.push((
+                "replay",
+                format!(
+                    "a replay with the same body was refused 422: {:?}",
+                    calls.iter().map(|o| o.status).collect::<Vec<_>>()
+                ),
+            ));
+        }
+    }
+
+    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
+    for outcome in outcomes.iter() {
+        if !matches!(outcome.plan.fault, Fault::None) {
+            *faults.entry(outcome.plan.fault.kind()).or_default() += 1;
+        }
+        if let Some((_, action, _)) = &outcome.plan.late {
+            *faults.entry(format!("late-copy:{}", action.as_str())).or_default() += 1;
+        }
+    }
+    let mut dynamo: BTreeMap<String, u32> = BTreeMap::new();
+    for seen in dynamo_seen.iter() {
+        if let Some(fault) = seen.fault {
+            *dynamo.entry(format!("{}:{}", fault.name(), seen.operation)).or_default() += 1;
+        }
+    }
+    // What the late copies met when they landed.
+    let mut late: BTreeMap<String, u32> = BTreeMap::new();
+    for call in outcomes.iter().flat_map(|o| o.invoker.calls()).filter(|c| c.late_copy) {
+        let answer = call.answer.split(' ').next().unwrap_or_default().to_owned();
+        *late.entry(format!("{}:{answer}", call.action.as_str())).or_default() += 1;
+    }
+    let mut answers: BTreeMap<u16, u32> = BTreeMap::new();
+    for outcome in outcomes.iter() {
+        *answers.entry(outcome.status).or_default() += 1;
+    }
+    let replays = outcomes.iter().filter(|o| !o.replay.is_empty()).count();
+    let near_limit = outcomes.iter().filter(|o| o.near_limit).count();
     println!(
-        "bank: seed={seed} transfers={} committed={committed} aborted={aborted} refused_answers={refused} faults={} {faults:?} background_sweeps={background_runs} final_sweeps={} violations={}",
+        "bank: seed={seed} calls={} replays={replays} near_limit={near_limit} answers={answers:?} committed={committed} aborted={aborted} \
+         faults={} {faults:?} late_copies={late:?} dynamo_requests={} dynamo_faults={} {dynamo:?} background_sweeps={background_runs} (failed {}) \
+         final_sweeps={} clients_ms={clients_ms} settle_ms={settle_ms} total_ms={} violations={}",
         outcomes.len(),
         faults.values().sum::<u32>(),
+        dynamo_seen.len(),
+        dynamo.values().sum::<u32>(),
+        background_errors.load(Ordering::SeqCst),
         sweeps.len(),
+        run_started.elapsed().as_millis(),
         violations.len()
     );
-    assert!(violations.is_empty(), "seed {seed}: {violations:#?}");
-    assert!(records.len() <= outcomes.len(), "a record for every transfer at most");
+    let mut by_kind: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
+    for (kind, message) in &violations {
+        by_kind.entry(kind).or_default().push(message);
+    }
+    let summary: Vec<String> = by_kind
+        .iter()
+        .map(|(kind, messages)| {
+            let shown: Vec<String> = messages.iter().take(4).map(|m| format!("    {}", truncate(m, 700))).collect();
+            format!("{kind}: {}\n{}", messages.len(), shown.join("\n"))
+        })
+        .collect();
+    assert!(violations.is_empty(), "seed {seed}: {} violations\n{}", violations.len(), summary.join("\n"));
+    let transfers_run: HashSet<usize> = outcomes.iter().map(|o| o.transfer).collect();
+    assert!(records.len() <= transfers_run.len(), "a record for every transfer at most");
     assert!(committed > 0 && aborted > 0, "the run exercised both outcomes");
+}
+
+/// What a record's transaction writes, in short (a `set` by its field count and largest value).
+fn summary_of(record: &Value) -> String {
+    let parts: Vec<String> = record["participants"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| {
+                    let ops: Vec<String> = p["operations"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|op| match op["op"].as_str() {
+                            Some("set") => {
+                                let set = op["set"].as_object().unwrap();
+                                let largest = set.values().map(|v| v.to_string().len()).max().unwrap_or(0);
+                                format!("set {} ({} fields, largest {largest} bytes)", op["key"]["entityId"], set.len())
+                            }
+                            _ => format!("{} {} {}", op["op"], op["key"]["entityId"], op["delta"]),
+                        })
+                        .collect();
+                    format!("{} [{}] vote {}", p["service"], ops.join(", "), p["vote"])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!("{}; reason {}", parts.join("; "), record["reason"])
+}
+
+fn truncate(text: &str, at: usize) -> String {
+    match text.char_indices().nth(at) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
 }
