@@ -454,7 +454,8 @@ impl Coordinator {
             Ok(Ok(response)) => record_vote(&mut aborted.participants[0], response),
             Ok(Err(e)) => {
                 aborted.participants[0].code = Some(RefusalCode::Unavailable);
-                aborted.participants[0].reason = Some(e.to_string());
+                warn!(error = %e, "one-phase commit failed");
+                aborted.participants[0].reason = Some(e.public_reason());
             }
             Err(_) => {
                 aborted.participants[0].code = Some(RefusalCode::Timeout);
@@ -534,7 +535,7 @@ impl Coordinator {
                 Ok(Err(e)) => {
                     warn!(service = %entry.service, error = %e, "prepare failed");
                     entry.code = Some(RefusalCode::Unavailable);
-                    entry.reason = Some(e.to_string());
+                    entry.reason = Some(e.public_reason());
                 }
                 Err(_) => {
                     warn!(service = %entry.service, "prepare timed out");

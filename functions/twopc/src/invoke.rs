@@ -22,6 +22,21 @@ pub enum InvokeError {
     BadResponse { service: String, message: String },
 }
 
+impl InvokeError {
+    /// What the caller of the REST API is told: which participant and what kind of failure, in this
+    /// system's own words. The error itself (a function's error text, the SDK's) goes to the log only.
+    pub fn public_reason(&self) -> String {
+        match self {
+            InvokeError::UnknownService(service) => format!("service {service} is not registered"),
+            InvokeError::FunctionError { service, .. } => format!("participant {service} failed"),
+            InvokeError::Transport { service, .. } => format!("could not reach participant {service}"),
+            InvokeError::BadResponse { service, .. } => {
+                format!("participant {service} answered something that is not a participant response")
+            }
+        }
+    }
+}
+
 pub trait ParticipantInvoker: Send + Sync {
     fn invoke<'a>(
         &'a self,
