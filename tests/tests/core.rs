@@ -553,6 +553,25 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
             "operations": operations}))
     };
     let release = |tx: &str| message(json!({"action": "abort", "transactionId": tx, "operations": operations}));
+    // Participants whose wait window (5 s) is far longer than the younger holder needs, so that a loaded
+    // machine cannot make the wait lapse; a refusal that does not wait is then told by its time.
+    let patient = env.participants.values().map(|p| p.clone().with_max_lock_wait(Duration::from_secs(5)));
+    let invoker = twopc_tests::FaultyInvoker::new(twopc::invoke::InProcessInvoker::new(patient));
+    let coordinator = env.coordinator_with(&invoker, twopc::faults::Faults::default());
+    let patient_post = |body: Value| {
+        let coordinator = coordinator.clone();
+        async move {
+            let event = twopc_tests::rest_event(
+                "POST",
+                "/transactions",
+                "/transactions",
+                None,
+                json!({}),
+                Some(&body.to_string()),
+            );
+            twopc_tests::call_coordinator(&coordinator, &event).await
+        }
+    };
 
     // A younger holder (a later deadline, and started after the transfer that starts next) that finishes
     // soon: the transfer waits for it and commits.
@@ -566,7 +585,7 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
             participant.handle(&abort).await.unwrap();
         })
     };
-    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "10"), None).await;
+    let (status, body) = patient_post(TestEnv::transfer(a("A"), b("B"), "10")).await;
     releaser.await.unwrap();
     assert_eq!(status, 200, "the older transfer waited for the younger lock: {body}");
 
@@ -576,10 +595,10 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
     let old = hold("tx-old", now + 2_000, now.saturating_sub(1_000));
     assert_eq!(participant.handle(&old).await.unwrap().vote, Some(twopc::model::Vote::Prepared));
     let started = std::time::Instant::now();
-    let (status, body) = env.post(&TestEnv::transfer(a("A"), b("B"), "10"), None).await;
+    let (status, body) = patient_post(TestEnv::transfer(a("A"), b("B"), "10")).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["participants"][0]["code"], "CONFLICT");
-    assert!(started.elapsed() < Duration::from_millis(150), "it did not wait: {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_millis(2_500), "it did not wait: {:?}", started.elapsed());
     participant.handle(&release("tx-old")).await.unwrap();
     assert_eq!(env.balance("service-a", "A").await, "90");
     assert_no_locks(&env).await;

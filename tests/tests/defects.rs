@@ -497,8 +497,10 @@ async fn an_older_transaction_with_a_long_timeout_waits_for_a_younger_lock_and_c
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
     env.put_account("service-b", "B", "0").await;
+    // A wait window far longer than the younger transaction needs, so a loaded machine cannot make it lapse.
+    let patient = env.participants.values().map(|p| p.clone().with_max_lock_wait(Duration::from_secs(5)));
     let gate = Arc::new(Gate {
-        inner: env.fresh_invoker(),
+        inner: FaultyInvoker::new(twopc::invoke::InProcessInvoker::new(patient)),
         service: "service-a",
         arrived: tokio::sync::Notify::new(),
         open: tokio::sync::Semaphore::new(0),

@@ -44,6 +44,7 @@ pub struct Participant {
     table: DataTable,
     transactions: TransactionStore,
     clock: SharedClock,
+    max_lock_wait_ms: u64,
 }
 
 impl Participant {
@@ -53,7 +54,12 @@ impl Participant {
         transactions: TransactionStore,
         clock: SharedClock,
     ) -> Self {
-        Participant { service: service.into(), table, transactions, clock }
+        Participant { service: service.into(), table, transactions, clock, max_lock_wait_ms: MAX_LOCK_WAIT_MS }
+    }
+
+    /// The same participant letting an older transaction wait up to `wait` for a younger one's lock.
+    pub fn with_max_lock_wait(self, wait: Duration) -> Participant {
+        Participant { max_lock_wait_ms: wait.as_millis() as u64, ..self }
     }
 
     pub fn service(&self) -> &str {
@@ -122,7 +128,7 @@ impl Participant {
             started_at: order.priority().unwrap_or(now),
         };
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
-        let waiting = Waiting::new(tx, order, now);
+        let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
         for attempt in 0..LOCK_ATTEMPTS {
             match self.table.lock_all(spec, &work).await? {
                 LockAttempt::Locked(returned) => return self.verify_locked(tx, &token, &work, returned).await,
@@ -248,7 +254,7 @@ impl Participant {
         operations: &[Operation],
         keys: &[Item],
     ) -> Result<ParticipantResponse, ParticipantError> {
-        let waiting = Waiting::new(tx, order, self.clock.now_ms());
+        let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
         for attempt in 0..LOCK_ATTEMPTS {
             let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
             let now = self.clock.now_ms();
@@ -329,7 +335,7 @@ impl Participant {
             return Ok(refused(RefusalCode::Timeout, "the one-phase commit arrived after the deadline".to_owned()));
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
-        let waiting = Waiting::new(tx, order, self.clock.now_ms());
+        let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
         for attempt in 0..LOCK_ATTEMPTS {
             match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone()).await? {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
@@ -414,8 +420,8 @@ struct Waiting<'a> {
 }
 
 impl<'a> Waiting<'a> {
-    fn new(tx: &'a str, order: Order, now_ms: u64) -> Waiting<'a> {
-        let budget = order.deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(MAX_LOCK_WAIT_MS));
+    fn new(tx: &'a str, order: Order, now_ms: u64, max_wait_ms: u64) -> Waiting<'a> {
+        let budget = order.deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(max_wait_ms));
         Waiting { tx, started_at: order.priority(), until: now_ms + budget }
     }
 
