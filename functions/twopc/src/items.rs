@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use bigdecimal::BigDecimal;
 use serde_json::Value;
@@ -382,54 +384,49 @@ impl DataTable {
             return self.release(tx, key, None, "commit").await.map(|_| CommitOutcome::Applied);
         }
         let (update, condition, e) = commit_expressions(tx, token, op);
-        let returned =
-            match update {
-                None => {
-                    let out = self
-                        .client
-                        .delete_item()
-                        .table_name(&self.name)
-                        .set_key(Some(key.clone()))
-                        .condition_expression(condition)
-                        .set_expression_attribute_names(e.names())
-                        .set_expression_attribute_values(e.values())
-                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                        .send()
-                        .await;
-                    match out {
+        let returned = match update {
+            None => {
+                let out = self
+                    .client
+                    .delete_item()
+                    .table_name(&self.name)
+                    .set_key(Some(key.clone()))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                    .send()
+                    .await;
+                match out {
                     Ok(_) => return Ok(CommitOutcome::Applied),
                     Err(err) => match err.as_service_error() {
-                        Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(
-                            c,
-                        )) => c.item().cloned(),
+                        Some(DeleteItemError::ConditionalCheckFailedException(c)) => c.item().cloned(),
                         _ => return Err(StoreError::new("DeleteItem", &self.name, err)),
                     },
                 }
-                }
-                Some(update) => {
-                    let out = self
-                        .client
-                        .update_item()
-                        .table_name(&self.name)
-                        .set_key(Some(key.clone()))
-                        .update_expression(update)
-                        .condition_expression(condition)
-                        .set_expression_attribute_names(e.names())
-                        .set_expression_attribute_values(e.values())
-                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                        .send()
-                        .await;
-                    match out {
+            }
+            Some(update) => {
+                let out = self
+                    .client
+                    .update_item()
+                    .table_name(&self.name)
+                    .set_key(Some(key.clone()))
+                    .update_expression(update)
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                    .send()
+                    .await;
+                match out {
                     Ok(_) => return Ok(CommitOutcome::Applied),
                     Err(err) => match err.as_service_error() {
-                        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
-                            c,
-                        )) => c.item().cloned(),
+                        Some(UpdateItemError::ConditionalCheckFailedException(c)) => c.item().cloned(),
                         _ => return Err(StoreError::new("UpdateItem", &self.name, err)),
                     },
                 }
-                }
-            };
+            }
+        };
         // The endpoint may not return the item (DynamoDB Local before 2.x did not): read it.
         let item = match returned {
             Some(item) => Some(item),
