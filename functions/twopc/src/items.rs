@@ -168,6 +168,8 @@ impl DataTable {
                 .set_expression_attribute_values(u.expression_attribute_values().cloned())
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
                 .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+                .customize()
+                .config_override(sent_once())
                 .send()
                 .await;
             return match result {
@@ -192,7 +194,14 @@ impl DataTable {
             .iter()
             .map(|(op, key)| TransactWriteItem::builder().update(self.lock_update(spec, op, key.clone())).build())
             .collect();
-        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .customize()
+            .config_override(sent_once())
+            .send()
+            .await;
         match result {
             Ok(_) => Ok(LockAttempt::Locked(vec![])),
             Err(err) => match err.as_service_error() {
@@ -833,6 +842,13 @@ pub fn check_expressible(op: &Operation) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A lock write is sent once: its caller retries with a new token (see `Participant::prepare`), because
+/// an SDK retry re-sends the same token, and a copy landing late with the voted token could lock the
+/// item again after it was committed and changed.
+fn sent_once() -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::default().retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
 }
 
 fn is_validation(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> bool {

@@ -118,19 +118,32 @@ impl Participant {
         if operations.iter().all(Operation::is_read_only) {
             return self.prepare_read_only(tx, order, operations, &keys).await;
         }
-        // Each execution of a prepare locks with a token of its own; the vote reports it and the commit
-        // applies only a lock that carries it (see `DataTable::commit_item`).
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let spec = LockSpec {
-            tx,
-            token: &token,
-            expires_at: order.deadline.unwrap_or(now + DEFAULT_LOCK_MS),
-            started_at: order.priority().unwrap_or(now),
-        };
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
         for attempt in 0..LOCK_ATTEMPTS {
-            match self.table.lock_all(spec, &work).await? {
+            // Every attempt at the lock write carries a token no other request ever carried (the write is
+            // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
+            // request of this prepare that lands late — after the item was committed and changed again —
+            // can only take a lock whose token no vote reported, which commit releases without applying.
+            let token = uuid::Uuid::new_v4().simple().to_string();
+            let spec = LockSpec {
+                tx,
+                token: &token,
+                expires_at: order.deadline.unwrap_or(now + DEFAULT_LOCK_MS),
+                started_at: order.priority().unwrap_or(now),
+            };
+            let locked = match self.table.lock_all(spec, &work).await {
+                Ok(locked) => locked,
+                // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
+                // then its own, and its token is the vote's.
+                Err(e) if attempt + 1 < LOCK_ATTEMPTS => {
+                    warn!(error = %e, attempt, "lock write failed; trying again with a new token");
+                    backoff(attempt).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match locked {
                 LockAttempt::Locked(returned) => return self.verify_locked(tx, &token, &work, returned).await,
                 LockAttempt::Contention => backoff(attempt).await,
                 LockAttempt::Unstorable(reason) => return Ok(refused(RefusalCode::ConditionFailed, reason)),
