@@ -1,6 +1,7 @@
 //! Running the checker and printing what it found: states explored, and traces step by step.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
@@ -25,9 +26,14 @@ fn threads() -> usize {
     std::env::var("MODEL_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(2)
 }
 
+/// One check at a time: `cargo test` runs tests in parallel, and each check already uses every
+/// thread it is given (and memory in proportion to the states it explores).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// Checks every reachable state (breadth first, so a counterexample is a shortest one). With
 /// `stop_at`, stops as soon as that property has a discovery.
 pub fn check(model: TwoPc, stop_at: Option<&'static str>) -> Run {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let started = Instant::now();
     let mut builder = model.clone().checker().threads(threads());
     if let Some(name) = stop_at {

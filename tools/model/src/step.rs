@@ -211,9 +211,13 @@ impl TwoPc {
                     if dest.actor != SWEEPER {
                         s.ghost.reason |= bit(self.execs[dest.actor as usize].0);
                     }
-                    ctx.note(|| format!("{} times out waiting on slot {}", self.actor_name(dest.actor), dest.slot));
+                    ctx.note(|| {
+                        format!("{} times out waiting on {}", self.actor_name(dest.actor), self.slot_name(&s, dest))
+                    });
                 } else {
-                    ctx.note(|| format!("{} gives up on slot {}", self.actor_name(dest.actor), dest.slot));
+                    ctx.note(|| {
+                        format!("{} stops waiting on {}", self.actor_name(dest.actor), self.slot_name(&s, dest))
+                    });
                 }
                 self.progress(&mut s);
                 self.deliver_rep(&mut s, dest, None, &mut ctx);
@@ -231,6 +235,23 @@ impl TwoPc {
     }
 
     // ----- helpers -----------------------------------------------------------------------------
+
+    /// The service an invocation slot talks to, for traces.
+    fn slot_name(&self, s: &State, d: Dest) -> String {
+        let tx = if d.actor == SWEEPER {
+            match &s.sweeper.pc {
+                SPc::DriveAwait { tx, .. } => Some(*tx),
+                SPc::LockAwait { svc, .. } => return format!("{} (lock resolution)", self.cfg.services[*svc as usize]),
+                _ => None,
+            }
+        } else {
+            Some(self.execs[d.actor as usize].0)
+        };
+        match tx {
+            Some(tx) => self.cfg.services[self.svc_of(tx, d.slot as usize) as usize].to_owned(),
+            None => format!("slot {}", d.slot),
+        }
+    }
 
     /// Canonical form: the multisets sorted, and what can no longer matter forgotten, so that states
     /// that differ only in it are one state.
