@@ -1,0 +1,298 @@
+//! What is checked: the items, the transactions, the fault budgets, and which fixes are on.
+
+/// A transaction, by its index in [`Config::txs`]. The index is also its wait-die age: a smaller
+/// index started earlier (`startedAt`), so it is the older one.
+pub type Tx = u8;
+/// A participant service, by index (0 = service-a, 1 = service-b, ...).
+pub type Svc = u8;
+/// An item, by its index in [`Config::items`].
+pub type ItemId = u8;
+
+/// The fixes of issue 19 that the model can switch back to today's behaviour, one at a time.
+/// `Switches::default()` is the fixed protocol of design.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Switches {
+    /// Defect 1. On: a prepare locks with a fresh token, a commit or roll-forward applies only under
+    /// the voted token. Off (today): the lock condition lets `lock.tx = T` lock again, and commit's
+    /// condition is `lock.tx = T AND lastTx <> T`.
+    pub token_check: bool,
+    /// Defect 8. On: a keyed create that finds a record with its own executionId goes on. Off
+    /// (today): it takes that record for another execution's and replays it.
+    pub recognise_own_writes: bool,
+    /// Defect 9. On: an abort goes to every participant except read-only PREPARED voters. Off
+    /// (today): it skips the participants that voted REFUSED.
+    pub abort_everyone: bool,
+    /// Defect 10. On: a decision write DynamoDB refused (4xx, not applied) aborts the transaction and
+    /// releases its locks before answering. Off (today): it answers 503 and releases nothing.
+    pub release_on_refused_decision: bool,
+    /// Not one of the four switches of the brief: a correction the model found. On: every DynamoDB
+    /// attempt of a lock write carries a fresh token (no SDK retry of the same request). Off: the
+    /// SDK's retry re-sends the same request, hence the same token, as design.md has it ("token: NEW
+    /// random token of this execution"); then the retry of a lock write whose first attempt took a
+    /// lock that was voted (via another copy) and committed can take the voted token again after
+    /// another transaction committed the item, and the next commit applies twice. See README.md.
+    pub fresh_token_per_attempt: bool,
+    /// Not one of the four switches of the brief: how the coordinator reads a decision write that
+    /// DynamoDB refused *on the SDK's retry* of an attempt whose reply was lost. On: the outcome is
+    /// unknown (the first attempt may have applied), so the coordinator reads the record (GET) before
+    /// releasing anything. Off: the refusal is taken as "certainly not applied", as a literal reading
+    /// of design.md ("REFUSED (a 4xx ...) — certainly not applied") would do. See README.md.
+    pub refusal_after_unknown_is_unknown: bool,
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches {
+            token_check: true,
+            recognise_own_writes: true,
+            abort_everyone: true,
+            release_on_refused_decision: true,
+            fresh_token_per_attempt: true,
+            refusal_after_unknown_is_unknown: true,
+        }
+    }
+}
+
+/// How many faults of each kind may still happen (each is consumed when it happens).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Budget {
+    /// Coordinator crashes (at any step).
+    pub crash: u8,
+    /// DynamoDB writes that take effect but whose reply is lost (then retried by the SDK).
+    pub db_reply: u8,
+    /// Duplicate copies of a participant message.
+    pub dup: u8,
+    /// Lost participant messages or replies, and invocations given up while still in flight
+    /// (a timeout: the message may still be delivered later).
+    pub loss: u8,
+    /// Decision writes (and abort records) DynamoDB refuses with a 4xx (not applied).
+    pub refused: u8,
+    /// Faults of all kinds together.
+    pub total: u8,
+}
+
+/// One operation of a participant. The model's workload is a bank: `add` with an optional
+/// minimum (a transfer's debit carries `min: 0`), and read-only `check`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// `add` `delta` to the item's balance; prepare's guard is `balance + delta >= min`.
+    Add { delta: i8, min: Option<i8> },
+    /// `check` `exists: true`: read-only, locks nothing when it is all a participant does.
+    Check,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Op {
+    pub item: ItemId,
+    pub kind: OpKind,
+}
+
+/// One participant entry of a transaction: a service and its operations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub svc: Svc,
+    pub ops: Vec<Op>,
+}
+
+impl Part {
+    /// Only `check`s: the participant reads, votes and locks nothing (`prepare_read_only`).
+    pub fn read_only(&self) -> bool {
+        self.ops.iter().all(|o| o.kind == OpKind::Check)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxSpec {
+    pub name: &'static str,
+    /// Sent with an `Idempotency-Key`: the record is written first (PREPARING).
+    pub keyed: bool,
+    /// Coordinator executions of this transaction: 2 = the client sends the same key and body again
+    /// (at any moment, also while the first execution runs).
+    pub executions: u8,
+    pub parts: Vec<Part>,
+}
+
+impl TxSpec {
+    /// coordinator.rs `takes_one_phase`: a sole participant that writes something (no deletes in the model).
+    pub fn one_phase(&self) -> bool {
+        self.parts.len() == 1 && !self.parts[0].read_only()
+    }
+
+    /// The participant entry of a service, by index.
+    pub fn part_of(&self, svc: Svc) -> Option<usize> {
+        self.parts.iter().position(|p| p.svc == svc)
+    }
+
+    /// What a commit adds to the sum of all balances.
+    pub fn net_delta(&self) -> i32 {
+        self.parts
+            .iter()
+            .flat_map(|p| &p.ops)
+            .map(|o| match o.kind {
+                OpKind::Add { delta, .. } => delta as i32,
+                OpKind::Check => 0,
+            })
+            .sum()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemSpec {
+    pub name: &'static str,
+    pub svc: Svc,
+    pub balance: i8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub name: &'static str,
+    pub services: Vec<&'static str>,
+    pub items: Vec<ItemSpec>,
+    pub txs: Vec<TxSpec>,
+    pub budget: Budget,
+    /// The sweeper's bounded read: at most this many open transactions, and this many expired locks
+    /// per table, per run (`SweepLimits::per_shard`, one shard).
+    pub sweep_k: u8,
+    /// Whether a sweeper run may start while a coordinator execution is still at work (one slower
+    /// than its deadline and the sweeper's grace). When false, runs start only while every execution
+    /// has answered, crashed or not started; the sweeper still races participant handlers, late
+    /// copies, lock resolution and client retries. True multiplies the state space by about ten.
+    pub sweeper_races_coordinators: bool,
+    pub switches: Switches,
+}
+
+fn add(item: ItemId, delta: i8) -> Op {
+    Op { item, kind: OpKind::Add { delta, min: if delta < 0 { Some(0) } else { None } } }
+}
+
+fn check(item: ItemId) -> Op {
+    Op { item, kind: OpKind::Check }
+}
+
+fn part(svc: Svc, ops: Vec<Op>) -> Part {
+    Part { svc, ops }
+}
+
+/// A transfer of 1 from `from` (on service `sf`) to `to` (on service `st`), debit guarded by `min: 0`.
+fn transfer(
+    name: &'static str,
+    keyed: bool,
+    executions: u8,
+    (sf, from): (Svc, ItemId),
+    (st, to): (Svc, ItemId),
+) -> TxSpec {
+    TxSpec { name, keyed, executions, parts: vec![part(sf, vec![add(from, -1)]), part(st, vec![add(to, 1)])] }
+}
+
+/// A deposit of 1 into `item` (on service `svc`): a sole participant, so one phase.
+fn deposit(name: &'static str, keyed: bool, executions: u8, (svc, item): (Svc, ItemId)) -> TxSpec {
+    TxSpec { name, keyed, executions, parts: vec![part(svc, vec![add(item, 1)])] }
+}
+
+const A: ItemId = 0;
+const B: ItemId = 1;
+const SA: Svc = 0;
+const SB: Svc = 1;
+
+fn two_items() -> (Vec<&'static str>, Vec<ItemSpec>) {
+    (
+        vec!["service-a", "service-b"],
+        vec![ItemSpec { name: "A", svc: SA, balance: 1 }, ItemSpec { name: "B", svc: SB, balance: 1 }],
+    )
+}
+
+/// The default fault budget of the small configurations: at most one of each kind, two in all.
+pub const SMALL: Budget = Budget { crash: 1, db_reply: 1, dup: 1, loss: 1, refused: 1, total: 2 };
+
+impl Config {
+    fn with(name: &'static str, txs: Vec<TxSpec>, budget: Budget) -> Config {
+        let (services, items) = two_items();
+        Config {
+            name,
+            services,
+            items,
+            txs,
+            budget,
+            sweep_k: 1,
+            sweeper_races_coordinators: true,
+            switches: Switches::default(),
+        }
+    }
+
+    /// T1 moves 1 from A to B while T2 moves 1 from B to A, both without a key (presumed abort).
+    pub fn transfers(budget: Budget) -> Config {
+        Config::with(
+            "transfers",
+            vec![transfer("T1", false, 1, (SA, A), (SB, B)), transfer("T2", false, 1, (SB, B), (SA, A))],
+            budget,
+        )
+    }
+
+    /// T1 is keyed (record first) and its client sends the same key and body a second time, at any
+    /// moment; T2 deposits 1 into A in one phase.
+    pub fn keyed(budget: Budget) -> Config {
+        Config::with("keyed", vec![transfer("T1", true, 2, (SA, A), (SB, B)), deposit("T2", false, 1, (SA, A))], budget)
+    }
+
+    /// T1 moves A to B in two phases; T2 deposits 1 into A in one phase (sole participant).
+    pub fn one_phase(budget: Budget) -> Config {
+        Config::with(
+            "one-phase",
+            vec![transfer("T1", false, 1, (SA, A), (SB, B)), deposit("T2", false, 1, (SA, A))],
+            budget,
+        )
+    }
+
+    /// T1 moves A to B; T2 deposits 1 into A on condition that B exists, checked by service-b, a
+    /// check-only participant that reads, votes and locks nothing.
+    pub fn check_only(budget: Budget) -> Config {
+        Config::with(
+            "check-only",
+            vec![
+                transfer("T1", false, 1, (SA, A), (SB, B)),
+                TxSpec {
+                    name: "T2",
+                    keyed: false,
+                    executions: 1,
+                    parts: vec![part(SA, vec![add(A, 1)]), part(SB, vec![check(B)])],
+                },
+            ],
+            budget,
+        )
+    }
+
+    pub fn switches(mut self, switches: Switches) -> Config {
+        self.switches = switches;
+        self
+    }
+
+    pub fn sweep_k(mut self, k: u8) -> Config {
+        self.sweep_k = k;
+        self
+    }
+
+    pub fn sweeper_races_coordinators(mut self, races: bool) -> Config {
+        self.sweeper_races_coordinators = races;
+        self
+    }
+
+    /// Coordinator executions in order: (transaction, execution number).
+    pub fn executions(&self) -> Vec<(Tx, u8)> {
+        self.txs.iter().enumerate().flat_map(|(t, spec)| (0..spec.executions).map(move |e| (t as Tx, e))).collect()
+    }
+
+    /// Index of the first op of each transaction in the flattened op list (ghost `applied`).
+    pub fn op_index(&self, tx: Tx, part: usize, op: usize) -> usize {
+        let before: usize =
+            self.txs[..tx as usize].iter().map(|t| t.parts.iter().map(|p| p.ops.len()).sum::<usize>()).sum();
+        before + self.txs[tx as usize].parts[..part].iter().map(|p| p.ops.len()).sum::<usize>() + op
+    }
+
+    pub fn op_count(&self) -> usize {
+        self.txs.iter().map(|t| t.parts.iter().map(|p| p.ops.len()).sum::<usize>()).sum()
+    }
+
+    pub fn initial_sum(&self) -> i32 {
+        self.items.iter().map(|i| i.balance as i32).sum()
+    }
+}

@@ -1,0 +1,590 @@
+//! An exhaustive model check of the two-phase-commit protocol of `functions/twopc`, as the code
+//! implements it after the fixes of issue 19 (design.md), with switches back to today's behaviour.
+//!
+//! The model is a [`stateright::Model`]: its state is DynamoDB (participant items, transaction
+//! records), the network (every message in flight), every process (coordinator executions,
+//! participant handlers, the sweeper), the clock (a deadline flag per transaction) and what is left
+//! of each fault budget. Each action is one atomic step of the code, named after the function it
+//! mirrors (see `step.rs`). The properties are in [`TwoPc::properties`].
+//!
+//! Run it with `cargo test -p twopc-model`; README.md says what is checked and how to run larger
+//! configurations.
+
+pub mod config;
+pub mod report;
+pub mod state;
+mod step;
+
+use stateright::{Model, Property};
+
+pub use config::{Budget, Config, Switches};
+pub use state::State;
+pub use step::{Action, Fault};
+
+use config::Tx;
+use state::*;
+
+/// A property a step can break at the moment it happens (a ghost bit; the `always` properties read them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// An abort decision with no reason to abort.
+    SelfAbort,
+    /// A lock released while its owner's record does not allow it.
+    BadRelease,
+    /// A 2PC operation applied while its transaction is not decided commit.
+    BadRollForward,
+    /// A status write that is not a forward move.
+    StatusBackwards,
+    /// An abort answered while a lock of the transaction that no late copy took is still held.
+    LockLeftByAbort,
+    /// A sweeper run that had work to do ended with nothing changed anywhere.
+    SweeperStuck,
+}
+
+impl Violation {
+    pub fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Violation::SelfAbort => "abort without a reason (self-abort)",
+            Violation::BadRelease => "lock released against its owner's record",
+            Violation::BadRollForward => "operation applied without a commit decision",
+            Violation::StatusBackwards => "status moved backwards",
+            Violation::LockLeftByAbort => "lock left behind by an answered abort",
+            Violation::SweeperStuck => "sweeper run with work to do changed nothing",
+        }
+    }
+}
+
+/// Things that happened, for the `sometimes` checks (a property cannot hold vacuously).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Something durable changed since the sweeper's run started (cleared while it is idle).
+    Progress,
+    LateDelivery,
+    StrayLock,
+    StrayReleased,
+    RolledForward,
+    SweeperRollForward,
+    ResolutionRecordedAbort,
+    ResolutionAbortedPreparing,
+    SweeperFinished,
+    SweepAtPushed,
+    OwnWriteRecognised,
+    Replayed,
+    ReplayAnswered,
+    RefusedDecisionReleased,
+    CommitLostToResolution,
+    OnePhaseCommitted,
+    OnePhaseRecordExists,
+}
+
+impl Event {
+    pub fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// The model: a configuration (items, transactions, budgets, switches).
+#[derive(Clone, Debug)]
+pub struct TwoPc {
+    pub cfg: Config,
+    /// Coordinator executions: (transaction, execution number), by coordinator index.
+    pub execs: Vec<(Tx, u8)>,
+}
+
+impl TwoPc {
+    pub fn new(cfg: Config) -> TwoPc {
+        let execs = cfg.executions();
+        TwoPc { cfg, execs }
+    }
+
+    pub fn tx_name(&self, tx: Tx) -> &'static str {
+        self.cfg.txs[tx as usize].name
+    }
+
+    pub fn coord_name(&self, ci: u8) -> String {
+        let (tx, e) = self.execs[ci as usize];
+        if self.cfg.txs[tx as usize].executions > 1 {
+            format!("coordinator {}#{}", self.tx_name(tx), e + 1)
+        } else {
+            format!("coordinator {}", self.tx_name(tx))
+        }
+    }
+
+    pub fn actor_name(&self, actor: u8) -> String {
+        if actor == SWEEPER { "sweeper".into() } else { self.coord_name(actor) }
+    }
+
+    pub fn task_name(&self, t: &Task) -> String {
+        format!("{} handling {:?}", self.cfg.services[t.svc as usize], t.req)
+    }
+
+    pub fn msg_name(&self, m: &Msg) -> String {
+        format!(
+            "{:?} to {}{}",
+            m.req,
+            self.cfg.services[m.to as usize],
+            m.reply.map(|d| format!(" (for {})", self.actor_name(d.actor))).unwrap_or_default()
+        )
+    }
+
+    fn begun(&self, s: &State, tx: Tx) -> bool {
+        self.execs_of(tx).any(|ci| s.coords[ci as usize].pc != CPc::Start)
+    }
+
+    /// No step can happen but a client sending a request it has not sent yet: the network is empty,
+    /// every handler finished, every execution answered, every deadline passed, the sweeper idle
+    /// with nothing to find.
+    pub fn settled(&self, s: &State) -> bool {
+        s.net.is_empty()
+            && s.tasks.is_empty()
+            && s.sweeper.pc == SPc::Idle
+            && s.coords.iter().all(|c| matches!(c.pc, CPc::Start | CPc::Done))
+            && (0..self.cfg.txs.len() as Tx).all(|tx| s.passed(tx) || !self.begun(s, tx))
+            && !self.sweeper_has_work(s)
+    }
+
+    fn fault_variants(&self, s: &State, writes: bool, decision: bool) -> Vec<Fault> {
+        let mut v = vec![Fault::None];
+        let b = s.budget;
+        if b.total == 0 {
+            return v;
+        }
+        if writes && b.db_reply > 0 {
+            v.push(Fault::LostReply);
+        }
+        if decision && b.refused > 0 {
+            v.push(Fault::Refused);
+        }
+        v
+    }
+
+    /// A participant handler's step: its writes may lose their reply, its answer may be lost.
+    fn task_variants(&self, s: &State, writes: bool, answers: bool) -> Vec<Fault> {
+        let mut v = self.fault_variants(s, writes, false);
+        if answers && s.budget.total > 0 && s.budget.loss > 0 {
+            v.push(Fault::DropReply);
+        }
+        v
+    }
+
+    /// Steps and their faults, by coordinator pc: (has a step, writes, is a decision write).
+    fn coord_kind(&self, ci: usize, pc: CPc) -> (bool, bool, bool) {
+        let (tx, _) = self.execs[ci];
+        let spec = &self.cfg.txs[tx as usize];
+        match pc {
+            CPc::Start => (true, spec.keyed && !spec.one_phase(), false),
+            // Deciding abort writes the abort at once.
+            CPc::Decide => (true, true, true),
+            CPc::CreatePreparing => (true, true, false),
+            CPc::WriteDecision { .. } => (true, true, true),
+            CPc::AbortCreate | CPc::OnePhaseAbort => (true, true, true),
+            CPc::TerminalWrite { .. } | CPc::RecoverTransition => (true, true, false),
+            CPc::FindOut { .. } | CPc::Replay | CPc::OnePhaseGet => (true, false, false),
+            CPc::CollectVotes | CPc::AbortAwait { .. } | CPc::DriveAwait { .. } | CPc::OnePhaseWait | CPc::Done => {
+                (false, false, false)
+            }
+        }
+    }
+}
+
+fn popcount(x: u8) -> u32 {
+    x.count_ones()
+}
+
+impl Model for TwoPc {
+    type State = State;
+    type Action = Action;
+
+    /// An unkeyed execution (two-phase or one-phase) writes nothing before its first messages, and a
+    /// message may be delayed any time: it starts with them already in flight. A keyed one starts by
+    /// writing its record, and a client's retry is sent at any moment: those start later.
+    fn init_states(&self) -> Vec<State> {
+        let cfg = &self.cfg;
+        let nparts = |tx: Tx| cfg.txs[tx as usize].parts.len();
+        let maxparts = cfg.txs.iter().map(|t| t.parts.len()).max().unwrap_or(1);
+        let mut s = State {
+            items: cfg.items.iter().map(|i| Item { balance: i.balance, last_tx: None, lock: None }).collect(),
+            records: vec![None; cfg.txs.len()],
+            deadline_passed: 0,
+            coords: self
+                .execs
+                .iter()
+                .map(|&(tx, _)| Coord {
+                    pc: CPc::Start,
+                    retrying: false,
+                    votes: vec![Vote::Unknown; nparts(tx)],
+                    inv: vec![Inv::Idle; nparts(tx)],
+                    answer: None,
+                    abort_unacked: 0,
+                })
+                .collect(),
+            net: vec![],
+            tasks: vec![],
+            sweeper: Sweeper { pc: SPc::Idle, retrying: false, votes: vec![], inv: vec![Inv::Idle; maxparts] },
+            budget: cfg.budget,
+            ghost: Ghost {
+                applied: vec![0; cfg.op_count()],
+                decided_commit: 0,
+                decided_abort: 0,
+                no_commit: 0,
+                reason: 0,
+                executed_by: vec![0; cfg.txs.len()],
+                abort_processed: 0,
+                violations: 0,
+                seen: 0,
+            },
+        };
+        for ci in 0..self.execs.len() {
+            let (tx, e) = self.execs[ci];
+            if e == 0 && !cfg.txs[tx as usize].keyed {
+                s = self.next_state(&s, Action::Coord(ci as u8, Fault::None)).expect("an unkeyed start sends");
+            }
+        }
+        vec![s]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        let ntx = self.cfg.txs.len() as Tx;
+        for tx in 0..ntx {
+            if !s.passed(tx) && self.begun(s, tx) {
+                out.push(Action::Deadline(tx));
+            }
+        }
+        for (ci, c) in s.coords.iter().enumerate() {
+            let (tx, e) = self.execs[ci];
+            let (has_step, writes, decision) = self.coord_kind(ci, c.pc);
+            let enabled = match c.pc {
+                // A client's retry is sent after its first request.
+                CPc::Start => {
+                    e == 0 || self.execs_of(tx).any(|o| o != ci as u8 && s.coords[o as usize].pc != CPc::Start)
+                }
+                CPc::Replay => s.status(tx).is_some_and(Status::terminal) || s.passed(tx),
+                _ => has_step,
+            };
+            if enabled {
+                for f in self.fault_variants(s, writes, decision) {
+                    out.push(Action::Coord(ci as u8, f));
+                }
+            }
+            for (slot, x) in c.inv.iter().enumerate() {
+                let d = Dest { actor: ci as u8, slot: slot as u8 };
+                if *x == Inv::Waiting && (self.free_give_up(s, d) || s.budget.loss > 0 && s.budget.total > 0) {
+                    out.push(Action::GiveUp(d));
+                }
+            }
+            if !matches!(c.pc, CPc::Start | CPc::Done) && s.budget.crash > 0 && s.budget.total > 0 {
+                out.push(Action::Crash(ci as u8));
+            }
+        }
+        for (i, m) in s.net.iter().enumerate() {
+            if i > 0 && s.net[i - 1] == *m {
+                continue;
+            }
+            let i = i as u8;
+            let writes = !matches!(m.req, Req::Prepare { .. } | Req::OnePhase { .. }) || !s.passed(m.req.tx());
+            let answers = m.reply.is_some();
+            for f in self.task_variants(s, writes, answers) {
+                out.push(Action::Deliver(i, f));
+            }
+            if s.budget.dup > 0 && s.budget.total > 0 {
+                out.push(Action::Duplicate(i));
+            }
+            if s.budget.loss > 0 && s.budget.total > 0 {
+                out.push(Action::Lose(i));
+            }
+        }
+        for (i, t) in s.tasks.iter().enumerate() {
+            let i = i as u8;
+            match t.pc {
+                TPc::Wait { owner, item } => {
+                    let held = s.items[item as usize].lock.is_some_and(|l| l.tx == owner) && !s.passed(owner);
+                    if !held {
+                        for f in self.task_variants(s, true, t.reply.is_some()) {
+                            out.push(Action::Task(i, f));
+                        }
+                    }
+                    out.push(Action::TaskGiveUp(i));
+                }
+                TPc::ReadCheck => {
+                    for f in self.task_variants(s, false, t.reply.is_some()) {
+                        out.push(Action::Task(i, f));
+                    }
+                }
+                _ => {
+                    for f in self.task_variants(s, true, t.reply.is_some()) {
+                        out.push(Action::Task(i, f));
+                    }
+                }
+            }
+        }
+        match &s.sweeper.pc {
+            SPc::Idle => {
+                let may_start = self.cfg.sweeper_races_coordinators
+                    || s.coords.iter().all(|c| matches!(c.pc, CPc::Start | CPc::Done));
+                if may_start && self.sweeper_has_work(s) {
+                    out.push(Action::Sweep(Fault::None));
+                }
+            }
+            SPc::DriveAwait { .. } | SPc::LockAwait { .. } => {
+                for (slot, x) in s.sweeper.inv.iter().enumerate() {
+                    let d = Dest { actor: SWEEPER, slot: slot as u8 };
+                    if *x == Inv::Waiting && (self.free_give_up(s, d) || s.budget.loss > 0 && s.budget.total > 0) {
+                        out.push(Action::GiveUp(d));
+                    }
+                }
+            }
+            SPc::Transition { .. } | SPc::Terminal { .. } | SPc::OwnerCreate { .. } | SPc::OwnerTransition { .. } => {
+                for f in self.fault_variants(s, true, false) {
+                    out.push(Action::Sweep(f));
+                }
+            }
+            _ => out.push(Action::Sweep(Fault::None)),
+        }
+    }
+
+    fn next_state(&self, s: &State, action: Action) -> Option<State> {
+        self.apply(s, action, false).map(|(n, _)| n)
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        format!("{action:?}")
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut p = vec![
+            Property::<Self>::always("each operation applied at most once", |_, s| {
+                s.ghost.applied.iter().all(|&n| n <= 1)
+            }),
+            Property::<Self>::always("an aborted transaction never applies anything", |m, s| {
+                (0..m.cfg.txs.len()).all(|tx| {
+                    s.ghost.decided_abort & (1 << tx) == 0 || m.ops_of(tx as Tx).all(|o| s.ghost.applied[o] == 0)
+                })
+            }),
+            Property::<Self>::always("a COMMITTED transaction applied all its operations", |m, s| {
+                (0..m.cfg.txs.len()).all(|tx| {
+                    s.status(tx as Tx) != Some(Status::Committed)
+                        || m.writing_ops_of(tx as Tx).all(|o| s.ghost.applied[o] == 1)
+                })
+            }),
+            Property::<Self>::always("one decision per transaction, status only moves forward", |_, s| {
+                s.ghost.decided_commit & s.ghost.decided_abort == 0
+                    && s.ghost.violations & Violation::StatusBackwards.bit() == 0
+            }),
+            Property::<Self>::always("no lock released or rolled forward against its owner's record", |_, s| {
+                s.ghost.violations & (Violation::BadRelease.bit() | Violation::BadRollForward.bit()) == 0
+            }),
+            Property::<Self>::always("conservation: balances never negative, sum constant", |m, s| {
+                if s.items.iter().any(|i| i.balance < 0) {
+                    return false;
+                }
+                if s.records.iter().flatten().any(|r| r.status == Status::Committing) {
+                    return true;
+                }
+                let sum: i32 = s.items.iter().map(|i| i.balance as i32).sum();
+                let committed: i32 = (0..m.cfg.txs.len())
+                    .filter(|&tx| s.status(tx as Tx) == Some(Status::Committed))
+                    .map(|tx| m.cfg.txs[tx].net_delta())
+                    .sum();
+                sum == m.cfg.initial_sum() + committed
+            }),
+            Property::<Self>::always("a key never executes twice", |_, s| {
+                s.ghost.executed_by.iter().all(|&b| popcount(b) <= 1)
+            }),
+            Property::<Self>::always("every answer agrees with the record", |m, s| m.answers_agree(s, false)),
+            Property::<Self>::always("no self-abort", |_, s| s.ghost.violations & Violation::SelfAbort.bit() == 0),
+            Property::<Self>::always("no lock left behind by an abort", |_, s| {
+                s.ghost.violations & Violation::LockLeftByAbort.bit() == 0
+            }),
+            Property::<Self>::always("check-only participants lock nothing", |m, s| {
+                s.items.iter().enumerate().all(|(i, it)| {
+                    it.lock.is_none_or(|l| {
+                        let spec = &m.cfg.txs[l.tx as usize];
+                        !spec.part_of(m.cfg.items[i].svc).is_some_and(|p| spec.parts[p].read_only())
+                    })
+                })
+            }),
+            Property::<Self>::always("once faults stop, every transaction ends and no lock is left", |m, s| {
+                if s.ghost.violations & Violation::SweeperStuck.bit() != 0 {
+                    return false;
+                }
+                !m.settled(s) || m.clean(s)
+            }),
+            Property::<Self>::eventually("every transaction ends", |m, s| {
+                m.clean(s) && s.coords.iter().all(|c| c.pc == CPc::Done)
+            }),
+        ];
+        p.extend(self.sanity_checks());
+        p
+    }
+}
+
+fn seen<const E: u32>(_: &TwoPc, s: &State) -> bool {
+    s.ghost.seen & (1 << E) != 0
+}
+
+impl TwoPc {
+    fn ops_of(&self, tx: Tx) -> impl Iterator<Item = usize> + '_ {
+        let spec = &self.cfg.txs[tx as usize];
+        spec.parts
+            .iter()
+            .enumerate()
+            .flat_map(move |(p, part)| (0..part.ops.len()).map(move |o| self.cfg.op_index(tx, p, o)))
+    }
+
+    fn writing_ops_of(&self, tx: Tx) -> impl Iterator<Item = usize> + '_ {
+        let spec = &self.cfg.txs[tx as usize];
+        spec.parts.iter().enumerate().flat_map(move |(p, part)| {
+            part.ops
+                .iter()
+                .enumerate()
+                .filter(|(_, op)| op.kind != config::OpKind::Check)
+                .map(move |(o, _)| self.cfg.op_index(tx, p, o))
+        })
+    }
+
+    /// 200 ⇒ COMMITTED, 202 ⇒ COMMITTING/COMMITTED, 409 ⇒ ABORTING/ABORTED, a 503 after a refused
+    /// decision ⇒ never a commit; and `settled`: 202 ⇒ COMMITTED, 409 ⇒ ABORTED.
+    fn answers_agree(&self, s: &State, settled: bool) -> bool {
+        s.coords.iter().enumerate().all(|(ci, c)| {
+            let status = s.status(self.execs[ci].0);
+            match c.answer {
+                Some(Answer::Ok) => status == Some(Status::Committed),
+                Some(Answer::Accepted) if settled => status == Some(Status::Committed),
+                Some(Answer::Accepted) => status.is_some_and(Status::commit),
+                Some(Answer::Conflict) if settled => status == Some(Status::Aborted),
+                Some(Answer::Conflict) => status.is_some_and(Status::abort),
+                Some(Answer::Unavailable { aborted: true }) => !status.is_some_and(Status::commit),
+                _ => true,
+            }
+        })
+    }
+
+    /// Every record terminal (or absent: presumed abort), no lock, every answer final and right.
+    fn clean(&self, s: &State) -> bool {
+        s.records.iter().all(|r| r.as_ref().is_none_or(|r| r.status.terminal()))
+            && s.items.iter().all(|i| i.lock.is_none())
+            && self.answers_agree(s, true)
+            && s.coords.iter().all(|c| c.pc == CPc::Start || c.answer.is_some())
+    }
+
+    /// `sometimes` properties: each thing the safety properties are about does happen.
+    fn sanity_checks(&self) -> Vec<Property<Self>> {
+        let cfg = &self.cfg;
+        let b = cfg.budget;
+        let sw = cfg.switches;
+        let keyed = cfg.txs.iter().any(|t| t.keyed && t.executions > 1);
+        let one_phase = cfg.txs.iter().any(|t| t.one_phase());
+        let read_only = cfg.txs.iter().any(|t| t.parts.iter().any(|p| p.read_only()));
+        let unkeyed_2pc = cfg.txs.iter().any(|t| !t.keyed && !t.one_phase());
+        let mut p = vec![
+            Property::<Self>::sometimes("sometimes both commit", |_, s| {
+                s.records.iter().all(|r| r.as_ref().is_some_and(|r| r.status == Status::Committed))
+            }),
+            Property::<Self>::sometimes("sometimes one commits and the other aborts", |_, s| {
+                s.records.iter().flatten().any(|r| r.status == Status::Committed)
+                    && s.records.iter().flatten().any(|r| r.status == Status::Aborted)
+            }),
+        ];
+        if b.crash > 0 || b.loss > 0 || cfg.sweeper_races_coordinators {
+            p.push(Property::<Self>::sometimes(
+                "sometimes the sweeper finishes a transaction",
+                seen::<{ Event::SweeperFinished as u32 }>,
+            ));
+        }
+        if unkeyed_2pc {
+            p.push(Property::<Self>::sometimes(
+                "sometimes an expired lock's owner is recorded ABORTED",
+                seen::<{ Event::ResolutionRecordedAbort as u32 }>,
+            ));
+        }
+        if b.dup > 0 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a copy arrives after its transaction ended",
+                seen::<{ Event::LateDelivery as u32 }>,
+            ));
+        }
+        if b.dup > 0 && b.total >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a late copy takes a stray lock",
+                seen::<{ Event::StrayLock as u32 }>,
+            ));
+        }
+        if b.crash > 0 || b.loss > 0 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes an expired lock is rolled forward",
+                seen::<{ Event::RolledForward as u32 }>,
+            ));
+        }
+        if b.crash > 0 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes the sweeper rolls a lock forward",
+                seen::<{ Event::SweeperRollForward as u32 }>,
+            ));
+        }
+        if b.loss > 0 && b.crash > 0 && b.total >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes the sweeper pushes sweepAt back",
+                seen::<{ Event::SweepAtPushed as u32 }>,
+            ));
+        }
+        if b.db_reply > 0 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a lost reply's retry finds the writer's own write",
+                seen::<{ Event::OwnWriteRecognised as u32 }>,
+            ));
+        }
+        if b.refused > 0 && sw.release_on_refused_decision {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a refused decision releases the locks",
+                seen::<{ Event::RefusedDecisionReleased as u32 }>,
+            ));
+        }
+        if b.dup > 0 && sw.token_check && one_phase && (b.loss > 0 || b.crash > 0) && b.total >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a commit releases a stray lock",
+                seen::<{ Event::StrayReleased as u32 }>,
+            ));
+        }
+        if keyed {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a retried key replays the first execution",
+                seen::<{ Event::ReplayAnswered as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes lock resolution aborts a PREPARING owner",
+                seen::<{ Event::ResolutionAbortedPreparing as u32 }>,
+            ));
+        }
+        if one_phase {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a one-phase commit applies",
+                seen::<{ Event::OnePhaseCommitted as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a one-phase commit finds its record",
+                seen::<{ Event::OnePhaseRecordExists as u32 }>,
+            ));
+        }
+        if !one_phase && !read_only {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a commit loses to lock resolution",
+                seen::<{ Event::CommitLostToResolution as u32 }>,
+            ));
+        }
+        if read_only {
+            p.push(Property::<Self>::sometimes(
+                "sometimes the transaction with a check-only participant commits",
+                |m, s| {
+                    (0..m.cfg.txs.len()).any(|tx| {
+                        m.cfg.txs[tx].parts.iter().any(|p| p.read_only())
+                            && s.status(tx as Tx) == Some(Status::Committed)
+                    })
+                },
+            ));
+        }
+        p
+    }
+}

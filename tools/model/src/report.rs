@@ -1,0 +1,170 @@
+//! Running the checker and printing what it found: states explored, and traces step by step.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
+
+use crate::state::*;
+use crate::{Action, TwoPc};
+
+/// What one exhaustive check found.
+pub struct Run {
+    pub model: TwoPc,
+    /// States generated, counting repeats.
+    pub states: usize,
+    /// Distinct states explored.
+    pub unique: usize,
+    pub depth: usize,
+    pub elapsed: Duration,
+    pub discoveries: HashMap<&'static str, Path<State, Action>>,
+}
+
+/// Threads for the checker: `MODEL_THREADS`, else 2 (CI machines have 2 cores).
+fn threads() -> usize {
+    std::env::var("MODEL_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(2)
+}
+
+/// One check at a time: `cargo test` runs tests in parallel, and each check already uses every
+/// thread it is given (and memory in proportion to the states it explores).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Checks every reachable state (breadth first, so a counterexample is a shortest one). With
+/// `stop_at`, stops as soon as that property has a discovery.
+pub fn check(model: TwoPc, stop_at: Option<&'static str>) -> Run {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let started = Instant::now();
+    let mut builder = model.clone().checker().threads(threads());
+    if let Some(name) = stop_at {
+        builder = builder.finish_when(HasDiscoveries::AnyOf(BTreeSet::from([name])));
+    }
+    let checker = builder.spawn_bfs().join();
+    let run = Run {
+        model,
+        states: checker.state_count(),
+        unique: checker.unique_state_count(),
+        depth: checker.max_depth(),
+        elapsed: started.elapsed(),
+        discoveries: checker.discoveries(),
+    };
+    println!(
+        "model {:?} ({}): {} distinct states explored ({} generated), max depth {}, in {:.1} s",
+        run.model.cfg.name,
+        switches_text(&run.model),
+        run.unique,
+        run.states,
+        run.depth,
+        run.elapsed.as_secs_f64()
+    );
+    run
+}
+
+fn switches_text(model: &TwoPc) -> String {
+    let s = model.cfg.switches;
+    let off: Vec<&str> = [
+        ("token_check", s.token_check),
+        ("recognise_own_writes", s.recognise_own_writes),
+        ("abort_everyone", s.abort_everyone),
+        ("release_on_refused_decision", s.release_on_refused_decision),
+        ("fresh_token_per_attempt", s.fresh_token_per_attempt),
+        ("refusal_after_unknown_is_unknown", s.refusal_after_unknown_is_unknown),
+    ]
+    .into_iter()
+    .filter(|(_, on)| !on)
+    .map(|(n, _)| n)
+    .collect();
+    let b = model.cfg.budget;
+    let budget = format!(
+        "faults: at most {} in all, of which crash {} lost-db-reply {} duplicate {} loss {} refused {}; sweeper reads {} per run{}",
+        b.total,
+        b.crash,
+        b.db_reply,
+        b.dup,
+        b.loss,
+        b.refused,
+        model.cfg.sweep_k,
+        if model.cfg.sweeper_races_coordinators { ", races live coordinators" } else { ", runs between coordinators" }
+    );
+    if off.is_empty() { format!("fixed protocol; {budget}") } else { format!("OFF: {}; {budget}", off.join(", ")) }
+}
+
+impl Run {
+    /// Panics (after printing the trace) if an `always`/`eventually` property has a counterexample,
+    /// or a `sometimes` property was never seen.
+    pub fn assert_all_hold(&self) {
+        let mut failures = vec![];
+        for p in self.model.properties() {
+            let found = self.discoveries.get(p.name);
+            match (p.expectation, found) {
+                (Expectation::Always | Expectation::Eventually, Some(path)) => {
+                    println!("\nCOUNTEREXAMPLE to \"{}\":", p.name);
+                    print_trace(&self.model, path);
+                    failures.push(p.name);
+                }
+                (Expectation::Sometimes, None) => {
+                    println!("never seen: \"{}\"", p.name);
+                    failures.push(p.name);
+                }
+                (Expectation::Sometimes, Some(path)) => {
+                    println!("  seen ({} steps): {}", path.clone().into_actions().len(), p.name);
+                }
+                _ => println!("  holds: {}", p.name),
+            }
+        }
+        assert!(failures.is_empty(), "properties failed: {failures:?}");
+    }
+
+    /// The counterexample to `name`, printed; panics if there is none.
+    pub fn expect_counterexample(&self, name: &'static str) -> Path<State, Action> {
+        let path =
+            self.discoveries.get(name).unwrap_or_else(|| panic!("the checker found no counterexample to \"{name}\""));
+        println!("\nCOUNTEREXAMPLE to \"{name}\" ({} steps):", path.clone().into_actions().len());
+        print_trace(&self.model, path);
+        path.clone()
+    }
+}
+
+/// Prints a path step by step: each action, what it did, and the state at the end.
+pub fn print_trace(model: &TwoPc, path: &Path<State, Action>) {
+    let steps = path.clone().into_vec();
+    for (n, (state, action)) in steps.iter().enumerate() {
+        let Some(action) = action else { continue };
+        println!("{:>3}. {:?}", n + 1, action);
+        if let Some((_, lines)) = model.apply(state, *action, true) {
+            for line in lines {
+                println!("       {line}");
+            }
+        }
+    }
+    println!("     final: {}", summary(model, path.last_state()));
+}
+
+/// One line: items, records, answers.
+pub fn summary(model: &TwoPc, s: &State) -> String {
+    let items: Vec<String> = s
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| {
+            format!(
+                "{}={}{}{}",
+                model.cfg.items[i].name,
+                it.balance,
+                it.last_tx.map(|t| format!(" lastTx={}", model.tx_name(t))).unwrap_or_default(),
+                it.lock.map(|l| format!(" lock={}/{}", model.tx_name(l.tx), l.token)).unwrap_or_default()
+            )
+        })
+        .collect();
+    let records: Vec<String> = s
+        .records
+        .iter()
+        .enumerate()
+        .map(|(t, r)| {
+            format!("{}:{}", model.tx_name(t as u8), r.as_ref().map_or("-".to_owned(), |r| format!("{:?}", r.status)))
+        })
+        .collect();
+    let answers: Vec<String> =
+        (0..s.coords.len()).map(|ci| format!("{}→{:?}", model.coord_name(ci as u8), s.coords[ci].answer)).collect();
+    format!("items [{}]; records [{}]; answers [{}]", items.join(", "), records.join(", "), answers.join(", "))
+}

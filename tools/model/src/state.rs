@@ -1,0 +1,408 @@
+//! The state of the whole system: DynamoDB (items, records), the network, every process (coordinator
+//! executions, participant handlers, the sweeper), the clock (deadlines), the faults left, and ghost
+//! variables that only the properties read.
+
+use crate::config::{Budget, ItemId, Svc, Tx};
+
+/// `model::Status` of the transactions table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Status {
+    Preparing,
+    Committing,
+    Committed,
+    Aborting,
+    Aborted,
+}
+
+impl Status {
+    pub fn terminal(self) -> bool {
+        matches!(self, Status::Committed | Status::Aborted)
+    }
+    pub fn commit(self) -> bool {
+        matches!(self, Status::Committing | Status::Committed)
+    }
+    pub fn abort(self) -> bool {
+        matches!(self, Status::Aborting | Status::Aborted)
+    }
+    /// The terminal status a decided status is driven to.
+    pub fn terminal_of(self) -> Status {
+        match self {
+            Status::Committing | Status::Committed => Status::Committed,
+            _ => Status::Aborted,
+        }
+    }
+}
+
+/// An item's `lock` map: `{transactionId, token}` (expiresAt is the owner's deadline: the lock is
+/// expired once `State::deadline_passed` says so). `late` is a ghost: the lock was written after this
+/// participant had processed an abort of the same transaction (a stray lock of a late copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lock {
+    pub tx: Tx,
+    pub token: u8,
+    pub late: bool,
+}
+
+/// A participant table's item: `data.balance`, `lastTx`, `lock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Item {
+    pub balance: i8,
+    pub last_tx: Option<Tx>,
+    pub lock: Option<Lock>,
+}
+
+/// A participant entry's vote, as the coordinator collected it or the record stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Vote {
+    /// No vote recorded (a record written without votes, or not asked yet).
+    Unknown,
+    /// No answer: the prepare or its reply was lost, or the deadline came first.
+    NoAnswer,
+    Refused,
+    /// PREPARED, with the lock token the vote reported (0 when the participant locked nothing, or
+    /// when `token_check` is off).
+    Prepared {
+        token: u8,
+        read_only: bool,
+    },
+}
+
+/// A transaction record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Record {
+    pub status: Status,
+    /// `executionId` of the writer that created it ([`NOBODY`]: lock resolution).
+    pub exec: u8,
+    /// `participants[i].vote` and `lockToken`, when the record carries votes.
+    pub votes: Option<Vec<Vote>>,
+    /// `sweepAt` as a rank: how many times the sweeper pushed it back (saturating).
+    pub sweep_at: u8,
+}
+
+/// The executionId of records that lock resolution creates.
+pub const NOBODY: u8 = 0xFE;
+/// The actor number of the sweeper in a [`Dest`].
+pub const SWEEPER: u8 = 0xFF;
+
+/// Where a participant's answer goes: an actor (a coordinator execution by index, or the sweeper)
+/// and the slot of the invocation it waits on (the participant's index in the transaction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dest {
+    pub actor: u8,
+    pub slot: u8,
+}
+
+/// A participant request (`ParticipantRequest`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Req {
+    /// prepare{transactionId, deadline, startedAt, operations}; `exec` and `copy` make the lock
+    /// token this delivery writes (a duplicate is another copy, hence another token).
+    Prepare { tx: Tx, exec: u8, copy: u8 },
+    /// commit with `onePhaseRecord` (the sole participant applies and writes the COMMITTED record).
+    OnePhase { tx: Tx, exec: u8, copy: u8 },
+    /// commit{transactionId, operations, lockToken}.
+    Commit { tx: Tx, token: u8 },
+    /// abort{transactionId, operations}; `item` = Some: the sweeper's key-only abort of one lock.
+    Abort { tx: Tx, item: Option<ItemId> },
+}
+
+impl Req {
+    pub fn tx(&self) -> Tx {
+        match *self {
+            Req::Prepare { tx, .. } | Req::OnePhase { tx, .. } | Req::Commit { tx, .. } | Req::Abort { tx, .. } => tx,
+        }
+    }
+}
+
+/// A participant's answer (`ParticipantResponse`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ans {
+    Vote(Vote),
+    Committed,
+    NotPrepared,
+    Aborted,
+    RecordExists,
+}
+
+/// A request in flight to a participant, and where its answer goes. (An answer reaches its caller in
+/// the handler's last step: an answer lost or late is the caller's timeout, [`crate::Action::GiveUp`].)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Msg {
+    pub to: Svc,
+    pub req: Req,
+    pub reply: Option<Dest>,
+}
+
+/// An invocation an actor made, per slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Inv {
+    Idle,
+    Waiting,
+    Acked,
+    /// Given up: no answer (lost, timed out) or an answer that does not acknowledge.
+    Failed,
+}
+
+/// Where a participant handler is (participant.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TPc {
+    /// `prepare`: the lock write (`DataTable::lock_all`), first or again.
+    Lock,
+    /// `prepare_read_only`: read the checked items.
+    ReadCheck,
+    /// `commit_one_phase`: the TransactWriteItems (`DataTable::apply_one_phase`).
+    OnePhase,
+    /// Wait-die: an older transaction waits for a younger one's live lock on `item`.
+    Wait { owner: Tx, item: ItemId },
+    /// `Participant::resolve`: an expired lock of `owner` on `item`.
+    Resolve { owner: Tx, item: ItemId, stage: RStage },
+    /// `Participant::commit`: `commit_item` of the `at`-th item; `all` = every item so far applied
+    /// or already committed.
+    Commit { at: u8, all: bool },
+    /// `commit_item` found a stray lock of this transaction with another token: release it.
+    ReleaseStray { at: u8, token: u8 },
+    /// `Participant::abort`: `release` of the `at`-th item.
+    Abort { at: u8 },
+}
+
+/// Stages of lock resolution (recovery.rs `owner_fate`, participant `resolve`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RStage {
+    /// Read the owner's record.
+    Get,
+    /// `TransactionStore::abort_if_absent`.
+    CreateAborted,
+    /// `TransactionStore::transition` PREPARING → ABORTING (owner past its deadline).
+    Transition,
+    /// `DataTable::commit_item` for the owner, with the lockToken its record lists.
+    RollForward { token: u8 },
+    /// `DataTable::release` of the owner's lock.
+    Release,
+    /// commit_item met a stray lock of the owner (another token): release it.
+    ReleaseStray { token: u8 },
+}
+
+/// A participant handler at work on one delivered request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Task {
+    pub svc: Svc,
+    pub req: Req,
+    pub reply: Option<Dest>,
+    pub pc: TPc,
+    /// The next step is the SDK's retry of a write whose reply was lost.
+    pub retrying: bool,
+    /// Lock writes of this handler that took effect without their reply (each burns its token).
+    pub burned: u8,
+}
+
+/// The answer a coordinator execution gave its client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Answer {
+    /// 200 COMMITTED
+    Ok,
+    /// 202 COMMITTING
+    Accepted,
+    /// 409 ABORTED
+    Conflict,
+    /// 503; `aborted`: the coordinator knows the transaction is aborted (its decision write was
+    /// refused), as opposed to an outcome it does not know.
+    Unavailable { aborted: bool },
+    /// The coordinator crashed: no answer (500 / a dropped connection).
+    Crashed,
+}
+
+/// Where a coordinator execution is (coordinator.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CPc {
+    /// Not started (a client retry that has not been sent yet).
+    Start,
+    /// `TransactionStore::create` of the keyed PREPARING record.
+    CreatePreparing,
+    /// `prepare_all`: waiting for the votes.
+    CollectVotes,
+    /// Every vote in (or given up): read the clock and decide.
+    Decide,
+    /// The decision write: keyed `transition` PREPARING → `to`, unkeyed `create` COMMITTING.
+    WriteDecision {
+        to: Status,
+    },
+    /// The decision write's outcome is unknown: read the record to find out.
+    FindOut {
+        to: Status,
+    },
+    /// `abort_unrecorded`: create the ABORTED record.
+    AbortCreate,
+    /// Waiting for abort acknowledgements before answering: 409 when `recorded`, else 503.
+    AbortAwait {
+        recorded: bool,
+    },
+    /// `drive`: waiting for the acknowledgements.
+    DriveAwait {
+        status: Status,
+    },
+    /// `drive`: `transition` to the terminal status.
+    TerminalWrite {
+        to: Status,
+    },
+    /// `replay`: another execution of the key runs it; wait for its end or its deadline.
+    Replay,
+    /// `recover`: PREPARING past its deadline → ABORTING.
+    RecoverTransition,
+    /// `run_one_phase`: waiting for the sole participant's answer.
+    OnePhaseWait,
+    /// `run_one_phase`: RECORD_EXISTS: read the record and answer it.
+    OnePhaseGet,
+    /// `run_one_phase`: no commit: create the ABORTED record conditionally.
+    OnePhaseAbort,
+    Done,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Coord {
+    pub pc: CPc,
+    pub retrying: bool,
+    /// The votes it collected (or took from the record it drives), per participant.
+    pub votes: Vec<Vote>,
+    pub inv: Vec<Inv>,
+    pub answer: Option<Answer>,
+    /// Ghost: bit p = an abort to participant p was not acknowledged.
+    pub abort_unacked: u8,
+}
+
+/// Where the sweeper is (sweeper.rs). `rest` is what is left of this run's bounded read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SPc {
+    Idle,
+    /// `recover_transaction`: read the record.
+    GetTx {
+        tx: Tx,
+        rest: Vec<Tx>,
+    },
+    /// `Coordinator::recover`: PREPARING past deadline → ABORTING.
+    Transition {
+        tx: Tx,
+        rest: Vec<Tx>,
+    },
+    DriveAwait {
+        tx: Tx,
+        status: Status,
+        rest: Vec<Tx>,
+    },
+    /// `drive`: the terminal transition.
+    Terminal {
+        tx: Tx,
+        to: Status,
+        rest: Vec<Tx>,
+    },
+    /// `DataTable::expired_locks` of one table.
+    QueryLocks {
+        svc: Svc,
+    },
+    /// `resolve_lock`: read the item, then (`owner_fate`) its owner's record.
+    GetItem {
+        svc: Svc,
+        item: ItemId,
+        rest: Vec<ItemId>,
+    },
+    /// `abort_if_absent`.
+    OwnerCreate {
+        svc: Svc,
+        item: ItemId,
+        owner: Tx,
+        rest: Vec<ItemId>,
+    },
+    /// PREPARING past deadline → ABORTING.
+    OwnerTransition {
+        svc: Svc,
+        item: ItemId,
+        owner: Tx,
+        rest: Vec<ItemId>,
+    },
+    /// Waiting for the participant's answer to the commit or abort it sent.
+    LockAwait {
+        svc: Svc,
+        rest: Vec<ItemId>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sweeper {
+    pub pc: SPc,
+    pub retrying: bool,
+    pub votes: Vec<Vote>,
+    pub inv: Vec<Inv>,
+}
+
+/// Ghost variables: history the properties need and the code does not keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ghost {
+    /// Per operation (flattened, `Config::op_index`): how many times it was applied.
+    pub applied: Vec<u8>,
+    /// Bit per tx: a COMMITTING or COMMITTED status was ever written.
+    pub decided_commit: u8,
+    /// Bit per tx: an ABORTING or ABORTED status was ever written, or its coordinator decided abort.
+    pub decided_abort: u8,
+    /// Bit per tx: the only execution that may write COMMITTING decided not to (it can never commit).
+    pub no_commit: u8,
+    /// Bit per tx: the transaction has a reason to abort (a refusal, a lost or late message, a crash,
+    /// a refused write, its deadline passing while it was still being decided).
+    pub reason: u8,
+    /// Per tx: bit e = execution e sent prepares or applied its one-phase commit.
+    pub executed_by: Vec<u8>,
+    /// Bit tx * 8 + svc: that participant processed an abort of that transaction.
+    pub abort_processed: u32,
+    /// Bits of [`crate::Violation`]: properties that a step broke (checked at the moment it happened).
+    pub violations: u16,
+    /// Bits of [`crate::Event`]: things that happened (for the "sometimes" sanity checks).
+    pub seen: u32,
+}
+
+/// The events seen (`Ghost::seen`) are left out of a state's identity (its hash, which is what the
+/// checker deduplicates on): they are history for the `sometimes` checks only, and keeping them
+/// would multiply the state space by the histories that lead to one and the same state. Only the
+/// sweeper's progress bit, which the liveness check reads, is kept.
+impl std::hash::Hash for Ghost {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.applied.hash(h);
+        self.decided_commit.hash(h);
+        self.decided_abort.hash(h);
+        self.no_commit.hash(h);
+        self.reason.hash(h);
+        self.executed_by.hash(h);
+        self.abort_processed.hash(h);
+        self.violations.hash(h);
+        (self.seen & crate::Event::Progress.bit()).hash(h);
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub items: Vec<Item>,
+    pub records: Vec<Option<Record>>,
+    /// Bit per tx: its deadline passed (it flips once, at any moment after the transaction began).
+    pub deadline_passed: u8,
+    pub coords: Vec<Coord>,
+    /// Messages in flight (a multiset, kept sorted).
+    pub net: Vec<Msg>,
+    /// Participant handlers at work (kept sorted).
+    pub tasks: Vec<Task>,
+    pub sweeper: Sweeper,
+    pub budget: Budget,
+    pub ghost: Ghost,
+}
+
+impl State {
+    pub fn passed(&self, tx: Tx) -> bool {
+        self.deadline_passed & (1 << tx) != 0
+    }
+    pub fn record(&self, tx: Tx) -> Option<&Record> {
+        self.records[tx as usize].as_ref()
+    }
+    pub fn status(&self, tx: Tx) -> Option<Status> {
+        self.record(tx).map(|r| r.status)
+    }
+    /// A lock whose owner's deadline passed: eligible for resolution.
+    pub fn expired(&self, lock: &Lock) -> bool {
+        self.passed(lock.tx)
+    }
+}

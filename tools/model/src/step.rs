@@ -1,0 +1,1704 @@
+//! The transition relation: every action of the model, each one atomic step of the code.
+//!
+//! Granularity: one DynamoDB conditional write (or one consistent read) is one atomic step, with
+//! the same condition as the code's. Purely local work next to it (sending the messages a step
+//! decides, reading the clock right before a write whose outcome only the writer sees) is folded
+//! into that step: no other process can observe the difference. A write "with its reply lost"
+//! ([`Fault::LostReply`]) takes effect, then the writer's next step is the SDK's retry of the same
+//! request (same condition, same values, e.g. the same lock token), and the writer acts on the
+//! retry's answer.
+
+use crate::config::{ItemId, Op, OpKind, Svc, Tx};
+use crate::state::*;
+use crate::{Event, TwoPc, Violation};
+
+/// A fault that may come with a step: a DynamoDB write that takes effect but whose reply is lost,
+/// or a decision write DynamoDB refuses (4xx, not applied).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    None,
+    LostReply,
+    Refused,
+    /// The participant's answer is lost on its way back (the caller keeps waiting: a re-sent copy
+    /// may answer it, else it times out).
+    DropReply,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The clock passes a transaction's deadline (its locks become expired, its prepares refused).
+    Deadline(Tx),
+    /// A coordinator execution crashes: it writes nothing more and never answers.
+    Crash(u8),
+    /// The network delivers a second copy of a request (the SDK re-sends a timed-out Invoke).
+    Duplicate(u8),
+    /// The network loses a request or an answer.
+    Lose(u8),
+    /// A message in flight arrives: a request starts a participant handler (its first step runs at
+    /// once), an answer reaches the coordinator or sweeper that waits for it.
+    Deliver(u8, Fault),
+    /// A participant handler's next step.
+    Task(u8, Fault),
+    /// Wait-die: a waiting (older) prepare's wait budget runs out: REFUSED CONFLICT.
+    TaskGiveUp(u8),
+    /// A coordinator execution's next step (for a not yet started execution: the client sends it).
+    Coord(u8, Fault),
+    /// An actor stops waiting for an invocation: free when it can no longer be answered (lost) or
+    /// the transaction's deadline passed (prepares), else a timeout fault (the message may still be
+    /// delivered later).
+    GiveUp(Dest),
+    /// The sweeper's next step (when idle and there is work: a scheduled run starts).
+    Sweep(Fault),
+}
+
+/// Per-step context: the fault the action brings, whether a write used it, and a log for traces.
+pub(crate) struct Ctx {
+    fault: Fault,
+    used: bool,
+    pub log: Option<Vec<String>>,
+}
+
+impl Ctx {
+    /// At a write that takes effect: is its reply lost?
+    fn lost_reply(&mut self, s: &mut State) -> bool {
+        if self.fault == Fault::LostReply && !self.used {
+            self.used = true;
+            s.budget.db_reply -= 1;
+            s.budget.total -= 1;
+            self.note(|| "  (DynamoDB applied the write; its reply is lost: the SDK retries)".into());
+            true
+        } else {
+            false
+        }
+    }
+
+    /// At a decision write: does DynamoDB refuse it (4xx, not applied)?
+    fn refused(&mut self, s: &mut State) -> bool {
+        if self.fault == Fault::Refused && !self.used {
+            self.used = true;
+            s.budget.refused -= 1;
+            s.budget.total -= 1;
+            self.note(|| "  (DynamoDB refuses the write: 4xx, not applied)".into());
+            true
+        } else {
+            false
+        }
+    }
+
+    /// At a participant's answer: is it lost on the way back?
+    fn drop_reply(&mut self, s: &mut State) -> bool {
+        if self.fault == Fault::DropReply && !self.used {
+            self.used = true;
+            s.budget.loss -= 1;
+            s.budget.total -= 1;
+            self.note(|| "  (the answer is lost on its way back)".into());
+            true
+        } else {
+            false
+        }
+    }
+
+    fn note(&mut self, f: impl FnOnce() -> String) {
+        if let Some(log) = &mut self.log {
+            log.push(f());
+        }
+    }
+}
+
+fn bit(tx: Tx) -> u8 {
+    1 << tx
+}
+
+fn guard(op: &Op, item: &Item) -> bool {
+    match op.kind {
+        OpKind::Add { delta, min } => min.is_none_or(|m| item.balance + delta >= m),
+        OpKind::Check => true,
+    }
+}
+
+/// The owner's fate as lock resolution reads it from its record (recovery.rs `owner_fate`/`decide`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    /// No record: create it ABORTED (`abort_if_absent`).
+    Absent,
+    /// PREPARING within its deadline: leave the lock.
+    Undecided,
+    /// PREPARING past its deadline: PREPARING → ABORTING.
+    Transition,
+    /// COMMITTING: roll forward with the lockToken the record lists for this service.
+    Commit(u8),
+    /// COMMITTED (a lock left is a late copy's), ABORTING, ABORTED: release.
+    Release,
+}
+
+impl TwoPc {
+    /// Applies an action; `None` when it does not apply (a fault the step cannot use).
+    pub(crate) fn apply(&self, s0: &State, action: Action, log: bool) -> Option<(State, Vec<String>)> {
+        let mut s = s0.clone();
+        let fault = match action {
+            Action::Deliver(_, f) | Action::Task(_, f) | Action::Coord(_, f) | Action::Sweep(f) => f,
+            _ => Fault::None,
+        };
+        let mut ctx = Ctx { fault, used: false, log: log.then(Vec::new) };
+        match action {
+            Action::Deadline(tx) => {
+                s.deadline_passed |= bit(tx);
+                self.progress(&mut s);
+                ctx.note(|| format!("{}'s deadline passes", self.tx_name(tx)));
+                let deciding = self.execs_of(tx).any(|ci| matches!(s.coords[ci as usize].pc, p if in_progress(p)));
+                if deciding {
+                    s.ghost.reason |= bit(tx);
+                }
+            }
+            Action::Crash(ci) => {
+                s.budget.crash -= 1;
+                s.budget.total -= 1;
+                let tx = self.execs[ci as usize].0;
+                s.ghost.reason |= bit(tx);
+                ctx.note(|| format!("{} crashes", self.coord_name(ci)));
+                self.answer(&mut s, ci, Answer::Crashed, &mut ctx);
+            }
+            Action::Duplicate(i) => {
+                let m = s.net[i as usize];
+                let Msg { to, req, reply } = m;
+                s.budget.dup -= 1;
+                s.budget.total -= 1;
+                self.progress(&mut s);
+                let req = match req {
+                    Req::Prepare { tx, exec, copy } => Req::Prepare { tx, exec, copy: copy + 1 },
+                    Req::OnePhase { tx, exec, copy } => Req::OnePhase { tx, exec, copy: copy + 1 },
+                    other => other,
+                };
+                ctx.note(|| format!("network duplicates {}", self.msg_name(&m)));
+                s.net.push(Msg { to, req, reply });
+            }
+            Action::Lose(i) => {
+                let m = s.net.remove(i as usize);
+                s.budget.loss -= 1;
+                s.budget.total -= 1;
+                self.progress(&mut s);
+                ctx.note(|| format!("network loses {}", self.msg_name(&m)));
+                s.ghost.reason |= bit(m.req.tx());
+            }
+            Action::Deliver(i, _) => {
+                let m = s.net.remove(i as usize);
+                ctx.note(|| format!("deliver {}", self.msg_name(&m)));
+                self.deliver_req(&mut s, m.to, m.req, m.reply, &mut ctx);
+            }
+            Action::Task(i, _) => {
+                let t = s.tasks.remove(i as usize);
+                ctx.note(|| format!("{}: {:?}", self.task_name(&t), t.pc));
+                let t = match t.pc {
+                    // Woken: the lock it waited for changed or expired; retry at once.
+                    TPc::Wait { .. } => Task { pc: self.resume_pc(&t), retrying: false, ..t },
+                    _ => t,
+                };
+                self.task_step(&mut s, t, &mut ctx);
+            }
+            Action::TaskGiveUp(i) => {
+                let t = s.tasks.remove(i as usize);
+                ctx.note(|| format!("{}: wait budget spent", self.task_name(&t)));
+                self.refuse(&mut s, t, &mut ctx);
+            }
+            Action::Coord(ci, _) => {
+                ctx.note(|| format!("{}: {:?}", self.coord_name(ci), s.coords[ci as usize].pc));
+                self.coord_step(&mut s, ci, &mut ctx);
+            }
+            Action::GiveUp(dest) => {
+                if self.live(&s, dest) && !self.free_give_up(&s, dest) {
+                    s.budget.loss -= 1;
+                    s.budget.total -= 1;
+                    if dest.actor != SWEEPER {
+                        s.ghost.reason |= bit(self.execs[dest.actor as usize].0);
+                    }
+                    ctx.note(|| {
+                        format!("{} times out waiting on {}", self.actor_name(dest.actor), self.slot_name(&s, dest))
+                    });
+                } else {
+                    ctx.note(|| {
+                        format!("{} stops waiting on {}", self.actor_name(dest.actor), self.slot_name(&s, dest))
+                    });
+                }
+                self.progress(&mut s);
+                self.deliver_rep(&mut s, dest, None, &mut ctx);
+            }
+            Action::Sweep(_) => {
+                ctx.note(|| format!("sweeper: {:?}", s.sweeper.pc));
+                self.sweep_step(&mut s, &mut ctx);
+            }
+        }
+        if ctx.fault != Fault::None && !ctx.used {
+            return None;
+        }
+        self.normalize(&mut s);
+        Some((s, ctx.log.unwrap_or_default()))
+    }
+
+    // ----- helpers -----------------------------------------------------------------------------
+
+    /// The service an invocation slot talks to, for traces.
+    fn slot_name(&self, s: &State, d: Dest) -> String {
+        let tx = if d.actor == SWEEPER {
+            match &s.sweeper.pc {
+                SPc::DriveAwait { tx, .. } => Some(*tx),
+                SPc::LockAwait { svc, .. } => return format!("{} (lock resolution)", self.cfg.services[*svc as usize]),
+                _ => None,
+            }
+        } else {
+            Some(self.execs[d.actor as usize].0)
+        };
+        match tx {
+            Some(tx) => self.cfg.services[self.svc_of(tx, d.slot as usize) as usize].to_owned(),
+            None => format!("slot {}", d.slot),
+        }
+    }
+
+    /// Canonical form: the multisets sorted, and what can no longer matter forgotten, so that states
+    /// that differ only in it are one state.
+    fn normalize(&self, s: &mut State) {
+        // Where a prepare of T may still lock: bit tx * 8 + svc.
+        let mut may_lock = 0u32;
+        for (tx, svc, req) in
+            s.net.iter().map(|m| (m.req.tx(), m.to, m.req)).chain(s.tasks.iter().map(|t| (t.req.tx(), t.svc, t.req)))
+        {
+            if matches!(req, Req::Prepare { .. }) {
+                may_lock |= 1 << (tx as u32 * 8 + svc as u32);
+            }
+        }
+        // A copy nobody waits for, whose delivery can change nothing any more, is as good as lost:
+        // a prepare or one-phase commit after its deadline (refused TIMEOUT); a commit or abort of T
+        // where T holds no lock and can take none.
+        let net = std::mem::take(&mut s.net);
+        s.net = net
+            .into_iter()
+            .filter(|m| {
+                if m.reply.is_some() {
+                    return true;
+                }
+                let tx = m.req.tx();
+                match m.req {
+                    Req::Prepare { .. } | Req::OnePhase { .. } => !s.passed(tx),
+                    Req::Commit { .. } | Req::Abort { .. } => self.may_hold(s, tx, m.to),
+                }
+            })
+            .collect();
+        s.net.sort_unstable();
+        s.tasks.sort_unstable();
+        // A reason to abort matters until the transaction is decided.
+        s.ghost.reason |= s.ghost.decided_commit | s.ghost.decided_abort;
+        // "This participant processed T's abort" matters while a prepare of T may still lock there.
+        s.ghost.abort_processed &= may_lock;
+        for c in &mut s.coords {
+            if c.pc == CPc::Done {
+                c.abort_unacked = 0;
+                for v in c.votes.iter_mut() {
+                    *v = Vote::Unknown;
+                }
+            }
+        }
+        // A deadline nothing can observe any more is as good as passed.
+        for tx in 0..self.cfg.txs.len() as Tx {
+            if !s.passed(tx) && self.deadline_unobservable(s, tx) {
+                s.deadline_passed |= bit(tx);
+            }
+        }
+        if s.sweeper.pc == SPc::Idle {
+            s.sweeper.votes.clear();
+            for x in s.sweeper.inv.iter_mut() {
+                *x = Inv::Idle;
+            }
+            s.ghost.seen &= !Event::Progress.bit();
+        }
+        // A terminal record's votes and sweepAt are read by no one.
+        for r in s.records.iter_mut().flatten() {
+            if r.status.terminal() {
+                r.votes = None;
+                r.sweep_at = 0;
+            }
+        }
+    }
+
+    pub(crate) fn execs_of(&self, tx: Tx) -> impl Iterator<Item = u8> + '_ {
+        self.execs.iter().enumerate().filter(move |(_, (t, _))| *t == tx).map(|(i, _)| i as u8)
+    }
+
+    fn part_of(&self, tx: Tx, svc: Svc) -> usize {
+        self.cfg.txs[tx as usize].part_of(svc).expect("the transaction has a part at this service")
+    }
+
+    fn ops(&self, tx: Tx, svc: Svc) -> &[Op] {
+        &self.cfg.txs[tx as usize].parts[self.part_of(tx, svc)].ops
+    }
+
+    fn svc_of(&self, tx: Tx, part: usize) -> Svc {
+        self.cfg.txs[tx as usize].parts[part].svc
+    }
+
+    fn nparts(&self, tx: Tx) -> usize {
+        self.cfg.txs[tx as usize].parts.len()
+    }
+
+    fn voted_token(&self, s: &State, tx: Tx, svc: Svc) -> Option<u8> {
+        let p = self.part_of(tx, svc);
+        match s.record(tx)?.votes.as_ref()?.get(p) {
+            Some(Vote::Prepared { token, .. }) => Some(*token),
+            _ => None,
+        }
+    }
+
+    /// Marks that something durable happened (for the sweeper's progress check).
+    fn progress(&self, s: &mut State) {
+        s.ghost.seen |= Event::Progress.bit();
+    }
+
+    fn event(&self, s: &mut State, e: Event) {
+        s.ghost.seen |= e.bit();
+    }
+
+    fn violate(&self, s: &mut State, v: Violation, ctx: &mut Ctx) {
+        s.ghost.violations |= v.bit();
+        ctx.note(|| format!("  !! VIOLATION: {}", v.name()));
+    }
+
+    /// Ghost: an abort decision for `tx` is being made; it needs a reason (no self-abort).
+    fn abort_decided(&self, s: &mut State, tx: Tx, ctx: &mut Ctx) {
+        if s.ghost.reason & bit(tx) == 0 {
+            self.violate(s, Violation::SelfAbort, ctx);
+        }
+        s.ghost.decided_abort |= bit(tx);
+    }
+
+    /// Writes a record (creation or conditional status change; the caller checked the condition).
+    fn write_record(&self, s: &mut State, tx: Tx, rec: Record, ctx: &mut Ctx) {
+        let old = s.status(tx);
+        let legal = matches!(
+            (old, rec.status),
+            (None, _)
+                | (Some(Status::Preparing), Status::Committing | Status::Aborting)
+                | (Some(Status::Committing), Status::Committed)
+                | (Some(Status::Aborting), Status::Aborted)
+        );
+        if !legal {
+            self.violate(s, Violation::StatusBackwards, ctx);
+        }
+        if rec.status.commit() {
+            s.ghost.decided_commit |= bit(tx);
+        }
+        if rec.status.abort() && !old.is_some_and(Status::abort) {
+            self.abort_decided(s, tx, ctx);
+        }
+        ctx.note(|| format!("  record {} := {:?}", self.tx_name(tx), rec.status));
+        s.records[tx as usize] = Some(rec);
+        self.progress(s);
+    }
+
+    fn set_status(&self, s: &mut State, tx: Tx, status: Status, votes: Option<Vec<Vote>>, ctx: &mut Ctx) {
+        let mut rec = s.records[tx as usize].clone().expect("a status change needs a record");
+        rec.status = status;
+        if votes.is_some() {
+            rec.votes = votes;
+        }
+        self.write_record(s, tx, rec, ctx);
+    }
+
+    fn take_lock(&self, s: &mut State, item: ItemId, tx: Tx, svc: Svc, token: u8, ctx: &mut Ctx) {
+        let late = s.ghost.abort_processed & (1 << (tx as u32 * 8 + svc as u32)) != 0;
+        let ended = s.status(tx).is_some_and(Status::terminal)
+            || self.execs_of(tx).any(|ci| s.coords[ci as usize].answer.is_some());
+        if ended {
+            self.event(s, Event::StrayLock);
+        }
+        ctx.note(|| format!("  lock {} for {} (token {token})", self.cfg.items[item as usize].name, self.tx_name(tx)));
+        s.items[item as usize].lock = Some(Lock { tx, token, late });
+        self.progress(s);
+    }
+
+    /// Removes `lock` from `item`, checking that the owner's record allows it.
+    fn release_lock(&self, s: &mut State, item: ItemId, svc: Svc, ctx: &mut Ctx) {
+        let lock = s.items[item as usize].lock.expect("a lock to release");
+        let tx = lock.tx;
+        let ok = match s.status(tx) {
+            Some(Status::Aborting | Status::Aborted | Status::Committed) => true,
+            // Only a stray lock (not the voted token) may be released under COMMITTING.
+            Some(Status::Committing) => {
+                self.cfg.switches.token_check && self.voted_token(s, tx, svc) != Some(lock.token)
+            }
+            // No record, or PREPARING: only once the sole execution that may commit decided not to.
+            _ => s.ghost.no_commit & bit(tx) != 0,
+        };
+        if !ok {
+            self.violate(s, Violation::BadRelease, ctx);
+        }
+        ctx.note(|| format!("  release {}'s lock on {}", self.tx_name(tx), self.cfg.items[item as usize].name));
+        s.items[item as usize].lock = None;
+        self.progress(s);
+    }
+
+    /// Applies `tx`'s operation on `item` (a commit or a roll-forward): it must be decided commit.
+    fn apply_op(&self, s: &mut State, tx: Tx, svc: Svc, item: ItemId, two_phase: bool, ctx: &mut Ctx) {
+        if two_phase && !s.status(tx).is_some_and(Status::commit) {
+            self.violate(s, Violation::BadRollForward, ctx);
+        }
+        let p = self.part_of(tx, svc);
+        for (o, op) in self.cfg.txs[tx as usize].parts[p].ops.iter().enumerate() {
+            if op.item != item {
+                continue;
+            }
+            if let OpKind::Add { delta, .. } = op.kind {
+                let it = &mut s.items[item as usize];
+                it.balance += delta;
+                it.last_tx = Some(tx);
+                s.ghost.applied[self.cfg.op_index(tx, p, o)] += 1;
+                ctx.note(|| {
+                    format!("  apply {}'s {delta:+} to {}", self.tx_name(tx), self.cfg.items[item as usize].name)
+                });
+            }
+        }
+        if two_phase {
+            s.items[item as usize].lock = None;
+        }
+        self.progress(s);
+    }
+
+    fn waiting(&self, s: &State, d: Dest) -> bool {
+        let inv = if d.actor == SWEEPER { &s.sweeper.inv } else { &s.coords[d.actor as usize].inv };
+        inv.get(d.slot as usize) == Some(&Inv::Waiting)
+    }
+
+    /// Whether anything in flight may still answer invocation `d`.
+    pub(crate) fn live(&self, s: &State, d: Dest) -> bool {
+        s.net.iter().any(|m| m.reply == Some(d)) || s.tasks.iter().any(|t| t.reply == Some(d))
+    }
+
+    /// A give-up that costs no fault: nothing can answer any more, or a prepare (or one-phase commit)
+    /// whose transaction's deadline passed (`prepare_all` waits until the deadline).
+    pub(crate) fn free_give_up(&self, s: &State, d: Dest) -> bool {
+        if !self.live(s, d) {
+            return true;
+        }
+        if d.actor == SWEEPER {
+            return false;
+        }
+        let c = &s.coords[d.actor as usize];
+        matches!(c.pc, CPc::CollectVotes | CPc::OnePhaseWait) && s.passed(self.execs[d.actor as usize].0)
+    }
+
+    /// The invocation `d` got its answer or was given up: nothing else answers it any more.
+    fn orphan(&self, s: &mut State, d: Dest) {
+        for m in &mut s.net {
+            if m.reply == Some(d) {
+                m.reply = None;
+            }
+        }
+        for t in &mut s.tasks {
+            if t.reply == Some(d) {
+                t.reply = None;
+            }
+        }
+    }
+
+    fn send(&self, s: &mut State, to: Svc, req: Req, reply: Option<Dest>, ctx: &mut Ctx) {
+        ctx.note(|| format!("  send {:?} to {}", req, self.cfg.services[to as usize]));
+        s.net.push(Msg { to, req, reply });
+    }
+
+    /// A handler's answer reaches its caller, if the caller still waits for it. (Its loss or delay
+    /// is the caller's timeout: `Action::GiveUp` while the handler is still at work.)
+    fn finish(&self, s: &mut State, t: Task, ans: Ans, ctx: &mut Ctx) {
+        ctx.note(|| format!("  {} answers {:?}", self.task_name(&t), ans));
+        if let Some(d) = t.reply
+            && self.waiting(s, d)
+        {
+            if ctx.drop_reply(s) {
+                s.ghost.reason |= bit(t.req.tx());
+            } else {
+                self.deliver_rep(s, d, Some(ans), ctx);
+            }
+        }
+    }
+
+    fn refuse(&self, s: &mut State, t: Task, ctx: &mut Ctx) {
+        s.ghost.reason |= bit(t.req.tx());
+        self.finish(s, t, Ans::Vote(Vote::Refused), ctx);
+    }
+
+    /// Where a prepare (or one-phase commit) goes back to after resolving a lock or waiting.
+    fn resume_pc(&self, t: &Task) -> TPc {
+        match t.req {
+            Req::OnePhase { .. } => TPc::OnePhase,
+            Req::Prepare { tx, .. } if self.cfg.txs[tx as usize].parts[self.part_of(tx, t.svc)].read_only() => {
+                TPc::ReadCheck
+            }
+            _ => TPc::Lock,
+        }
+    }
+
+    fn fate(&self, s: &State, owner: Tx, svc: Svc) -> Fate {
+        match s.status(owner) {
+            None => Fate::Absent,
+            Some(Status::Committing) => Fate::Commit(self.voted_token(s, owner, svc).unwrap_or(0)),
+            Some(Status::Committed | Status::Aborting | Status::Aborted) => Fate::Release,
+            Some(Status::Preparing) if s.passed(owner) => Fate::Transition,
+            Some(Status::Preparing) => Fate::Undecided,
+        }
+    }
+
+    /// What a lock the handler's write met means (items.rs `classify_lock_failure`, the other
+    /// transaction's lock part): resolve an expired one, wait for a younger one's, refuse an older one's.
+    fn met_lock(&self, s: &mut State, mut t: Task, lock: Lock, item: ItemId, ctx: &mut Ctx) {
+        let tx = t.req.tx();
+        if s.expired(&lock) {
+            t.pc = TPc::Resolve { owner: lock.tx, item, stage: RStage::Get };
+            s.tasks.push(t);
+        } else if tx < lock.tx {
+            // Wait-die by (startedAt, id): the older one waits for the younger one's lock.
+            ctx.note(|| "  older: waits".into());
+            t.pc = TPc::Wait { owner: lock.tx, item };
+            s.tasks.push(t);
+        } else {
+            ctx.note(|| "  younger: dies".into());
+            self.refuse(s, t, ctx);
+        }
+    }
+
+    // ----- participant ---------------------------------------------------------------------------
+
+    /// participant.rs `Participant::handle`: a request arrives; its handler's first step runs.
+    fn deliver_req(&self, s: &mut State, svc: Svc, req: Req, reply: Option<Dest>, ctx: &mut Ctx) {
+        let tx = req.tx();
+        if s.status(tx).is_some_and(Status::terminal) {
+            self.event(s, Event::LateDelivery);
+        }
+        let mut t = Task { svc, req, reply, pc: TPc::Lock, retrying: false, burned: 0 };
+        match req {
+            Req::Prepare { .. } | Req::OnePhase { .. } if s.passed(tx) => {
+                // prepare / commit_one_phase: refused TIMEOUT after the deadline.
+                ctx.note(|| "  after the deadline: REFUSED TIMEOUT".into());
+                return self.refuse(s, t, ctx);
+            }
+            Req::Prepare { .. } | Req::OnePhase { .. } => t.pc = self.resume_pc(&t),
+            Req::Commit { .. } => t.pc = TPc::Commit { at: 0, all: true },
+            Req::Abort { .. } => {
+                s.ghost.abort_processed |= 1 << (tx as u32 * 8 + svc as u32);
+                t.pc = TPc::Abort { at: 0 };
+            }
+        }
+        self.task_step(s, t, ctx);
+    }
+
+    fn task_step(&self, s: &mut State, t: Task, ctx: &mut Ctx) {
+        match t.pc {
+            TPc::Lock => self.prepare_lock(s, t, ctx),
+            TPc::ReadCheck => self.prepare_read(s, t, ctx),
+            TPc::OnePhase => self.one_phase_write(s, t, ctx),
+            TPc::Wait { .. } => unreachable!("a waiting handler is woken by Action::Task"),
+            TPc::Resolve { owner, item, stage } => self.resolve_step(s, t, owner, item, stage, ctx),
+            TPc::Commit { at, all } => self.commit_step(s, t, at, all, ctx),
+            TPc::ReleaseStray { at, token } => {
+                // items.rs commit_item: a lock of T with another token is a late copy's: release it
+                // (condition on that token), apply nothing, answer NOT_PREPARED.
+                let Req::Commit { tx, .. } = t.req else { unreachable!() };
+                let item = self.ops(tx, t.svc)[at as usize].item;
+                if s.items[item as usize].lock.is_some_and(|l| l.tx == tx && l.token == token) {
+                    self.release_lock(s, item, t.svc, ctx);
+                    self.event(s, Event::StrayReleased);
+                }
+                self.commit_next(s, t, at + 1, false, ctx);
+            }
+            TPc::Abort { at } => self.abort_step(s, t, at, ctx),
+        }
+    }
+
+    /// items.rs `DataTable::lock_all` (`lock_update` per item; one TransactWriteItems for several),
+    /// and participant.rs `prepare`'s reading of a failed condition.
+    /// Fixed condition: `attribute_not_exists(lock) AND (attribute_not_exists(lastTx) OR lastTx <> T)
+    /// AND guard`, update `SET lock = {T, token}`. Today's (`token_check` off): `(attribute_not_exists(lock)
+    /// OR lock.transactionId = T) AND ...`, no token.
+    fn prepare_lock(&self, s: &mut State, mut t: Task, ctx: &mut Ctx) {
+        let Req::Prepare { tx, exec, copy } = t.req else { unreachable!() };
+        let sw = self.cfg.switches;
+        // The token is per delivery (exec, copy): design.md's "token of this execution", which the
+        // SDK's retry and the handler's own next attempt re-send. With `fresh_token_per_attempt`, a
+        // token that was written once is never written again: every attempt after a write that took
+        // effect unacknowledged has a new one.
+        let burned = if sw.fresh_token_per_attempt { t.burned } else { 0 };
+        let token = if sw.token_check { 1 + (exec * 2 + copy) * 4 + burned } else { 0 };
+        let ops = self.ops(tx, t.svc);
+        let failed = ops.iter().position(|op| {
+            let it = &s.items[op.item as usize];
+            let lock_ok = match it.lock {
+                None => true,
+                Some(l) => !sw.token_check && l.tx == tx,
+            };
+            !(lock_ok && it.last_tx != Some(tx) && guard(op, it))
+        });
+        let retrying = std::mem::take(&mut t.retrying);
+        let Some(i) = failed else {
+            for op in ops {
+                self.take_lock(s, op.item, tx, t.svc, token, ctx);
+            }
+            if ctx.lost_reply(s) {
+                t.retrying = true;
+                t.burned += 1;
+                s.tasks.push(t);
+                return;
+            }
+            return self.finish(s, t, Ans::Vote(Vote::Prepared { token, read_only: false }), ctx);
+        };
+        let item = ops[i].item;
+        let it = s.items[item as usize];
+        if let Some(l) = it.lock {
+            if l.tx == tx {
+                // The fix: a lock of T itself (a re-delivery while the first lock stands, or this very
+                // write's retry): PREPARED with the token the lock carries, if every item carries it.
+                let all =
+                    ops.iter().all(|o| s.items[o.item as usize].lock.is_some_and(|m| m.tx == tx && m.token == l.token));
+                if !all {
+                    return self.refuse(s, t, ctx);
+                }
+                if retrying {
+                    self.event(s, Event::OwnWriteRecognised);
+                }
+                return self.finish(s, t, Ans::Vote(Vote::Prepared { token: l.token, read_only: false }), ctx);
+            }
+            return self.met_lock(s, t, l, item, ctx);
+        }
+        // lastTx = T: already committed here; or a guard failed.
+        self.refuse(s, t, ctx)
+    }
+
+    /// participant.rs `prepare_read_only` (items.rs `check_holds`): read, vote, lock nothing.
+    fn prepare_read(&self, s: &mut State, t: Task, ctx: &mut Ctx) {
+        let tx = t.req.tx();
+        for op in self.ops(tx, t.svc) {
+            let it = s.items[op.item as usize];
+            if let Some(l) = it.lock
+                && l.tx != tx
+            {
+                return self.met_lock(s, t, l, op.item, ctx);
+            }
+            if it.last_tx == Some(tx) || !guard(op, &it) {
+                return self.refuse(s, t, ctx);
+            }
+        }
+        self.finish(s, t, Ans::Vote(Vote::Prepared { token: 0, read_only: true }), ctx);
+    }
+
+    /// items.rs `DataTable::apply_one_phase`: one TransactWriteItems: each item
+    /// `attribute_not_exists(lock) AND guard` + apply; the record Put `attribute_not_exists`.
+    fn one_phase_write(&self, s: &mut State, mut t: Task, ctx: &mut Ctx) {
+        let Req::OnePhase { tx, exec, .. } = t.req else { unreachable!() };
+        let ops = self.ops(tx, t.svc);
+        let item_failed = ops.iter().position(|op| {
+            let it = &s.items[op.item as usize];
+            !(it.lock.is_none() && guard(op, it))
+        });
+        let retrying = std::mem::take(&mut t.retrying);
+        match item_failed {
+            None if s.record(tx).is_none() => {
+                for op in ops {
+                    self.apply_op(s, tx, t.svc, op.item, false, ctx);
+                }
+                s.ghost.executed_by[tx as usize] |= 1 << exec;
+                let votes = vec![Vote::Prepared { token: 0, read_only: false }];
+                self.write_record(
+                    s,
+                    tx,
+                    Record { status: Status::Committed, exec, votes: Some(votes), sweep_at: 0 },
+                    ctx,
+                );
+                self.event(s, Event::OnePhaseCommitted);
+                if ctx.lost_reply(s) {
+                    t.retrying = true;
+                    s.tasks.push(t);
+                    return;
+                }
+                self.finish(s, t, Ans::Committed, ctx)
+            }
+            None => {
+                // The record's condition failed: a duplicate, or an abort written after a lost reply.
+                if retrying {
+                    self.event(s, Event::OwnWriteRecognised);
+                }
+                self.event(s, Event::OnePhaseRecordExists);
+                self.finish(s, t, Ans::RecordExists, ctx)
+            }
+            Some(i) => {
+                let item = ops[i].item;
+                match s.items[item as usize].lock {
+                    Some(l) if l.tx != tx => self.met_lock(s, t, l, item, ctx),
+                    _ => self.refuse(s, t, ctx),
+                }
+            }
+        }
+    }
+
+    /// participant.rs `resolve` / recovery.rs `owner_fate`, one DynamoDB step per stage.
+    fn resolve_step(&self, s: &mut State, mut t: Task, owner: Tx, item: ItemId, stage: RStage, ctx: &mut Ctx) {
+        let retrying = std::mem::take(&mut t.retrying);
+        let sw = self.cfg.switches;
+        let next = |me: &Self, s: &State, fate: Fate| -> Option<RStage> {
+            match fate {
+                Fate::Absent => Some(RStage::CreateAborted),
+                Fate::Undecided => None,
+                Fate::Transition => Some(RStage::Transition),
+                Fate::Commit(token) => Some(RStage::RollForward { token }),
+                Fate::Release => {
+                    let _ = (me, s);
+                    Some(RStage::Release)
+                }
+            }
+        };
+        let goto = |me: &Self, s: &mut State, mut t: Task, stage: Option<RStage>, ctx: &mut Ctx| match stage {
+            Some(stage) => {
+                t.pc = TPc::Resolve { owner, item, stage };
+                s.tasks.push(t);
+            }
+            None => {
+                ctx.note(|| "  owner still deciding: REFUSED CONFLICT".into());
+                me.refuse(s, t, ctx)
+            }
+        };
+        let resume = |me: &Self, s: &mut State, mut t: Task| {
+            t.pc = me.resume_pc(&t);
+            s.tasks.push(t);
+        };
+        match stage {
+            RStage::Get => {
+                // The read of the owner's record is folded into the write it leads to: that write's
+                // condition re-checks what the read saw, so nothing can come between that matters.
+                let fate = self.fate(s, owner, t.svc);
+                ctx.note(|| format!("  owner {}'s fate: {fate:?}", self.tx_name(owner)));
+                match next(self, s, fate) {
+                    Some(stage) => self.resolve_step(s, t, owner, item, stage, ctx),
+                    None => goto(self, s, t, None, ctx),
+                }
+            }
+            RStage::CreateAborted => {
+                if s.record(owner).is_none() {
+                    self.event(s, Event::ResolutionRecordedAbort);
+                    let rec = Record { status: Status::Aborted, exec: NOBODY, votes: None, sweep_at: 0 };
+                    self.write_record(s, owner, rec, ctx);
+                    if ctx.lost_reply(s) {
+                        t.retrying = true;
+                        return s.tasks.push(t);
+                    }
+                    return goto(self, s, t, Some(RStage::Release), ctx);
+                }
+                if retrying {
+                    self.event(s, Event::OwnWriteRecognised);
+                }
+                let fate = self.fate(s, owner, t.svc);
+                goto(self, s, t, next(self, s, fate), ctx);
+            }
+            RStage::Transition => {
+                if s.status(owner) == Some(Status::Preparing) {
+                    self.event(s, Event::ResolutionAbortedPreparing);
+                    self.set_status(s, owner, Status::Aborting, None, ctx);
+                    if ctx.lost_reply(s) {
+                        t.retrying = true;
+                        return s.tasks.push(t);
+                    }
+                    return goto(self, s, t, Some(RStage::Release), ctx);
+                }
+                // Lost: follow the winner.
+                let fate = self.fate(s, owner, t.svc);
+                goto(self, s, t, next(self, s, fate), ctx);
+            }
+            RStage::RollForward { token } => {
+                let it = s.items[item as usize];
+                let held = if sw.token_check {
+                    it.lock.is_some_and(|l| l.tx == owner && l.token == token)
+                } else {
+                    it.lock.is_some_and(|l| l.tx == owner) && it.last_tx != Some(owner)
+                };
+                if held {
+                    self.apply_op(s, owner, t.svc, item, true, ctx);
+                    self.event(s, Event::RolledForward);
+                    if ctx.lost_reply(s) {
+                        t.retrying = true;
+                        return s.tasks.push(t);
+                    }
+                    return resume(self, s, t);
+                }
+                match it.lock {
+                    Some(l) if sw.token_check && l.tx == owner && it.last_tx != Some(owner) => {
+                        goto(self, s, t, Some(RStage::ReleaseStray { token: l.token }), ctx)
+                    }
+                    _ => resume(self, s, t),
+                }
+            }
+            RStage::Release => {
+                if s.items[item as usize].lock.is_some_and(|l| l.tx == owner) {
+                    self.release_lock(s, item, t.svc, ctx);
+                    if ctx.lost_reply(s) {
+                        t.retrying = true;
+                        return s.tasks.push(t);
+                    }
+                }
+                resume(self, s, t)
+            }
+            RStage::ReleaseStray { token } => {
+                if s.items[item as usize].lock.is_some_and(|l| l.tx == owner && l.token == token) {
+                    self.release_lock(s, item, t.svc, ctx);
+                    self.event(s, Event::StrayReleased);
+                }
+                resume(self, s, t)
+            }
+        }
+    }
+
+    /// items.rs `DataTable::commit_item`. Fixed condition: `lock.transactionId = T AND lock.token =
+    /// lockToken`; today's: `lock.transactionId = T AND lastTx <> T`.
+    fn commit_step(&self, s: &mut State, mut t: Task, at: u8, all: bool, ctx: &mut Ctx) {
+        let Req::Commit { tx, token } = t.req else { unreachable!() };
+        let sw = self.cfg.switches;
+        let op = self.ops(tx, t.svc)[at as usize];
+        let it = s.items[op.item as usize];
+        let retrying = std::mem::take(&mut t.retrying);
+        if op.kind == OpKind::Check {
+            // commit_item of a check: release(tx).
+            if it.lock.is_some_and(|l| l.tx == tx) {
+                self.release_lock(s, op.item, t.svc, ctx);
+            }
+            return self.commit_next(s, t, at + 1, all, ctx);
+        }
+        let held = if sw.token_check {
+            it.lock.is_some_and(|l| l.tx == tx && l.token == token)
+        } else {
+            it.lock.is_some_and(|l| l.tx == tx) && it.last_tx != Some(tx)
+        };
+        if held {
+            self.apply_op(s, tx, t.svc, op.item, true, ctx);
+            if ctx.lost_reply(s) {
+                t.retrying = true;
+                s.tasks.push(t);
+                return;
+            }
+            return self.commit_next(s, t, at + 1, all, ctx);
+        }
+        if it.last_tx == Some(tx) {
+            if retrying {
+                self.event(s, Event::OwnWriteRecognised);
+            }
+            return self.commit_next(s, t, at + 1, all, ctx);
+        }
+        match it.lock {
+            Some(l) if sw.token_check && l.tx == tx => {
+                t.pc = TPc::ReleaseStray { at, token: l.token };
+                s.tasks.push(t);
+            }
+            _ => self.commit_next(s, t, at + 1, false, ctx),
+        }
+    }
+
+    fn commit_next(&self, s: &mut State, mut t: Task, at: u8, all: bool, ctx: &mut Ctx) {
+        if at as usize >= self.ops(t.req.tx(), t.svc).len() {
+            let ans = if all { Ans::Committed } else { Ans::NotPrepared };
+            return self.finish(s, t, ans, ctx);
+        }
+        t.pc = TPc::Commit { at, all };
+        s.tasks.push(t);
+    }
+
+    /// items.rs `DataTable::release`: condition `lock.transactionId = T` (any token).
+    fn abort_step(&self, s: &mut State, mut t: Task, at: u8, ctx: &mut Ctx) {
+        let Req::Abort { tx, item } = t.req else { unreachable!() };
+        let items: Vec<ItemId> = match item {
+            Some(i) => vec![i],
+            None => self.ops(tx, t.svc).iter().map(|o| o.item).collect(),
+        };
+        let i = items[at as usize];
+        t.retrying = false;
+        if s.items[i as usize].lock.is_some_and(|l| l.tx == tx) {
+            self.release_lock(s, i, t.svc, ctx);
+            if ctx.lost_reply(s) {
+                t.retrying = true;
+                s.tasks.push(t);
+                return;
+            }
+        }
+        if at as usize + 1 < items.len() {
+            t.pc = TPc::Abort { at: at + 1 };
+            s.tasks.push(t);
+        } else {
+            self.finish(s, t, Ans::Aborted, ctx);
+        }
+    }
+
+    // ----- coordinator ---------------------------------------------------------------------------
+
+    /// coordinator.rs `abort_participants`: fixed: every participant but read-only PREPARED voters;
+    /// today's (`abort_everyone` off): also skips those that voted REFUSED.
+    fn abort_targets(&self, votes: &[Vote]) -> Vec<usize> {
+        let everyone = self.cfg.switches.abort_everyone;
+        (0..votes.len())
+            .filter(|&p| match votes[p] {
+                Vote::Prepared { read_only: true, .. } => false,
+                Vote::Refused => everyone,
+                _ => true,
+            })
+            .collect()
+    }
+
+    fn commit_targets(votes: &[Vote]) -> Vec<usize> {
+        (0..votes.len()).filter(|&p| matches!(votes[p], Vote::Prepared { read_only: false, .. })).collect()
+    }
+
+    /// coordinator.rs `second_phase`: commit (with each vote's lockToken) to the PREPARED writers, or
+    /// abort to the abort targets, each its own invocation.
+    fn invoke_all(&self, s: &mut State, actor: u8, tx: Tx, commit: bool, votes: &[Vote], ctx: &mut Ctx) {
+        let targets = if commit { Self::commit_targets(votes) } else { self.abort_targets(votes) };
+        let inv = if actor == SWEEPER { &mut s.sweeper.inv } else { &mut s.coords[actor as usize].inv };
+        for x in inv.iter_mut() {
+            *x = Inv::Idle;
+        }
+        for &p in &targets {
+            inv[p] = Inv::Waiting;
+        }
+        for &p in &targets {
+            let svc = self.svc_of(tx, p);
+            if !self.may_hold(s, tx, svc) {
+                // Nothing of T at this participant, and nothing that could still lock there: whenever
+                // the message arrives it changes nothing and is acknowledged. Acknowledged now.
+                ctx.note(|| {
+                    format!(
+                        "  {} holds nothing of {}: acknowledged at once",
+                        self.cfg.services[svc as usize],
+                        self.tx_name(tx)
+                    )
+                });
+                let inv = if actor == SWEEPER { &mut s.sweeper.inv } else { &mut s.coords[actor as usize].inv };
+                inv[p] = Inv::Acked;
+                continue;
+            }
+            let req = if commit {
+                let Vote::Prepared { token, .. } = votes[p] else { unreachable!("commit goes to PREPARED voters") };
+                Req::Commit { tx, token }
+            } else {
+                Req::Abort { tx, item: None }
+            };
+            self.send(s, svc, req, Some(Dest { actor, slot: p as u8 }), ctx);
+        }
+        self.progress(s);
+    }
+
+    /// Nothing reads `tx`'s deadline any more: no message, handler or lock of it, its executions
+    /// done (or not started while its record is terminal), its record terminal (or absent once its
+    /// executions are done).
+    fn deadline_unobservable(&self, s: &State, tx: Tx) -> bool {
+        let terminal = s.status(tx).is_some_and(Status::terminal);
+        s.net.iter().all(|m| m.req.tx() != tx)
+            && s.tasks.iter().all(|t| t.req.tx() != tx)
+            && s.items.iter().all(|it| it.lock.is_none_or(|l| l.tx != tx))
+            && self.execs_of(tx).all(|ci| match s.coords[ci as usize].pc {
+                CPc::Done => true,
+                CPc::Start => terminal,
+                _ => false,
+            })
+            && (terminal || s.record(tx).is_none() && self.execs_of(tx).all(|ci| s.coords[ci as usize].pc == CPc::Done))
+    }
+
+    /// Whether `tx` holds a lock at `svc`, or a prepare of it may still take one there.
+    fn may_hold(&self, s: &State, tx: Tx, svc: Svc) -> bool {
+        s.items.iter().enumerate().any(|(i, it)| self.cfg.items[i].svc == svc && it.lock.is_some_and(|l| l.tx == tx))
+            || s.net.iter().any(|m| m.to == svc && matches!(m.req, Req::Prepare { tx: t, .. } if t == tx))
+            || s.tasks.iter().any(|t| t.svc == svc && matches!(t.req, Req::Prepare { tx: x, .. } if x == tx))
+    }
+
+    /// Answers the client. An abort it answers (409, or 503 after a refused decision) must leave no
+    /// lock of the transaction behind but late copies' and those whose abort went unacknowledged.
+    fn answer(&self, s: &mut State, ci: u8, a: Answer, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let n = s.coords[ci as usize].inv.len();
+        for slot in 0..n {
+            self.orphan(s, Dest { actor: ci, slot: slot as u8 });
+        }
+        let c = &mut s.coords[ci as usize];
+        c.pc = CPc::Done;
+        c.retrying = false;
+        for x in c.inv.iter_mut() {
+            *x = Inv::Idle;
+        }
+        c.answer = Some(a);
+        let unacked = c.abort_unacked;
+        ctx.note(|| format!("  {} answers {:?}", self.coord_name(ci), a));
+        self.progress(s);
+        if matches!(a, Answer::Conflict | Answer::Unavailable { aborted: true }) {
+            let left = s.items.iter().enumerate().any(|(i, it)| {
+                it.lock.is_some_and(|l| {
+                    let svc = self.cfg.items[i].svc;
+                    l.tx == tx && !l.late && unacked & (1 << self.part_of(tx, svc)) == 0
+                })
+            });
+            if left {
+                self.violate(s, Violation::LockLeftByAbort, ctx);
+            }
+        }
+    }
+
+    fn answer_for(&self, s: &mut State, ci: u8, status: Status, ctx: &mut Ctx) {
+        let a = match status {
+            Status::Committed => Answer::Ok,
+            Status::Committing | Status::Preparing => Answer::Accepted,
+            Status::Aborting | Status::Aborted => Answer::Conflict,
+        };
+        self.answer(s, ci, a, ctx);
+    }
+
+    /// coordinator.rs `drive` for a decided record: send commit or abort, then wait.
+    fn drive(&self, s: &mut State, ci: u8, status: Status, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let votes = s.coords[ci as usize].votes.clone();
+        self.invoke_all(s, ci, tx, status == Status::Committing, &votes, ctx);
+        s.coords[ci as usize].pc = CPc::DriveAwait { status };
+        self.check_drive_done(s, ci, ctx);
+    }
+
+    /// Abort everyone it may have locked, then answer (409 if `recorded`, else 503).
+    fn abort_all(&self, s: &mut State, ci: u8, then: CPc, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let votes = s.coords[ci as usize].votes.clone();
+        self.invoke_all(s, ci, tx, false, &votes, ctx);
+        s.coords[ci as usize].pc = then;
+        self.check_abort_done(s, ci, ctx);
+    }
+
+    /// Follows a record someone else decided (`with_votes`, then `finish`).
+    fn follow(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let rec = s.record(tx).cloned().expect("a record to follow");
+        let c = &mut s.coords[ci as usize];
+        c.retrying = false;
+        if let Some(v) = rec.votes {
+            c.votes = v;
+        }
+        match rec.status {
+            Status::Committing | Status::Aborting => self.drive(s, ci, rec.status, ctx),
+            status => self.answer_for(s, ci, status, ctx),
+        }
+    }
+
+    /// `prepare_all`: send prepare to every participant at once.
+    fn send_prepares(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let (tx, e) = self.execs[ci as usize];
+        s.ghost.executed_by[tx as usize] |= 1 << e;
+        for p in 0..self.nparts(tx) {
+            s.coords[ci as usize].inv[p] = Inv::Waiting;
+            let req = Req::Prepare { tx, exec: e, copy: 0 };
+            self.send(s, self.svc_of(tx, p), req, Some(Dest { actor: ci, slot: p as u8 }), ctx);
+        }
+        s.coords[ci as usize].pc = CPc::CollectVotes;
+        self.progress(s);
+    }
+
+    fn coord_step(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let (tx, e) = self.execs[ci as usize];
+        let spec = &self.cfg.txs[tx as usize];
+        let sw = self.cfg.switches;
+        let me = ci as usize;
+        let pc = s.coords[me].pc;
+        let retrying = std::mem::take(&mut s.coords[me].retrying);
+        match pc {
+            CPc::Start => {
+                // coordinator.rs `submit` → `run`.
+                self.progress(s);
+                if spec.one_phase() {
+                    // `run_one_phase`: the sole participant commits with the COMMITTED record.
+                    s.coords[me].inv[0] = Inv::Waiting;
+                    let req = Req::OnePhase { tx, exec: e, copy: 0 };
+                    self.send(s, spec.parts[0].svc, req, Some(Dest { actor: ci, slot: 0 }), ctx);
+                    s.coords[me].pc = CPc::OnePhaseWait;
+                } else if spec.keyed {
+                    s.coords[me].pc = CPc::CreatePreparing;
+                    self.coord_step(s, ci, ctx);
+                } else {
+                    self.send_prepares(s, ci, ctx);
+                }
+            }
+            CPc::CreatePreparing => {
+                // record.rs `TransactionStore::create` (attribute_not_exists), the keyed record first;
+                // then `prepare_all`.
+                match s.record(tx) {
+                    None => {
+                        let rec = Record { status: Status::Preparing, exec: e, votes: None, sweep_at: 0 };
+                        self.write_record(s, tx, rec, ctx);
+                        if ctx.lost_reply(s) {
+                            s.coords[me].retrying = true;
+                        } else {
+                            self.send_prepares(s, ci, ctx);
+                        }
+                    }
+                    Some(r) if sw.recognise_own_writes && r.exec == e => {
+                        // The fix (defect 8): my own write whose reply was lost.
+                        self.event(s, Event::OwnWriteRecognised);
+                        self.send_prepares(s, ci, ctx);
+                    }
+                    Some(_) => {
+                        // Another execution's record (today: also my own): replay it.
+                        self.event(s, Event::Replayed);
+                        s.coords[me].pc = CPc::Replay;
+                    }
+                }
+            }
+            CPc::Decide => self.decide(s, ci, ctx),
+            CPc::WriteDecision { to } => {
+                if ctx.refused(s) {
+                    s.ghost.reason |= bit(tx);
+                    if retrying && sw.refusal_after_unknown_is_unknown {
+                        // The first attempt's outcome is unknown (its reply was lost): find out.
+                        s.coords[me].pc = CPc::FindOut { to };
+                        return;
+                    }
+                    return self.decision_refused(s, ci, to, ctx);
+                }
+                let votes = s.coords[me].votes.clone();
+                if spec.keyed {
+                    // record.rs `transition` PREPARING → to (condition status = PREPARING), with the votes.
+                    if s.status(tx) == Some(Status::Preparing) {
+                        self.set_status(s, tx, to, Some(votes), ctx);
+                        if ctx.lost_reply(s) {
+                            s.coords[me].retrying = true;
+                        } else {
+                            self.drive(s, ci, to, ctx);
+                        }
+                        return;
+                    }
+                    if retrying && s.status(tx) == Some(to) {
+                        self.event(s, Event::OwnWriteRecognised);
+                    }
+                    // Lost: my own write (retry), or lock resolution aborted it first: follow.
+                    return self.follow(s, ci, ctx);
+                }
+                // Unkeyed commit: create the record COMMITTING (attribute_not_exists).
+                match s.record(tx) {
+                    None => {
+                        let rec = Record { status: Status::Committing, exec: e, votes: Some(votes), sweep_at: 0 };
+                        self.write_record(s, tx, rec, ctx);
+                        if ctx.lost_reply(s) {
+                            s.coords[me].retrying = true;
+                        } else {
+                            self.drive(s, ci, Status::Committing, ctx);
+                        }
+                    }
+                    Some(r) if r.exec == e => {
+                        self.event(s, Event::OwnWriteRecognised);
+                        self.follow(s, ci, ctx);
+                    }
+                    Some(r) if r.status == Status::Aborted => {
+                        // Lock resolution recorded it ABORTED first: abort everyone, answer 409.
+                        self.event(s, Event::CommitLostToResolution);
+                        self.abort_all(s, ci, CPc::AbortAwait { recorded: true }, ctx);
+                    }
+                    Some(_) => self.follow(s, ci, ctx),
+                }
+            }
+            CPc::FindOut { to } => {
+                // GET the record after an unknown outcome.
+                match s.record(tx).cloned() {
+                    // Keyed and still PREPARING, or unkeyed and no record: certainly not applied.
+                    None => self.decision_refused(s, ci, to, ctx),
+                    Some(r) if spec.keyed && r.status == Status::Preparing => self.decision_refused(s, ci, to, ctx),
+                    Some(r) if !spec.keyed && r.exec != e => {
+                        self.event(s, Event::CommitLostToResolution);
+                        self.abort_all(s, ci, CPc::AbortAwait { recorded: true }, ctx);
+                    }
+                    Some(_) => {
+                        self.event(s, Event::OwnWriteRecognised);
+                        self.follow(s, ci, ctx);
+                    }
+                }
+            }
+            CPc::AbortCreate => {
+                // `abort_unrecorded`: create the ABORTED record (conditional; 503 if it cannot be written).
+                if ctx.refused(s) {
+                    s.ghost.reason |= bit(tx);
+                    s.coords[me].pc = CPc::AbortAwait { recorded: false };
+                    return self.check_abort_done(s, ci, ctx);
+                }
+                if s.record(tx).is_none() {
+                    let votes = s.coords[me].votes.clone();
+                    let rec = Record { status: Status::Aborted, exec: e, votes: Some(votes), sweep_at: 0 };
+                    self.write_record(s, tx, rec, ctx);
+                    if ctx.lost_reply(s) {
+                        s.coords[me].retrying = true;
+                        return;
+                    }
+                } else if retrying {
+                    self.event(s, Event::OwnWriteRecognised);
+                }
+                s.coords[me].pc = CPc::AbortAwait { recorded: true };
+                self.check_abort_done(s, ci, ctx);
+            }
+            CPc::TerminalWrite { to } => {
+                // record.rs `transition` COMMITTING → COMMITTED / ABORTING → ABORTED.
+                let from = if to == Status::Committed { Status::Committing } else { Status::Aborting };
+                if s.status(tx) == Some(from) {
+                    self.set_status(s, tx, to, None, ctx);
+                    if ctx.lost_reply(s) {
+                        s.coords[me].retrying = true;
+                        return;
+                    }
+                    return self.answer_for(s, ci, to, ctx);
+                }
+                if retrying && s.status(tx) == Some(to) {
+                    self.event(s, Event::OwnWriteRecognised);
+                }
+                let status = s.status(tx).expect("a decided record");
+                self.answer_for(s, ci, status, ctx);
+            }
+            CPc::Replay => {
+                // `replay`: the first execution ended, or its deadline passed: answer or `recover`.
+                let rec = s.record(tx).cloned().expect("replay follows a record");
+                if rec.status.terminal() {
+                    self.event(s, Event::ReplayAnswered);
+                    return self.answer_for(s, ci, rec.status, ctx);
+                }
+                if rec.status == Status::Preparing {
+                    s.coords[me].pc = CPc::RecoverTransition;
+                } else {
+                    s.coords[me].votes = rec.votes.unwrap_or_else(|| vec![Vote::Unknown; spec.parts.len()]);
+                    self.drive(s, ci, rec.status, ctx);
+                }
+            }
+            CPc::RecoverTransition => {
+                // `recover`: PREPARING past its deadline → ABORTING (the rule lock resolution uses).
+                if s.status(tx) == Some(Status::Preparing) {
+                    self.set_status(s, tx, Status::Aborting, None, ctx);
+                    if ctx.lost_reply(s) {
+                        s.coords[me].retrying = true;
+                        return;
+                    }
+                    s.coords[me].votes = vec![Vote::Unknown; spec.parts.len()];
+                    return self.drive(s, ci, Status::Aborting, ctx);
+                }
+                self.follow(s, ci, ctx);
+            }
+            CPc::OnePhaseGet => {
+                let status = s.status(tx).expect("RECORD_EXISTS");
+                self.answer_for(s, ci, status, ctx);
+            }
+            CPc::OnePhaseAbort => {
+                // `run_one_phase`: create the record ABORTED (conditional): of the participant's write
+                // and this one, exactly one exists. Refused: 503, outcome unknown (a late copy may commit).
+                if ctx.refused(s) {
+                    s.ghost.reason |= bit(tx);
+                    return self.answer(s, ci, Answer::Unavailable { aborted: false }, ctx);
+                }
+                match s.record(tx) {
+                    None => {
+                        let votes = s.coords[me].votes.clone();
+                        let rec = Record { status: Status::Aborted, exec: e, votes: Some(votes), sweep_at: 0 };
+                        self.write_record(s, tx, rec, ctx);
+                        if ctx.lost_reply(s) {
+                            s.coords[me].retrying = true;
+                            return;
+                        }
+                        self.answer(s, ci, Answer::Conflict, ctx);
+                    }
+                    Some(r) => {
+                        let status = r.status;
+                        if retrying {
+                            self.event(s, Event::OwnWriteRecognised);
+                        }
+                        self.answer_for(s, ci, status, ctx);
+                    }
+                }
+            }
+            CPc::CollectVotes | CPc::AbortAwait { .. } | CPc::DriveAwait { .. } | CPc::OnePhaseWait | CPc::Done => {
+                unreachable!("{pc:?} has no step of its own")
+            }
+        }
+    }
+
+    /// A decision write DynamoDB certainly did not apply.
+    fn decision_refused(&self, s: &mut State, ci: u8, to: Status, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        s.ghost.no_commit |= bit(tx);
+        if !self.cfg.switches.release_on_refused_decision {
+            // Today: 503 at once, nothing released.
+            return self.answer(s, ci, Answer::Unavailable { aborted: true }, ctx);
+        }
+        // The fix (defect 10): the transaction is aborted; release every lock before answering.
+        self.abort_decided(s, tx, ctx);
+        self.event(s, Event::RefusedDecisionReleased);
+        if self.cfg.txs[tx as usize].keyed {
+            if to == Status::Committing {
+                // Record the abort (PREPARING → ABORTING), then drive it as any abort.
+                s.coords[ci as usize].pc = CPc::WriteDecision { to: Status::Aborting };
+            } else {
+                // Even the abort cannot be written: release everything, answer 503.
+                self.abort_all(s, ci, CPc::AbortAwait { recorded: false }, ctx);
+            }
+        } else {
+            // `abort_unrecorded`: abort to the participants and create the ABORTED record.
+            self.abort_all(s, ci, CPc::AbortCreate, ctx);
+        }
+    }
+
+    /// `run`: all PREPARED and now ≤ deadline → commit, else abort. The clock is read here; the
+    /// decision write is the next step (lock resolution may come between).
+    fn decide(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let me = ci as usize;
+        let all_prepared = s.coords[me].votes.iter().all(|v| matches!(v, Vote::Prepared { .. }));
+        let commit = all_prepared && !s.passed(tx);
+        ctx.note(|| format!("  decide: {}", if commit { "commit" } else { "abort" }));
+        if commit {
+            s.coords[me].pc = CPc::WriteDecision { to: Status::Committing };
+            return;
+        }
+        s.ghost.no_commit |= bit(tx);
+        self.abort_decided(s, tx, ctx);
+        // An abort's write races nothing that could commit: it is done in the same step.
+        if self.cfg.txs[tx as usize].keyed {
+            s.coords[me].pc = CPc::WriteDecision { to: Status::Aborting };
+        } else {
+            // `abort_unrecorded`: abort to the participants and create the ABORTED record.
+            self.abort_all(s, ci, CPc::AbortCreate, ctx);
+        }
+        self.coord_step(s, ci, ctx);
+    }
+
+    fn check_abort_done(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let c = &mut s.coords[ci as usize];
+        let CPc::AbortAwait { recorded } = c.pc else { return };
+        if c.inv.contains(&Inv::Waiting) {
+            return;
+        }
+        for (p, x) in c.inv.iter().enumerate() {
+            if *x == Inv::Failed {
+                c.abort_unacked |= 1 << p;
+            }
+        }
+        let a = if recorded { Answer::Conflict } else { Answer::Unavailable { aborted: true } };
+        self.answer(s, ci, a, ctx);
+    }
+
+    fn check_drive_done(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let c = &mut s.coords[ci as usize];
+        let CPc::DriveAwait { status } = c.pc else { return };
+        if c.inv.contains(&Inv::Waiting) {
+            return;
+        }
+        if !c.inv.contains(&Inv::Failed) {
+            c.pc = CPc::TerminalWrite { to: status.terminal_of() };
+            return;
+        }
+        if status == Status::Aborting {
+            for (p, x) in c.inv.iter().enumerate() {
+                if *x == Inv::Failed {
+                    c.abort_unacked |= 1 << p;
+                }
+            }
+        }
+        // Not every participant acknowledged: answer the record (202 / 409), the sweeper finishes.
+        self.answer_for(s, ci, status, ctx);
+    }
+
+    /// An answer (or a give-up: `ans` None) for invocation `d`.
+    fn deliver_rep(&self, s: &mut State, d: Dest, ans: Option<Ans>, ctx: &mut Ctx) {
+        self.orphan(s, d);
+        if d.actor == SWEEPER {
+            return self.sweeper_rep(s, d, ans, ctx);
+        }
+        let ci = d.actor;
+        let me = ci as usize;
+        let p = d.slot as usize;
+        match s.coords[me].pc {
+            CPc::CollectVotes => {
+                let vote = match ans {
+                    Some(Ans::Vote(v)) => v,
+                    _ => Vote::NoAnswer,
+                };
+                s.coords[me].votes[p] = vote;
+                s.coords[me].inv[p] = if ans.is_some() { Inv::Acked } else { Inv::Failed };
+                if !s.coords[me].inv.contains(&Inv::Waiting) {
+                    s.coords[me].pc = CPc::Decide;
+                    if !s.coords[me].votes.iter().all(|v| matches!(v, Vote::Prepared { .. })) {
+                        // Abort whatever the clock says: decided in this same step.
+                        self.decide(s, ci, ctx);
+                    }
+                }
+            }
+            CPc::OnePhaseWait => {
+                s.coords[me].inv[0] = Inv::Acked;
+                match ans {
+                    Some(Ans::Committed) => self.answer(s, ci, Answer::Ok, ctx),
+                    Some(Ans::RecordExists) => s.coords[me].pc = CPc::OnePhaseGet,
+                    Some(Ans::Vote(v)) => {
+                        s.coords[me].votes[0] = v;
+                        s.coords[me].pc = CPc::OnePhaseAbort;
+                    }
+                    _ => {
+                        s.coords[me].votes[0] = Vote::NoAnswer;
+                        s.coords[me].pc = CPc::OnePhaseAbort;
+                    }
+                }
+            }
+            pc => {
+                let commit = pc == CPc::DriveAwait { status: Status::Committing };
+                let acked = match ans {
+                    Some(Ans::Committed | Ans::NotPrepared) => commit,
+                    Some(Ans::Aborted) => !commit,
+                    _ => false,
+                };
+                s.coords[me].inv[p] = if acked { Inv::Acked } else { Inv::Failed };
+                self.check_abort_done(s, ci, ctx);
+                self.check_drive_done(s, ci, ctx);
+            }
+        }
+    }
+
+    // ----- sweeper -------------------------------------------------------------------------------
+
+    /// Whether a scheduled sweeper run has anything to find: an open record past its deadline
+    /// (`open_before`), or an expired lock (`expired_locks`).
+    pub(crate) fn sweeper_has_work(&self, s: &State) -> bool {
+        self.open_due(s).next().is_some() || s.items.iter().any(|it| it.lock.is_some_and(|l| s.expired(&l)))
+    }
+
+    fn open_due<'a>(&'a self, s: &'a State) -> impl Iterator<Item = Tx> + 'a {
+        (0..self.cfg.txs.len() as Tx)
+            .filter(move |&tx| s.record(tx).is_some_and(|r| !r.status.terminal()) && s.passed(tx))
+    }
+
+    /// `recover_transaction` of the next entry of this run's read, or on to the locks.
+    fn sweep_next_tx(&self, s: &mut State, rest: &[Tx]) {
+        s.sweeper.pc = match rest.split_first() {
+            Some((&tx, rest)) => SPc::GetTx { tx, rest: rest.to_vec() },
+            None => SPc::QueryLocks { svc: 0 },
+        };
+    }
+
+    /// `recover_transaction`: read the record (folded into the index read for the first entry), then
+    /// `recover`: PREPARING past deadline → ABORTING; COMMITTING/ABORTING → drive.
+    fn sweep_recover(&self, s: &mut State, tx: Tx, rest: Vec<Tx>, ctx: &mut Ctx) {
+        match s.record(tx).cloned() {
+            Some(r) if r.status == Status::Preparing => s.sweeper.pc = SPc::Transition { tx, rest },
+            Some(r) if !r.status.terminal() => {
+                s.sweeper.votes = r.votes.unwrap_or_else(|| vec![Vote::Unknown; self.nparts(tx)]);
+                self.sweep_drive(s, tx, r.status, rest, ctx);
+            }
+            _ => self.sweep_next_tx(s, &rest),
+        }
+    }
+
+    fn sweep_drive(&self, s: &mut State, tx: Tx, status: Status, rest: Vec<Tx>, ctx: &mut Ctx) {
+        let votes = s.sweeper.votes.clone();
+        self.invoke_all(s, SWEEPER, tx, status == Status::Committing, &votes, ctx);
+        s.sweeper.pc = SPc::DriveAwait { tx, status, rest };
+        self.check_sweeper_drive(s, ctx);
+    }
+
+    /// The locks index of a table (`expired_locks`, sorted by lockExpiresAt = the owner's deadline, at
+    /// most K), read together with the first item and its owner's record.
+    fn sweep_locks(&self, s: &mut State, svc: Svc, ctx: &mut Ctx) {
+        let mut locked: Vec<(Tx, ItemId)> = (0..s.items.len())
+            .filter(|&i| self.cfg.items[i].svc == svc)
+            .filter_map(|i| s.items[i].lock.filter(|l| s.expired(l)).map(|l| (l.tx, i as ItemId)))
+            .collect();
+        locked.sort();
+        locked.truncate(self.cfg.sweep_k as usize);
+        match locked.split_first() {
+            Some((&(_, item), rest)) => {
+                let rest = rest.iter().map(|&(_, i)| i).collect();
+                self.sweep_get_item(s, svc, item, rest, ctx)
+            }
+            // Nothing in this table: the next table's index is read in the same step.
+            None if (svc as usize + 1) < self.cfg.services.len() => self.sweep_locks(s, svc + 1, ctx),
+            None => self.sweep_next_item(s, svc, &[], ctx),
+        }
+    }
+
+    fn sweep_next_item(&self, s: &mut State, svc: Svc, rest: &[ItemId], ctx: &mut Ctx) {
+        s.sweeper.pc = match rest.split_first() {
+            Some((&item, rest)) => SPc::GetItem { svc, item, rest: rest.to_vec() },
+            None if (svc as usize + 1) < self.cfg.services.len() => SPc::QueryLocks { svc: svc + 1 },
+            None => {
+                // The run ends. It had something to do: it (or someone meanwhile) must have changed
+                // something, else every later run would find the same, for ever.
+                if s.ghost.seen & Event::Progress.bit() == 0 {
+                    self.violate(s, Violation::SweeperStuck, ctx);
+                }
+                SPc::Idle
+            }
+        };
+    }
+
+    /// sweeper.rs `resolve_lock`: the item (still locked, expired?) and its owner's fate.
+    fn sweep_get_item(&self, s: &mut State, svc: Svc, item: ItemId, rest: Vec<ItemId>, ctx: &mut Ctx) {
+        match s.items[item as usize].lock {
+            Some(l) if s.expired(&l) => {
+                let fate = self.fate(s, l.tx, svc);
+                self.sweep_resolve(s, svc, item, l.tx, rest, fate, ctx)
+            }
+            _ => self.sweep_next_item(s, svc, &rest, ctx),
+        }
+    }
+
+    /// The sweeper sends commit or abort for lock resolution (sweeper.rs `resolve_lock`).
+    #[allow(clippy::too_many_arguments)]
+    fn sweep_resolve(
+        &self,
+        s: &mut State,
+        svc: Svc,
+        item: ItemId,
+        owner: Tx,
+        rest: Vec<ItemId>,
+        fate: Fate,
+        ctx: &mut Ctx,
+    ) {
+        let req = match fate {
+            Fate::Absent => {
+                s.sweeper.pc = SPc::OwnerCreate { svc, item, owner, rest };
+                return;
+            }
+            Fate::Transition => {
+                s.sweeper.pc = SPc::OwnerTransition { svc, item, owner, rest };
+                return;
+            }
+            Fate::Undecided => return self.sweep_next_item(s, svc, &rest, ctx),
+            Fate::Commit(token) => {
+                self.event(s, Event::SweeperRollForward);
+                Req::Commit { tx: owner, token }
+            }
+            // A lock of a finished commit came from a late copy; or the owner aborted: key-only abort.
+            Fate::Release => Req::Abort { tx: owner, item: Some(item) },
+        };
+        for x in s.sweeper.inv.iter_mut() {
+            *x = Inv::Idle;
+        }
+        s.sweeper.inv[0] = Inv::Waiting;
+        self.send(s, svc, req, Some(Dest { actor: SWEEPER, slot: 0 }), ctx);
+        s.sweeper.pc = SPc::LockAwait { svc, rest };
+    }
+
+    fn sweep_step(&self, s: &mut State, ctx: &mut Ctx) {
+        let retrying = std::mem::take(&mut s.sweeper.retrying);
+        let pc = s.sweeper.pc.clone();
+        match pc {
+            SPc::Idle => {
+                // A run starts: `open_before` (sorted by sweepAt), at most K; the first one's record.
+                s.ghost.seen &= !Event::Progress.bit();
+                let mut due: Vec<Tx> = self.open_due(s).collect();
+                due.sort_by_key(|&tx| (s.record(tx).map(|r| r.sweep_at), tx));
+                due.truncate(self.cfg.sweep_k as usize);
+                match due.split_first() {
+                    Some((&tx, rest)) => self.sweep_recover(s, tx, rest.to_vec(), ctx),
+                    None => self.sweep_locks(s, 0, ctx),
+                }
+            }
+            SPc::GetTx { tx, rest } => self.sweep_recover(s, tx, rest, ctx),
+            SPc::Transition { tx, rest } => {
+                // `Coordinator::recover`: PREPARING past deadline → ABORTING.
+                if s.status(tx) == Some(Status::Preparing) {
+                    self.set_status(s, tx, Status::Aborting, None, ctx);
+                    if ctx.lost_reply(s) {
+                        s.sweeper.retrying = true;
+                        return;
+                    }
+                    s.sweeper.votes = vec![Vote::Unknown; self.nparts(tx)];
+                    return self.sweep_drive(s, tx, Status::Aborting, rest, ctx);
+                }
+                self.sweep_recover(s, tx, rest, ctx);
+            }
+            SPc::Terminal { tx, to, rest } => {
+                let from = if to == Status::Committed { Status::Committing } else { Status::Aborting };
+                if s.status(tx) == Some(from) {
+                    self.set_status(s, tx, to, None, ctx);
+                    self.event(s, Event::SweeperFinished);
+                    if ctx.lost_reply(s) {
+                        s.sweeper.retrying = true;
+                        return;
+                    }
+                } else if retrying {
+                    self.event(s, Event::OwnWriteRecognised);
+                }
+                self.sweep_next_tx(s, &rest);
+            }
+            SPc::QueryLocks { svc } => self.sweep_locks(s, svc, ctx),
+            SPc::GetItem { svc, item, rest } => self.sweep_get_item(s, svc, item, rest, ctx),
+            SPc::OwnerCreate { svc, item, owner, rest } => {
+                if s.record(owner).is_none() {
+                    self.event(s, Event::ResolutionRecordedAbort);
+                    let rec = Record { status: Status::Aborted, exec: NOBODY, votes: None, sweep_at: 0 };
+                    self.write_record(s, owner, rec, ctx);
+                    if ctx.lost_reply(s) {
+                        s.sweeper.retrying = true;
+                        return;
+                    }
+                } else if retrying {
+                    self.event(s, Event::OwnWriteRecognised);
+                }
+                let fate = self.fate(s, owner, svc);
+                self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
+            }
+            SPc::OwnerTransition { svc, item, owner, rest } => {
+                if s.status(owner) == Some(Status::Preparing) {
+                    self.event(s, Event::ResolutionAbortedPreparing);
+                    self.set_status(s, owner, Status::Aborting, None, ctx);
+                    if ctx.lost_reply(s) {
+                        s.sweeper.retrying = true;
+                        return;
+                    }
+                }
+                let fate = self.fate(s, owner, svc);
+                self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
+            }
+            SPc::DriveAwait { .. } | SPc::LockAwait { .. } => unreachable!("waiting has no step"),
+        }
+    }
+
+    fn check_sweeper_drive(&self, s: &mut State, _ctx: &mut Ctx) {
+        let SPc::DriveAwait { tx, status, rest } = s.sweeper.pc.clone() else { return };
+        if s.sweeper.inv.contains(&Inv::Waiting) {
+            return;
+        }
+        if s.sweeper.inv.contains(&Inv::Failed) {
+            // Defect 7's fix: an entry it could not finish gets sweepAt pushed later.
+            if let Some(r) = s.records[tx as usize].as_mut()
+                && !r.status.terminal()
+            {
+                r.sweep_at = (r.sweep_at + 1).min(3);
+                self.event(s, Event::SweepAtPushed);
+            }
+            self.sweep_next_tx(s, &rest);
+        } else {
+            s.sweeper.pc = SPc::Terminal { tx, to: status.terminal_of(), rest };
+        }
+    }
+
+    fn sweeper_rep(&self, s: &mut State, d: Dest, ans: Option<Ans>, ctx: &mut Ctx) {
+        match s.sweeper.pc.clone() {
+            SPc::DriveAwait { status, .. } => {
+                let commit = status == Status::Committing;
+                let acked = match ans {
+                    Some(Ans::Committed | Ans::NotPrepared) => commit,
+                    Some(Ans::Aborted) => !commit,
+                    _ => false,
+                };
+                s.sweeper.inv[d.slot as usize] = if acked { Inv::Acked } else { Inv::Failed };
+                self.check_sweeper_drive(s, ctx);
+            }
+            SPc::LockAwait { svc, rest } => {
+                s.sweeper.inv[0] = Inv::Idle;
+                self.sweep_next_item(s, svc, &rest, ctx);
+            }
+            pc => unreachable!("sweeper answer in {pc:?}"),
+        }
+    }
+}
+
+/// Before the decision is written: a deadline passing now is a reason to abort.
+pub(crate) fn in_progress(pc: CPc) -> bool {
+    matches!(
+        pc,
+        CPc::CreatePreparing
+            | CPc::CollectVotes
+            | CPc::Decide
+            | CPc::WriteDecision { .. }
+            | CPc::FindOut { .. }
+            | CPc::OnePhaseWait
+    )
+}

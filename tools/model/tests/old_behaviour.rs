@@ -1,0 +1,81 @@
+//! Proof that the check is not vacuous: with ONE fix switched back to today's behaviour, the checker
+//! finds the defect of issue 19 it fixes, and prints the trace (breadth first: a shortest one).
+
+use twopc_model::TwoPc;
+use twopc_model::config::{Budget, Config, Switches};
+use twopc_model::report::check;
+use twopc_model::state::{Answer, Status};
+
+fn budget(f: impl FnOnce(&mut Budget)) -> Budget {
+    let mut b = Budget::default();
+    f(&mut b);
+    b
+}
+
+/// Defect 1: a late duplicate prepare re-locks an item its transaction already committed (after
+/// another transaction committed there), and the re-drive of the still-COMMITTING transaction
+/// applies its operation a second time.
+#[test]
+fn defect_1_late_duplicate_prepare_applies_twice() {
+    let cfg = Config::transfers(budget(|b| {
+        b.dup = 1;
+        b.crash = 1;
+        b.total = 2;
+    }))
+    .sweeper_races_coordinators(false)
+    .switches(Switches { token_check: false, ..Switches::default() });
+    let run = check(TwoPc::new(cfg), Some("each operation applied at most once"));
+    let path = run.expect_counterexample("each operation applied at most once");
+    let last = path.last_state();
+    assert!(last.ghost.applied.iter().any(|&n| n > 1), "an operation is applied twice");
+}
+
+/// Defect 8: the keyed PREPARING record's reply is lost; the SDK's retry finds the record this very
+/// execution wrote, takes it for another execution's, waits out the deadline and aborts itself.
+#[test]
+fn defect_8_lost_reply_makes_a_keyed_transaction_abort_itself() {
+    let cfg = Config::keyed(budget(|b| {
+        b.db_reply = 1;
+        b.total = 1;
+    }))
+    .sweeper_races_coordinators(false)
+    .switches(Switches { recognise_own_writes: false, ..Switches::default() });
+    let run = check(TwoPc::new(cfg), Some("no self-abort"));
+    let path = run.expect_counterexample("no self-abort");
+    assert!(path.last_state().records[0].as_ref().is_some_and(|r| r.status.abort()), "T1 is aborted");
+}
+
+/// Defect 9: a prepare's first delivery locks and its answer is lost; the re-sent copy arrives after
+/// the deadline and answers REFUSED; the abort skips the participant that refused, and the
+/// transaction is answered 409 with its lock still held.
+#[test]
+fn defect_9_abort_skips_a_refused_participant_that_holds_a_lock() {
+    let cfg = Config::transfers(budget(|b| {
+        b.dup = 1;
+        b.loss = 1;
+        b.total = 2;
+    }))
+    .sweeper_races_coordinators(false)
+    .switches(Switches { abort_everyone: false, ..Switches::default() });
+    let run = check(TwoPc::new(cfg), Some("no lock left behind by an abort"));
+    let path = run.expect_counterexample("no lock left behind by an abort");
+    let last = path.last_state();
+    assert!(last.coords.iter().any(|c| c.answer == Some(Answer::Conflict)), "answered 409");
+}
+
+/// Defect 10: DynamoDB refuses the decision write (a 4xx); the coordinator answers 503 at once and
+/// releases nothing: the locks stay until the deadline (lock griefing).
+#[test]
+fn defect_10_refused_decision_leaves_the_locks() {
+    let cfg = Config::transfers(budget(|b| {
+        b.refused = 1;
+        b.total = 1;
+    }))
+    .sweeper_races_coordinators(false)
+    .switches(Switches { release_on_refused_decision: false, ..Switches::default() });
+    let run = check(TwoPc::new(cfg), Some("no lock left behind by an abort"));
+    let path = run.expect_counterexample("no lock left behind by an abort");
+    let last = path.last_state();
+    assert!(last.coords.iter().any(|c| c.answer == Some(Answer::Unavailable { aborted: true })), "answered 503");
+    assert!(last.records.iter().all(|r| r.as_ref().is_none_or(|r| r.status != Status::Committing)));
+}
