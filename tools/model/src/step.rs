@@ -1194,7 +1194,11 @@ impl TwoPc {
                 }
             }
             CPc::FindOut { to } => {
-                // GET the record after an unknown outcome.
+                // coordinator.rs `decide_recorded` / `decide_unrecorded` after a failed decision write whose
+                // outcome is unknown: the abort is written over it conditionally (the fence: `transition`
+                // PREPARING→ABORTING, or `create` ABORTED), and the record then says what happened. In
+                // this model a write lands in the step that sends it, so reading the record here finds
+                // exactly what the fence would: my decision (follow it) or none (the fence wins: abort).
                 match s.record(tx).cloned() {
                     // Keyed and still PREPARING, or unkeyed and no record: certainly not applied.
                     None => self.decision_refused(s, ci, to, ctx),
