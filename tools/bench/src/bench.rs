@@ -153,6 +153,28 @@ impl Bench {
         .await
     }
 
+    /// Writes documents as committed data (version 0, `data.note` a string of `bytes` characters).
+    pub async fn seed_documents(&self, documents: &[Account], bytes: usize) -> Result<(), BoxError> {
+        for (k, id) in documents {
+            let item = HashMap::from([
+                ("entityId".to_owned(), AttributeValue::S(id.clone())),
+                (
+                    "data".to_owned(),
+                    AttributeValue::M(HashMap::from([("note".to_owned(), AttributeValue::S("a".repeat(bytes)))])),
+                ),
+                ("version".to_owned(), AttributeValue::N("0".to_owned())),
+            ]);
+            self.client
+                .put_item()
+                .table_name(table(*k))
+                .set_item(Some(item))
+                .send()
+                .await
+                .map_err(|e| DisplayErrorContext(&e).to_string())?;
+        }
+        Ok(())
+    }
+
     /// An account's balance, read consistently.
     pub async fn balance(&self, (k, id): &Account) -> Result<i128, BoxError> {
         let out = self
@@ -309,6 +331,11 @@ pub fn add(id: &str, delta: i64, min: Option<i64>) -> Value {
         op["min"] = json!(min);
     }
     op
+}
+
+/// `{"op": "set", ...}` of `data.note` to a string of `bytes` characters.
+pub fn set_note(id: &str, bytes: usize) -> Value {
+    json!({"op": "set", "key": {"entityId": id}, "set": {"note": "b".repeat(bytes)}})
 }
 
 /// `{"op": "check", "key": ..., "exists": true}`.

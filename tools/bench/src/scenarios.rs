@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use twopc::coordinator::Coordinator;
 
-use crate::bench::{Account, Bench, Outcome, body, check_exists, fan_body, participant, transfer_body};
+use crate::bench::{Account, Bench, Outcome, body, check_exists, fan_body, participant, set_note, transfer_body};
+use crate::capacity::{self, Capacity, Units};
 use crate::counter::{Counts, RequestCounter, Times};
 use crate::stats::{Rng, Summary};
 
@@ -19,6 +20,8 @@ pub const MAX_ATTEMPTS: u32 = 12;
 /// Full-jitter exponential backoff: attempt k sleeps uniformly in 0..min(cap, base·2^k) ms.
 pub const BACKOFF_BASE_MS: u64 = 8;
 pub const BACKOFF_CAP_MS: u64 = 256;
+/// Size of the string field that the `set` case of scenario 5 rewrites (and that the documents hold).
+pub const NOTE_BYTES: usize = 500;
 
 /// Iteration counts and durations.
 #[derive(Debug, Clone)]
@@ -304,6 +307,8 @@ pub struct Load {
     pub requests: u64,
     /// The same requests by (operation, table).
     pub requests_by: Counts,
+    /// Capacity units they consumed, by (operation, table).
+    pub capacity: Capacity,
     pub phase: Duration,
     /// Per committed transfer (with its retries, under contention).
     pub latency: Summary,
@@ -333,6 +338,11 @@ impl Load {
                 *n as f64 / self.committed_total.max(1) as f64;
         }
         ops
+    }
+
+    /// Capacity units per committed transfer (its refused attempts included), over the whole phase.
+    pub fn capacity_per_commit(&self) -> Units {
+        capacity::sum(self.capacity.values()).per(self.committed_total)
     }
 
     /// DynamoDB requests per second the endpoint served, over the whole phase.
@@ -407,6 +417,7 @@ where
 {
     let started = Instant::now();
     let before = counter.snapshot();
+    let capacity_before = counter.capacity();
     let t0 = started + plan.load_warmup;
     let window = (t0, t0 + plan.load_window);
     let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(client(c, window))).collect();
@@ -423,6 +434,7 @@ where
     load.latency = Summary::of(&load.latencies);
     load.requests_by = RequestCounter::diff(&before, &counter.snapshot());
     load.requests = RequestCounter::total(&load.requests_by);
+    load.capacity = capacity::diff(&capacity_before, &counter.capacity());
     load.phase = started.elapsed();
     load
 }
@@ -561,6 +573,8 @@ pub struct CostCase {
     pub requests: Counts,
     /// Time spent in those requests.
     pub times: Times,
+    /// Capacity units those requests consumed.
+    pub capacity: Capacity,
     /// Requests to the table of the `check`-only participant (the add+check case).
     pub check_table: Option<String>,
 }
@@ -593,6 +607,26 @@ impl CostCase {
                 let per_tx = n as f64 / self.transactions.max(1) as f64;
                 (key, (per_tx, t.as_secs_f64() * 1e3 / n.max(1) as f64))
             })
+            .collect()
+    }
+
+    /// Capacity units per transaction, in all.
+    pub fn capacity_per_transaction(&self) -> Units {
+        capacity::sum(self.capacity.values()).per(self.transactions)
+    }
+
+    /// Per request kind (operation, kind of table): requests and capacity units per transaction.
+    pub fn capacity_by_kind(&self) -> BTreeMap<(String, &'static str), (f64, Units)> {
+        let mut grouped: BTreeMap<(String, &'static str), (u64, Units)> = BTreeMap::new();
+        for ((op, table), n) in &self.requests {
+            grouped.entry((op.clone(), table_kind(table))).or_default().0 += n;
+        }
+        for ((op, table), units) in &self.capacity {
+            grouped.entry((op.clone(), table_kind(table))).or_default().1 += units;
+        }
+        grouped
+            .into_iter()
+            .map(|(key, (n, units))| (key, (n as f64 / self.transactions.max(1) as f64, units.per(self.transactions))))
             .collect()
     }
 
@@ -650,6 +684,7 @@ async fn cost_once(b: &Bench, request: &CostRequest, accounts: &[Account]) -> Ou
 pub async fn requests(b: &Bench, plan: &Plan, progress: Progress) -> Result<(Vec<CostCase>, u64), String> {
     let accounts: Vec<Account> = (1..=8).map(|k| acct(k, "cost")).collect();
     b.seed(&accounts).await.map_err(|e| e.to_string())?;
+    b.seed_documents(&[acct(1, "doc"), acct(2, "doc")], NOTE_BYTES).await.map_err(|e| e.to_string())?;
     let mut cases: Vec<CostSpec> = FAN_OUT
         .iter()
         .map(|&n| CostSpec {
@@ -667,6 +702,17 @@ pub async fn requests(b: &Bench, plan: &Plan, progress: Progress) -> Result<(Vec
         items: 2,
         bound: Some(7),
         request: CostRequest::TwoPcKeyed(fan_body(2, "cost")),
+        check_table: None,
+    });
+    cases.push(CostSpec {
+        refused: false,
+        name: format!("2PC, 2 participants, set of {NOTE_BYTES} B"),
+        items: 2,
+        bound: Some(7),
+        request: CostRequest::TwoPc(body(vec![
+            participant(1, vec![set_note("doc", NOTE_BYTES)]),
+            participant(2, vec![set_note("doc", NOTE_BYTES)]),
+        ])),
         check_table: None,
     });
     cases.push(CostSpec {
@@ -714,11 +760,13 @@ pub async fn requests(b: &Bench, plan: &Plan, progress: Progress) -> Result<(Vec
         }
         let before = b.counter.snapshot();
         let times_before = b.counter.times();
+        let capacity_before = b.counter.capacity();
         for _ in 0..plan.cost_transactions {
             expect(cost_once(b, &request, &accounts).await)?;
         }
         let after = b.counter.snapshot();
         let times_after = b.counter.times();
+        let capacity_after = b.counter.capacity();
         figures.push(CostCase {
             name,
             items,
@@ -732,6 +780,7 @@ pub async fn requests(b: &Bench, plan: &Plan, progress: Progress) -> Result<(Vec
                     (!delta.is_zero()).then(|| (key.clone(), delta))
                 })
                 .collect(),
+            capacity: capacity::diff(&capacity_before, &capacity_after),
             check_table,
         });
         bar.inc(1);
