@@ -15,6 +15,9 @@ pub const CONNECTIONS_TABLE_NAME: &str = "CONNECTIONS_TABLE_NAME";
 pub const FIREHOSE_STREAM_NAME: &str = "FIREHOSE_STREAM_NAME";
 /// Stream processor: the WebSocket API's management endpoint, `https://{api}.execute-api.{region}.amazonaws.com/{stage}`.
 pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
+/// Coordinator and sweeper: the CloudWatch namespace of their embedded-metric-format metrics.
+pub const METRICS_NAMESPACE: &str = "METRICS_NAMESPACE";
+pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "transactions";
 pub const DEFAULT_CONNECTIONS_TABLE: &str = "connections";
@@ -64,9 +67,9 @@ pub fn init_tracing() {
 
 /// The environment each function reads, for the template check in `tests/`.
 pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
-    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS]),
+    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, METRICS_NAMESPACE]),
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME]),
-    ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES]),
+    ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES, METRICS_NAMESPACE]),
     (
         "stream-processor",
         &[
