@@ -22,6 +22,7 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
 
 /// Routes `POST /transactions` and `GET /transactions/{id}`.
 pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Body> {
+    let started = std::time::SystemTime::now();
     // The path without the stage prefix API Gateway adds; a plain HTTP request (the local stack) has none.
     let path = match request.raw_http_path() {
         "" => request.uri().path().to_owned(),
@@ -51,6 +52,10 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
         }
         _ => Reply::error(404, "NOT_FOUND", format!("no route for {method} {path}")),
     };
+    if let Some(id) = reply.body["transactionId"].as_str() {
+        let outcome = reply.body["status"].as_str().or(reply.body["code"].as_str()).unwrap_or("");
+        twopc::xray::record("coordinator", id, outcome, started);
+    }
     to_response(reply)
 }
 

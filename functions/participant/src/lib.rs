@@ -32,6 +32,23 @@ pub enum HandlerError {
 /// Handles one invocation. An infrastructure failure is an error (the invoker sees a function error),
 /// never a vote: a participant that could not ask DynamoDB has not prepared anything.
 pub async fn handle(participant: &Participant, event: serde_json::Value) -> Result<ParticipantResponse, HandlerError> {
+    let started = std::time::SystemTime::now();
     let request: ParticipantRequest = serde_json::from_value(event).map_err(HandlerError::BadEvent)?;
-    Ok(participant.handle(&request).await?)
+    let response = participant.handle(&request).await;
+    let outcome = match &response {
+        Ok(answer) => match (&answer.status, answer.vote) {
+            (Some(status), _) => status.clone(),
+            (None, Some(twopc::model::Vote::Prepared)) => "PREPARED".to_owned(),
+            (None, Some(twopc::model::Vote::Refused)) => "REFUSED".to_owned(),
+            (None, None) => String::new(),
+        },
+        Err(_) => "ERROR".to_owned(),
+    };
+    twopc::xray::record(
+        &format!("participant {}", request.action.as_str()),
+        &request.transaction_id,
+        &outcome,
+        started,
+    );
+    Ok(response?)
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use twopc::clock::{self, Clock as _};
+use twopc::clock;
 use twopc::config::{self, ConfigError};
 use twopc::coordinator::Coordinator;
 use twopc::invoke::LambdaInvoker;
@@ -26,9 +26,9 @@ pub async fn from_env() -> Result<Sweeper, ConfigError> {
     Ok(Sweeper::new(coordinator, tables, SweepLimits::default()))
 }
 
-/// One sweep; the metric line goes to stdout, where CloudWatch reads Embedded Metric Format.
+/// One sweep, counted in the metrics the function's `main` writes after it.
 pub async fn handle(sweeper: &Sweeper) -> Result<SweepReport, twopc::store::StoreError> {
     let report = sweeper.sweep().await?;
-    println!("{}", report.metric_line(clock::SystemClock.now_ms()));
+    report.record_metrics();
     Ok(report)
 }

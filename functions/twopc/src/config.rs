@@ -51,11 +51,15 @@ pub async fn aws() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
 
-/// Structured logs: JSON in Lambda (CloudWatch parses it), readable text in a terminal.
-/// `RUST_LOG` filters; every span field (the transaction id) is carried on every line.
+/// Structured logs: JSON in Lambda (CloudWatch parses it), readable text in a terminal. Every span
+/// field (the transaction id) is carried on every line. The level is the function's log level in
+/// Lambda (`AWS_LAMBDA_LOG_LEVEL`, from its logging configuration); `RUST_LOG`, when set, filters
+/// more finely and wins.
 pub fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        log_filter(std::env::var("RUST_LOG").ok().as_deref(), std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref());
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let in_lambda = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     let _ = if in_lambda {
@@ -63,6 +67,21 @@ pub fn init_tracing() {
     } else {
         builder.try_init()
     };
+}
+
+/// The filter for `RUST_LOG` and Lambda's level (TRACE, DEBUG, INFO, WARN, ERROR, FATAL).
+pub fn log_filter(rust_log: Option<&str>, lambda_level: Option<&str>) -> String {
+    if let Some(filter) = rust_log.filter(|f| !f.trim().is_empty()) {
+        return filter.to_owned();
+    }
+    match lambda_level.map(|l| l.trim().to_ascii_uppercase()).as_deref() {
+        Some("TRACE") => "trace",
+        Some("DEBUG") => "debug",
+        Some("WARN") => "warn",
+        Some("ERROR" | "FATAL") => "error",
+        _ => "info",
+    }
+    .to_owned()
 }
 
 /// The environment each function reads, for the template check in `tests/`.
@@ -82,3 +101,19 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
     ),
     ("connections", &[CONNECTIONS_TABLE_NAME]),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn lambda_log_level_sets_the_filter_unless_rust_log_is_given() {
+        assert_eq!(log_filter(None, Some("DEBUG")), "debug");
+        assert_eq!(log_filter(None, Some("warn")), "warn");
+        assert_eq!(log_filter(None, Some("FATAL")), "error");
+        assert_eq!(log_filter(None, None), "info");
+        assert_eq!(log_filter(None, Some("LOUD")), "info");
+        assert_eq!(log_filter(Some("twopc=trace"), Some("ERROR")), "twopc=trace");
+        assert_eq!(log_filter(Some(" "), Some("ERROR")), "error");
+    }
+}

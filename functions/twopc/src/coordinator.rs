@@ -31,6 +31,7 @@ use crate::model::{
 };
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
+use crate::telemetry;
 
 /// One commit or abort message gets this long before it is counted as failed and tried again.
 const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -156,6 +157,13 @@ impl Coordinator {
 
     /// `POST /transactions`.
     pub async fn submit(&self, body: &[u8], idempotency_key: Option<&str>) -> Reply {
+        let started = std::time::Instant::now();
+        let reply = self.answer(body, idempotency_key).await;
+        telemetry::answered(reply.status, &reply.body, started.elapsed());
+        reply
+    }
+
+    async fn answer(&self, body: &[u8], idempotency_key: Option<&str>) -> Reply {
         let request = match TransactionRequest::parse(body, |s| self.services.contains(s)) {
             Ok(request) => request,
             Err(invalid) => return Reply::invalid(invalid),
@@ -241,6 +249,8 @@ impl Coordinator {
         }
         let votes = self.prepare_all(&record).await?;
         let prepared_ms = started.elapsed().as_millis();
+        telemetry::phase(telemetry::PREPARE_LATENCY, started.elapsed());
+        let deciding = std::time::Instant::now();
         let all_prepared = votes.iter().all(|p| p.vote == Some(Vote::Prepared));
         let in_time = self.clock.now_ms() <= record.deadline;
         let (to, reason) = match (all_prepared, in_time) {
@@ -266,9 +276,17 @@ impl Coordinator {
             }
         };
         self.faults.check(CoordinatorCrash::AfterDecision)?;
-        let remaining = answer_by.saturating_duration_since(std::time::Instant::now());
+        telemetry::phase(telemetry::DECISION_LATENCY, deciding.elapsed());
+        let second_phase = std::time::Instant::now();
+        let remaining = answer_by.saturating_duration_since(second_phase);
         let finished = match tokio::time::timeout(remaining, self.drive(decided.clone())).await {
-            Ok(driven) => driven?.0,
+            Ok(driven) => {
+                let finished = driven?.0;
+                if decided.status == Status::Committing {
+                    telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
+                }
+                finished
+            }
             Err(_) => {
                 warn!(status = %decided.status, "answer budget spent before the second phase ended; the sweeper finishes it");
                 decided

@@ -22,3 +22,5 @@ pub mod recovery;
 pub mod store;
 pub mod sweeper;
 pub mod tables;
+pub mod telemetry;
+pub mod xray;

@@ -58,28 +58,14 @@ impl SweepReport {
         *self == SweepReport::default()
     }
 
-    /// A CloudWatch Embedded Metric Format line: metrics from a log line, with no API call.
-    pub fn metric_line(&self, now_ms: u64) -> String {
-        json!({
-            "_aws": {
-                "Timestamp": now_ms,
-                "CloudWatchMetrics": [{
-                    "Namespace": "TwoPhaseCommit",
-                    "Dimensions": [[]],
-                    "Metrics": [
-                        {"Name": "StuckTransactions", "Unit": "Count"},
-                        {"Name": "RecoveredTransactions", "Unit": "Count"},
-                        {"Name": "ResolvedLocks", "Unit": "Count"},
-                        {"Name": "SweepErrors", "Unit": "Count"}
-                    ]
-                }]
-            },
-            "StuckTransactions": self.stuck,
-            "RecoveredTransactions": self.committed + self.aborted,
-            "ResolvedLocks": self.locks_rolled_forward + self.locks_released,
-            "SweepErrors": self.errors,
-        })
-        .to_string()
+    /// Counts what the run did (see [`crate::telemetry`]; the sweeper function writes them as
+    /// CloudWatch embedded metric format after each run).
+    pub fn record_metrics(&self) {
+        use crate::telemetry::{RECOVERED_TRANSACTIONS, RESOLVED_LOCKS, STUCK_TRANSACTIONS, SWEEP_ERRORS};
+        metrics::counter!(STUCK_TRANSACTIONS).increment(u64::from(self.stuck));
+        metrics::counter!(RECOVERED_TRANSACTIONS).increment(u64::from(self.committed + self.aborted));
+        metrics::counter!(RESOLVED_LOCKS).increment(u64::from(self.locks_rolled_forward + self.locks_released));
+        metrics::counter!(SWEEP_ERRORS).increment(u64::from(self.errors));
     }
 }
 

@@ -1,0 +1,116 @@
+//! The protocol's metrics, through the `metrics` facade. In Lambda, [`install_emf`] makes them
+//! CloudWatch embedded metric format: JSON lines on stdout that CloudWatch turns into metrics, with no
+//! API call and no IAM permission. The names are a contract with the templates' alarms and dashboard.
+
+use std::time::Duration;
+
+use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
+use serde_json::Value;
+
+/// Coordinator: transactions answered COMMITTED.
+pub const COMMITTED: &str = "Committed";
+/// Coordinator: transactions answered ABORTED (409), with the dimension [`REASON`].
+pub const ABORTED: &str = "Aborted";
+/// Coordinator: transactions answered 202 (the answer budget ran out; the sweeper finishes them).
+pub const ACCEPTED: &str = "Accepted";
+/// Coordinator: 503 answers (a store could not be reached, or refused a decision).
+pub const UNAVAILABLE: &str = "Unavailable";
+/// Coordinator: requests refused before anything was written (400).
+pub const REJECTED: &str = "Rejected";
+pub const PREPARE_LATENCY: &str = "PrepareLatency";
+pub const DECISION_LATENCY: &str = "DecisionLatency";
+pub const COMMIT_LATENCY: &str = "CommitLatency";
+pub const TRANSACTION_LATENCY: &str = "TransactionLatency";
+/// Sweeper.
+pub const STUCK_TRANSACTIONS: &str = "StuckTransactions";
+pub const RECOVERED_TRANSACTIONS: &str = "RecoveredTransactions";
+pub const RESOLVED_LOCKS: &str = "ResolvedLocks";
+pub const SWEEP_ERRORS: &str = "SweepErrors";
+
+/// The dimension of [`ABORTED`]: the first refusing participant's code (`CONFLICT`, `GUARD_FAILED`,
+/// ...), `NO_ANSWER` when a participant did not answer, `DEADLINE` when all prepared too late.
+pub const REASON: &str = "Reason";
+
+/// Units of every metric, so that CloudWatch shows milliseconds as milliseconds.
+pub fn describe() {
+    for name in [COMMITTED, ABORTED, ACCEPTED, UNAVAILABLE, REJECTED] {
+        describe_counter!(name, Unit::Count, "coordinator answers");
+    }
+    for name in [STUCK_TRANSACTIONS, RECOVERED_TRANSACTIONS, RESOLVED_LOCKS, SWEEP_ERRORS] {
+        describe_counter!(name, Unit::Count, "sweeper");
+    }
+    for name in [PREPARE_LATENCY, DECISION_LATENCY, COMMIT_LATENCY, TRANSACTION_LATENCY] {
+        describe_histogram!(name, Unit::Milliseconds, "coordinator phases");
+    }
+}
+
+/// Installs the embedded-metric-format recorder for this process (once; later calls are ignored) and
+/// returns the collector to flush after each invocation.
+pub fn install_emf(namespace: &str) -> Option<&'static metrics_cloudwatch_embedded::Collector> {
+    let collector =
+        metrics_cloudwatch_embedded::Builder::new().cloudwatch_namespace(namespace.to_owned()).init().ok()?;
+    describe();
+    Some(collector)
+}
+
+/// Writes what the invocation recorded as one EMF document on stdout.
+pub fn flush(collector: Option<&'static metrics_cloudwatch_embedded::Collector>) {
+    if let Some(collector) = collector
+        && let Err(e) = collector.flush(std::io::stdout())
+    {
+        tracing::warn!(error = %e, "could not write the metrics");
+    }
+}
+
+pub(crate) fn phase(name: &'static str, elapsed: Duration) {
+    histogram!(name).record(elapsed.as_secs_f64() * 1e3);
+}
+
+/// Counts one answer of `POST /transactions` by what it told the caller.
+pub(crate) fn answered(status: u16, body: &Value, elapsed: Duration) {
+    match status {
+        200 => counter!(COMMITTED).increment(1),
+        202 => counter!(ACCEPTED).increment(1),
+        409 => counter!(ABORTED, REASON => abort_reason(body)).increment(1),
+        503 => counter!(UNAVAILABLE).increment(1),
+        400..=499 => {
+            counter!(REJECTED).increment(1);
+            return;
+        }
+        _ => return,
+    }
+    phase(TRANSACTION_LATENCY, elapsed);
+}
+
+/// The [`REASON`] of an ABORTED answer, from its participants.
+pub fn abort_reason(body: &Value) -> String {
+    let participants = body["participants"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if let Some(refusing) = participants.iter().find(|p| p["vote"] == "REFUSED") {
+        return refusing["code"].as_str().unwrap_or("REFUSED").to_owned();
+    }
+    if participants.iter().any(|p| p.get("vote").is_none()) {
+        return "NO_ANSWER".to_owned();
+    }
+    "DEADLINE".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_abort_reason_is_the_first_refusal_then_silence_then_the_deadline() {
+        let refused = json!({"participants": [
+            {"service": "a", "vote": "PREPARED"},
+            {"service": "b", "vote": "REFUSED", "code": "GUARD_FAILED"},
+            {"service": "c"},
+        ]});
+        assert_eq!(abort_reason(&refused), "GUARD_FAILED");
+        let silent = json!({"participants": [{"service": "a", "vote": "PREPARED"}, {"service": "c"}]});
+        assert_eq!(abort_reason(&silent), "NO_ANSWER");
+        let late = json!({"participants": [{"service": "a", "vote": "PREPARED"}]});
+        assert_eq!(abort_reason(&late), "DEADLINE");
+    }
+}
