@@ -272,9 +272,11 @@ def required_alarms(stack: Stack) -> list[Required]:
                      lambda a, q=queue: a.on("AWS/SQS", "ApproximateNumberOfMessagesVisible", QueueName="${%s.QueueName}" % q),
                      lambda a: a.above(0), "> 0")
         )
+    # The existing alarm: recovery not making progress. The sweeper's code calls the transactions
+    # it could not finish StuckTransactions; issue 15's list of metrics calls them SweepFailures.
     required.append(
-        Required("the sweeper's SweepFailures (recovery not making progress)",
-                 lambda a: a.on(METRICS_NAMESPACE, "SweepFailures"),
+        Required("the sweeper's StuckTransactions or SweepFailures (recovery not making progress)",
+                 lambda a: a.on(METRICS_NAMESPACE, "StuckTransactions") or a.on(METRICS_NAMESPACE, "SweepFailures"),
                  lambda a: a.above(0) and a.window is not None and a.window >= 300, "> 0 for 5 minutes or more")
     )
     return required

@@ -95,7 +95,10 @@ BREAKAGES = {
         "alarms",
         lambda s: s.template["Resources"].pop(b.alarm_on(s, "Errors", b.participant(s, 1)["function"])),
     ),
-    "no-sweep-failures-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "SweepFailures"))),
+    "no-stuck-transactions-alarm": (
+        "alarms",
+        lambda s: [s.template["Resources"].pop(b.alarm_on(s, m)) for m in ["StuckTransactions", "SweepFailures"] if b.has_alarm_on(s, m)],
+    ),
     "no-stream-failures-alarm": (
         "alarms",
         lambda s: s.template["Resources"].pop(b.alarm_on(s, "ApproximateNumberOfMessagesVisible")),
