@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from cfn import Stack, as_list, att_id
-from system import binary_of, functions_of, participant_deployments, role_of, table_ids  # noqa: F401 (re-exported)
+from system import functions_of, participant_deployments, role_of, table_ids
 
 
 def resource(stack: Stack, logical_id: str) -> dict:

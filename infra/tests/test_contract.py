@@ -11,6 +11,7 @@ import copy
 import pytest
 
 import breaking as b
+from system import participant_deployments
 from template_checks import check_environment, check_tables
 
 
@@ -80,7 +81,7 @@ def test_table_check_catches(breakage, stack):
 def _registry(stack, targets: list) -> dict:
     """A PARTICIPANTS value naming, for each service in order, the given target."""
     parts: list = ["{"]
-    for index, (service, target) in enumerate(zip(sorted(b.participant_deployments(stack)), targets)):
+    for index, (service, target) in enumerate(zip(sorted(participant_deployments(stack)), targets)):
         parts += [("" if index == 0 else ", ") + f'"{service}": "', target, '"']
     return b.join(*parts, "}")
 

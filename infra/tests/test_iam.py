@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 import breaking as b
-from cfn import REPO
-from system import allow_statements, functions, role_of
+from cfn import REPO, as_list
+from system import allow_statements, binary_of, functions, role_of
 from template_checks import (
     check_grants_match_code,
     check_iam,
@@ -49,7 +49,7 @@ def _star_grants(stack) -> set[tuple[str, str]]:
     for function in functions(stack):
         for statement in allow_statements(stack, role_of(stack, function)):
             if "*" in statement["Resource"]:
-                out |= {(b.binary_of(stack, function), str(a)) for a in statement["Action"]}
+                out |= {(binary_of(stack, function), str(a)) for a in statement["Action"]}
     return out
 
 
@@ -155,7 +155,7 @@ def test_completeness_check_catches_a_missing_grant(stack, binary, action, where
 
 def test_grant_check_catches_a_grant_the_code_never_uses(stack):
     statement = b.statement(stack, "participant", "dynamodb:BatchGetItem")
-    statement["Action"] = [*b.as_list(statement["Action"]), "dynamodb:PutItem"]
+    statement["Action"] = [*as_list(statement["Action"]), "dynamodb:PutItem"]
     assert check_grants_match_code(stack) != []
 
 

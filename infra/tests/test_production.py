@@ -42,7 +42,16 @@ def test_production_detail(stack, check):
 
 def test_the_lake_record_is_read_from_the_code():
     assert lake_record_fields() == [
-        "eventId", "transactionId", "service", "table", "key", "change", "version", "committedAt", "data", "previous",
+        "eventId",
+        "transactionId",
+        "service",
+        "table",
+        "key",
+        "change",
+        "version",
+        "committedAt",
+        "data",
+        "previous",
     ]
 
 
