@@ -24,7 +24,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 venv="${INFRA_VENV:-target/infra-venv}"
 requirements=infra/tests/requirements.txt
 cdk_synth=infra/cdk/synth.sh
-cdk_template=infra/cdk/cdk.out/TwoPhaseCommit.template.json
+# INFRA_CDK_TEMPLATE: check another synthesized template instead (the tests read it too).
+cdk_template="${INFRA_CDK_TEMPLATE:-infra/cdk/cdk.out/TwoPhaseCommit.template.json}"
 python="${PYTHON:-python3}"
 
 # Nothing from outside the venv may reach its interpreter.
