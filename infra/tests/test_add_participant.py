@@ -1,18 +1,21 @@
-"""Adding a participant service, done as infra/DEPLOY.md describes, keeps every check green; each
-step left out is caught. The third service is added to a copy of the template in memory (and linted
-with cfn-lint as a JSON template)."""
+"""Adding a participant service to the SAM template, done as infra/DEPLOY.md describes, keeps every
+check green; each step left out is caught. The third service is added to a copy of the template in
+memory (and linted with cfn-lint as a JSON template). SAM only: it edits the SAM file as written."""
 
 from __future__ import annotations
 
 import copy
 import json
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cfn import REPO, Stack, sam_transform
+from production_checks import check_alarms, check_aliases
 from template_checks import (
-    REPO,
     check_environment,
     check_event_sources,
     check_iam,
@@ -20,10 +23,11 @@ from template_checks import (
     check_participant_isolation,
     check_permissions_complete,
     check_tables,
-    transform,
 )
 
-STEPS = ["table", "deployment", "registry", "iam", "stream"]
+STEPS = ["table", "deployment", "registry", "iam", "stream", "alarms"]
+# The venv's cfn-lint (infra/check.sh runs the tests with the venv's interpreter).
+CFN_LINT = str(Path(sys.executable).with_name("cfn-lint"))
 
 RENAMES = {
     "ServiceAName": "ServiceCName",
@@ -32,6 +36,9 @@ RENAMES = {
     "ParticipantAFunction": "ParticipantCFunction",
     "ParticipantARole": "ParticipantCRole",
     "ParticipantALogGroup": "ParticipantCLogGroup",
+    "ParticipantAErrorsAlarm": "ParticipantCErrorsAlarm",
+    "ParticipantAThrottlesAlarm": "ParticipantCThrottlesAlarm",
+    "ServiceATableThrottlesAlarm": "ServiceCTableThrottlesAlarm",
 }
 
 
@@ -57,10 +64,14 @@ def _statement(template: dict, role: str, sid: str) -> dict:
     )
 
 
-def _append_json_entry(variables: dict, name: str, entry: str) -> None:
-    text = variables[name]["Fn::Sub"]
+def _append_json_entry(variables: dict, name: str, entry: str, **values: Any) -> None:
+    """Adds `entry` to the JSON object of a `!Sub` (its text, or its text and variables)."""
+    sub = variables[name]["Fn::Sub"]
+    text, bound = (sub, {}) if isinstance(sub, str) else (sub[0], dict(sub[1]))
     assert text.endswith("}")
-    variables[name] = {"Fn::Sub": text[:-1] + ", " + entry + "}"}
+    text = text[:-1] + ", " + entry + "}"
+    bound.update(values)
+    variables[name] = {"Fn::Sub": [text, bound] if bound else text}
 
 
 def add_service_c(raw: dict, skip: str | None = None) -> dict:
@@ -79,16 +90,16 @@ def add_service_c(raw: dict, skip: str | None = None) -> dict:
         # 3. the registry entries
         for function in ["CoordinatorFunction", "SweeperFunction"]:
             variables = res[function]["Properties"]["Environment"]["Variables"]
-            _append_json_entry(variables, "PARTICIPANTS", '"${ServiceCName}": "${ParticipantCFunction.Arn}"')
+            _append_json_entry(
+                variables, "PARTICIPANTS", '"${ServiceCName}": "${ServiceC}"', ServiceC={"Ref": "ParticipantCFunction.Alias"}
+            )
         for function in ["SweeperFunction", "StreamProcessorFunction"]:
             variables = res[function]["Properties"]["Environment"]["Variables"]
             _append_json_entry(variables, "PARTICIPANT_TABLES", '"${ServiceCName}": "${ServiceCTable}"')
     if skip != "iam":
         # 4. IAM of the functions that reach every service
         for role in ["CoordinatorRole", "SweeperRole"]:
-            _statement(template, role, "RegisteredParticipants")["Resource"].append(
-                {"Fn::GetAtt": ["ParticipantCFunction", "Arn"]}
-            )
+            _statement(template, role, "RegisteredParticipants")["Resource"].append({"Ref": "ParticipantCFunction.Alias"})
         _statement(template, "SweeperRole", "SparseIndexes")["Resource"].append(
             {"Fn::Sub": "${ServiceCTable.Arn}/index/locks-by-expiry"}
         )
@@ -100,22 +111,28 @@ def add_service_c(raw: dict, skip: str | None = None) -> dict:
         # 5. the stream event source
         events = res["StreamProcessorFunction"]["Properties"]["Events"]
         events["ServiceCStream"] = _rename(events["ServiceAStream"])
+    if skip != "alarms":
+        # 6. the alarms of the new function and table
+        for logical_id in ["ParticipantAErrorsAlarm", "ParticipantAThrottlesAlarm", "ServiceATableThrottlesAlarm"]:
+            res[RENAMES[logical_id]] = _rename(res[logical_id])
     return template
 
 
 def all_problems(raw: dict, contract: dict) -> list[str]:
     try:
-        transformed = transform(copy.deepcopy(raw))
+        stack = Stack("sam", sam_transform(copy.deepcopy(raw)), contract)
     except AssertionError as error:
         return [str(error)]
     return (
-        check_tables(raw, contract)
-        + check_environment(raw, transformed, contract)
-        + check_iam(transformed)
-        + check_invoke_only_registered(raw, transformed)
-        + check_participant_isolation(raw, transformed)
-        + check_permissions_complete(raw, transformed)
-        + check_event_sources(raw, transformed)
+        check_tables(stack)
+        + check_environment(stack)
+        + check_iam(stack)
+        + check_invoke_only_registered(stack)
+        + check_participant_isolation(stack)
+        + check_permissions_complete(stack)
+        + check_event_sources(stack)
+        + check_aliases(stack)
+        + check_alarms(stack)
     )
 
 
@@ -124,7 +141,7 @@ def test_a_third_service_added_as_documented_passes(raw, contract, tmp_path):
     assert all_problems(template, contract) == []
     path = tmp_path / "template.json"
     path.write_text(json.dumps(template, indent=1))
-    lint = subprocess.run(["cfn-lint", str(path)], cwd=REPO, capture_output=True, text=True, check=False)
+    lint = subprocess.run([CFN_LINT, str(path)], cwd=REPO, capture_output=True, text=True, check=False)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 

@@ -1,7 +1,8 @@
-"""1. The template's tables and function environments match what the code uses.
+"""1. Each deployed template's tables and function environments match what the code uses.
 
 The code's side comes from `cargo run -q -p twopc --example contract` (functions/twopc/examples/
-contract.rs), which prints `twopc::tables` and `twopc::config::FUNCTION_ENVIRONMENT` as JSON."""
+contract.rs), which prints `twopc::tables` and `twopc::config::FUNCTION_ENVIRONMENT` as JSON. Every
+test runs on the SAM template (after the transform) and on the CDK template."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import copy
 
 import pytest
 
-from template_checks import check_environment, check_tables, transform
+import breaking as b
+from system import participant_deployments
+from template_checks import check_environment, check_tables
 
 
 def test_contract_lists_the_expected_tables(contract):
@@ -28,70 +31,99 @@ def test_contract_lists_the_expected_tables(contract):
     }
 
 
-def test_tables_match_the_code(raw, contract):
-    assert check_tables(raw, contract) == []
+def test_tables_match_the_code(stack):
+    assert check_tables(stack) == []
 
 
-def test_environment_matches_the_code(raw, transformed, contract):
-    assert check_environment(raw, transformed, contract) == []
+def test_environment_matches_the_code(stack):
+    assert check_environment(stack) == []
 
 
 # --- the checks can fail ----------------------------------------------------------------------
 
 
-def _table_props(template: dict, logical_id: str) -> dict:
-    return template["Resources"][logical_id]["Properties"]
+def _table(stack, name: str) -> dict:
+    return b.props(stack, b.table(stack, name))
+
+
+def _break_table(stack, breakage: str) -> None:
+    if breakage == "projection":
+        _table(stack, "transactions")["GlobalSecondaryIndexes"][0]["Projection"]["ProjectionType"] = "ALL"
+    elif breakage == "index-name":
+        _table(stack, "service-a-data")["GlobalSecondaryIndexes"][0]["IndexName"] = "locks"
+    elif breakage == "range-key-type":
+        for definition in _table(stack, "service-b-data")["AttributeDefinitions"]:
+            if definition["AttributeName"] == "lockExpiresAt":
+                definition["AttributeType"] = "S"
+    elif breakage == "stream-view":
+        _table(stack, "service-a-data")["StreamSpecification"]["StreamViewType"] = "NEW_IMAGE"
+    elif breakage == "no-stream":
+        del _table(stack, "transactions")["StreamSpecification"]
+    elif breakage == "ttl":
+        del _table(stack, "connections")["TimeToLiveSpecification"]
+    elif breakage == "table-name":
+        _table(stack, "service-a-data")["TableName"] = "service-a"
+    elif breakage == "extra-table":
+        extra = copy.deepcopy(b.resource(stack, b.table(stack, "service-a-data")))
+        extra["Properties"]["TableName"] = "extra"
+        stack.template["Resources"]["Extra"] = extra
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["projection", "index-name", "range-key-type", "stream-view", "no-stream", "ttl", "table-name", "extra-table"],
+)
+def test_table_check_catches(breakage, stack):
+    _break_table(stack, breakage)
+    assert check_tables(stack) != []
+
+
+def _registry(stack, targets: list) -> dict:
+    """A PARTICIPANTS value naming, for each service in order, the given target."""
+    parts: list = ["{"]
+    for index, (service, target) in enumerate(zip(sorted(participant_deployments(stack)), targets)):
+        parts += [("" if index == 0 else ", ") + f'"{service}": "', target, '"']
+    return b.join(*parts, "}")
+
+
+def _break_environment(stack, breakage: str) -> None:
+    first, second = b.participant(stack, 0), b.participant(stack, 1)
+    if breakage == "missing-variable":
+        # Only one of the two participant deployments loses it: each deployment is checked.
+        del b.props(stack, second["function"])["Environment"]["Variables"]["DATA_TABLE_NAME"]
+    elif breakage == "unknown-variable":
+        b.variables(stack, "connections")["CONNECTION_TABLE"] = "connections"
+    elif breakage == "rust-log":
+        b.variables(stack, "coordinator")["RUST_LOG"] = "debug"
+    elif breakage == "registry":
+        # The coordinator's registry names the first participant's alias for both services.
+        b.variables(stack, "coordinator")["PARTICIPANTS"] = _registry(stack, [b.ref(first["alias"])] * 2)
+    elif breakage == "registry-not-alias":
+        # The sweeper's registry names the functions, not their `live` aliases.
+        b.variables(stack, "sweeper")["PARTICIPANTS"] = _registry(
+            stack, [b.getatt(first["function"], "Arn"), b.getatt(second["function"], "Arn")]
+        )
+    elif breakage == "participant-tables":
+        b.variables(stack, "stream-processor")["PARTICIPANT_TABLES"] = '{"service-a": "service-a-data"}'
+    elif breakage == "metrics-namespace":
+        b.variables(stack, "sweeper")["METRICS_NAMESPACE"] = "TwoPhaseCommit"
+    elif breakage == "firehose-stream":
+        b.variables(stack, "stream-processor")["FIREHOSE_STREAM_NAME"] = "lake"
 
 
 @pytest.mark.parametrize(
     "breakage",
     [
-        "projection",
-        "index-name",
-        "range-key-type",
-        "stream-view",
-        "no-stream",
-        "ttl",
-        "table-name",
-        "extra-table",
+        "missing-variable",
+        "unknown-variable",
+        "rust-log",
+        "registry",
+        "registry-not-alias",
+        "participant-tables",
+        "metrics-namespace",
+        "firehose-stream",
     ],
 )
-def test_table_check_catches(breakage, raw, contract):
-    if breakage == "projection":
-        _table_props(raw, "TransactionsTable")["GlobalSecondaryIndexes"][0]["Projection"]["ProjectionType"] = "ALL"
-    elif breakage == "index-name":
-        _table_props(raw, "ServiceATable")["GlobalSecondaryIndexes"][0]["IndexName"] = "locks"
-    elif breakage == "range-key-type":
-        for definition in _table_props(raw, "ServiceBTable")["AttributeDefinitions"]:
-            if definition["AttributeName"] == "lockExpiresAt":
-                definition["AttributeType"] = "S"
-    elif breakage == "stream-view":
-        _table_props(raw, "ServiceATable")["StreamSpecification"]["StreamViewType"] = "NEW_IMAGE"
-    elif breakage == "no-stream":
-        del _table_props(raw, "TransactionsTable")["StreamSpecification"]
-    elif breakage == "ttl":
-        del _table_props(raw, "ConnectionsTable")["TimeToLiveSpecification"]
-    elif breakage == "table-name":
-        raw["Parameters"]["ServiceATableName"]["Default"] = "service-a"
-    elif breakage == "extra-table":
-        raw["Resources"]["Extra"] = copy.deepcopy(raw["Resources"]["ServiceATable"])
-        raw["Resources"]["Extra"]["Properties"]["TableName"] = "extra"
-    assert check_tables(raw, contract) != []
-
-
-@pytest.mark.parametrize("breakage", ["missing-variable", "unknown-variable", "registry", "participant-tables"])
-def test_environment_check_catches(breakage, raw, contract):
-    variables = lambda name: raw["Resources"][name]["Properties"]["Environment"]["Variables"]  # noqa: E731
-    if breakage == "missing-variable":
-        # Only one of the two participant deployments loses it: each deployment is checked.
-        del variables("ParticipantBFunction")["DATA_TABLE_NAME"]
-    elif breakage == "unknown-variable":
-        variables("ConnectionsFunction")["CONNECTION_TABLE"] = "connections"
-    elif breakage == "registry":
-        # The coordinator's registry names participant A's function for service-b.
-        variables("CoordinatorFunction")["PARTICIPANTS"] = {
-            "Fn::Sub": '{"${ServiceAName}": "${ParticipantAFunction.Arn}", "${ServiceBName}": "${ParticipantAFunction.Arn}"}'
-        }
-    elif breakage == "participant-tables":
-        variables("StreamProcessorFunction")["PARTICIPANT_TABLES"] = {"Fn::Sub": '{"${ServiceAName}": "${ServiceATable}"}'}
-    assert check_environment(raw, transform(raw), contract) != []
+def test_environment_check_catches(breakage, stack):
+    _break_environment(stack, breakage)
+    assert check_environment(stack) != []

@@ -1,8 +1,9 @@
-"""2. Least privilege: no action wildcards, no "*" resource except the justified allow-list
-(template_checks.STAR_RESOURCE_ALLOWED: dynamodb:ListStreams, which IAM cannot scope), wildcards
-inside ARNs only as `bucket/*` and `stage/POST/@connections/*`, no managed policies, one role per
-function, lambda:InvokeFunction only on the registered participants; and the actions granted on each
-table are exactly the SDK calls the code's store for that table makes."""
+"""2. Least privilege, on both deployed templates: no action wildcards, no "*" resource except the
+justified allow-list (template_checks.STAR_RESOURCE_ALLOWED: dynamodb:ListStreams and, with tracing
+on, X-Ray's two actions, which IAM cannot scope), wildcards inside ARNs only as `bucket/*` and
+`stage/POST/@connections/*`, no managed policies, one role per function, lambda:InvokeFunction only
+on (and on every) registered participant's `live` alias; and the actions granted on each table are
+exactly the SDK calls the code's store for that table makes."""
 
 from __future__ import annotations
 
@@ -10,127 +11,152 @@ import shutil
 
 import pytest
 
+import breaking as b
+from cfn import REPO, as_list
+from system import allow_statements, binary_of, functions, role_of
 from template_checks import (
-    TEMPLATE,
-    REPO,
     check_grants_match_code,
     check_iam,
     check_invoke_only_registered,
     check_participant_isolation,
     check_permissions_complete,
-    load,
-    transform,
 )
 
 
-def test_no_wildcards_and_no_managed_policies(transformed):
-    assert check_iam(transformed) == []
+def test_no_wildcards_and_no_managed_policies(stack):
+    assert check_iam(stack) == []
 
 
-def test_invoke_only_registered_participants(raw, transformed):
-    assert check_invoke_only_registered(raw, transformed) == []
+def test_invoke_only_registered_participants(stack):
+    assert check_invoke_only_registered(stack) == []
 
 
-def test_the_only_star_resource_is_list_streams(transformed):
-    stars = []
-    for name, resource in transformed["Resources"].items():
-        if resource["Type"] != "AWS::IAM::Role":
-            continue
-        for policy in resource["Properties"].get("Policies", []):
-            for statement in policy["PolicyDocument"]["Statement"]:
-                if statement["Effect"] == "Allow" and "*" in (
-                    statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-                ):
-                    stars.append((name, statement["Action"]))
-    assert stars == [("StreamProcessorRole", "dynamodb:ListStreams")]
+def test_participants_reach_only_their_own_table(stack):
+    assert check_participant_isolation(stack) == []
 
 
-# --- the checks can fail: broken copies of the template, written to a temporary directory -------
+def test_permissions_cover_every_table(stack):
+    assert check_permissions_complete(stack) == []
 
 
-def _broken_copy(tmp_path, old: str, new: str) -> dict:
-    text = TEMPLATE.read_text()
-    assert old in text, f"{old!r} not in the template"
-    path = tmp_path / "template.yaml"
-    path.write_text(text.replace(old, new, 1))
-    return transform(load(path), str(path))
+def test_grants_match_the_code(stack):
+    assert check_grants_match_code(stack) == []
+
+
+def _star_grants(stack) -> set[tuple[str, str]]:
+    """(function's binary, action) of every grant on Resource "*"."""
+    out = set()
+    for function in functions(stack):
+        for statement in allow_statements(stack, role_of(stack, function)):
+            if "*" in statement["Resource"]:
+                out |= {(binary_of(stack, function), str(a)) for a in statement["Action"]}
+    return out
+
+
+def test_the_only_star_resources_are_list_streams_and_tracing(stack):
+    # Without tracing: ListStreams, for the stream processor's event sources, and nothing else.
+    assert _star_grants(stack.with_parameters(TracingMode="PassThrough")) == {("stream-processor", "dynamodb:ListStreams")}
+    # With tracing: X-Ray's two actions for every function as well.
+    traced = _star_grants(stack.with_parameters(TracingMode="Active"))
+    binaries = set(stack.code["functionEnvironment"])
+    xray = {(binary, action) for binary in binaries for action in ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]}
+    assert traced == xray | {("stream-processor", "dynamodb:ListStreams")}
+
+
+# --- the checks can fail: broken copies of each template ----------------------------------------
+
+
+def _break_iam(stack, breakage: str) -> None:
+    if breakage == "action-wildcard":
+        b.statement(stack, "coordinator", "dynamodb:GetItem")["Action"] = ["dynamodb:*"]
+    elif breakage == "action-prefix":
+        b.statement(stack, "coordinator", "dynamodb:GetItem")["Action"] = ["dynamodb:Get*"]
+    elif breakage == "star-resource":
+        # a "*" resource for an action that can be scoped
+        b.statement(stack, "stream-processor", "firehose:PutRecordBatch")["Resource"] = "*"
+    elif breakage == "every-index":
+        # every index of the table instead of the one used
+        connections = b.table(stack, "connections")
+        b.statement(stack, "stream-processor", "dynamodb:Query", where="/index/by-topic")["Resource"] = [
+            b.join(b.getatt(connections, "Arn"), "/index/*")
+        ]
+    elif breakage == "every-route":
+        # every route of the WebSocket API instead of @connections
+        api = b.only(stack, "AWS::ApiGatewayV2::Api")
+        b.statement(stack, "stream-processor", "execute-api:ManageConnections")["Resource"] = [
+            {"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${%s}/prod/*" % api}
+        ]
+    elif breakage == "managed-policy":
+        role = role_of(stack, b.function(stack, "stream-processor"))
+        b.props(stack, role)["ManagedPolicyArns"] = [
+            "arn:aws:iam::aws:policy/service-role/AWSLambdaDynamoDBExecutionRole"
+        ]
+    elif breakage == "shared-role":
+        first, second = b.participant(stack, 0), b.participant(stack, 1)
+        b.props(stack, second["function"])["Role"] = b.getatt(role_of(stack, first["function"]), "Arn")
+    elif breakage == "star-beside-tracing":
+        # The X-Ray actions may take "*"; another action beside them in the same statement may not.
+        role = role_of(stack, b.function(stack, "connections"))
+        b.raw_statements(stack, role)[0].append(
+            {"Effect": "Allow", "Action": ["xray:PutTraceSegments", "xray:GetTraceSummaries"], "Resource": "*"}
+        )
 
 
 @pytest.mark.parametrize(
-    "old,new",
+    "breakage",
     [
-        # an action wildcard
-        ("Action: [dynamodb:GetItem, dynamodb:PutItem, dynamodb:UpdateItem]", "Action: [dynamodb:*]"),
-        ("Action: [dynamodb:GetItem, dynamodb:PutItem, dynamodb:UpdateItem]", "Action: [dynamodb:Get*]"),
-        # a "*" resource for an action that can be scoped
-        ("Action: firehose:PutRecordBatch\n                Resource: !GetAtt LakeDeliveryStream.Arn",
-         'Action: firehose:PutRecordBatch\n                Resource: "*"'),
-        # a wildcard inside an ARN: every index of the table instead of the one used
-        ("${ConnectionsTable.Arn}/index/by-topic", "${ConnectionsTable.Arn}/index/*"),
-        # every route of the API instead of @connections
-        ("${WebSocketStageName}/POST/@connections/*", "${WebSocketStageName}/*"),
-        # a SAM-generated role: SAM attaches AWSLambdaDynamoDBExecutionRole (Resource "*")
-        ("      Role: !GetAtt StreamProcessorRole.Arn\n", "      Policies: []\n"),
+        "action-wildcard",
+        "action-prefix",
+        "star-resource",
+        "every-index",
+        "every-route",
+        "managed-policy",
+        "shared-role",
+        "star-beside-tracing",
     ],
 )
-def test_iam_check_catches(tmp_path, old, new):
-    assert check_iam(_broken_copy(tmp_path, old, new)) != []
+def test_iam_check_catches(breakage, stack):
+    _break_iam(stack, breakage)
+    assert check_iam(stack) != []
 
 
-def test_invoke_check_catches_an_unregistered_target(raw):
-    statement = next(
-        s
-        for p in raw["Resources"]["CoordinatorRole"]["Properties"]["Policies"]
-        for s in p["PolicyDocument"]["Statement"]
-        if s["Action"] == "lambda:InvokeFunction"
-    )
-    statement["Resource"].append({"Fn::GetAtt": ["SweeperFunction", "Arn"]})
-    assert check_invoke_only_registered(raw, transform(raw)) != []
+def test_invoke_check_catches_an_unregistered_target(stack):
+    statement = b.statement(stack, "coordinator", "lambda:InvokeFunction")
+    statement["Resource"].append(b.getatt(b.function(stack, "sweeper"), "Arn"))
+    assert check_invoke_only_registered(stack) != []
 
 
-def test_participants_reach_only_their_own_table(raw, transformed):
-    assert check_participant_isolation(raw, transformed) == []
+def test_invoke_check_catches_the_function_instead_of_its_alias(stack):
+    # Invoking the unqualified function would reach $LATEST, not the alias the registry names.
+    statement = b.statement(stack, "coordinator", "lambda:InvokeFunction")
+    statement["Resource"] = [b.getatt(b.participant(stack, i)["function"], "Arn") for i in range(2)]
+    assert check_invoke_only_registered(stack) != []
 
 
-def test_permissions_cover_every_table(raw, transformed):
-    assert check_permissions_complete(raw, transformed) == []
+def test_invoke_check_catches_a_registered_participant_it_cannot_invoke(stack):
+    b.statement(stack, "sweeper", "lambda:InvokeFunction")["Resource"].pop()
+    assert check_invoke_only_registered(stack) != []
 
 
-def _statement(raw, role, sid):
-    return next(
-        s
-        for p in raw["Resources"][role]["Properties"]["Policies"]
-        for s in p["PolicyDocument"]["Statement"]
-        if s.get("Sid") == sid
-    )
+def test_isolation_check_catches_a_participant_reaching_another_table(stack):
+    statement = b.statement(stack, "participant", "dynamodb:BatchGetItem")
+    statement["Resource"].append(b.getatt(b.table(stack, b.participant(stack, 1)["table"]), "Arn"))
+    assert check_participant_isolation(stack) != []
 
 
-def test_isolation_check_catches_a_participant_reaching_another_table(raw):
-    _statement(raw, "ParticipantARole", "OwnDataTable")["Resource"] = [
-        {"Fn::GetAtt": ["ServiceATable", "Arn"]},
-        {"Fn::GetAtt": ["ServiceBTable", "Arn"]},
-    ]
-    assert check_participant_isolation(raw, transform(raw)) != []
+@pytest.mark.parametrize(
+    "binary,action,where",
+    [("sweeper", "dynamodb:Query", "locks-by-expiry"), ("stream-processor", "dynamodb:GetRecords", None)],
+)
+def test_completeness_check_catches_a_missing_grant(stack, binary, action, where):
+    b.statement(stack, binary, action, where=where)["Resource"].pop()
+    assert check_permissions_complete(stack) != []
 
 
-@pytest.mark.parametrize("role,sid", [("SweeperRole", "SparseIndexes"), ("StreamProcessorRole", "ReadStreams")])
-def test_completeness_check_catches_a_missing_grant(raw, role, sid):
-    _statement(raw, role, sid)["Resource"].pop()
-    assert check_permissions_complete(raw, transform(raw)) != []
-
-
-def test_invoke_check_catches_a_registered_participant_it_cannot_invoke(raw):
-    _statement(raw, "SweeperRole", "RegisteredParticipants")["Resource"].pop()
-    assert check_invoke_only_registered(raw, transform(raw)) != []
-
-
-def test_grants_match_the_code(raw, transformed):
-    assert check_grants_match_code(raw, transformed) == []
-
-
-def test_grant_check_catches_a_grant_the_code_never_uses(raw):
-    _statement(raw, "ParticipantARole", "OwnDataTable")["Action"].append("dynamodb:PutItem")
-    assert check_grants_match_code(raw, transform(raw)) != []
+def test_grant_check_catches_a_grant_the_code_never_uses(stack):
+    statement = b.statement(stack, "participant", "dynamodb:BatchGetItem")
+    statement["Action"] = [*as_list(statement["Action"]), "dynamodb:PutItem"]
+    assert check_grants_match_code(stack) != []
 
 
 @pytest.mark.parametrize(
@@ -147,12 +173,12 @@ def test_grant_check_catches_a_grant_the_code_never_uses(raw):
         ("twopc/src/fanout/realtime.rs", "client.delete_connection()"),
     ],
 )
-def test_grant_check_reads_the_source(tmp_path, raw, transformed, path, call):
-    functions = tmp_path / "functions"
-    shutil.copytree(REPO / "functions", functions, ignore=shutil.ignore_patterns("target", "*.zip"))
-    with open(functions / path, "a") as source:
+def test_grant_check_reads_the_source(tmp_path, stack, path, call):
+    functions_dir = tmp_path / "functions"
+    shutil.copytree(REPO / "functions", functions_dir, ignore=shutil.ignore_patterns("target", "*.zip"))
+    with open(functions_dir / path, "a") as source:
         source.write(f"\n// added by the test\nfn _probe() {{ {call}; }}\n")
-    problems = check_grants_match_code(raw, transformed, functions)
+    problems = check_grants_match_code(stack, functions_dir)
     if "delete_connection" in call:
         assert problems == []
     else:

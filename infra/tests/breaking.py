@@ -1,0 +1,133 @@
+"""Helpers for the tests that break a deployed template (SAM or CDK) on purpose: they find the raw,
+unresolved piece of the template to change by meaning, as the checks do, so the same breakage is
+made in either template."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cfn import Stack, as_list, att_id
+from system import functions_of, participant_deployments, role_of, table_ids
+
+
+def resource(stack: Stack, logical_id: str) -> dict:
+    return stack.template["Resources"][logical_id]
+
+
+def props(stack: Stack, logical_id: str) -> dict:
+    return resource(stack, logical_id).setdefault("Properties", {})
+
+
+def function(stack: Stack, binary: str, index: int = 0) -> str:
+    return functions_of(stack, binary)[index]
+
+
+def variables(stack: Stack, binary: str, index: int = 0) -> dict:
+    return props(stack, function(stack, binary, index))["Environment"]["Variables"]
+
+
+def table(stack: Stack, name: str) -> str:
+    return table_ids(stack)[name]
+
+
+def participant(stack: Stack, index: int) -> dict:
+    """The index-th participant deployment (by service name)."""
+    return [d for _, d in sorted(participant_deployments(stack).items())][index]
+
+
+def raw_statements(stack: Stack, role: str) -> list[list]:
+    """The raw statement lists of the role: its inline policies and the policies attached to it."""
+    lists = []
+    for policy in as_list(props(stack, role).get("Policies")):
+        lists.append(policy["PolicyDocument"]["Statement"])
+    for name, candidate in stack.template["Resources"].items():
+        if candidate.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            if {"Ref": role} in as_list(candidate["Properties"].get("Roles")):
+                document = candidate["Properties"]["PolicyDocument"]
+                document["Statement"] = as_list(document["Statement"])
+                lists.append(document["Statement"])
+    return lists
+
+
+def statement(stack: Stack, binary: str, action: str, index: int = 0, where: Any = None) -> dict:
+    """The first raw Allow statement granting `action` in the role of a function of `binary`
+    (and, with `where`, whose resolved resources contain that text)."""
+    role = role_of(stack, function(stack, binary, index))
+    for statements in raw_statements(stack, role):
+        for candidate in statements:
+            if not isinstance(candidate, dict) or candidate.get("Effect") != "Allow":
+                continue
+            actions = [str(a).lower() for a in as_list(candidate.get("Action"))]
+            resolved = json.dumps(stack.resolve(candidate.get("Resource")))
+            if action.lower() in actions and (where is None or where in resolved):
+                candidate["Resource"] = as_list(candidate.get("Resource"))
+                return candidate
+    raise AssertionError(f"no statement granting {action} to {binary}")
+
+
+def mapping_of(stack: Stack, table_name: str) -> str:
+    """The event source mapping of a table's stream."""
+    table_id = table(stack, table_name)
+    for name in stack.resources("AWS::Lambda::EventSourceMapping"):
+        if att_id(stack.props(name).get("EventSourceArn"), "StreamArn") == table_id:
+            return name
+    raise AssertionError(f"no mapping for {table_name}")
+
+
+def replace_in_strings(value: Any, old: str, new: str) -> Any:
+    """Every string inside `value` with `old` replaced (for Sub texts and Join parts alike)."""
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, list):
+        return [replace_in_strings(v, old, new) for v in value]
+    if isinstance(value, dict):
+        return {k: replace_in_strings(v, old, new) for k, v in value.items()}
+    return value
+
+
+def only(stack: Stack, kind: str) -> str:
+    found = sorted(stack.resources(kind))
+    assert found, f"no {kind}"
+    return found[0]
+
+
+def has_alarm_on(stack: Stack, metric: str) -> bool:
+    return any(f'"{metric}"' in json.dumps(stack.props(name)) for name in stack.resources("AWS::CloudWatch::Alarm"))
+
+
+def alarm_on(stack: Stack, metric: str, text: str = "") -> str:
+    """An alarm whose (resolved) properties name `metric` (and `text`)."""
+    for name in stack.resources("AWS::CloudWatch::Alarm"):
+        resolved = json.dumps(stack.props(name))
+        if f'"{metric}"' in resolved and text in resolved:
+            return name
+    raise AssertionError(f"no alarm on {metric} {text}")
+
+
+def ref(logical_id: str) -> dict:
+    return {"Ref": logical_id}
+
+
+def getatt(logical_id: str, attribute: str) -> dict:
+    return {"Fn::GetAtt": [logical_id, attribute]}
+
+
+def join(*parts: Any) -> dict:
+    return {"Fn::Join": ["", list(parts)]}
+
+
+def stage_of_rest_api(stack: Stack) -> str:
+    return only(stack, "AWS::ApiGateway::Stage")
+
+
+def set_rest_authorization(stack: Stack, authorization: str) -> None:
+    """Every REST method's authorization: Method resources (CDK) or the OpenAPI body (SAM)."""
+    for name in stack.resources("AWS::ApiGateway::Method"):
+        props(stack, name)["AuthorizationType"] = authorization
+    for name in stack.resources("AWS::ApiGateway::RestApi"):
+        body = props(stack, name).get("Body") or {}
+        for operations in body.get("paths", {}).values():
+            for operation in operations.values():
+                operation["security"] = [] if authorization == "NONE" else operation.get("security")
+

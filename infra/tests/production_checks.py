@@ -1,0 +1,668 @@
+"""Checks of the production details infra/DEPLOY.md describes (throttling, alarms, dashboard, reserved
+concurrency, deletion protection, the lake's compression and Glue table, logging, tracing, the
+participants' `live` aliases), on a deployed template (SAM after the transform, or CDK), found by
+meaning as in template_checks.py. Each returns a list of problems (empty: fine).
+
+Where a property is wired to a parameter, the check evaluates the template with other values of that
+parameter too, so a hard-coded value that happens to equal the default does not pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cfn import REPO, Stack, as_list, att_id, number
+from system import (
+    ALIAS_NAME,
+    aliases,
+    environment,
+    function_target,
+    functions,
+    functions_of,
+    granted,
+    log_group_of,
+    participant_deployments,
+    role_of,
+)
+from template_checks import METRICS_NAMESPACE
+
+# ----------------------------------------------------------------------------------------------
+# Parameters every template offers (the same deploy-time interface for SAM and CDK)
+# ----------------------------------------------------------------------------------------------
+
+THROTTLING_PARAMETERS = {"ApiThrottlingRateLimit": 100, "ApiThrottlingBurstLimit": 200}
+RESERVED_CONCURRENCY_PARAMETERS = {
+    "coordinator": ("CoordinatorReservedConcurrency", 100),
+    "sweeper": ("SweeperReservedConcurrency", 2),
+    "stream-processor": ("StreamProcessorReservedConcurrency", 10),
+}
+LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
+TRACING_MODES = ["PassThrough", "Active"]
+SNS_TOPIC = "arn:aws:sns:us-east-1:123456789012:operations"
+
+# Metrics of the code (CloudWatch embedded metric format, namespace METRICS_NAMESPACE).
+COORDINATOR_LATENCIES = ["PrepareLatency", "DecisionLatency", "CommitLatency", "TransactionLatency"]
+SWEEPER_METRICS = ["SweptTransactions", "SweepFailures", "OldestOpenTransactionAge"]
+
+# The lake's record, one JSON object per line: the fields of this struct, in serde's camelCase.
+LAKE_RECORD_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "decide.rs"
+LAKE_RECORD_STRUCT = "ChangeRecord"
+JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
+
+
+def _parameter(stack: Stack, name: str, default: Any, allowed: list[str] | None = None) -> list[str]:
+    definition = stack.template.get("Parameters", {}).get(name)
+    if definition is None:
+        return [f"no parameter {name}"]
+    problems = []
+    if str(definition.get("Default")) != str(default):
+        problems.append(f"parameter {name}: default {definition.get('Default')!r}, expected {default!r}")
+    if allowed is not None and [str(v) for v in definition.get("AllowedValues", [])] != allowed:
+        problems.append(f"parameter {name}: allowed values {definition.get('AllowedValues')}, expected {allowed}")
+    return problems
+
+
+def _same_number(value: Any, expected: Any) -> bool:
+    return number(value) is not None and number(value) == number(expected)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Throttling on both API stages
+# ----------------------------------------------------------------------------------------------
+
+
+def _rest_stage_throttling(stack: Stack, stage: str, rate: str, burst: str) -> list[str]:
+    settings = [
+        s
+        for s in as_list(stack.props(stage).get("MethodSettings"))
+        if s.get("ResourcePath") == "/*" and s.get("HttpMethod") == "*"
+    ]
+    if not settings:
+        return [f"{stage}: no method settings for /*/* (every method)"]
+    problems = []
+    for setting in settings:
+        if not _same_number(setting.get("ThrottlingRateLimit"), rate):
+            problems.append(f"{stage}: ThrottlingRateLimit {setting.get('ThrottlingRateLimit')!r}, not ApiThrottlingRateLimit ({rate})")
+        if not _same_number(setting.get("ThrottlingBurstLimit"), burst):
+            problems.append(f"{stage}: ThrottlingBurstLimit {setting.get('ThrottlingBurstLimit')!r}, not ApiThrottlingBurstLimit ({burst})")
+    return problems
+
+
+def _websocket_stage_throttling(stack: Stack, stage: str, rate: str, burst: str) -> list[str]:
+    settings = stack.props(stage).get("DefaultRouteSettings", {})
+    problems = []
+    if not _same_number(settings.get("ThrottlingRateLimit"), rate):
+        problems.append(f"{stage}: DefaultRouteSettings.ThrottlingRateLimit {settings.get('ThrottlingRateLimit')!r}, not ApiThrottlingRateLimit ({rate})")
+    if not _same_number(settings.get("ThrottlingBurstLimit"), burst):
+        problems.append(f"{stage}: DefaultRouteSettings.ThrottlingBurstLimit {settings.get('ThrottlingBurstLimit')!r}, not ApiThrottlingBurstLimit ({burst})")
+    return problems
+
+
+def check_throttling(stack: Stack) -> list[str]:
+    """Both stages throttle every route at the rate and burst of the two parameters."""
+    problems = [p for name, default in THROTTLING_PARAMETERS.items() for p in _parameter(stack, name, default)]
+    # The defaults, and other values, to see that the stages follow the parameters.
+    for rate, burst in [("100", "200"), ("7", "9")]:
+        evaluated = stack.with_parameters(ApiThrottlingRateLimit=rate, ApiThrottlingBurstLimit=burst)
+        rest, websocket = evaluated.resources("AWS::ApiGateway::Stage"), evaluated.resources("AWS::ApiGatewayV2::Stage")
+        if not rest or not websocket:
+            problems.append(f"expected a REST and a WebSocket stage, found {sorted(rest)} and {sorted(websocket)}")
+        for stage in rest:
+            problems += _rest_stage_throttling(evaluated, stage, rate, burst)
+        for stage in websocket:
+            problems += _websocket_stage_throttling(evaluated, stage, rate, burst)
+    return sorted(set(problems))
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Alarms
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Metric:
+    namespace: str
+    name: str
+    dimensions: dict[str, str]
+    stat: str | None
+    period: float | None
+
+
+@dataclass
+class Alarm:
+    logical_id: str
+    metrics: list[Metric]
+    threshold: float | None
+    comparison: str
+    window: float | None  # seconds: Period x the datapoints that must breach
+    missing: str | None
+    props: dict = field(repr=False)
+
+    def on(self, namespace: str, name: str, **dimensions: str) -> bool:
+        return any(
+            m.namespace == namespace and m.name == name and all(m.dimensions.get(k) == v for k, v in dimensions.items())
+            for m in self.metrics
+        )
+
+    def above(self, threshold: float) -> bool:
+        """Fires when the value exceeds `threshold` ("> threshold")."""
+        if self.comparison == "GreaterThanThreshold":
+            return self.threshold == threshold
+        # For counts, ">= threshold + 1" is the same alarm.
+        return self.comparison == "GreaterThanOrEqualToThreshold" and self.threshold == threshold + 1
+
+
+def _metric(metric: dict, stat: Any, period: Any) -> Metric:
+    dimensions = {str(d.get("Name")): str(d.get("Value")) for d in as_list(metric.get("Dimensions"))}
+    return Metric(str(metric.get("Namespace")), str(metric.get("MetricName")), dimensions, stat, number(period))
+
+
+def alarms(stack: Stack) -> list[Alarm]:
+    """Every CloudWatch alarm, single-metric or metric math, in one shape."""
+    out = []
+    for logical_id in stack.resources("AWS::CloudWatch::Alarm"):
+        props = stack.props(logical_id)
+        if "MetricName" in props:
+            stat = props.get("ExtendedStatistic") or props.get("Statistic")
+            metrics = [_metric(props, stat, props.get("Period"))]
+            period = number(props.get("Period"))
+        else:
+            stats = [m.get("MetricStat") for m in as_list(props.get("Metrics")) if m.get("MetricStat")]
+            metrics = [_metric(s.get("Metric", {}), s.get("Stat"), s.get("Period")) for s in stats]
+            period = max((m.period or 0 for m in metrics), default=None)
+        points = number(props.get("DatapointsToAlarm") or props.get("EvaluationPeriods"))
+        out.append(
+            Alarm(
+                logical_id,
+                metrics,
+                number(props.get("Threshold")),
+                str(props.get("ComparisonOperator")),
+                period * points if period and points else None,
+                props.get("TreatMissingData"),
+                props,
+            )
+        )
+    return out
+
+
+@dataclass
+class Required:
+    """An alarm the system must have: what it watches and how it fires."""
+
+    what: str
+    matches: Callable[[Alarm], bool]
+    fires: Callable[[Alarm], bool]
+    how: str
+
+
+def _sum_above_zero(alarm: Alarm) -> bool:
+    return all(m.stat == "Sum" for m in alarm.metrics) and alarm.above(0)
+
+
+def _lambda(stack: Stack, function: str, metric: str) -> Callable[[Alarm], bool]:
+    return lambda alarm: any(
+        m.namespace == "AWS/Lambda" and m.name == metric and function_target(stack, m.dimensions.get("FunctionName")) == function
+        for m in alarm.metrics
+    )
+
+
+def _table_throttles(stack: Stack, table: str) -> Callable[[Alarm], bool]:
+    name = stack.table_name(table)
+
+    def watched(alarm: Alarm) -> set[str]:
+        return {
+            m.name for m in alarm.metrics if m.namespace == "AWS/DynamoDB" and m.dimensions.get("TableName") == name
+        }
+
+    # Reads and writes: ThrottledRequests covers both, else both throttle-event metrics.
+    return lambda alarm: "ThrottledRequests" in watched(alarm) or {"ReadThrottleEvents", "WriteThrottleEvents"} <= watched(alarm)
+
+
+def _rest_api_names(stack: Stack) -> list[str]:
+    return [str(stack.props(api).get("Name")) for api in stack.resources("AWS::ApiGateway::RestApi")]
+
+
+def required_alarms(stack: Stack) -> list[Required]:
+    required = []
+    for function in functions(stack):
+        required.append(
+            Required(f"Errors of {function}", _lambda(stack, function, "Errors"),
+                     lambda a: all(m.stat == "Sum" for m in a.metrics) and a.comparison.startswith("GreaterThan")
+                     and a.threshold is not None and a.threshold >= 0, "Sum above a threshold")
+        )
+        required.append(Required(f"Throttles of {function}", _lambda(stack, function, "Throttles"), _sum_above_zero, "Sum > 0"))
+    for processor in functions_of(stack, "stream-processor"):
+        required.append(
+            Required(f"IteratorAge of {processor}", _lambda(stack, processor, "IteratorAge"),
+                     lambda a: a.metrics[0].stat == "Maximum" and a.above(60_000) and a.window == 300,
+                     "Maximum > 60000 ms over 5 minutes")
+        )
+    for name in _rest_api_names(stack):
+        required.append(
+            Required(f"5XXError of REST API {name}", lambda a, n=name: a.on("AWS/ApiGateway", "5XXError", ApiName=n),
+                     lambda a: _sum_above_zero(a) and a.window == 300, "Sum > 0 over 5 minutes")
+        )
+        required.append(
+            Required(f"Latency of REST API {name}", lambda a, n=name: a.on("AWS/ApiGateway", "Latency", ApiName=n),
+                     lambda a: a.metrics[0].stat == "p99" and a.above(25_000) and a.window == 300,
+                     "p99 > 25000 ms over 5 minutes")
+        )
+    for stream in stack.resources("AWS::KinesisFirehose::DeliveryStream"):
+        required.append(
+            Required(f"DeliveryToS3.DataFreshness of {stream}",
+                     lambda a, s=stream: a.on("AWS/Firehose", "DeliveryToS3.DataFreshness", DeliveryStreamName="${%s}" % s),
+                     lambda a: a.metrics[0].stat == "Maximum" and a.above(900), "Maximum > 900 s")
+        )
+    for table in stack.resources("AWS::DynamoDB::Table"):
+        required.append(
+            Required(f"read and write throttles of table {stack.table_name(table)}", _table_throttles(stack, table),
+                     _sum_above_zero, "Sum > 0")
+        )
+    queues = {
+        att_id(stack.props(m).get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"), "Arn")
+        for m in stack.resources("AWS::Lambda::EventSourceMapping")
+    } - {None}
+    for queue in sorted(queues):
+        required.append(
+            Required(f"messages in the on-failure queue {queue}",
+                     lambda a, q=queue: a.on("AWS/SQS", "ApproximateNumberOfMessagesVisible", QueueName="${%s.QueueName}" % q),
+                     lambda a: a.above(0), "> 0")
+        )
+    # The existing alarm: recovery not making progress. The sweeper's code calls the transactions
+    # it could not finish StuckTransactions; issue 15's list of metrics calls them SweepFailures.
+    required.append(
+        Required("the sweeper's StuckTransactions or SweepFailures (recovery not making progress)",
+                 lambda a: a.on(METRICS_NAMESPACE, "StuckTransactions") or a.on(METRICS_NAMESPACE, "SweepFailures"),
+                 lambda a: a.above(0) and a.window is not None and a.window >= 300, "> 0 for 5 minutes or more")
+    )
+    return required
+
+
+def _alarm_actions(stack: Stack, alarm: str) -> list[str]:
+    problems = []
+    with_topic = stack.with_parameters(AlarmActionArn=SNS_TOPIC).props(alarm).get("AlarmActions")
+    if as_list(with_topic) != [SNS_TOPIC]:
+        problems.append(f"{alarm}: with AlarmActionArn set, its actions are {with_topic!r}, not that topic")
+    without = stack.with_parameters(AlarmActionArn="").props(alarm).get("AlarmActions")
+    if as_list(without):
+        problems.append(f"{alarm}: with AlarmActionArn empty, its actions are {without!r}, not none")
+    return problems
+
+
+def check_alarms(stack: Stack) -> list[str]:
+    """Each required alarm exists on the right metric and fires as described, notifies the
+    AlarmActionArn topic (none when it is empty), and treats missing data as not breaching."""
+    problems = _parameter(stack, "AlarmActionArn", "")
+    found = alarms(stack)
+    for requirement in required_alarms(stack):
+        matching = [a for a in found if requirement.matches(a)]
+        if not matching:
+            problems.append(f"no alarm on {requirement.what}")
+            continue
+        if not any(requirement.fires(a) for a in matching):
+            problems.append(f"alarms on {requirement.what} {[a.logical_id for a in matching]} do not fire at {requirement.how}")
+        for alarm in matching:
+            if alarm.missing != "notBreaching":
+                problems.append(f"{alarm.logical_id}: TreatMissingData {alarm.missing!r}, not notBreaching")
+    if "AlarmActionArn" in stack.template.get("Parameters", {}):
+        for alarm in found:
+            problems += _alarm_actions(stack, alarm.logical_id)
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Dashboard
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Graph:
+    namespace: str
+    name: str
+    dimensions: dict[str, str]
+    stat: str
+    period: float | None
+
+
+def _rows(widget: dict) -> tuple[list[Graph], list[str]]:
+    """The metric rows (with "." repeated from the row before) and the expressions of a widget."""
+    properties = widget.get("properties", {})
+    graphs, expressions, previous = [], [], []
+    for row in as_list(properties.get("metrics")):
+        options = row[-1] if row and isinstance(row[-1], dict) else {}
+        values = [v for v in row if not isinstance(v, dict)]
+        if not values and "expression" in options:
+            expressions.append(str(options["expression"]) + " period=%s" % options.get("period", properties.get("period")))
+            continue
+        values = [previous[i] if v == "." and i < len(previous) else v for i, v in enumerate(values)]
+        previous = values
+        if len(values) < 2:
+            continue
+        dimensions = dict(zip(values[2::2], values[3::2]))
+        stat = options.get("stat", properties.get("stat", "Average"))
+        period = number(options.get("period", properties.get("period")))
+        graphs.append(Graph(str(values[0]), str(values[1]), {str(k): str(v) for k, v in dimensions.items()}, stat, period))
+    return graphs, expressions
+
+
+def dashboard_metrics(stack: Stack) -> tuple[list[Graph], list[str], list[str]]:
+    """(metric rows, expressions, problems) of every dashboard."""
+    graphs: list[Graph] = []
+    expressions: list[str] = []
+    problems: list[str] = []
+    dashboards = stack.resources("AWS::CloudWatch::Dashboard")
+    if not dashboards:
+        problems.append("no AWS::CloudWatch::Dashboard")
+    for dashboard in dashboards:
+        body = stack.props(dashboard).get("DashboardBody")
+        try:
+            parsed = json.loads(str(body))
+        except json.JSONDecodeError as error:
+            problems.append(f"{dashboard}: DashboardBody is not JSON ({error})")
+            continue
+        for widget in parsed.get("widgets", []):
+            rows, searches = _rows(widget)
+            graphs += rows
+            expressions += searches
+    return graphs, expressions, problems
+
+
+def _shows(graphs: list[Graph], namespace: str, name: str, stat: str | None = None, **dimensions: str) -> bool:
+    return any(
+        g.namespace == namespace and g.name == name and (stat is None or g.stat == stat)
+        and all(g.dimensions.get(k) == v for k, v in dimensions.items())
+        for g in graphs
+    )
+
+
+def _lambda_shown(stack: Stack, graphs: list[Graph], function: str, name: str) -> bool:
+    return any(
+        g.namespace == "AWS/Lambda" and g.name == name and function_target(stack, g.dimensions.get("FunctionName")) == function
+        for g in graphs
+    )
+
+
+def check_dashboard(stack: Stack) -> list[str]:
+    """A dashboard of the protocol's health: commits and aborts by reason per minute, the phase
+    latencies (p50, p99), 503s, the sweeper, the stream processor's iterator age, every function's
+    errors and throttles, the REST API's 5XX and latency, the lake's freshness."""
+    graphs, expressions, problems = dashboard_metrics(stack)
+    ns = METRICS_NAMESPACE
+    if not any(g.namespace == ns and g.name == "Committed" and g.stat == "Sum" and g.period == 60 for g in graphs):
+        problems.append(f"no Committed (Sum per minute) in {ns}")
+    aborted = [e for e in expressions if "SEARCH(" in e and ns in e and "Aborted" in e and "Reason" in e]
+    if not aborted and not _shows(graphs, ns, "Aborted"):
+        problems.append(f"no Aborted by Reason (a SEARCH expression over {ns}, or rows with the Reason dimension)")
+    for latency in COORDINATOR_LATENCIES:
+        for stat in ["p50", "p99"]:
+            if not _shows(graphs, ns, latency, stat):
+                problems.append(f"no {latency} {stat}")
+    for metric in ["Unavailable"] + SWEEPER_METRICS:
+        if not _shows(graphs, ns, metric):
+            problems.append(f"no {metric}")
+    for processor in functions_of(stack, "stream-processor"):
+        if not _lambda_shown(stack, graphs, processor, "IteratorAge"):
+            problems.append(f"no IteratorAge of {processor}")
+    for function in functions(stack):
+        for metric in ["Errors", "Throttles"]:
+            if not _lambda_shown(stack, graphs, function, metric):
+                problems.append(f"no {metric} of {function}")
+    for name in _rest_api_names(stack):
+        for metric in ["5XXError", "Latency"]:
+            if not _shows(graphs, "AWS/ApiGateway", metric, ApiName=name):
+                problems.append(f"no {metric} of REST API {name}")
+    for stream in stack.resources("AWS::KinesisFirehose::DeliveryStream"):
+        if not _shows(graphs, "AWS/Firehose", "DeliveryToS3.DataFreshness", DeliveryStreamName="${%s}" % stream):
+            problems.append(f"no DeliveryToS3.DataFreshness of {stream}")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Reserved concurrency
+# ----------------------------------------------------------------------------------------------
+
+
+def check_reserved_concurrency(stack: Stack) -> list[str]:
+    """The coordinator, the sweeper and the stream processor reserve what their parameter says
+    (nothing when it is 0); participants reserve nothing (the coordinator calls them: a cap would
+    turn a burst into refusals)."""
+    problems = []
+    for binary, (parameter, default) in RESERVED_CONCURRENCY_PARAMETERS.items():
+        problems += _parameter(stack, parameter, default)
+        for value in [str(default), "7"]:
+            evaluated = stack.with_parameters(**{parameter: value})
+            for function in functions_of(evaluated, binary):
+                got = evaluated.props(function).get("ReservedConcurrentExecutions")
+                if not _same_number(got, value):
+                    problems.append(f"{function} ({binary}): reserves {got!r} with {parameter}={value}")
+        evaluated = stack.with_parameters(**{parameter: "0"})
+        for function in functions_of(evaluated, binary):
+            if "ReservedConcurrentExecutions" in evaluated.props(function):
+                problems.append(f"{function} ({binary}): still reserves concurrency with {parameter}=0")
+    for function in functions_of(stack, "participant"):
+        if "ReservedConcurrentExecutions" in stack.props(function):
+            problems.append(f"{function} (participant): reserved concurrency caps a participant")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Deletion protection
+# ----------------------------------------------------------------------------------------------
+
+
+def check_deletion_protection(stack: Stack) -> list[str]:
+    """Tables refuse deletion and are retained (also on replacement); so is the lake bucket."""
+    problems = []
+    resources = stack.template["Resources"]
+    for table in stack.resources("AWS::DynamoDB::Table"):
+        if str(stack.props(table).get("DeletionProtectionEnabled")).lower() != "true":
+            problems.append(f"{table}: DeletionProtectionEnabled is not true")
+    for kind in ["AWS::DynamoDB::Table", "AWS::S3::Bucket"]:
+        for name in stack.resources(kind):
+            for policy in ["DeletionPolicy", "UpdateReplacePolicy"]:
+                if resources[name].get(policy) != "Retain":
+                    problems.append(f"{name}: {policy} is {resources[name].get(policy)!r}, not Retain")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. The lake: compressed, and an Athena table with partition projection
+# ----------------------------------------------------------------------------------------------
+
+
+def lake_record_fields(source: Path = LAKE_RECORD_SOURCE) -> list[str]:
+    """The lake record's JSON fields: the fields of `ChangeRecord` (serde camelCase)."""
+    match = re.search(r"pub struct %s \{(.*?)\n\}" % LAKE_RECORD_STRUCT, source.read_text(), re.S)
+    if match is None:
+        raise AssertionError(f"no struct {LAKE_RECORD_STRUCT} in {source}")
+    names = re.findall(r"^\s*pub (\w+):", match.group(1), re.M)
+    return [re.sub(r"_(\w)", lambda m: m.group(1).upper(), name) for name in names]
+
+
+# Firehose timestamp formats and the digits of their values.
+TIMESTAMP_DIGITS = {"yyyy": 4, "MM": 2, "dd": 2, "HH": 2}
+
+
+def _projection(parameters: dict, key: str, fmt: str | None) -> list[str]:
+    """One projected partition key: a type, and for integers a range and the digits of the prefix."""
+    kind = parameters.get(f"projection.{key}.type")
+    if kind is None:
+        return [f"partition key {key} is not projected (no projection.{key}.type)"]
+    if kind != "integer":
+        return [] if kind in ("date", "enum", "injected") else [f"projection.{key}.type {kind!r}"]
+    problems = []
+    bounds = parameters.get(f"projection.{key}.range", "").split(",")
+    if len(bounds) != 2:
+        problems.append(f"projection.{key}.range is not 'low,high'")
+    # Values shorter than the prefix writes them (1 for 01) need zero padding to name its folders.
+    digits = TIMESTAMP_DIGITS.get(fmt or "", 1)
+    padded = len(bounds[0].strip()) >= digits
+    if not padded and str(parameters.get(f"projection.{key}.digits")) != str(digits):
+        problems.append(f"projection.{key}.digits is {parameters.get(f'projection.{key}.digits')!r}: the prefix writes {digits} digits ({fmt})")
+    return problems
+
+
+def _check_glue_table(stack: Stack, table: str, bucket: str, prefix: str) -> list[str]:
+    problems = []
+    props = stack.props(table)
+    table_input = props.get("TableInput", {})
+    parameters = {str(k): str(v) for k, v in table_input.get("Parameters", {}).items()}
+    database = props.get("DatabaseName")
+    databases = {"${%s}" % d for d in stack.resources("AWS::Glue::Database")} | {
+        str(stack.props(d).get("DatabaseInput", {}).get("Name")) for d in stack.resources("AWS::Glue::Database")
+    }
+    if database not in databases:
+        problems.append(f"{table}: database {database!r} is not a Glue database of the template")
+    if parameters.get("projection.enabled") != "true":
+        problems.append(f"{table}: projection.enabled is not true")
+    fields = re.findall(r"!\{([^}]*)\}", prefix)
+    keys = [str(k.get("Name")) for k in as_list(table_input.get("PartitionKeys"))]
+    if len(keys) != len(fields):
+        problems.append(f"{table}: partition keys {keys}, the prefix {prefix!r} has {len(fields)} partitions")
+    for key, spec in zip(keys, fields):
+        problems += [f"{table}: {p}" for p in _projection(parameters, key, spec.partition(":")[2])]
+    template = "s3://${%s}/" % bucket + prefix
+    for key, spec in zip(keys, fields):
+        template = template.replace("!{%s}" % spec, "${%s}" % key, 1)
+    if parameters.get("storage.location.template") != template:
+        problems.append(f"{table}: storage.location.template {parameters.get('storage.location.template')!r}, the prefix makes {template!r}")
+    storage = table_input.get("StorageDescriptor", {})
+    location = "s3://${%s}/" % bucket + prefix.split("!{")[0]
+    if storage.get("Location") != location:
+        problems.append(f"{table}: location {storage.get('Location')!r}, not {location!r}")
+    if storage.get("SerdeInfo", {}).get("SerializationLibrary") != JSON_SERDE:
+        problems.append(f"{table}: SerDe {storage.get('SerdeInfo', {}).get('SerializationLibrary')!r}, not {JSON_SERDE}")
+    columns = sorted(str(c.get("Name")).lower() for c in as_list(storage.get("Columns")))
+    wanted = sorted(f.lower() for f in lake_record_fields())
+    if columns != wanted:
+        problems.append(f"{table}: columns {columns}, the lake record has {wanted}")
+    return problems
+
+
+def check_lake_catalog(stack: Stack) -> list[str]:
+    """The lake is GZIP-compressed, and a Glue table over its prefix, in a Glue database, projects
+    one partition key per partition of the prefix (storage.location.template is the prefix with the
+    keys in place), reads JSON lines with the OpenX SerDe and has the lake record's fields."""
+    problems = []
+    for stream in stack.resources("AWS::KinesisFirehose::DeliveryStream"):
+        s3 = stack.props(stream).get("ExtendedS3DestinationConfiguration", {})
+        if s3.get("CompressionFormat") != "GZIP":
+            problems.append(f"{stream}: CompressionFormat {s3.get('CompressionFormat')!r}, not GZIP")
+        bucket = att_id(s3.get("BucketARN"), "Arn")
+        prefix = str(s3.get("Prefix"))
+        tables = [
+            t
+            for t in stack.resources("AWS::Glue::Table")
+            if str(stack.props(t).get("TableInput", {}).get("StorageDescriptor", {}).get("Location", "")).startswith(
+                "s3://${%s}/" % bucket
+            )
+        ]
+        if not tables:
+            problems.append(f"no Glue table over the lake of {stream} (s3://${{{bucket}}}/...)")
+        for table in tables:
+            problems += _check_glue_table(stack, table, str(bucket), prefix)
+    if not stack.resources("AWS::Glue::Database"):
+        problems.append("no AWS::Glue::Database")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. Logging and tracing
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_function_logging(stack: Stack, function: str, level: str) -> list[str]:
+    problems = []
+    config = stack.props(function).get("LoggingConfig", {})
+    expected = {"LogFormat": "JSON", "ApplicationLogLevel": level, "SystemLogLevel": "WARN"}
+    for key, value in expected.items():
+        if config.get(key) != value:
+            problems.append(f"{function}: LoggingConfig.{key} is {config.get(key)!r} with LogLevel={level}, not {value!r}")
+    group = log_group_of(stack, function)
+    if group is None or stack.kind(group) != "AWS::Logs::LogGroup":
+        problems.append(f"{function}: LoggingConfig.LogGroup is not a log group of the template")
+    else:
+        if stack.props(group).get("RetentionInDays") is None:
+            problems.append(f"{group}: no retention")
+        role = role_of(stack, function)
+        for action in ["logs:CreateLogStream", "logs:PutLogEvents"]:
+            if "${%s.Arn}" % group not in granted(stack, role, action):
+                problems.append(f"{function}: its role may not {action} on its log group {group}")
+    if "RUST_LOG" in environment(stack, function):
+        problems.append(f"{function}: sets RUST_LOG (the level comes from LoggingConfig.ApplicationLogLevel)")
+    return problems
+
+
+def check_logging(stack: Stack) -> list[str]:
+    """Every function logs JSON to a log group of its own (with retention, writable by its role) at
+    the LogLevel parameter's level, system logs at WARN, and sets no RUST_LOG."""
+    problems = _parameter(stack, "LogLevel", "INFO", LOG_LEVELS)
+    for level in ["INFO", "DEBUG"]:
+        evaluated = stack.with_parameters(LogLevel=level)
+        for function in functions(evaluated):
+            problems += _check_function_logging(evaluated, function, level)
+    groups = [log_group_of(stack, f) for f in functions(stack)]
+    for group in sorted({g for g in groups if g and groups.count(g) > 1}):
+        problems.append(f"log group {group} is shared by several functions")
+    return sorted(set(problems), key=problems.index)
+
+
+def _xray_grants(stack: Stack, function: str) -> set[str]:
+    role = role_of(stack, function)
+    return {
+        action
+        for action in ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+        if "*" in granted(stack, role, action)
+    }
+
+
+def check_tracing(stack: Stack) -> list[str]:
+    """The TracingMode parameter sets every function's tracing and the REST stage's; the X-Ray
+    grants exist only when it is Active."""
+    problems = _parameter(stack, "TracingMode", "PassThrough", TRACING_MODES)
+    for mode in TRACING_MODES:
+        evaluated = stack.with_parameters(TracingMode=mode)
+        for function in functions(evaluated):
+            got = evaluated.props(function).get("TracingConfig", {}).get("Mode")
+            if got != mode:
+                problems.append(f"{function}: TracingConfig.Mode is {got!r} with TracingMode={mode}")
+            grants = _xray_grants(evaluated, function)
+            if mode == "Active" and len(grants) != 2:
+                problems.append(f"{function}: its role lacks the X-Ray grants with TracingMode=Active (has {sorted(grants)})")
+            if mode != "Active" and grants:
+                problems.append(f"{function}: its role has {sorted(grants)} with TracingMode={mode}")
+        for stage in evaluated.resources("AWS::ApiGateway::Stage"):
+            enabled = str(evaluated.props(stage).get("TracingEnabled", False)).lower() == "true"
+            if enabled != (mode == "Active"):
+                problems.append(f"{stage}: TracingEnabled is {enabled} with TracingMode={mode}")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. Participants' aliases (deployment order)
+# ----------------------------------------------------------------------------------------------
+
+
+def check_aliases(stack: Stack) -> list[str]:
+    """Each participant function publishes a version and has an alias `live` on it; the registries
+    (check_registry) and the invoke grants (check_invoke_only_registered) name that alias, so
+    CloudFormation updates the participants before the functions that call them."""
+    problems = []
+    deployments = participant_deployments(stack)
+    if not deployments:
+        problems.append("no participant deployments")
+    for service, deployment in deployments.items():
+        function, alias = deployment["function"], deployment["alias"]
+        if alias is None:
+            problems.append(f"participant {service} ({function}): no alias {ALIAS_NAME!r} (has {sorted(aliases(stack, function))})")
+            continue
+        version = att_id(stack.props(alias).get("FunctionVersion"), "Version")
+        if version is None or stack.kind(version) != "AWS::Lambda::Version":
+            problems.append(f"{alias}: FunctionVersion is not a published version of the template")
+        elif function_target(stack, stack.props(version).get("FunctionName")) != function:
+            problems.append(f"{alias}: its version {version} is not of {function}")
+    return problems

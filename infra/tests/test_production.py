@@ -1,0 +1,221 @@
+"""4. The production details, on both deployed templates: throttling on both API stages, the
+alarms, the dashboard, reserved concurrency, deletion protection, the lake's compression and Athena
+table, logging, tracing, and the participants' `live` aliases (the deployment order)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import breaking as b
+from production_checks import (
+    check_aliases,
+    check_alarms,
+    check_dashboard,
+    check_deletion_protection,
+    check_lake_catalog,
+    check_logging,
+    check_reserved_concurrency,
+    check_throttling,
+    check_tracing,
+    lake_record_fields,
+)
+
+CHECKS = {
+    "throttling": check_throttling,
+    "alarms": check_alarms,
+    "dashboard": check_dashboard,
+    "reserved-concurrency": check_reserved_concurrency,
+    "deletion-protection": check_deletion_protection,
+    "lake-catalog": check_lake_catalog,
+    "logging": check_logging,
+    "tracing": check_tracing,
+    "aliases": check_aliases,
+}
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_production_detail(stack, check):
+    assert CHECKS[check](stack) == []
+
+
+def test_the_lake_record_is_read_from_the_code():
+    assert lake_record_fields() == [
+        "eventId",
+        "transactionId",
+        "service",
+        "table",
+        "key",
+        "change",
+        "version",
+        "committedAt",
+        "data",
+        "previous",
+    ]
+
+
+# --- the checks can fail ----------------------------------------------------------------------
+
+
+def _function_props(stack, binary: str, index: int = 0) -> dict:
+    return b.props(stack, b.function(stack, binary, index))
+
+
+def _dashboard_text(stack, old: str, new: str) -> None:
+    for name in stack.resources("AWS::CloudWatch::Dashboard"):
+        body = b.props(stack, name)["DashboardBody"]
+        b.props(stack, name)["DashboardBody"] = b.replace_in_strings(body, old, new)
+
+
+def _glue_table(stack) -> dict:
+    return b.props(stack, b.only(stack, "AWS::Glue::Table"))["TableInput"]
+
+
+BREAKAGES = {
+    # throttling
+    "rest-throttling-missing": ("throttling", lambda s: b.props(s, b.stage_of_rest_api(s)).pop("MethodSettings")),
+    "rest-throttling-hard-coded": (
+        "throttling",
+        lambda s: [m.update(ThrottlingRateLimit=100) for m in b.props(s, b.stage_of_rest_api(s))["MethodSettings"]],
+    ),
+    "websocket-throttling-missing": (
+        "throttling",
+        lambda s: b.props(s, b.only(s, "AWS::ApiGatewayV2::Stage")).pop("DefaultRouteSettings"),
+    ),
+    # alarms
+    "no-iterator-age-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "IteratorAge"))),
+    "iterator-age-threshold": ("alarms", lambda s: b.props(s, b.alarm_on(s, "IteratorAge")).update(Threshold=600000)),
+    "no-5xx-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "5XXError"))),
+    "latency-statistic": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "Latency")).update(ExtendedStatistic="p50"),
+    ),
+    "no-freshness-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "DeliveryToS3.DataFreshness"))),
+    "no-table-throttle-alarm": (
+        "alarms",
+        lambda s: s.template["Resources"].pop(b.alarm_on(s, "WriteThrottleEvents", '"service-b-data"')),
+    ),
+    "no-throttles-alarm": (
+        "alarms",
+        lambda s: s.template["Resources"].pop(b.alarm_on(s, "Throttles", b.function(s, "connections"))),
+    ),
+    "no-errors-alarm": (
+        "alarms",
+        lambda s: s.template["Resources"].pop(b.alarm_on(s, "Errors", b.participant(s, 1)["function"])),
+    ),
+    "no-stuck-transactions-alarm": (
+        "alarms",
+        lambda s: [s.template["Resources"].pop(b.alarm_on(s, m)) for m in ["StuckTransactions", "SweepFailures"] if b.has_alarm_on(s, m)],
+    ),
+    "no-stream-failures-alarm": (
+        "alarms",
+        lambda s: s.template["Resources"].pop(b.alarm_on(s, "ApproximateNumberOfMessagesVisible")),
+    ),
+    "alarm-without-action": ("alarms", lambda s: b.props(s, b.alarm_on(s, "IteratorAge")).pop("AlarmActions")),
+    "alarm-missing-data-breaching": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "5XXError")).update(TreatMissingData="breaching"),
+    ),
+    # dashboard
+    "no-dashboard": ("dashboard", lambda s: s.template["Resources"].pop(b.only(s, "AWS::CloudWatch::Dashboard"))),
+    "dashboard-without-p99": ("dashboard", lambda s: _dashboard_text(s, '"p99"', '"p90"')),
+    "dashboard-without-aborted": ("dashboard", lambda s: _dashboard_text(s, "Aborted", "Abandoned")),
+    "dashboard-without-freshness": ("dashboard", lambda s: _dashboard_text(s, "DataFreshness", "Records")),
+    "dashboard-without-sweeper": ("dashboard", lambda s: _dashboard_text(s, "SweepFailures", "SweepErrors")),
+    # reserved concurrency
+    "coordinator-concurrency-hard-coded": (
+        "reserved-concurrency",
+        lambda s: _function_props(s, "coordinator").update(ReservedConcurrentExecutions=100),
+    ),
+    "stream-processor-unreserved": (
+        "reserved-concurrency",
+        lambda s: _function_props(s, "stream-processor").pop("ReservedConcurrentExecutions"),
+    ),
+    "participant-capped": (
+        "reserved-concurrency",
+        lambda s: b.props(s, b.participant(s, 0)["function"]).update(ReservedConcurrentExecutions=10),
+    ),
+    # deletion protection
+    "table-unprotected": (
+        "deletion-protection",
+        lambda s: b.props(s, b.table(s, "transactions")).update(DeletionProtectionEnabled=False),
+    ),
+    "bucket-deleted-with-stack": (
+        "deletion-protection",
+        lambda s: b.resource(s, b.only(s, "AWS::S3::Bucket")).update(DeletionPolicy="Delete"),
+    ),
+    "table-replaced-without-retain": (
+        "deletion-protection",
+        lambda s: b.resource(s, b.table(s, "connections")).pop("UpdateReplacePolicy"),
+    ),
+    # lake catalog
+    "uncompressed": (
+        "lake-catalog",
+        lambda s: b.props(s, b.only(s, "AWS::KinesisFirehose::DeliveryStream"))[
+            "ExtendedS3DestinationConfiguration"
+        ].update(CompressionFormat="UNCOMPRESSED"),
+    ),
+    "location-template-off-prefix": (
+        "lake-catalog",
+        lambda s: _glue_table(s)["Parameters"].update(
+            {"storage.location.template": b.replace_in_strings(_glue_table(s)["Parameters"]["storage.location.template"], "/data/", "/lake/")}
+        ),
+    ),
+    "month-digits": ("lake-catalog", lambda s: _glue_table(s)["Parameters"].pop("projection.month.digits")),
+    "hour-not-projected": ("lake-catalog", lambda s: _glue_table(s)["Parameters"].pop("projection.hour.type")),
+    "missing-column": ("lake-catalog", lambda s: _glue_table(s)["StorageDescriptor"]["Columns"].pop()),
+    "serde": (
+        "lake-catalog",
+        lambda s: _glue_table(s)["StorageDescriptor"]["SerdeInfo"].update(
+            SerializationLibrary="org.apache.hive.hcatalog.data.JsonSerDe"
+        ),
+    ),
+    "no-glue-table": ("lake-catalog", lambda s: s.template["Resources"].pop(b.only(s, "AWS::Glue::Table"))),
+    # logging
+    "log-level-hard-coded": (
+        "logging",
+        lambda s: _function_props(s, "sweeper")["LoggingConfig"].update(ApplicationLogLevel="INFO"),
+    ),
+    "log-format-text": ("logging", lambda s: _function_props(s, "connections")["LoggingConfig"].update(LogFormat="Text")),
+    "system-log-level": ("logging", lambda s: _function_props(s, "coordinator")["LoggingConfig"].pop("SystemLogLevel")),
+    "rust-log": ("logging", lambda s: _function_props(s, "coordinator")["Environment"]["Variables"].update(RUST_LOG="debug")),
+    "shared-log-group": (
+        "logging",
+        lambda s: _function_props(s, "coordinator")["LoggingConfig"].update(
+            LogGroup=_function_props(s, "sweeper")["LoggingConfig"]["LogGroup"]
+        ),
+    ),
+    "log-level-values": ("logging", lambda s: s.template["Parameters"]["LogLevel"].update(AllowedValues=["info", "debug"])),
+    # tracing
+    "tracing-hard-coded": ("tracing", lambda s: _function_props(s, "stream-processor").update(TracingConfig={"Mode": "PassThrough"})),
+    "rest-stage-tracing-on": ("tracing", lambda s: b.props(s, b.stage_of_rest_api(s)).update(TracingEnabled=True)),
+    "xray-without-tracing": (
+        "tracing",
+        lambda s: b.raw_statements(s, b.role_of(s, b.function(s, "connections")))[0].append(
+            {"Effect": "Allow", "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "Resource": "*"}
+        ),
+    ),
+    "no-xray-grant": (
+        "tracing",
+        lambda s: [
+            statements.remove(entry)
+            for statements in b.raw_statements(s, b.role_of(s, b.function(s, "coordinator")))
+            for entry in list(statements)
+            if "xray:" in json.dumps(entry)
+        ],
+    ),
+    # aliases
+    "no-alias": ("aliases", lambda s: s.template["Resources"].pop(b.participant(s, 0)["alias"])),
+    "alias-on-latest": (
+        "aliases",
+        lambda s: b.props(s, b.participant(s, 1)["alias"]).update(FunctionVersion="$LATEST"),
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES)
+def test_production_check_catches(breakage, stack):
+    check, damage = BREAKAGES[breakage]
+    damage(stack)
+    assert CHECKS[check](stack) != []

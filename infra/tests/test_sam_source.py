@@ -1,0 +1,55 @@
+"""SAM only: what the SAM file itself must say beyond what it deploys. `sam build` builds each function
+with cargo-lambda from the binary its Metadata names, so that binary must be the one whose
+environment the function gets (the deployed checks tell a function's binary by its environment)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cfn import Stack, sam_transform
+from system import binary_of
+
+
+def check_build_metadata(raw: dict, contract: dict) -> list[str]:
+    """Every function is built by cargo-lambda from the binary its environment belongs to."""
+    problems = []
+    stack = Stack("sam", sam_transform(raw), contract)
+    for name, resource in raw["Resources"].items():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        metadata = resource.get("Metadata", {})
+        if metadata.get("BuildMethod") != "rust-cargolambda":
+            problems.append(f"{name}: BuildMethod is {metadata.get('BuildMethod')!r}, not rust-cargolambda")
+        binary = metadata.get("BuildProperties", {}).get("Binary")
+        if binary != binary_of(stack, name):
+            problems.append(f"{name}: builds {binary!r}, its environment is that of {binary_of(stack, name)!r}")
+    return problems
+
+
+def test_build_metadata(raw, contract):
+    assert check_build_metadata(raw, contract) == []
+
+
+@pytest.mark.parametrize("breakage", ["build-method", "wrong-binary", "no-binary"])
+def test_build_metadata_check_catches(breakage, raw, contract):
+    metadata = lambda name: raw["Resources"][name]["Metadata"]  # noqa: E731
+    if breakage == "build-method":
+        metadata("SweeperFunction")["BuildMethod"] = "makefile"
+    elif breakage == "wrong-binary":
+        # the coordinator's environment, the participant's code
+        metadata("CoordinatorFunction")["BuildProperties"]["Binary"] = "participant"
+    elif breakage == "no-binary":
+        del metadata("ConnectionsFunction")["BuildProperties"]
+    assert check_build_metadata(raw, contract) != []
+
+
+def test_globals_carry_the_logging_and_tracing(raw):
+    # One place for every function (Globals), so a function added later gets them too.
+    function_globals = raw["Globals"]["Function"]
+    assert function_globals["LoggingConfig"] == {
+        "LogFormat": "JSON",
+        "ApplicationLogLevel": {"Ref": "LogLevel"},
+        "SystemLogLevel": "WARN",
+    }
+    assert function_globals["Tracing"] == {"Ref": "TracingMode"}
+    assert "Environment" not in function_globals
