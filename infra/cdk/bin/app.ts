@@ -3,6 +3,7 @@
 //
 //   npx cdk synth                               # builds every function with cargo-lambda (RustFunction)
 //   npx cdk synth -c lambdaZips=target/lambda   # takes infra/build.sh's zips instead (no build)
+//   npx cdk synth -c cargoProfile=dev           # RustFunction with the dev profile (quick, not for production)
 //   npx cdk deploy -c stackName=my-2pc ...      # another CloudFormation stack name (default TwoPhaseCommit)
 //
 // infra/cdk/synth.sh is the offline synthesis CI runs. See /work/notes/cdk-deploy.md.
@@ -21,7 +22,11 @@ new TwoPhaseCommitStack(app, 'TwoPhaseCommit', {
   description:
     'Serverless two-phase commit across services on AWS Lambda and DynamoDB (CDK app infra/cdk; ' +
     'the same system as the SAM template infra/template.yaml).',
-  code: codeSource(app.node.tryGetContext('lambdaZips') as string | undefined),
+  code: codeSource(
+    app.node.tryGetContext('lambdaZips') as string | undefined,
+    undefined,
+    (app.node.tryGetContext('cargoProfile') as string | undefined) || 'release',
+  ),
   // No environment (account/region): the template is environment-agnostic, like the SAM one, and
   // synthesis never looks anything up in an account.
   synthesizer: new DefaultStackSynthesizer({

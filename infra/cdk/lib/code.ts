@@ -7,7 +7,9 @@
 // take <dir>/<binary>/bootstrap.zip for every function: `target/lambda` (infra/build.sh) or
 // `target/lambda-debug` (infra/build.sh --quick). A relative <dir> is taken from the repository
 // root. Without either, cargo-lambda must be installed: RustFunction would otherwise fall back to
-// building in a Docker container, which this app never does.
+// building in a Docker container, which this app never does. RustFunction builds the release
+// profile (the root Cargo.toml's size-tuned one); `-c cargoProfile=dev` builds the dev profile
+// instead (a quick build, sharing target/ with `infra/build.sh --quick`; not for production).
 
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -23,7 +25,12 @@ export type Binary = (typeof BINARIES)[number];
 
 export type CodeSource =
   | { readonly kind: 'zips'; readonly dir: string }
-  | { readonly kind: 'cargo-lambda'; readonly manifestPath: string };
+  | {
+      readonly kind: 'cargo-lambda';
+      readonly manifestPath: string;
+      /** The Cargo profile cargo-lambda builds with (`release` unless told otherwise). */
+      readonly profile: string;
+    };
 
 /** The repository root: the nearest directory above this file whose Cargo.toml is a workspace. */
 export function repositoryRoot(from: string = __dirname): string {
@@ -51,7 +58,11 @@ function cargoLambdaInstalled(): boolean {
  * environment variable TWOPC_LAMBDA_ZIPS), else cargo-lambda. Fails, naming both ways out, when
  * neither is available, and when a zip is missing.
  */
-export function codeSource(zipsSetting: string | undefined, root: string = repositoryRoot()): CodeSource {
+export function codeSource(
+  zipsSetting: string | undefined,
+  root: string = repositoryRoot(),
+  cargoProfile: string = 'release',
+): CodeSource {
   const setting = zipsSetting?.trim() || process.env.TWOPC_LAMBDA_ZIPS?.trim();
   if (setting) {
     const dir = path.resolve(root, setting);
@@ -73,7 +84,7 @@ export function codeSource(zipsSetting: string | undefined, root: string = repos
         'This app never builds in Docker.',
     );
   }
-  return { kind: 'cargo-lambda', manifestPath: path.join(root, 'Cargo.toml') };
+  return { kind: 'cargo-lambda', manifestPath: path.join(root, 'Cargo.toml'), profile: cargoProfile };
 }
 
 /** Everything of a function except its code, runtime, architecture and handler (fixed here). */
@@ -105,6 +116,7 @@ export function rustFunction(
     binaryName: binary,
     bundling: {
       architecture,
+      profile: source.profile,
       // cargo-lambda is installed (checked above): the build runs here, never in a container.
       forcedDockerBundling: false,
     },
