@@ -1,0 +1,1358 @@
+// The two-phase-commit system as a CDK stack: the same resources, parameters, conditions and outputs
+// as the SAM template infra/template.yaml (the reference), with the same logical ids wherever CDK
+// lets us choose them, so that the two synthesized templates read side by side and the same checks
+// (infra/tests) run on both.
+//
+// What is written at a low level on purpose:
+// - Every function has its own AWS::IAM::Role whose inline policy lists only what that function's
+//   code calls, each on its own log group for logs (CfnRole). The functions get the role as an
+//   immutable reference, so no construct can add a statement, a policy resource or a managed policy
+//   to it. `grant*()` helpers are never used: they grant wider action sets than the code calls.
+// - Stream event source mappings are CfnEventSourceMapping: the L2 event sources add grants of their
+//   own (sqs:GetQueueAttributes, sqs:GetQueueUrl, ...) and, with an immutable role, a queue policy.
+// - Log groups are explicit (LogGroup with retention from a parameter); never `logRetention` on a
+//   function, which adds a custom-resource Lambda with a managed policy.
+// - Values that come from parameters through conditions (reserved concurrency, tracing) are set with
+//   property overrides: the L2 props only take literal values for them.
+
+import {
+  Aws,
+  CfnCondition,
+  CfnOutput,
+  CfnParameter,
+  Duration,
+  Fn,
+  RemovalPolicy,
+  Stack,
+  StackProps,
+  Validations,
+} from 'aws-cdk-lib';
+import * as apigateway from 'aws-cdk-lib/aws-apigateway';
+import * as apigatewayv2 from 'aws-cdk-lib/aws-apigatewayv2';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as glue from 'aws-cdk-lib/aws-glue';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+
+import { Binary, CodeSource, rustFunction } from './code';
+import { ParticipantService, SERVICES } from './services';
+
+export interface TwoPhaseCommitStackProps extends StackProps {
+  /** Where the functions' code comes from (lib/code.ts). */
+  readonly code: CodeSource;
+  /** The participant services (lib/services.ts). */
+  readonly services?: readonly ParticipantService[];
+}
+
+/** The alias every registry entry and invoke grant names. */
+export const ALIAS_NAME = 'live';
+
+const LOG_RETENTION_DAYS = [
+  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+];
+
+/** A policy statement in CloudFormation's JSON shape (values may be tokens). */
+type Statement = Record<string, unknown>;
+
+interface TableSpec {
+  readonly logicalId: string;
+  readonly name: string;
+  readonly hashKey: string;
+  readonly rangeKey?: string;
+  readonly index: { name: string; hashKey: [string, string]; rangeKey: [string, string] };
+  readonly stream: boolean;
+  readonly ttlAttribute?: string;
+}
+
+/** One participant deployment of the stack. */
+interface Participant {
+  readonly service: ParticipantService;
+  readonly nameParameter: CfnParameter;
+  readonly table: dynamodb.CfnTable;
+  readonly function: lambda.Function;
+  readonly alias: lambda.Alias;
+}
+
+export class TwoPhaseCommitStack extends Stack {
+  constructor(scope: Construct, id: string, props: TwoPhaseCommitStackProps) {
+    super(scope, id, props);
+    const services = props.services ?? SERVICES;
+
+    // ---------------------------------------------------------------------------------------------
+    // Parameters and conditions: the SAM template's, with the same names, defaults and constraints.
+    // ---------------------------------------------------------------------------------------------
+    const parameter = (name: string, options: ConstructorParameters<typeof CfnParameter>[2]) =>
+      new CfnParameter(this, name, options);
+
+    const transactionsTableName = parameter('TransactionsTableName', {
+      type: 'String',
+      default: 'transactions',
+      allowedPattern: '[a-zA-Z0-9_.-]{3,255}',
+      description: "Name of the transactions table (the coordinator's log of decisions).",
+    });
+    const connectionsTableName = parameter('ConnectionsTableName', {
+      type: 'String',
+      default: 'connections',
+      allowedPattern: '[a-zA-Z0-9_.-]{3,255}',
+      description: 'Name of the WebSocket connections and subscriptions table.',
+    });
+    const serviceParameters = services.map((service, i) => ({
+      service,
+      name: parameter(`Service${service.key}Name`, {
+        type: 'String',
+        default: service.defaultName,
+        allowedPattern: '[a-zA-Z0-9_.-]{1,64}',
+        description:
+          i === 0
+            ? 'Registry name of the first participant service (what clients put in "service").'
+            : `Registry name of the ${service.ordinal} participant service.`,
+      }),
+      tableName: parameter(`Service${service.key}TableName`, {
+        type: 'String',
+        default: service.defaultTableName,
+        allowedPattern: '[a-zA-Z0-9_.-]{3,255}',
+        description: `Data table owned by the ${service.ordinal} participant service.`,
+      }),
+    }));
+    const apiStageName = parameter('ApiStageName', {
+      type: 'String',
+      default: 'prod',
+      allowedPattern: '[a-zA-Z0-9_]{1,128}',
+      description: 'Stage of the REST API.',
+    });
+    const webSocketStageName = parameter('WebSocketStageName', {
+      type: 'String',
+      default: 'prod',
+      allowedPattern: '[a-zA-Z0-9_]{1,128}',
+      description: 'Stage of the WebSocket API.',
+    });
+    const logLevel = parameter('LogLevel', {
+      type: 'String',
+      default: 'INFO',
+      allowedValues: ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'FATAL'],
+      description:
+        'Application log level of every function (LoggingConfig.ApplicationLogLevel; Lambda passes it to ' +
+        'the code as AWS_LAMBDA_LOG_LEVEL).',
+    });
+    const logRetentionInDays = parameter('LogRetentionInDays', {
+      type: 'Number',
+      // A string, as the allowed values are: cfn-lint compares them as written.
+      default: '30',
+      allowedValues: LOG_RETENTION_DAYS.map(String),
+      description: "Retention of the functions' log groups.",
+    });
+    const alarmActionArn = parameter('AlarmActionArn', {
+      type: 'String',
+      default: '',
+      description: 'Optional SNS topic ARN notified by the alarms (empty for none).',
+    });
+    const tracingMode = parameter('TracingMode', {
+      type: 'String',
+      default: 'PassThrough',
+      allowedValues: ['PassThrough', 'Active'],
+      description:
+        'X-Ray tracing of every function and of the REST API stage (Active), or only of requests that ' +
+        'arrive already sampled (PassThrough, no X-Ray permissions granted).',
+    });
+    const apiThrottlingRateLimit = parameter('ApiThrottlingRateLimit', {
+      type: 'Number',
+      default: 100,
+      minValue: 0,
+      description: 'Steady-state requests per second of each API stage (REST methods, WebSocket routes).',
+    });
+    const apiThrottlingBurstLimit = parameter('ApiThrottlingBurstLimit', {
+      type: 'Number',
+      default: 200,
+      minValue: 0,
+      description: 'Burst of requests of each API stage (REST methods, WebSocket routes).',
+    });
+    const coordinatorReservedConcurrency = parameter('CoordinatorReservedConcurrency', {
+      type: 'Number',
+      default: 100,
+      minValue: 0,
+      description:
+        'Concurrency reserved for (and the cap of) the coordinator; 0 for no reservation (for accounts ' +
+        'whose concurrency quota is too low to reserve).',
+    });
+    const sweeperReservedConcurrency = parameter('SweeperReservedConcurrency', {
+      type: 'Number',
+      default: 2,
+      minValue: 0,
+      description: 'Concurrency reserved for the sweeper; 0 for no reservation.',
+    });
+    const streamProcessorReservedConcurrency = parameter('StreamProcessorReservedConcurrency', {
+      type: 'Number',
+      default: 10,
+      minValue: 0,
+      description: 'Concurrency reserved for the stream processor; 0 for no reservation.',
+    });
+    const lakeDatabaseName = parameter('LakeDatabaseName', {
+      type: 'String',
+      default: 'twopc_lake',
+      allowedPattern: '[a-z0-9_]{1,255}',
+      description: "Glue (Athena) database of the lake's table `changes`.",
+    });
+
+    const hasAlarmAction = new CfnCondition(this, 'HasAlarmAction', {
+      expression: Fn.conditionNot(Fn.conditionEquals(alarmActionArn.valueAsString, '')),
+    });
+    const tracingActive = new CfnCondition(this, 'TracingActive', {
+      expression: Fn.conditionEquals(tracingMode.valueAsString, 'Active'),
+    });
+    const reservation = (name: string, value: CfnParameter) =>
+      new CfnCondition(this, name, {
+        expression: Fn.conditionNot(Fn.conditionEquals(value.valueAsString, '0')),
+      });
+    const reserveCoordinator = reservation('ReserveCoordinatorConcurrency', coordinatorReservedConcurrency);
+    const reserveSweeper = reservation('ReserveSweeperConcurrency', sweeperReservedConcurrency);
+    const reserveStreamProcessor = reservation('ReserveStreamProcessorConcurrency', streamProcessorReservedConcurrency);
+
+    /** `value` when the condition holds, else no value (the property or list item is left out). */
+    const ifElseNothing = (condition: CfnCondition, value: unknown) =>
+      Fn.conditionIf(condition.logicalId, value, Aws.NO_VALUE);
+
+    // ---------------------------------------------------------------------------------------------
+    // Tables: exactly the code's (functions/twopc/src/tables.rs, printed by
+    // `cargo run -q -p twopc --example contract`; infra/tests compares them).
+    // ---------------------------------------------------------------------------------------------
+    const table = (spec: TableSpec) => {
+      const attributes = new Map<string, string>([[spec.hashKey, 'S']]);
+      if (spec.rangeKey) attributes.set(spec.rangeKey, 'S');
+      attributes.set(spec.index.hashKey[0], spec.index.hashKey[1]);
+      attributes.set(spec.index.rangeKey[0], spec.index.rangeKey[1]);
+      const resource = new dynamodb.CfnTable(this, spec.logicalId, {
+        tableName: spec.name,
+        billingMode: 'PAY_PER_REQUEST',
+        attributeDefinitions: [...attributes].map(([attributeName, attributeType]) => ({ attributeName, attributeType })),
+        keySchema: [
+          { attributeName: spec.hashKey, keyType: 'HASH' },
+          ...(spec.rangeKey ? [{ attributeName: spec.rangeKey, keyType: 'RANGE' }] : []),
+        ],
+        globalSecondaryIndexes: [
+          {
+            indexName: spec.index.name,
+            keySchema: [
+              { attributeName: spec.index.hashKey[0], keyType: 'HASH' },
+              { attributeName: spec.index.rangeKey[0], keyType: 'RANGE' },
+            ],
+            projection: { projectionType: 'KEYS_ONLY' },
+          },
+        ],
+        streamSpecification: spec.stream ? { streamViewType: 'NEW_AND_OLD_IMAGES' } : undefined,
+        timeToLiveSpecification: spec.ttlAttribute ? { attributeName: spec.ttlAttribute, enabled: true } : undefined,
+        pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+        sseSpecification: { sseEnabled: true },
+        // Neither a console click nor an API call deletes the table (nor, with Retain, a stack
+        // deletion or a replacement).
+        deletionProtectionEnabled: true,
+      });
+      resource.applyRemovalPolicy(RemovalPolicy.RETAIN);
+      return resource;
+    };
+    const transactionsTable = table({
+      logicalId: 'TransactionsTable',
+      name: transactionsTableName.valueAsString,
+      hashKey: 'transactionId',
+      index: { name: 'open-transactions', hashKey: ['openShard', 'S'], rangeKey: ['sweepAt', 'N'] },
+      stream: true,
+      ttlAttribute: 'expireAt',
+    });
+    const connectionsTable = table({
+      logicalId: 'ConnectionsTable',
+      name: connectionsTableName.valueAsString,
+      hashKey: 'connectionId',
+      rangeKey: 'topic',
+      index: { name: 'by-topic', hashKey: ['topic', 'S'], rangeKey: ['connectionId', 'S'] },
+      stream: false,
+      ttlAttribute: 'expireAt',
+    });
+    const dataTables = serviceParameters.map(({ service, tableName }) =>
+      table({
+        logicalId: `Service${service.key}Table`,
+        name: tableName.valueAsString,
+        hashKey: 'entityId',
+        index: { name: 'locks-by-expiry', hashKey: ['lockShard', 'S'], rangeKey: ['lockExpiresAt', 'N'] },
+        stream: true,
+      }),
+    );
+    const indexArn = (t: dynamodb.CfnTable, index: string) => `${t.attrArn}/index/${index}`;
+
+    // ---------------------------------------------------------------------------------------------
+    // Log groups: one per function, so that each role may write to its own log group only.
+    // ---------------------------------------------------------------------------------------------
+    const logGroup = (logicalId: string, name: string) => {
+      const group = new logs.LogGroup(this, logicalId, {
+        logGroupName: name,
+        retention: logRetentionInDays.valueAsNumber as logs.RetentionDays,
+        removalPolicy: RemovalPolicy.DESTROY,
+      });
+      (group.node.defaultChild as logs.CfnLogGroup).overrideLogicalId(logicalId);
+      return group;
+    };
+    const functionLogGroup = (logicalId: string, suffix: string) =>
+      logGroup(logicalId, `/aws/lambda/${Aws.STACK_NAME}/${suffix}`);
+
+    // ---------------------------------------------------------------------------------------------
+    // Roles (one per function, inline least-privilege policy) and functions (provided.al2023 on
+    // arm64, JSON logs at the LogLevel parameter's level into their own log group, tracing from
+    // TracingMode).
+    // ---------------------------------------------------------------------------------------------
+    const lambdaRole = (logicalId: string, policyName: string, ownLogGroup: logs.LogGroup, statements: Statement[]) =>
+      new iam.CfnRole(this, logicalId, {
+        assumeRolePolicyDocument: {
+          Version: '2012-10-17',
+          Statement: [{ Effect: 'Allow', Principal: { Service: 'lambda.amazonaws.com' }, Action: 'sts:AssumeRole' }],
+        },
+        policies: [
+          {
+            policyName,
+            policyDocument: {
+              Version: '2012-10-17',
+              Statement: [
+                {
+                  Sid: 'OwnLogGroup',
+                  Effect: 'Allow',
+                  Action: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+                  Resource: ownLogGroup.logGroupArn,
+                },
+                // X-Ray segments, only when TracingMode is Active (X-Ray defines no resource types
+                // for these two: "*" is the only resource they take). In the role itself, so that the
+                // permission exists before Lambda checks it when the function is created or updated.
+                ifElseNothing(tracingActive, {
+                  Sid: 'Tracing',
+                  Effect: 'Allow',
+                  Action: ['xray:PutTraceSegments', 'xray:PutTelemetryRecords'],
+                  Resource: '*',
+                }),
+                ...statements,
+              ],
+            },
+          },
+        ],
+      });
+
+    const rust = (
+      logicalId: string,
+      binary: Binary,
+      role: iam.CfnRole,
+      group: logs.LogGroup,
+      options: {
+        description: string;
+        timeout?: number;
+        memorySize?: number;
+        environment: Record<string, string>;
+        reservedConcurrency?: [CfnCondition, CfnParameter];
+      },
+    ) => {
+      const f = rustFunction(this, logicalId, props.code, binary, {
+        description: options.description,
+        // The role above holds exactly the grants the code needs; as an immutable reference no
+        // construct can add statements or managed policies to it.
+        role: iam.Role.fromRoleArn(this, `${logicalId}RoleRef`, role.attrArn, { mutable: false }),
+        memorySize: options.memorySize ?? 256,
+        timeout: Duration.seconds(options.timeout ?? 10),
+        environment: options.environment,
+        loggingFormat: lambda.LoggingFormat.JSON,
+        applicationLogLevelV2: logLevel.valueAsString as lambda.ApplicationLogLevel,
+        systemLogLevelV2: lambda.SystemLogLevel.WARN,
+        logGroup: group,
+      });
+      const resource = f.node.defaultChild as lambda.CfnFunction;
+      resource.overrideLogicalId(logicalId);
+      resource.addPropertyOverride('TracingConfig', { Mode: tracingMode.valueAsString });
+      if (options.reservedConcurrency) {
+        const [condition, value] = options.reservedConcurrency;
+        resource.addPropertyOverride('ReservedConcurrentExecutions', ifElseNothing(condition, value.valueAsNumber));
+      }
+      return f;
+    };
+
+    // --- participants: one binary, one deployment (function + role + log group + table) per service --
+    const participants: Participant[] = serviceParameters.map(({ service, name }, i) => {
+      const own = dataTables[i];
+      const group = functionLogGroup(`Participant${service.key}LogGroup`, `participant-${name.valueAsString}`);
+      const role = lambdaRole(`Participant${service.key}Role`, 'participant', group, [
+        // What functions/twopc/src/items.rs calls: GetItem, BatchGetItem (prepare reads), UpdateItem
+        // (locks, commits, releases), DeleteItem (commit of a delete), ConditionCheckItem (a `check`
+        // in a one-phase commit). TransactWriteItems is authorized per item.
+        {
+          Sid: 'OwnDataTable',
+          Effect: 'Allow',
+          Action: [
+            'dynamodb:GetItem',
+            'dynamodb:BatchGetItem',
+            'dynamodb:UpdateItem',
+            'dynamodb:DeleteItem',
+            'dynamodb:ConditionCheckItem',
+          ],
+          Resource: own.attrArn,
+        },
+        // Lock resolution (read the owner, abort an absent one) and the one-phase commit (the
+        // COMMITTED record, put in the same TransactWriteItems as the items).
+        {
+          Sid: 'TransactionRecords',
+          Effect: 'Allow',
+          Action: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+          Resource: transactionsTable.attrArn,
+        },
+      ]);
+      // No reserved concurrency: the coordinator calls participants, a cap would refuse its bursts.
+      const f = rust(`Participant${service.key}Function`, 'participant', role, group, {
+        description: `2PC participant for ${name.valueAsString}`,
+        environment: {
+          SERVICE_NAME: name.valueAsString,
+          DATA_TABLE_NAME: own.ref,
+          TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
+        },
+      });
+      // Each deploy publishes a version and moves the alias `live` to it (SAM: AutoPublishAlias).
+      // The registries and the invoke grants name the alias, so CloudFormation updates this function
+      // (and moves `live`) before the coordinator and the sweeper.
+      const aliasId = `Participant${service.key}FunctionAlias${ALIAS_NAME}`;
+      const alias = new lambda.Alias(this, aliasId, { aliasName: ALIAS_NAME, version: f.currentVersion });
+      (alias.node.defaultChild as lambda.CfnAlias).overrideLogicalId(aliasId);
+      return { service, nameParameter: name, table: own, function: f, alias };
+    });
+
+    /** `{"<service name>": "<value>", ...}` over the participants, as a Fn::Sub like SAM's. */
+    const perService = (value: (p: Participant) => string) =>
+      Fn.sub(
+        `{${participants.map((p) => `"\${Service${p.service.key}Name}": "\${Service${p.service.key}}"`).join(', ')}}`,
+        Object.fromEntries(participants.map((p) => [`Service${p.service.key}`, value(p)])),
+      );
+    // The registry names each participant's `live` alias (its ARN): Lambda Invoke takes it as is.
+    const registry = perService((p) => p.alias.functionArn);
+    const participantTables = perService((p) => p.table.ref);
+    const metricsNamespace = `TwoPhaseCommit/${Aws.STACK_NAME}`;
+    // The participants' `live` aliases (the ARN of each alias), as the registry names them.
+    const invokeRegisteredParticipants: Statement = {
+      Sid: 'RegisteredParticipants',
+      Effect: 'Allow',
+      Action: 'lambda:InvokeFunction',
+      Resource: participants.map((p) => p.alias.functionArn),
+    };
+    const transactionRecords: Statement = {
+      Sid: 'TransactionRecords',
+      Effect: 'Allow',
+      Action: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+      Resource: transactionsTable.attrArn,
+    };
+
+    // --- coordinator: REST API (IAM-authorized), owns the transactions table, invokes participants --
+    const coordinatorLogGroup = functionLogGroup('CoordinatorLogGroup', 'coordinator');
+    const coordinatorRole = lambdaRole('CoordinatorRole', 'coordinator', coordinatorLogGroup, [
+      transactionRecords,
+      invokeRegisteredParticipants,
+    ]);
+    const coordinator = rust('CoordinatorFunction', 'coordinator', coordinatorRole, coordinatorLogGroup, {
+      description: '2PC coordinator (POST /transactions, GET /transactions/{id})',
+      // Longer than the largest transaction timeout the coordinator accepts (MAX_TIMEOUT_MS, 25 s)
+      // plus the commit phase (checked by infra/tests against the code); it answers within 27 s.
+      timeout: 45,
+      memorySize: 512,
+      environment: {
+        TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
+        METRICS_NAMESPACE: metricsNamespace,
+        PARTICIPANTS: registry,
+      },
+      // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
+      // stream processor need (it also caps the coordinator); 0 reserves nothing.
+      reservedConcurrency: [reserveCoordinator, coordinatorReservedConcurrency],
+    });
+
+    // --- sweeper: every minute, finishes stuck transactions and resolves expired locks ---------------
+    const sweeperLogGroup = functionLogGroup('SweeperLogGroup', 'sweeper');
+    const sweeperRole = lambdaRole('SweeperRole', 'sweeper', sweeperLogGroup, [
+      {
+        Sid: 'SparseIndexes',
+        Effect: 'Allow',
+        Action: 'dynamodb:Query',
+        Resource: [
+          indexArn(transactionsTable, 'open-transactions'),
+          ...participants.map((p) => indexArn(p.table, 'locks-by-expiry')),
+        ],
+      },
+      transactionRecords,
+      // The locks index is KEYS_ONLY: reading a locked item tells the sweeper its owner. Every write
+      // to a data table goes through the participant that owns it.
+      {
+        Sid: 'ReadLockedItems',
+        Effect: 'Allow',
+        Action: 'dynamodb:GetItem',
+        Resource: participants.map((p) => p.table.attrArn),
+      },
+      invokeRegisteredParticipants,
+    ]);
+    const sweeper = rust('SweeperFunction', 'sweeper', sweeperRole, sweeperLogGroup, {
+      description: '2PC sweeper (stuck transactions, expired locks); emits EMF metrics in TwoPhaseCommit/<stack>',
+      // Bounded work per run, well inside the one-minute schedule.
+      timeout: 50,
+      environment: {
+        TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
+        METRICS_NAMESPACE: metricsNamespace,
+        PARTICIPANTS: registry,
+        PARTICIPANT_TABLES: participantTables,
+      },
+      // Recovery keeps running whatever the coordinator's load (0 reserves nothing).
+      reservedConcurrency: [reserveSweeper, sweeperReservedConcurrency],
+    });
+    const everyMinute = new events.Rule(this, 'SweeperFunctionEveryMinute', {
+      description: 'Finish or abort stuck transactions, resolve expired locks',
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [new targets.LambdaFunction(sweeper)],
+    });
+    (everyMinute.node.defaultChild as events.CfnRule).overrideLogicalId('SweeperFunctionEveryMinute');
+
+    // ---------------------------------------------------------------------------------------------
+    // Change fan-out: streams of every table -> stream processor -> Firehose (lake) and WebSocket.
+    // ---------------------------------------------------------------------------------------------
+    // Stream batches that still fail after the retries land here (metadata of the shard range, not
+    // the records): replay them from the stream within its 24 h retention.
+    const streamFailureQueue = new sqs.CfnQueue(this, 'StreamFailureQueue', {
+      sqsManagedSseEnabled: true,
+      messageRetentionPeriod: 1209600,
+    });
+    streamFailureQueue.applyRemovalPolicy(RemovalPolicy.DESTROY);
+
+    // --- the lake: Firehose (DirectPut) into an encrypted, private, TLS-only bucket ------------------
+    const lakeBucket = new s3.CfnBucket(this, 'LakeBucket', {
+      bucketEncryption: {
+        serverSideEncryptionConfiguration: [{ serverSideEncryptionByDefault: { sseAlgorithm: 'AES256' } }],
+      },
+      publicAccessBlockConfiguration: {
+        blockPublicAcls: true,
+        blockPublicPolicy: true,
+        ignorePublicAcls: true,
+        restrictPublicBuckets: true,
+      },
+      ownershipControls: { rules: [{ objectOwnership: 'BucketOwnerEnforced' }] },
+      lifecycleConfiguration: {
+        rules: [{ id: 'AbortIncompleteUploads', status: 'Enabled', abortIncompleteMultipartUpload: { daysAfterInitiation: 7 } }],
+      },
+    });
+    lakeBucket.applyRemovalPolicy(RemovalPolicy.RETAIN);
+    const lakeObjects = `${lakeBucket.attrArn}/*`;
+    new s3.CfnBucketPolicy(this, 'LakeBucketPolicy', {
+      bucket: lakeBucket.ref,
+      policyDocument: {
+        Version: '2012-10-17',
+        Statement: [
+          {
+            Sid: 'TlsOnly',
+            Effect: 'Deny',
+            Principal: '*',
+            Action: 's3:*',
+            Resource: [lakeBucket.attrArn, lakeObjects],
+            Condition: { Bool: { 'aws:SecureTransport': 'false' } },
+          },
+        ],
+      },
+    });
+
+    const lakeDeliveryLogGroup = logGroup('LakeDeliveryLogGroup', `/aws/kinesisfirehose/${Aws.STACK_NAME}-lake`);
+    const lakeDeliveryLogStream = new logs.CfnLogStream(this, 'LakeDeliveryLogStream', {
+      logGroupName: lakeDeliveryLogGroup.logGroupName,
+      logStreamName: 'S3Delivery',
+    });
+    lakeDeliveryLogStream.applyRemovalPolicy(RemovalPolicy.DESTROY);
+    const lakeDeliveryRole = new iam.CfnRole(this, 'LakeDeliveryRole', {
+      assumeRolePolicyDocument: {
+        Version: '2012-10-17',
+        Statement: [
+          {
+            Effect: 'Allow',
+            Principal: { Service: 'firehose.amazonaws.com' },
+            Action: 'sts:AssumeRole',
+            Condition: { StringEquals: { 'sts:ExternalId': Aws.ACCOUNT_ID } },
+          },
+        ],
+      },
+      policies: [
+        {
+          policyName: 'lake-delivery',
+          policyDocument: {
+            Version: '2012-10-17',
+            Statement: [
+              {
+                Sid: 'LakeBucket',
+                Effect: 'Allow',
+                Action: ['s3:GetBucketLocation', 's3:ListBucket', 's3:ListBucketMultipartUploads'],
+                Resource: lakeBucket.attrArn,
+              },
+              {
+                Sid: 'LakeObjects',
+                Effect: 'Allow',
+                Action: ['s3:AbortMultipartUpload', 's3:GetObject', 's3:PutObject'],
+                Resource: lakeObjects,
+              },
+              {
+                Sid: 'DeliveryErrors',
+                Effect: 'Allow',
+                Action: 'logs:PutLogEvents',
+                Resource: `arn:${Aws.PARTITION}:logs:${Aws.REGION}:${Aws.ACCOUNT_ID}:log-group:${lakeDeliveryLogGroup.logGroupName}:log-stream:${lakeDeliveryLogStream.ref}`,
+              },
+            ],
+          },
+        },
+      ],
+    });
+
+    // Newline-delimited JSON objects (the stream processor writes one per line), GZIP-compressed,
+    // partitioned by the hour they arrived: data/YYYY/MM/DD/HH/ (LakeTable projects these four).
+    const lakeDeliveryStream = new firehose.CfnDeliveryStream(this, 'LakeDeliveryStream', {
+      deliveryStreamType: 'DirectPut',
+      deliveryStreamEncryptionConfigurationInput: { keyType: 'AWS_OWNED_CMK' },
+      extendedS3DestinationConfiguration: {
+        bucketArn: lakeBucket.attrArn,
+        roleArn: lakeDeliveryRole.attrArn,
+        prefix: 'data/!{timestamp:yyyy}/!{timestamp:MM}/!{timestamp:dd}/!{timestamp:HH}/',
+        errorOutputPrefix:
+          'errors/!{firehose:error-output-type}/!{timestamp:yyyy}/!{timestamp:MM}/!{timestamp:dd}/!{timestamp:HH}/',
+        bufferingHints: { intervalInSeconds: 60, sizeInMBs: 5 },
+        // GZIP objects (`.gz`): Athena reads them as they are (see LakeTable).
+        compressionFormat: 'GZIP',
+        cloudWatchLoggingOptions: {
+          enabled: true,
+          logGroupName: lakeDeliveryLogGroup.logGroupName,
+          logStreamName: lakeDeliveryLogStream.ref,
+        },
+      },
+    });
+
+    // The lake as an Athena table: Glue database + table over data/, one projected partition key per
+    // partition of the Firehose prefix (data/YYYY/MM/DD/HH/), so Athena needs no crawler and no MSCK
+    // REPAIR. Columns: the lake record (functions/twopc/src/fanout/decide.rs, ChangeRecord).
+    const lakeDatabase = new glue.CfnDatabase(this, 'LakeDatabase', {
+      catalogId: Aws.ACCOUNT_ID,
+      databaseInput: {
+        name: lakeDatabaseName.valueAsString,
+        description: 'Committed changes of the two-phase-commit system (the data lake)',
+      },
+    });
+    new glue.CfnTable(this, 'LakeTable', {
+      catalogId: Aws.ACCOUNT_ID,
+      databaseName: lakeDatabase.ref,
+      tableInput: {
+        name: 'changes',
+        description: 'One row per committed change (NDJSON, GZIP), partitioned by the hour Firehose received it',
+        tableType: 'EXTERNAL_TABLE',
+        parameters: {
+          classification: 'json',
+          compressionType: 'gzip',
+          'projection.enabled': 'true',
+          'projection.year.type': 'integer',
+          'projection.year.range': '2024,2040',
+          'projection.month.type': 'integer',
+          'projection.month.range': '1,12',
+          'projection.month.digits': '2',
+          'projection.day.type': 'integer',
+          'projection.day.range': '1,31',
+          'projection.day.digits': '2',
+          'projection.hour.type': 'integer',
+          'projection.hour.range': '0,23',
+          'projection.hour.digits': '2',
+          // The Firehose prefix with the projected keys in place of its timestamp fields.
+          'storage.location.template': `s3://${lakeBucket.ref}/data/\${year}/\${month}/\${day}/\${hour}/`,
+        },
+        partitionKeys: [
+          { name: 'year', type: 'int' },
+          { name: 'month', type: 'int' },
+          { name: 'day', type: 'int' },
+          { name: 'hour', type: 'int' },
+        ],
+        storageDescriptor: {
+          location: `s3://${lakeBucket.ref}/data/`,
+          inputFormat: 'org.apache.hadoop.mapred.TextInputFormat',
+          outputFormat: 'org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat',
+          // Field names are matched case-insensitively: transactionId is column transactionid.
+          serdeInfo: { serializationLibrary: 'org.openx.data.jsonserde.JsonSerDe' },
+          // key, data and previous are JSON objects: read them with json_extract_scalar.
+          columns: [
+            { name: 'eventid', type: 'string', comment: 'stream record id: dedupes at-least-once deliveries' },
+            { name: 'transactionid', type: 'string' },
+            { name: 'service', type: 'string' },
+            { name: 'table', type: 'string' },
+            { name: 'key', type: 'string', comment: 'the item key (JSON)' },
+            { name: 'change', type: 'string', comment: 'INSERT, MODIFY or REMOVE' },
+            { name: 'version', type: 'bigint' },
+            { name: 'committedat', type: 'string', comment: 'RFC 3339' },
+            { name: 'data', type: 'string', comment: "the item's data after the commit (JSON)" },
+            { name: 'previous', type: 'string', comment: "the item's data before the commit (JSON)" },
+          ],
+        },
+      },
+    });
+
+    // --- WebSocket API: $connect is IAM-authorized (SigV4-signed upgrade request) -------------------
+    const webSocketApi = new apigatewayv2.CfnApi(this, 'WebSocketApi', {
+      name: `${Aws.STACK_NAME}-changes`,
+      protocolType: 'WEBSOCKET',
+      routeSelectionExpression: '$request.body.action',
+    });
+    const webSocketHost = `${webSocketApi.ref}.execute-api.${Aws.REGION}.${Aws.URL_SUFFIX}/${webSocketStageName.valueAsString}`;
+
+    // --- stream processor -----------------------------------------------------------------------------
+    const streamedTables: Array<[string, dynamodb.CfnTable]> = [
+      ['Transactions', transactionsTable],
+      ...participants.map((p): [string, dynamodb.CfnTable] => [`Service${p.service.key}`, p.table]),
+    ];
+    const streamProcessorLogGroup = functionLogGroup('StreamProcessorLogGroup', 'stream-processor');
+    const streamProcessorRole = lambdaRole('StreamProcessorRole', 'stream-processor', streamProcessorLogGroup, [
+      {
+        Sid: 'ReadStreams',
+        Effect: 'Allow',
+        Action: ['dynamodb:DescribeStream', 'dynamodb:GetRecords', 'dynamodb:GetShardIterator'],
+        Resource: streamedTables.map(([, t]) => t.attrStreamArn),
+      },
+      // dynamodb:ListStreams has no resource type in IAM: it can only be granted on "*". It lists
+      // stream ARNs, nothing else.
+      { Sid: 'ListStreams', Effect: 'Allow', Action: 'dynamodb:ListStreams', Resource: '*' },
+      { Sid: 'FailedBatches', Effect: 'Allow', Action: 'sqs:SendMessage', Resource: streamFailureQueue.attrArn },
+      { Sid: 'Lake', Effect: 'Allow', Action: 'firehose:PutRecordBatch', Resource: lakeDeliveryStream.attrArn },
+      { Sid: 'Subscribers', Effect: 'Allow', Action: 'dynamodb:Query', Resource: indexArn(connectionsTable, 'by-topic') },
+      // A post that answers Gone removes the connection: its items (Query by connectionId), deleted
+      // with BatchWriteItem.
+      {
+        Sid: 'ForgetGoneConnections',
+        Effect: 'Allow',
+        Action: ['dynamodb:Query', 'dynamodb:BatchWriteItem'],
+        Resource: connectionsTable.attrArn,
+      },
+      {
+        Sid: 'PushToConnections',
+        Effect: 'Allow',
+        Action: 'execute-api:ManageConnections',
+        Resource: `arn:${Aws.PARTITION}:execute-api:${Aws.REGION}:${Aws.ACCOUNT_ID}:${webSocketApi.ref}/${webSocketStageName.valueAsString}/POST/@connections/*`,
+      },
+    ]);
+    const streamProcessor = rust('StreamProcessorFunction', 'stream-processor', streamProcessorRole, streamProcessorLogGroup, {
+      description: 'Fans committed changes out to the lake (Firehose) and to WebSocket subscribers',
+      timeout: 60,
+      environment: {
+        TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
+        PARTICIPANT_TABLES: participantTables,
+        CONNECTIONS_TABLE_NAME: connectionsTable.ref,
+        FIREHOSE_STREAM_NAME: lakeDeliveryStream.ref,
+        WEBSOCKET_ENDPOINT: `https://${webSocketHost}`,
+      },
+      // The fan-out keeps up whatever the coordinator's load (0 reserves nothing).
+      reservedConcurrency: [reserveStreamProcessor, streamProcessorReservedConcurrency],
+    });
+    // Each table's stream: partial batch failures, bisection on error, at most 5 retries and records
+    // at most an hour old; a batch that still fails is described in the on-failure queue.
+    for (const [name, source] of streamedTables) {
+      new lambda.CfnEventSourceMapping(this, `StreamProcessorFunction${name}Stream`, {
+        functionName: streamProcessor.functionName,
+        eventSourceArn: source.attrStreamArn,
+        startingPosition: 'TRIM_HORIZON',
+        batchSize: 100,
+        functionResponseTypes: ['ReportBatchItemFailures'],
+        bisectBatchOnFunctionError: true,
+        maximumRetryAttempts: 5,
+        maximumRecordAgeInSeconds: 3600,
+        destinationConfig: { onFailure: { destination: streamFailureQueue.attrArn } },
+      });
+    }
+
+    // --- connections: the WebSocket routes and the subscription table ---------------------------------
+    const connectionsLogGroup = functionLogGroup('ConnectionsLogGroup', 'connections');
+    const connectionsRole = lambdaRole('ConnectionsRole', 'connections', connectionsLogGroup, [
+      // $connect: PutItem; subscribe/unsubscribe: BatchWriteItem; $disconnect: Query the
+      // connection's items, BatchWriteItem to delete them.
+      {
+        Sid: 'Subscriptions',
+        Effect: 'Allow',
+        Action: ['dynamodb:PutItem', 'dynamodb:Query', 'dynamodb:BatchWriteItem'],
+        Resource: connectionsTable.attrArn,
+      },
+    ]);
+    const connections = rust('ConnectionsFunction', 'connections', connectionsRole, connectionsLogGroup, {
+      description: 'WebSocket $connect/$disconnect/subscribe/unsubscribe',
+      environment: { CONNECTIONS_TABLE_NAME: connectionsTable.ref },
+    });
+
+    const webSocketIntegration = new apigatewayv2.CfnIntegration(this, 'WebSocketIntegration', {
+      apiId: webSocketApi.ref,
+      integrationType: 'AWS_PROXY',
+      integrationUri: `arn:${Aws.PARTITION}:apigateway:${Aws.REGION}:lambda:path/2015-03-31/functions/${connections.functionArn}/invocations`,
+    });
+    const route = (logicalId: string, routeKey: string, operationName: string, authorizationType: string) =>
+      new apigatewayv2.CfnRoute(this, logicalId, {
+        apiId: webSocketApi.ref,
+        routeKey,
+        authorizationType,
+        operationName,
+        target: `integrations/${webSocketIntegration.ref}`,
+      });
+    const routes = [
+      route('ConnectRoute', '$connect', 'Connect', 'AWS_IAM'),
+      route('DisconnectRoute', '$disconnect', 'Disconnect', 'NONE'),
+      route('SubscribeRoute', 'subscribe', 'Subscribe', 'NONE'),
+      route('UnsubscribeRoute', 'unsubscribe', 'Unsubscribe', 'NONE'),
+    ];
+    const webSocketStage = new apigatewayv2.CfnStage(this, 'WebSocketStage', {
+      apiId: webSocketApi.ref,
+      stageName: webSocketStageName.valueAsString,
+      autoDeploy: true,
+      defaultRouteSettings: {
+        throttlingRateLimit: apiThrottlingRateLimit.valueAsNumber,
+        throttlingBurstLimit: apiThrottlingBurstLimit.valueAsNumber,
+      },
+    });
+    // Created after the routes so that the stage's first automatic deployment contains them; later
+    // route changes are deployed automatically too.
+    for (const r of routes) webSocketStage.node.addDependency(r);
+    new lambda.CfnPermission(this, 'WebSocketInvokePermission', {
+      action: 'lambda:InvokeFunction',
+      functionName: connections.functionName,
+      principal: 'apigateway.amazonaws.com',
+      sourceArn: `arn:${Aws.PARTITION}:execute-api:${Aws.REGION}:${Aws.ACCOUNT_ID}:${webSocketApi.ref}/${webSocketStageName.valueAsString}/*`,
+    });
+
+    // ---------------------------------------------------------------------------------------------
+    // REST API (IAM-authorized) in front of the coordinator.
+    // ---------------------------------------------------------------------------------------------
+    const restApiName = `${Aws.STACK_NAME}-transactions`;
+    const restApi = new apigateway.RestApi(this, 'RestApi', {
+      restApiName,
+      endpointTypes: [apigateway.EndpointType.REGIONAL],
+      // No account-wide CloudWatch role for API Gateway (it carries a managed policy).
+      cloudWatchRole: false,
+      deployOptions: {
+        stageName: apiStageName.valueAsString,
+        methodOptions: {
+          '/*/*': {
+            throttlingRateLimit: apiThrottlingRateLimit.valueAsNumber,
+            throttlingBurstLimit: apiThrottlingBurstLimit.valueAsNumber,
+          },
+        },
+      },
+      // Callers sign with SigV4 and need execute-api:Invoke only: API Gateway invokes the coordinator
+      // through the function's resource policy (the permissions below), never with their credentials.
+      defaultMethodOptions: { authorizationType: apigateway.AuthorizationType.IAM },
+    });
+    (restApi.node.defaultChild as apigateway.CfnRestApi).overrideLogicalId('RestApi');
+    const restStage = restApi.deploymentStage.node.defaultChild as apigateway.CfnStage;
+    restStage.overrideLogicalId('RestApiStage');
+    restStage.addPropertyOverride('TracingEnabled', Fn.conditionIf(tracingActive.logicalId, true, false));
+    // The construct's own output (the URL under a generated name): RestApiUrl below is the one.
+    restApi.node.tryRemoveChild('Endpoint');
+    // Permissions scoped to each method of the stage; none for the console's test invocations.
+    const coordinatorIntegration = new apigateway.LambdaIntegration(coordinator, { proxy: true, allowTestInvoke: false });
+    const transactions = restApi.root.addResource('transactions');
+    transactions.addMethod('POST', coordinatorIntegration);
+    transactions.addResource('{id}').addMethod('GET', coordinatorIntegration);
+
+    // ---------------------------------------------------------------------------------------------
+    // Alarms and the dashboard.
+    // ---------------------------------------------------------------------------------------------
+    const monitoring = new Monitoring(this, {
+      alarmAction: ifElseNothing(hasAlarmAction, [alarmActionArn.valueAsString]),
+      metricsNamespace,
+      coordinator,
+      participants,
+      sweeper,
+      streamProcessor,
+      connections,
+      streamFailureQueue,
+      restApiName,
+      restApiStage: apiStageName.valueAsString,
+      webSocketApiId: webSocketApi.ref,
+      webSocketStage: webSocketStageName.valueAsString,
+      lakeDeliveryStream,
+      transactionsTable,
+      connectionsTable,
+    });
+
+    // ---------------------------------------------------------------------------------------------
+    // Outputs: the SAM template's, by the same names.
+    // ---------------------------------------------------------------------------------------------
+    const output = (name: string, description: string, value: string) =>
+      new CfnOutput(this, `${name}Output`, { description, value }).overrideLogicalId(name);
+    output(
+      'RestApiUrl',
+      'REST API base URL (POST /transactions, GET /transactions/{id}); requests are SigV4-signed (execute-api)',
+      `https://${restApi.restApiId}.execute-api.${Aws.REGION}.${Aws.URL_SUFFIX}/${apiStageName.valueAsString}`,
+    );
+    output('WebSocketUrl', 'WebSocket URL for clients (SigV4-signed $connect)', `wss://${webSocketHost}`);
+    output(
+      'WebSocketManagementEndpoint',
+      'WebSocket management (@connections) endpoint used by the stream processor',
+      `https://${webSocketHost}`,
+    );
+    output('LakeBucketName', 'S3 bucket of the data lake (data/YYYY/MM/DD/HH/*.gz, errors/...)', lakeBucket.ref);
+    output('LakeDeliveryStreamName', 'Firehose delivery stream of committed changes', lakeDeliveryStream.ref);
+    output(
+      'LakeTable',
+      'Athena table of the lake (database.table), partitioned by year, month, day, hour',
+      `${lakeDatabase.ref}.changes`,
+    );
+    output('DashboardName', "CloudWatch dashboard of the protocol's health", monitoring.dashboardName);
+    output('StreamFailureQueueUrl', 'On-failure destination of the stream event sources', streamFailureQueue.ref);
+    output('TransactionsTableName', 'Transactions table', transactionsTable.ref);
+    for (const p of participants) {
+      output(`Service${p.service.key}TableName`, `Data table of the ${p.service.ordinal} participant service`, p.table.ref);
+    }
+    output('ConnectionsTableName', 'WebSocket connections table', connectionsTable.ref);
+    output('CoordinatorFunctionName', 'Coordinator function', coordinator.functionName);
+    for (const p of participants) {
+      output(
+        `Participant${p.service.key}FunctionName`,
+        `Participant function of the ${p.service.ordinal} service`,
+        p.function.functionName,
+      );
+    }
+    for (const p of participants) {
+      output(
+        `Participant${p.service.key}LiveAlias`,
+        `The alias \`${ALIAS_NAME}\` of the ${p.service.ordinal} participant (what the registries name)`,
+        p.alias.functionArn,
+      );
+    }
+    output('SweeperFunctionName', 'Sweeper function', sweeper.functionName);
+    output('StreamProcessorFunctionName', 'Stream processor function', streamProcessor.functionName);
+    output('ConnectionsFunctionName', 'WebSocket connections function', connections.functionName);
+  }
+}
+
+// -------------------------------------------------------------------------------------------------
+// Monitoring
+// -------------------------------------------------------------------------------------------------
+
+interface MonitoringProps {
+  /** AlarmActions of every alarm (Fn::If HasAlarmAction). */
+  readonly alarmAction: unknown;
+  readonly metricsNamespace: string;
+  readonly coordinator: lambda.Function;
+  readonly participants: readonly Participant[];
+  readonly sweeper: lambda.Function;
+  readonly streamProcessor: lambda.Function;
+  readonly connections: lambda.Function;
+  readonly streamFailureQueue: sqs.CfnQueue;
+  readonly restApiName: string;
+  readonly restApiStage: string;
+  readonly webSocketApiId: string;
+  readonly webSocketStage: string;
+  readonly lakeDeliveryStream: firehose.CfnDeliveryStream;
+  readonly transactionsTable: dynamodb.CfnTable;
+  readonly connectionsTable: dynamodb.CfnTable;
+}
+
+type AlarmOptions = Omit<cloudwatch.AlarmProps, 'comparisonOperator' | 'treatMissingData'>;
+
+/**
+ * The alarms and the dashboard of the protocol's health. Every alarm notifies AlarmActionArn (when
+ * set) and treats missing data as not breaching: each metric is only published when something
+ * happens (an invocation, a request, a delivery, a throttle), so no data means nothing went wrong.
+ * What each alarm means and what to do: infra/DEPLOY.md, "Alarms".
+ */
+class Monitoring {
+  readonly dashboardName: string;
+  private readonly alarms: cloudwatch.Alarm[] = [];
+  private readonly fiveMinutes = Duration.minutes(5);
+  private readonly minute = Duration.minutes(1);
+
+  constructor(
+    private readonly stack: Stack,
+    private readonly props: MonitoringProps,
+  ) {
+    const { coordinator, participants, sweeper, streamProcessor, connections } = props;
+    /** Every function, by dashboard label and alarm prefix. */
+    const functions: Array<[string, string, lambda.Function]> = [
+      ['coordinator', 'Coordinator', coordinator],
+      ...participants.map((p): [string, string, lambda.Function] => [
+        `participant ${p.service.key}`,
+        `Participant${p.service.key}`,
+        p.function,
+      ]),
+      ['sweeper', 'Sweeper', sweeper],
+      ['stream processor', 'StreamProcessor', streamProcessor],
+      ['connections', 'Connections', connections],
+    ];
+
+    // --- the first template's three alarms ------------------------------------------------------------
+    this.alarm('StreamFailuresAlarm', {
+      alarmDescription:
+        'Stream batches failed every retry and were sent to the on-failure queue: committed changes ' +
+        'may be missing from the lake. Replay them from the stream (24 h retention).',
+      metric: new cloudwatch.Metric({
+        namespace: 'AWS/SQS',
+        metricName: 'ApproximateNumberOfMessagesVisible',
+        dimensionsMap: { QueueName: props.streamFailureQueue.attrQueueName },
+        statistic: 'Maximum',
+        period: this.minute,
+      }),
+      evaluationPeriods: 1,
+      threshold: 0,
+    });
+    this.alarm('StuckTransactionsAlarm', {
+      alarmDescription:
+        'The sweeper has found open transactions past their deadline that it could not finish in ' +
+        'every run for 5 minutes: recovery is not making progress (participant down, throttling, a bug).',
+      // Emitted by the sweeper as CloudWatch embedded metric format lines, no dimensions, in the
+      // stack's namespace (its METRICS_NAMESPACE).
+      metric: this.protocol('StuckTransactions', 'Minimum'),
+      evaluationPeriods: 5,
+      datapointsToAlarm: 5,
+      threshold: 0,
+    });
+    this.alarm('SweeperErrorsAlarm', {
+      alarmDescription:
+        'The sweeper failed in 3 consecutive runs; stuck transactions are not being recovered. (One ' +
+        'failed run is not alarmed: the next run, a minute later, does its work.)',
+      metric: this.lambdaMetric(sweeper, 'Errors', 'Sum', this.minute),
+      evaluationPeriods: 3,
+      datapointsToAlarm: 3,
+      threshold: 0,
+    });
+
+    // --- every function's errors and throttles -------------------------------------------------------
+    // The handlers answer every failure they know of (4xx, 503, votes, item failures), so a Lambda
+    // error is a crash, a timeout or an out-of-memory: the threshold is 0.
+    const errors: Array<[string, lambda.Function, string]> = [
+      [
+        'Coordinator',
+        coordinator,
+        'The coordinator crashed or timed out (Lambda Errors) in the last 5 minutes. It answers every ' +
+          'failure it knows of with an HTTP status (4xx, 503), so any function error is a bug, a timeout ' +
+          'or an out-of-memory: read its log group.',
+      ],
+      ...participants.map((p): [string, lambda.Function, string] => [
+        `Participant${p.service.key}`,
+        p.function,
+        `The ${p.service.ordinal} participant crashed or timed out in the last 5 minutes. Participants ` +
+          'answer refusals as votes, so a function error is a bug, a timeout or an out-of-memory; the ' +
+          'coordinator aborts (or the sweeper retries) the transactions concerned.',
+      ]),
+      [
+        'StreamProcessor',
+        streamProcessor,
+        'The stream processor failed whole batches in the last 5 minutes (records it cannot deliver are ' +
+          'reported as item failures, not errors): the batches are retried and bisected, then sent to the ' +
+          'on-failure queue. Read its log group.',
+      ],
+      [
+        'Connections',
+        connections,
+        'The WebSocket connections function crashed or timed out in the last 5 minutes: clients could ' +
+          'not connect, subscribe or unsubscribe. Read its log group.',
+      ],
+    ];
+    for (const [prefix, f, description] of errors) {
+      this.alarm(`${prefix}ErrorsAlarm`, {
+        alarmDescription: description,
+        metric: this.lambdaMetric(f, 'Errors', 'Sum'),
+        evaluationPeriods: 1,
+        threshold: 0,
+      });
+    }
+    const throttles: Array<[string, lambda.Function, string]> = [
+      [
+        'Coordinator',
+        coordinator,
+        'Lambda throttled the coordinator (above its reserved concurrency, CoordinatorReservedConcurrency): callers get 429/5xx.',
+      ],
+      ...participants.map((p): [string, lambda.Function, string] => [
+        `Participant${p.service.key}`,
+        p.function,
+        `Lambda throttled the ${p.service.ordinal} participant (the account's concurrency is exhausted): prepares fail and transactions abort.`,
+      ]),
+      ['Sweeper', sweeper, 'Lambda throttled the sweeper (above SweeperReservedConcurrency): recovery is delayed.'],
+      [
+        'StreamProcessor',
+        streamProcessor,
+        'Lambda throttled the stream processor (above StreamProcessorReservedConcurrency): the fan-out falls behind.',
+      ],
+      [
+        'Connections',
+        connections,
+        "Lambda throttled the connections function (the account's concurrency is exhausted): WebSocket clients are refused.",
+      ],
+    ];
+    for (const [prefix, f, description] of throttles) {
+      this.alarm(`${prefix}ThrottlesAlarm`, {
+        alarmDescription: description,
+        metric: this.lambdaMetric(f, 'Throttles', 'Sum'),
+        evaluationPeriods: 1,
+        threshold: 0,
+      });
+    }
+    this.alarm('StreamProcessorIteratorAgeAlarm', {
+      alarmDescription:
+        'The stream processor is more than a minute behind its streams (IteratorAge maximum over 5 ' +
+        'minutes): the lake and WebSocket clients see commits late, and records older than an hour go to ' +
+        'the on-failure queue.',
+      metric: this.lambdaMetric(streamProcessor, 'IteratorAge', 'Maximum'),
+      evaluationPeriods: 1,
+      threshold: 60000,
+    });
+
+    // --- APIs --------------------------------------------------------------------------------------------
+    this.alarm('RestApi5xxAlarm', {
+      alarmDescription:
+        "The REST API answered 5xx in the last 5 minutes: the coordinator's 503s (a participant or the " +
+        "transactions table unavailable), API Gateway's own errors or the 29 s integration timeout.",
+      metric: this.restMetric('5XXError', 'Sum'),
+      evaluationPeriods: 1,
+      threshold: 0,
+    });
+    this.alarm('RestApiLatencyAlarm', {
+      alarmDescription:
+        "The REST API's p99 latency over 5 minutes is above 25 s, the coordinator's prepare budget: " +
+        "answers are running into the 27 s deadline (202 answers) or API Gateway's 29 s timeout.",
+      metric: this.restMetric('Latency', 'p99'),
+      evaluationPeriods: 1,
+      threshold: 25000,
+    });
+    this.alarm('WebSocketErrorsAlarm', {
+      alarmDescription:
+        "The WebSocket API's integration (the connections function) answered errors in the last 5 " +
+        'minutes: clients could not connect, subscribe or unsubscribe.',
+      metric: this.webSocketMetric('IntegrationError'),
+      evaluationPeriods: 1,
+      threshold: 0,
+    });
+
+    // --- the lake and the tables -----------------------------------------------------------------------
+    this.alarm('LakeFreshnessAlarm', {
+      alarmDescription:
+        'The oldest record in Firehose is more than 15 minutes old (DeliveryToS3.DataFreshness): the ' +
+        'lake is not being written (bucket policy, role, S3 errors; see the delivery log group).',
+      metric: this.freshness(this.fiveMinutes),
+      evaluationPeriods: 1,
+      threshold: 900,
+    });
+    const tables: Array<[string, dynamodb.CfnTable, string]> = [
+      [
+        'Transactions',
+        props.transactionsTable,
+        'DynamoDB throttled reads or writes of the transactions table: the coordinator and sweeper retry, ' +
+          'then answer 503 (hot keys or partitions above their limits).',
+      ],
+      ...participants.map((p): [string, dynamodb.CfnTable, string] => [
+        `Service${p.service.key}`,
+        p.table,
+        `DynamoDB throttled reads or writes of the ${p.service.ordinal} participant's data table: prepares ` +
+          'and commits are retried or refused (hot keys or partitions above their limits).',
+      ]),
+      [
+        'Connections',
+        props.connectionsTable,
+        'DynamoDB throttled reads or writes of the connections table: WebSocket subscriptions and pushes ' +
+          'fail (hot keys or partitions above their limits).',
+      ],
+    ];
+    for (const [prefix, t, description] of tables) {
+      this.alarm(`${prefix}TableThrottlesAlarm`, {
+        alarmDescription: description,
+        metric: this.tableThrottles(t, this.fiveMinutes),
+        evaluationPeriods: 1,
+        threshold: 0,
+      });
+    }
+
+    this.dashboardName = this.dashboard(functions, tables);
+  }
+
+  // --- metrics ---------------------------------------------------------------------------------------
+
+  private protocol(metricName: string, statistic: string, label?: string) {
+    return new cloudwatch.Metric({
+      namespace: this.props.metricsNamespace,
+      metricName,
+      statistic,
+      period: this.minute,
+      label,
+    });
+  }
+
+  private lambdaMetric(f: lambda.Function, metricName: string, statistic: string, period = this.fiveMinutes) {
+    return new cloudwatch.Metric({
+      namespace: 'AWS/Lambda',
+      metricName,
+      dimensionsMap: { FunctionName: f.functionName },
+      statistic,
+      period,
+    });
+  }
+
+  private restMetric(metricName: string, statistic: string, period = this.fiveMinutes) {
+    return new cloudwatch.Metric({
+      namespace: 'AWS/ApiGateway',
+      metricName,
+      dimensionsMap: { ApiName: this.props.restApiName, Stage: this.props.restApiStage },
+      statistic,
+      period,
+    });
+  }
+
+  private webSocketMetric(metricName: string, period = this.fiveMinutes) {
+    return new cloudwatch.Metric({
+      namespace: 'AWS/ApiGateway',
+      metricName,
+      dimensionsMap: { ApiId: this.props.webSocketApiId, Stage: this.props.webSocketStage },
+      statistic: 'Sum',
+      period,
+    });
+  }
+
+  private freshness(period: Duration) {
+    return new cloudwatch.Metric({
+      namespace: 'AWS/Firehose',
+      metricName: 'DeliveryToS3.DataFreshness',
+      dimensionsMap: { DeliveryStreamName: this.props.lakeDeliveryStream.ref },
+      statistic: 'Maximum',
+      period,
+    });
+  }
+
+  /** Read plus write throttle events of a table (either alone may have no data point). The ids of
+   * the two metrics end in `suffix`: a dashboard graph holds several tables' sums. */
+  private tableThrottles(t: dynamodb.CfnTable, period: Duration, label = 'Throttled reads and writes', suffix = '') {
+    const events = (metricName: string) =>
+      new cloudwatch.Metric({
+        namespace: 'AWS/DynamoDB',
+        metricName,
+        dimensionsMap: { TableName: t.ref },
+        statistic: 'Sum',
+        period,
+      });
+    return new cloudwatch.MathExpression({
+      expression: `FILL(reads${suffix}, 0) + FILL(writes${suffix}, 0)`,
+      usingMetrics: { [`reads${suffix}`]: events('ReadThrottleEvents'), [`writes${suffix}`]: events('WriteThrottleEvents') },
+      period,
+      label,
+    });
+  }
+
+  // --- alarms ----------------------------------------------------------------------------------------
+
+  private alarm(logicalId: string, options: AlarmOptions) {
+    const alarm = new cloudwatch.Alarm(this.stack, logicalId, {
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      ...options,
+    });
+    const resource = alarm.node.defaultChild as cloudwatch.CfnAlarm;
+    resource.overrideLogicalId(logicalId);
+    resource.addPropertyOverride('AlarmActions', this.props.alarmAction);
+    // CDK's template validation reads `Ref AlarmActionArn` with its default "" (too short for an ARN)
+    // without the HasAlarmAction condition around it, which leaves AlarmActions out in that case.
+    Validations.of(alarm).acknowledge({
+      id: 'CloudFormation-Validate::W1030',
+      reason: 'AlarmActions is set only when AlarmActionArn is not empty (condition HasAlarmAction)',
+    });
+    this.alarms.push(alarm);
+    return alarm;
+  }
+
+  // --- dashboard -------------------------------------------------------------------------------------
+
+  private dashboard(
+    functions: Array<[string, string, lambda.Function]>,
+    tables: Array<[string, dynamodb.CfnTable, string]>,
+  ): string {
+    const props = this.props;
+    const minute = this.minute;
+    const graph = (title: string, left: cloudwatch.IMetric[], right: cloudwatch.IMetric[] = [], width = 12) =>
+      new cloudwatch.GraphWidget({ title, left, right, width, height: 6, period: minute });
+    const alarmLine = (value: number) => [{ label: 'alarm', value }];
+    const latencies = ['PrepareLatency', 'DecisionLatency', 'CommitLatency', 'TransactionLatency'];
+
+    const dashboard = new cloudwatch.Dashboard(this.stack, 'Dashboard', {
+      dashboardName: `${Aws.STACK_NAME}-two-phase-commit`,
+      defaultInterval: Duration.hours(3),
+    });
+    (dashboard.node.defaultChild as cloudwatch.CfnDashboard).overrideLogicalId('Dashboard');
+    dashboard.addWidgets(
+      new cloudwatch.TextWidget({
+        markdown: `## Two-phase commit: ${Aws.STACK_NAME}\nWhat each alarm means and what to do: infra/DEPLOY.md, "Alarms".`,
+        width: 24,
+        height: 2,
+      }),
+    );
+    dashboard.addWidgets(
+      graph('Transactions per minute: committed, aborted by reason', [
+        this.protocol('Committed', 'Sum', 'Committed'),
+        new cloudwatch.MathExpression({
+          // One line per value of the Reason dimension (REFUSED, CONFLICT, TIMEOUT, UNAVAILABLE, ...).
+          expression: `SEARCH('{"${props.metricsNamespace}",Reason} MetricName="Aborted"', 'Sum', 60)`,
+          usingMetrics: {},
+          label: 'Aborted',
+          period: minute,
+        }),
+      ]),
+      graph('Unavailable (503) answers per minute', [this.protocol('Unavailable', 'Sum', 'Unavailable')]),
+    );
+    dashboard.addWidgets(
+      graph(
+        'Phase latency p50 / p99 (ms)',
+        latencies.flatMap((m) => [this.protocol(m, 'p50', `${m} p50`), this.protocol(m, 'p99', `${m} p99`)]),
+      ),
+      graph(
+        'Sweeper: swept, failed (postponed), oldest open transaction',
+        [
+          this.protocol('SweptTransactions', 'Sum', 'SweptTransactions'),
+          this.protocol('SweepFailures', 'Sum', 'SweepFailures'),
+          this.protocol('StuckTransactions', 'Maximum', 'StuckTransactions'),
+        ],
+        [this.protocol('OldestOpenTransactionAge', 'Maximum', 'OldestOpenTransactionAge (ms)')],
+      ),
+    );
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Stream processor iterator age (ms)',
+        left: [this.lambdaMetric(props.streamProcessor, 'IteratorAge', 'Maximum', minute)],
+        leftAnnotations: alarmLine(60000),
+        width: 8,
+        height: 6,
+      }),
+      graph(
+        'Function errors',
+        functions.map(([label, , f]) => this.lambdaMetric(f, 'Errors', 'Sum', minute).with({ label })),
+        [],
+        8,
+      ),
+      graph(
+        'Function throttles',
+        functions.map(([label, , f]) => this.lambdaMetric(f, 'Throttles', 'Sum', minute).with({ label })),
+        [],
+        8,
+      ),
+    );
+    dashboard.addWidgets(
+      graph(
+        'REST API: 5XX, p99 latency',
+        [this.restMetric('5XXError', 'Sum', minute).with({ label: '5XX' })],
+        [this.restMetric('Latency', 'p99', minute).with({ label: 'Latency p99 (ms)' })],
+      ),
+      new cloudwatch.GraphWidget({
+        title: 'Lake: Firehose delivery freshness (s)',
+        left: [this.freshness(minute)],
+        leftAnnotations: alarmLine(900),
+        width: 12,
+        height: 6,
+      }),
+    );
+    dashboard.addWidgets(
+      graph(
+        'WebSocket API errors',
+        ['IntegrationError', 'ExecutionError', 'ClientError'].map((m) => this.webSocketMetric(m, minute).with({ label: m })),
+      ),
+      graph(
+        'DynamoDB throttled reads and writes',
+        tables.map(([name, t]) => this.tableThrottles(t, minute, name, name)),
+      ),
+    );
+    dashboard.addWidgets(new cloudwatch.AlarmStatusWidget({ title: 'Alarms', alarms: this.alarms, width: 24, height: 6 }));
+    return dashboard.dashboardName;
+  }
+}

@@ -1,0 +1,174 @@
+// Unit tests of the CDK app (node --test build/test/, run by infra/cdk/synth.sh). The contract checks
+// of infra/tests run on the synthesized template; these cover what only the app can show: the code
+// source switch, that no construct slips in a policy, a custom resource or a managed policy, and that
+// one more entry in lib/services.ts is a whole participant deployment.
+
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { test } from 'node:test';
+
+import { App, DefaultStackSynthesizer } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+
+import { BINARIES, codeSource, CodeSource } from '../lib/code';
+import { ParticipantService, SERVICES } from '../lib/services';
+import { TwoPhaseCommitStack } from '../lib/stack';
+
+/** A directory of stand-in zips (<binary>/bootstrap.zip), so the tests need no Rust build. */
+function fakeZips(except: string[] = []): string {
+  const dir = mkdtempSync(path.join(tmpdir(), 'twopc-cdk-zips-'));
+  for (const binary of BINARIES) {
+    if (except.includes(binary)) continue;
+    mkdirSync(path.join(dir, binary));
+    // An empty zip archive (end of central directory only): an asset needs a file, not a build.
+    writeFileSync(path.join(dir, binary, 'bootstrap.zip'), Buffer.from([0x50, 0x4b, 0x05, 0x06, ...new Array(18).fill(0)]));
+  }
+  return dir;
+}
+
+const zips = fakeZips();
+
+function synth(services?: readonly ParticipantService[], code: CodeSource = { kind: 'zips', dir: zips }) {
+  const app = new App({ context: { 'aws:cdk:enable-path-metadata': false } });
+  const stack = new TwoPhaseCommitStack(app, 'TwoPhaseCommit', {
+    code,
+    services,
+    synthesizer: new DefaultStackSynthesizer({ generateBootstrapVersionRule: false }),
+    analyticsReporting: false,
+  });
+  return Template.fromStack(stack).toJSON() as {
+    Parameters: Record<string, unknown>;
+    Resources: Record<string, { Type: string; Properties?: Record<string, unknown>; DeletionPolicy?: string }>;
+    Outputs: Record<string, unknown>;
+    Rules?: unknown;
+  };
+}
+
+const template = synth();
+const ofType = (t: ReturnType<typeof synth>, type: string) =>
+  Object.entries(t.Resources).filter(([, r]) => r.Type === type);
+
+test('no policy resources, managed policies, custom resources or CDK metadata', () => {
+  const types = new Set(Object.values(template.Resources).map((r) => r.Type));
+  for (const forbidden of ['AWS::IAM::Policy', 'AWS::IAM::ManagedPolicy', 'AWS::SQS::QueuePolicy', 'AWS::CDK::Metadata']) {
+    assert.ok(!types.has(forbidden), `${forbidden} in the template`);
+  }
+  assert.deepEqual(
+    [...types].filter((t) => t.startsWith('Custom::') || t === 'AWS::CloudFormation::CustomResource'),
+    [],
+  );
+  for (const [id, role] of ofType(template, 'AWS::IAM::Role')) {
+    assert.equal(role.Properties?.ManagedPolicyArns, undefined, `${id} has managed policies`);
+  }
+  // No bootstrap version check: the template synthesizes and lints without an account.
+  assert.equal(template.Rules, undefined);
+  assert.equal(template.Parameters.BootstrapVersion, undefined);
+});
+
+test('one role per function, six functions on arm64 provided.al2023 with their own log group', () => {
+  const functions = ofType(template, 'AWS::Lambda::Function');
+  assert.equal(functions.length, 6);
+  const roles = functions.map(([, f]) => JSON.stringify(f.Properties?.Role));
+  assert.equal(new Set(roles).size, functions.length);
+  const groups = functions.map(([, f]) => JSON.stringify((f.Properties?.LoggingConfig as Record<string, unknown>).LogGroup));
+  assert.equal(new Set(groups).size, functions.length);
+  for (const [id, f] of functions) {
+    assert.deepEqual(f.Properties?.Architectures, ['arm64'], id);
+    assert.equal(f.Properties?.Runtime, 'provided.al2023', id);
+    assert.equal(f.Properties?.Handler, 'bootstrap', id);
+    assert.deepEqual(f.Properties?.TracingConfig, { Mode: { Ref: 'TracingMode' } }, id);
+    const env = (f.Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+    assert.equal(env.RUST_LOG, undefined, `${id} sets RUST_LOG`);
+  }
+});
+
+test('the SAM template logical ids of the main resources', () => {
+  for (const id of [
+    'TransactionsTable',
+    'ServiceATable',
+    'ServiceBTable',
+    'ConnectionsTable',
+    'CoordinatorFunction',
+    'ParticipantAFunction',
+    'ParticipantAFunctionAliaslive',
+    'SweeperFunction',
+    'StreamProcessorFunction',
+    'ConnectionsFunction',
+    'RestApi',
+    'RestApiStage',
+    'WebSocketApi',
+    'WebSocketStage',
+    'LakeBucket',
+    'LakeDeliveryStream',
+    'LakeTable',
+    'Dashboard',
+  ]) {
+    assert.ok(template.Resources[id], `no ${id}`);
+  }
+  for (const id of ['TransactionsTable', 'ServiceATable', 'ServiceBTable', 'ConnectionsTable', 'LakeBucket']) {
+    assert.equal(template.Resources[id].DeletionPolicy, 'Retain', id);
+  }
+});
+
+test('one more service is one more participant deployment', () => {
+  const three = synth([
+    ...SERVICES,
+    { key: 'C', defaultName: 'service-c', defaultTableName: 'service-c-data', ordinal: 'third' },
+  ]);
+  for (const id of [
+    'ServiceCTable',
+    'ParticipantCFunction',
+    'ParticipantCRole',
+    'ParticipantCLogGroup',
+    'ParticipantCFunctionAliaslive',
+    'StreamProcessorFunctionServiceCStream',
+    'ParticipantCErrorsAlarm',
+    'ParticipantCThrottlesAlarm',
+    'ServiceCTableThrottlesAlarm',
+  ]) {
+    assert.ok(three.Resources[id], `no ${id}`);
+  }
+  for (const name of ['ServiceCName', 'ServiceCTableName']) assert.ok(three.Parameters[name], `no parameter ${name}`);
+  for (const name of ['ServiceCTableName', 'ParticipantCFunctionName', 'ParticipantCLiveAlias']) {
+    assert.ok(three.Outputs[name], `no output ${name}`);
+  }
+  const coordinatorEnv = (three.Resources.CoordinatorFunction.Properties?.Environment as { Variables: Record<string, unknown> })
+    .Variables;
+  const [text, variables] = (coordinatorEnv.PARTICIPANTS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
+  assert.equal(text, '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "${ServiceCName}": "${ServiceC}"}');
+  assert.deepEqual(variables.ServiceC, { Ref: 'ParticipantCFunctionAliaslive' });
+  const sweeperPolicy = JSON.stringify(three.Resources.SweeperRole.Properties);
+  assert.match(sweeperPolicy, /ServiceCTable.*\/index\/locks-by-expiry/);
+  assert.match(sweeperPolicy, /ParticipantCFunctionAliaslive/);
+});
+
+test('code source: zips when given, a clear error when a zip is missing', () => {
+  assert.deepEqual(codeSource(zips, '/'), { kind: 'zips', dir: zips });
+  const incomplete = fakeZips(['sweeper']);
+  assert.throws(() => codeSource(incomplete, '/'), /missing .*sweeper\/bootstrap\.zip/);
+});
+
+test('code source: without zips and without cargo-lambda, an error instead of Docker', () => {
+  const saved = { path: process.env.PATH, zips: process.env.TWOPC_LAMBDA_ZIPS };
+  try {
+    delete process.env.TWOPC_LAMBDA_ZIPS;
+    process.env.PATH = mkdtempSync(path.join(tmpdir(), 'twopc-cdk-empty-path-'));
+    assert.throws(() => codeSource(undefined, '/'), /cargo-lambda is not installed.*never builds in Docker/s);
+  } finally {
+    process.env.PATH = saved.path;
+    if (saved.zips !== undefined) process.env.TWOPC_LAMBDA_ZIPS = saved.zips;
+  }
+});
+
+test('code source: TWOPC_LAMBDA_ZIPS when no context value is given', () => {
+  const saved = process.env.TWOPC_LAMBDA_ZIPS;
+  try {
+    process.env.TWOPC_LAMBDA_ZIPS = zips;
+    assert.deepEqual(codeSource(undefined, '/'), { kind: 'zips', dir: zips });
+  } finally {
+    if (saved === undefined) delete process.env.TWOPC_LAMBDA_ZIPS;
+    else process.env.TWOPC_LAMBDA_ZIPS = saved;
+  }
+});
