@@ -28,7 +28,7 @@ from system import (
     participant_deployments,
     role_of,
 )
-from template_checks import METRICS_NAMESPACE
+from template_checks import METRICS_NAMESPACE, contract
 
 # ----------------------------------------------------------------------------------------------
 # Parameters every template offers (the same deploy-time interface for SAM and CDK)
@@ -44,9 +44,16 @@ LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"]
 TRACING_MODES = ["PassThrough", "Active"]
 SNS_TOPIC = "arn:aws:sns:us-east-1:123456789012:operations"
 
-# Metrics of the code (CloudWatch embedded metric format, namespace METRICS_NAMESPACE).
-COORDINATOR_LATENCIES = ["PrepareLatency", "DecisionLatency", "CommitLatency", "TransactionLatency"]
-SWEEPER_METRICS = ["SweptTransactions", "SweepFailures", "OldestOpenTransactionAge"]
+
+def code_metrics() -> dict:
+    """The metrics the code writes (CloudWatch embedded metric format, namespace METRICS_NAMESPACE),
+    from `twopc::telemetry` through the contract: the only names an alarm or a graph may watch."""
+    return contract()["metrics"]
+
+
+def written_metric_names() -> set[str]:
+    metrics = code_metrics()
+    return set(metrics["coordinatorCounts"]) | set(metrics["coordinatorLatencies"]) | set(metrics["sweeperCounts"])
 
 # The lake's record, one JSON object per line: the fields of this struct, in serde's camelCase.
 LAKE_RECORD_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "decide.rs"
@@ -272,11 +279,10 @@ def required_alarms(stack: Stack) -> list[Required]:
                      lambda a, q=queue: a.on("AWS/SQS", "ApproximateNumberOfMessagesVisible", QueueName="${%s.QueueName}" % q),
                      lambda a: a.above(0), "> 0")
         )
-    # The existing alarm: recovery not making progress. The sweeper's code calls the transactions
-    # it could not finish StuckTransactions; issue 15's list of metrics calls them SweepFailures.
+    # The existing alarm: recovery not making progress (transactions a sweep could not finish).
     required.append(
-        Required("the sweeper's StuckTransactions or SweepFailures (recovery not making progress)",
-                 lambda a: a.on(METRICS_NAMESPACE, "StuckTransactions") or a.on(METRICS_NAMESPACE, "SweepFailures"),
+        Required("the sweeper's StuckTransactions (recovery not making progress)",
+                 lambda a: a.on(METRICS_NAMESPACE, "StuckTransactions"),
                  lambda a: a.above(0) and a.window is not None and a.window >= 300, "> 0 for 5 minutes or more")
     )
     return required
@@ -397,11 +403,11 @@ def check_dashboard(stack: Stack) -> list[str]:
     aborted = [e for e in expressions if "SEARCH(" in e and ns in e and "Aborted" in e and "Reason" in e]
     if not aborted and not _shows(graphs, ns, "Aborted"):
         problems.append(f"no Aborted by Reason (a SEARCH expression over {ns}, or rows with the Reason dimension)")
-    for latency in COORDINATOR_LATENCIES:
+    for latency in code_metrics()["coordinatorLatencies"]:
         for stat in ["p50", "p99"]:
             if not _shows(graphs, ns, latency, stat):
                 problems.append(f"no {latency} {stat}")
-    for metric in ["Unavailable"] + SWEEPER_METRICS:
+    for metric in ["Unavailable"] + code_metrics()["sweeperCounts"]:
         if not _shows(graphs, ns, metric):
             problems.append(f"no {metric}")
     for processor in functions_of(stack, "stream-processor"):
@@ -424,6 +430,23 @@ def check_dashboard(stack: Stack) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # 4. Reserved concurrency
 # ----------------------------------------------------------------------------------------------
+
+
+def check_metric_names(stack: Stack) -> list[str]:
+    """Every metric of the stack's namespace that an alarm, a dashboard row or a SEARCH expression
+    watches is one the code writes: a misspelt or retired name would graph nothing and never alarm."""
+    written = written_metric_names()
+    problems = []
+    watched = [(f"alarm {a.logical_id}", m.name) for a in alarms(stack) for m in a.metrics if m.namespace == METRICS_NAMESPACE]
+    graphs, expressions, _ = dashboard_metrics(stack)
+    watched += [("dashboard", g.name) for g in graphs if g.namespace == METRICS_NAMESPACE]
+    for expression in expressions:
+        if METRICS_NAMESPACE in expression:
+            watched += [("dashboard SEARCH", name) for name in re.findall(r'MetricName\s*=\s*\\?"([^"\\]+)', expression)]
+    for where, name in watched:
+        if name not in written:
+            problems.append(f"{where} watches {name}, which the code does not write (it writes {sorted(written)})")
+    return problems
 
 
 def check_reserved_concurrency(stack: Stack) -> list[str]:

@@ -9,6 +9,7 @@ on the templates and to fail when the property it guards is broken.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -124,6 +125,7 @@ METRICS_NAMESPACE = "TwoPhaseCommit/${AWS::StackName}"
 # ----------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def contract() -> dict:
     """The code's tables and function environment, printed by functions/twopc/examples/contract.rs."""
     result = subprocess.run(

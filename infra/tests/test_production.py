@@ -16,6 +16,7 @@ from production_checks import (
     check_deletion_protection,
     check_lake_catalog,
     check_logging,
+    check_metric_names,
     check_reserved_concurrency,
     check_throttling,
     check_tracing,
@@ -26,6 +27,7 @@ CHECKS = {
     "throttling": check_throttling,
     "alarms": check_alarms,
     "dashboard": check_dashboard,
+    "metric-names": check_metric_names,
     "reserved-concurrency": check_reserved_concurrency,
     "deletion-protection": check_deletion_protection,
     "lake-catalog": check_lake_catalog,
@@ -106,7 +108,7 @@ BREAKAGES = {
     ),
     "no-stuck-transactions-alarm": (
         "alarms",
-        lambda s: [s.template["Resources"].pop(b.alarm_on(s, m)) for m in ["StuckTransactions", "SweepFailures"] if b.has_alarm_on(s, m)],
+        lambda s: s.template["Resources"].pop(b.alarm_on(s, "StuckTransactions")),
     ),
     "no-stream-failures-alarm": (
         "alarms",
@@ -122,7 +124,15 @@ BREAKAGES = {
     "dashboard-without-p99": ("dashboard", lambda s: _dashboard_text(s, '"p99"', '"p90"')),
     "dashboard-without-aborted": ("dashboard", lambda s: _dashboard_text(s, "Aborted", "Abandoned")),
     "dashboard-without-freshness": ("dashboard", lambda s: _dashboard_text(s, "DataFreshness", "Records")),
-    "dashboard-without-sweeper": ("dashboard", lambda s: _dashboard_text(s, "SweepFailures", "SweepErrors")),
+    "dashboard-without-sweeper": ("dashboard", lambda s: _dashboard_text(s, "RecoveredTransactions", "SweepErrors")),
+    "dashboard-metric-the-code-does-not-write": (
+        "metric-names",
+        lambda s: _dashboard_text(s, "RecoveredTransactions", "SweptTransactions"),
+    ),
+    "alarm-metric-the-code-does-not-write": (
+        "metric-names",
+        lambda s: b.props(s, b.alarm_on(s, "StuckTransactions")).update(MetricName="SweepFailures"),
+    ),
     # reserved concurrency
     "coordinator-concurrency-hard-coded": (
         "reserved-concurrency",

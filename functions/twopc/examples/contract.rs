@@ -50,6 +50,15 @@ fn main() {
         "functionEnvironment": environment,
         // The longest `timeoutMs` the coordinator accepts: its Lambda timeout must be longer.
         "maxTransactionTimeoutMs": MAX_TIMEOUT_MS,
+        // The metrics the code writes (embedded metric format, namespace from METRICS_NAMESPACE):
+        // the only names an alarm or the dashboard may watch.
+        "metrics": {
+            "namespaceVariable": twopc::config::METRICS_NAMESPACE,
+            "coordinatorCounts": twopc::telemetry::COORDINATOR_COUNTS,
+            "coordinatorLatencies": twopc::telemetry::COORDINATOR_LATENCIES,
+            "abortedDimension": twopc::telemetry::REASON,
+            "sweeperCounts": twopc::telemetry::SWEEPER_COUNTS,
+        },
     });
     println!("{}", serde_json::to_string_pretty(&contract).expect("JSON values serialize"));
 }

@@ -31,15 +31,21 @@ pub const SWEEP_ERRORS: &str = "SweepErrors";
 /// ...), `NO_ANSWER` when a participant did not answer, `DEADLINE` when all prepared too late.
 pub const REASON: &str = "Reason";
 
+/// The coordinator's counts (no dimension but [`ABORTED`]'s [`REASON`]) and phase latencies, and the
+/// sweeper's counts: what the templates' alarms and dashboard may name (`examples/contract.rs`).
+pub const COORDINATOR_COUNTS: &[&str] = &[COMMITTED, ABORTED, ACCEPTED, UNAVAILABLE, REJECTED];
+pub const COORDINATOR_LATENCIES: &[&str] = &[PREPARE_LATENCY, DECISION_LATENCY, COMMIT_LATENCY, TRANSACTION_LATENCY];
+pub const SWEEPER_COUNTS: &[&str] = &[STUCK_TRANSACTIONS, RECOVERED_TRANSACTIONS, RESOLVED_LOCKS, SWEEP_ERRORS];
+
 /// Units of every metric, so that CloudWatch shows milliseconds as milliseconds.
 pub fn describe() {
-    for name in [COMMITTED, ABORTED, ACCEPTED, UNAVAILABLE, REJECTED] {
+    for &name in COORDINATOR_COUNTS {
         describe_counter!(name, Unit::Count, "coordinator answers");
     }
-    for name in [STUCK_TRANSACTIONS, RECOVERED_TRANSACTIONS, RESOLVED_LOCKS, SWEEP_ERRORS] {
+    for &name in SWEEPER_COUNTS {
         describe_counter!(name, Unit::Count, "sweeper");
     }
-    for name in [PREPARE_LATENCY, DECISION_LATENCY, COMMIT_LATENCY, TRANSACTION_LATENCY] {
+    for &name in COORDINATOR_LATENCIES {
         describe_histogram!(name, Unit::Milliseconds, "coordinator phases");
     }
 }

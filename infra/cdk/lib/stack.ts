@@ -1297,15 +1297,12 @@ class Monitoring {
         'Phase latency p50 / p99 (ms)',
         latencies.flatMap((m) => [this.protocol(m, 'p50', `${m} p50`), this.protocol(m, 'p99', `${m} p99`)]),
       ),
-      graph(
-        'Sweeper: swept, failed (postponed), oldest open transaction',
-        [
-          this.protocol('SweptTransactions', 'Sum', 'SweptTransactions'),
-          this.protocol('SweepFailures', 'Sum', 'SweepFailures'),
-          this.protocol('StuckTransactions', 'Maximum', 'StuckTransactions'),
-        ],
-        [this.protocol('OldestOpenTransactionAge', 'Maximum', 'OldestOpenTransactionAge (ms)')],
-      ),
+      graph('Sweeper: stuck (per run), recovered, locks resolved, errors', [
+        this.protocol('StuckTransactions', 'Maximum', 'StuckTransactions'),
+        this.protocol('RecoveredTransactions', 'Sum', 'RecoveredTransactions'),
+        this.protocol('ResolvedLocks', 'Sum', 'ResolvedLocks'),
+        this.protocol('SweepErrors', 'Sum', 'SweepErrors'),
+      ]),
     );
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
