@@ -7,7 +7,8 @@ use twopc_tests::TestEnv;
 
 #[tokio::test]
 async fn answers_and_phases_are_written_as_embedded_metrics() {
-    let collector = telemetry::install_emf("TwoPhaseCommit/test").expect("the only recorder in this process");
+    let collector = telemetry::install_emf("TwoPhaseCommit/test", telemetry::Zeros::Omitted)
+        .expect("the only recorder in this process");
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "500").await;
     env.put_account("service-b", "B", "0").await;

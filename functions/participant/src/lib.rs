@@ -35,20 +35,7 @@ pub async fn handle(participant: &Participant, event: serde_json::Value) -> Resu
     let started = std::time::SystemTime::now();
     let request: ParticipantRequest = serde_json::from_value(event).map_err(HandlerError::BadEvent)?;
     let response = participant.handle(&request).await;
-    let outcome = match &response {
-        Ok(answer) => match (&answer.status, answer.vote) {
-            (Some(status), _) => status.clone(),
-            (None, Some(twopc::model::Vote::Prepared)) => "PREPARED".to_owned(),
-            (None, Some(twopc::model::Vote::Refused)) => "REFUSED".to_owned(),
-            (None, None) => String::new(),
-        },
-        Err(_) => "ERROR".to_owned(),
-    };
-    twopc::xray::record(
-        &format!("participant {}", request.action.as_str()),
-        &request.transaction_id,
-        &outcome,
-        started,
-    );
+    let outcome = response.as_ref().map_or("ERROR", ParticipantResponse::outcome);
+    twopc::xray::record(&format!("participant {}", request.action.as_str()), &request.transaction_id, outcome, started);
     Ok(response?)
 }

@@ -248,8 +248,8 @@ impl Coordinator {
             self.faults.check(CoordinatorCrash::AfterCreate)?;
         }
         let votes = self.prepare_all(&record).await?;
-        let prepared_ms = started.elapsed().as_millis();
-        telemetry::phase(telemetry::PREPARE_LATENCY, started.elapsed());
+        let prepared = started.elapsed();
+        telemetry::phase(telemetry::PREPARE_LATENCY, prepared);
         let deciding = std::time::Instant::now();
         let all_prepared = votes.iter().all(|p| p.vote == Some(Vote::Prepared));
         let in_time = self.clock.now_ms() <= record.deadline;
@@ -294,7 +294,7 @@ impl Coordinator {
         };
         info!(
             status = %finished.status,
-            prepare_ms = prepared_ms as u64,
+            prepare_ms = prepared.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             "transaction answered"
         );

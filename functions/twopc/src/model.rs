@@ -590,6 +590,19 @@ pub struct ParticipantResponse {
     pub lock_token: Option<String>,
 }
 
+impl ParticipantResponse {
+    /// The answer in one word, as its JSON says it: the status of a commit or abort, the vote of a
+    /// prepare.
+    pub fn outcome(&self) -> &str {
+        match (&self.status, self.vote) {
+            (Some(status), _) => status,
+            (None, Some(Vote::Prepared)) => "PREPARED",
+            (None, Some(Vote::Refused)) => "REFUSED",
+            (None, None) => "",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Vote {
@@ -608,6 +621,16 @@ pub const STATUS_RECORD_EXISTS: &str = "RECORD_EXISTS";
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_participant_answer_in_one_word_is_what_its_json_says() {
+        for vote in [Vote::Prepared, Vote::Refused] {
+            let answer = ParticipantResponse { vote: Some(vote), ..Default::default() };
+            assert_eq!(serde_json::to_value(vote).unwrap(), answer.outcome());
+        }
+        let committed = ParticipantResponse { status: Some("COMMITTED".into()), ..Default::default() };
+        assert_eq!(committed.outcome(), "COMMITTED");
+    }
+
     use super::*;
 
     fn parse(body: &str) -> Result<TransactionRequest, Invalid> {

@@ -120,18 +120,15 @@ impl Participant {
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
+        let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
+        let started_at = order.priority().unwrap_or(now);
         for attempt in 0..LOCK_ATTEMPTS {
             // Every attempt at the lock write carries a token no other request ever carried (the write is
             // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
             // request of this prepare that lands late — after the item was committed and changed again —
             // can only take a lock whose token no vote reported, which commit releases without applying.
             let token = uuid::Uuid::new_v4().simple().to_string();
-            let spec = LockSpec {
-                tx,
-                token: &token,
-                expires_at: order.deadline.unwrap_or(now + DEFAULT_LOCK_MS),
-                started_at: order.priority().unwrap_or(now),
-            };
+            let spec = LockSpec { tx, token: &token, expires_at, started_at };
             let locked = match self.table.lock_all(spec, &work).await {
                 Ok(locked) => locked,
                 // Whether it took effect or not, the next attempt finds out: a lock of this transaction is

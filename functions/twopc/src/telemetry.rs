@@ -7,6 +7,8 @@ use std::time::Duration;
 use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
 use serde_json::Value;
 
+use crate::config;
+
 /// Coordinator: transactions answered COMMITTED.
 pub const COMMITTED: &str = "Committed";
 /// Coordinator: transactions answered ABORTED (409), with the dimension [`REASON`].
@@ -50,13 +52,31 @@ pub fn describe() {
     }
 }
 
+/// What a flush writes of a count that did not move since the last one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zeros {
+    /// Nothing: the coordinator counts events, and an invocation without one has nothing to say.
+    Omitted,
+    /// A zero: the sweeper's counts describe each run, and the stuck-transactions alarm ("stuck in
+    /// every run for 5 minutes", a `Minimum`) must see the runs that found nothing.
+    Written,
+}
+
 /// Installs the embedded-metric-format recorder for this process (once; later calls are ignored) and
 /// returns the collector to flush after each invocation.
-pub fn install_emf(namespace: &str) -> Option<&'static metrics_cloudwatch_embedded::Collector> {
-    let collector =
-        metrics_cloudwatch_embedded::Builder::new().cloudwatch_namespace(namespace.to_owned()).init().ok()?;
+pub fn install_emf(namespace: &str, zeros: Zeros) -> Option<&'static metrics_cloudwatch_embedded::Collector> {
+    let collector = metrics_cloudwatch_embedded::Builder::new()
+        .cloudwatch_namespace(namespace.to_owned())
+        .emit_zeros(zeros == Zeros::Written)
+        .init()
+        .ok()?;
     describe();
     Some(collector)
+}
+
+/// [`install_emf`] in the namespace a function's `METRICS_NAMESPACE` names.
+pub fn install_emf_from_env(zeros: Zeros) -> Option<&'static metrics_cloudwatch_embedded::Collector> {
+    install_emf(&config::or_default(config::METRICS_NAMESPACE, config::DEFAULT_METRICS_NAMESPACE), zeros)
 }
 
 /// Writes what the invocation recorded as one EMF document on stdout.
@@ -118,5 +138,17 @@ mod tests {
         assert_eq!(abort_reason(&silent), "NO_ANSWER");
         let late = json!({"participants": [{"service": "a", "vote": "PREPARED"}]});
         assert_eq!(abort_reason(&late), "DEADLINE");
+    }
+
+    #[test]
+    fn a_sweep_that_found_nothing_writes_zeros_when_zeros_are_written() {
+        let collector = install_emf("TwoPhaseCommit/unit", Zeros::Written).expect("the only recorder of this process");
+        crate::sweeper::SweepReport::default().record_metrics();
+        let mut out = Vec::new();
+        collector.flush(&mut out).unwrap();
+        let document: Value = serde_json::from_str(String::from_utf8(out).unwrap().trim()).unwrap();
+        for name in SWEEPER_COUNTS {
+            assert_eq!(document[name], json!(0), "{document}");
+        }
     }
 }
