@@ -37,7 +37,7 @@ while [[ $# -gt 0 ]]; do
         --zips=*) zips="${1#--zips=}" ;;
         --no-test) run_tests=0 ;;
         -h | --help)
-            sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)

@@ -92,10 +92,6 @@ def only(stack: Stack, kind: str) -> str:
     return found[0]
 
 
-def has_alarm_on(stack: Stack, metric: str) -> bool:
-    return any(f'"{metric}"' in json.dumps(stack.props(name)) for name in stack.resources("AWS::CloudWatch::Alarm"))
-
-
 def alarm_on(stack: Stack, metric: str, text: str = "") -> str:
     """An alarm whose (resolved) properties name `metric` (and `text`)."""
     for name in stack.resources("AWS::CloudWatch::Alarm"):

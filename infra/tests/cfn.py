@@ -198,13 +198,6 @@ class Stack:
         resolved = {k: self.resolve(v) for k, v in value.items()}
         return {k: v for k, v in resolved.items() if v is not NO_VALUE}
 
-    def text(self, value: Any) -> str | None:
-        """A value resolved to text (None for a missing value)."""
-        resolved = self.resolve(value)
-        if resolved is None or resolved is NO_VALUE:
-            return None
-        return _scalar(resolved)
-
     def _ref(self, name: str) -> Any:
         if name == "AWS::NoValue":
             return NO_VALUE

@@ -67,3 +67,9 @@ def raw(_raw) -> dict:
 def sam(_deployed, contract) -> cfn.Stack:
     """The SAM template after the transform (a copy), for SAM-only tests."""
     return cfn.Stack("sam", copy.deepcopy(_deployed("sam")), contract)
+
+
+@pytest.fixture
+def cdk(_deployed, contract) -> cfn.Stack:
+    """The CDK app's synthesized template (a copy), for CDK-only tests."""
+    return cfn.Stack("cdk", copy.deepcopy(_deployed("cdk")), contract)

@@ -28,7 +28,7 @@ from system import (
     participant_deployments,
     role_of,
 )
-from template_checks import METRICS_NAMESPACE, contract
+from template_checks import METRICS_NAMESPACE
 
 # ----------------------------------------------------------------------------------------------
 # Parameters every template offers (the same deploy-time interface for SAM and CDK)
@@ -45,14 +45,14 @@ TRACING_MODES = ["PassThrough", "Active"]
 SNS_TOPIC = "arn:aws:sns:us-east-1:123456789012:operations"
 
 
-def code_metrics() -> dict:
+def code_metrics(stack: Stack) -> dict:
     """The metrics the code writes (CloudWatch embedded metric format, namespace METRICS_NAMESPACE),
     from `twopc::telemetry` through the contract: the only names an alarm or a graph may watch."""
-    return contract()["metrics"]
+    return stack.code["metrics"]
 
 
-def written_metric_names() -> set[str]:
-    metrics = code_metrics()
+def written_metric_names(stack: Stack) -> set[str]:
+    metrics = code_metrics(stack)
     return set(metrics["coordinatorCounts"]) | set(metrics["coordinatorLatencies"]) | set(metrics["sweeperCounts"])
 
 # The lake's record, one JSON object per line: the fields of this struct, in serde's camelCase.
@@ -403,11 +403,11 @@ def check_dashboard(stack: Stack) -> list[str]:
     aborted = [e for e in expressions if "SEARCH(" in e and ns in e and "Aborted" in e and "Reason" in e]
     if not aborted and not _shows(graphs, ns, "Aborted"):
         problems.append(f"no Aborted by Reason (a SEARCH expression over {ns}, or rows with the Reason dimension)")
-    for latency in code_metrics()["coordinatorLatencies"]:
+    for latency in code_metrics(stack)["coordinatorLatencies"]:
         for stat in ["p50", "p99"]:
             if not _shows(graphs, ns, latency, stat):
                 problems.append(f"no {latency} {stat}")
-    for metric in ["Unavailable"] + code_metrics()["sweeperCounts"]:
+    for metric in ["Unavailable"] + code_metrics(stack)["sweeperCounts"]:
         if not _shows(graphs, ns, metric):
             problems.append(f"no {metric}")
     for processor in functions_of(stack, "stream-processor"):
@@ -427,15 +427,10 @@ def check_dashboard(stack: Stack) -> list[str]:
     return problems
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. Reserved concurrency
-# ----------------------------------------------------------------------------------------------
-
-
 def check_metric_names(stack: Stack) -> list[str]:
     """Every metric of the stack's namespace that an alarm, a dashboard row or a SEARCH expression
     watches is one the code writes: a misspelt or retired name would graph nothing and never alarm."""
-    written = written_metric_names()
+    written = written_metric_names(stack)
     problems = []
     watched = [(f"alarm {a.logical_id}", m.name) for a in alarms(stack) for m in a.metrics if m.namespace == METRICS_NAMESPACE]
     graphs, expressions, _ = dashboard_metrics(stack)
@@ -447,6 +442,11 @@ def check_metric_names(stack: Stack) -> list[str]:
         if name not in written:
             problems.append(f"{where} watches {name}, which the code does not write (it writes {sorted(written)})")
     return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Reserved concurrency
+# ----------------------------------------------------------------------------------------------
 
 
 def check_reserved_concurrency(stack: Stack) -> list[str]:

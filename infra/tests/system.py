@@ -203,8 +203,7 @@ def participant_deployments(stack: Stack) -> dict[str, dict]:
 def alias_references(function: str, alias: str | None) -> set[str]:
     """How a registry may name a participant's `live` alias: the alias's ARN (`Ref` of the alias),
     `<function ARN>:live` or `<function name>:live` (Lambda Invoke accepts each)."""
-    names = {"${%s.Arn}:%s" % (function, ALIAS_NAME), "${%s}:%s" % (function, ALIAS_NAME)}
-    return names | ({"${%s}" % alias} if alias else set())
+    return alias_arns(function, alias) | {"${%s}:%s" % (function, ALIAS_NAME)}
 
 
 def alias_arns(function: str, alias: str | None) -> set[str]:

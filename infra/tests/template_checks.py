@@ -9,7 +9,6 @@ on the templates and to fail when the property it guards is broken.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import subprocess
@@ -125,7 +124,6 @@ METRICS_NAMESPACE = "TwoPhaseCommit/${AWS::StackName}"
 # ----------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
 def contract() -> dict:
     """The code's tables and function environment, printed by functions/twopc/examples/contract.rs."""
     result = subprocess.run(
@@ -252,6 +250,8 @@ def check_registry(stack: Stack) -> list[str]:
     deployment's table; DATA_TABLE_NAME is a table of the template."""
     problems = []
     deployments = participant_deployments(stack)
+    if len(deployments) != len(functions_of(stack, "participant")):
+        problems.append("two participant deployments share a SERVICE_NAME: one of them is hidden from every check")
     names = set(table_ids(stack))
     for service, deployment in deployments.items():
         if deployment["table"] not in names:
@@ -475,9 +475,9 @@ def check_grants_match_code(stack: Stack, functions_dir: Path = REPO / "function
     per_table, other, problems = code_calls(functions_dir)
     ids = table_ids(stack)
     groups = {
-        "transactions": {ids.get("transactions")},
-        "connections": {ids.get("connections")},
-        "participant": {ids.get(d["table"]) for d in participant_deployments(stack).values()},
+        "transactions": {ids[n] for n in ["transactions"] if n in ids},
+        "connections": {ids[n] for n in ["connections"] if n in ids},
+        "participant": {ids[d["table"]] for d in participant_deployments(stack).values() if d["table"] in ids},
     }
     granted_per_group: dict[str, set[str]] = {group: set() for group in groups}
     granted_other: set[str] = set()
@@ -490,6 +490,9 @@ def check_grants_match_code(stack: Stack, functions_dir: Path = REPO / "function
                     if action.split(":")[0] not in CODE_SERVICES or action in CODE_NOT_CALLED:
                         continue
                     if action.startswith("dynamodb:"):
+                        if table is None:
+                            problems.append(f"{role}: {action} on {resource}, which is no table or index of the template")
+                            continue
                         for group, members in groups.items():
                             if table in members:
                                 granted_per_group[group].add(action)
@@ -582,6 +585,7 @@ def check_event_sources(stack: Stack) -> list[str]:
         props = stack.props(mapping)
         table = att_id(props.get("EventSourceArn"), "StreamArn")
         if table is None:
+            problems.append(f"{mapping}: source {props.get('EventSourceArn')!r} is not the stream of a table of the template")
             continue
         fed.add(table)
         problems += _check_mapping(stack, mapping, props, processors)

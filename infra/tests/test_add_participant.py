@@ -4,7 +4,6 @@ memory (and linted with cfn-lint as a JSON template). SAM only: it edits the SAM
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
@@ -120,7 +119,7 @@ def add_service_c(raw: dict, skip: str | None = None) -> dict:
 
 def all_problems(raw: dict, contract: dict) -> list[str]:
     try:
-        stack = Stack("sam", sam_transform(copy.deepcopy(raw)), contract)
+        stack = Stack("sam", sam_transform(raw), contract)
     except AssertionError as error:
         return [str(error)]
     return (

@@ -9,13 +9,11 @@ TWOPC_LAMBDA_ZIPS directory synth.sh was given)."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
 import zipfile
 from pathlib import Path
 
-import pytest
 
 import breaking as b
 from cfn import CDK_TEMPLATE, REPO, Stack
@@ -69,11 +67,6 @@ def check_cdk_code(stack: Stack, cdk_out: Path, dirs: list[Path]) -> list[str]:
         elif built[digest] != binary_of(stack, function):
             problems.append(f"{function}: deploys {built[digest]!r}, its environment is that of {binary_of(stack, function)!r}")
     return problems
-
-
-@pytest.fixture
-def cdk(_deployed, contract) -> Stack:
-    return Stack("cdk", copy.deepcopy(_deployed("cdk")), contract)
 
 
 def test_cdk_functions_deploy_their_binaries(cdk):

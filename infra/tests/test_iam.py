@@ -43,6 +43,12 @@ def test_grants_match_the_code(stack):
     assert check_grants_match_code(stack) == []
 
 
+def test_grants_check_catches_a_dynamodb_grant_on_no_table_of_the_template(stack):
+    statement = b.statement(stack, "coordinator", "dynamodb:PutItem")
+    statement["Resource"].append("arn:aws:dynamodb:us-east-1:123456789012:table/elsewhere")
+    assert check_grants_match_code(stack) != []
+
+
 def _star_grants(stack) -> set[tuple[str, str]]:
     """(function's binary, action) of every grant on Resource "*"."""
     out = set()

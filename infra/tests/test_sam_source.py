@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from cfn import Stack, sam_transform
+from cfn import Stack
 from system import binary_of
 
 
-def check_build_metadata(raw: dict, contract: dict) -> list[str]:
-    """Every function is built by cargo-lambda from the binary its environment belongs to."""
+def check_build_metadata(raw: dict, stack: Stack) -> list[str]:
+    """Every function is built by cargo-lambda from the binary its environment belongs to (`stack`:
+    `raw` after the transform; the build metadata changes nothing it deploys)."""
     problems = []
-    stack = Stack("sam", sam_transform(raw), contract)
     for name, resource in raw["Resources"].items():
         if resource.get("Type") != "AWS::Serverless::Function":
             continue
@@ -26,12 +26,12 @@ def check_build_metadata(raw: dict, contract: dict) -> list[str]:
     return problems
 
 
-def test_build_metadata(raw, contract):
-    assert check_build_metadata(raw, contract) == []
+def test_build_metadata(raw, sam):
+    assert check_build_metadata(raw, sam) == []
 
 
 @pytest.mark.parametrize("breakage", ["build-method", "wrong-binary", "no-binary"])
-def test_build_metadata_check_catches(breakage, raw, contract):
+def test_build_metadata_check_catches(breakage, raw, sam):
     metadata = lambda name: raw["Resources"][name]["Metadata"]  # noqa: E731
     if breakage == "build-method":
         metadata("SweeperFunction")["BuildMethod"] = "makefile"
@@ -40,7 +40,7 @@ def test_build_metadata_check_catches(breakage, raw, contract):
         metadata("CoordinatorFunction")["BuildProperties"]["Binary"] = "participant"
     elif breakage == "no-binary":
         del metadata("ConnectionsFunction")["BuildProperties"]
-    assert check_build_metadata(raw, contract) != []
+    assert check_build_metadata(raw, sam) != []
 
 
 def test_globals_carry_the_logging_and_tracing(raw):

@@ -4,6 +4,8 @@ the right functions; the lake; the sweeper's schedule."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 import breaking as b
@@ -59,7 +61,8 @@ def test_function_check_catches(breakage, stack):
 
 
 @pytest.mark.parametrize(
-    "breakage", ["no-bisect", "unbounded-retries", "no-max-age", "no-partial-failures", "no-destination", "missing-table"]
+    "breakage",
+    ["no-bisect", "unbounded-retries", "no-max-age", "no-partial-failures", "no-destination", "missing-table", "foreign-source"],
 )
 def test_event_source_check_catches(breakage, stack):
     mapping = lambda table: b.props(stack, b.mapping_of(stack, table))  # noqa: E731
@@ -75,6 +78,13 @@ def test_event_source_check_catches(breakage, stack):
         del mapping("service-a-data")["DestinationConfig"]
     elif breakage == "missing-table":
         del stack.template["Resources"][b.mapping_of(stack, "transactions")]
+    elif breakage == "foreign-source":
+        # Another mapping, on a stream that is no table's of this template: it cannot be checked, so it
+        # must not pass (here it would not bisect either).
+        extra = copy.deepcopy(stack.template["Resources"][b.mapping_of(stack, "service-a-data")])
+        extra["Properties"]["EventSourceArn"] = "arn:aws:dynamodb:us-east-1:123456789012:table/other/stream/x"
+        del extra["Properties"]["BisectBatchOnFunctionError"]
+        stack.template["Resources"]["ForeignMapping"] = extra
     assert check_event_sources(stack) != []
 
 

@@ -6,7 +6,7 @@
 //   npx cdk synth -c cargoProfile=dev           # RustFunction with the dev profile (quick, not for production)
 //   npx cdk deploy -c stackName=my-2pc ...      # another CloudFormation stack name (default TwoPhaseCommit)
 //
-// infra/cdk/synth.sh is the offline synthesis CI runs. See /work/notes/cdk-deploy.md.
+// infra/cdk/synth.sh is the offline synthesis CI runs. See infra/DEPLOY.md, "CDK".
 
 import { App, DefaultStackSynthesizer } from 'aws-cdk-lib';
 

@@ -75,7 +75,6 @@ interface TableSpec {
 /** One participant deployment of the stack. */
 interface Participant {
   readonly service: ParticipantService;
-  readonly nameParameter: CfnParameter;
   readonly table: dynamodb.CfnTable;
   readonly function: lambda.Function;
   readonly alias: lambda.Alias;
@@ -375,6 +374,15 @@ export class TwoPhaseCommitStack extends Stack {
       return f;
     };
 
+    // Reading, creating and moving transaction records: the coordinator, the sweeper, and a participant's
+    // lock resolution and one-phase commit.
+    const transactionRecords: Statement = {
+      Sid: 'TransactionRecords',
+      Effect: 'Allow',
+      Action: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+      Resource: transactionsTable.attrArn,
+    };
+
     // --- participants: one binary, one deployment (function + role + log group + table) per service --
     const participants: Participant[] = serviceParameters.map(({ service, name }, i) => {
       const own = dataTables[i];
@@ -397,12 +405,7 @@ export class TwoPhaseCommitStack extends Stack {
         },
         // Lock resolution (read the owner, abort an absent one) and the one-phase commit (the
         // COMMITTED record, put in the same TransactWriteItems as the items).
-        {
-          Sid: 'TransactionRecords',
-          Effect: 'Allow',
-          Action: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
-          Resource: transactionsTable.attrArn,
-        },
+        transactionRecords,
       ]);
       // No reserved concurrency: the coordinator calls participants, a cap would refuse its bursts.
       const f = rust(`Participant${service.key}Function`, 'participant', role, group, {
@@ -419,7 +422,7 @@ export class TwoPhaseCommitStack extends Stack {
       const aliasId = `Participant${service.key}FunctionAlias${ALIAS_NAME}`;
       const alias = new lambda.Alias(this, aliasId, { aliasName: ALIAS_NAME, version: f.currentVersion });
       (alias.node.defaultChild as lambda.CfnAlias).overrideLogicalId(aliasId);
-      return { service, nameParameter: name, table: own, function: f, alias };
+      return { service, table: own, function: f, alias };
     });
 
     /** `{"<service name>": "<value>", ...}` over the participants, as a Fn::Sub like SAM's. */
@@ -438,12 +441,6 @@ export class TwoPhaseCommitStack extends Stack {
       Effect: 'Allow',
       Action: 'lambda:InvokeFunction',
       Resource: participants.map((p) => p.alias.functionArn),
-    };
-    const transactionRecords: Statement = {
-      Sid: 'TransactionRecords',
-      Effect: 'Allow',
-      Action: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
-      Resource: transactionsTable.attrArn,
     };
 
     // --- coordinator: REST API (IAM-authorized), owns the transactions table, invokes participants --
