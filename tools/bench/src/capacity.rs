@@ -27,10 +27,11 @@ use aws_sdk_dynamodb::types::{
 use aws_smithy_types::error::display::DisplayErrorContext;
 use serde_json::{Value, json};
 
+use crate::bench::BoxError;
 use crate::counter::RequestCounter;
-use crate::stats::round;
+use crate::stats::{round, trim};
 
-pub type Item = HashMap<String, AttributeValue>;
+pub use twopc::store::Item;
 
 /// Capacity consumed by some requests: table and index units, read and write, and what the bench had to
 /// compute itself.
@@ -53,6 +54,9 @@ pub struct Units {
     pub unsized_failures: u64,
     /// Successful answers that carried no consumed capacity (should stay 0).
     pub unreported: u64,
+    /// Error answers the bench cannot price (throttles, lost connections, other errors): counted at 0
+    /// units, and counted here so that the gap shows.
+    pub unpriced_errors: u64,
     /// Item images whose size the bench saw after a write (the item of a `PutItem`, the `ALL_NEW` answer
     /// of an `UpdateItem`), and their bytes.
     pub images: u64,
@@ -97,41 +101,56 @@ impl Units {
             "indexWcu": round(self.index_write, 3),
             "totalUnits": round(self.total(), 3),
             "computedWcu": round(self.computed_write, 3),
-            "failedConditionalWrites": self.failed_writes,
-            "unsizedFailures": self.unsized_failures,
-            "unreported": self.unreported,
+            // Counts are totals, also where the units are per transaction (see `per`).
+            "failedConditionalWritesTotal": self.failed_writes,
+            "unsizedFailuresTotal": self.unsized_failures,
+            "unreportedTotal": self.unreported,
+            "unpricedErrorsTotal": self.unpriced_errors,
             "meanItemBytesAfterWrite": self.mean_image_bytes().map(|b| round(b, 1)),
         })
     }
 }
 
+impl Units {
+    /// Every field combined with `o`'s: the destructuring is exhaustive, so a new field cannot be
+    /// left out of a sum or a difference.
+    fn combine(&mut self, o: &Units, units: impl Fn(f64, f64) -> f64, count: impl Fn(u64, u64) -> u64) {
+        let Units {
+            read,
+            write,
+            index_read,
+            index_write,
+            computed_write,
+            failed_writes,
+            unsized_failures,
+            unreported,
+            unpriced_errors,
+            images,
+            image_bytes,
+        } = *o;
+        self.read = units(self.read, read);
+        self.write = units(self.write, write);
+        self.index_read = units(self.index_read, index_read);
+        self.index_write = units(self.index_write, index_write);
+        self.computed_write = units(self.computed_write, computed_write);
+        self.failed_writes = count(self.failed_writes, failed_writes);
+        self.unsized_failures = count(self.unsized_failures, unsized_failures);
+        self.unreported = count(self.unreported, unreported);
+        self.unpriced_errors = count(self.unpriced_errors, unpriced_errors);
+        self.images = count(self.images, images);
+        self.image_bytes = count(self.image_bytes, image_bytes);
+    }
+}
+
 impl AddAssign<&Units> for Units {
     fn add_assign(&mut self, o: &Units) {
-        self.read += o.read;
-        self.write += o.write;
-        self.index_read += o.index_read;
-        self.index_write += o.index_write;
-        self.computed_write += o.computed_write;
-        self.failed_writes += o.failed_writes;
-        self.unsized_failures += o.unsized_failures;
-        self.unreported += o.unreported;
-        self.images += o.images;
-        self.image_bytes += o.image_bytes;
+        self.combine(o, |a, b| a + b, |a, b| a + b);
     }
 }
 
 impl SubAssign<&Units> for Units {
     fn sub_assign(&mut self, o: &Units) {
-        self.read -= o.read;
-        self.write -= o.write;
-        self.index_read -= o.index_read;
-        self.index_write -= o.index_write;
-        self.computed_write -= o.computed_write;
-        self.failed_writes -= o.failed_writes;
-        self.unsized_failures -= o.unsized_failures;
-        self.unreported -= o.unreported;
-        self.images -= o.images;
-        self.image_bytes -= o.image_bytes;
+        self.combine(o, |a, b| a - b, |a, b| a - b);
     }
 }
 
@@ -301,11 +320,6 @@ pub fn units_text(u: &Units) -> String {
     if parts.is_empty() { "0".to_owned() } else { parts.join(" + ") }
 }
 
-fn trim(n: f64) -> String {
-    let s = format!("{n:.2}");
-    s.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
 pub const CHECK_TABLE: &str = "capacity-check";
 
 fn s(v: &str) -> AttributeValue {
@@ -338,8 +352,6 @@ fn sized_item(id: &str, bytes: u64, with_structure: bool) -> Item {
     debug_assert_eq!(item_size(&item), bytes);
     item
 }
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn err<E: std::error::Error + 'static>(e: E) -> BoxError {
     DisplayErrorContext(&e).to_string().into()

@@ -165,7 +165,10 @@ impl Intercept for RequestCounter {
         let shape = cfg.load::<Shape>().copied();
         let units = match context.output_or_error() {
             Some(Ok(output)) => output_units(&operation, output, shape),
-            Some(Err(error)) => error.as_operation_error().and_then(|e| failure_units(e, shape)).unwrap_or_default(),
+            Some(Err(error)) => error
+                .as_operation_error()
+                .and_then(|e| failure_units(e, shape))
+                .unwrap_or(Units { unpriced_errors: 1, ..Units::default() }),
             None => Units::default(),
         };
         *self.capacity.lock().expect("counter lock").entry(key).or_default() += &units;
@@ -353,7 +356,8 @@ fn failure_units(
     {
         let mut units = Units::default();
         for reason in c.cancellation_reasons() {
-            units += &capacity::failed_write(reason.item(), true, 2.0);
+            let item = reason.item();
+            units += &capacity::failed_write(item, item.is_some(), 2.0);
         }
         units.failed_writes = 1;
         return Some(units);

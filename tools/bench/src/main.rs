@@ -35,7 +35,7 @@ use crate::scenarios::{
     BACKOFF_BASE_MS, BACKOFF_CAP_MS, Contention, CostCase, Latency, Load, MAX_ATTEMPTS, Plan, Progress, ScalingPoint,
     Throughput,
 };
-use crate::stats::{Summary, round};
+use crate::stats::{Summary, round, trim};
 
 #[derive(Debug, Parser)]
 #[command(version, about = "Benchmarks the 2PC against TransactWriteItems on a DynamoDB Local it starts itself")]
@@ -516,12 +516,6 @@ fn ops_text(ops: &BTreeMap<String, f64>) -> String {
     ops.iter().map(|(op, n)| format!("{op} {}", trim(*n))).collect::<Vec<_>>().join(", ")
 }
 
-/// 2 → "2", 2.5 → "2.5", 2.333 → "2.33".
-fn trim(n: f64) -> String {
-    let s = format!("{n:.2}");
-    s.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
 /// A text table; `align` has one letter per column: `l` left, `r` right.
 fn table(out: &mut String, align: &str, header: &[&str], rows: &[Vec<String>]) {
     let columns = header.len();
@@ -644,6 +638,8 @@ fn capacity_section(o: &mut String, cases: &[CostCase], check: Option<&[CheckCas
         o,
         "  failed conditional writes: {failed} (priced by the bench from the returned item; {without_item} without it, counted at 1 WCU)"
     );
+    let unpriced: u64 = cases.iter().map(|c| c.capacity_per_transaction().unpriced_errors).sum();
+    let _ = writeln!(o, "  error answers the bench could not price (counted at 0 units): {unpriced}");
     if let Some(check) = check {
         let agree = check.iter().filter(|c| c.agrees()).count();
         let _ = writeln!(

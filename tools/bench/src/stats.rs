@@ -53,6 +53,12 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// 2 → "2", 2.5 → "2.5", 2.333 → "2.33".
+pub fn trim(n: f64) -> String {
+    let s = format!("{n:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
 pub fn round(value: f64, decimals: i32) -> f64 {
     let factor = 10f64.powi(decimals);
     (value * factor).round() / factor

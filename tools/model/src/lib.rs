@@ -96,6 +96,14 @@ pub struct TwoPc {
 
 impl TwoPc {
     pub fn new(cfg: Config) -> TwoPc {
+        // `prepare_lock` numbers a delivery's lock token by (execution, copy, written attempts): the
+        // numbers stay distinct, as the code's random tokens are, only while a message is copied at
+        // most once and at most 3 lock writes lose their reply. Beyond that two deliveries would share
+        // a token and the check could miss a commit under another delivery's token (defect 1).
+        assert!(
+            cfg.budget.dup <= 1 && cfg.budget.db_reply <= 3,
+            "lock tokens are distinct per delivery only with dup <= 1 and db_reply <= 3 (step.rs, prepare_lock)"
+        );
         let execs = cfg.executions();
         TwoPc { cfg, execs }
     }
