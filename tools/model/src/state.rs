@@ -4,7 +4,8 @@
 
 use crate::config::{Budget, ItemId, Svc, Tx};
 
-/// `model::Status` of the transactions table.
+/// `twopc::model::Status` of the transactions table, mirrored rather than imported: the model depends
+/// on stateright alone (not on the AWS SDK the core pulls in), and its states need `Hash` and `Ord`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Status {
     Preparing,
