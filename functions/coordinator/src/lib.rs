@@ -7,6 +7,7 @@ use twopc::clock;
 use twopc::config::{self, ConfigError};
 use twopc::coordinator::{Coordinator, Reply};
 use twopc::invoke::LambdaInvoker;
+use twopc::model::ErrorCode;
 use twopc::record::TransactionStore;
 
 /// Builds the coordinator from the environment: the transactions table and the service registry.
@@ -34,7 +35,7 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
         ("POST", ["transactions"]) => {
             let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_owned));
             match key {
-                Some(Err(_)) => Reply::error(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be visible ASCII"),
+                Some(Err(_)) => Reply::error(ErrorCode::InvalidIdempotencyKey, "Idempotency-Key must be visible ASCII"),
                 Some(Ok(key)) => coordinator.submit(request.body().as_ref(), Some(&key)).await,
                 None => coordinator.submit(request.body().as_ref(), None).await,
             }
@@ -47,16 +48,25 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
                 .unwrap_or_else(|| segments[1].to_owned());
             coordinator.get(&id).await
         }
-        (_, ["transactions"]) | (_, ["transactions", _]) => {
-            Reply::error(405, "METHOD_NOT_ALLOWED", format!("{method} is not allowed on {path}"))
-        }
-        _ => Reply::error(404, "NOT_FOUND", format!("no route for {method} {path}")),
+        (_, ["transactions"]) => return method_not_allowed(method, &path, "POST"),
+        (_, ["transactions", _]) => return method_not_allowed(method, &path, "GET"),
+        _ => Reply::error(ErrorCode::NotFound, format!("no route for {method} {path}")),
     };
     if let Some(id) = reply.body["transactionId"].as_str() {
         let outcome = reply.body["status"].as_str().or(reply.body["code"].as_str()).unwrap_or("");
         twopc::xray::record("coordinator", id, outcome, started);
     }
     to_response(reply)
+}
+
+/// A 405 names the methods the resource has, as HTTP asks.
+fn method_not_allowed(method: &str, path: &str, allowed: &'static str) -> Response<Body> {
+    let mut response = to_response(Reply::error(
+        ErrorCode::MethodNotAllowed,
+        format!("{method} is not allowed on {path}; use {allowed}"),
+    ));
+    response.headers_mut().insert("allow", lambda_http::http::HeaderValue::from_static(allowed));
+    response
 }
 
 pub fn to_response(reply: Reply) -> Response<Body> {

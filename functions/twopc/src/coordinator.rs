@@ -26,8 +26,8 @@ use crate::clock::SharedClock;
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
 use crate::invoke::ParticipantInvoker;
 use crate::model::{
-    Action, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
-    STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
+    Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
+    STATUS_COMMITTED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
@@ -53,12 +53,12 @@ pub struct Reply {
 
 impl Reply {
     /// The contract's error answer: `{"error": {"code", "message"}}`.
-    pub fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
-        Reply { status, body: json!({"error": {"code": code, "message": message.into()}}) }
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
+        Reply { status: code.http_status(), body: json!({"error": {"code": code.as_str(), "message": message.into()}}) }
     }
 
     fn invalid(invalid: Invalid) -> Reply {
-        Reply::error(400, invalid.code, invalid.message)
+        Reply::error(invalid.code, invalid.message)
     }
 
     /// The contract's status code for a record's state. A decided abort is answered as the outcome it is
@@ -148,9 +148,13 @@ impl Coordinator {
 
     /// `GET /transactions/{id}`.
     pub async fn get(&self, id: &str) -> Reply {
+        // No record can have a key DynamoDB would refuse: answered here, not as the store's refusal (a 503).
+        if id.len() > crate::model::MAX_KEY_BYTES {
+            return Reply::error(ErrorCode::NotFound, format!("no transaction has an id of {} bytes", id.len()));
+        }
         match self.transactions.get(id).await {
             Ok(Some(record)) => Reply::for_record(&record),
-            Ok(None) => Reply::error(404, "NOT_FOUND", format!("no transaction {id}")),
+            Ok(None) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
             Err(e) => unavailable(&e, None),
         }
     }
@@ -172,7 +176,7 @@ impl Coordinator {
             None => (format!("tx-{}", uuid::Uuid::new_v4().simple()), None),
             Some(key) if key.is_empty() || key.len() > 255 => {
                 return Reply::invalid(Invalid::new(
-                    "INVALID_IDEMPOTENCY_KEY",
+                    ErrorCode::InvalidIdempotencyKey,
                     "Idempotency-Key must be 1 to 255 characters",
                 ));
             }
@@ -215,8 +219,7 @@ impl Coordinator {
             Err(DriveError::Unrecorded { error, released: true }) => {
                 error!(error = %error, "answering 503: aborted, decision refused");
                 let mut reply = Reply::error(
-                    503,
-                    "UNAVAILABLE",
+                    ErrorCode::Unavailable,
                     "the transaction store refused to record the decision, so the transaction was aborted: \
                      nothing was applied and its locks are released",
                 );
@@ -225,7 +228,7 @@ impl Coordinator {
             }
             Err(DriveError::Unrecorded { error, released: false }) => unavailable(&error, Some(&id)),
             Err(DriveError::Crashed(c)) => {
-                let mut reply = Reply::error(500, "CRASHED", c.to_string());
+                let mut reply = Reply::error(ErrorCode::Crashed, c.to_string());
                 reply.body["transactionId"] = Value::String(id);
                 reply
             }
@@ -419,8 +422,7 @@ impl Coordinator {
             Err(e) => {
                 error!(error = %e, "could not record the abort");
                 let mut reply = Reply::error(
-                    503,
-                    "UNAVAILABLE",
+                    ErrorCode::Unavailable,
                     "the transaction was aborted and nothing was applied, but its record could not be written: \
                      GET may not find it",
                 );
@@ -495,8 +497,7 @@ impl Coordinator {
     async fn replay(&self, existing: TransactionRecord, request_hash: Option<&str>) -> Result<Reply, DriveError> {
         if existing.request_hash.is_some() && existing.request_hash.as_deref() != request_hash {
             return Ok(Reply::error(
-                422,
-                "IDEMPOTENCY_KEY_REUSED",
+                ErrorCode::IdempotencyKeyReused,
                 format!(
                     "Idempotency-Key was used for transaction {} with a different request body",
                     existing.transaction_id
@@ -820,8 +821,7 @@ pub fn idempotent_id(key: &str) -> String {
 fn unavailable(error: &StoreError, id: Option<&str>) -> Reply {
     error!(error = %error, "answering 503");
     let mut reply = Reply::error(
-        503,
-        "UNAVAILABLE",
+        ErrorCode::Unavailable,
         format!(
             "the transaction store could not be reached; the outcome is {}",
             match id {

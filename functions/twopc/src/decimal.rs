@@ -7,7 +7,7 @@ use bigdecimal::{BigDecimal, Zero};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::model::Invalid;
+use crate::model::{ErrorCode, Invalid};
 
 /// A number DynamoDB can store, with its original decimal text kept for the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,9 +35,9 @@ impl Decimal {
             None | Some(Value::Null) => return Ok(None),
             Some(Value::Number(n)) => n.to_string(),
             Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(Invalid::new("INVALID_REQUEST", format!("{path}: must be a number"))),
+            Some(_) => return Err(Invalid::new(ErrorCode::InvalidRequest, format!("{path}: must be a number"))),
         };
-        text.parse::<Decimal>().map(Some).map_err(|e| Invalid::new("INVALID_REQUEST", format!("{path}: {e}")))
+        text.parse::<Decimal>().map(Some).map_err(|e| Invalid::new(ErrorCode::InvalidRequest, format!("{path}: {e}")))
     }
 }
 

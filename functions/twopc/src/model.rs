@@ -12,20 +12,112 @@ use serde_json::{Map, Value};
 
 use crate::decimal::Decimal;
 
+/// The REST API's error codes (`{"error": {"code", "message"}}`), each with the HTTP status it is
+/// answered with. One list, so that `openapi.yaml` is checked against it (tests/tests/openapi.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    /// A field is missing, has the wrong type or value, or is not one the operation takes.
+    InvalidRequest,
+    MalformedJson,
+    BodyTooLarge,
+    NoParticipants,
+    NoOperations,
+    UnknownService,
+    DuplicateService,
+    UnknownOperation,
+    DuplicateItem,
+    /// A value DynamoDB could not store or express (key size, nesting, number range, expression size).
+    LimitExceeded,
+    InvalidIdempotencyKey,
+    NotFound,
+    MethodNotAllowed,
+    IdempotencyKeyReused,
+    /// A fault injected for tests stopped the coordinator; never answered in production.
+    Crashed,
+    Unavailable,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 16] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::MalformedJson,
+        ErrorCode::BodyTooLarge,
+        ErrorCode::NoParticipants,
+        ErrorCode::NoOperations,
+        ErrorCode::UnknownService,
+        ErrorCode::DuplicateService,
+        ErrorCode::UnknownOperation,
+        ErrorCode::DuplicateItem,
+        ErrorCode::LimitExceeded,
+        ErrorCode::InvalidIdempotencyKey,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::IdempotencyKeyReused,
+        ErrorCode::Crashed,
+        ErrorCode::Unavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::MalformedJson => "MALFORMED_JSON",
+            ErrorCode::BodyTooLarge => "BODY_TOO_LARGE",
+            ErrorCode::NoParticipants => "NO_PARTICIPANTS",
+            ErrorCode::NoOperations => "NO_OPERATIONS",
+            ErrorCode::UnknownService => "UNKNOWN_SERVICE",
+            ErrorCode::DuplicateService => "DUPLICATE_SERVICE",
+            ErrorCode::UnknownOperation => "UNKNOWN_OPERATION",
+            ErrorCode::DuplicateItem => "DUPLICATE_ITEM",
+            ErrorCode::LimitExceeded => "LIMIT_EXCEEDED",
+            ErrorCode::InvalidIdempotencyKey => "INVALID_IDEMPOTENCY_KEY",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+            ErrorCode::Crashed => "CRASHED",
+            ErrorCode::Unavailable => "UNAVAILABLE",
+        }
+    }
+
+    /// The HTTP status an answer with this code has.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::IdempotencyKeyReused => 422,
+            ErrorCode::Crashed => 500,
+            ErrorCode::Unavailable => 503,
+            _ => 400,
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A request that cannot be carried out as written; becomes a 400 with this message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Invalid {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl Invalid {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Invalid { code, message: message.into() }
     }
     fn at(path: &str, message: impl fmt::Display) -> Self {
-        Invalid::new("INVALID_REQUEST", format!("{path}: {message}"))
+        Invalid::new(ErrorCode::InvalidRequest, format!("{path}: {message}"))
     }
 }
 
@@ -67,6 +159,15 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Each operation kind and the fields it takes: what the parser accepts, and what openapi.yaml lists.
+    pub const FIELDS: [(&'static str, &'static [&'static str]); 5] = [
+        ("put", &["op", "key", "data", "ifNotExists"]),
+        ("set", &["op", "key", "set"]),
+        ("add", &["op", "key", "field", "delta", "min", "max"]),
+        ("delete", &["op", "key"]),
+        ("check", &["op", "key", "version", "exists"]),
+    ];
+
     pub fn key(&self) -> &Key {
         match self {
             Operation::Put { key, .. }
@@ -98,18 +199,11 @@ impl Operation {
             .ok_or_else(|| Invalid::at(path, "missing \"op\""))?
             .as_str()
             .ok_or_else(|| Invalid::at(&format!("{path}.op"), "must be a string"))?;
-        let allowed: &[&str] = match op {
-            "put" => &["op", "key", "data", "ifNotExists"],
-            "set" => &["op", "key", "set"],
-            "add" => &["op", "key", "field", "delta", "min", "max"],
-            "delete" => &["op", "key"],
-            "check" => &["op", "key", "version", "exists"],
-            other => {
-                return Err(Invalid::new(
-                    "UNKNOWN_OPERATION",
-                    format!("{path}.op: unknown operation \"{other}\"; expected put, set, add, delete or check"),
-                ));
-            }
+        let Some((_, allowed)) = Operation::FIELDS.iter().find(|(name, _)| *name == op) else {
+            return Err(Invalid::new(
+                ErrorCode::UnknownOperation,
+                format!("{path}.op: unknown operation \"{op}\"; expected put, set, add, delete or check"),
+            ));
         };
         if let Some(extra) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(Invalid::at(path, format!("unexpected field \"{extra}\" for op \"{op}\"")));
@@ -182,7 +276,7 @@ impl Operation {
         };
         // Prepare and commit write this operation with expressions whose length grows with its fields.
         crate::items::check_expressible(&operation)
-            .map_err(|why| Invalid::new("LIMIT_EXCEEDED", format!("{path}: {why}")))?;
+            .map_err(|why| Invalid::new(ErrorCode::LimitExceeded, format!("{path}: {why}")))?;
         Ok(operation)
     }
 
@@ -193,7 +287,7 @@ impl Operation {
             .as_array()
             .ok_or_else(|| Invalid::at(path, "must be an array"))?;
         if list.is_empty() {
-            return Err(Invalid::new("NO_OPERATIONS", format!("{path}: must contain at least one operation")));
+            return Err(Invalid::new(ErrorCode::NoOperations, format!("{path}: must contain at least one operation")));
         }
         if list.len() > MAX_OPERATIONS_PER_PARTICIPANT {
             return Err(Invalid::at(
@@ -209,7 +303,7 @@ impl Operation {
             let operation = Operation::parse(value, &format!("{path}[{i}]"))?;
             if !seen.insert(operation.key_text()) {
                 return Err(Invalid::new(
-                    "DUPLICATE_ITEM",
+                    ErrorCode::DuplicateItem,
                     format!(
                         "{path}[{i}]: item {} appears twice; combine its operations into one",
                         operation.key_text()
@@ -242,7 +336,7 @@ fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
         match value {
             Value::String(s) if s.len() > MAX_KEY_BYTES => {
                 return Err(Invalid::new(
-                    "LIMIT_EXCEEDED",
+                    ErrorCode::LimitExceeded,
                     format!("{at}: is {} bytes; DynamoDB keys hold at most {MAX_KEY_BYTES} bytes", s.len()),
                 ));
             }
@@ -277,7 +371,7 @@ fn check_storable(name: &str, value: &Value, path: &str, level: usize) -> Result
     }
     if name.len() > MAX_NAME_BYTES {
         return Err(Invalid::new(
-            "LIMIT_EXCEEDED",
+            ErrorCode::LimitExceeded,
             format!("{path}: a name is {} bytes; DynamoDB names hold at most {MAX_NAME_BYTES} bytes", name.len()),
         ));
     }
@@ -288,7 +382,7 @@ fn check_value(value: &Value, at: &str, level: usize) -> Result<(), Invalid> {
     let nested = matches!(value, Value::Object(_) | Value::Array(_));
     if nested && level > MAX_NESTING {
         return Err(Invalid::new(
-            "LIMIT_EXCEEDED",
+            ErrorCode::LimitExceeded,
             format!(
                 "{at}: nests too deep: the transaction record stores it {} levels deep, and DynamoDB's limit is \
                  {MAX_NESTING} levels",
@@ -350,35 +444,41 @@ pub const MIN_TIMEOUT_MS: u64 = 100;
 pub const MAX_TIMEOUT_MS: u64 = 25_000;
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
+impl ParticipantPart {
+    pub const FIELDS: [&'static str; 2] = ["service", "operations"];
+}
+
 impl TransactionRequest {
+    pub const FIELDS: [&'static str; 2] = ["participants", "timeoutMs"];
+
     /// Validates a request body against the registry of services. Nothing is written before this passes.
     pub fn parse(body: &[u8], is_registered: impl Fn(&str) -> bool) -> Result<TransactionRequest, Invalid> {
         if body.len() > MAX_BODY_BYTES {
             return Err(Invalid::new(
-                "BODY_TOO_LARGE",
+                ErrorCode::BodyTooLarge,
                 format!("request body is {} bytes; the limit is {MAX_BODY_BYTES} bytes (256 KiB)", body.len()),
             ));
         }
         let value: Value = serde_json::from_slice(body)
-            .map_err(|e| Invalid::new("MALFORMED_JSON", format!("request body is not valid JSON: {e}")))?;
+            .map_err(|e| Invalid::new(ErrorCode::MalformedJson, format!("request body is not valid JSON: {e}")))?;
         let object = value.as_object().ok_or_else(|| Invalid::at("body", "must be a JSON object"))?;
-        if let Some(extra) = object.keys().find(|k| !["participants", "timeoutMs"].contains(&k.as_str())) {
+        if let Some(extra) = object.keys().find(|k| !TransactionRequest::FIELDS.contains(&k.as_str())) {
             return Err(Invalid::at("body", format!("unexpected field \"{extra}\"")));
         }
         let list = object
             .get("participants")
-            .ok_or_else(|| Invalid::new("NO_PARTICIPANTS", "participants: missing"))?
+            .ok_or_else(|| Invalid::new(ErrorCode::NoParticipants, "participants: missing"))?
             .as_array()
             .ok_or_else(|| Invalid::at("participants", "must be an array"))?;
         if list.is_empty() {
-            return Err(Invalid::new("NO_PARTICIPANTS", "participants: must contain at least one participant"));
+            return Err(Invalid::new(ErrorCode::NoParticipants, "participants: must contain at least one participant"));
         }
         let mut services = BTreeSet::new();
         let mut participants = Vec::with_capacity(list.len());
         for (i, part) in list.iter().enumerate() {
             let path = format!("participants[{i}]");
             let part = part.as_object().ok_or_else(|| Invalid::at(&path, "must be an object"))?;
-            if let Some(extra) = part.keys().find(|k| !["service", "operations"].contains(&k.as_str())) {
+            if let Some(extra) = part.keys().find(|k| !ParticipantPart::FIELDS.contains(&k.as_str())) {
                 return Err(Invalid::at(&path, format!("unexpected field \"{extra}\"")));
             }
             let service = part
@@ -388,13 +488,13 @@ impl TransactionRequest {
                 .ok_or_else(|| Invalid::at(&format!("{path}.service"), "must be a string"))?;
             if !is_registered(service) {
                 return Err(Invalid::new(
-                    "UNKNOWN_SERVICE",
+                    ErrorCode::UnknownService,
                     format!("{path}.service: unknown service \"{service}\"; it is not in the coordinator's registry"),
                 ));
             }
             if !services.insert(service.to_owned()) {
                 return Err(Invalid::new(
-                    "DUPLICATE_SERVICE",
+                    ErrorCode::DuplicateService,
                     format!("{path}.service: \"{service}\" appears twice; put all its operations in one entry"),
                 ));
             }
@@ -459,6 +559,9 @@ pub enum Status {
 }
 
 impl Status {
+    pub const ALL: [Status; 5] =
+        [Status::Preparing, Status::Committing, Status::Committed, Status::Aborting, Status::Aborted];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Preparing => "PREPARING",
@@ -505,6 +608,17 @@ pub enum RefusalCode {
     Unavailable,
     /// The operation does not fit the participant's table (for example, the wrong key attributes).
     Invalid,
+}
+
+impl RefusalCode {
+    pub const ALL: [RefusalCode; 6] = [
+        RefusalCode::Conflict,
+        RefusalCode::ConditionFailed,
+        RefusalCode::NotFound,
+        RefusalCode::Timeout,
+        RefusalCode::Unavailable,
+        RefusalCode::Invalid,
+    ];
 }
 
 /// A message to a participant (the contract's participant invocation).
@@ -610,6 +724,10 @@ pub enum Vote {
     Refused,
 }
 
+impl Vote {
+    pub const ALL: [Vote; 2] = [Vote::Prepared, Vote::Refused];
+}
+
 /// Answer of a commit when the item holds no lock of the transaction and `lastTx` does not prove
 /// the commit either (a later transaction committed the item since). See the coordinator for why a
 /// caller that knows the decision was commit may count it as applied.
@@ -703,15 +821,15 @@ mod tests {
             deep = serde_json::json!({"d": deep});
         }
         let err = put(serde_json::json!({"x": deep})).unwrap_err();
-        assert_eq!((err.code, err.message.contains("limit is 32 levels")), ("LIMIT_EXCEEDED", true), "{err}");
+        assert_eq!((err.code, err.message.contains("limit is 32 levels")), (ErrorCode::LimitExceeded, true), "{err}");
         assert!(put(serde_json::json!({"x": deep["d"].clone()})).is_ok(), "one level less fits");
         let long_key = "k".repeat(MAX_KEY_BYTES + 1);
         let err = op(serde_json::json!({"op": "delete", "key": {"entityId": long_key}})).unwrap_err();
-        assert_eq!((err.code, err.message.contains("2048 bytes")), ("LIMIT_EXCEEDED", true), "{err}");
+        assert_eq!((err.code, err.message.contains("2048 bytes")), (ErrorCode::LimitExceeded, true), "{err}");
         assert!(op(serde_json::json!({"op": "delete", "key": {"entityId": "k".repeat(MAX_KEY_BYTES)}})).is_ok());
         let fields: Map<String, Value> = (0..400).map(|i| (format!("f{i}"), Value::from(i))).collect();
         let err = op(serde_json::json!({"op": "set", "key": {"entityId": "A"}, "set": fields})).unwrap_err();
-        assert_eq!((err.code, err.message.contains("4096 bytes")), ("LIMIT_EXCEEDED", true), "{err}");
+        assert_eq!((err.code, err.message.contains("4096 bytes")), (ErrorCode::LimitExceeded, true), "{err}");
         let fields: Map<String, Value> = (0..100).map(|i| (format!("f{i}"), Value::from(i))).collect();
         assert!(op(serde_json::json!({"op": "set", "key": {"entityId": "A"}, "set": fields})).is_ok());
     }

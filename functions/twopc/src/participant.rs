@@ -12,8 +12,8 @@ use crate::items::{
     unrepresentable_result,
 };
 use crate::model::{
-    Action, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
-    STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
+    Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
+    STATUS_COMMITTED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
 };
 use crate::record::TransactionStore;
 use crate::recovery::{OwnerFate, owner_fate};
@@ -337,7 +337,13 @@ impl Participant {
             Value::Object(map) if map.get("transactionId").and_then(Value::as_str) == Some(tx) => {
                 crate::attr::to_item(map)
             }
-            _ => return Err(Invalid::new("INVALID_REQUEST", "onePhaseRecord must be this transaction's record").into()),
+            _ => {
+                return Err(Invalid::new(
+                    ErrorCode::InvalidRequest,
+                    "onePhaseRecord must be this transaction's record",
+                )
+                .into());
+            }
         };
         if let Some(deadline) = order.deadline
             && self.clock.now_ms() > deadline
@@ -372,7 +378,7 @@ impl Participant {
         operations: &[Operation],
         token: Option<&str>,
     ) -> Result<ParticipantResponse, ParticipantError> {
-        let keys = self.keys(operations).map_err(|m| Invalid::new("INVALID_REQUEST", m))?;
+        let keys = self.keys(operations).map_err(|m| Invalid::new(ErrorCode::InvalidRequest, m))?;
         let outcomes =
             try_join_all(operations.iter().zip(&keys).map(|(op, key)| self.table.commit_item(tx, op, key, token)))
                 .await?;

@@ -17,6 +17,7 @@ pub mod events;
 mod functions;
 mod ports;
 mod rest;
+pub use rest::OPENAPI;
 mod streams;
 pub mod trace;
 mod watch;

@@ -17,6 +17,9 @@ use tracing::{error, info};
 use crate::Functions;
 use crate::events::{self, HttpRequest};
 
+/// The REST API's specification, served at `/openapi.yaml` so that tools can read it from the running stack.
+pub const OPENAPI: &str = include_str!("../../../openapi.yaml");
+
 /// API Gateway's payload limit.
 const MAX_BODY: usize = 10 * 1024 * 1024;
 
@@ -41,6 +44,9 @@ async fn handle(State(api): State<Arc<Api>>, ConnectInfo(peer): ConnectInfo<Sock
     let (parts, body) = request.into_parts();
     let method = parts.method.as_str();
     let path = parts.uri.path();
+    if (method, path) == ("GET", "/openapi.yaml") {
+        return ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI).into_response();
+    }
     let Some((resource, path_parameters)) = events::rest_resource(method, path) else {
         // The deployed API answers 403 "Missing Authentication Token" for a route it does not have.
         return message(

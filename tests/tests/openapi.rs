@@ -1,0 +1,280 @@
+//! `openapi.yaml` checked against the code, so that the two cannot drift: its lists (error codes and
+//! the status each is answered with, operation kinds and their fields, statuses, votes, refusal codes,
+//! limits) are compared with the core's own constants; its examples are run through the request
+//! parser and its schemas; and real answers of the coordinator, for every kind of outcome, are
+//! validated against the schema the spec gives for their status.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+use twopc::model::{
+    ErrorCode, MAX_KEY_BYTES, MAX_OPERATIONS_PER_PARTICIPANT, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS, Operation,
+    ParticipantPart, RefusalCode, Status, TransactionRequest, Vote,
+};
+use twopc_tests::TestEnv;
+
+fn spec() -> Value {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml"))
+        .expect("openapi.yaml is at the top of the repository");
+    yaml_serde::from_str(&text).expect("openapi.yaml is YAML")
+}
+
+fn schema<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec.pointer(&format!("/components/schemas/{name}")).unwrap_or_else(|| panic!("the spec has schema {name}"))
+}
+
+/// A validator for a schema of the spec (its `$ref`s into `components` resolve against the spec).
+fn validator(spec: &Value, schema: &Value) -> jsonschema::Validator {
+    let mut root = schema.clone();
+    root["components"] = spec["components"].clone();
+    jsonschema::draft202012::new(&root).unwrap_or_else(|e| panic!("the spec's schema compiles: {e}"))
+}
+
+fn strings(value: &Value) -> BTreeSet<String> {
+    value.as_array().expect("a list").iter().map(|v| v.as_str().expect("a string").to_owned()).collect()
+}
+
+fn names<T: serde::Serialize>(values: impl IntoIterator<Item = T>) -> BTreeSet<String> {
+    values.into_iter().map(|v| serde_json::to_value(v).unwrap().as_str().unwrap().to_owned()).collect()
+}
+
+/// Every operation's responses: (path, method, status, response with `$ref`s followed).
+fn responses(spec: &Value) -> Vec<(String, String, u16, Value)> {
+    let mut all = Vec::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let Some(answers) = operation.get("responses").and_then(Value::as_object) else { continue };
+            for (status, response) in answers {
+                let response = match response.get("$ref").and_then(Value::as_str) {
+                    Some(reference) => spec.pointer(&reference[1..]).expect("the reference resolves").clone(),
+                    None => response.clone(),
+                };
+                all.push((path.clone(), method.clone(), status.parse().expect("a numeric status"), response));
+            }
+        }
+    }
+    all
+}
+
+fn response_schema(spec: &Value, path: &str, method: &str, status: u16) -> Value {
+    responses(spec)
+        .into_iter()
+        .find(|(p, m, s, _)| (p.as_str(), m.as_str(), *s) == (path, method, status))
+        .map(|(_, _, _, response)| response["content"]["application/json"]["schema"].clone())
+        .unwrap_or_else(|| panic!("the spec documents {status} for {method} {path}"))
+}
+
+fn error_body(code: ErrorCode) -> Value {
+    json!({"transactionId": "tx-00000000000000000000000000000000", "error": {"code": code.as_str(), "message": "m"}})
+}
+
+#[test]
+fn every_error_code_is_documented_with_the_status_it_is_answered_with() {
+    let spec = spec();
+    assert_eq!(strings(&schema(&spec, "ErrorCode")["enum"]), names(ErrorCode::ALL.iter().map(|c| c.as_str())));
+    let answers = responses(&spec);
+    for code in ErrorCode::ALL {
+        // Where a code may appear: the documented answers of its status, or (405, which OpenAPI cannot list
+        // for a method a path does not have) the schema named for it.
+        let accepting: Vec<String> = answers
+            .iter()
+            .filter(|(_, _, _, response)| {
+                let schema = &response["content"]["application/json"]["schema"];
+                !schema.is_null() && validator(&spec, schema).is_valid(&error_body(code))
+            })
+            .map(|(path, method, status, _)| format!("{status} {method} {path}"))
+            .collect();
+        let wrong_status: Vec<&String> =
+            accepting.iter().filter(|a| !a.starts_with(&code.http_status().to_string())).collect();
+        assert!(
+            wrong_status.is_empty(),
+            "{code} is answered with {}, but the spec allows it in {wrong_status:?}",
+            code.http_status()
+        );
+        if code == ErrorCode::MethodNotAllowed {
+            assert!(validator(&spec, schema(&spec, "MethodNotAllowedError")).is_valid(&error_body(code)));
+        } else {
+            assert!(!accepting.is_empty(), "no documented {} answer allows {code}", code.http_status());
+        }
+    }
+}
+
+#[test]
+fn operations_and_their_fields_are_the_parsers() {
+    let spec = spec();
+    let mapping = schema(&spec, "Operation")["discriminator"]["mapping"].as_object().unwrap();
+    assert_eq!(
+        mapping.keys().cloned().collect::<BTreeSet<_>>(),
+        Operation::FIELDS.iter().map(|(op, _)| op.to_string()).collect()
+    );
+    for (op, fields) in Operation::FIELDS {
+        let reference = mapping[op].as_str().unwrap();
+        let documented = spec.pointer(&reference[1..]).unwrap();
+        assert_eq!(
+            documented["properties"].as_object().unwrap().keys().cloned().collect::<BTreeSet<_>>(),
+            fields.iter().map(|f| f.to_string()).collect(),
+            "the fields of {op}"
+        );
+        assert_eq!(documented["properties"]["op"]["const"], op);
+        assert_eq!(documented["additionalProperties"], false, "{op} refuses other fields, as the parser does");
+    }
+    let request = schema(&spec, "TransactionRequest");
+    let keys = |v: &Value| v["properties"].as_object().unwrap().keys().cloned().collect::<BTreeSet<_>>();
+    assert_eq!(keys(request), TransactionRequest::FIELDS.iter().map(|f| f.to_string()).collect());
+    assert_eq!(keys(schema(&spec, "ParticipantPart")), ParticipantPart::FIELDS.iter().map(|f| f.to_string()).collect());
+    assert_eq!(request["properties"]["timeoutMs"]["minimum"], MIN_TIMEOUT_MS);
+    assert_eq!(request["properties"]["timeoutMs"]["maximum"], MAX_TIMEOUT_MS);
+    assert_eq!(request["properties"]["timeoutMs"]["default"], twopc::model::DEFAULT_TIMEOUT_MS);
+    assert_eq!(
+        schema(&spec, "ParticipantPart")["properties"]["operations"]["maxItems"],
+        MAX_OPERATIONS_PER_PARTICIPANT
+    );
+    assert_eq!(schema(&spec, "Key")["additionalProperties"]["anyOf"][0]["maxLength"], MAX_KEY_BYTES);
+}
+
+#[test]
+fn statuses_votes_and_refusal_codes_are_the_cores() {
+    let spec = spec();
+    // ABORTING is never answered: a decided abort is answered as the ABORTED it will be.
+    let answered = Status::ALL.iter().filter(|s| **s != Status::Aborting).map(|s| s.as_str());
+    assert_eq!(strings(&schema(&spec, "Status")["enum"]), names(answered));
+    assert_eq!(strings(&schema(&spec, "Vote")["enum"]), names(Vote::ALL));
+    assert_eq!(strings(&schema(&spec, "RefusalCode")["enum"]), names(RefusalCode::ALL));
+}
+
+#[test]
+fn every_example_is_valid_and_request_examples_are_accepted_by_the_parser() {
+    let spec = spec();
+    let request_schema = validator(&spec, schema(&spec, "TransactionRequest"));
+    let examples = spec.pointer("/paths/~1transactions/post/requestBody/content/application~1json/examples").unwrap();
+    for (name, example) in examples.as_object().unwrap() {
+        let body = example["value"].to_string();
+        TransactionRequest::parse(body.as_bytes(), |s| ["service-a", "service-b"].contains(&s))
+            .unwrap_or_else(|e| panic!("request example {name} is refused by the parser: {e}"));
+        assert!(request_schema.is_valid(&example["value"]), "request example {name} fails its schema");
+    }
+    let mut checked = 0;
+    for (path, method, status, response) in responses(&spec) {
+        let content = &response["content"]["application/json"];
+        for (name, example) in content.get("examples").and_then(Value::as_object).into_iter().flatten() {
+            let example = match example.get("$ref").and_then(Value::as_str) {
+                Some(reference) => spec.pointer(&reference[1..]).unwrap(),
+                None => example,
+            };
+            let errors: Vec<String> =
+                validator(&spec, &content["schema"]).iter_errors(&example["value"]).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "example {name} of {status} {method} {path}: {errors:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} answer examples were found");
+}
+
+/// Requests the parser refuses, each with the code it answers. The schema must refuse them too, except
+/// those only the server can judge (its registry, DynamoDB's limits, items named twice).
+#[test]
+fn the_schema_refuses_what_the_parser_refuses() {
+    let spec = spec();
+    let request_schema = validator(&spec, schema(&spec, "TransactionRequest"));
+    let add = |extra: Value| {
+        let mut op = json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1});
+        op.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        json!({"participants": [{"service": "service-a", "operations": [op]}]})
+    };
+    let cases: Vec<(Value, ErrorCode, bool)> = vec![
+        (json!([]), ErrorCode::InvalidRequest, true),
+        (json!({}), ErrorCode::NoParticipants, true),
+        (json!({"participants": []}), ErrorCode::NoParticipants, true),
+        (json!({"participants": [], "other": 1}), ErrorCode::InvalidRequest, true),
+        (json!({"participants": [{"service": "service-a", "operations": []}]}), ErrorCode::NoOperations, true),
+        (
+            json!({"participants": [{"service": "service-a", "operations": [{"op": "merge", "key": {"entityId": "A"}}]}]}),
+            ErrorCode::UnknownOperation,
+            true,
+        ),
+        (add(json!({"delta": "ten"})), ErrorCode::InvalidRequest, true),
+        (add(json!({"key": {}})), ErrorCode::InvalidRequest, true),
+        (add(json!({"key": {"entityId": ""}})), ErrorCode::InvalidRequest, true),
+        (add(json!({"field": ""})), ErrorCode::InvalidRequest, true),
+        (add(json!({"ifNotExists": true})), ErrorCode::InvalidRequest, true),
+        (add(json!({"key": {"entityId": "x".repeat(MAX_KEY_BYTES + 1)}})), ErrorCode::LimitExceeded, true),
+        (
+            json!({"participants": [{"service": "service-a", "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "b", "delta": 1}]}], "timeoutMs": 99}),
+            ErrorCode::InvalidRequest,
+            true,
+        ),
+        (
+            json!({"participants": [{"service": "service-a", "operations": [{"op": "check", "key": {"entityId": "A"}, "version": -1}]}]}),
+            ErrorCode::InvalidRequest,
+            true,
+        ),
+        (
+            json!({"participants": [{"service": "service-z", "operations": [{"op": "delete", "key": {"entityId": "A"}}]}]}),
+            ErrorCode::UnknownService,
+            false,
+        ),
+        (
+            json!({"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "A"}}]}, {"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "B"}}]}]}),
+            ErrorCode::DuplicateService,
+            false,
+        ),
+        (
+            json!({"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "A"}}, {"op": "delete", "key": {"entityId": "A"}}]}]}),
+            ErrorCode::DuplicateItem,
+            false,
+        ),
+        (add(json!({"delta": 1e200})), ErrorCode::InvalidRequest, false),
+    ];
+    for (body, code, schema_refuses) in cases {
+        let refused =
+            TransactionRequest::parse(body.to_string().as_bytes(), |s| ["service-a", "service-b"].contains(&s))
+                .expect_err(&format!("the parser refuses {body}"));
+        assert_eq!(refused.code, code, "{body}: {refused}");
+        if schema_refuses {
+            assert!(!request_schema.is_valid(&body), "the schema accepts {body}, which the parser refuses: {refused}");
+        }
+    }
+}
+
+/// Real answers of the coordinator, one of every kind a client can meet without injected faults, each
+/// validated against the schema the spec documents for its operation and status.
+#[tokio::test]
+async fn real_answers_match_the_documented_schemas() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    let spec = spec();
+    let check = |path: &str, method: &str, status: u16, body: &Value| {
+        let schema = response_schema(&spec, path, method, status);
+        let errors: Vec<String> = validator(&spec, &schema).iter_errors(body).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{status} {method} {path} answered {body}, which its schema refuses: {errors:?}");
+    };
+    let transfer = TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "30");
+    let (status, committed) = env.post(&transfer, Some("openapi-commit")).await;
+    assert_eq!(status, 200, "{committed}");
+    check("/transactions", "post", status, &committed);
+    let (status, refused) = env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "500"), None).await;
+    assert_eq!(status, 409, "{refused}");
+    check("/transactions", "post", status, &refused);
+    let (status, reused) =
+        env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "31"), Some("openapi-commit")).await;
+    assert_eq!(status, 422, "{reused}");
+    check("/transactions", "post", status, &reused);
+    for body in ["{", "{}", r#"{"participants": [{"service": "service-z", "operations": []}]}"#] {
+        let (status, invalid) = env.post_raw(body, None).await;
+        assert_eq!(status, 400, "{invalid}");
+        check("/transactions", "post", status, &invalid);
+    }
+    let (status, invalid_key) = env.post(&transfer, Some("")).await;
+    assert_eq!((status, &invalid_key["error"]["code"]), (400, &json!("INVALID_IDEMPOTENCY_KEY")));
+    check("/transactions", "post", status, &invalid_key);
+    let id = committed["transactionId"].as_str().unwrap();
+    // An id longer than DynamoDB's key limit names no transaction: a 404, not the store's refusal as a 503.
+    let too_long = "x".repeat(MAX_KEY_BYTES + 1);
+    let ids = [(id, 200), (refused["transactionId"].as_str().unwrap(), 409), ("tx-unknown", 404), (&too_long, 404)];
+    for (id, expected) in ids {
+        let (status, body) = env.get(id).await;
+        assert_eq!(status, expected, "{body}");
+        check("/transactions/{id}", "get", status, &body);
+    }
+}
