@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 use twopc::model::{
-    ErrorCode, MAX_KEY_BYTES, MAX_OPERATIONS_PER_PARTICIPANT, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS, Operation,
-    ParticipantPart, RefusalCode, Status, TransactionRequest, Vote,
+    ErrorCode, MAX_KEY_BYTES, MAX_KEY_NAME_BYTES, MAX_OPERATIONS_PER_PARTICIPANT, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS,
+    Operation, ParticipantPart, RefusalCode, Status, TransactionRequest, Vote,
 };
 use twopc_tests::TestEnv;
 
@@ -130,6 +130,7 @@ fn operations_and_their_fields_are_the_parsers() {
         MAX_OPERATIONS_PER_PARTICIPANT
     );
     assert_eq!(schema(&spec, "Key")["additionalProperties"]["anyOf"][0]["maxLength"], MAX_KEY_BYTES);
+    assert_eq!(schema(&spec, "Key")["propertyNames"]["maxLength"], MAX_KEY_NAME_BYTES);
 }
 
 #[test]
@@ -195,6 +196,12 @@ fn the_schema_refuses_what_the_parser_refuses() {
         (add(json!({"delta": "ten"})), ErrorCode::InvalidRequest, true),
         (add(json!({"key": {}})), ErrorCode::InvalidRequest, true),
         (add(json!({"key": {"entityId": ""}})), ErrorCode::InvalidRequest, true),
+        (add(json!({"key": {"": "A"}})), ErrorCode::InvalidRequest, true),
+        (
+            json!({"participants": [{"service": "service-a", "operations": [{"op": "put", "key": {"entityId": "A"}, "data": {"x": {"y": [{"": 1}]}}}]}]}),
+            ErrorCode::InvalidRequest,
+            true,
+        ),
         (add(json!({"field": ""})), ErrorCode::InvalidRequest, true),
         (add(json!({"ifNotExists": true})), ErrorCode::InvalidRequest, true),
         (add(json!({"key": {"entityId": "x".repeat(MAX_KEY_BYTES + 1)}})), ErrorCode::LimitExceeded, true),

@@ -332,6 +332,18 @@ fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
         return Err(Invalid::at(path, "must name the item's key attributes"));
     }
     for (name, value) in key {
+        if name.is_empty() {
+            return Err(Invalid::at(path, "attribute names must not be empty"));
+        }
+        if name.len() > MAX_KEY_NAME_BYTES {
+            return Err(Invalid::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "{path}: a key attribute name is {} bytes; DynamoDB allows {MAX_KEY_NAME_BYTES} bytes",
+                    name.len()
+                ),
+            ));
+        }
         let at = format!("{path}.{name}");
         match value {
             Value::String(s) if s.len() > MAX_KEY_BYTES => {
@@ -350,6 +362,8 @@ fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
     Ok(key.clone())
 }
 
+/// DynamoDB's limit on the name of a key attribute.
+pub const MAX_KEY_NAME_BYTES: usize = 255;
 /// DynamoDB's limit on a partition key value.
 pub const MAX_KEY_BYTES: usize = 2048;
 /// DynamoDB's limit on how deep maps and lists nest in an item.
@@ -503,12 +517,20 @@ impl TransactionRequest {
         }
         let timeout_ms = match object.get("timeoutMs") {
             None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
-            Some(v) => v.as_u64().filter(|t| (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(t)).ok_or_else(|| {
-                Invalid::at(
-                    "timeoutMs",
-                    format!("must be a whole number of milliseconds from {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}"),
-                )
-            })?,
+            // A whole number written with a fraction (`3000.0`, as some JSON encoders write every number) is
+            // still a whole number; JSON Schema's `integer` (openapi.yaml) says the same.
+            Some(v) => v
+                .as_u64()
+                .or_else(|| {
+                    v.as_f64().filter(|t| t.fract() == 0.0 && *t >= 0.0 && *t <= u64::MAX as f64).map(|t| t as u64)
+                })
+                .filter(|t| (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(t))
+                .ok_or_else(|| {
+                    Invalid::at(
+                        "timeoutMs",
+                        format!("must be a whole number of milliseconds from {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}"),
+                    )
+                })?,
         };
         Ok(TransactionRequest { participants, timeout_ms })
     }
@@ -827,11 +849,37 @@ mod tests {
         let err = op(serde_json::json!({"op": "delete", "key": {"entityId": long_key}})).unwrap_err();
         assert_eq!((err.code, err.message.contains("2048 bytes")), (ErrorCode::LimitExceeded, true), "{err}");
         assert!(op(serde_json::json!({"op": "delete", "key": {"entityId": "k".repeat(MAX_KEY_BYTES)}})).is_ok());
+        // Key attribute names are attribute names too: found by the API fuzzing run, where `{"": "A"}`
+        // passed validation and the transaction record's write failed (a 503 instead of a 400).
+        let err = op(serde_json::json!({"op": "delete", "key": {"": "A"}})).unwrap_err();
+        assert_eq!(
+            (err.code, err.message.contains("key: attribute names must not be empty")),
+            (ErrorCode::InvalidRequest, true),
+            "{err}"
+        );
+        let err =
+            op(serde_json::json!({"op": "delete", "key": {"k".repeat(MAX_KEY_NAME_BYTES + 1): "A"}})).unwrap_err();
+        assert_eq!((err.code, err.message.contains("255 bytes")), (ErrorCode::LimitExceeded, true), "{err}");
         let fields: Map<String, Value> = (0..400).map(|i| (format!("f{i}"), Value::from(i))).collect();
         let err = op(serde_json::json!({"op": "set", "key": {"entityId": "A"}, "set": fields})).unwrap_err();
         assert_eq!((err.code, err.message.contains("4096 bytes")), (ErrorCode::LimitExceeded, true), "{err}");
         let fields: Map<String, Value> = (0..100).map(|i| (format!("f{i}"), Value::from(i))).collect();
         assert!(op(serde_json::json!({"op": "set", "key": {"entityId": "A"}, "set": fields})).is_ok());
+    }
+
+    #[test]
+    fn a_whole_timeout_written_with_a_fraction_is_accepted() {
+        // Found by the API fuzzing run: `524.0` is an integer to JSON Schema, and was refused here.
+        let body = |t: &str| {
+            format!(
+                r#"{{"participants": [{{"service": "service-a", "operations": [{{"op": "delete", "key": {{"entityId": "A"}}}}]}}], "timeoutMs": {t}}}"#
+            )
+        };
+        assert_eq!(parse(&body("524.0")).unwrap().timeout_ms, 524);
+        assert_eq!(parse(&body("1e3")).unwrap().timeout_ms, 1000);
+        for refused in ["524.5", "99", "25001", "-100", "\"500\""] {
+            assert!(parse(&body(refused)).unwrap_err().message.starts_with("timeoutMs:"), "{refused}");
+        }
     }
 
     #[test]
