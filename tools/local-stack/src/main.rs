@@ -153,7 +153,7 @@ fn print_endpoints(stack: &Stack, config: &Config) {
         "given with --dynamodb-endpoint".to_owned()
     };
     let services: Vec<String> = e.tables.participants.iter().map(|(s, t)| format!("{s} → {t}")).collect();
-    println!("  REST API      {:<28} POST /transactions, GET /transactions/{{id}}", e.api);
+    println!("  REST API      {:<28} POST /transactions, GET /transactions/{{id}}, GET /openapi.yaml", e.api);
     println!("  WebSocket     {:<28} {{\"action\": \"subscribe\", \"topics\": [...]}}", e.websocket);
     println!("  DynamoDB      {:<28} {dynamodb}", e.dynamodb);
     println!("  lake          {:<28} NDJSON, YYYY/MM/DD/HH/ keys", format!("{}/", show(&e.lake_dir)));
