@@ -867,6 +867,37 @@ mod tests {
         assert!(op(serde_json::json!({"op": "set", "key": {"entityId": "A"}, "set": fields})).is_ok());
     }
 
+    /// fuzz/request_parser's first crash, shortened: a string amount in a form JSON has no number
+    /// for was accepted, and hashing the request (or sending it to the participant) panicked.
+    #[test]
+    fn an_amount_written_in_any_decimal_form_is_hashed_and_sent_as_a_json_number() {
+        for (written, wire) in [("-02.10", "-2.1"), ("+5", "5"), (".5", "0.5"), ("5.", "5")] {
+            let body = format!(
+                r#"{{"participants": [{{"service": "service-a", "operations": [{{"op": "add", "key": {{"entityId": "A"}}, "field": "b", "delta": "{written}", "min": "{written}", "max": "{written}"}}]}}]}}"#
+            );
+            let request = parse(&body).unwrap();
+            let sent = request.participants[0].operations[0].to_json();
+            for field in ["delta", "min", "max"] {
+                assert_eq!(sent[field].to_string(), wire, "{written:?}");
+            }
+            let again = parse(&format!(r#"{{"participants": [{{"service": "service-a", "operations": [{sent}]}}]}}"#));
+            assert_eq!(again.unwrap().canonical_hash(), request.canonical_hash(), "{written:?}");
+        }
+    }
+
+    /// Found with the one above: exponents past i64's range of exponents are refused with the
+    /// limit named, never a panic.
+    #[test]
+    fn amounts_with_exponents_past_any_range_are_refused() {
+        for delta in ["1e9223372036854775807", "100e9223372036854775807", "\"+100e9223372036854775807\""] {
+            let body = format!(
+                r#"{{"participants": [{{"service": "service-a", "operations": [{{"op": "add", "key": {{"entityId": "A"}}, "field": "b", "delta": {delta}}}]}}]}}"#
+            );
+            let err = parse(&body).unwrap_err();
+            assert!(err.message.contains("delta: is outside DynamoDB's range"), "{delta}: {err}");
+        }
+    }
+
     #[test]
     fn a_whole_timeout_written_with_a_fraction_is_accepted() {
         // Found by the API fuzzing run: `524.0` is an integer to JSON Schema, and was refused here.

@@ -14,9 +14,11 @@ use std::str::FromStr;
 use serde_dynamo::AttributeValue;
 use serde_json::{Map, Number, Value};
 
+use crate::decimal::Decimal;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConvertError {
-    #[error("attribute {path}: {text:?} is not a decimal number")]
+    #[error("attribute {path}: {text:?} is not a decimal number DynamoDB can hold")]
     Number { path: String, text: String },
 }
 
@@ -93,14 +95,15 @@ fn to_json(value: &AttributeValue) -> Result<Value, ConvertError> {
 /// A DynamoDB number as a JSON number with the same decimal text. serde_json's `arbitrary_precision`
 /// keeps the text of a valid JSON number as is. DynamoDB stores numbers normalised, so they are JSON
 /// numbers already; a form JSON does not allow (`+5`, `.5`, `5.`) is normalised through an exact
-/// decimal rather than refused.
+/// decimal rather than refused, if it is a number DynamoDB can hold: written out in full, one that
+/// cannot (`+1e999999999`) would be gigabytes of digits.
 pub fn number(text: &str, path: &str) -> Result<Number, ConvertError> {
     if let Ok(n) = Number::from_str(text) {
         return Ok(n);
     }
     let invalid = || ConvertError::Number { path: path.to_owned(), text: text.to_owned() };
-    let decimal = bigdecimal::BigDecimal::from_str(text.trim()).map_err(|_| invalid())?;
-    Number::from_str(&decimal.normalized().to_plain_string()).map_err(|_| invalid())
+    let decimal = Decimal::from_str(text).map_err(|_| invalid())?;
+    Number::from_str(&decimal.to_string()).map_err(|_| invalid())
 }
 
 #[cfg(test)]
@@ -153,6 +156,20 @@ mod tests {
         assert_eq!(number("+5", "").unwrap().to_string(), "5");
         assert_eq!(number(".50", "").unwrap().to_string(), "0.5");
         assert!(matches!(number("abc", "data.x"), Err(ConvertError::Number { path, .. }) if path == "data.x"));
+    }
+
+    /// Found by fuzz/stream_attribute: `" 733.000E7629172"` (not JSON, so normalised) came out
+    /// as a plain number of 7.6 million digits; with a larger exponent, gigabytes. A number
+    /// DynamoDB cannot hold never comes from a stream: it is refused, and what is taken stays short.
+    #[test]
+    fn forms_json_does_not_allow_are_refused_out_of_range() {
+        for text in [" 733.000E7629172", "+1e999999999", ".1e-999999999", "+100e9223372036854775807"] {
+            assert!(
+                matches!(number(text, "data.x"), Err(ConvertError::Number { path, .. }) if path == "data.x"),
+                "{text}"
+            );
+        }
+        assert_eq!(number("+9.9e125", "").unwrap().to_string(), "9.9e+125");
     }
 
     #[test]
