@@ -19,6 +19,7 @@ use twopc::model::{Action, ParticipantRequest, ParticipantResponse};
 use twopc::participant::Participant;
 use twopc::record::TransactionStore;
 use twopc::tables;
+use twopc_client::{Decimal, Transaction, op};
 
 pub mod dynamo_faults;
 pub use dynamo_faults::{DynamoFault, DynamoFaults, Rule};
@@ -512,15 +513,14 @@ impl TestEnv {
         call_coordinator(&self.coordinator, event).await
     }
 
-    /// A transfer of `amount` from service-a's `from` to service-b's `to`, guarded by min 0.
+    /// A transfer of `amount` (exact decimal text) from `from` to `to`, guarded by min 0, as JSON
+    /// (tests that change it or send it in-process take the body).
     pub fn transfer(from: (&str, &str), to: (&str, &str), amount: &str) -> Value {
-        let negative = format!("-{amount}");
-        json!({"participants": [
-            {"service": from.0, "operations": [{"op": "add", "key": {"entityId": from.1}, "field": "balance",
-                "delta": serde_json::from_str::<Value>(&negative).unwrap(), "min": 0}]},
-            {"service": to.0, "operations": [{"op": "add", "key": {"entityId": to.1}, "field": "balance",
-                "delta": serde_json::from_str::<Value>(amount).unwrap()}]}
-        ]})
+        let amount: Decimal = amount.parse().expect("a decimal amount");
+        Transaction::new()
+            .participant(from.0, [op::add(from.1, "balance", -amount.clone()).min(0)])
+            .participant(to.0, [op::add(to.1, "balance", amount)])
+            .to_json()
     }
 }
 

@@ -1,16 +1,16 @@
 //! The local stack end to end: started on free ports (its tables under a fresh prefix in this test
-//! binary's DynamoDB Local, its lake in a folder of its own), driven by a real HTTP client and a real
-//! WebSocket client, as a user would. Synchronisation is by polling what the user can see (messages,
+//! binary's DynamoDB Local, its lake in a folder of its own), driven by the Rust client (`twopc-client`: real
+//! HTTP and a real WebSocket), as a user would. Synchronisation is by polling what the user can see (messages,
 //! lake files), never by sleeping in place of a condition.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use local_stack::{Config, LambdaOptions, Mode, Stack};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
+use twopc_client::{Client, Outcome, Push, RefusalCode, Status, Subscription, Transaction, op, topic};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -27,35 +27,23 @@ fn lake_lines(dir: &Path) -> Vec<(PathBuf, Value)> {
         .collect()
 }
 
-fn transfer(from: &str, to: &str, amount: i64) -> Value {
-    json!({"participants": [
-        {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": from}, "field": "balance", "delta": -amount, "min": 0}]},
-        {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": to}, "field": "balance", "delta": amount}]}
-    ]})
+fn transfer(from: &str, to: &str, amount: i64) -> Transaction {
+    Transaction::new()
+        .participant("service-a", [op::add(from, "balance", -amount).min(0)])
+        .participant("service-b", [op::add(to, "balance", amount)])
 }
 
-async fn post(http: &reqwest::Client, api: &str, body: &Value) -> (u16, Value) {
-    let response = http.post(format!("{api}/transactions")).json(body).send().await.expect("the REST API answers");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("a JSON answer"))
-}
-
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// The next JSON message matching `wanted`, skipping others; panics after `WAIT`.
-async fn next_matching(socket: &mut Socket, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+/// The next push matching `wanted`, skipping others; panics after `WAIT`.
+async fn next_matching(pushes: &mut Subscription, what: &str, wanted: impl Fn(&Push) -> bool) -> Push {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let message = tokio::time::timeout_at(deadline, socket.next())
+        let push = tokio::time::timeout_at(deadline, pushes.next())
             .await
             .unwrap_or_else(|_| panic!("no WebSocket message {what} within {WAIT:?}"))
             .expect("the connection stays open")
-            .expect("a WebSocket message");
-        if let Message::Text(text) = message {
-            let value: Value = serde_json::from_str(text.as_str()).expect("messages are JSON");
-            if wanted(&value) {
-                return value;
-            }
+            .expect("a message in the contract's shape");
+        if wanted(&push) {
+            return push;
         }
     }
 }
@@ -65,43 +53,44 @@ async fn next_matching(socket: &mut Socket, what: &str, wanted: impl Fn(&Value) 
 async fn drive(stack: &Stack) {
     let e = stack.endpoints();
     let (a, b) = (&e.tables.participants["service-a"], &e.tables.participants["service-b"]);
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let api = Client::new(&e.api).expect("the API's URL");
 
-    let (mut socket, _) = tokio_tungstenite::connect_async(e.websocket.as_str()).await.expect("WebSocket connects");
-    let topics = [format!("entity:{a}:A"), format!("entity:{b}:B")];
-    let subscribe = json!({"action": "subscribe", "topics": topics});
-    socket.send(Message::Text(subscribe.to_string().into())).await.unwrap();
-    let ack = next_matching(&mut socket, "acknowledging the subscription", |m| m.get("subscribed").is_some()).await;
-    assert_eq!(ack["subscribed"].as_array().map(Vec::len), Some(2), "{ack}");
+    let mut pushes = twopc_client::subscribe(&e.websocket, [topic::entity(a, "A"), topic::entity(b, "B")])
+        .await
+        .expect("WebSocket connects");
+    let ack = next_matching(&mut pushes, "acknowledging the subscription", |m| matches!(m, Push::Subscribed(_))).await;
+    assert!(matches!(&ack, Push::Subscribed(topics) if topics.len() == 2), "{ack:?}");
 
-    let open = json!({"participants": [
-        {"service": "service-a", "operations": [{"op": "put", "key": {"entityId": "A"}, "data": {"balance": 100}, "ifNotExists": true}]},
-        {"service": "service-b", "operations": [{"op": "put", "key": {"entityId": "B"}, "data": {"balance": 0}, "ifNotExists": true}]}
-    ]});
-    let (status, answer) = post(&http, &e.api, &open).await;
-    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    let open = Transaction::new()
+        .participant("service-a", [op::put("A", json!({"balance": 100})).if_not_exists()])
+        .participant("service-b", [op::put("B", json!({"balance": 0})).if_not_exists()]);
+    let answer = api.submit(&open).await.expect("the REST API answers");
+    assert!(answer.is_committed(), "{answer:?}");
 
-    let (status, refused) = post(&http, &e.api, &transfer("A", "B", 500)).await;
-    assert_eq!(status, 409, "{refused}");
-    assert_eq!(refused["participants"][0]["code"], "CONDITION_FAILED", "{refused}");
-    let refused_id = refused["transactionId"].as_str().expect("an id").to_owned();
+    let refused = api.submit(&transfer("A", "B", 500)).await.expect("the REST API answers");
+    let Outcome::Aborted(refused) = refused else { panic!("the overdraft is refused: {refused:?}") };
+    assert_eq!(refused.participants[0].code, Some(RefusalCode::ConditionFailed), "{refused:?}");
+    let refused_id = refused.transaction_id;
 
-    let (status, committed) = post(&http, &e.api, &transfer("A", "B", 30)).await;
-    assert_eq!((status, committed["status"].as_str()), (200, Some("COMMITTED")), "{committed}");
-    let id = committed["transactionId"].as_str().expect("an id").to_owned();
+    let committed = api.submit(&transfer("A", "B", 30)).await.expect("the REST API answers");
+    assert!(committed.is_committed(), "{committed:?}");
+    let id = committed.transaction_id().to_owned();
 
     // GET /transactions/{id} through the same API.
-    let got: Value = http.get(format!("{}/transactions/{id}", e.api)).send().await.unwrap().json().await.unwrap();
-    assert_eq!(got["status"], "COMMITTED", "{got}");
+    let got = api.get(&id).await.expect("the transaction is found");
+    assert_eq!(got.state().status, Status::Committed, "{got:?}");
 
     // The push: A's commit of this transaction, as the contract's record.
-    let push = next_matching(&mut socket, "for the transfer's commit of A", |m| {
-        m["type"] == "commit" && m["transactionId"] == id.as_str() && m["key"]["entityId"] == "A"
-    })
+    let push = next_matching(
+        &mut pushes,
+        "for the transfer's commit of A",
+        |m| matches!(m, Push::Commit(c) if c.transaction_id == id && c.key["entityId"] == "A"),
+    )
     .await;
-    assert_eq!(push["table"], a.as_str(), "{push}");
-    assert_eq!(push["data"]["balance"], json!(70), "{push}");
-    assert_eq!(push["previous"]["balance"], json!(100), "{push}");
+    let Push::Commit(push) = push else { unreachable!() };
+    assert_eq!(push.table, a.as_str(), "{push:?}");
+    assert_eq!(push.data["balance"], json!(70), "{push:?}");
+    assert_eq!(push.previous["balance"], json!(100), "{push:?}");
 
     // The lake: both committed changes of the transfer, one line each.
     let deadline = Instant::now() + WAIT;
@@ -133,7 +122,7 @@ async fn drive(stack: &Stack) {
         let key = file.strip_prefix(&e.lake_dir).unwrap();
         assert_eq!(key.components().count(), 5, "S3-like key YYYY/MM/DD/HH/<object>: {}", key.display());
     }
-    socket.close(None).await.ok();
+    pushes.close().await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,13 +13,14 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_smithy_types::error::display::DisplayErrorContext;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use twopc::coordinator::Coordinator;
 use twopc::invoke::{InProcessInvoker, InvokeError, ParticipantInvoker};
 use twopc::items::DataTable;
 use twopc::model::{ParticipantRequest, ParticipantResponse};
 use twopc::participant::Participant;
 use twopc::record::TransactionStore;
+use twopc_client as client;
 
 use crate::counter::RequestCounter;
 
@@ -317,38 +318,37 @@ fn balance_update(table: &str, id: &str, delta: i64, min: Option<i64>) -> Update
 
 /// The first refusal code in a 409 body (`CONFLICT`, `CONDITION_FAILED`, ...), or `ABORTED`.
 fn refusal_code(body: &Value) -> String {
-    body["participants"]
-        .as_array()
-        .and_then(|ps| ps.iter().find_map(|p| p.get("code").and_then(Value::as_str)))
-        .unwrap_or("ABORTED")
-        .to_owned()
+    serde_json::from_value::<client::TransactionState>(body.clone())
+        .ok()
+        .and_then(|state| state.participants.into_iter().find_map(|p| p.code))
+        .map_or_else(|| "ABORTED".to_owned(), |code| code.as_str().to_owned())
 }
 
-/// `{"op": "add", ...}` on an account's balance.
-pub fn add(id: &str, delta: i64, min: Option<i64>) -> Value {
-    let mut op = json!({"op": "add", "key": {"entityId": id}, "field": "balance", "delta": delta});
-    if let Some(min) = min {
-        op["min"] = json!(min);
+/// `add` on an account's balance.
+pub fn add(id: &str, delta: i64, min: Option<i64>) -> client::Operation {
+    let add = client::op::add(id, "balance", delta);
+    match min {
+        Some(min) => add.min(min).into(),
+        None => add.into(),
     }
-    op
 }
 
-/// `{"op": "set", ...}` of `data.note` to a string of `bytes` characters.
-pub fn set_note(id: &str, bytes: usize) -> Value {
-    json!({"op": "set", "key": {"entityId": id}, "set": {"note": "b".repeat(bytes)}})
+/// `set` of `data.note` to a string of `bytes` characters.
+pub fn set_note(id: &str, bytes: usize) -> client::Operation {
+    client::op::set(id).field("note", "b".repeat(bytes)).into()
 }
 
-/// `{"op": "check", "key": ..., "exists": true}`.
-pub fn check_exists(id: &str) -> Value {
-    json!({"op": "check", "key": {"entityId": id}, "exists": true})
+/// `check` that the item exists.
+pub fn check_exists(id: &str) -> client::Operation {
+    client::op::check(id).exists(true).into()
 }
 
-pub fn participant(k: usize, operations: Vec<Value>) -> Value {
-    json!({"service": service(k), "operations": operations})
+pub fn participant(k: usize, operations: Vec<client::Operation>) -> client::Participant {
+    client::Participant { service: service(k), operations }
 }
 
-pub fn body(participants: Vec<Value>) -> Vec<u8> {
-    json!({ "participants": participants }).to_string().into_bytes()
+pub fn body(participants: Vec<client::Participant>) -> Vec<u8> {
+    client::Transaction { participants, timeout_ms: None }.body_bytes()
 }
 
 /// Moves `amount` from one account to another (two participants), guarded by `min: 0`.

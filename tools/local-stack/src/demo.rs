@@ -1,4 +1,4 @@
-//! The demo: a real WebSocket client and a real HTTP client against the local stack. Opens two
+//! The demo: the Rust client (`twopc-client`: real HTTP and a real WebSocket) against the local stack. Opens two
 //! accounts, makes a transfer that commits, one that is refused, and two that conflict, and shows
 //! for each the phases and their timings, the votes and the outcome, what the WebSocket client
 //! received and what reached the lake.
@@ -7,15 +7,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use local_stack::trace::{TraceRecorder, TransactionTrace};
 use local_stack::{Config, Mode, Stack};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use twopc_client::{Client, Outcome, ParticipantState, Push, RefusalCode, Subscription, Transaction, op, topic};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -82,45 +81,30 @@ fn short(id: &str) -> String {
     format!("{}…", &id[..id.len().min(11)])
 }
 
-/// A WebSocket client: messages are read in the background and kept until taken.
+/// A WebSocket client: pushes are kept until taken.
 struct WsClient {
-    sink: futures::stream::SplitSink<
-        tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
-        Message,
-    >,
-    incoming: mpsc::UnboundedReceiver<Value>,
-    buffer: Vec<Value>,
+    pushes: Subscription,
+    buffer: Vec<Push>,
     received: usize,
 }
 
 impl WsClient {
     async fn connect(url: &str) -> Result<WsClient, String> {
-        let (socket, _) =
-            tokio_tungstenite::connect_async(url).await.map_err(|e| format!("WebSocket connect to {url}: {e}"))?;
-        let (sink, mut stream) = socket.split();
-        let (sender, incoming) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Some(Ok(message)) = stream.next().await {
-                if let Message::Text(text) = message
-                    && let Ok(value) = serde_json::from_str::<Value>(text.as_str())
-                    && sender.send(value).is_err()
-                {
-                    break;
-                }
-            }
-        });
-        Ok(WsClient { sink, incoming, buffer: Vec::new(), received: 0 })
+        let pushes = Subscription::connect(url).await.map_err(|e| format!("WebSocket connect to {url}: {e}"))?;
+        Ok(WsClient { pushes, buffer: Vec::new(), received: 0 })
     }
 
-    /// Waits until the buffered messages satisfy `done`; false on timeout.
-    async fn wait_for(&mut self, done: impl Fn(&[Value]) -> bool) -> bool {
+    /// Waits until the buffered pushes satisfy `done`; false on timeout.
+    async fn wait_for(&mut self, done: impl Fn(&[Push]) -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + WAIT;
         while !done(&self.buffer) {
-            match tokio::time::timeout_at(deadline, self.incoming.recv()).await {
-                Ok(Some(message)) => {
+            match tokio::time::timeout_at(deadline, self.pushes.next()).await {
+                Ok(Some(Ok(push))) => {
                     self.received += 1;
-                    self.buffer.push(message);
+                    self.buffer.push(push);
                 }
+                // A message that is not JSON says nothing the demo waits for.
+                Ok(Some(Err(twopc_client::Error::Push { .. }))) => {}
                 _ => return false,
             }
         }
@@ -129,10 +113,8 @@ impl WsClient {
 
     /// Subscribes and waits for the acknowledgement (the local stack sends the function's answer back).
     async fn subscribe(&mut self, topics: &[String]) -> Result<(), String> {
-        let message = json!({"action": "subscribe", "topics": topics});
-        self.sink.send(Message::Text(message.to_string().into())).await.map_err(|e| e.to_string())?;
-        let acked =
-            |m: &Value| m.get("subscribed").is_some_and(|t| t.as_array().is_some_and(|a| a.len() == topics.len()));
+        self.pushes.subscribe(topics.iter().cloned()).await.map_err(|e| e.to_string())?;
+        let acked = |m: &Push| matches!(m, Push::Subscribed(t) if t.len() == topics.len());
         if !self.wait_for(|buffer| buffer.iter().any(acked)).await {
             return Err(format!("no answer to the subscription to {topics:?}"));
         }
@@ -140,7 +122,7 @@ impl WsClient {
         Ok(())
     }
 
-    fn take(&mut self, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
+    fn take(&mut self, keep: impl Fn(&Push) -> bool) -> Vec<Push> {
         let (taken, rest) = std::mem::take(&mut self.buffer).into_iter().partition(|m| keep(m));
         self.buffer = rest;
         taken
@@ -158,8 +140,7 @@ fn lake_lines(dir: &Path, since: SystemTime) -> Vec<(PathBuf, Value)> {
 struct Submitted {
     label: &'static str,
     id: String,
-    status: u16,
-    answer: Value,
+    outcome: Outcome,
     elapsed: Duration,
     /// Entity topics the transaction writes.
     entities: Vec<String>,
@@ -167,16 +148,15 @@ struct Submitted {
 
 impl Submitted {
     fn outcome(&self) -> &str {
-        self.answer.get("status").and_then(Value::as_str).unwrap_or("?")
+        self.outcome.state().status.as_str()
     }
     fn committed(&self) -> bool {
-        self.outcome() == "COMMITTED"
+        self.outcome.is_committed()
     }
 }
 
 struct Demo<'a> {
-    http: reqwest::Client,
-    api: String,
+    api: Client,
     ws: WsClient,
     recorder: &'a TraceRecorder,
     lambda: bool,
@@ -191,117 +171,91 @@ struct Demo<'a> {
     bob: String,
 }
 
-fn transfer(from: &str, to: &str, amount: u64) -> Value {
-    json!({"participants": [
-        {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": from}, "field": "balance", "delta": -(amount as i64), "min": 0}]},
-        {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": to}, "field": "balance", "delta": amount}]}
-    ]})
+fn transfer(from: &str, to: &str, amount: u64) -> Transaction {
+    Transaction::new()
+        .participant("service-a", [op::add(from, "balance", -(amount as i64)).min(0)])
+        .participant("service-b", [op::add(to, "balance", amount)])
 }
 
 impl Demo<'_> {
-    fn entity_topics(&self, body: &Value) -> Vec<String> {
+    fn entity_topics(&self, request: &Transaction) -> Vec<String> {
         let mut topics = Vec::new();
-        for part in body["participants"].as_array().into_iter().flatten() {
-            let table = part["service"].as_str().and_then(|s| self.tables.get(s)).cloned().unwrap_or_default();
-            for op in part["operations"].as_array().into_iter().flatten() {
-                if let Some(id) = op["key"]["entityId"].as_str() {
-                    topics.push(format!("entity:{table}:{id}"));
+        for part in &request.participants {
+            let table = self.tables.get(&part.service).cloned().unwrap_or_default();
+            for op in &part.operations {
+                if let Some(id) = op.key().attributes().get("entityId").and_then(Value::as_str) {
+                    topics.push(topic::entity(&table, id));
                 }
             }
         }
         topics
     }
 
-    /// Follows `tx:<id>` (the id its Idempotency-Key gives), then POSTs the request.
-    async fn submit(&mut self, body: &Value) -> Result<(String, Value, Vec<String>), String> {
+    /// Follows `tx:<id>` (the id its Idempotency-Key gives); the key and the entities it writes.
+    async fn submit(&mut self, request: &Transaction) -> Result<(String, Vec<String>), String> {
         self.count += 1;
         let key = format!("demo-{}-{}", self.run, self.count);
-        let id = transaction_id_for_key(&key);
-        self.ws.subscribe(&[format!("tx:{id}")]).await?;
-        Ok((key, body.clone(), self.entity_topics(body)))
+        self.ws.subscribe(&[topic::transaction(&transaction_id_for_key(&key))]).await?;
+        Ok((key, self.entity_topics(request)))
     }
 
-    async fn post(
-        http: &reqwest::Client,
-        api: &str,
-        key: &str,
-        body: &Value,
-    ) -> Result<(u16, Value, Duration), String> {
+    async fn post(api: &Client, key: &str, request: &Transaction) -> Result<(Outcome, Duration), String> {
         let started = Instant::now();
-        let response = http
-            .post(format!("{api}/transactions"))
-            .header("Idempotency-Key", key)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| format!("POST /transactions: {e}"))?;
-        let status = response.status().as_u16();
-        let answer: Value = response.json().await.map_err(|e| format!("POST /transactions answered no JSON: {e}"))?;
-        Ok((status, answer, started.elapsed()))
+        let outcome = api.submit_with_key(request, key).await.map_err(|e| format!("POST /transactions: {e}"))?;
+        Ok((outcome, started.elapsed()))
     }
 
-    async fn one(&mut self, label: &'static str, body: Value) -> Result<Submitted, String> {
-        let (key, body, entities) = self.submit(&body).await?;
-        let (status, answer, elapsed) = Self::post(&self.http, &self.api, &key, &body).await?;
-        self.finish(label, &key, status, answer, elapsed, entities)
+    async fn one(&mut self, label: &'static str, request: Transaction) -> Result<Submitted, String> {
+        let (key, entities) = self.submit(&request).await?;
+        let (outcome, elapsed) = Self::post(&self.api, &key, &request).await?;
+        Ok(self.finish(label, &key, outcome, elapsed, entities))
     }
 
-    async fn two_at_once(&mut self, a: Value, b: Value) -> Result<(Submitted, Submitted), String> {
-        let (key_a, body_a, entities_a) = self.submit(&a).await?;
-        let (key_b, body_b, entities_b) = self.submit(&b).await?;
-        let (ra, rb) = futures::join!(
-            Self::post(&self.http, &self.api, &key_a, &body_a),
-            Self::post(&self.http, &self.api, &key_b, &body_b)
-        );
-        let (sa, aa, ea) = ra?;
-        let (sb, ab, eb) = rb?;
-        Ok((self.finish("A", &key_a, sa, aa, ea, entities_a)?, self.finish("B", &key_b, sb, ab, eb, entities_b)?))
+    async fn two_at_once(&mut self, a: Transaction, b: Transaction) -> Result<(Submitted, Submitted), String> {
+        let (key_a, entities_a) = self.submit(&a).await?;
+        let (key_b, entities_b) = self.submit(&b).await?;
+        let (ra, rb) = futures::join!(Self::post(&self.api, &key_a, &a), Self::post(&self.api, &key_b, &b));
+        let (oa, ea) = ra?;
+        let (ob, eb) = rb?;
+        Ok((self.finish("A", &key_a, oa, ea, entities_a), self.finish("B", &key_b, ob, eb, entities_b)))
     }
 
     fn finish(
         &mut self,
         label: &'static str,
         key: &str,
-        status: u16,
-        answer: Value,
+        outcome: Outcome,
         elapsed: Duration,
         entities: Vec<String>,
-    ) -> Result<Submitted, String> {
-        let id = answer.get("transactionId").and_then(Value::as_str).unwrap_or_default().to_owned();
-        if id.is_empty() {
-            return Err(format!("POST /transactions answered {status} {answer}"));
-        }
+    ) -> Submitted {
+        let id = outcome.transaction_id().to_owned();
         if id != transaction_id_for_key(key) {
             eprintln!("note: the coordinator no longer derives ids from Idempotency-Key as this demo expects");
         }
-        let submitted = Submitted { label, id, status, answer, elapsed, entities };
+        let submitted = Submitted { label, id, outcome, elapsed, entities };
         if submitted.committed() {
             self.committed.push(submitted.id.clone());
         } else {
             self.aborted.push(submitted.id.clone());
         }
-        Ok(submitted)
+        submitted
     }
 
     /// The answer, the phases with their timings and votes.
     fn print_trace(&self, s: &Submitted, indent: &str) {
         println!(
             "{indent}POST /transactions → {} {} in {} ms   {}",
-            s.status,
+            s.outcome.http_status(),
             s.outcome(),
             s.elapsed.as_millis(),
             short(&s.id)
         );
-        let votes: BTreeMap<String, &Value> = s.answer["participants"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| Some((p["service"].as_str()?.to_owned(), p)))
-            .collect();
+        let votes: BTreeMap<String, &ParticipantState> =
+            s.outcome.state().participants.iter().map(|p| (p.service.clone(), p)).collect();
         let vote_text = |service: &str| {
             let Some(p) = votes.get(service) else { return "?".to_owned() };
-            let vote = p["vote"].as_str().unwrap_or("no vote");
-            match (p["code"].as_str(), p["reason"].as_str()) {
+            let vote = p.vote.as_ref().map_or("no vote", |v| v.as_str());
+            match (p.code.as_ref().map(RefusalCode::as_str), p.reason.as_deref()) {
                 (Some(code), Some(reason)) => format!("{vote} {code} ({})", clip(reason)),
                 (Some(code), None) => format!("{vote} {code}"),
                 _ => vote.to_owned(),
@@ -351,9 +305,9 @@ impl Demo<'_> {
             .ws
             .wait_for(|buffer| {
                 expected.iter().all(|(id, committed, entities)| {
-                    let of_tx = |m: &&Value| m["transactionId"] == *id;
-                    let ended = buffer.iter().filter(of_tx).any(|m| m["type"] == "transaction");
-                    let commits = buffer.iter().filter(of_tx).filter(|m| m["type"] == "commit").count();
+                    let of_tx = |m: &&Push| m.transaction_id() == Some(id.as_str());
+                    let ended = buffer.iter().filter(of_tx).any(|m| matches!(m, Push::Transaction { .. }));
+                    let commits = buffer.iter().filter(of_tx).filter(|m| matches!(m, Push::Commit(_))).count();
                     ended && (!committed || commits >= entities.len())
                 })
             })
@@ -364,27 +318,27 @@ impl Demo<'_> {
         let ids: Vec<String> = expected.iter().map(|(id, ..)| id.clone()).collect();
         let labels: BTreeMap<String, &str> = transactions.iter().map(|s| (s.id.clone(), s.label)).collect();
         let multiple = transactions.len() > 1;
-        let messages = self.ws.take(|m| m["transactionId"].as_str().is_some_and(|id| ids.iter().any(|i| i == id)));
+        let messages = self.ws.take(|m| m.transaction_id().is_some_and(|id| ids.iter().any(|i| i == id)));
         for (i, m) in messages.iter().enumerate() {
             let head = if i == 0 { "WebSocket" } else { "" };
             let who = if multiple {
-                format!("{} ", labels.get(m["transactionId"].as_str().unwrap_or_default()).copied().unwrap_or("?"))
+                format!("{} ", labels.get(m.transaction_id().unwrap_or_default()).copied().unwrap_or("?"))
             } else {
                 String::new()
             };
-            let text = match m["type"].as_str() {
-                Some("commit") => {
-                    let id = m["key"]["entityId"].as_str().unwrap_or("?");
+            let text = match m {
+                Push::Commit(c) => {
+                    let id = c.key.get("entityId").and_then(Value::as_str).unwrap_or("?");
                     format!(
                         "commit {}/{id} v{}  balance {} → {}",
-                        m["table"].as_str().unwrap_or("?"),
-                        m["version"],
-                        m["previous"]["balance"].as_number().map_or("—".to_owned(), ToString::to_string),
-                        m["data"]["balance"]
+                        c.table,
+                        c.version,
+                        c.previous["balance"].as_number().map_or("—".to_owned(), ToString::to_string),
+                        c.data["balance"]
                     )
                 }
-                Some("transaction") => format!("transaction {}", m["status"].as_str().unwrap_or("?")),
-                _ => m.to_string(),
+                Push::Transaction { status, .. } => format!("transaction {status}"),
+                other => format!("{other:?}"),
             };
             println!("{indent}{head:<10}{who}{text}");
         }
@@ -434,18 +388,17 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
     let endpoints = stack.endpoints();
     let tables = endpoints.tables.participants.clone();
     let (a, b) = (tables["service-a"].clone(), tables["service-b"].clone());
-    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let api = Client::new(&endpoints.api).map_err(|e| e.to_string())?;
     let since = SystemTime::now() - Duration::from_secs(1);
     let mut ws = WsClient::connect(&endpoints.websocket).await?;
-    let accounts = [format!("entity:{a}:alice"), format!("entity:{b}:bob")];
+    let accounts = [topic::entity(&a, "alice"), topic::entity(&b, "bob")];
 
     ws.subscribe(&accounts).await?;
     println!("\nA WebSocket client is connected to {} and follows {}.", endpoints.websocket, accounts.join(", "));
     println!("Before each request it also follows tx:<id> (the id its Idempotency-Key gives).");
 
     let mut demo = Demo {
-        http,
-        api: endpoints.api.clone(),
+        api,
         ws,
         recorder,
         lambda,
@@ -462,29 +415,34 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
 
     println!("\n1. Open two accounts: alice with 100 at service-a, bob with 20 at service-b (`put`s, ifNotExists)");
     let open = |suffix: &str| {
-        json!({"participants": [
-            {"service": "service-a", "operations": [{"op": "put", "key": {"entityId": format!("alice{suffix}")}, "data": {"owner": "Alice", "balance": 100}, "ifNotExists": true}]},
-            {"service": "service-b", "operations": [{"op": "put", "key": {"entityId": format!("bob{suffix}")}, "data": {"owner": "Bob", "balance": 20}, "ifNotExists": true}]}
-        ]})
+        Transaction::new()
+            .participant(
+                "service-a",
+                [op::put(format!("alice{suffix}"), json!({"owner": "Alice", "balance": 100})).if_not_exists()],
+            )
+            .participant(
+                "service-b",
+                [op::put(format!("bob{suffix}"), json!({"owner": "Bob", "balance": 20})).if_not_exists()],
+            )
     };
     let mut s = demo.one("open", open("")).await?;
-    if !s.committed()
-        && s.answer["participants"].as_array().into_iter().flatten().any(|p| p["code"] == "CONDITION_FAILED")
-    {
+    if !s.committed() && s.outcome.state().refused_with(&RefusalCode::ConditionFailed) {
         // Kept data from an earlier run: open fresh accounts beside the old ones.
         demo.print_trace(&s, "   ");
         let suffix = format!("-{}", &demo.run[..4]);
         println!(
             "   alice and bob exist from an earlier run (kept data): opening alice{suffix} and bob{suffix} instead"
         );
-        demo.ws.subscribe(&[format!("entity:{a}:alice{suffix}"), format!("entity:{b}:bob{suffix}")]).await?;
+        demo.ws
+            .subscribe(&[topic::entity(&a, &format!("alice{suffix}")), topic::entity(&b, &format!("bob{suffix}"))])
+            .await?;
         demo.alice = format!("alice{suffix}");
         demo.bob = format!("bob{suffix}");
         s = demo.one("open", open(&suffix)).await?;
     }
     demo.print_trace(&s, "   ");
     if !s.committed() {
-        return Err(format!("opening the accounts did not commit: {}", s.answer));
+        return Err(format!("opening the accounts did not commit: {:?}", s.outcome));
     }
     demo.expect_fanout(&[&s], "   ").await?;
     let (alice, bob) = (demo.alice.clone(), demo.bob.clone());
@@ -493,15 +451,15 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
     let s = demo.one("transfer", transfer(&alice, &bob, 30)).await?;
     demo.print_trace(&s, "   ");
     if !s.committed() {
-        return Err(format!("the transfer did not commit: {}", s.answer));
+        return Err(format!("the transfer did not commit: {:?}", s.outcome));
     }
     demo.expect_fanout(&[&s], "   ").await?;
 
     println!("\n3. alice sends 500 to bob: more than she has (the guard is min 0)");
     let refused = demo.one("refused", transfer(&alice, &bob, 500)).await?;
     demo.print_trace(&refused, "   ");
-    if refused.status != 409 {
-        return Err(format!("the overdraft was not refused: {} {}", refused.status, refused.answer));
+    if !refused.outcome.is_aborted() {
+        return Err(format!("the overdraft was not refused: {:?}", refused.outcome));
     }
     demo.expect_fanout(&[&refused], "   ").await?;
 
@@ -509,9 +467,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
     let (x, y) = demo.two_at_once(transfer(&alice, &bob, 10), transfer(&alice, &bob, 20)).await?;
     demo.print_trace(&x, "   A ");
     demo.print_trace(&y, "   B ");
-    let conflict = [&x, &y]
-        .iter()
-        .any(|s| s.answer["participants"].as_array().into_iter().flatten().any(|p| p["code"] == "CONFLICT"));
+    let conflict = [&x, &y].iter().any(|s| s.outcome.state().refused_with(&RefusalCode::Conflict));
     match (x.committed(), y.committed()) {
         (true, false) | (false, true) if conflict => println!(
             "   The first to lock the accounts won; the other's prepare found the lock of an undecided transaction and voted CONFLICT, so nothing of it was applied."

@@ -1,0 +1,239 @@
+//! The REST API over HTTP: `POST /transactions` with an `Idempotency-Key` and retries that reuse it,
+//! `GET /transactions/{id}`, SigV4-signed when the API is IAM-authorized.
+
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::provider::ProvideCredentials;
+use reqwest::{Method, Url};
+
+use crate::sign::{Signer, sign_headers};
+use crate::{Error, Outcome, Transaction};
+
+/// Answers worth another attempt: the request did not run, or it ran under a key the server dedupes.
+const RETRIED_STATUSES: [u16; 4] = [429, 502, 503, 504];
+
+/// API Gateway stops an integration at 29 s; an attempt that has not answered a little after that
+/// never will.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often and how patiently a call is tried again after a transport error, a timeout, or a 429,
+/// 502, 503 or 504. Never after any other answer: a 400, 409 or 422 is the same however often asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Attempts in all, the first included (1: no retry).
+    pub attempts: u32,
+    /// The wait before the second attempt; it doubles for each next one, up to `max_delay`. Each wait
+    /// is drawn between half of it and all of it, so clients that failed together do not retry together.
+    pub first_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry { attempts: 4, first_delay: Duration::from_millis(100), max_delay: Duration::from_secs(2) }
+    }
+}
+
+impl Retry {
+    /// One attempt only.
+    pub fn none() -> Retry {
+        Retry { attempts: 1, ..Retry::default() }
+    }
+
+    /// The wait after attempt `attempt` (1-based) failed.
+    fn delay(&self, attempt: u32) -> Duration {
+        let full = self.first_delay.saturating_mul(1 << (attempt - 1).min(16)).min(self.max_delay);
+        let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 1_000;
+        full / 2 + full / 2 * jitter as u32 / 1_000
+    }
+}
+
+/// A client of the REST API. Cheap to clone (the connection pool is shared).
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    signer: Option<Signer>,
+    retry: Retry,
+}
+
+impl Client {
+    /// A client of the API at `base_url`: `http://127.0.0.1:3000` (the local stack) or
+    /// `https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`.
+    pub fn new(base_url: &str) -> Result<Client, Error> {
+        let base = Url::parse(base_url).map_err(|e| Error::Url { url: base_url.to_owned(), message: e.to_string() })?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(Error::Url { url: base_url.to_owned(), message: "not an http(s) base URL".into() });
+        }
+        let mut http = reqwest::Client::builder().timeout(ATTEMPT_TIMEOUT);
+        // A proxy from the environment cannot reach this machine's loopback.
+        let loopback = match base.host_str() {
+            Some("localhost") => true,
+            Some(host) => host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
+            None => false,
+        };
+        if loopback {
+            http = http.no_proxy();
+        }
+        let http = http.build().map_err(Error::Transport)?;
+        Ok(Client { http, base, signer: None, retry: Retry::default() })
+    }
+
+    /// Signs every request with SigV4 for an IAM-authorized API in `region`, with credentials from
+    /// `credentials` (a provider, or fixed `Credentials`).
+    pub fn with_iam(self, region: impl Into<String>, credentials: impl ProvideCredentials + 'static) -> Client {
+        self.with_signer(Signer::new(region, credentials))
+    }
+
+    pub fn with_signer(mut self, signer: Signer) -> Client {
+        self.signer = Some(signer);
+        self
+    }
+
+    pub fn with_retry(mut self, retry: Retry) -> Client {
+        self.retry = retry;
+        self
+    }
+
+    /// Uses this HTTP client (its own timeouts, proxies, TLS settings).
+    pub fn with_http_client(mut self, http: reqwest::Client) -> Client {
+        self.http = http;
+        self
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.base.as_str()
+    }
+
+    /// `POST /transactions` under a fresh `Idempotency-Key`, retried under the same key: however many
+    /// attempts reach the server, the transaction runs once.
+    pub async fn submit(&self, transaction: &Transaction) -> Result<Outcome, Error> {
+        self.submit_with_key(transaction, &uuid::Uuid::new_v4().to_string()).await
+    }
+
+    /// `POST /transactions` under the caller's `Idempotency-Key` (1 to 255 characters), for a caller
+    /// that retries the same business operation across restarts: the same key and body always get the
+    /// first execution's outcome. The same key with another body is [`Error::IdempotencyKeyReused`].
+    pub async fn submit_with_key(&self, transaction: &Transaction, key: &str) -> Result<Outcome, Error> {
+        let body = transaction.body_bytes();
+        let (status, answer) =
+            self.call(Method::POST, self.url(&["transactions"]), Some(&body), Some(key), self.retry).await?;
+        Outcome::from_response(status, &answer)
+    }
+
+    /// `POST /transactions` without a key, one attempt: the server's fastest path (no record before the
+    /// decision), but a lost answer cannot be asked again, so nothing is retried.
+    pub async fn submit_unkeyed(&self, transaction: &Transaction) -> Result<Outcome, Error> {
+        let body = transaction.body_bytes();
+        let (status, answer) =
+            self.call(Method::POST, self.url(&["transactions"]), Some(&body), None, Retry::none()).await?;
+        Outcome::from_response(status, &answer)
+    }
+
+    /// `GET /transactions/{id}`: the outcome so far; [`Error::NotFound`] for an unknown id.
+    pub async fn get(&self, transaction_id: &str) -> Result<Outcome, Error> {
+        let (status, answer) =
+            self.call(Method::GET, self.url(&["transactions", transaction_id]), None, None, self.retry).await?;
+        Outcome::from_response(status, &answer)
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut().expect("checked to be a base in new").pop_if_empty().extend(segments);
+        url
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&[u8]>,
+        key: Option<&str>,
+        retry: Retry,
+    ) -> Result<(u16, Vec<u8>), Error> {
+        let mut attempt = 1;
+        loop {
+            let result = self.attempt(&method, &url, body, key).await;
+            let again = match &result {
+                Ok((status, _)) => RETRIED_STATUSES.contains(status),
+                Err(Error::Transport(_)) => true,
+                Err(_) => false,
+            };
+            if !again || attempt >= retry.attempts {
+                return result;
+            }
+            tokio::time::sleep(retry.delay(attempt)).await;
+            attempt += 1;
+        }
+    }
+
+    async fn attempt(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&[u8]>,
+        key: Option<&str>,
+    ) -> Result<(u16, Vec<u8>), Error> {
+        let mut headers: Vec<(&str, &str)> = Vec::new();
+        if body.is_some() {
+            headers.push(("content-type", "application/json"));
+        }
+        if let Some(key) = key {
+            headers.push(("idempotency-key", key));
+        }
+        let mut request = self.http.request(method.clone(), url.clone());
+        for (name, value) in &headers {
+            request = request.header(*name, *value);
+        }
+        // Signed per attempt: each carries its own time.
+        if let Some(signer) = &self.signer {
+            let credentials = signer.credentials().await?;
+            let signed = sign_headers(
+                method.as_str(),
+                url.as_str(),
+                &headers,
+                body.unwrap_or_default(),
+                signer.region(),
+                &credentials,
+                SystemTime::now(),
+            )?;
+            for (name, value) in signed {
+                request = request.header(name, value);
+            }
+        }
+        if let Some(body) = body {
+            request = request.body(body.to_vec());
+        }
+        let response = request.send().await.map_err(Error::Transport)?;
+        let status = response.status().as_u16();
+        let answer = response.bytes().await.map_err(Error::Transport)?;
+        Ok((status, answer.to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_double_up_to_the_cap_with_jitter_below_each() {
+        let retry = Retry { attempts: 10, first_delay: Duration::from_millis(100), max_delay: Duration::from_secs(1) };
+        for (attempt, full) in [(1, 100), (2, 200), (3, 400), (4, 800), (5, 1000), (9, 1000)] {
+            let delay = retry.delay(attempt);
+            let full = Duration::from_millis(full);
+            assert!(delay >= full / 2 && delay <= full, "attempt {attempt}: {delay:?}");
+        }
+    }
+
+    #[test]
+    fn urls_keep_the_stage_and_encode_the_id() {
+        let client = Client::new("https://abc.execute-api.eu-west-1.amazonaws.com/prod").unwrap();
+        assert_eq!(
+            client.url(&["transactions"]).as_str(),
+            "https://abc.execute-api.eu-west-1.amazonaws.com/prod/transactions"
+        );
+        let client = Client::new("http://127.0.0.1:3000/").unwrap();
+        assert_eq!(client.url(&["transactions", "a/b c"]).as_str(), "http://127.0.0.1:3000/transactions/a%2Fb%20c");
+        assert!(matches!(Client::new("ftp://x"), Err(Error::Url { .. })));
+    }
+}

@@ -1,0 +1,68 @@
+use crate::answer::{ApiError, ErrorCode};
+
+/// Everything that can stop a call short of an [`Outcome`](crate::Outcome). An aborted transaction
+/// is an outcome, not an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// 400: the request is invalid (the message says what is wrong); nothing was written.
+    #[error("invalid request: {0}")]
+    Invalid(ApiError),
+    /// 422: the `Idempotency-Key` was used before with another body.
+    #[error("Idempotency-Key reused with another body: {0}")]
+    IdempotencyKeyReused(ApiError),
+    /// 404: no such transaction (`GET`), or an unknown route.
+    #[error("not found: {0}")]
+    NotFound(ApiError),
+    /// 503 on every attempt: the transaction store could not be reached. With a `transaction_id`, the
+    /// message says whether the outcome is known; `GET` it later.
+    #[error("unavailable{}: {error}", transaction_id.as_ref().map(|id| format!(" ({id})")).unwrap_or_default())]
+    Unavailable { transaction_id: Option<String>, error: ApiError },
+    /// Any other status (after the retries, for 429, 502 and 504), with the body as text.
+    #[error("HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    /// The server could not be reached or did not answer in time, on every attempt.
+    #[error("transport: {0}")]
+    Transport(#[source] reqwest::Error),
+    /// A 200, 202 or 409 whose body is not a transaction.
+    #[error("HTTP {status} answered a body that is not a transaction ({message}): {body}")]
+    Decode { status: u16, message: String, body: String },
+    /// The URL cannot be called or signed.
+    #[error("invalid URL {url}: {message}")]
+    Url { url: String, message: String },
+    /// No credentials to sign with.
+    #[error("credentials: {0}")]
+    Credentials(#[source] aws_credential_types::provider::error::CredentialsError),
+    #[error("signing: {0}")]
+    Signing(String),
+    /// No TLS configuration for `wss://` (no root certificates on this system).
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("WebSocket: {0}")]
+    WebSocket(#[source] tokio_tungstenite::tungstenite::Error),
+    /// A WebSocket message that is not JSON.
+    #[error("WebSocket message is not JSON ({message}): {text}")]
+    Push { message: String, text: String },
+}
+
+impl Error {
+    /// The typed error of a status other than 200, 202 and 409.
+    pub(crate) fn from_status(status: u16, body: &[u8]) -> Error {
+        let (error, transaction_id) = ApiError::parse(body);
+        match status {
+            400 => Error::Invalid(error),
+            404 => Error::NotFound(error),
+            422 => Error::IdempotencyKeyReused(error),
+            503 => Error::Unavailable { transaction_id, error },
+            _ => Error::Status { status, body: String::from_utf8_lossy(body).into_owned() },
+        }
+    }
+
+    /// The error answer's code, for the errors that carry one.
+    pub fn code(&self) -> Option<&ErrorCode> {
+        match self {
+            Error::Invalid(e) | Error::IdempotencyKeyReused(e) | Error::NotFound(e) => Some(&e.code),
+            Error::Unavailable { error, .. } => Some(&error.code),
+            _ => None,
+        }
+    }
+}

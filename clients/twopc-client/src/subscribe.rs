@@ -1,0 +1,231 @@
+//! The WebSocket API: follow entities and transactions, receive their commits and outcomes as typed
+//! pushes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use futures::{SinkExt, Stream};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
+
+use crate::Error;
+use crate::answer::{ApiError, Status};
+
+/// Topic names.
+pub mod topic {
+    /// `entity:<table>:<entityId>`: every commit that changes the item.
+    pub fn entity(table: &str, entity_id: &str) -> String {
+        format!("entity:{table}:{entity_id}")
+    }
+    /// `tx:<transactionId>`: the transaction's outcome when it ends.
+    pub fn transaction(transaction_id: &str) -> String {
+        format!("tx:{transaction_id}")
+    }
+}
+
+crate::answer::code_enum! {
+    /// What a commit did to the item.
+    Change {
+        Insert = "INSERT",
+        Modify = "MODIFY",
+        Remove = "REMOVE",
+    }
+}
+
+/// A committed change (`{"type": "commit", ...}`), with the fields of its lake record.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Commit {
+    /// Delivery is at least once: the same change may come twice, with the same `event_id`.
+    pub event_id: String,
+    pub transaction_id: String,
+    pub service: String,
+    pub table: String,
+    pub key: Map<String, Value>,
+    pub change: Change,
+    /// The item's version after the commit.
+    pub version: u64,
+    /// RFC 3339.
+    pub committed_at: String,
+    /// The item's data after the commit; null for a removal.
+    #[serde(default)]
+    pub data: Value,
+    /// The data before; null for an insert.
+    #[serde(default)]
+    pub previous: Value,
+}
+
+/// A message of the WebSocket API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Push {
+    /// A commit that changed a followed entity (boxed: it is much the largest message).
+    Commit(Box<Commit>),
+    /// A followed transaction ended (`COMMITTED` or `ABORTED`).
+    Transaction {
+        transaction_id: String,
+        status: Status,
+    },
+    /// Acknowledges a subscription. The local stack sends it; the deployed API has no route
+    /// responses, so there it never comes.
+    Subscribed(Vec<String>),
+    Unsubscribed(Vec<String>),
+    /// A message the API refused (a malformed topic, for example); local stack only, as above.
+    Error(ApiError),
+    /// A message this version of the client does not know.
+    Other(Value),
+}
+
+impl Push {
+    pub fn parse(text: &str) -> Result<Push, Error> {
+        let invalid = |e: serde_json::Error| Error::Push { message: e.to_string(), text: text.to_owned() };
+        let value: Value = serde_json::from_str(text).map_err(invalid)?;
+        let strings = |v: &Value| serde_json::from_value::<Vec<String>>(v.clone()).ok();
+        let push = match value["type"].as_str() {
+            Some("commit") => Push::Commit(Box::new(serde_json::from_value(value).map_err(invalid)?)),
+            Some("transaction") => match (value["transactionId"].as_str(), value["status"].as_str()) {
+                (Some(id), Some(status)) => Push::Transaction { transaction_id: id.to_owned(), status: status.into() },
+                _ => Push::Other(value),
+            },
+            _ => {
+                if let Some(topics) = value.get("subscribed").and_then(strings) {
+                    Push::Subscribed(topics)
+                } else if let Some(topics) = value.get("unsubscribed").and_then(strings) {
+                    Push::Unsubscribed(topics)
+                } else if value["error"].is_object() {
+                    Push::Error(ApiError::parse(text.as_bytes()).0)
+                } else {
+                    Push::Other(value)
+                }
+            }
+        };
+        Ok(push)
+    }
+
+    /// The transaction a commit or an outcome belongs to.
+    pub fn transaction_id(&self) -> Option<&str> {
+        match self {
+            Push::Commit(c) => Some(&c.transaction_id),
+            Push::Transaction { transaction_id, .. } => Some(transaction_id),
+            _ => None,
+        }
+    }
+}
+
+/// An open connection to the WebSocket API: a [`Stream`] of pushes, and the subscriptions to change
+/// what it follows.
+pub struct Subscription {
+    socket: WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>,
+}
+
+/// Connects to `url` and follows `topics` (see [`topic`]).
+pub async fn subscribe<T: Into<String>>(url: &str, topics: impl IntoIterator<Item = T>) -> Result<Subscription, Error> {
+    let mut subscription = Subscription::connect(url).await?;
+    subscription.subscribe(topics).await?;
+    Ok(subscription)
+}
+
+impl Subscription {
+    /// Connects to `ws://…` or `wss://…`; an IAM-authorized API needs the URL presigned
+    /// ([`presign_websocket_url`](crate::presign_websocket_url)).
+    pub async fn connect(url: &str) -> Result<Subscription, Error> {
+        let connector = if url.starts_with("wss://") { Some(Connector::Rustls(tls_config()?)) } else { None };
+        let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(url, None, false, connector)
+            .await
+            .map_err(Error::WebSocket)?;
+        Ok(Subscription { socket })
+    }
+
+    pub async fn subscribe<T: Into<String>>(&mut self, topics: impl IntoIterator<Item = T>) -> Result<(), Error> {
+        self.send("subscribe", topics).await
+    }
+
+    pub async fn unsubscribe<T: Into<String>>(&mut self, topics: impl IntoIterator<Item = T>) -> Result<(), Error> {
+        self.send("unsubscribe", topics).await
+    }
+
+    async fn send<T: Into<String>>(&mut self, action: &str, topics: impl IntoIterator<Item = T>) -> Result<(), Error> {
+        let topics: Vec<String> = topics.into_iter().map(Into::into).collect();
+        let message = json!({"action": action, "topics": topics});
+        self.socket.send(Message::Text(message.to_string().into())).await.map_err(Error::WebSocket)
+    }
+
+    /// Closes the connection (the server then drops its subscriptions).
+    pub async fn close(mut self) -> Result<(), Error> {
+        self.socket.close(None).await.map_err(Error::WebSocket)
+    }
+}
+
+impl Stream for Subscription {
+    type Item = Result<Push, Error>;
+
+    /// The next push; `None` once the connection is closed. Pings are answered by the socket itself.
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            let text = match ready!(Pin::new(&mut self.socket).poll_next(cx)) {
+                None | Some(Ok(Message::Close(_))) => return Poll::Ready(None),
+                Some(Err(e)) => return Poll::Ready(Some(Err(Error::WebSocket(e)))),
+                Some(Ok(Message::Text(text))) => text.as_str().to_owned(),
+                Some(Ok(Message::Binary(bytes))) => String::from_utf8_lossy(&bytes).into_owned(),
+                Some(Ok(_)) => continue,
+            };
+            return Poll::Ready(Some(Push::parse(&text)));
+        }
+    }
+}
+
+/// TLS for `wss://` with an explicit crypto provider: tokio-tungstenite's own default asks rustls for
+/// the process-wide provider, which panics when the application links two of them (the AWS SDK brings
+/// aws-lc-rs, reqwest ring).
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    let found = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        return Err(Error::Tls(format!("no root certificates found on this system: {:?}", found.errors)));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_push_is_typed() {
+        let commit = r#"{"type":"commit","eventId":"e1","transactionId":"tx-1","service":"service-a","table":"service-a-data","key":{"entityId":"A"},"change":"MODIFY","version":2,"committedAt":"2026-01-01T00:00:00Z","data":{"balance":70.5},"previous":{"balance":100},"later":true}"#;
+        let Push::Commit(c) = Push::parse(commit).unwrap() else { panic!() };
+        assert_eq!((c.change, c.version, c.key["entityId"].as_str()), (Change::Modify, 2, Some("A")));
+        assert_eq!(c.data["balance"].to_string(), "70.5");
+        let removed = r#"{"type":"commit","eventId":"e2","transactionId":"tx-1","service":"s","table":"t","key":{"entityId":"A"},"change":"REMOVE","version":3,"committedAt":"x","data":null,"previous":{"a":1}}"#;
+        let Push::Commit(c) = Push::parse(removed).unwrap() else { panic!() };
+        assert_eq!((c.change, c.data), (Change::Remove, Value::Null));
+        assert_eq!(
+            Push::parse(r#"{"type":"transaction","transactionId":"tx-1","status":"ABORTED"}"#).unwrap(),
+            Push::Transaction { transaction_id: "tx-1".into(), status: Status::Aborted }
+        );
+        assert_eq!(Push::parse(r#"{"subscribed":["tx:1"]}"#).unwrap(), Push::Subscribed(vec!["tx:1".into()]));
+        assert_eq!(Push::parse(r#"{"unsubscribed":[]}"#).unwrap(), Push::Unsubscribed(vec![]));
+        let Push::Error(e) =
+            Push::parse(r#"{"error":{"code":"INVALID_REQUEST","message":"topics is empty"}}"#).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(e.message, "topics is empty");
+        assert_eq!(Push::parse(r#"{"type":"gossip"}"#).unwrap(), Push::Other(json!({"type": "gossip"})));
+        assert!(matches!(Push::parse("not json"), Err(Error::Push { .. })));
+    }
+
+    #[test]
+    fn the_wss_tls_config_builds_with_two_providers_linked() {
+        // This workspace links both ring and aws-lc-rs into rustls, as an application on the AWS SDK does.
+        tls_config().unwrap();
+    }
+}
