@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use twopc::model::{Action, ParticipantRequest};
+use twopc_client::{Operation, Transaction, op};
 use twopc_tests::{EdgeFault, TestEnv};
 
 fn a(id: &str) -> (&'static str, &str) {
@@ -75,18 +76,14 @@ async fn insufficient_funds_abort_with_a_readable_reason_and_change_nothing() {
 async fn missing_items_are_not_found_and_if_not_exists_refuses_an_existing_item() {
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "10").await;
-    let cases = [
-        (json!({"op": "set", "key": {"entityId": "ghost"}, "set": {"name": "x"}}), "NOT_FOUND"),
-        (json!({"op": "add", "key": {"entityId": "ghost"}, "field": "balance", "delta": 1}), "NOT_FOUND"),
-        (json!({"op": "delete", "key": {"entityId": "ghost"}}), "NOT_FOUND"),
-        (
-            json!({"op": "put", "key": {"entityId": "A"}, "data": {"balance": 0}, "ifNotExists": true}),
-            "CONDITION_FAILED",
-        ),
+    let cases: [(Operation, &str); 4] = [
+        (op::set("ghost").field("name", "x").into(), "NOT_FOUND"),
+        (op::add("ghost", "balance", 1).into(), "NOT_FOUND"),
+        (op::delete("ghost").into(), "NOT_FOUND"),
+        (op::put("A", json!({"balance": 0})).if_not_exists().into(), "CONDITION_FAILED"),
     ];
     for (op, code) in cases {
-        let (status, body) =
-            env.post(&json!({"participants": [{"service": "service-a", "operations": [op]}]}), None).await;
+        let (status, body) = env.post(&Transaction::new().participant("service-a", [op]).to_json(), None).await;
         assert_eq!(status, 409, "{body}");
         assert_eq!(body["participants"][0]["code"], code, "{body}");
     }
@@ -95,18 +92,15 @@ async fn missing_items_are_not_found_and_if_not_exists_refuses_an_existing_item(
     assert_no_locks(&env).await;
 
     // put creates, set changes, delete removes: each a commit with its version.
-    let body = json!({"participants": [{"service": "service-a", "operations": [
-        {"op": "put", "key": {"entityId": "N"}, "data": {"name": "new", "tags": ["x"]}, "ifNotExists": true}]}]});
+    let on_a = |op: Operation| Transaction::new().participant("service-a", [op]).to_json();
+    let body = on_a(op::put("N", json!({"name": "new", "tags": ["x"]})).if_not_exists().into());
     assert_eq!(env.post(&body, None).await.0, 200);
-    let body = json!({"participants": [{"service": "service-a", "operations": [
-        {"op": "set", "key": {"entityId": "N"}, "set": {"name": "renamed"}}]}]});
+    let body = on_a(op::set("N").field("name", "renamed").into());
     assert_eq!(env.post(&body, None).await.0, 200);
     let item = env.item("service-a", "N").await.unwrap();
     assert_eq!(item["data"], json!({"name": "renamed", "tags": ["x"]}));
     assert_eq!(item["version"], json!(2));
-    let body =
-        json!({"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "N"}}]}]});
-    assert_eq!(env.post(&body, None).await.0, 200);
+    assert_eq!(env.post(&on_a(op::delete("N").into()), None).await.0, 200);
     assert!(env.item("service-a", "N").await.is_none());
 }
 
@@ -156,12 +150,12 @@ async fn twenty_concurrent_transfers_among_five_accounts_conserve_the_total() {
             let to = accounts[(i * 3 + 1) % 5];
             let to = if to == from { accounts[(i + 1) % 5] } else { to };
             let amount = 10 + (i * 7) % 50;
-            let debit = json!({"op": "add", "key": {"entityId": from.1}, "field": "balance", "delta": -(amount as i64), "min": 0});
-            let credit = json!({"op": "add", "key": {"entityId": to.1}, "field": "balance", "delta": amount});
+            let debit = op::add(from.1, "balance", -(amount as i64)).min(0);
+            let credit = op::add(to.1, "balance", amount);
             if from.0 == to.0 {
-                json!({"participants": [{"service": from.0, "operations": [debit, credit]}]})
+                Transaction::new().participant(from.0, [debit, credit]).to_json()
             } else {
-                json!({"participants": [{"service": from.0, "operations": [debit]}, {"service": to.0, "operations": [credit]}]})
+                Transaction::new().participant(from.0, [debit]).participant(to.0, [credit]).to_json()
             }
         })
         .collect();
@@ -418,12 +412,9 @@ async fn eight_participants_commit_and_their_prepares_overlap() {
         // Each prepare takes at least 100 ms: one after another they could not overlap.
         env.invoker.set(service, Action::Prepare, EdgeFault::Delay(Duration::from_millis(100)));
     }
-    let participants: Vec<Value> = names
-        .iter()
-        .map(|s| json!({"service": s, "operations": [{"op": "add", "key": {"entityId": "X"}, "field": "balance", "delta": 1}]}))
-        .collect();
+    let transaction = names.iter().fold(Transaction::new(), |t, s| t.participant(*s, [op::add("X", "balance", 1)]));
 
-    let (status, body) = env.post(&json!({"participants": participants}), None).await;
+    let (status, body) = env.post(&transaction.to_json(), None).await;
 
     assert_eq!(status, 200, "{body}");
     let prepares: Vec<_> = env.invoker.calls().into_iter().filter(|c| c.action == Action::Prepare).collect();
@@ -474,9 +465,9 @@ async fn a_sole_participant_commits_in_one_phase_and_a_lost_reply_still_gets_the
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
     env.put_account("service-a", "B", "0").await;
-    let transfer = json!({"participants": [{"service": "service-a", "operations": [
-        {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -10, "min": 0},
-        {"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 10}]}]});
+    let transfer = Transaction::new()
+        .participant("service-a", [op::add("A", "balance", -10).min(0), op::add("B", "balance", 10)])
+        .to_json();
 
     let (status, body) = env.post(&transfer, None).await;
     assert_eq!(status, 200, "{body}");
@@ -508,29 +499,26 @@ async fn every_operation_form_prepares_and_commits_in_both_phases() {
     env.put_account("service-a", "A", "10").await;
     env.put_account("service-b", "B", "10").await;
     // Each form alone on service-a (one phase, or two for delete) and beside a write on service-b (two phases).
-    let forms = [
-        json!({"op": "put", "key": {"entityId": "P"}, "data": {"n": 1}}),
-        json!({"op": "put", "key": {"entityId": "P"}, "data": {"n": 2}}),
-        json!({"op": "put", "key": {"entityId": "Q"}, "data": {"n": 1}, "ifNotExists": true}),
-        json!({"op": "set", "key": {"entityId": "P"}, "set": {"n": 3, "m": "x"}}),
-        json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1}),
-        json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1, "min": 0, "max": 100}),
-        json!({"op": "check", "key": {"entityId": "A"}}),
-        json!({"op": "check", "key": {"entityId": "A"}, "exists": true}),
-        json!({"op": "check", "key": {"entityId": "missing"}, "exists": false}),
-        json!({"op": "delete", "key": {"entityId": "Q"}}),
+    let forms: [Operation; 10] = [
+        op::put("P", json!({"n": 1})).into(),
+        op::put("P", json!({"n": 2})).into(),
+        op::put("Q", json!({"n": 1})).if_not_exists().into(),
+        op::set("P").field("n", 3).field("m", "x").into(),
+        op::add("A", "balance", 1).into(),
+        op::add("A", "balance", -1).min(0).max(100).into(),
+        op::check("A").into(),
+        op::check("A").exists(true).into(),
+        op::check("missing").exists(false).into(),
+        op::delete("Q").into(),
     ];
-    for (i, form) in forms.iter().enumerate() {
-        let alone = json!({"participants": [{"service": "service-a", "operations": [form]}]});
-        let (status, body) = env.post(&alone, None).await;
+    for (i, form) in forms.into_iter().enumerate() {
+        let alone = Transaction::new().participant("service-a", [form.clone()]);
+        let (status, body) = env.post(&alone.to_json(), None).await;
         assert_eq!(status, 200, "form {i} alone: {body}");
-        let beside = json!({"participants": [
-            {"service": "service-a", "operations": [form]},
-            {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 1}]}
-        ]});
-        if form["op"] == "delete" || (form["op"] == "put" && form["ifNotExists"] == true) {
+        if matches!(&form, Operation::Delete(_) | Operation::Put(op::Put { if_not_exists: Some(true), .. })) {
             continue;
         }
+        let beside = alone.participant("service-b", [op::add("B", "balance", 1)]).to_json();
         let (status, body) = env.post(&beside, None).await;
         assert_eq!(status, 200, "form {i} beside another participant: {body}");
     }
@@ -608,9 +596,9 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
 async fn a_sole_participant_with_the_most_operations_allowed_commits() {
     let env = TestEnv::new().await;
     // 100 operations fill a TransactWriteItems: no room for the record, so this one takes two phases.
-    let operations: Vec<Value> =
-        (0..100).map(|i| json!({"op": "put", "key": {"entityId": format!("bulk-{i}")}, "data": {"n": i}})).collect();
-    let body = json!({"participants": [{"service": "service-a", "operations": operations}]});
+    let body = Transaction::new()
+        .participant("service-a", (0..100).map(|i| op::put(format!("bulk-{i}"), json!({"n": i}))))
+        .to_json();
 
     let (status, answer) = env.post(&body, None).await;
 
