@@ -143,6 +143,27 @@ fn statuses_votes_and_refusal_codes_are_the_cores() {
     assert_eq!(strings(&schema(&spec, "RefusalCode")["enum"]), names(RefusalCode::ALL));
 }
 
+/// The typed client's codes are the spec's: a code the server answers is never `Other` to it.
+#[test]
+fn the_clients_codes_are_the_specs() {
+    let spec = spec();
+    let texts = |all: Vec<String>| all.into_iter().collect::<BTreeSet<_>>();
+    assert_eq!(
+        strings(&schema(&spec, "ErrorCode")["enum"]),
+        texts(twopc_client::ErrorCode::ALL.iter().map(|c| c.as_str().to_owned()).collect())
+    );
+    assert_eq!(
+        strings(&schema(&spec, "RefusalCode")["enum"]),
+        texts(twopc_client::RefusalCode::ALL.iter().map(|c| c.as_str().to_owned()).collect())
+    );
+    assert_eq!(
+        strings(&schema(&spec, "Vote")["enum"]),
+        texts(twopc_client::Vote::ALL.iter().map(|c| c.as_str().to_owned()).collect())
+    );
+    let statuses = texts(twopc_client::Status::ALL.iter().map(|c| c.as_str().to_owned()).collect());
+    assert!(strings(&schema(&spec, "Status")["enum"]).is_subset(&statuses), "{statuses:?}");
+}
+
 #[test]
 fn every_example_is_valid_and_request_examples_are_accepted_by_the_parser() {
     let spec = spec();

@@ -20,6 +20,9 @@ macro_rules! code_enum {
         }
 
         impl $name {
+            /// Every code this client knows.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
             pub fn as_str(&self) -> &str {
                 match self {
                     $($name::$variant => $text,)*
@@ -100,14 +103,23 @@ code_enum! {
     /// The `code` of an error answer (`{"error": {"code", "message"}}`).
     ErrorCode {
         InvalidRequest = "INVALID_REQUEST",
-        /// A DynamoDB limit the commit would meet (the message names it).
-        LimitExceeded = "LIMIT_EXCEEDED",
         MalformedJson = "MALFORMED_JSON",
+        BodyTooLarge = "BODY_TOO_LARGE",
         NoParticipants = "NO_PARTICIPANTS",
         NoOperations = "NO_OPERATIONS",
+        /// A service that is not in the coordinator's registry.
+        UnknownService = "UNKNOWN_SERVICE",
+        DuplicateService = "DUPLICATE_SERVICE",
+        UnknownOperation = "UNKNOWN_OPERATION",
+        DuplicateItem = "DUPLICATE_ITEM",
+        /// A DynamoDB limit the commit would meet (the message names it).
+        LimitExceeded = "LIMIT_EXCEEDED",
         InvalidIdempotencyKey = "INVALID_IDEMPOTENCY_KEY",
-        IdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED",
         NotFound = "NOT_FOUND",
+        MethodNotAllowed = "METHOD_NOT_ALLOWED",
+        IdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED",
+        /// The coordinator stopped while driving the transaction (injected faults in tests only).
+        Crashed = "CRASHED",
         Unavailable = "UNAVAILABLE",
     }
 }
