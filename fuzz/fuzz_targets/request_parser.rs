@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use twopc::fanout::connections::{ConnectionRequest, parse_request};
 use twopc::fanout::topic::{MAX_TOPIC_BYTES, Topic};
-use twopc::model::{Operation, ParticipantRequest, TransactionRequest};
+use twopc::model::{MAX_BODY_BYTES, Operation, ParticipantRequest, TransactionRequest};
 use twopc::participant::parse_operations;
 
 fn is_registered(service: &str) -> bool {
@@ -40,6 +40,10 @@ fn check_transaction_request(data: &[u8]) {
 
     let wire = wire_form(&request);
     for text in [serde_json::to_vec(&wire).unwrap(), serde_json::to_vec_pretty(&wire).unwrap()] {
+        // Indentation can take a deeply nested request past the body limit, which is no defect.
+        if text.len() > MAX_BODY_BYTES {
+            continue;
+        }
         let again = TransactionRequest::parse(&text, is_registered).unwrap_or_else(|e| {
             panic!("the wire form of an accepted request is refused: {e}\n{}", String::from_utf8_lossy(&text))
         });
