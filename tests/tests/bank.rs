@@ -41,6 +41,7 @@ use bigdecimal::BigDecimal;
 use serde_json::{Value, json};
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::model::Action;
+use twopc_client::{Transaction, op};
 use twopc_tests::dynamo_faults::{INJECTED_INTERNAL_MESSAGE, INJECTED_RESET_MESSAGE, INJECTED_THROTTLING_MESSAGE};
 use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, FaultyInvoker, Rule, TestEnv, call_coordinator, rest_event};
 
@@ -160,33 +161,31 @@ const TIMEOUTS: [Duration; 4] = [
 ];
 
 fn transfer_body(from: (&str, &str), to: (&str, &str), amount: u64, timeout_ms: u64) -> Value {
-    let debit =
-        json!({"op": "add", "key": {"entityId": from.1}, "field": "balance", "delta": -(amount as i64), "min": 0});
-    let credit = json!({"op": "add", "key": {"entityId": to.1}, "field": "balance", "delta": amount});
-    let participants = if from.0 == to.0 {
-        json!([{"service": from.0, "operations": [debit, credit]}])
+    let debit = op::add(from.1, "balance", -(amount as i64)).min(0);
+    let credit = op::add(to.1, "balance", amount);
+    let transfer = if from.0 == to.0 {
+        Transaction::new().participant(from.0, [debit, credit])
     } else {
-        json!([{"service": from.0, "operations": [debit]}, {"service": to.0, "operations": [credit]}])
+        Transaction::new().participant(from.0, [debit]).participant(to.0, [credit])
     };
-    json!({"participants": participants, "timeoutMs": timeout_ms})
+    transfer.timeout_ms(timeout_ms).to_json()
 }
 
 /// A `set` near one of DynamoDB's limits, on an account's other fields (never its balance): hundreds of
 /// fields (the commit's expression nears, and may pass, 4 KB) or a string of up to 190 KB (three such
 /// notes on one item near, and may pass, 400 KB).
-fn near_limit_set(rng: &mut Rng, account: &str, many_fields: bool) -> Value {
-    let set: serde_json::Map<String, Value> = if many_fields {
+fn near_limit_set(rng: &mut Rng, account: &str, many_fields: bool) -> op::Set {
+    if many_fields {
         let fields = rng.between(40, 400);
         let base = rng.below(1000);
-        (0..fields).map(|i| (format!("f{i}"), json!(base + i))).collect()
+        (0..fields).fold(op::set(account), |set, i| set.field(format!("f{i}"), base + i))
     } else {
         let size = rng.between(40_000, 190_000) as usize;
         let letter = (b'a' + rng.below(26) as u8) as char;
         let mut note = format!("{letter}{}", rng.next());
         note.extend(std::iter::repeat_n(letter, size - note.len()));
-        [(format!("note{}", rng.below(3)), json!(note))].into_iter().collect()
-    };
-    json!({"op": "set", "key": {"entityId": account}, "set": set})
+        op::set(account).field(format!("note{}", rng.below(3)), note)
+    }
 }
 
 /// One or two `set`s near DynamoDB's limits: on one service (one phase) or two (two phases), at most
@@ -195,17 +194,16 @@ fn near_limit_body(rng: &mut Rng, timeout_ms: u64) -> Value {
     let a = ACCOUNTS[rng.below(5) as usize];
     let b = ACCOUNTS[5 + rng.below(5) as usize];
     let large_first = rng.below(2) == 0;
-    let participants = if rng.below(2) == 0 {
+    let request = if rng.below(2) == 0 {
         let (service, account) = if rng.below(2) == 0 { a } else { b };
         let many_fields = rng.below(2) == 0;
-        json!([{"service": service, "operations": [near_limit_set(rng, account, many_fields)]}])
+        Transaction::new().participant(service, [near_limit_set(rng, account, many_fields)])
     } else {
-        json!([
-            {"service": a.0, "operations": [near_limit_set(rng, a.1, !large_first)]},
-            {"service": b.0, "operations": [near_limit_set(rng, b.1, large_first)]}
-        ])
+        let first = near_limit_set(rng, a.1, !large_first);
+        let second = near_limit_set(rng, b.1, large_first);
+        Transaction::new().participant(a.0, [first]).participant(b.0, [second])
     };
-    json!({"participants": participants, "timeoutMs": timeout_ms})
+    request.timeout_ms(timeout_ms).to_json()
 }
 
 /// The DynamoDB faults of a run: every kind, on any table and operation, each at `per_mille` per request;

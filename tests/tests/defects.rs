@@ -14,6 +14,7 @@ use twopc::coordinator::Coordinator;
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::invoke::{InvokeError, ParticipantInvoker};
 use twopc::model::{Action, ParticipantRequest, ParticipantResponse, Status};
+use twopc_client::{Operation, Transaction, op};
 use twopc_tests::{EdgeFault, FaultyInvoker, TestEnv, call_coordinator, rest_event};
 
 // ---------------------------------------------------------------------------------------------------
@@ -72,11 +73,16 @@ async fn raw_record(env: &TestEnv, id: &str) -> Value {
 }
 
 fn add(id: &str, delta: i64) -> Value {
-    json!({"op": "add", "key": {"entityId": id}, "field": "balance", "delta": delta})
+    operation(op::add(id, "balance", delta))
+}
+
+/// One operation as the client writes it, for bodies whose operations are also compared as JSON.
+fn operation(operation: impl Into<Operation>) -> Value {
+    serde_json::to_value(operation.into()).expect("operations serialise")
 }
 
 fn debit(id: &str, amount: i64) -> Value {
-    json!({"op": "add", "key": {"entityId": id}, "field": "balance", "delta": -amount, "min": 0})
+    operation(op::add(id, "balance", -amount).min(0))
 }
 
 fn two_services(a_ops: Value, b_ops: Value) -> Value {
@@ -250,8 +256,7 @@ async fn a_late_duplicate_prepare_does_not_resurrect_an_item_a_later_transaction
     let (t1, deadline, late) =
         commit_leaving_service_b_unacknowledged(&env, &two_services(json!([put]), json!([add("B", 1)]))).await;
     assert_eq!(committed_state(&env, "service-a", "P").await.map(|(d, _, _)| d), Some(json!({"owner": "t1"})));
-    let delete =
-        json!({"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "P"}}]}]});
+    let delete = Transaction::new().participant("service-a", [op::delete("P")]).to_json();
     let (status, answer) = env.post(&delete, None).await;
     assert_eq!(status, 200, "T2 deletes P: {answer}");
     assert!(env.item("service-a", "P").await.is_none());

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use twopc_client::{Transaction, op};
 use twopc_tests::dynamo_faults::{INJECTED_INTERNAL_MESSAGE, INJECTED_RESET_MESSAGE, INJECTED_THROTTLING_MESSAGE};
 use twopc_tests::{DynamoFault, Rule, TestEnv};
 
@@ -20,17 +21,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 const REPLY_LOST: [DynamoFault; 2] = [DynamoFault::LoseReply, DynamoFault::DropConnection];
 
 fn transfer(debits: &[(&str, i64)], credit: (&str, i64), timeout_ms: u64) -> Value {
-    let debits: Vec<Value> = debits
-        .iter()
-        .map(|(id, amount)| {
-            json!({"op": "add", "key": {"entityId": id}, "field": "balance", "delta": -amount, "min": 0})
-        })
-        .collect();
-    json!({"participants": [
-        {"service": "service-a", "operations": debits},
-        {"service": "service-b", "operations": [
-            {"op": "add", "key": {"entityId": credit.0}, "field": "balance", "delta": credit.1}]}
-    ], "timeoutMs": timeout_ms})
+    let debits = debits.iter().map(|(id, amount)| op::add(*id, "balance", -amount).min(0));
+    Transaction::new()
+        .participant("service-a", debits)
+        .participant("service-b", [op::add(credit.0, "balance", credit.1)])
+        .timeout_ms(timeout_ms)
+        .to_json()
 }
 
 /// A world with A = 100 (service-a) and B = 0 (service-b).
@@ -294,12 +290,11 @@ async fn a_lost_reply_of_an_abort_still_releases() {
         // service-b refuses (B would exceed its maximum), so A's lock is released by an abort: on
         // service-a's table the first UpdateItem is the lock, the second the release.
         env.dynamo_faults.add(Rule::new(fault).operation("UpdateItem").table(env.table("service-a")).nth(2));
-        let body = json!({"participants": [
-            {"service": "service-a", "operations": [
-                {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -30, "min": 0}]},
-            {"service": "service-b", "operations": [
-                {"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 30, "max": 10}]}
-        ], "timeoutMs": 2_000});
+        let body = Transaction::new()
+            .participant("service-a", [op::add("A", "balance", -30).min(0)])
+            .participant("service-b", [op::add("B", "balance", 30).max(10)])
+            .timeout_ms(2_000)
+            .to_json();
 
         let (status, answer) = env.post(&body, None).await;
 

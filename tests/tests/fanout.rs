@@ -19,6 +19,7 @@ use twopc::fanout::{
     ApiGatewayPoster, FanoutConfig, FirehoseSink, Options, RetryPolicy, StreamProcessor, Topic, prepare,
 };
 use twopc::tables::{self, connection_attr};
+use twopc_client::{Transaction, op};
 use twopc_tests::TestEnv;
 
 const REGION: &str = "us-east-1";
@@ -206,28 +207,35 @@ async fn exactly_the_committed_changes_reach_the_lake() {
     let big = "12345678901234567890123456789012345678";
     let put = post_ok(
         &env,
-        json!({"participants": [{"service": "service-a", "operations": [
-            {"op": "put", "key": {"entityId": "C"}, "ifNotExists": true,
-             "data": {"owner": "carol", "balance": serde_json::from_str::<Value>(big).unwrap(), "rate": 0.1}}]}]}),
+        Transaction::new()
+            .participant(
+                "service-a",
+                [op::put(
+                    "C",
+                    json!({"owner": "carol", "balance": serde_json::from_str::<Value>(big).unwrap(), "rate": 0.1}),
+                )
+                .if_not_exists()],
+            )
+            .to_json(),
         200,
     )
     .await;
     let aborted_put = post_ok(
         &env,
-        json!({"participants": [
-            {"service": "service-a", "operations": [{"op": "put", "key": {"entityId": "D"}, "data": {"x": 1}, "ifNotExists": true}]},
-            {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": -1000, "min": 0}]}
-        ]}),
+        Transaction::new()
+            .participant("service-a", [op::put("D", json!({"x": 1})).if_not_exists()])
+            .participant("service-b", [op::add("B", "balance", -1000).min(0)])
+            .to_json(),
         409,
     )
     .await;
     // Two writing participants: the two-phase path, where a delete's REMOVE carries its lock.
     let delete = post_ok(
         &env,
-        json!({"participants": [
-            {"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "A"}}]},
-            {"service": "service-b", "operations": [{"op": "set", "key": {"entityId": "B"}, "set": {"note": "A closed"}}]}
-        ]}),
+        Transaction::new()
+            .participant("service-a", [op::delete("A")])
+            .participant("service-b", [op::set("B").field("note", "A closed")])
+            .to_json(),
         200,
     )
     .await;
@@ -306,12 +314,7 @@ async fn a_single_participant_delete_reaches_the_lake() {
     let edges = Edges::start().await;
     let a = env.table("service-a").to_owned();
     env.put_account("service-a", "A", "500").await;
-    let delete = post_ok(
-        &env,
-        json!({"participants": [{"service": "service-a", "operations": [{"op": "delete", "key": {"entityId": "A"}}]}]}),
-        200,
-    )
-    .await;
+    let delete = post_ok(&env, Transaction::new().participant("service-a", [op::delete("A")]).to_json(), 200).await;
     let event = lambda_event(read_stream(&env.client, &a, "entityId").await);
     let outcome = edges.processor(fanout_config(&env)).process(&event).await;
     assert!(outcome.response.batch_item_failures.is_empty());

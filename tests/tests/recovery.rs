@@ -10,13 +10,14 @@ use twopc::coordinator::Coordinator;
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::invoke::{InvokeError, ParticipantInvoker};
 use twopc::model::{Action, ParticipantRequest, ParticipantResponse, Status};
+use twopc_client::{Transaction, op};
 use twopc_tests::{EdgeFault, FaultyInvoker, TestEnv, call_coordinator, rest_event};
 
 fn transfer(from: &str, to: &str, amount: i64) -> Value {
-    json!({"participants": [
-        {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": from}, "field": "balance", "delta": -amount, "min": 0}]},
-        {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": to}, "field": "balance", "delta": amount}]}
-    ]})
+    Transaction::new()
+        .participant("service-a", [op::add(from, "balance", -amount).min(0)])
+        .participant("service-b", [op::add(to, "balance", amount)])
+        .to_json()
 }
 
 /// Posts through a coordinator that crashes at `crash`; returns the transaction id it was running.
