@@ -14,8 +14,7 @@ use crate::decimal::Decimal;
 
 /// The REST API's error codes (`{"error": {"code", "message"}}`), each with the HTTP status it is
 /// answered with. One list, so that `openapi.yaml` is checked against it (tests/tests/openapi.rs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
     /// A field is missing, has the wrong type or value, or is not one the operation takes.
     InvalidRequest,
@@ -332,18 +331,7 @@ fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
         return Err(Invalid::at(path, "must name the item's key attributes"));
     }
     for (name, value) in key {
-        if name.is_empty() {
-            return Err(Invalid::at(path, "attribute names must not be empty"));
-        }
-        if name.len() > MAX_KEY_NAME_BYTES {
-            return Err(Invalid::new(
-                ErrorCode::LimitExceeded,
-                format!(
-                    "{path}: a key attribute name is {} bytes; DynamoDB allows {MAX_KEY_NAME_BYTES} bytes",
-                    name.len()
-                ),
-            ));
-        }
+        check_name(name, path, MAX_KEY_NAME_BYTES)?;
         let at = format!("{path}.{name}");
         match value {
             Value::String(s) if s.len() > MAX_KEY_BYTES => {
@@ -379,17 +367,23 @@ const MAX_NAME_BYTES: usize = 65_535;
 /// oversized names, nesting deeper than DynamoDB allows. `level` is the nesting level a map or list
 /// value would have in the deepest item that stores it (see [`FIELD_LEVEL`]).
 fn check_storable(name: &str, value: &Value, path: &str, level: usize) -> Result<(), Invalid> {
-    let at = format!("{path}.{name}");
+    check_name(name, path, MAX_NAME_BYTES)?;
+    check_value(value, &format!("{path}.{name}"), level)
+}
+
+/// DynamoDB's rules for an attribute name (a map key at any depth, or a key attribute's name): not
+/// empty, and at most `max_bytes` long.
+fn check_name(name: &str, path: &str, max_bytes: usize) -> Result<(), Invalid> {
     if name.is_empty() {
         return Err(Invalid::at(path, "attribute names must not be empty"));
     }
-    if name.len() > MAX_NAME_BYTES {
+    if name.len() > max_bytes {
         return Err(Invalid::new(
             ErrorCode::LimitExceeded,
-            format!("{path}: a name is {} bytes; DynamoDB names hold at most {MAX_NAME_BYTES} bytes", name.len()),
+            format!("{path}: a name is {} bytes; DynamoDB allows at most {max_bytes} bytes here", name.len()),
         ));
     }
-    check_value(value, &at, level)
+    Ok(())
 }
 
 fn check_value(value: &Value, at: &str, level: usize) -> Result<(), Invalid> {
@@ -517,14 +511,13 @@ impl TransactionRequest {
         }
         let timeout_ms = match object.get("timeoutMs") {
             None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
-            // A whole number written with a fraction (`3000.0`, as some JSON encoders write every number) is
-            // still a whole number; JSON Schema's `integer` (openapi.yaml) says the same.
+            // As a float: a whole number written with a fraction (`3000.0`, as some JSON encoders write every
+            // number) is still a whole number, as JSON Schema's `integer` (openapi.yaml) says, and every whole
+            // number in range is exact in an f64.
             Some(v) => v
-                .as_u64()
-                .or_else(|| {
-                    v.as_f64().filter(|t| t.fract() == 0.0 && *t >= 0.0 && *t <= u64::MAX as f64).map(|t| t as u64)
-                })
-                .filter(|t| (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(t))
+                .as_f64()
+                .filter(|t| t.fract() == 0.0 && (MIN_TIMEOUT_MS as f64..=MAX_TIMEOUT_MS as f64).contains(t))
+                .map(|t| t as u64)
                 .ok_or_else(|| {
                     Invalid::at(
                         "timeoutMs",
