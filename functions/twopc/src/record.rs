@@ -196,6 +196,11 @@ impl TransactionStore {
     }
 
     pub async fn get(&self, id: &str) -> Result<Option<TransactionRecord>, StoreError> {
+        // An id DynamoDB would refuse as a key (a client's `GET /transactions/{id}`) names no record: that
+        // is the answer, not the store's ValidationException, which would read as the store failing.
+        if id.is_empty() || id.len() > crate::model::MAX_KEY_BYTES {
+            return Ok(None);
+        }
         let out = self
             .client
             .get_item()
