@@ -249,17 +249,20 @@ impl ApiError {
     pub(crate) fn parse(body: &[u8]) -> (ApiError, Option<String>) {
         let value: Option<Value> = serde_json::from_slice(body).ok();
         let id = value.as_ref().and_then(|v| v["transactionId"].as_str()).map(str::to_owned);
-        let error = value.as_ref().map(|v| &v["error"]).filter(|e| e.is_object());
-        let error = match error {
-            Some(e) => ApiError {
-                code: ErrorCode::from(e["code"].as_str().unwrap_or_default()),
-                message: e["message"].as_str().unwrap_or_default().to_owned(),
-            },
-            None => {
-                ApiError { code: ErrorCode::Other(String::new()), message: String::from_utf8_lossy(body).into_owned() }
-            }
-        };
+        let error = value.as_ref().and_then(ApiError::from_value).unwrap_or_else(|| ApiError {
+            code: ErrorCode::Other(String::new()),
+            message: String::from_utf8_lossy(body).into_owned(),
+        });
         (error, id)
+    }
+
+    /// The `error` member of an answer already read as JSON, if it has one.
+    pub(crate) fn from_value(value: &Value) -> Option<ApiError> {
+        let e = value.get("error").filter(|e| e.is_object())?;
+        Some(ApiError {
+            code: ErrorCode::from(e["code"].as_str().unwrap_or_default()),
+            message: e["message"].as_str().unwrap_or_default().to_owned(),
+        })
     }
 }
 

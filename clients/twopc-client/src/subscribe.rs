@@ -94,8 +94,8 @@ impl Push {
                     Push::Subscribed(topics)
                 } else if let Some(topics) = value.get("unsubscribed").and_then(strings) {
                     Push::Unsubscribed(topics)
-                } else if value["error"].is_object() {
-                    Push::Error(ApiError::parse(text.as_bytes()).0)
+                } else if let Some(error) = ApiError::from_value(&value) {
+                    Push::Error(error)
                 } else {
                     Push::Other(value)
                 }
