@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use serde_json::{Value, json};
+use serde_json::Value;
 use twopc::fanout::connections::{ConnectionRequest, parse_request};
 use twopc::fanout::topic::{MAX_TOPIC_BYTES, Topic};
 use twopc::model::{MAX_BODY_BYTES, Operation, ParticipantRequest, TransactionRequest};
@@ -21,16 +21,6 @@ fn is_registered(service: &str) -> bool {
     matches!(service, "service-a" | "service-b")
 }
 
-/// The request as the coordinator writes it out: participants in order, operations via `to_json`.
-fn wire_form(request: &TransactionRequest) -> Value {
-    let participants: Vec<Value> = request
-        .participants
-        .iter()
-        .map(|p| json!({"service": p.service, "operations": p.operations.iter().map(Operation::to_json).collect::<Vec<_>>()}))
-        .collect();
-    json!({"participants": participants, "timeoutMs": request.timeout_ms})
-}
-
 fn check_transaction_request(data: &[u8]) {
     let Ok(request) = TransactionRequest::parse(data, is_registered) else {
         return;
@@ -38,7 +28,7 @@ fn check_transaction_request(data: &[u8]) {
     let hash = request.canonical_hash();
     assert_eq!(hash, request.canonical_hash(), "the hash of one request changed between two calls");
 
-    let wire = wire_form(&request);
+    let wire = request.to_json();
     for text in [serde_json::to_vec(&wire).unwrap(), serde_json::to_vec_pretty(&wire).unwrap()] {
         // Indentation can take a deeply nested request past the body limit, which is no defect.
         if text.len() > MAX_BODY_BYTES {

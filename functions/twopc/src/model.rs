@@ -532,6 +532,12 @@ impl TransactionRequest {
     /// written with other whitespace or key order hashes the same.
     pub fn canonical_hash(&self) -> String {
         use sha2::{Digest, Sha256};
+        hex::encode(Sha256::digest(canonical_json(&self.to_json()).as_bytes()))
+    }
+
+    /// The request in the contract's JSON as accepted (every field written out, `timeoutMs` included):
+    /// what the hash covers, and what parses back to this request.
+    pub fn to_json(&self) -> Value {
         let participants: Vec<Value> = self
             .participants
             .iter()
@@ -542,9 +548,7 @@ impl TransactionRequest {
                 })
             })
             .collect();
-        let canonical =
-            canonical_json(&serde_json::json!({"participants": participants, "timeoutMs": self.timeout_ms}));
-        hex::encode(Sha256::digest(canonical.as_bytes()))
+        serde_json::json!({"participants": participants, "timeoutMs": self.timeout_ms})
     }
 }
 
