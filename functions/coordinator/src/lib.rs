@@ -69,6 +69,15 @@ fn method_not_allowed(method: &str, path: &str, allowed: &'static str) -> Respon
     response
 }
 
+/// The answer with `Access-Control-Allow-Origin: origin` when an origin is allowed (`twopc::cors`):
+/// a Lambda proxy integration's answers carry their CORS header themselves.
+pub fn allow_origin(mut response: Response<Body>, origin: Option<&str>) -> Response<Body> {
+    if let Some(value) = origin.and_then(|o| lambda_http::http::HeaderValue::from_str(o).ok()) {
+        response.headers_mut().insert("access-control-allow-origin", value);
+    }
+    response
+}
+
 pub fn to_response(reply: Reply) -> Response<Body> {
     Response::builder()
         .status(reply.status)

@@ -7,8 +7,10 @@ async fn main() -> Result<(), Error> {
     let metrics = telemetry::install_emf_from_env(telemetry::Zeros::Omitted);
     let coordinator = coordinator::from_env().await?;
     let coordinator = &coordinator;
+    let allow_origin = &twopc::cors::allow_origin_from_env();
     lambda_http::run(service_fn(move |request: Request| async move {
-        let response = coordinator::handle(coordinator, request).await;
+        let response =
+            coordinator::allow_origin(coordinator::handle(coordinator, request).await, allow_origin.as_deref());
         telemetry::flush(metrics);
         Ok::<_, Error>(response)
     }))

@@ -17,6 +17,9 @@ pub const FIREHOSE_STREAM_NAME: &str = "FIREHOSE_STREAM_NAME";
 pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
 /// Coordinator and sweeper: the CloudWatch namespace of their embedded-metric-format metrics.
 pub const METRICS_NAMESPACE: &str = "METRICS_NAMESPACE";
+/// Coordinator: the origin its answers allow cross-origin callers (`*`, or one origin such as
+/// `https://app.example.com`); unset or empty, no CORS header (see [`crate::cors`]).
+pub const CORS_ALLOW_ORIGIN: &str = "CORS_ALLOW_ORIGIN";
 pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "transactions";

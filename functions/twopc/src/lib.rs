@@ -9,6 +9,7 @@ pub mod attr;
 pub mod clock;
 pub mod config;
 pub mod coordinator;
+pub mod cors;
 pub mod decimal;
 pub mod expr;
 pub mod fanout;

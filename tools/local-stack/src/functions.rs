@@ -33,6 +33,8 @@ pub(crate) struct Wiring {
     pub firehose_url: String,
     pub stream_name: String,
     pub management_endpoint: String,
+    /// The origin the REST API allows (`twopc::cors`); None: no CORS header.
+    pub cors_allow_origin: Option<String>,
 }
 
 type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
@@ -45,6 +47,7 @@ pub enum Functions {
 
 pub struct InProcess {
     coordinator: Coordinator,
+    cors_allow_origin: Option<String>,
     connections: ConnectionStore,
     processor: Processor,
     sweeper: Sweeper,
@@ -100,7 +103,13 @@ impl Functions {
             ApiGatewayPoster::from_config(&wiring.sdk, &wiring.management_endpoint),
             connections.clone(),
         );
-        Functions::InProcess(Box::new(InProcess { coordinator, connections, processor, sweeper }))
+        Functions::InProcess(Box::new(InProcess {
+            coordinator,
+            cors_allow_origin: wiring.cors_allow_origin.clone(),
+            connections,
+            processor,
+            sweeper,
+        }))
     }
 
     /// Starts one `cargo lambda watch` per participant deployment and one for the other functions,
@@ -148,6 +157,9 @@ impl Functions {
             (twopc::config::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
             (twopc::config::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
         ]);
+        if let Some(origin) = &wiring.cors_allow_origin {
+            env.push((twopc::config::CORS_ALLOW_ORIGIN, origin.clone()));
+        }
         watches.push(Watch::spawn(SYSTEM, system_port, &env, options)?);
         for watch in &watches {
             watch.wait_ready(Duration::from_secs(120)).await?;
@@ -250,7 +262,10 @@ impl Functions {
             Functions::InProcess(f) => {
                 let request = lambda_http::request::from_str(&event.to_string())
                     .map_err(|e| format!("not an API Gateway event: {e}"))?;
-                let response = coordinator::handle(&f.coordinator, request).await;
+                let response = coordinator::allow_origin(
+                    coordinator::handle(&f.coordinator, request).await,
+                    f.cors_allow_origin.as_deref(),
+                );
                 let headers = response
                     .headers()
                     .iter()
