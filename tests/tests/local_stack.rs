@@ -123,6 +123,84 @@ async fn drive(stack: &Stack) {
         assert_eq!(key.components().count(), 5, "S3-like key YYYY/MM/DD/HH/<object>: {}", key.display());
     }
     pushes.close().await.ok();
+    cross_origin(stack).await;
+    page_routes(stack, &id).await;
+}
+
+/// The live page's own routes: the page, where the WebSocket API is, and the lake's newest files.
+async fn page_routes(stack: &Stack, committed: &str) {
+    let e = stack.endpoints();
+    let http = reqwest::Client::new();
+    let page = http.get(format!("{}/", e.api)).send().await.expect("the page is served");
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    let html = page.text().await.unwrap();
+    assert!(html.contains(r#"src="/app.js""#) && !html.contains("http://") && !html.contains("https://"), "{html}");
+    for asset in ["/app.js", "/app.css"] {
+        let answer = http.get(format!("{}{asset}", e.api)).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{asset}");
+    }
+    let get_json = async |path: &str| -> Value {
+        let body = http.get(format!("{}{path}", e.api)).send().await.unwrap().bytes().await.unwrap();
+        serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let stack_json = get_json("/local/stack.json").await;
+    assert_eq!(stack_json["websocket"], e.websocket.as_str());
+    assert_eq!(stack_json["services"], json!(e.tables.participants));
+    let lake = get_json("/local/lake").await;
+    let listed = lake["files"].as_array().expect("files");
+    assert!(
+        listed.iter().flat_map(|f| f["records"].as_array().unwrap()).any(|r| r["transactionId"] == committed),
+        "the newest lake files hold the transfer: {lake}"
+    );
+    assert!(listed.iter().all(|f| f["key"].as_str().is_some_and(|k| k.split('/').count() == 5)), "{lake}");
+}
+
+/// CORS as the deployed API answers it: the preflight (API Gateway's, unsigned), the coordinator's own
+/// answers, and what API Gateway answers itself, each with the allowed origin.
+async fn cross_origin(stack: &Stack) {
+    let api = &stack.endpoints().api;
+    let http = reqwest::Client::new();
+    let origin = "https://app.example.com";
+    for path in ["/transactions", "/transactions/tx-1"] {
+        let preflight = http
+            .request(reqwest::Method::OPTIONS, format!("{api}{path}"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "content-type,idempotency-key,authorization,x-amz-date")
+            .send()
+            .await
+            .expect("the preflight is answered");
+        assert!(preflight.status().is_success(), "{path}: {}", preflight.status());
+        let headers = preflight.headers();
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        assert_eq!(header("access-control-allow-origin"), "*", "{path}");
+        assert_eq!(header("access-control-allow-methods"), twopc::cors::ALLOW_METHODS, "{path}");
+        let allowed: Vec<String> =
+            header("access-control-allow-headers").split(',').map(|h| h.trim().to_ascii_lowercase()).collect();
+        for needed in ["content-type", "idempotency-key", "authorization", "x-amz-date", "x-amz-security-token"] {
+            assert!(allowed.iter().any(|h| h == needed), "{path}: {needed} not allowed: {allowed:?}");
+        }
+    }
+    let posted = http
+        .post(format!("{api}/transactions"))
+        .header("origin", origin)
+        .header("content-type", "application/json")
+        .body(transfer("A", "B", 1).body_bytes())
+        .send()
+        .await
+        .expect("the REST API answers");
+    assert_eq!(posted.status(), 200);
+    let got = http.get(format!("{api}/transactions/tx-none")).header("origin", origin).send().await.unwrap();
+    assert_eq!(got.status(), 404, "the coordinator's own 404");
+    let no_route = http.get(format!("{api}/nowhere")).header("origin", origin).send().await.unwrap();
+    assert_eq!(no_route.status(), 404, "the gateway's answer for a route it does not have");
+    for (what, answer) in [("POST", &posted), ("GET", &got), ("no route", &no_route)] {
+        assert_eq!(
+            answer.headers().get("access-control-allow-origin").map(|v| v.as_bytes()),
+            Some(&b"*"[..]),
+            "{what}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -87,9 +87,8 @@ impl LakeSink {
         LakeSink { dir: dir.into(), next: AtomicU64::new(start) }
     }
 
-    /// Every line of every object under `dir` (written since `since`, if given), with its file, in write
-    /// order: how a reader of the lake sees what this sink wrote.
-    pub fn read_lines(dir: &Path, since: Option<std::time::SystemTime>) -> Vec<(PathBuf, String)> {
+    /// Every object under `dir` (written since `since`, if given), in write order: their keys sort so.
+    pub fn files(dir: &Path, since: Option<std::time::SystemTime>) -> Vec<PathBuf> {
         let mut files = Vec::new();
         let mut folders = vec![dir.to_path_buf()];
         while let Some(folder) = folders.pop() {
@@ -105,8 +104,14 @@ impl LakeSink {
             }
         }
         files.sort();
+        files
+    }
+
+    /// Every line of every object under `dir` (written since `since`, if given), with its file, in write
+    /// order: how a reader of the lake sees what this sink wrote.
+    pub fn read_lines(dir: &Path, since: Option<std::time::SystemTime>) -> Vec<(PathBuf, String)> {
         let mut lines = Vec::new();
-        for file in files {
+        for file in Self::files(dir, since) {
             let Ok(text) = fs::read_to_string(&file) else { continue };
             lines.extend(text.lines().map(|line| (file.clone(), line.to_owned())));
         }

@@ -15,6 +15,7 @@
 
 pub mod events;
 mod functions;
+mod page;
 mod ports;
 mod rest;
 pub use rest::OPENAPI;
@@ -100,6 +101,9 @@ pub struct Config {
     pub poll_interval: Duration,
     /// The API stage (in the `@connections` path and the REST events' request context).
     pub stage: String,
+    /// The origin the REST API allows cross-origin callers, as the deployed API's `CorsAllowOrigin`
+    /// (`twopc::cors`); None: no CORS.
+    pub cors_allow_origin: Option<String>,
     pub mode: Mode,
 }
 
@@ -121,6 +125,7 @@ impl Default for Config {
             sweep_interval: Duration::from_secs(5),
             poll_interval: Duration::from_millis(100),
             stage: "local".to_owned(),
+            cors_allow_origin: Some(twopc::cors::DEFAULT_ALLOW_ORIGIN.to_owned()),
             mode: Mode::InProcess,
         }
     }
@@ -317,6 +322,7 @@ impl Stack {
             firehose_url: firehose.url().to_owned(),
             stream_name: LAKE_STREAM.to_owned(),
             management_endpoint: management.endpoint().to_owned(),
+            cors_allow_origin: config.cors_allow_origin.clone(),
         };
         let (functions, lambda) = match &config.mode {
             Mode::InProcess => (Functions::in_process(&wiring, ddb.clone()), vec![]),
@@ -370,7 +376,13 @@ impl Stack {
             config.stage.clone(),
         )));
         tasks.0.push(tokio::spawn(sweep_loop(functions.clone(), config.sweep_interval)));
-        tasks.0.push(tokio::spawn(rest::serve(api, functions.clone(), config.stage.clone())));
+        let page = page::Page {
+            websocket: format!("ws://{websocket_addr}"),
+            tables: tables.participants.clone(),
+            lake_dir: config.lake_dir.clone(),
+        };
+        let rest = rest::Api::new(functions.clone(), config.stage.clone(), config.cors_allow_origin.clone(), page);
+        tasks.0.push(tokio::spawn(rest::serve(api, rest)));
 
         let endpoints = Endpoints {
             dynamodb: dynamodb_endpoint,

@@ -45,6 +45,10 @@ struct StackArgs {
     /// Port of the REST API.
     #[arg(long, default_value_t = local_stack::DEFAULT_API_PORT)]
     api_port: u16,
+    /// The origin the REST API allows cross-origin callers (as the deployed API's `CorsAllowOrigin`);
+    /// "" turns CORS off.
+    #[arg(long, value_name = "ORIGIN", default_value = twopc::cors::DEFAULT_ALLOW_ORIGIN)]
+    cors_allow_origin: String,
     /// Port of the WebSocket API.
     #[arg(long = "ws-port", default_value_t = local_stack::DEFAULT_WEBSOCKET_PORT)]
     websocket_port: u16,
@@ -94,6 +98,7 @@ impl StackArgs {
             firehose_port: self.firehose_port,
             lake_dir: self.lake_dir.clone().unwrap_or(defaults.lake_dir),
             table_prefix: self.table_prefix.clone(),
+            cors_allow_origin: Some(self.cors_allow_origin.clone()).filter(|origin| !origin.is_empty()),
             sweep_interval: Duration::from_secs(self.sweep_secs.max(1)),
             mode: if self.lambda {
                 Mode::Lambda(LambdaOptions {
@@ -153,6 +158,7 @@ fn print_endpoints(stack: &Stack, config: &Config) {
         "given with --dynamodb-endpoint".to_owned()
     };
     let services: Vec<String> = e.tables.participants.iter().map(|(s, t)| format!("{s} → {t}")).collect();
+    println!("  page          {:<28} the live page: items, transfers, transactions, the lake", format!("{}/", e.api));
     println!("  REST API      {:<28} POST /transactions, GET /transactions/{{id}}, GET /openapi.yaml", e.api);
     println!("  WebSocket     {:<28} {{\"action\": \"subscribe\", \"topics\": [...]}}", e.websocket);
     println!("  DynamoDB      {:<28} {dynamodb}", e.dynamodb);

@@ -1,5 +1,8 @@
 //! The REST API: each HTTP request becomes the API Gateway REST proxy event the coordinator gets in
-//! AWS, and the coordinator's `{statusCode, headers, body}` becomes the HTTP answer.
+//! AWS, and the coordinator's `{statusCode, headers, body}` becomes the HTTP answer. What API Gateway
+//! answers itself is answered here as it would: the CORS preflight (`OPTIONS`) and its own errors,
+//! with the allowed origin (`twopc::cors`). Beside the API: the live page (`crate::page`) and
+//! `/openapi.yaml`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use tracing::{error, info};
 
 use crate::Functions;
 use crate::events::{self, HttpRequest};
+use crate::page::Page;
 
 /// The REST API's specification, served at `/openapi.yaml` so that tools can read it from the running stack.
 pub const OPENAPI: &str = include_str!("../../../openapi.yaml");
@@ -23,13 +27,22 @@ pub const OPENAPI: &str = include_str!("../../../openapi.yaml");
 /// API Gateway's payload limit.
 const MAX_BODY: usize = 10 * 1024 * 1024;
 
-struct Api {
+pub(crate) struct Api {
     functions: Arc<Functions>,
     stage: String,
+    cors_allow_origin: Option<HeaderValue>,
+    page: Page,
 }
 
-pub(crate) async fn serve(listener: TcpListener, functions: Arc<Functions>, stage: String) {
-    let app = Router::new().fallback(handle).with_state(Arc::new(Api { functions, stage }));
+impl Api {
+    pub(crate) fn new(functions: Arc<Functions>, stage: String, cors_allow_origin: Option<String>, page: Page) -> Api {
+        let cors_allow_origin = cors_allow_origin.and_then(|origin| HeaderValue::try_from(origin).ok());
+        Api { functions, stage, cors_allow_origin, page }
+    }
+}
+
+pub(crate) async fn serve(listener: TcpListener, api: Api) {
+    let app = Router::new().fallback(handle).with_state(Arc::new(api));
     if let Err(e) = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await {
         error!(error = %e, "the REST API stopped");
     }
@@ -39,13 +52,47 @@ fn message(status: StatusCode, text: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], json!({"message": text}).to_string()).into_response()
 }
 
+/// Marks an answer that is the coordinator's own: passed on as it is, its CORS header included.
+#[derive(Clone, Copy)]
+struct FromCoordinator;
+
 async fn handle(State(api): State<Arc<Api>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
+    let mut response = answer(&api, peer, request).await;
+    // What API Gateway answers itself carries the origin as its gateway responses are configured to.
+    if response.extensions().get::<FromCoordinator>().is_none()
+        && let Some(origin) = &api.cors_allow_origin
+    {
+        response.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    }
+    response
+}
+
+async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let method = parts.method.as_str();
     let path = parts.uri.path();
     if (method, path) == ("GET", "/openapi.yaml") {
         return ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI).into_response();
+    }
+    if method == "GET"
+        && let Some(response) = api.page.get(path, parts.uri.query())
+    {
+        return response;
+    }
+    if method == "OPTIONS"
+        && let Some(origin) = &api.cors_allow_origin
+        && events::rest_resource("GET", path).or(events::rest_resource("POST", path)).is_some()
+    {
+        // The preflight: API Gateway's mock, which needs no signature (browsers never sign one).
+        let origin = origin.to_str().unwrap_or_default();
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        for (name, value) in twopc::cors::preflight_headers(origin) {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                response.headers_mut().insert(name, value);
+            }
+        }
+        return response;
     }
     let Some((resource, path_parameters)) = events::rest_resource(method, path) else {
         // The deployed API answers 403 "Missing Authentication Token" for a route it does not have.
@@ -83,6 +130,7 @@ async fn handle(State(api): State<Arc<Api>>, ConnectInfo(peer): ConnectInfo<Sock
                 started.elapsed().as_millis()
             );
             let mut response = Response::new(Body::from(answer.body));
+            response.extensions_mut().insert(FromCoordinator);
             *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
             for (name, value) in answer.headers {
                 if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {

@@ -1,0 +1,334 @@
+// The local stack's live page. Plain JavaScript, no build step, no network beyond the stack itself:
+// the REST API on this origin, the WebSocket API at the address /local/stack.json gives.
+'use strict';
+
+const state = {
+  services: {},            // service → table
+  socket: null,
+  watched: new Map(),      // topic → {service, table, entity}
+  items: new Map(),        // topic → last commit push
+  transactions: new Map(), // transactionId → {record, httpStatus, source, elapsedMs, sentAt}
+  pending: new Set(),      // topics asked for, not yet acknowledged
+};
+
+const $ = (selector) => document.querySelector(selector);
+const element = (tag, attributes = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (name === 'class') node.className = value;
+    else if (name === 'text') node.textContent = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+};
+const short = (id) => (id && id.length > 14 ? `${id.slice(0, 14)}…` : id || '');
+const entityTopic = (table, entity) => `entity:${table}:${entity}`;
+
+// ---- the WebSocket API ---------------------------------------------------------------------
+
+function connect(url) {
+  const status = $('#ws-status');
+  const socket = new WebSocket(url);
+  state.socket = socket;
+  socket.addEventListener('open', () => {
+    status.textContent = 'connected';
+    status.className = 'badge committed';
+    send({ action: 'subscribe', topics: [...state.watched.keys()] });
+  });
+  socket.addEventListener('message', (event) => {
+    let message;
+    try { message = JSON.parse(event.data); } catch { return; }
+    onPush(message);
+  });
+  socket.addEventListener('close', () => {
+    status.textContent = 'disconnected, reconnecting';
+    status.className = 'badge aborted';
+    setTimeout(() => connect(url), 1000);
+  });
+}
+
+function send(message) {
+  if (message.topics && message.topics.length === 0) return;
+  if (state.socket && state.socket.readyState === WebSocket.OPEN) {
+    for (const topic of message.topics || []) state.pending.add(topic);
+    state.socket.send(JSON.stringify(message));
+  }
+}
+
+function onPush(message) {
+  if (Array.isArray(message.subscribed)) {
+    for (const topic of message.subscribed) state.pending.delete(topic);
+    renderItems();
+  } else if (message.type === 'commit') {
+    const topic = entityTopic(message.table, message.key && message.key.entityId);
+    if (state.watched.has(topic)) {
+      state.items.set(topic, message);
+      renderItems(topic);
+    }
+    if (!state.transactions.has(message.transactionId)) {
+      // A commit by another client: its record, from the REST API.
+      state.transactions.set(message.transactionId, { source: 'stream', sentAt: Date.now() });
+      refresh(message.transactionId);
+    }
+  } else if (message.type === 'transaction') {
+    refresh(message.transactionId);
+  } else if (message.error) {
+    console.warn('the WebSocket API refused a message', message.error);
+  }
+}
+
+function watch(service, entity) {
+  const table = state.services[service];
+  if (!table || !entity) return;
+  const topic = entityTopic(table, entity);
+  if (state.watched.has(topic)) return;
+  state.watched.set(topic, { service, table, entity });
+  localStorage.setItem('twopc.watched', JSON.stringify([...state.watched.values()].map((w) => [w.service, w.entity])));
+  send({ action: 'subscribe', topics: [topic] });
+  renderItems();
+}
+
+// ---- the REST API --------------------------------------------------------------------------
+
+async function submit(body, { key, label }) {
+  const headers = { 'content-type': 'application/json' };
+  if (key) headers['idempotency-key'] = key;
+  const sentAt = Date.now();
+  const local = `sending-${sentAt}-${Math.random()}`;
+  state.transactions.set(local, { source: 'page', label, sentAt, sending: true });
+  renderTransactions();
+  let response; let answer;
+  try {
+    response = await fetch('/transactions', { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    answer = await response.json().catch(() => ({}));
+  } catch (error) {
+    state.transactions.set(local, { source: 'page', label, sentAt, failure: `the REST API did not answer: ${error}` });
+    renderTransactions();
+    return null;
+  }
+  state.transactions.delete(local);
+  const elapsedMs = Date.now() - sentAt;
+  if (!answer.transactionId) {
+    const error = answer.error ? `${answer.error.code}: ${answer.error.message}` : answer.message || JSON.stringify(answer);
+    state.transactions.set(local, { source: 'page', label, sentAt, httpStatus: response.status, failure: error });
+    renderTransactions();
+    return { status: response.status, answer };
+  }
+  const id = answer.transactionId;
+  state.transactions.set(id, { ...(state.transactions.get(id) || {}), record: answer, httpStatus: response.status, source: 'page', label, sentAt, elapsedMs });
+  if (!isTerminal(answer.status)) {
+    // Decided but not applied everywhere yet: the push on tx:<id> says when it ends.
+    send({ action: 'subscribe', topics: [`tx:${id}`] });
+    setTimeout(() => refresh(id), 1000);
+  }
+  renderTransactions();
+  return { status: response.status, answer };
+}
+
+const isTerminal = (status) => status === 'COMMITTED' || status === 'ABORTED';
+
+async function refresh(id) {
+  let response;
+  try { response = await fetch(`/transactions/${encodeURIComponent(id)}`); } catch { return; }
+  if (!response.ok) return;
+  const record = await response.json();
+  const entry = state.transactions.get(id) || { source: 'stream', sentAt: Date.now() };
+  state.transactions.set(id, { ...entry, record });
+  renderTransactions();
+  if (!isTerminal(record.status)) setTimeout(() => refresh(id), 1000);
+}
+
+// ---- forms ---------------------------------------------------------------------------------
+
+function amountOf(text) {
+  const value = text.trim();
+  if (!/^\d+(\.\d+)?$/.test(value)) throw new Error(`amount ${JSON.stringify(text)} is not a positive decimal number`);
+  return value;
+}
+
+function transferBody(form) {
+  const amount = amountOf(form.amount.value);
+  return {
+    participants: [
+      { service: form.fromService.value, operations: [{ op: 'add', key: { entityId: form.from.value.trim() }, field: 'balance', delta: `-${amount}`, min: 0 }] },
+      { service: form.toService.value, operations: [{ op: 'add', key: { entityId: form.to.value.trim() }, field: 'balance', delta: amount }] },
+    ],
+  };
+}
+
+function setUpForms() {
+  const openForm = $('#open-form');
+  openForm.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const service = openForm.service.value; const entity = openForm.entity.value.trim();
+    watch(service, entity);
+    submit({ participants: [{ service, operations: [{ op: 'put', key: { entityId: entity }, data: { balance: Number(amountOf(openForm.balance.value)) }, ifNotExists: true }] }] },
+      { label: `open ${entity}` });
+  });
+
+  const transferForm = $('#transfer-form');
+  const transfer = (times) => {
+    const body = transferBody(transferForm);
+    watch(transferForm.fromService.value, transferForm.from.value.trim());
+    watch(transferForm.toService.value, transferForm.to.value.trim());
+    const label = `transfer ${transferForm.amount.value} ${transferForm.from.value} → ${transferForm.to.value}`;
+    return Promise.all(Array.from({ length: times }, (_, i) => submit(body, { label: times > 1 ? `${label} (${i + 1} of ${times})` : label })));
+  };
+  transferForm.addEventListener('submit', (event) => { event.preventDefault(); transfer(1); });
+  $('#transfer-twice').addEventListener('click', () => { if (transferForm.reportValidity()) transfer(2); });
+
+  const rawForm = $('#raw-form');
+  rawForm.body.value = JSON.stringify({
+    participants: [
+      { service: 'service-a', operations: [{ op: 'add', key: { entityId: 'alice' }, field: 'balance', delta: -5, min: 0 }] },
+      { service: 'service-b', operations: [{ op: 'add', key: { entityId: 'bob' }, field: 'balance', delta: 5 }] },
+    ],
+    timeoutMs: 3000,
+  }, null, 2);
+  rawForm.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const error = $('#raw-error');
+    error.hidden = true;
+    let parsed;
+    try { parsed = JSON.parse(rawForm.body.value); } catch (e) {
+      // Sent all the same: the API's 400 says what is wrong, which is what this form is for.
+      error.textContent = `not JSON (${e.message}); sent as written`;
+      error.hidden = false;
+    }
+    for (const part of (parsed && parsed.participants) || []) {
+      for (const op of part.operations || []) {
+        if (op && op.key && typeof op.key.entityId === 'string') watch(part.service, op.key.entityId);
+      }
+    }
+    submit(rawForm.body.value, { key: rawForm.key.value.trim() || undefined, label: 'raw' });
+  });
+
+  const watchForm = $('#watch-form');
+  watchForm.addEventListener('submit', (event) => {
+    event.preventDefault();
+    watch(watchForm.service.value, watchForm.entity.value.trim());
+    watchForm.entity.value = '';
+  });
+}
+
+// ---- rendering -----------------------------------------------------------------------------
+
+function renderValue(data) {
+  if (data === null || data === undefined) return element('span', { class: 'muted', text: 'deleted' });
+  const parts = Object.entries(data).map(([name, value]) =>
+    element('span', { class: 'field' }, element('span', { class: 'muted', text: `${name} ` }),
+      element('b', { class: `value-${name}`, text: typeof value === 'object' ? JSON.stringify(value) : String(value) })));
+  return element('span', {}, ...parts);
+}
+
+function renderItems(changedTopic) {
+  const root = $('#items');
+  root.replaceChildren();
+  for (const [service, table] of Object.entries(state.services)) {
+    const rows = [...state.watched.entries()].filter(([, w]) => w.service === service);
+    const body = element('tbody');
+    for (const [topic, w] of rows) {
+      const push = state.items.get(topic);
+      const row = element('tr', { 'data-topic': topic, 'data-entity': w.entity, 'data-service': service });
+      row.append(element('td', { class: 'entity', text: w.entity }));
+      const value = element('td', { class: 'value' });
+      if (push) value.append(renderValue(push.data));
+      else value.append(element('span', { class: 'muted', text: state.pending.has(topic) ? 'subscribing…' : 'no commit seen yet' }));
+      row.append(value);
+      row.append(element('td', { class: 'version', text: push ? `v${push.version}` : '' }));
+      row.append(element('td', { class: 'muted', text: push ? `${short(push.transactionId)} · ${push.committedAt}` : '' }));
+      if (topic === changedTopic) row.classList.add('flash');
+      body.append(row);
+    }
+    const empty = rows.length === 0 ? element('p', { class: 'muted', text: 'No item watched yet.' }) : '';
+    root.append(element('div', { class: 'card service', 'data-service': service },
+      element('h3', { text: `${service} ` }, element('span', { class: 'muted', text: table })),
+      rows.length ? element('table', {}, element('thead', {}, element('tr', {},
+        element('th', { text: 'item' }), element('th', { text: 'value' }), element('th', { text: 'version' }),
+        element('th', { text: 'last commit' }))), body) : empty));
+  }
+}
+
+function phases(record) {
+  const votes = record.participants || [];
+  const refused = votes.some((p) => p.vote === 'REFUSED' || p.code);
+  const steps = ['prepare'];
+  if (record.status === 'COMMITTING' || record.status === 'COMMITTED') steps.push('commit');
+  if (record.status === 'ABORTING' || record.status === 'ABORTED') steps.push(refused ? 'abort (refused)' : 'abort');
+  steps.push(record.status);
+  return steps.join(' → ');
+}
+
+function renderTransactions() {
+  const root = $('#transactions');
+  root.replaceChildren();
+  const entries = [...state.transactions.entries()].sort((a, b) => b[1].sentAt - a[1].sentAt);
+  for (const [id, entry] of entries.slice(0, 50)) {
+    const record = entry.record;
+    const status = entry.sending ? 'SENDING' : entry.failure ? 'FAILED' : (record && record.status) || 'unknown';
+    const item = element('li', { class: 'card transaction', 'data-status': status });
+    if (record) item.setAttribute('data-tx', id);
+    const head = element('div', { class: 'head' },
+      element('span', { class: `badge ${status.toLowerCase()}`, text: status }),
+      element('span', { class: 'label', text: entry.label || (entry.source === 'stream' ? 'seen on the stream' : '') }),
+      element('code', { class: 'muted', text: record ? id : '' }),
+      element('span', { class: 'muted', text: [entry.httpStatus ? `HTTP ${entry.httpStatus}` : '', entry.elapsedMs !== undefined ? `${entry.elapsedMs} ms` : ''].filter(Boolean).join(' · ') }));
+    item.append(head);
+    if (entry.failure) item.append(element('p', { class: 'error', text: entry.failure }));
+    if (record) {
+      item.append(element('p', { class: 'phases', text: phases(record) }));
+      const rows = (record.participants || []).map((p) => element('tr', { 'data-service': p.service },
+        element('td', { text: p.service }),
+        element('td', { class: `vote ${(p.vote || '').toLowerCase()}`, text: p.vote || 'no vote' }),
+        element('td', { class: 'code', text: p.code || '' }),
+        element('td', { class: 'reason', text: p.reason || '' })));
+      item.append(element('table', { class: 'votes' }, element('tbody', {}, ...rows)));
+      if (record.reason) item.append(element('p', { class: 'reason', text: record.reason }));
+    }
+    root.append(item);
+  }
+}
+
+async function renderLake() {
+  let lake;
+  try { lake = await (await fetch('/local/lake?files=5')).json(); } catch { return; }
+  $('#lake-total').textContent = `${lake.total} file${lake.total === 1 ? '' : 's'}`;
+  const root = $('#lake');
+  root.replaceChildren(...lake.files.map((file) => {
+    const lines = file.records.map((r) => typeof r === 'object'
+      ? `${r.change} ${r.table} ${JSON.stringify(r.key)} v${r.version} ${JSON.stringify(r.data)}  (${short(r.transactionId)})`
+      : String(r));
+    return element('li', { class: 'card lake-file' },
+      element('code', { text: file.key }),
+      element('span', { class: 'muted', text: ` ${file.lines} record${file.lines === 1 ? '' : 's'}, ${file.bytes} bytes` }),
+      element('pre', { text: lines.join('\n') }));
+  }));
+}
+
+// ---- start ---------------------------------------------------------------------------------
+
+async function start() {
+  const stack = await (await fetch('/local/stack.json')).json();
+  state.services = stack.services;
+  const names = Object.keys(state.services);
+  for (const id of ['#open-service', '#from-service', '#to-service', '#watch-service']) {
+    $(id).replaceChildren(...names.map((name) => element('option', { value: name, text: name })));
+  }
+  if (names.length > 1) $('#to-service').value = names[1];
+  try {
+    for (const [service, entity] of JSON.parse(localStorage.getItem('twopc.watched') || '[]')) {
+      const table = state.services[service];
+      if (table) state.watched.set(entityTopic(table, entity), { service, table, entity });
+    }
+  } catch { /* a stale list: start with none */ }
+  $('#ws-url').textContent = stack.websocket;
+  setUpForms();
+  renderItems();
+  renderTransactions();
+  connect(stack.websocket);
+  renderLake();
+  setInterval(renderLake, 2000);
+}
+
+start();
