@@ -17,7 +17,10 @@ if [[ ! -x $venv/bin/schemathesis ]]; then
     python3 -m venv "$venv"
     timeout 600 "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/api/requirements.txt
 fi
-timeout 1200 cargo build --quiet -p local-stack
+# The whole workspace with its test targets: the feature set `cargo test --workspace` builds, so
+# after the tests this builds nothing (`-p local-stack` alone would rebuild shared crates with fewer
+# features).
+timeout 1200 cargo build --quiet --workspace --all-targets
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 api=$(free_port) ws=$(free_port) db=$(free_port)

@@ -1,0 +1,179 @@
+// The live page in a real browser: Debian's Chromium, driven by Playwright, against a running local
+// stack (tests/browser/run.sh starts one on free ports and passes its address in TWOPC_PAGE_URL).
+// Every wait polls what the user sees on the page; nothing sleeps in place of a condition.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+
+const pageUrl = process.env.TWOPC_PAGE_URL;
+const screenshots = process.env.TWOPC_SCREENSHOTS || '../../target/browser';
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+const WAIT = 15_000;
+
+// Names of this run's own, so a kept data folder or a second run never meets them.
+const run = Date.now().toString(36);
+const alice = `alice-${run}`;
+const bob = `bob-${run}`;
+
+let browser;
+let page;
+const consoleErrors = [];
+
+before(async () => {
+  assert.ok(pageUrl, 'TWOPC_PAGE_URL is the running local stack\'s page (tests/browser/run.sh sets it)');
+  browser = await chromium.launch({
+    executablePath,
+    headless: true,
+    // The flags that keep Chromium off the network it would call home on (closed here), and
+    // --no-sandbox because CI runs as root.
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  page.on('console', (message) => { if (message.type() === 'error') consoleErrors.push(message.text()); });
+  page.on('pageerror', (error) => consoleErrors.push(String(error)));
+  page.setDefaultTimeout(WAIT);
+  await page.goto(pageUrl);
+  await page.locator('#ws-status', { hasText: /^connected$/ }).waitFor();
+  // Set once: had the page reloaded, this would be gone.
+  await page.evaluate(() => { window.sameDocument = true; });
+});
+
+after(async () => {
+  if (page) {
+    mkdirSync(screenshots, { recursive: true });
+    await page.screenshot({ path: `${screenshots}/live-page.png`, fullPage: true }).catch(() => {});
+  }
+  await browser?.close();
+});
+
+const item = (service, entity) => page.locator(`#items tr[data-service="${service}"][data-entity="${entity}"]`);
+const balance = (service, entity) => item(service, entity).locator('.value-balance');
+
+async function transfer(from, to, amount, button = '#transfer') {
+  await page.fill('#from-entity', from);
+  await page.selectOption('#from-service', 'service-a');
+  await page.fill('#to-entity', to);
+  await page.selectOption('#to-service', 'service-b');
+  await page.fill('#amount', String(amount));
+  await page.click(button);
+}
+
+/// The transaction entries the page shows, newest first: status, label and votes.
+async function transactions() {
+  return page.locator('#transactions > li').evaluateAll((items) => items.map((li) => ({
+    id: li.getAttribute('data-tx'),
+    status: li.getAttribute('data-status'),
+    label: li.querySelector('.label')?.textContent,
+    phases: li.querySelector('.phases')?.textContent,
+    votes: [...li.querySelectorAll('.votes tr')].map((tr) => ({
+      service: tr.getAttribute('data-service'),
+      vote: tr.querySelector('.vote')?.textContent,
+      code: tr.querySelector('.code')?.textContent,
+      reason: tr.querySelector('.reason')?.textContent,
+    })),
+  })));
+}
+
+async function waitForTransaction(matches, what) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
+    const found = (await transactions()).find(matches);
+    if (found) return found;
+    if (Date.now() > deadline) assert.fail(`the page shows no transaction ${what}: ${JSON.stringify(await transactions(), null, 1)}`);
+    await page.waitForTimeout(50);
+  }
+}
+
+test('opening two accounts shows their balances live', async () => {
+  await page.fill('#open-entity', alice);
+  await page.selectOption('#open-service', 'service-a');
+  await page.fill('#open-balance', '100');
+  await page.click('#open');
+  await page.fill('#open-entity', bob);
+  await page.selectOption('#open-service', 'service-b');
+  await page.fill('#open-balance', '0');
+  await page.click('#open');
+  await balance('service-a', alice).filter({ hasText: /^100$/ }).waitFor();
+  await balance('service-b', bob).filter({ hasText: /^0$/ }).waitFor();
+});
+
+test('a transfer changes both balances without a reload', async () => {
+  await transfer(alice, bob, 30);
+  await balance('service-a', alice).filter({ hasText: /^70$/ }).waitFor();
+  await balance('service-b', bob).filter({ hasText: /^30$/ }).waitFor();
+  assert.equal(await page.evaluate(() => window.sameDocument), true, 'the page was not reloaded');
+  const shown = await waitForTransaction((t) => t.label === `transfer 30 ${alice} → ${bob}` && t.status === 'COMMITTED', 'committed');
+  assert.match(shown.phases, /prepare → commit → COMMITTED/);
+  assert.deepEqual(shown.votes.map((v) => [v.service, v.vote]), [['service-a', 'PREPARED'], ['service-b', 'PREPARED']]);
+});
+
+test('a refused transfer shows its guard\'s reason and changes nothing', async () => {
+  await transfer(alice, bob, 1000);
+  const refused = await waitForTransaction((t) => t.label === `transfer 1000 ${alice} → ${bob}` && t.status === 'ABORTED', 'aborted');
+  const vote = refused.votes.find((v) => v.service === 'service-a');
+  assert.equal(vote.vote, 'REFUSED');
+  assert.equal(vote.code, 'CONDITION_FAILED');
+  assert.match(vote.reason, /balance/, 'the reason names the guarded field');
+  assert.match(refused.phases, /abort \(refused\) → ABORTED/);
+  // Nothing was applied: the next commit the page sees is still from 70 and 30.
+  assert.equal(await balance('service-a', alice).textContent(), '70');
+  assert.equal(await balance('service-b', bob).textContent(), '30');
+});
+
+test('two transfers at once conflict: one commits, the other is refused with CONFLICT', async () => {
+  // Whether two transfers overlap is up to timing; the page sends them at once, and a few pairs
+  // make an overlap all but certain. Each pair moves 1.
+  let conflict;
+  let sent = 0;
+  for (let pair = 0; pair < 10 && !conflict; pair++) {
+    const before = (await transactions()).length;
+    await transfer(alice, bob, 1, '#transfer-twice');
+    sent += 2;
+    await page.waitForFunction((count) => {
+      const items = [...document.querySelectorAll('#transactions > li')];
+      return items.length >= count && items.slice(0, 2).every((li) => ['COMMITTED', 'ABORTED'].includes(li.dataset.status));
+    }, before + 2);
+    conflict = (await transactions()).slice(0, 2).find((t) => t.votes.some((v) => v.code === 'CONFLICT'));
+  }
+  assert.ok(conflict, `no conflict in ${sent / 2} pairs of transfers sent at once`);
+  assert.equal(conflict.status, 'ABORTED');
+  // Every transfer that committed moved 1, and the balances the pushes show still add up to 100.
+  const committed = (await transactions()).filter((t) => t.label?.startsWith(`transfer 1 ${alice}`) && t.status === 'COMMITTED').length;
+  await balance('service-a', alice).filter({ hasText: new RegExp(`^${70 - committed}$`) }).waitFor();
+  await balance('service-b', bob).filter({ hasText: new RegExp(`^${30 + committed}$`) }).waitFor();
+});
+
+test('the lake shows the committed changes, and nothing of the refused ones', async () => {
+  await page.locator('#lake pre', { hasText: alice }).first().waitFor();
+  const lake = await page.locator('#lake').textContent();
+  assert.ok(!lake.includes('1000'), 'no line of the refused transfer');
+});
+
+test('the REST API answers a page of another origin (CORS preflight in a real browser)', async () => {
+  // http://localhost:PORT is another origin than http://127.0.0.1:PORT, in the same (loopback)
+  // address space, so the browser applies CORS and nothing else.
+  const other = await browser.newPage();
+  const otherOrigin = pageUrl.replace('//127.0.0.1:', '//localhost:');
+  assert.notEqual(otherOrigin, pageUrl);
+  await other.goto(`${otherOrigin}local/stack.json`);
+  const answer = await other.evaluate(async (api) => {
+    // JSON and Idempotency-Key make this a request the browser preflights.
+    const response = await fetch(`${api}transactions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': `cors-${Date.now()}` },
+      body: JSON.stringify({ participants: [{ service: 'service-a', operations: [{ op: 'check', key: { entityId: 'nobody' }, exists: false }] }] }),
+    });
+    return { status: response.status, body: await response.json() };
+  }, pageUrl);
+  await other.close();
+  assert.equal(answer.status, 200, JSON.stringify(answer));
+  assert.equal(answer.body.status, 'COMMITTED');
+});
+
+test('the page logged no error', () => {
+  // Chromium logs every answer of 400 or more as a failed load, the 409 of an aborted transaction too.
+  const errors = consoleErrors.filter((text) => !/status of 409 \(Conflict\)/.test(text));
+  assert.deepEqual(errors, []);
+});
