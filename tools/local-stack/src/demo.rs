@@ -58,6 +58,10 @@ pub async fn run(config: Config) -> Result<(), String> {
         cold_start.as_secs_f64(),
         demo_took.as_secs_f64()
     );
+    println!(
+        "To do this yourself in a browser: `cargo run -p local-stack -- up`, then open http://127.0.0.1:{}/ (the live page).",
+        local_stack::DEFAULT_API_PORT
+    );
     Ok(())
 }
 
