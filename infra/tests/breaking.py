@@ -127,3 +127,95 @@ def set_rest_authorization(stack: Stack, authorization: str) -> None:
             for operation in operations.values():
                 operation["security"] = [] if authorization == "NONE" else operation.get("security")
 
+
+
+# --- the REST API's preflight and gateway responses, in either form (Method and GatewayResponse
+# resources of CDK, the OpenAPI body of SAM) ------------------------------------------------------
+
+
+def _body_operations(stack: Stack, verb: str) -> list[tuple[dict, str]]:
+    """(the path's operations, path) of the OpenAPI bodies' paths that have `verb`."""
+    out = []
+    for name in stack.resources("AWS::ApiGateway::RestApi"):
+        body = props(stack, name).get("Body") or {}
+        for path, operations in body.get("paths", {}).items():
+            if verb.lower() in operations:
+                out.append((operations, path))
+    return out
+
+
+def _method_resources(stack: Stack, verb: str) -> list[str]:
+    return [
+        name for name in stack.resources("AWS::ApiGateway::Method") if str(props(stack, name).get("HttpMethod")).upper() == verb
+    ]
+
+
+def remove_preflight(stack: Stack, path_part: str | None = None) -> None:
+    """Removes the OPTIONS methods (only those of paths ending in `path_part`, when given)."""
+    for name in _method_resources(stack, "OPTIONS"):
+        resource_id = props(stack, name).get("ResourceId", {}).get("Ref", "")
+        part = props(stack, resource_id).get("PathPart") if resource_id in stack.template["Resources"] else None
+        if path_part is None or part == path_part:
+            del stack.template["Resources"][name]
+    for operations, path in _body_operations(stack, "OPTIONS"):
+        if path_part is None or path.endswith("/" + path_part):
+            del operations["options"]
+
+
+def set_preflight_authorization(stack: Stack, authorization: str) -> None:
+    for name in _method_resources(stack, "OPTIONS"):
+        props(stack, name)["AuthorizationType"] = authorization
+    for operations, _ in _body_operations(stack, "OPTIONS"):
+        operations["options"]["security"] = [] if authorization == "NONE" else [{"AWS_IAM": []}]
+
+
+def preflight_response_parameters(stack: Stack) -> list[dict]:
+    """The raw response parameters of every preflight's integration responses."""
+    out = []
+    for name in _method_resources(stack, "OPTIONS"):
+        for response in props(stack, name).get("Integration", {}).get("IntegrationResponses", []):
+            out.append(response.setdefault("ResponseParameters", {}))
+    for operations, _ in _body_operations(stack, "OPTIONS"):
+        for response in operations["options"].get("x-amazon-apigateway-integration", {}).get("responses", {}).values():
+            out.append(response.setdefault("responseParameters", {}))
+    return out
+
+
+def set_preflight_header(stack: Stack, header: str, value: Any) -> None:
+    """Sets (None: removes) a header of every preflight's answer."""
+    for parameters in preflight_response_parameters(stack):
+        parameters.pop(f"method.response.header.{header}", None)
+        if value is not None:
+            parameters[f"method.response.header.{header}"] = value
+
+
+def set_preflight_template(stack: Stack, template: str) -> None:
+    """Gives every preflight's answer this application/json mapping template."""
+    for name in _method_resources(stack, "OPTIONS"):
+        for response in props(stack, name).get("Integration", {}).get("IntegrationResponses", []):
+            response["ResponseTemplates"] = {"application/json": template}
+    for operations, _ in _body_operations(stack, "OPTIONS"):
+        for response in operations["options"].get("x-amazon-apigateway-integration", {}).get("responses", {}).values():
+            response["responseTemplates"] = {"application/json": template}
+
+
+def gateway_response_parameters(stack: Stack, kind: str) -> list[dict]:
+    """The raw response parameters of the REST API's gateway responses of type `kind`."""
+    out = []
+    for name in stack.resources("AWS::ApiGateway::GatewayResponse"):
+        if props(stack, name).get("ResponseType") == kind:
+            out.append(props(stack, name).setdefault("ResponseParameters", {}))
+    for api in stack.resources("AWS::ApiGateway::RestApi"):
+        responses = (props(stack, api).get("Body") or {}).get("x-amazon-apigateway-gateway-responses", {})
+        if kind in responses:
+            out.append(responses[kind].setdefault("responseParameters", {}))
+    assert out, f"no gateway response {kind}"
+    return out
+
+
+def remove_gateway_response(stack: Stack, kind: str) -> None:
+    for name in stack.resources("AWS::ApiGateway::GatewayResponse"):
+        if props(stack, name).get("ResponseType") == kind:
+            del stack.template["Resources"][name]
+    for api in stack.resources("AWS::ApiGateway::RestApi"):
+        (props(stack, api).get("Body") or {}).get("x-amazon-apigateway-gateway-responses", {}).pop(kind, None)

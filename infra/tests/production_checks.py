@@ -1,6 +1,6 @@
 """Checks of the production details infra/DEPLOY.md describes (throttling, alarms, dashboard, reserved
 concurrency, deletion protection, the lake's compression and Glue table, logging, tracing, the
-participants' `live` aliases), on a deployed template (SAM after the transform, or CDK), found by
+participants' `live` aliases, the REST API's CORS), on a deployed template (SAM after the transform, or CDK), found by
 meaning as in template_checks.py. Each returns a list of problems (empty: fine).
 
 Where a property is wired to a parameter, the check evaluates the template with other values of that
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from cfn import REPO, Stack, as_list, att_id, number
+from cfn import REPO, Stack, as_list, att_id, number, ref_id
 from system import (
     ALIAS_NAME,
     aliases,
@@ -28,7 +28,7 @@ from system import (
     participant_deployments,
     role_of,
 )
-from template_checks import METRICS_NAMESPACE
+from template_checks import METRICS_NAMESPACE, rest_methods
 
 # ----------------------------------------------------------------------------------------------
 # Parameters every template offers (the same deploy-time interface for SAM and CDK)
@@ -59,6 +59,16 @@ def written_metric_names(stack: Stack) -> set[str]:
 LAKE_RECORD_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "decide.rs"
 LAKE_RECORD_STRUCT = "ChangeRecord"
 JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
+
+# Cross-origin access to the REST API: the values of `twopc::cors`, read from its source, and the
+# variable of `twopc::config` that gives the coordinator the allowed origin.
+CORS_SOURCE = REPO / "functions" / "twopc" / "src" / "cors.rs"
+CONFIG_SOURCE = REPO / "functions" / "twopc" / "src" / "config.rs"
+CORS_PARAMETER = "CorsAllowOrigin"
+# A value the parameter may take besides its default: each wired value must follow it.
+CORS_OTHER_ORIGIN = "https://app.example.com"
+# The gateway responses that must carry the origin (every other type falls back to one of them).
+CORS_GATEWAY_RESPONSES = ["DEFAULT_4XX", "DEFAULT_5XX"]
 
 
 def _parameter(stack: Stack, name: str, default: Any, allowed: list[str] | None = None) -> list[str]:
@@ -689,3 +699,225 @@ def check_aliases(stack: Stack) -> list[str]:
         elif function_target(stack, stack.props(version).get("FunctionName")) != function:
             problems.append(f"{alias}: its version {version} is not of {function}")
     return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 9. Cross-origin access to the REST API (CORS)
+# ----------------------------------------------------------------------------------------------
+
+
+def rust_constants(source: Path) -> dict[str, str | int]:
+    """The `pub const NAME: type = value;` string and integer constants of a Rust file (the value
+    may be on the next line; the strings hold no escapes)."""
+    text = source.read_text()
+    constants: dict[str, str | int] = {}
+    for name, value in re.findall(r"^\s*pub const (\w+):[^=]+=\s*(\"[^\"]*\"|[0-9_]+)\s*;", text, re.M):
+        constants[name] = value[1:-1] if value.startswith('"') else int(value.replace("_", ""))
+    return constants
+
+
+def cors_contract(source: Path = CORS_SOURCE, config: Path = CONFIG_SOURCE) -> dict[str, Any]:
+    """What the deployed API must answer cross-origin callers, from `twopc::cors`, and the name of
+    the coordinator's variable (`twopc::config::CORS_ALLOW_ORIGIN`)."""
+    cors, names = rust_constants(source), rust_constants(config)
+    wanted = ["DEFAULT_ALLOW_ORIGIN", "ALLOW_METHODS", "ALLOW_HEADERS", "MAX_AGE_SECONDS"]
+    missing = [name for name in wanted if name not in cors] + [n for n in ["CORS_ALLOW_ORIGIN"] if n not in names]
+    if missing:
+        raise AssertionError(f"no constant {missing} in {source} / {config}")
+    return {
+        "defaultOrigin": str(cors["DEFAULT_ALLOW_ORIGIN"]),
+        "methods": str(cors["ALLOW_METHODS"]),
+        "headers": str(cors["ALLOW_HEADERS"]),
+        "maxAge": int(cors["MAX_AGE_SECONDS"]),
+        "variable": str(names["CORS_ALLOW_ORIGIN"]),
+    }
+
+
+def _cors_parameter(stack: Stack, contract: dict) -> list[str]:
+    """The parameter: a String defaulting to the code's default origin; if it has a pattern, the
+    pattern takes `*` and one origin and refuses a list or a path."""
+    problems = _parameter(stack, CORS_PARAMETER, contract["defaultOrigin"])
+    definition = stack.template.get("Parameters", {}).get(CORS_PARAMETER)
+    if definition is None:
+        return problems
+    if definition.get("Type") != "String":
+        problems.append(f"parameter {CORS_PARAMETER}: type {definition.get('Type')!r}, not String")
+    pattern = definition.get("AllowedPattern")
+    if pattern is not None:
+        for origin in ["*", CORS_OTHER_ORIGIN, "http://localhost:3000"]:
+            if not re.fullmatch(pattern, origin):
+                problems.append(f"parameter {CORS_PARAMETER}: AllowedPattern {pattern!r} refuses {origin!r}")
+        for origin in [f"{CORS_OTHER_ORIGIN},https://b.example.com", f"{CORS_OTHER_ORIGIN}/", "'*'"]:
+            if re.fullmatch(pattern, origin):
+                problems.append(f"parameter {CORS_PARAMETER}: AllowedPattern {pattern!r} takes {origin!r}, not one origin")
+    return problems
+
+
+def _cors_origins(stack: Stack, contract: dict) -> list[tuple[str, Stack]]:
+    """(origin, the template evaluated with CorsAllowOrigin = origin) for the default and another."""
+    return [(origin, stack.with_parameters(**{CORS_PARAMETER: origin})) for origin in [contract["defaultOrigin"], CORS_OTHER_ORIGIN]]
+
+
+def _literal(value: Any) -> str | None:
+    """The text of an API Gateway static value (`'text'`), None when it is not one."""
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1]
+    return None
+
+
+def _header(parameters: dict, prefix: str, header: str) -> tuple[bool, Any]:
+    """(present, value) of a header in response parameters (`<prefix><Header>`, any case)."""
+    for key, value in parameters.items():
+        if str(key).lower() == (prefix + header).lower():
+            return True, value
+    return False, None
+
+
+def _items(text: str, fold_case: bool) -> set[str]:
+    return {(item.strip().lower() if fold_case else item.strip()) for item in text.split(",") if item.strip()}
+
+
+def _preflight_problems(where: str, method: dict, origin: str, contract: dict) -> list[str]:
+    problems = []
+    if method["authorization"] != "NONE":
+        problems.append(f"{where}: authorization {method['authorization']!r}, not NONE (browsers never sign a preflight)")
+    if method["integration_type"] != "mock":
+        problems.append(f"{where}: integration {method['integration_type']!r}, not a MOCK answered by API Gateway")
+    defaults = [r for r in method["integration_responses"] if r["selection"] is None]
+    if len(defaults) != 1:
+        return problems + [f"{where}: {len(defaults)} default integration responses, expected one"]
+    response = defaults[0]
+    if response["status"] not in ("200", "204"):
+        problems.append(f"{where}: answers {response['status']}, not 200 or 204")
+    prefix = "method.response.header."
+    expected = {
+        "Access-Control-Allow-Origin": (origin, lambda text: text == origin),
+        "Access-Control-Allow-Methods": (
+            contract["methods"], lambda text: _items(text, False) == _items(contract["methods"], False)
+        ),
+        "Access-Control-Allow-Headers": (
+            contract["headers"], lambda text: _items(text, True) == _items(contract["headers"], True)
+        ),
+        "Access-Control-Max-Age": (str(contract["maxAge"]), lambda text: text.strip() == str(contract["maxAge"])),
+    }
+    declared = method["method_responses"].get(response["status"], set())
+    for header, (want, matches) in expected.items():
+        present, value = _header(response["parameters"], prefix, header)
+        text = _literal(value)
+        if not present:
+            problems.append(f"{where}: no {header} (expected {want!r})")
+        elif text is None or not matches(text):
+            problems.append(f"{where}: {header} is {value!r} with {CORS_PARAMETER}={origin}, expected '{want}'")
+        if header.lower() not in declared:
+            problems.append(f"{where}: the method response {response['status']} does not declare {header}")
+    present, value = _header(response["parameters"], prefix, "Access-Control-Allow-Credentials")
+    if present and str(_literal(value)).lower() == "true":
+        problems.append(f"{where}: allows credentials (no cookie is ever sent: requests are signed)")
+    # A mapping template may set the header instead (CDK writes one for several origins): the answer
+    # would no longer be the parameter's.
+    for content_type, template in response["templates"].items():
+        if "responseoverride.header" in str(template).lower():
+            problems.append(f"{where}: its {content_type} template overrides response headers")
+    return problems
+
+
+def check_cors_preflight(stack: Stack) -> list[str]:
+    """Every path of the REST API answers a preflight: an OPTIONS method without authorization, a
+    MOCK integration whose default response (200 or 204) carries Access-Control-Allow-Origin = the
+    CorsAllowOrigin parameter and the methods, headers and max age of `twopc::cors` (each declared
+    by the method response, none overridden by a mapping template), and allows no credentials."""
+    contract = cors_contract()
+    problems = _cors_parameter(stack, contract)
+    for origin, evaluated in _cors_origins(stack, contract):
+        methods = rest_methods(evaluated)
+        paths = sorted({path for verb, path in methods if verb != "OPTIONS"})
+        if not paths:
+            problems.append("no REST methods")
+        for path in paths:
+            preflight = methods.get(("OPTIONS", path))
+            if preflight is None:
+                problems.append(f"REST {path}: no OPTIONS method (no preflight: browsers cannot call it)")
+                continue
+            problems += _preflight_problems(f"REST OPTIONS {path}", preflight, origin, contract)
+    return sorted(set(problems), key=problems.index)
+
+
+def gateway_responses(stack: Stack) -> list[dict]:
+    """[{api, type, parameters, resource (its logical id, None in an OpenAPI body)}] of every REST
+    API: AWS::ApiGateway::GatewayResponse resources (CDK) and the OpenAPI bodies' (SAM)."""
+    out = []
+    for name in stack.resources("AWS::ApiGateway::GatewayResponse"):
+        props = stack.props(name)
+        out.append(
+            {
+                "api": ref_id(props.get("RestApiId")),
+                "type": str(props.get("ResponseType")),
+                "parameters": props.get("ResponseParameters") or {},
+                "resource": name,
+            }
+        )
+    for api in stack.resources("AWS::ApiGateway::RestApi"):
+        body = stack.props(api).get("Body") or {}
+        for kind, response in (body.get("x-amazon-apigateway-gateway-responses") or {}).items():
+            out.append({"api": api, "type": str(kind), "parameters": response.get("responseParameters") or {}, "resource": None})
+    return out
+
+
+def _deployed_with(stack: Stack, api: str, resource: str) -> bool:
+    """Whether every deployment of the API is made after the resource (DependsOn it): a gateway
+    response takes effect in a stage only through a deployment."""
+    deployments = [
+        d for d in stack.resources("AWS::ApiGateway::Deployment") if ref_id(stack.props(d).get("RestApiId")) == api
+    ]
+    return bool(deployments) and all(
+        resource in as_list(stack.template["Resources"][d].get("DependsOn")) for d in deployments
+    )
+
+
+def check_cors_gateway_responses(stack: Stack) -> list[str]:
+    """API Gateway's own answers (DEFAULT_4XX: a refused signature, a body too large, throttling;
+    DEFAULT_5XX) carry Access-Control-Allow-Origin = the CorsAllowOrigin parameter, and so does every
+    other gateway response the REST API defines (it replaces the default of its kind), each one
+    deployed with the API."""
+    contract = cors_contract()
+    problems = _cors_parameter(stack, contract)
+    for origin, evaluated in _cors_origins(stack, contract):
+        apis = sorted(evaluated.resources("AWS::ApiGateway::RestApi"))
+        if not apis:
+            problems.append("no REST API")
+        responses = gateway_responses(evaluated)
+        for api in apis:
+            defined = [r for r in responses if r["api"] == api]
+            for kind in CORS_GATEWAY_RESPONSES:
+                if not any(r["type"] == kind for r in defined):
+                    problems.append(f"{api}: no {kind} gateway response (API Gateway's errors carry no CORS header)")
+            for response in defined:
+                where = f"{api}: gateway response {response['type']}"
+                present, value = _header(response["parameters"], "gatewayresponse.header.", "Access-Control-Allow-Origin")
+                if not present:
+                    problems.append(f"{where}: no Access-Control-Allow-Origin")
+                elif _literal(value) != origin:
+                    problems.append(f"{where}: Access-Control-Allow-Origin is {value!r} with {CORS_PARAMETER}={origin}")
+                if response["resource"] is not None and not _deployed_with(evaluated, api, response["resource"]):
+                    problems.append(f"{where} ({response['resource']}): not every deployment of {api} depends on it")
+        for response in responses:
+            if response["api"] not in apis:
+                problems.append(f"gateway response {response['type']} ({response['resource']}) is of no REST API of the template")
+    return sorted(set(problems), key=problems.index)
+
+
+def check_cors_coordinator(stack: Stack) -> list[str]:
+    """The coordinator's own answers (Lambda proxy integration: API Gateway adds nothing) carry the
+    same origin: its CORS_ALLOW_ORIGIN is the CorsAllowOrigin parameter."""
+    contract = cors_contract()
+    problems = _cors_parameter(stack, contract)
+    variable = contract["variable"]
+    for origin, evaluated in _cors_origins(stack, contract):
+        coordinators = functions_of(evaluated, "coordinator")
+        if not coordinators:
+            problems.append("no coordinator function")
+        for function in coordinators:
+            value = environment(evaluated, function).get(variable)
+            if value != origin:
+                problems.append(f"{function}: {variable} is {value!r} with {CORS_PARAMETER}={origin}")
+    return sorted(set(problems), key=problems.index)

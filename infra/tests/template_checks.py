@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from cfn import REPO, Stack, as_list, att_id, number, ref_id
 from system import (
@@ -657,18 +658,40 @@ def _resource_path(stack: Stack, resource: str | None, api: str) -> str | None:
     return None
 
 
+def _header_names(parameters: Any, prefix: str = "method.response.header.") -> set[str]:
+    """The (lower-case) header names of a method response's parameters."""
+    return {str(k)[len(prefix):].lower() for k in (parameters or {}) if str(k).lower().startswith(prefix)}
+
+
 def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
-    """(HTTP method, path) -> {api, authorization, integration uri}, from AWS::ApiGateway::Method
-    resources (CDK) and from OpenAPI bodies of the REST APIs (SAM)."""
+    """(HTTP method, path) -> {api, authorization, integration uri, integration type (lower case),
+    integration responses [{selection (None: the default), status, parameters, templates}], method
+    responses {status: declared header names (lower case)}}, from AWS::ApiGateway::Method resources
+    (CDK) and from OpenAPI bodies of the REST APIs (SAM)."""
     methods = {}
     for method in stack.resources("AWS::ApiGateway::Method"):
         props = stack.props(method)
         api = ref_id(props.get("RestApiId"))
         path = _resource_path(stack, props.get("ResourceId"), api or "")
+        integration = props.get("Integration", {})
         methods[(str(props.get("HttpMethod")).upper(), path or "?")] = {
             "api": api,
             "authorization": props.get("AuthorizationType"),
-            "uri": str(props.get("Integration", {}).get("Uri")),
+            "uri": str(integration.get("Uri")),
+            "integration_type": str(integration.get("Type")).lower(),
+            "integration_responses": [
+                {
+                    "selection": response.get("SelectionPattern") or None,
+                    "status": str(response.get("StatusCode")),
+                    "parameters": response.get("ResponseParameters") or {},
+                    "templates": response.get("ResponseTemplates") or {},
+                }
+                for response in as_list(integration.get("IntegrationResponses"))
+            ],
+            "method_responses": {
+                str(response.get("StatusCode")): _header_names(response.get("ResponseParameters"))
+                for response in as_list(props.get("MethodResponses"))
+            },
         }
     for api in stack.resources("AWS::ApiGateway::RestApi"):
         body = stack.props(api).get("Body") or {}
@@ -680,10 +703,25 @@ def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
         for path, operations in body.get("paths", {}).items():
             for verb, operation in operations.items():
                 names = {name for requirement in operation.get("security", []) for name in requirement}
+                integration = operation.get("x-amazon-apigateway-integration", {})
                 methods[(verb.upper(), path)] = {
                     "api": api,
                     "authorization": "AWS_IAM" if names and names <= sigv4 else "NONE",
-                    "uri": str(operation.get("x-amazon-apigateway-integration", {}).get("uri")),
+                    "uri": str(integration.get("uri")),
+                    "integration_type": str(integration.get("type")).lower(),
+                    "integration_responses": [
+                        {
+                            "selection": None if pattern == "default" else pattern,
+                            "status": str(response.get("statusCode")),
+                            "parameters": response.get("responseParameters") or {},
+                            "templates": response.get("responseTemplates") or {},
+                        }
+                        for pattern, response in (integration.get("responses") or {}).items()
+                    ],
+                    "method_responses": {
+                        str(status): {str(h).lower() for h in (response or {}).get("headers", {})}
+                        for status, response in (operation.get("responses") or {}).items()
+                    },
                 }
     return methods
 

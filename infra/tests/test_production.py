@@ -1,6 +1,7 @@
 """4. The production details, on both deployed templates: throttling on both API stages, the
 alarms, the dashboard, reserved concurrency, deletion protection, the lake's compression and Athena
-table, logging, tracing, and the participants' `live` aliases (the deployment order)."""
+table, logging, tracing, the participants' `live` aliases (the deployment order), and the REST
+API's answers to browsers (CORS: the preflight, the gateway responses, the coordinator's origin)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import json
 import pytest
 
 import breaking as b
+from cfn import Stack, sam_transform
 from production_checks import (
     check_aliases,
     check_alarms,
+    check_cors_coordinator,
+    check_cors_gateway_responses,
+    check_cors_preflight,
     check_dashboard,
     check_deletion_protection,
     check_lake_catalog,
@@ -20,6 +25,7 @@ from production_checks import (
     check_reserved_concurrency,
     check_throttling,
     check_tracing,
+    cors_contract,
     lake_record_fields,
 )
 
@@ -34,6 +40,9 @@ CHECKS = {
     "logging": check_logging,
     "tracing": check_tracing,
     "aliases": check_aliases,
+    "cors-preflight": check_cors_preflight,
+    "cors-gateway-responses": check_cors_gateway_responses,
+    "cors-coordinator": check_cors_coordinator,
 }
 
 
@@ -55,6 +64,16 @@ def test_the_lake_record_is_read_from_the_code():
         "data",
         "previous",
     ]
+
+
+def test_the_cors_values_are_read_from_the_code():
+    assert cors_contract() == {
+        "defaultOrigin": "*",
+        "methods": "GET,POST,OPTIONS",
+        "headers": "Authorization,Content-Type,Idempotency-Key,X-Amz-Content-Sha256,X-Amz-Date,X-Amz-Security-Token",
+        "maxAge": 600,
+        "variable": "CORS_ALLOW_ORIGIN",
+    }
 
 
 # --- the checks can fail ----------------------------------------------------------------------
@@ -221,6 +240,62 @@ BREAKAGES = {
         "aliases",
         lambda s: b.props(s, b.participant(s, 1)["alias"]).update(FunctionVersion="$LATEST"),
     ),
+    # cross-origin access (CORS)
+    "no-cors-parameter": ("cors-preflight", lambda s: s.template["Parameters"].pop("CorsAllowOrigin")),
+    "cors-parameter-default": (
+        "cors-coordinator",
+        lambda s: s.template["Parameters"]["CorsAllowOrigin"].update(Default="https://app.example.com"),
+    ),
+    "cors-parameter-pattern-takes-a-list": (
+        "cors-gateway-responses",
+        lambda s: s.template["Parameters"]["CorsAllowOrigin"].update(AllowedPattern=".*"),
+    ),
+    "no-preflight": ("cors-preflight", lambda s: b.remove_preflight(s)),
+    "no-preflight-on-a-path": ("cors-preflight", lambda s: b.remove_preflight(s, "{id}")),
+    "preflight-with-auth": ("cors-preflight", lambda s: b.set_preflight_authorization(s, "AWS_IAM")),
+    "preflight-headers-wrong": (
+        "cors-preflight",
+        lambda s: b.set_preflight_header(s, "Access-Control-Allow-Headers", "'Authorization,Content-Type'"),
+    ),
+    "preflight-methods-wrong": (
+        "cors-preflight",
+        lambda s: b.set_preflight_header(s, "Access-Control-Allow-Methods", "'GET,OPTIONS'"),
+    ),
+    "preflight-without-max-age": ("cors-preflight", lambda s: b.set_preflight_header(s, "Access-Control-Max-Age", None)),
+    "preflight-origin-hard-coded": (
+        "cors-preflight",
+        lambda s: b.set_preflight_header(s, "Access-Control-Allow-Origin", "'*'"),
+    ),
+    "preflight-allows-credentials": (
+        "cors-preflight",
+        lambda s: b.set_preflight_header(s, "Access-Control-Allow-Credentials", "'true'"),
+    ),
+    "preflight-origin-in-a-template": (
+        "cors-preflight",
+        lambda s: b.set_preflight_template(
+            s, '#set($context.responseOverride.header.Access-Control-Allow-Origin = "https://other.example.com")'
+        ),
+    ),
+    "no-4xx-gateway-response": ("cors-gateway-responses", lambda s: b.remove_gateway_response(s, "DEFAULT_4XX")),
+    "gateway-response-without-origin": (
+        "cors-gateway-responses",
+        lambda s: [p.clear() for p in b.gateway_response_parameters(s, "DEFAULT_5XX")],
+    ),
+    "gateway-response-origin-hard-coded": (
+        "cors-gateway-responses",
+        lambda s: [
+            p.update({"gatewayresponse.header.Access-Control-Allow-Origin": "'*'"})
+            for p in b.gateway_response_parameters(s, "DEFAULT_4XX")
+        ],
+    ),
+    "coordinator-origin-missing": (
+        "cors-coordinator",
+        lambda s: _function_props(s, "coordinator")["Environment"]["Variables"].pop("CORS_ALLOW_ORIGIN"),
+    ),
+    "coordinator-origin-hard-coded": (
+        "cors-coordinator",
+        lambda s: _function_props(s, "coordinator")["Environment"]["Variables"].update(CORS_ALLOW_ORIGIN="*"),
+    ),
 }
 
 
@@ -229,3 +304,18 @@ def test_production_check_catches(breakage, stack):
     check, damage = BREAKAGES[breakage]
     damage(stack)
     assert CHECKS[check](stack) != []
+
+
+def test_cors_preflight_check_catches_the_sam_default_authorizer_on_the_preflight(raw, contract):
+    # Without AddDefaultAuthorizerToCorsPreflight: false, SAM gives the OPTIONS methods the API's
+    # DefaultAuthorizer (AWS_IAM), and every browser's preflight is refused.
+    del raw["Resources"]["RestApi"]["Properties"]["Auth"]["AddDefaultAuthorizerToCorsPreflight"]
+    assert check_cors_preflight(Stack("sam", sam_transform(raw), contract)) != []
+
+
+def test_cors_gateway_response_check_catches_an_undeployed_response(cdk):
+    # CDK's gateway responses are resources: a deployment made before one leaves it out of the stage.
+    for name in cdk.resources("AWS::ApiGateway::Deployment"):
+        resource = b.resource(cdk, name)
+        resource["DependsOn"] = [d for d in resource.get("DependsOn", []) if b.resource(cdk, d)["Type"] != "AWS::ApiGateway::GatewayResponse"]
+    assert check_cors_gateway_responses(cdk) != []

@@ -89,7 +89,7 @@ pub fn log_filter(rust_log: Option<&str>, lambda_level: Option<&str>) -> String 
 
 /// The environment each function reads, for the template check in `tests/`.
 pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
-    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, METRICS_NAMESPACE]),
+    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, METRICS_NAMESPACE, CORS_ALLOW_ORIGIN]),
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME]),
     ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES, METRICS_NAMESPACE]),
     (

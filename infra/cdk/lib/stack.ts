@@ -55,6 +55,19 @@ export interface TwoPhaseCommitStackProps extends StackProps {
 /** The alias every registry entry and invoke grant names. */
 export const ALIAS_NAME = 'live';
 
+// Cross-origin access to the REST API: functions/twopc/src/cors.rs (ALLOW_METHODS, ALLOW_HEADERS,
+// MAX_AGE_SECONDS), which infra/tests holds both templates to.
+const CORS_ALLOW_METHODS = ['GET', 'POST', 'OPTIONS'];
+const CORS_ALLOW_HEADERS = [
+  'Authorization',
+  'Content-Type',
+  'Idempotency-Key',
+  'X-Amz-Content-Sha256',
+  'X-Amz-Date',
+  'X-Amz-Security-Token',
+];
+const CORS_MAX_AGE_SECONDS = 600;
+
 const LOG_RETENTION_DAYS = [
   1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
 ];
@@ -198,6 +211,15 @@ export class TwoPhaseCommitStack extends Stack {
       default: 'twopc_lake',
       allowedPattern: '[a-z0-9_]{1,255}',
       description: "Glue (Athena) database of the lake's table `changes`.",
+    });
+    const corsAllowOrigin = parameter('CorsAllowOrigin', {
+      type: 'String',
+      default: '*',
+      // One origin as browsers send it (no list, no path, no trailing slash), or any.
+      allowedPattern: '\\*|https?://[A-Za-z0-9.:\\[\\]-]+',
+      description:
+        'The origin browsers may call the REST API from: * (any) or one origin such as ' +
+        'https://app.example.com (scheme, host and port, no path). Requests must be SigV4-signed anyway.',
     });
 
     const hasAlarmAction = new CfnCondition(this, 'HasAlarmAction', {
@@ -458,6 +480,8 @@ export class TwoPhaseCommitStack extends Stack {
       environment: {
         TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
         METRICS_NAMESPACE: metricsNamespace,
+        // The origin its answers allow (Access-Control-Allow-Origin), as the preflight's.
+        CORS_ALLOW_ORIGIN: corsAllowOrigin.valueAsString,
         PARTICIPANTS: registry,
       },
       // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
@@ -844,9 +868,35 @@ export class TwoPhaseCommitStack extends Stack {
     restApi.node.tryRemoveChild('Endpoint');
     // Permissions scoped to each method of the stage; none for the console's test invocations.
     const coordinatorIntegration = new apigateway.LambdaIntegration(coordinator, { proxy: true, allowTestInvoke: false });
-    const transactions = restApi.root.addResource('transactions');
+    // The preflight: an OPTIONS mock on /transactions and on /transactions/{id} (the options are
+    // inherited), answered by API Gateway with the values of functions/twopc/src/cors.rs (SAM: the
+    // Api's Cors, on the paths it serves). CDK gives these methods no authorization whatever the
+    // default above (browsers never sign a preflight). One origin, the parameter: a plain header (CDK
+    // writes a VTL template only for several origins).
+    const transactions = restApi.root.addResource('transactions', {
+      defaultCorsPreflightOptions: {
+        allowOrigins: [corsAllowOrigin.valueAsString],
+        allowMethods: CORS_ALLOW_METHODS,
+        allowHeaders: CORS_ALLOW_HEADERS,
+        maxAge: Duration.seconds(CORS_MAX_AGE_SECONDS),
+        // As SAM's preflight answers.
+        statusCode: 200,
+      },
+    });
     transactions.addMethod('POST', coordinatorIntegration);
     transactions.addResource('{id}').addMethod('GET', coordinatorIntegration);
+    // API Gateway's own errors (403 of a bad signature, 413, 429 of throttling, 5xx) carry the origin
+    // too, so that a browser may read them (SAM: the Api's GatewayResponses).
+    for (const [logicalId, type] of [
+      ['RestApiDefault4xxResponse', apigateway.ResponseType.DEFAULT_4XX],
+      ['RestApiDefault5xxResponse', apigateway.ResponseType.DEFAULT_5XX],
+    ] as const) {
+      const response = restApi.addGatewayResponse(logicalId, {
+        type,
+        responseHeaders: { 'Access-Control-Allow-Origin': `'${corsAllowOrigin.valueAsString}'` },
+      });
+      (response.node.defaultChild as apigateway.CfnGatewayResponse).overrideLogicalId(logicalId);
+    }
 
     // ---------------------------------------------------------------------------------------------
     // Alarms and the dashboard.

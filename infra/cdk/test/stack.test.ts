@@ -112,6 +112,37 @@ test('the SAM template logical ids of the main resources', () => {
   }
 });
 
+test('CORS: an unsigned preflight on each path, the origin from CorsAllowOrigin everywhere', () => {
+  const origin = { 'Fn::Join': ['', ["'", { Ref: 'CorsAllowOrigin' }, "'"]] };
+  const preflights = ofType(template, 'AWS::ApiGateway::Method').filter(([, m]) => m.Properties?.HttpMethod === 'OPTIONS');
+  // /transactions and /transactions/{id}, as SAM's Cors: not the root, which serves nothing.
+  assert.equal(preflights.length, 2);
+  for (const [id, method] of preflights) {
+    assert.ok(!JSON.stringify(method.Properties?.ResourceId).includes('RootResourceId'), `${id} is on the root`);
+    // The API's default (AWS_IAM) must not reach the preflight: browsers never sign it.
+    assert.equal(method.Properties?.AuthorizationType, 'NONE', id);
+    const integration = method.Properties?.Integration as {
+      Type: string;
+      IntegrationResponses: { ResponseParameters: Record<string, unknown>; ResponseTemplates?: unknown }[];
+    };
+    assert.equal(integration.Type, 'MOCK', id);
+    assert.equal(integration.IntegrationResponses.length, 1, id);
+    const [response] = integration.IntegrationResponses;
+    assert.deepEqual(response.ResponseParameters['method.response.header.Access-Control-Allow-Origin'], origin, id);
+    // One origin: a plain header, no VTL choosing among several.
+    assert.equal(response.ResponseTemplates, undefined, id);
+  }
+  const responses = ofType(template, 'AWS::ApiGateway::GatewayResponse');
+  assert.deepEqual(responses.map(([, r]) => r.Properties?.ResponseType).sort(), ['DEFAULT_4XX', 'DEFAULT_5XX']);
+  for (const [id, response] of responses) {
+    const parameters = response.Properties?.ResponseParameters as Record<string, unknown>;
+    assert.deepEqual(parameters['gatewayresponse.header.Access-Control-Allow-Origin'], origin, id);
+  }
+  const coordinatorEnv = (template.Resources.CoordinatorFunction.Properties?.Environment as { Variables: Record<string, unknown> })
+    .Variables;
+  assert.deepEqual(coordinatorEnv.CORS_ALLOW_ORIGIN, { Ref: 'CorsAllowOrigin' });
+});
+
 test('one more service is one more participant deployment', () => {
   const three = synth([
     ...SERVICES,
