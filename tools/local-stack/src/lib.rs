@@ -99,6 +99,9 @@ pub struct Config {
     pub sweep_interval: Duration,
     /// How often an idle stream shard is polled (Lambda polls four times a second).
     pub poll_interval: Duration,
+    /// Where each stream's reading position is kept, so that a restart resumes where the last run
+    /// stopped; used only when the tables outlive the stack (kept data, or `dynamodb_endpoint`).
+    pub checkpoint_dir: Option<PathBuf>,
     /// The API stage (in the `@connections` path and the REST events' request context).
     pub stage: String,
     /// The origin the REST API allows cross-origin callers, as the deployed API's `CorsAllowOrigin`
@@ -124,6 +127,7 @@ impl Default for Config {
             services: DEFAULT_SERVICES.iter().map(|s| s.to_string()).collect(),
             sweep_interval: Duration::from_secs(5),
             poll_interval: Duration::from_millis(100),
+            checkpoint_dir: Some(local_dir().join("checkpoints")),
             stage: "local".to_owned(),
             cors_allow_origin: Some(twopc::cors::DEFAULT_ALLOW_ORIGIN.to_owned()),
             mode: Mode::InProcess,
@@ -142,6 +146,7 @@ impl Config {
             lake_dir: lake_dir.into(),
             table_prefix: format!("s{}-", &uuid::Uuid::new_v4().simple().to_string()[..10]),
             poll_interval: Duration::from_millis(50),
+            checkpoint_dir: None,
             sweep_interval: Duration::from_secs(2),
             ..Config::default()
         }
@@ -353,14 +358,27 @@ impl Stack {
                     endpoint: dynamodb_endpoint.clone(),
                     message: format!("table {table} has no stream"),
                 })?;
-            // A table made now is read from its start; one that was there (kept data) from now on:
-            // what came before was processed when it was written.
-            let from_start = created.contains(table);
+            // A table made now is read from its start; a kept one from its checkpoint, or from now
+            // on when it has none.
+            let kept_tables = config.dynamodb_endpoint.is_some() || config.dynamodb_data.is_some();
+            let checkpoint_path = config
+                .checkpoint_dir
+                .as_ref()
+                .filter(|_| kept_tables)
+                .map(|dir| streams::Checkpoint::path(dir, table, &arn));
+            let start_at = if created.contains(table) {
+                streams::StartAt::Beginning
+            } else if checkpoint_path.as_deref().is_some_and(|path| streams::Checkpoint::load(path, &arn).is_some()) {
+                streams::StartAt::Checkpoint
+            } else {
+                streams::StartAt::Latest
+            };
             pollers.push(streams::Poller::new(
                 streams.clone(),
                 table.clone(),
                 arn,
-                from_start,
+                start_at,
+                checkpoint_path,
                 functions.clone(),
                 config.poll_interval,
             ));
@@ -492,22 +510,28 @@ async fn create_tables(
     Ok(created)
 }
 
-/// The stream pollers, one task per table stream. Dropping this stops them.
+/// The stream pollers, one task per table stream. [`Pollers::stop`] drains the streams first;
+/// dropping this stops them at once (a crash, as far as the streams can tell).
 struct Pollers {
     task: tokio::task::JoinHandle<()>,
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Pollers {
     fn start(pollers: Vec<streams::Poller>) -> Result<Pollers, Error> {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
-            futures::future::join_all(pollers.into_iter().map(streams::Poller::run)).await;
+            futures::future::join_all(pollers.into_iter().map(|poller| poller.run(stopped.clone()))).await;
         });
-        Ok(Pollers { task })
+        Ok(Pollers { task, stop })
     }
 
+    /// Delivers what the streams hold and keeps their checkpoints, then stops.
     async fn stop(mut self) {
-        self.task.abort();
-        let _ = (&mut self.task).await;
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(streams::DRAIN_TIMEOUT + Duration::from_secs(5), &mut self.task).await.is_err() {
+            self.task.abort();
+        }
     }
 }
 

@@ -5,8 +5,14 @@
 //! retries the batch split in half (`BisectBatchOnFunctionError`), and after [`MAX_RETRIES`] retries
 //! the records are dropped with an error in the log (where the deployed mapping sends them to its
 //! on-failure destination).
+//!
+//! A shard read to its end is never read again, though DescribeStream lists a closed shard for 24 h.
+//! Where the tables outlive the stack (kept data, or a DynamoDB endpoint of the user's), each
+//! stream's position is kept in a [`Checkpoint`] file, written after every delivered batch: a restart
+//! resumes after the last record delivered, and a clean stop first drains what the stream holds.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +20,9 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use local_services::streams::{lambda_event, lambda_record};
-use tracing::{debug, error, warn};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tracing::{debug, error, info, warn};
 
 use crate::Functions;
 
@@ -22,6 +30,72 @@ pub(crate) const BATCH_SIZE: usize = 100;
 pub(crate) const MAX_RETRIES: u32 = 5;
 /// How often the stream is described to find new shards.
 const DESCRIBE_EVERY: Duration = Duration::from_secs(2);
+/// How long a clean stop may spend delivering what the stream still holds.
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Where reading a table's stream starts when the stack starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StartAt {
+    /// A table made now: every shard from its start.
+    Beginning,
+    /// A kept table with no checkpoint of its stream: from now on (what came before was processed
+    /// by whatever ran then, or by no one).
+    Latest,
+    /// A kept table: after the checkpoint's positions; shards it does not know appeared since, and
+    /// are read from their start.
+    Checkpoint,
+}
+
+/// A stream's reading position, kept in a file (`<dir>/<table>-<stream hash>.json`): per shard, the
+/// last record delivered and whether the shard was read to its end.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    pub stream_arn: String,
+    pub shards: BTreeMap<String, ShardCheckpoint>,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardCheckpoint {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sequence_number: Option<String>,
+    #[serde(default)]
+    pub finished: bool,
+}
+
+impl Checkpoint {
+    /// The file of a stream's checkpoint: named by table and stream, so that a table made again (a
+    /// new stream) never resumes from the old one's positions.
+    pub fn path(dir: &Path, table: &str, stream_arn: &str) -> PathBuf {
+        use sha2::{Digest, Sha256};
+        let stream = &hex::encode(Sha256::digest(stream_arn.as_bytes()))[..12];
+        dir.join(format!("{table}-{stream}.json"))
+    }
+
+    /// The checkpoint in `path`, if there is one for this stream.
+    pub fn load(path: &Path, stream_arn: &str) -> Option<Checkpoint> {
+        let text = std::fs::read(path).ok()?;
+        match serde_json::from_slice::<Checkpoint>(&text) {
+            Ok(checkpoint) if checkpoint.stream_arn == stream_arn => Some(checkpoint),
+            Ok(_) => None,
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "a stream checkpoint that is not JSON is ignored");
+                None
+            }
+        }
+    }
+
+    /// Written aside, then renamed: a crash leaves the old checkpoint or the new one, never half.
+    fn save(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, serde_json::to_vec_pretty(self).expect("a checkpoint serializes"))?;
+        std::fs::rename(&partial, path)
+    }
+}
 
 /// A service error's code and message; the whole chain for anything else.
 fn describe_error<E: std::error::Error + Send + Sync + 'static>(
@@ -52,42 +126,134 @@ struct Shard {
     not_before: Option<Instant>,
 }
 
-pub(crate) struct Poller {
+/// Where a poller's batches go: the stream processor (Lambda's event in, the batch item failures' sequence
+/// numbers out).
+pub(crate) trait BatchTarget: Send + Sync + 'static {
+    fn deliver(
+        &self,
+        event: &aws_lambda_events::event::dynamodb::Event,
+    ) -> impl std::future::Future<Output = Result<Vec<String>, String>> + Send;
+}
+
+impl BatchTarget for Functions {
+    async fn deliver(&self, event: &aws_lambda_events::event::dynamodb::Event) -> Result<Vec<String>, String> {
+        self.stream_processor(event).await
+    }
+}
+
+pub(crate) struct Poller<T: BatchTarget = Functions> {
     client: Client,
     table: String,
     stream_arn: String,
-    /// Read shards that exist at the first look from their start (else from now on).
-    from_start: bool,
-    functions: Arc<Functions>,
+    start_at: StartAt,
+    target: Arc<T>,
     idle: Duration,
+    describe_every: Duration,
     shards: BTreeMap<String, Shard>,
+    /// Shards read to their end: never read again, though DescribeStream keeps listing them.
+    finished: BTreeSet<String>,
+    checkpoint: Checkpoint,
+    /// Where the checkpoint is kept; None: nowhere (the tables end with the stack).
+    checkpoint_path: Option<PathBuf>,
     described_at: Option<Instant>,
 }
 
-impl Poller {
+impl<T: BatchTarget> Poller<T> {
     pub(crate) fn new(
         client: Client,
         table: String,
         stream_arn: String,
-        from_start: bool,
-        functions: Arc<Functions>,
+        start_at: StartAt,
+        checkpoint_path: Option<PathBuf>,
+        target: Arc<T>,
         idle: Duration,
-    ) -> Poller {
-        Poller { client, table, stream_arn, from_start, functions, idle, shards: BTreeMap::new(), described_at: None }
+    ) -> Poller<T> {
+        let checkpoint = match (&start_at, &checkpoint_path) {
+            (StartAt::Checkpoint, Some(path)) => Checkpoint::load(path, &stream_arn).unwrap_or_default(),
+            _ => Checkpoint::default(),
+        };
+        let finished = checkpoint.shards.iter().filter(|(_, s)| s.finished).map(|(id, _)| id.clone()).collect();
+        Poller {
+            client,
+            table,
+            checkpoint: Checkpoint { stream_arn: stream_arn.clone(), ..checkpoint },
+            stream_arn,
+            start_at,
+            target,
+            idle,
+            describe_every: DESCRIBE_EVERY,
+            shards: BTreeMap::new(),
+            finished,
+            checkpoint_path,
+            described_at: None,
+        }
     }
 
-    pub(crate) async fn run(mut self) {
-        loop {
-            let busy = match self.round().await {
-                Ok(busy) => busy,
-                Err(e) => {
-                    warn!(table = %self.table, error = %e, "reading the stream failed; trying again");
-                    false
-                }
-            };
+    #[cfg(test)]
+    fn describing_every(mut self, every: Duration) -> Self {
+        self.describe_every = every;
+        self
+    }
+
+    /// Polls until `stop` turns true, then delivers what the stream still holds (at most
+    /// [`DRAIN_TIMEOUT`]) and keeps the checkpoint.
+    pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            let busy = self.round_or_warn().await;
             if !busy {
-                tokio::time::sleep(self.idle).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(self.idle) => {}
+                    _ = stop.changed() => {}
+                }
             }
+        }
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            // Until two rounds in a row read and deliver nothing: the stream is caught up. (One is
+            // not enough: a round that finds its iterator lost takes a new one and reads nothing.)
+            let mut quiet_rounds = 0;
+            while quiet_rounds < 2 {
+                let delivered = self.round_or_warn().await;
+                let waiting = self.shards.values().any(|s| !s.pending.is_empty());
+                if waiting && !delivered {
+                    // A batch waiting out its retry backoff.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                quiet_rounds = if delivered || waiting { 0 } else { quiet_rounds + 1 };
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!(table = %self.table, "the stream was not drained within {DRAIN_TIMEOUT:?}; the next start resumes from the checkpoint");
+        }
+        self.save_checkpoint();
+    }
+
+    async fn round_or_warn(&mut self) -> bool {
+        match self.round().await {
+            Ok(busy) => busy,
+            Err(e) => {
+                warn!(table = %self.table, error = %e, "reading the stream failed; trying again");
+                false
+            }
+        }
+    }
+
+    fn save_checkpoint(&self) {
+        if let Some(path) = &self.checkpoint_path
+            && let Err(e) = self.checkpoint.save(path)
+        {
+            warn!(table = %self.table, path = %path.display(), error = %e, "the stream checkpoint could not be written");
+        }
+    }
+
+    /// Marks a shard read to its end, in memory and in the checkpoint.
+    fn finish(&mut self, id: &str) {
+        if let Some(shard) = self.shards.get_mut(id) {
+            shard.finished = true;
+        }
+        if self.finished.insert(id.to_owned()) {
+            self.checkpoint.shards.entry(id.to_owned()).or_default().finished = true;
+            self.save_checkpoint();
         }
     }
 
@@ -106,8 +272,11 @@ impl Poller {
             let Some(description) = out.stream_description else { break };
             for shard in description.shards.unwrap_or_default() {
                 let Some(id) = shard.shard_id else { continue };
-                // Shards there at the first look start at LATEST unless read from the start (below);
-                // shards that appear later are always read from their start.
+                if self.finished.contains(&id) {
+                    continue;
+                }
+                // Shards there at the first look start as `start_at` says (below); shards that
+                // appear later are always read from their start.
                 self.shards.entry(id).or_insert_with(|| Shard {
                     parent: shard.parent_shard_id,
                     limit: BATCH_SIZE,
@@ -119,14 +288,25 @@ impl Poller {
                 None => break,
             }
         }
-        if first_look && !self.from_start {
+        if first_look && self.start_at != StartAt::Beginning {
             let ids: Vec<String> = self.shards.keys().cloned().collect();
             for id in ids {
-                let iterator = self.iterator(&id, ShardIteratorType::Latest, None).await?;
+                let resume_after = self.checkpoint.shards.get(&id).and_then(|s| s.last_sequence_number.clone());
+                let iterator = match (&self.start_at, resume_after) {
+                    (StartAt::Checkpoint, Some(after)) => {
+                        info!(table = %self.table, shard = %id, after = %after, "resuming the stream from its checkpoint");
+                        self.shards.get_mut(&id).expect("just listed").last_sequence = Some(after.clone());
+                        self.iterator(&id, ShardIteratorType::AfterSequenceNumber, Some(&after)).await?
+                    }
+                    // A shard the checkpoint does not know (or where nothing was delivered yet)
+                    // is read from its start, when it is first polled.
+                    (StartAt::Checkpoint, None) => continue,
+                    _ => self.iterator(&id, ShardIteratorType::Latest, None).await?,
+                };
                 let shard = self.shards.get_mut(&id).expect("just listed");
-                shard.iterator = iterator;
                 shard.started = true;
-                shard.finished = shard.iterator.is_none();
+                shard.finished = iterator.is_none();
+                shard.iterator = iterator;
             }
         }
         self.described_at = Some(Instant::now());
@@ -154,7 +334,7 @@ impl Poller {
 
     /// One pass over the shards. True when it delivered or read anything (poll again at once).
     async fn round(&mut self) -> Result<bool, String> {
-        if self.described_at.is_none_or(|at| at.elapsed() >= DESCRIBE_EVERY) {
+        if self.described_at.is_none_or(|at| at.elapsed() >= self.describe_every) {
             self.describe().await?;
         }
         let mut busy = false;
@@ -167,16 +347,20 @@ impl Poller {
                     .as_ref()
                     .and_then(|p| self.shards.get(p))
                     .is_none_or(|p| p.finished && p.pending.is_empty());
+                // (A parent no longer listed, or remembered as finished, is done.)
                 !shard.finished && parent_done
             };
             if ready {
                 busy |= self.poll_shard(&id).await?;
             }
         }
-        // Forget shards read to their end once a child has started.
-        let parents: Vec<String> =
-            self.shards.values().filter(|s| s.started).filter_map(|s| s.parent.clone()).collect();
-        self.shards.retain(|id, s| !(s.finished && s.pending.is_empty() && parents.contains(id)));
+        // Shards read to their end and delivered are done for good.
+        let done: Vec<String> =
+            self.shards.iter().filter(|(_, s)| s.finished && s.pending.is_empty()).map(|(id, _)| id.clone()).collect();
+        for id in done {
+            self.finish(&id);
+            self.shards.remove(&id);
+        }
         Ok(busy)
     }
 
@@ -242,7 +426,7 @@ impl Poller {
         let size = shard.limit.min(shard.pending.len());
         let batch: Vec<EventRecord> = shard.pending.iter().take(size).cloned().collect();
         let event = lambda_event(batch);
-        let result = self.functions.stream_processor(&event).await;
+        let result = self.target.deliver(&event).await;
         let shard = self.shards.get_mut(id).expect("known");
         let delivered = match result {
             Ok(failures) if failures.is_empty() => size,
@@ -273,6 +457,12 @@ impl Poller {
             shard.last_sequence = Some(last);
         }
         shard.pending.drain(..delivered);
+        let last_sequence = shard.last_sequence.clone();
+        if delivered > 0 {
+            self.checkpoint.shards.entry(id.to_owned()).or_default().last_sequence_number = last_sequence;
+            self.save_checkpoint();
+        }
+        let shard = self.shards.get_mut(id).expect("known");
         if delivered == size {
             shard.retries = 0;
             shard.not_before = None;
@@ -302,10 +492,215 @@ impl Poller {
             shard.retries = 0;
             shard.limit = BATCH_SIZE;
             shard.not_before = None;
+            let last_sequence = shard.last_sequence.clone();
+            self.checkpoint.shards.entry(id.to_owned()).or_default().last_sequence_number = last_sequence;
+            self.save_checkpoint();
             return true;
         }
         let backoff = Duration::from_millis(100 * (1 << shard.retries.min(5)));
         shard.not_before = Some(Instant::now() + backoff);
         delivered > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The poller against a DynamoDB Streams endpoint of the tests' own (DynamoDB Local never splits
+    //! a shard): the real SDK client, the real JSON protocol, shards as a table's stream has them
+    //! after a split.
+
+    use std::sync::Mutex;
+
+    use axum::Router;
+    use axum::extract::State;
+    use axum::http::HeaderMap;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A stream: shards in order, each with its records' sequence numbers, closed or open.
+    #[derive(Default)]
+    struct FakeStream {
+        shards: Vec<(String, Option<String>, Vec<u64>, bool)>,
+        describes: usize,
+    }
+
+    type Shared = Arc<Mutex<FakeStream>>;
+
+    fn record(sequence: u64) -> Value {
+        json!({
+            "eventID": format!("e{sequence}"), "eventName": "MODIFY", "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "dynamodb": {"ApproximateCreationDateTime": 1.7e9, "Keys": {"entityId": {"S": "A"}},
+                "NewImage": {"entityId": {"S": "A"}}, "SequenceNumber": sequence.to_string(),
+                "SizeBytes": 10, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+        })
+    }
+
+    async fn answer(State(stream): State<Shared>, headers: HeaderMap, body: String) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok()).unwrap_or_default().to_owned();
+        let request: Value = serde_json::from_str(&body).unwrap_or_default();
+        let mut stream = stream.lock().unwrap();
+        let body = match target.rsplit('.').next().unwrap_or_default() {
+            "DescribeStream" => {
+                stream.describes += 1;
+                let shards: Vec<Value> = stream
+                    .shards
+                    .iter()
+                    .map(|(id, parent, records, closed)| {
+                        let first = records.first().copied().unwrap_or(0).to_string();
+                        let mut range = json!({"StartingSequenceNumber": first});
+                        if *closed {
+                            range["EndingSequenceNumber"] = json!(records.last().copied().unwrap_or(0).to_string());
+                        }
+                        let mut shard = json!({"ShardId": id, "SequenceNumberRange": range});
+                        if let Some(parent) = parent {
+                            shard["ParentShardId"] = json!(parent);
+                        }
+                        shard
+                    })
+                    .collect();
+                json!({"StreamDescription": {"StreamArn": "arn:test", "StreamStatus": "ENABLED", "Shards": shards}})
+            }
+            "GetShardIterator" => {
+                let id = request["ShardId"].as_str().unwrap_or_default();
+                let (_, _, records, _) = stream.shards.iter().find(|s| s.0 == id).expect("a known shard");
+                let position = match request["ShardIteratorType"].as_str() {
+                    Some("LATEST") => records.len(),
+                    Some("AFTER_SEQUENCE_NUMBER") => {
+                        let after: u64 = request["SequenceNumber"].as_str().unwrap().parse().unwrap();
+                        records.iter().position(|s| *s > after).unwrap_or(records.len())
+                    }
+                    _ => 0,
+                };
+                json!({"ShardIterator": format!("{id}/{position}")})
+            }
+            "GetRecords" => {
+                let iterator = request["ShardIterator"].as_str().unwrap_or_default();
+                let (id, position) = iterator.split_once('/').unwrap();
+                let position: usize = position.parse().unwrap();
+                let (_, _, records, closed) = stream.shards.iter().find(|s| s.0 == id).expect("a known shard");
+                let read: Vec<Value> = records[position..].iter().map(|s| record(*s)).collect();
+                let mut answer = json!({"Records": read});
+                if !*closed {
+                    answer["NextShardIterator"] = json!(format!("{id}/{}", records.len()));
+                }
+                answer
+            }
+            other => panic!("an unexpected call: {other}"),
+        };
+        ([("content-type", "application/x-amz-json-1.0")], body.to_string()).into_response()
+    }
+
+    async fn start(stream: Shared) -> Client {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = Router::new().fallback(answer).with_state(stream);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let sdk = crate::local_sdk_config();
+        Client::from_conf(aws_sdk_dynamodbstreams::config::Builder::from(&sdk).endpoint_url(url).build())
+    }
+
+    /// Every batch's sequence numbers, in delivery order.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<u64>>);
+
+    impl BatchTarget for Recorder {
+        async fn deliver(&self, event: &aws_lambda_events::event::dynamodb::Event) -> Result<Vec<String>, String> {
+            let mut seen = self.0.lock().unwrap();
+            seen.extend(
+                event.records.iter().map(|r| r.change.sequence_number.as_deref().unwrap().parse::<u64>().unwrap()),
+            );
+            Ok(vec![])
+        }
+    }
+
+    fn split_stream() -> Shared {
+        Arc::new(Mutex::new(FakeStream {
+            shards: vec![
+                ("parent".into(), None, vec![100, 101, 102], true),
+                ("child".into(), Some("parent".into()), vec![200, 201], false),
+            ],
+            describes: 0,
+        }))
+    }
+
+    /// Runs a poller until `until` holds and the stream has been described `describes` more times.
+    async fn poll(poller: Poller<Recorder>, stream: &Shared, recorder: &Recorder, until: impl Fn(&[u64]) -> bool) {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(poller.run(stopped));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !until(&recorder.0.lock().unwrap()) {
+            assert!(Instant::now() < deadline, "delivered {:?}", recorder.0.lock().unwrap());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Several more looks at the stream, each listing the closed parent again.
+        let seen = stream.lock().unwrap().describes;
+        while stream.lock().unwrap().describes < seen + 5 {
+            assert!(Instant::now() < deadline, "the poller stopped describing the stream");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_closed_parent_shard_is_read_once_then_its_child() {
+        let stream = split_stream();
+        let client = start(stream.clone()).await;
+        let recorder = Arc::new(Recorder::default());
+        let poller = Poller::new(
+            client,
+            "t".into(),
+            "arn:test".into(),
+            StartAt::Beginning,
+            None,
+            recorder.clone(),
+            Duration::from_millis(5),
+        )
+        .describing_every(Duration::from_millis(20));
+        poll(poller, &stream, &recorder, |seen| seen.len() >= 5).await;
+        assert_eq!(*recorder.0.lock().unwrap(), vec![100, 101, 102, 200, 201], "each record once, the parent's first");
+    }
+
+    #[tokio::test]
+    async fn a_restart_resumes_after_the_checkpoint() {
+        let stream = split_stream();
+        let client = start(stream.clone()).await;
+        let dir = std::env::temp_dir().join(format!("checkpoint-{}", uuid::Uuid::new_v4().simple()));
+        let path = Checkpoint::path(&dir, "t", "arn:test");
+        let first = Arc::new(Recorder::default());
+        let poller = Poller::new(
+            client.clone(),
+            "t".into(),
+            "arn:test".into(),
+            StartAt::Beginning,
+            Some(path.clone()),
+            first.clone(),
+            Duration::from_millis(5),
+        )
+        .describing_every(Duration::from_millis(20));
+        poll(poller, &stream, &first, |seen| seen.len() >= 5).await;
+        let kept = Checkpoint::load(&path, "arn:test").expect("a checkpoint is kept");
+        assert!(kept.shards["parent"].finished, "{kept:?}");
+        assert_eq!(kept.shards["child"].last_sequence_number.as_deref(), Some("201"), "{kept:?}");
+
+        // Written while the stack was down: read after a restart, and nothing before it again.
+        stream.lock().unwrap().shards[1].2.push(202);
+        let second = Arc::new(Recorder::default());
+        let poller = Poller::new(
+            client,
+            "t".into(),
+            "arn:test".into(),
+            StartAt::Checkpoint,
+            Some(path),
+            second.clone(),
+            Duration::from_millis(5),
+        )
+        .describing_every(Duration::from_millis(20));
+        poll(poller, &stream, &second, |seen| !seen.is_empty()).await;
+        assert_eq!(*second.0.lock().unwrap(), vec![202]);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
