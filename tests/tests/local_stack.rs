@@ -333,3 +333,25 @@ async fn a_stop_and_a_restart_lose_no_commit() {
     let _ = std::fs::remove_dir_all(&lake);
     let _ = std::fs::remove_dir_all(lake.with_extension("checkpoints"));
 }
+
+/// Issue 20: two stacks on one data folder would run two DynamoDB Local processes on one data file;
+/// the second is refused, naming the folder and the process that holds it, and starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stack_on_the_same_data_folder_is_refused() {
+    let data = lake_dir("data");
+    let mut config = Config::isolated(dynamodb_local::shared().endpoint(), lake_dir("data-lake"));
+    config.dynamodb_endpoint = None;
+    config.dynamodb_port = 0;
+    config.dynamodb_data = Some(data.clone());
+    let first = Stack::start(config.clone()).await.expect("the first stack starts");
+    let error = Stack::start(config).await.err().expect("the second is refused");
+    let message = error.to_string();
+    assert!(
+        message.contains(&data.display().to_string()) && message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
+    first.stop().await;
+    // Released with the stack that held it.
+    drop(local_stack::DataLock::acquire(&data).expect("the folder is free again"));
+    let _ = std::fs::remove_dir_all(&data);
+}

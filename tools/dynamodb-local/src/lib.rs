@@ -481,15 +481,33 @@ struct Installation {
     launcher_dir: Option<PathBuf>,
 }
 
-/// `$DYNAMODB_LOCAL_DIR`, else `<workspace root>/.local/dynamodb-local`.
+/// `$DYNAMODB_LOCAL_DIR`, else `.local/dynamodb-local` of [`local_dir`].
 fn install_root() -> PathBuf {
     if let Some(dir) = std::env::var_os(DIR_ENV).filter(|dir| !dir.is_empty()) {
         // Absolute, because the Java process runs in a different working directory.
         return std::path::absolute(&dir).unwrap_or_else(|_| PathBuf::from(dir));
     }
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let workspace = manifest_dir.parent().and_then(Path::parent).unwrap_or(manifest_dir);
-    workspace.join(".local").join("dynamodb-local")
+    local_dir().join("dynamodb-local")
+}
+
+/// The Cargo workspace the current folder is in (the nearest folder upwards whose `Cargo.toml` has a
+/// `[workspace]` table), found when the program runs: a moved or copied checkout uses its own.
+pub fn workspace_root() -> Option<PathBuf> {
+    workspace_root_from(&std::env::current_dir().ok()?)
+}
+
+/// The nearest folder from `start` upwards whose `Cargo.toml` has a `[workspace]` table.
+pub fn workspace_root_from(start: &Path) -> Option<PathBuf> {
+    start.ancestors().find_map(|dir| {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+        manifest.lines().any(|line| line.trim() == "[workspace]").then(|| dir.to_path_buf())
+    })
+}
+
+/// `<workspace>/.local` (git-ignored), or `.local` of the current folder outside any workspace.
+pub fn local_dir() -> PathBuf {
+    let dir = workspace_root().unwrap_or_else(|| PathBuf::from(".")).join(".local");
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// The install folder's name: changes whenever what gets installed changes.
@@ -706,5 +724,17 @@ mod tests {
         };
         let text = error.to_string();
         assert!(text.contains("127.0.0.1:1234") && text.contains("Exception in thread"), "{text}");
+    }
+
+    #[test]
+    fn the_workspace_is_found_where_the_program_runs_not_where_it_was_built() {
+        let copy = std::env::temp_dir().join(format!("twopc-copy-{}", std::process::id()));
+        let member = copy.join("tools").join("local-stack");
+        std::fs::create_dir_all(&member).unwrap();
+        std::fs::write(copy.join("Cargo.toml"), "[workspace]\nmembers = []\n").unwrap();
+        std::fs::write(member.join("Cargo.toml"), "[package]\nname = \"x\"\n").unwrap();
+        assert_eq!(workspace_root_from(&member), Some(copy.clone()));
+        assert_eq!(workspace_root_from(Path::new("/")), None);
+        std::fs::remove_dir_all(&copy).unwrap();
     }
 }

@@ -26,7 +26,7 @@ mod websocket;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,16 +163,16 @@ impl Config {
     }
 }
 
-/// The workspace this crate was built in (where `cargo lambda watch` runs the functions).
+/// The workspace the stack runs in (where `cargo lambda watch` runs the functions), found at run
+/// time from the current folder; the current folder outside any workspace.
 pub fn workspace_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    dir.canonicalize().unwrap_or(dir)
+    dynamodb_local::workspace_root().unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// `<workspace>/.local` (git-ignored), or `./.local` when the workspace is not around.
+/// Where the stack keeps its data, lake and checkpoints: `<workspace>/.local` (git-ignored), found at
+/// run time, or `./.local` outside any workspace.
 pub fn local_dir() -> PathBuf {
-    let workspace = workspace_dir();
-    if workspace.join("Cargo.toml").is_file() { workspace.join(".local") } else { PathBuf::from(".local") }
+    dynamodb_local::local_dir()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,11 +214,49 @@ pub enum Error {
     Io { what: String, source: std::io::Error },
     #[error("{0}")]
     Lambda(String),
+    #[error(
+        "the data folder {} is in use by another twopc-local{}: stop it first, or give this one another folder (--db-path, or --in-memory)",
+        dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    DataInUse { dir: PathBuf, pid: Option<u32> },
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
     move |source| Error::Io { what, source }
+}
+
+/// A data folder held by one process: an exclusive `flock` on `<dir>/twopc-local.lock`, released when
+/// the process ends however it ends (no stale lock after a crash).
+pub struct DataLock {
+    _file: std::fs::File,
+}
+
+impl DataLock {
+    pub const FILE: &str = "twopc-local.lock";
+
+    /// Takes the folder (creating it), or says which process holds it.
+    pub fn acquire(dir: &std::path::Path) -> Result<DataLock, Error> {
+        use std::io::{Read, Seek, Write};
+        use std::os::fd::AsRawFd;
+        std::fs::create_dir_all(dir).map_err(io_error(format!("creating the data folder {}", dir.display())))?;
+        let path = dir.join(Self::FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_error(format!("opening {}", path.display())))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is involved.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(Error::DataInUse { dir: dir.to_path_buf(), pid: holder.trim().parse().ok() });
+        }
+        let _ = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| write!(file, "{}", std::process::id()));
+        Ok(DataLock { _file: file })
+    }
 }
 
 /// A running stack. Stops everything it started on [`Stack::stop`] or drop.
@@ -233,6 +271,8 @@ pub struct Stack {
     _firehose: Firehose,
     _management: ManagementApi,
     started_in: Duration,
+    // Held for the stack's life: a second stack on the same data folder is refused.
+    _data_lock: Option<DataLock>,
 }
 
 /// Static credentials and region for every local client (each sets its own endpoint).
@@ -274,7 +314,12 @@ impl Stack {
             ports::check(config.firehose_port, "the Firehose endpoint", "--firehose-port")?;
         }
 
-        // 2. DynamoDB and the tables.
+        // 2. DynamoDB and the tables: kept data belongs to one stack at a time (two DynamoDB Local
+        //    processes on one data file corrupt it).
+        let data_lock = match (&config.dynamodb_endpoint, &config.dynamodb_data) {
+            (None, Some(dir)) => Some(DataLock::acquire(dir)?),
+            _ => None,
+        };
         let mut dynamodb = None;
         let dynamodb_endpoint = match &config.dynamodb_endpoint {
             Some(endpoint) => endpoint.clone(),
@@ -422,6 +467,7 @@ impl Stack {
             _firehose: firehose,
             _management: management,
             started_in: started.elapsed(),
+            _data_lock: data_lock,
         })
     }
 

@@ -3,6 +3,8 @@
 //! - `twopc-local up`: start it and keep it running until Ctrl-C.
 //! - `twopc-local demo`: start it, run a few transfers with a WebSocket client watching, show what
 //!   happened (phases, votes, outcomes, pushes, lake lines), stop.
+//! - `twopc-local reset`: delete what `up` and `demo` kept (DynamoDB Local's data, the lakes, the
+//!   stream checkpoints).
 
 mod demo;
 
@@ -26,6 +28,9 @@ enum Command {
     Up(StackArgs),
     /// Start the stack, run a committed, a refused and two conflicting transfers, show what happened, stop.
     Demo(StackArgs),
+    /// Delete what the stack keeps under .local/: DynamoDB Local's data, the lakes (`up`'s and the
+    /// demo's), the stream checkpoints. Refused while a stack uses the data.
+    Reset,
 }
 
 #[derive(Args, Clone)]
@@ -58,7 +63,8 @@ struct StackArgs {
     /// Port of the Firehose endpoint [default: a free port].
     #[arg(long, default_value_t = 0, hide_default_value = true)]
     firehose_port: u16,
-    /// Folder of the lake (NDJSON files under YYYY/MM/DD/HH/) [default: .local/lake of the workspace].
+    /// Folder of the lake (NDJSON files under YYYY/MM/DD/HH/) [default: `up`: .local/lake of the
+    /// workspace; `demo`: .local/demo-lake].
     #[arg(long, value_name = "DIR")]
     lake_dir: Option<PathBuf>,
     /// Seconds between sweeps.
@@ -80,6 +86,8 @@ struct StackArgs {
 }
 
 impl StackArgs {
+    /// `up` keeps its data and its lake; the demo runs in memory and keeps its lake apart, so that
+    /// it never mixes its lines into `up`'s.
     fn config(&self, keep_data_by_default: bool, echo_function_output: bool) -> Config {
         let dynamodb_data = match (&self.db_path, self.in_memory) {
             (Some(path), _) => Some(path.clone()),
@@ -96,7 +104,9 @@ impl StackArgs {
             websocket_port: self.websocket_port,
             connections_port: self.connections_port,
             firehose_port: self.firehose_port,
-            lake_dir: self.lake_dir.clone().unwrap_or(defaults.lake_dir),
+            lake_dir: self.lake_dir.clone().unwrap_or_else(|| {
+                if keep_data_by_default { defaults.lake_dir.clone() } else { local_stack::local_dir().join(DEMO_LAKE) }
+            }),
             table_prefix: self.table_prefix.clone(),
             cors_allow_origin: Some(self.cors_allow_origin.clone()).filter(|origin| !origin.is_empty()),
             sweep_interval: Duration::from_secs(self.sweep_secs.max(1)),
@@ -115,6 +125,11 @@ impl StackArgs {
     }
 }
 
+/// The demo's lake, under .local/.
+const DEMO_LAKE: &str = "demo-lake";
+/// What `up` keeps under .local/ (besides DynamoDB Local's own install, which `reset` leaves).
+const KEPT: [&str; 4] = ["dynamodb-data", "lake", DEMO_LAKE, "checkpoints"];
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a Tokio runtime");
@@ -122,6 +137,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Up(args) => up(args).await,
             Command::Demo(args) => demo::run(args.config(false, false)).await,
+            Command::Reset => reset(),
         }
     });
     match result {
@@ -175,6 +191,28 @@ fn print_endpoints(stack: &Stack, config: &Config) {
     for (deployment, url, functions) in &e.lambda {
         println!("  λ {:<11} {:<28} cargo lambda watch: {}", deployment, url, functions.join(", "));
     }
+}
+
+fn reset() -> Result<(), String> {
+    let local = local_stack::local_dir();
+    let data = local.join(KEPT[0]);
+    // Held while it runs: nothing is deleted under a running stack.
+    let _lock =
+        if data.is_dir() { Some(local_stack::DataLock::acquire(&data).map_err(|e| e.to_string())?) } else { None };
+    let mut removed = Vec::new();
+    for name in KEPT {
+        let dir = local.join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| format!("deleting {}: {e}", dir.display()))?;
+            removed.push(show(&dir));
+        }
+    }
+    if removed.is_empty() {
+        println!("Nothing to reset under {}.", show(&local));
+    } else {
+        println!("Deleted {}.", removed.join(", "));
+    }
+    Ok(())
 }
 
 async fn up(args: StackArgs) -> Result<(), String> {
