@@ -195,11 +195,20 @@ pub struct StreamProcessor<S, P, L> {
     pub poster: P,
     pub subscriptions: L,
     pub options: Options,
+    /// Each batch's turn, so that a short budget does not always leave out the same connections.
+    pub rotation: realtime::Rotation,
 }
 
 impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P, L> {
     pub fn new(config: FanoutConfig, sink: S, poster: P, subscriptions: L) -> Self {
-        StreamProcessor { config, sink, poster, subscriptions, options: Options::default() }
+        StreamProcessor {
+            config,
+            sink,
+            poster,
+            subscriptions,
+            options: Options::default(),
+            rotation: realtime::Rotation::default(),
+        }
     }
 
     pub fn with_options(mut self, options: Options) -> Self {
@@ -213,7 +222,13 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
         let lake = lake::deliver(&self.sink, &batch.lines, &self.options.limits, &self.options.retry);
         let realtime = tokio::time::timeout(
             self.options.realtime_budget,
-            realtime::push(&self.poster, &self.subscriptions, &batch.messages, self.options.push_concurrency),
+            realtime::push(
+                &self.poster,
+                &self.subscriptions,
+                &batch.messages,
+                self.options.push_concurrency,
+                self.rotation.next(),
+            ),
         );
         let (lake, realtime) = futures::join!(lake, realtime);
         let realtime = match realtime {
@@ -371,6 +386,52 @@ mod tests {
         let outcome = tokio::time::timeout(Duration::from_secs(5), processor.process(&event())).await.unwrap();
         assert_eq!(processor.sink.records().len(), 2);
         assert_eq!(outcome.summary.realtime, None);
+    }
+
+    /// Issue 20, 5: when the budget runs out before every subscriber is served, it is not always the
+    /// same ones that miss out. A poster that answers `capacity` posts per batch and then never
+    /// answers again (so the budget ends the batch), ten subscribers, room for three per batch: over
+    /// ten batches every subscriber hears about commits, and about as often as the others.
+    #[tokio::test]
+    async fn a_short_budget_serves_every_subscriber_in_turn() {
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        #[derive(Default)]
+        struct Limited {
+            capacity: AtomicUsize,
+            served: Mutex<BTreeMap<String, usize>>,
+        }
+        impl ConnectionPoster for Limited {
+            async fn post(&self, connection_id: &str, _: &[u8]) -> Result<(), realtime::PostError> {
+                if self.capacity.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_err() {
+                    std::future::pending::<()>().await;
+                }
+                *self.served.lock().unwrap().entry(connection_id.to_owned()).or_default() += 1;
+                Ok(())
+            }
+        }
+        let subscriptions = MemorySubscriptions::default();
+        let ids: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+        for id in &ids {
+            subscriptions.subscribe(id, &Topic::entity("service-a-data", "A"));
+        }
+        let processor =
+            StreamProcessor::new(config(), MemorySink::default(), Limited::default(), subscriptions).with_options(
+                Options { push_concurrency: 1, realtime_budget: Duration::from_millis(30), ..Options::default() },
+            );
+        let keys = json!({"entityId": {"S": "A"}});
+        for round in 0..10u32 {
+            processor.poster.capacity.store(3, Ordering::SeqCst);
+            let event: Event = serde_json::from_value(json!({"Records": [
+                record(round, "service-a-data", "MODIFY", item("A", &format!("T{round}"), round + 1), item("A", &format!("T{}", round + 1), round + 2), keys.clone()),
+            ]}))
+            .unwrap();
+            processor.process(&event).await;
+        }
+        let served = processor.poster.served.lock().unwrap().clone();
+        let counts: Vec<usize> = ids.iter().map(|id| served.get(id).copied().unwrap_or(0)).collect();
+        assert_eq!(counts.iter().sum::<usize>(), 30, "{served:?}");
+        assert!(counts.iter().all(|&n| n >= 2), "every subscriber gets its turn: {served:?}");
     }
 }
 

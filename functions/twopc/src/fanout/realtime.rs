@@ -107,7 +107,18 @@ impl ConnectionPoster for ApiGatewayPoster {
 
 /// Pushes `messages` to their topics' subscribers; `concurrency` bounds lookups, connections served
 /// at once and deletes.
-pub async fn push<P, L>(poster: &P, subscriptions: &L, messages: &[Message], concurrency: usize) -> RealtimeReport
+///
+/// `turn` says where in the (sorted) lists of topics and connections this call starts: the caller
+/// gives a different one to each batch (see [`Rotation`]). Whatever the caller's budget cuts off is
+/// then a different part of the lists each time, so no connection is the one always left out
+/// (served in id order, the same connections missed every push of a busy topic).
+pub async fn push<P, L>(
+    poster: &P,
+    subscriptions: &L,
+    messages: &[Message],
+    concurrency: usize,
+    turn: usize,
+) -> RealtimeReport
 where
     P: ConnectionPoster,
     L: Subscriptions,
@@ -124,6 +135,7 @@ where
     let mut topics: Vec<Topic> = messages.iter().map(|m| m.topic.clone()).collect();
     topics.sort();
     topics.dedup();
+    rotate(&mut topics, turn);
     let lookups: Vec<(Topic, Result<Vec<String>, StoreError>)> = futures::stream::iter(topics)
         .map(|topic: Topic| async move {
             let result = subscriptions.subscribers(&topic).await;
@@ -153,6 +165,8 @@ where
         }
     }
 
+    let mut per_connection: Vec<(String, Vec<usize>)> = per_connection.into_iter().collect();
+    rotate(&mut per_connection, turn);
     let outcomes: Vec<(String, usize, usize, bool)> = futures::stream::iter(per_connection)
         .map(|(id, queue): (String, Vec<usize>)| async move {
             let (mut posted, mut failed) = (0, 0);
@@ -207,4 +221,50 @@ where
         }
     }
     report
+}
+
+/// Starts `items` at `turn` (modulo its length), keeping their order otherwise.
+fn rotate<T>(items: &mut [T], turn: usize) {
+    if !items.is_empty() {
+        let len = items.len();
+        items.rotate_left(turn % len);
+    }
+}
+
+/// Where each batch starts serving ([`push`]'s `turn`): one step further each batch, from a random
+/// start per process (so that Lambda's concurrent instances do not all favour the same connections).
+/// Over `n` batches with the same `n` subscribers, each connection is first in line once, and among
+/// the first `k` (what the budget allows) `k` times: everyone is served in turn.
+#[derive(Debug)]
+pub struct Rotation(std::sync::atomic::AtomicUsize);
+
+impl Default for Rotation {
+    fn default() -> Self {
+        let seed = uuid::Uuid::new_v4().as_u128() as usize;
+        Rotation(std::sync::atomic::AtomicUsize::new(seed))
+    }
+}
+
+impl Rotation {
+    /// This batch's turn; the next call answers the one after.
+    pub fn next(&self) -> usize {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_starts_each_turn_one_further() {
+        let mut items = vec![1, 2, 3, 4];
+        rotate(&mut items, 5);
+        assert_eq!(items, vec![2, 3, 4, 1]);
+        let mut empty: Vec<u8> = Vec::new();
+        rotate(&mut empty, 3);
+        let rotation = Rotation::default();
+        let first = rotation.next();
+        assert_eq!(rotation.next(), first.wrapping_add(1));
+    }
 }
