@@ -689,3 +689,72 @@ async fn connection_routes_keep_the_table() {
     assert_eq!(serve("connections-disconnect.json").await.status_code, 200);
     assert!(edges.items_of(id).await.is_empty());
 }
+
+/// Issue 20, 1: a commit whose full message passes API Gateway's 128 KiB (an item of about 70 KB,
+/// with its previous image as large) still reaches its subscriber, as the small form: the entity,
+/// `version`, `eventId`, `transactionId` and `imagesOmitted`, without `data` and `previous`. The
+/// lake still gets the full record. Through the real path: the coordinator, DynamoDB Local's stream,
+/// the real management client and the local `@connections` endpoint (which refuses over 128 KiB).
+#[tokio::test]
+async fn a_commit_too_large_for_websocket_reaches_subscribers_without_its_images() {
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    let a = env.table("service-a").to_owned();
+    edges.subscriber("big=", &[Topic::entity(&a, "BIG")]).await;
+    let (first, second) = ("a".repeat(70_000), "b".repeat(70_000));
+    let created = post_ok(
+        &env,
+        Transaction::new().participant("service-a", [op::put("BIG", json!({"note": first})).if_not_exists()]).to_json(),
+        200,
+    )
+    .await;
+    let changed = post_ok(
+        &env,
+        Transaction::new().participant("service-a", [op::set("BIG").field("note", second.clone())]).to_json(),
+        200,
+    )
+    .await;
+
+    let event = lambda_event(read_stream(&env.client, &a, "entityId").await);
+    let outcome = edges.processor(fanout_config(&env)).process(&event).await;
+    assert!(outcome.response.batch_item_failures.is_empty(), "{:?}", outcome.response);
+
+    let lake = edges.lake.json();
+    let full = lake.iter().find(|r| r["transactionId"] == changed.as_str()).expect("the change is in the lake");
+    assert_eq!((full["data"]["note"].as_str(), full["previous"]["note"].as_str()), (Some(&*second), Some(&*first)));
+
+    let raw = edges.registry.messages("big=");
+    let pushes = edges.registry.json("big=");
+    assert_eq!(pushes.len(), 2, "both commits reach the subscriber: {:?}", outcome.summary.realtime);
+    assert!(raw.iter().all(|m| m.len() <= 128 * 1024));
+    // The first fits: the full form, as before.
+    assert_eq!(pushes[0]["transactionId"], created.as_str());
+    assert_eq!(pushes[0]["data"]["note"], first.as_str());
+    assert!(pushes[0].get("imagesOmitted").is_none(), "the full form has no flag");
+    // The second does not: the small form, which tells the client to read the item.
+    let small = &pushes[1];
+    let fields: Vec<&str> = small.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        fields,
+        [
+            "type",
+            "eventId",
+            "transactionId",
+            "service",
+            "table",
+            "key",
+            "change",
+            "version",
+            "committedAt",
+            "imagesOmitted"
+        ]
+    );
+    assert_eq!(small["type"], "commit");
+    assert_eq!(small["imagesOmitted"], true);
+    assert_eq!(small["transactionId"], changed.as_str());
+    assert_eq!(small["eventId"], full["eventId"]);
+    assert_eq!(small["key"], json!({"entityId": "BIG"}));
+    assert_eq!((small["version"].as_u64(), small["change"].as_str()), (Some(2), Some("MODIFY")));
+    let realtime = outcome.summary.realtime.expect("within budget");
+    assert_eq!((realtime.posted, realtime.failed), (2, 0));
+}

@@ -50,12 +50,16 @@ pub struct Commit {
     pub version: u64,
     /// RFC 3339.
     pub committed_at: String,
-    /// The item's data after the commit; null for a removal.
+    /// The item's data after the commit; null for a removal, and when [`images_omitted`](Self::images_omitted).
     #[serde(default)]
     pub data: Value,
-    /// The data before; null for an insert.
+    /// The data before; null for an insert, and when [`images_omitted`](Self::images_omitted).
     #[serde(default)]
     pub previous: Value,
+    /// True when the change was too large for a WebSocket message (128 KiB) and came without `data`
+    /// and `previous`: read the item (at least at `version`) for its data.
+    #[serde(default)]
+    pub images_omitted: bool,
 }
 
 /// A message of the WebSocket API.
@@ -207,6 +211,13 @@ mod tests {
         let removed = r#"{"type":"commit","eventId":"e2","transactionId":"tx-1","service":"s","table":"t","key":{"entityId":"A"},"change":"REMOVE","version":3,"committedAt":"x","data":null,"previous":{"a":1}}"#;
         let Push::Commit(c) = Push::parse(removed).unwrap() else { panic!() };
         assert_eq!((c.change, c.data), (Change::Remove, Value::Null));
+        assert!(!c.images_omitted, "a full commit has its images");
+        // A commit too large for a WebSocket message: the same fields, no images, and the flag.
+        let small = r#"{"type":"commit","eventId":"e3","transactionId":"tx-2","service":"s","table":"t","key":{"entityId":"A"},"change":"MODIFY","version":4,"committedAt":"x","imagesOmitted":true}"#;
+        let Push::Commit(c) = Push::parse(small).unwrap() else { panic!() };
+        assert!(c.images_omitted);
+        assert_eq!((c.version, c.event_id.as_str(), c.transaction_id.as_str()), (4, "e3", "tx-2"));
+        assert_eq!((c.data, c.previous), (Value::Null, Value::Null));
         assert_eq!(
             Push::parse(r#"{"type":"transaction","transactionId":"tx-1","status":"ABORTED"}"#).unwrap(),
             Push::Transaction { transaction_id: "tx-1".into(), status: Status::Aborted }
