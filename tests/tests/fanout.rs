@@ -689,3 +689,195 @@ async fn connection_routes_keep_the_table() {
     assert_eq!(serve("connections-disconnect.json").await.status_code, 200);
     assert!(edges.items_of(id).await.is_empty());
 }
+
+/// Issue 20, 1: a commit whose full message passes API Gateway's 128 KiB (an item of about 70 KB,
+/// with its previous image as large) still reaches its subscriber, as the small form: the entity,
+/// `version`, `eventId`, `transactionId` and `imagesOmitted`, without `data` and `previous`. The
+/// lake still gets the full record. Through the real path: the coordinator, DynamoDB Local's stream,
+/// the real management client and the local `@connections` endpoint (which refuses over 128 KiB).
+#[tokio::test]
+async fn a_commit_too_large_for_websocket_reaches_subscribers_without_its_images() {
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    let a = env.table("service-a").to_owned();
+    edges.subscriber("big=", &[Topic::entity(&a, "BIG")]).await;
+    let (first, second) = ("a".repeat(70_000), "b".repeat(70_000));
+    let created = post_ok(
+        &env,
+        Transaction::new().participant("service-a", [op::put("BIG", json!({"note": first})).if_not_exists()]).to_json(),
+        200,
+    )
+    .await;
+    let changed = post_ok(
+        &env,
+        Transaction::new().participant("service-a", [op::set("BIG").field("note", second.clone())]).to_json(),
+        200,
+    )
+    .await;
+
+    let event = lambda_event(read_stream(&env.client, &a, "entityId").await);
+    let outcome = edges.processor(fanout_config(&env)).process(&event).await;
+    assert!(outcome.response.batch_item_failures.is_empty(), "{:?}", outcome.response);
+
+    let lake = edges.lake.json();
+    let full = lake.iter().find(|r| r["transactionId"] == changed.as_str()).expect("the change is in the lake");
+    assert_eq!((full["data"]["note"].as_str(), full["previous"]["note"].as_str()), (Some(&*second), Some(&*first)));
+
+    let raw = edges.registry.messages("big=");
+    let pushes = edges.registry.json("big=");
+    assert_eq!(pushes.len(), 2, "both commits reach the subscriber: {:?}", outcome.summary.realtime);
+    assert!(raw.iter().all(|m| m.len() <= 128 * 1024));
+    // The first fits: the full form, as before.
+    assert_eq!(pushes[0]["transactionId"], created.as_str());
+    assert_eq!(pushes[0]["data"]["note"], first.as_str());
+    assert!(pushes[0].get("imagesOmitted").is_none(), "the full form has no flag");
+    // The second does not: the small form, which tells the client to read the item.
+    let small = &pushes[1];
+    let fields: Vec<&str> = small.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        fields,
+        [
+            "type",
+            "eventId",
+            "transactionId",
+            "service",
+            "table",
+            "key",
+            "change",
+            "version",
+            "committedAt",
+            "imagesOmitted"
+        ]
+    );
+    assert_eq!(small["type"], "commit");
+    assert_eq!(small["imagesOmitted"], true);
+    assert_eq!(small["transactionId"], changed.as_str());
+    assert_eq!(small["eventId"], full["eventId"]);
+    assert_eq!(small["key"], json!({"entityId": "BIG"}));
+    assert_eq!((small["version"].as_u64(), small["change"].as_str()), (Some(2), Some("MODIFY")));
+    let realtime = outcome.summary.realtime.expect("within budget");
+    assert_eq!((realtime.posted, realtime.failed), (2, 0));
+}
+
+/// A message of `connection_id` on `route`, through the connections function's handler as the Lambda
+/// runtime calls it; its status and answer (null without a body).
+async fn send_route(store: &ConnectionStore, connection_id: &str, route: &str, body: Option<Value>) -> (i64, Value) {
+    let mut request = websocket_sample("connections-subscribe.json");
+    request.request_context.route_key = Some(route.to_owned());
+    request.request_context.connection_id = Some(connection_id.to_owned());
+    request.body = body.map(|b| b.to_string());
+    request.is_base64_encoded = false;
+    let response = ::connections::handle(store, &request).await;
+    let answer = match response.body {
+        Some(Body::Text(text)) => serde_json::from_str(&text).expect("answers are JSON"),
+        None => Value::Null,
+        Some(other) => panic!("a text answer, not {other:?}"),
+    };
+    (response.status_code, answer)
+}
+
+fn entity_topics(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| Topic::entity("service-a-data", &format!("{prefix}{i}")).to_string()).collect()
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value.as_array().map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect()).unwrap_or_default()
+}
+
+/// Issue 20, 6: the cap is per connection (default 50), not per message. Topics over it are refused,
+/// each with the reason; topics already followed and topics freed by an unsubscribe count right.
+#[tokio::test]
+async fn a_connection_cannot_subscribe_past_its_topic_cap() {
+    let edges = Edges::start().await;
+    let store = &edges.connections;
+    let id = "capped=";
+    assert_eq!(send_route(store, id, "$connect", None).await.0, 200);
+    let subscribe = |topics: Vec<String>| {
+        send_route(store, id, "subscribe", Some(json!({"action": "subscribe", "topics": topics})))
+    };
+
+    let (status, answer) = subscribe(entity_topics("K", 0..40)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(strings(&answer["subscribed"]), entity_topics("K", 0..40));
+    assert!(answer["refused"].as_array().is_none_or(Vec::is_empty), "{answer}");
+
+    // K38 and K39 are followed already; of the 20 new ones, 10 fit.
+    let (status, answer) = subscribe(entity_topics("K", 38..60)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(strings(&answer["subscribed"]), entity_topics("K", 38..50), "{answer}");
+    let refused = answer["refused"].as_array().unwrap_or_else(|| panic!("refused topics are listed: {answer}"));
+    assert_eq!(
+        refused.iter().map(|r| r["topic"].as_str().unwrap().to_owned()).collect::<Vec<_>>(),
+        entity_topics("K", 50..60)
+    );
+    for r in refused {
+        let reason = r["reason"].as_str().unwrap();
+        assert!(reason.contains("50 topics") && reason.contains("at most 50"), "{reason}");
+    }
+    assert_eq!(edges.items_of(id).await.len(), 51, "50 topics and the connection's own item");
+
+    // At the cap, a topic already followed is still fine; a new one is not.
+    let (_, answer) = subscribe(entity_topics("K", 0..1)).await;
+    assert_eq!(strings(&answer["subscribed"]), entity_topics("K", 0..1));
+    assert!(answer["refused"].as_array().is_none_or(Vec::is_empty), "{answer}");
+    // Unsubscribing frees room (topics not followed free nothing).
+    let (status, _) = send_route(
+        store,
+        id,
+        "unsubscribe",
+        Some(json!({"action": "unsubscribe", "topics": ([entity_topics("K", 0..5), entity_topics("never", 0..5)].concat())})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, answer) = subscribe(entity_topics("L", 0..6)).await;
+    assert_eq!(strings(&answer["subscribed"]), entity_topics("L", 0..5), "{answer}");
+    assert_eq!(answer["refused"].as_array().map(Vec::len), Some(1), "{answer}");
+    assert_eq!(edges.items_of(id).await.len(), 51);
+}
+
+/// Issue 20, 6: concurrent subscribe messages of one connection cannot together pass the cap.
+#[tokio::test]
+async fn concurrent_subscribes_cannot_pass_the_cap_together() {
+    let edges = Edges::start().await;
+    let store = &edges.connections;
+    let id = "racer=";
+    assert_eq!(send_route(store, id, "$connect", None).await.0, 200);
+    let answers = futures::future::join_all((0..4).map(|m| {
+        send_route(
+            store,
+            id,
+            "subscribe",
+            Some(json!({"action": "subscribe", "topics": entity_topics(&format!("M{m}-"), 0..30)})),
+        )
+    }))
+    .await;
+    let accepted: usize = answers.iter().map(|(_, a)| strings(&a["subscribed"]).len()).sum();
+    let refused: usize = answers.iter().map(|(_, a)| a["refused"].as_array().map_or(0, Vec::len)).sum();
+    assert!(answers.iter().all(|(status, _)| *status == 200), "{answers:?}");
+    assert_eq!((accepted, refused), (50, 70), "{answers:?}");
+    assert_eq!(edges.items_of(id).await.len(), 51);
+}
+
+/// Issue 20, 6: `$disconnect` deletes the largest set a connection may hold, in batches of 25, well
+/// within the connections function's 10 s timeout (the template's Globals).
+#[tokio::test]
+async fn disconnect_finishes_for_the_largest_allowed_set() {
+    let edges = Edges::start().await;
+    let store = &edges.connections;
+    let id = "full=";
+    assert_eq!(send_route(store, id, "$connect", None).await.0, 200);
+    for m in 0..3 {
+        let topics = entity_topics(&format!("D{m}-"), 0..100);
+        assert_eq!(
+            send_route(store, id, "subscribe", Some(json!({"action": "subscribe", "topics": topics}))).await.0,
+            200
+        );
+    }
+    assert_eq!(edges.items_of(id).await.len(), 51, "the cap holds however many messages come");
+    let started = Instant::now();
+    let (status, _) = send_route(store, id, "$disconnect", None).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    assert!(edges.items_of(id).await.is_empty());
+    assert!(took < Duration::from_secs(2), "$disconnect took {took:?}");
+}

@@ -27,7 +27,7 @@ pub use client::{Client, Retry};
 pub use error::Error;
 pub use request::{Decimal, Key, NotADecimal, Operation, Participant, Transaction, op};
 pub use sign::{SERVICE, Signer, presign_websocket_url, presign_websocket_url_at, sign_headers};
-pub use subscribe::{Change, Commit, Push, Subscription, subscribe, topic};
+pub use subscribe::{Change, Commit, Push, RefusedTopic, Subscription, subscribe, topic};
 
 /// The README's example, compiled (and its other Rust blocks run) as doc tests.
 #[cfg(doctest)]

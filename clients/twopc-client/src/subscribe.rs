@@ -50,12 +50,24 @@ pub struct Commit {
     pub version: u64,
     /// RFC 3339.
     pub committed_at: String,
-    /// The item's data after the commit; null for a removal.
+    /// The item's data after the commit; null for a removal, and when [`images_omitted`](Self::images_omitted).
     #[serde(default)]
     pub data: Value,
-    /// The data before; null for an insert.
+    /// The data before; null for an insert, and when [`images_omitted`](Self::images_omitted).
     #[serde(default)]
     pub previous: Value,
+    /// True when the change was too large for a WebSocket message (128 KiB) and came without `data`
+    /// and `previous`: read the item (at least at `version`) for its data.
+    #[serde(default)]
+    pub images_omitted: bool,
+}
+
+/// A topic a subscribe did not take (`{"topic", "reason"}` in the answer's `refused`), for example
+/// over the per-connection cap.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct RefusedTopic {
+    pub topic: String,
+    pub reason: String,
 }
 
 /// A message of the WebSocket API.
@@ -71,6 +83,10 @@ pub enum Push {
     /// Acknowledges a subscription. The local stack sends it; the deployed API has no route
     /// responses, so there it never comes.
     Subscribed(Vec<String>),
+    /// Topics a subscribe refused, each with the reason (more than the connection may follow). It
+    /// comes right after the [`Push::Subscribed`] of the same answer (which lists the topics taken),
+    /// and only when something was refused; see [`Push::parse_all`].
+    Refused(Vec<RefusedTopic>),
     Unsubscribed(Vec<String>),
     /// A message the API refused (a malformed topic, for example); local stack only, as above.
     Error(ApiError),
@@ -79,6 +95,25 @@ pub enum Push {
 }
 
 impl Push {
+    /// Every push one message holds, in order: one, except for a subscribe answer that refused
+    /// topics, which gives [`Push::Subscribed`] (the topics taken) and then [`Push::Refused`].
+    /// [`Subscription`] yields them all.
+    pub fn parse_all(text: &str) -> Result<Vec<Push>, Error> {
+        let first = Push::parse(text)?;
+        if !matches!(first, Push::Subscribed(_)) {
+            return Ok(vec![first]);
+        }
+        let value: Value = serde_json::from_str(text).expect("parsed above");
+        let refused = match value.get("refused") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(refused) => serde_json::from_value::<Vec<RefusedTopic>>(refused.clone())
+                .map_err(|e| Error::Push { message: format!("refused: {e}"), text: text.to_owned() })?,
+        };
+        Ok(if refused.is_empty() { vec![first] } else { vec![first, Push::Refused(refused)] })
+    }
+
+    /// The first push of a message (see [`Push::parse_all`] for a subscribe answer that refused
+    /// topics: this gives only its [`Push::Subscribed`]).
     pub fn parse(text: &str) -> Result<Push, Error> {
         let invalid = |e: serde_json::Error| Error::Push { message: e.to_string(), text: text.to_owned() };
         let value: Value = serde_json::from_str(text).map_err(invalid)?;
@@ -118,6 +153,8 @@ impl Push {
 /// what it follows.
 pub struct Subscription {
     socket: WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>,
+    /// Pushes of a message already read, not yet yielded (a subscribe answer's refusals).
+    pending: std::collections::VecDeque<Push>,
 }
 
 /// Connects to `url` and follows `topics` (see [`topic`]).
@@ -135,7 +172,7 @@ impl Subscription {
         let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(url, None, false, connector)
             .await
             .map_err(Error::WebSocket)?;
-        Ok(Subscription { socket })
+        Ok(Subscription { socket, pending: Default::default() })
     }
 
     pub async fn subscribe<T: Into<String>>(&mut self, topics: impl IntoIterator<Item = T>) -> Result<(), Error> {
@@ -163,6 +200,9 @@ impl Stream for Subscription {
 
     /// The next push; `None` once the connection is closed. Pings are answered by the socket itself.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(push) = self.pending.pop_front() {
+            return Poll::Ready(Some(Ok(push)));
+        }
         loop {
             let text = match ready!(Pin::new(&mut self.socket).poll_next(cx)) {
                 None | Some(Ok(Message::Close(_))) => return Poll::Ready(None),
@@ -171,7 +211,15 @@ impl Stream for Subscription {
                 Some(Ok(Message::Binary(bytes))) => String::from_utf8_lossy(&bytes).into_owned(),
                 Some(Ok(_)) => continue,
             };
-            return Poll::Ready(Some(Push::parse(&text)));
+            return Poll::Ready(Some(match Push::parse_all(&text) {
+                Ok(pushes) => {
+                    let mut pushes = pushes.into_iter();
+                    let first = pushes.next().expect("a message gives at least one push");
+                    self.pending.extend(pushes);
+                    Ok(first)
+                }
+                Err(e) => Err(e),
+            }));
         }
     }
 }
@@ -207,12 +255,37 @@ mod tests {
         let removed = r#"{"type":"commit","eventId":"e2","transactionId":"tx-1","service":"s","table":"t","key":{"entityId":"A"},"change":"REMOVE","version":3,"committedAt":"x","data":null,"previous":{"a":1}}"#;
         let Push::Commit(c) = Push::parse(removed).unwrap() else { panic!() };
         assert_eq!((c.change, c.data), (Change::Remove, Value::Null));
+        assert!(!c.images_omitted, "a full commit has its images");
+        // A commit too large for a WebSocket message: the same fields, no images, and the flag.
+        let small = r#"{"type":"commit","eventId":"e3","transactionId":"tx-2","service":"s","table":"t","key":{"entityId":"A"},"change":"MODIFY","version":4,"committedAt":"x","imagesOmitted":true}"#;
+        let Push::Commit(c) = Push::parse(small).unwrap() else { panic!() };
+        assert!(c.images_omitted);
+        assert_eq!((c.version, c.event_id.as_str(), c.transaction_id.as_str()), (4, "e3", "tx-2"));
+        assert_eq!((c.data, c.previous), (Value::Null, Value::Null));
         assert_eq!(
             Push::parse(r#"{"type":"transaction","transactionId":"tx-1","status":"ABORTED"}"#).unwrap(),
             Push::Transaction { transaction_id: "tx-1".into(), status: Status::Aborted }
         );
         assert_eq!(Push::parse(r#"{"subscribed":["tx:1"]}"#).unwrap(), Push::Subscribed(vec!["tx:1".into()]));
         assert_eq!(Push::parse(r#"{"unsubscribed":[]}"#).unwrap(), Push::Unsubscribed(vec![]));
+        // A subscribe answer: the topics taken, and those refused with why (over the cap).
+        let answer = r#"{"subscribed":["tx:1"],"refused":[{"topic":"tx:2","reason":"this connection follows 50 topics, at most 50 per connection"}]}"#;
+        assert_eq!(Push::parse(answer).unwrap(), Push::Subscribed(vec!["tx:1".into()]));
+        assert_eq!(
+            Push::parse_all(answer).unwrap(),
+            vec![
+                Push::Subscribed(vec!["tx:1".into()]),
+                Push::Refused(vec![RefusedTopic {
+                    topic: "tx:2".into(),
+                    reason: "this connection follows 50 topics, at most 50 per connection".into()
+                }])
+            ]
+        );
+        assert_eq!(
+            Push::parse_all(r#"{"subscribed":["tx:1"],"refused":[]}"#).unwrap(),
+            vec![Push::Subscribed(vec!["tx:1".into()])]
+        );
+        assert!(matches!(Push::parse_all(r#"{"subscribed":[],"refused":[{"topic":1}]}"#), Err(Error::Push { .. })));
         let Push::Error(e) =
             Push::parse(r#"{"error":{"code":"INVALID_REQUEST","message":"topics is empty"}}"#).unwrap()
         else {

@@ -256,7 +256,8 @@ async fn a_subscription_sends_its_topics_and_yields_typed_pushes() {
                     received_tx.send(text.to_string()).unwrap();
                     if text.contains("\"subscribe\"") {
                         for push in [
-                            json!({"subscribed": ["entity:service-a-data:A", "tx:tx-1"]}),
+                            json!({"subscribed": ["entity:service-a-data:A", "tx:tx-1"],
+                                   "refused": [{"topic": "tx:tx-2", "reason": "this connection follows 50 topics, at most 50 per connection"}]}),
                             json!({"type": "commit", "eventId": "e1", "transactionId": "tx-1", "service": "service-a",
                                    "table": "service-a-data", "key": {"entityId": "A"}, "change": "MODIFY", "version": 2,
                                    "committedAt": "2026-01-01T00:00:00Z", "data": {"balance": 0.3}, "previous": {"balance": 0.1}}),
@@ -273,15 +274,23 @@ async fn a_subscription_sends_its_topics_and_yields_typed_pushes() {
     let url = format!("ws://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    let mut pushes = subscribe(&url, [topic::entity("service-a-data", "A"), topic::transaction("tx-1")]).await.unwrap();
+    let mut pushes =
+        subscribe(&url, [topic::entity("service-a-data", "A"), topic::transaction("tx-1"), topic::transaction("tx-2")])
+            .await
+            .unwrap();
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&received.recv().await.unwrap()).unwrap(),
-        json!({"action": "subscribe", "topics": ["entity:service-a-data:A", "tx:tx-1"]})
+        json!({"action": "subscribe", "topics": ["entity:service-a-data:A", "tx:tx-1", "tx:tx-2"]})
     );
     assert_eq!(
         pushes.next().await.unwrap().unwrap(),
         Push::Subscribed(vec!["entity:service-a-data:A".into(), "tx:tx-1".into()])
     );
+    // The same answer's refusals come next, each with its reason.
+    let Push::Refused(refused) = pushes.next().await.unwrap().unwrap() else { panic!("the refused topics") };
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].topic, "tx:tx-2");
+    assert!(refused[0].reason.contains("at most 50"));
     let Push::Commit(commit) = pushes.next().await.unwrap().unwrap() else { panic!("a commit") };
     assert_eq!((commit.table.as_str(), commit.version, commit.change), ("service-a-data", 2, Change::Modify));
     assert_eq!(commit.data["balance"].to_string(), "0.3", "exact decimals");

@@ -9,9 +9,13 @@ use aws_lambda_events::encodings::Body;
 use twopc::config;
 use twopc::fanout::connections::{self, ConnectionRequest, ConnectionResponse, ConnectionStore};
 
-pub async fn from_env() -> ConnectionStore {
+/// `CONNECTIONS_TABLE_NAME` and `MAX_TOPICS_PER_CONNECTION` (default 50; anything but a whole
+/// number of at least 1 is a configuration error, so the function does not start).
+pub async fn from_env() -> Result<ConnectionStore, config::ConfigError> {
     let table = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
-    ConnectionStore::from_config(&config::aws().await, table)
+    let max_topics =
+        config::positive_or_default(config::MAX_TOPICS_PER_CONNECTION, config::DEFAULT_MAX_TOPICS_PER_CONNECTION)?;
+    Ok(ConnectionStore::from_config(&config::aws().await, table).with_max_topics(max_topics))
 }
 
 /// The route and its message, from the proxy event.

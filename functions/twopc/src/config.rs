@@ -20,6 +20,10 @@ pub const METRICS_NAMESPACE: &str = "METRICS_NAMESPACE";
 /// Coordinator: the origin its answers allow cross-origin callers (`*`, or one origin such as
 /// `https://app.example.com`); unset or empty, no CORS header (see [`crate::cors`]).
 pub const CORS_ALLOW_ORIGIN: &str = "CORS_ALLOW_ORIGIN";
+/// Connections: how many topics one WebSocket connection may follow at once (default
+/// [`DEFAULT_MAX_TOPICS_PER_CONNECTION`]); topics over it are refused, each with the reason.
+pub const MAX_TOPICS_PER_CONNECTION: &str = "MAX_TOPICS_PER_CONNECTION";
+pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = 50;
 pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "transactions";
@@ -39,6 +43,23 @@ pub fn required(name: &'static str) -> Result<String, ConfigError> {
 
 pub fn or_default(name: &'static str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// A whole number of at least 1, or `default` when the variable is unset or empty.
+pub fn positive_or_default(name: &'static str, default: usize) -> Result<usize, ConfigError> {
+    match std::env::var(name) {
+        Ok(text) if !text.trim().is_empty() => parse_positive(name, &text),
+        _ => Ok(default),
+    }
+}
+
+fn parse_positive(name: &'static str, text: &str) -> Result<usize, ConfigError> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => {
+            Err(ConfigError::Invalid { name, message: format!("expected a whole number of at least 1, got {text:?}") })
+        }
+    }
 }
 
 /// A JSON object of string values, such as the service registry.
@@ -107,7 +128,16 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::log_filter;
+    use super::{log_filter, parse_positive};
+
+    #[test]
+    fn positive_numbers_parse_and_others_say_why_not() {
+        assert_eq!(parse_positive("X", " 50 ").unwrap(), 50);
+        for bad in ["0", "-1", "many", "1.5"] {
+            let err = parse_positive("X", bad).unwrap_err().to_string();
+            assert!(err.contains("X") && err.contains("at least 1"), "{err}");
+        }
+    }
 
     #[test]
     fn lambda_log_level_sets_the_filter_unless_rust_log_is_given() {

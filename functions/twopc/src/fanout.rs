@@ -107,12 +107,27 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                 batch.commits += 1;
                 let line = change.to_ndjson();
                 match change.topic() {
-                    Some(topic) => batch.messages.push(Message {
-                        topic,
-                        payload: decide::commit_message(&line),
-                        event_id: change.event_id.clone(),
-                        transaction_id: change.transaction_id.clone(),
-                    }),
+                    Some(topic) => {
+                        let full = decide::commit_message(&line);
+                        let bytes = full.len();
+                        let message = Message::commit(
+                            topic,
+                            full,
+                            change.to_message_without_images(),
+                            change.event_id.clone(),
+                            change.transaction_id.clone(),
+                        );
+                        if message.images_omitted {
+                            record_span(&record.event_id, Some(&change.transaction_id)).in_scope(|| {
+                                info!(
+                                    bytes,
+                                    limit = realtime::MAX_MESSAGE_BYTES,
+                                    "commit too large for a WebSocket message: pushed without data and previous"
+                                )
+                            });
+                        }
+                        batch.messages.push(message);
+                    }
                     None => record_span(&record.event_id, Some(&change.transaction_id)).in_scope(
                         || warn!(key = %change.key, "commit without a string entityId: not pushed to WebSocket"),
                     ),
@@ -126,12 +141,12 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                         .in_scope(|| debug!(status = %ended.status, "transaction ended"));
                 }
                 batch.outcomes += 1;
-                batch.messages.push(Message {
-                    topic: ended.topic(),
-                    payload: ended.to_message(),
-                    event_id: record.event_id.clone(),
-                    transaction_id: ended.transaction_id,
-                });
+                batch.messages.push(Message::new(
+                    ended.topic(),
+                    ended.to_message(),
+                    record.event_id.clone(),
+                    ended.transaction_id,
+                ));
             }
             Decision::Skip(skip) => {
                 batch.skipped += 1;
@@ -195,11 +210,20 @@ pub struct StreamProcessor<S, P, L> {
     pub poster: P,
     pub subscriptions: L,
     pub options: Options,
+    /// Each batch's turn, so that a short budget does not always leave out the same connections.
+    pub rotation: realtime::Rotation,
 }
 
 impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P, L> {
     pub fn new(config: FanoutConfig, sink: S, poster: P, subscriptions: L) -> Self {
-        StreamProcessor { config, sink, poster, subscriptions, options: Options::default() }
+        StreamProcessor {
+            config,
+            sink,
+            poster,
+            subscriptions,
+            options: Options::default(),
+            rotation: realtime::Rotation::default(),
+        }
     }
 
     pub fn with_options(mut self, options: Options) -> Self {
@@ -213,7 +237,13 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
         let lake = lake::deliver(&self.sink, &batch.lines, &self.options.limits, &self.options.retry);
         let realtime = tokio::time::timeout(
             self.options.realtime_budget,
-            realtime::push(&self.poster, &self.subscriptions, &batch.messages, self.options.push_concurrency),
+            realtime::push(
+                &self.poster,
+                &self.subscriptions,
+                &batch.messages,
+                self.options.push_concurrency,
+                self.rotation.next(),
+            ),
         );
         let (lake, realtime) = futures::join!(lake, realtime);
         let realtime = match realtime {
@@ -269,6 +299,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             pushed = summary.realtime.as_ref().map_or(0, |r| r.posted),
             push_failed = summary.realtime.as_ref().map_or(0, |r| r.failed),
             gone = summary.realtime.as_ref().map_or(0, |r| r.gone),
+            pushed_without_images = summary.realtime.as_ref().map_or(0, |r| r.images_omitted),
             batch_item_failures = response.batch_item_failures.len(),
             "batch processed"
         );
@@ -371,6 +402,106 @@ mod tests {
         let outcome = tokio::time::timeout(Duration::from_secs(5), processor.process(&event())).await.unwrap();
         assert_eq!(processor.sink.records().len(), 2);
         assert_eq!(outcome.summary.realtime, None);
+    }
+
+    /// Issue 20, 1: a commit over the WebSocket limit goes without its images (decided by size,
+    /// before posting); one the connection still refuses as too large (413) is sent again without
+    /// them. Either way the subscriber hears of the change; the lake gets the full record.
+    #[tokio::test]
+    async fn commits_too_large_for_websocket_go_without_their_images() {
+        /// Refuses as too large what is over `limit` bytes (API Gateway counts more than our bytes).
+        struct Strict {
+            limit: usize,
+            inner: MemoryPoster,
+        }
+        impl ConnectionPoster for Strict {
+            async fn post(&self, id: &str, payload: &[u8]) -> Result<(), realtime::PostError> {
+                if payload.len() > self.limit {
+                    return Err(realtime::PostError::TooLarge);
+                }
+                self.inner.post(id, payload).await
+            }
+        }
+        let big = |id: &str, tx: &str, size: usize| json!({"entityId": {"S": id}, "data": {"M": {"note": {"S": "x".repeat(size)}}}, "version": {"N": "2"}, "lastTx": {"S": tx}});
+        let keys = |id: &str| json!({"entityId": {"S": id}});
+        let event: Event = serde_json::from_value(json!({"Records": [
+            // 140 KB: over 128 KiB, decided before posting.
+            record(1, "service-a-data", "MODIFY", item("A", "T0", 1), big("A", "T1", 140_000), keys("A")),
+            // 100 KB: under 128 KiB, but the connection refuses it.
+            record(2, "service-a-data", "MODIFY", item("B", "T0", 1), big("B", "T2", 100_000), keys("B")),
+            record(3, "service-a-data", "MODIFY", item("C", "T0", 1), item("C", "T3", 2), keys("C")),
+        ]}))
+        .unwrap();
+        let subscriptions = MemorySubscriptions::default();
+        for id in ["A", "B", "C"] {
+            subscriptions.subscribe("c", &Topic::entity("service-a-data", id));
+        }
+        let poster = Strict { limit: 90_000, inner: MemoryPoster::default() };
+        let processor = StreamProcessor::new(config(), MemorySink::default(), poster, subscriptions);
+        let outcome = processor.process(&event).await;
+        assert!(outcome.response.batch_item_failures.is_empty());
+        assert_eq!(processor.sink.records().len(), 3, "the lake gets every record whole");
+        assert!(processor.sink.json()[0]["data"]["note"].as_str().is_some_and(|n| n.len() == 140_000));
+        let posts: Vec<Value> =
+            processor.poster.inner.posts("c").iter().map(|p| serde_json::from_slice(p).unwrap()).collect();
+        assert_eq!(posts.len(), 3);
+        for (post, (id, tx)) in posts.iter().zip([("A", "T1"), ("B", "T2")]) {
+            assert_eq!(
+                *post,
+                json!({"type": "commit", "eventId": post["eventId"], "transactionId": tx, "service": "service-a",
+                       "table": "service-a-data", "key": {"entityId": id}, "change": "MODIFY", "version": 2,
+                       "committedAt": post["committedAt"], "imagesOmitted": true})
+            );
+        }
+        assert_eq!((posts[2]["data"]["v"].as_u64(), posts[2].get("imagesOmitted")), (Some(2), None));
+        let realtime = outcome.summary.realtime.unwrap();
+        assert_eq!((realtime.posted, realtime.images_omitted, realtime.failed), (3, 2, 0));
+    }
+
+    /// Issue 20, 5: when the budget runs out before every subscriber is served, it is not always the
+    /// same ones that miss out. A poster that answers `capacity` posts per batch and then never
+    /// answers again (so the budget ends the batch), ten subscribers, room for three per batch: over
+    /// ten batches every subscriber hears about commits, and about as often as the others.
+    #[tokio::test]
+    async fn a_short_budget_serves_every_subscriber_in_turn() {
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        #[derive(Default)]
+        struct Limited {
+            capacity: AtomicUsize,
+            served: Mutex<BTreeMap<String, usize>>,
+        }
+        impl ConnectionPoster for Limited {
+            async fn post(&self, connection_id: &str, _: &[u8]) -> Result<(), realtime::PostError> {
+                if self.capacity.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1)).is_err() {
+                    std::future::pending::<()>().await;
+                }
+                *self.served.lock().unwrap().entry(connection_id.to_owned()).or_default() += 1;
+                Ok(())
+            }
+        }
+        let subscriptions = MemorySubscriptions::default();
+        let ids: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+        for id in &ids {
+            subscriptions.subscribe(id, &Topic::entity("service-a-data", "A"));
+        }
+        let processor =
+            StreamProcessor::new(config(), MemorySink::default(), Limited::default(), subscriptions).with_options(
+                Options { push_concurrency: 1, realtime_budget: Duration::from_millis(30), ..Options::default() },
+            );
+        let keys = json!({"entityId": {"S": "A"}});
+        for round in 0..10u32 {
+            processor.poster.capacity.store(3, Ordering::SeqCst);
+            let event: Event = serde_json::from_value(json!({"Records": [
+                record(round, "service-a-data", "MODIFY", item("A", &format!("T{round}"), round + 1), item("A", &format!("T{}", round + 1), round + 2), keys.clone()),
+            ]}))
+            .unwrap();
+            processor.process(&event).await;
+        }
+        let served = processor.poster.served.lock().unwrap().clone();
+        let counts: Vec<usize> = ids.iter().map(|id| served.get(id).copied().unwrap_or(0)).collect();
+        assert_eq!(counts.iter().sum::<usize>(), 30, "{served:?}");
+        assert!(counts.iter().all(|&n| n >= 2), "every subscriber gets its turn: {served:?}");
     }
 }
 

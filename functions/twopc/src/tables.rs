@@ -54,6 +54,9 @@ pub mod connection_attr {
     /// The topic value of the item that records the connection itself.
     pub const CONNECTION_TOPIC: &str = "$connection";
     pub const CONNECTED_AT: &str = "connectedAt";
+    /// On the connection's own item: how many topics it holds (or has reserved). Subscribes raise it
+    /// with a conditional ADD that keeps it at most the cap; see `fanout::connections`.
+    pub const TOPIC_COUNT: &str = "topicCount";
     pub const EXPIRE_AT: &str = "expireAt";
 }
 

@@ -9,6 +9,7 @@ const state = {
   items: new Map(),        // topic → last commit push
   transactions: new Map(), // transactionId → {record, httpStatus, source, elapsedMs, sentAt}
   pending: new Set(),      // topics asked for, not yet acknowledged
+  refused: new Map(),      // topic → why the WebSocket API refused it (over the per-connection cap)
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -59,6 +60,11 @@ function send(message) {
 function onPush(message) {
   if (Array.isArray(message.subscribed)) {
     for (const topic of message.subscribed) state.pending.delete(topic);
+    // Topics over the per-connection cap come back refused, each with the reason.
+    for (const refused of message.refused || []) {
+      state.pending.delete(refused.topic);
+      state.refused.set(refused.topic, refused.reason);
+    }
     renderItems();
   } else if (message.type === 'commit') {
     const topic = entityTopic(message.table, message.key && message.key.entityId);
@@ -233,7 +239,10 @@ function renderItems(changedTopic) {
       const row = element('tr', { 'data-topic': topic, 'data-entity': w.entity, 'data-service': service });
       row.append(element('td', { class: 'entity', text: w.entity }));
       const value = element('td', { class: 'value' });
-      if (push) value.append(renderValue(push.data));
+      // A commit too large for a WebSocket message comes without its data (imagesOmitted).
+      if (push && push.imagesOmitted) value.append(element('span', { class: 'muted', text: 'changed (too large to show live)' }));
+      else if (push) value.append(renderValue(push.data));
+      else if (state.refused.has(topic)) value.append(element('span', { class: 'muted', text: `not followed: ${state.refused.get(topic)}` }));
       else value.append(element('span', { class: 'muted', text: state.pending.has(topic) ? 'subscribing…' : 'no commit seen yet' }));
       row.append(value);
       row.append(element('td', { class: 'version', text: push ? `v${push.version}` : '' }));

@@ -4,14 +4,30 @@
 //!
 //! Every item carries `expireAt` (TTL): API Gateway closes a WebSocket connection after two hours at
 //! most, so an item a lost `$disconnect` left behind goes within a day.
+//!
+//! One connection follows at most `max_topics` topics (`MAX_TOPICS_PER_CONNECTION`, default 50), so
+//! that `$disconnect` always has a small, bounded set to delete. The guard is a counter on the
+//! connection's own item (`topicCount`), not a count of its items: a subscribe first *reserves* room
+//! for its new topics with one conditional `ADD` (`topicCount <= max - n`; when that fails, it reads
+//! the count and reserves what is left, again conditionally), then writes each topic with
+//! `attribute_not_exists`, and gives back the room of a topic that turned out to be there already.
+//! Unsubscribe gives back one per item it actually deleted (`ReturnValues: ALL_OLD`). Counting the
+//! items and then writing would let two messages handled at once both see room and together pass the
+//! cap; with the reservation they cannot pass it at all. A `TransactWriteItems` of the topics and the
+//! counter would be exact too, but any two subscribes of a connection would then cancel each other
+//! (one counter item) and need retries. The counter errs on the safe side only: a subscribe that
+//! dies between its reservation and its writes leaves room reserved (the connection can follow
+//! fewer topics, never more) until it disconnects.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, WriteRequest};
+use futures::StreamExt;
+use serde::Serialize;
 use serde_json::{Value, json};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::lake::RetryPolicy;
 use super::realtime::{StoreError, Subscriptions};
@@ -22,8 +38,21 @@ use crate::tables::{TOPIC_INDEX, connection_attr};
 pub const MAX_TOPICS_PER_MESSAGE: usize = 100;
 /// How long connection and subscription items live without a `$disconnect`.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// Topics one connection may follow unless configured otherwise (`MAX_TOPICS_PER_CONNECTION`).
+pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = crate::config::DEFAULT_MAX_TOPICS_PER_CONNECTION;
 /// BatchWriteItem takes 25 requests per call.
 const BATCH_WRITE_LIMIT: usize = 25;
+/// Single-item writes of one message in flight at once.
+const WRITE_CONCURRENCY: usize = 10;
+/// Tries of a reservation that keeps losing races with other subscribes of the same connection.
+const RESERVE_ATTEMPTS: u32 = 5;
+
+/// The connections table's retries of unprocessed batch writes: six tries, 50 ms doubling to 1 s
+/// (under 2 s of waiting), with the batches of one call sent side by side, so that `$disconnect`
+/// of the largest allowed set finishes well inside the function's 10 s even when throttled.
+fn connection_retry() -> RetryPolicy {
+    RetryPolicy { max_attempts: 6, base_delay: Duration::from_millis(50), max_delay: Duration::from_secs(1) }
+}
 
 /// The connections table on DynamoDB.
 #[derive(Debug, Clone)]
@@ -32,11 +61,43 @@ pub struct ConnectionStore {
     table: String,
     ttl: Duration,
     retry: RetryPolicy,
+    max_topics: usize,
+}
+
+/// A topic a subscribe did not take, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    pub topic: String,
+    pub reason: String,
+}
+
+/// What a subscribe did: the topics the connection now follows (those it followed already
+/// included), and those refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscribeOutcome {
+    pub subscribed: Vec<String>,
+    pub refused: Vec<Refused>,
 }
 
 impl ConnectionStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        ConnectionStore { client, table: table.into(), ttl: DEFAULT_TTL, retry: RetryPolicy::default() }
+        ConnectionStore {
+            client,
+            table: table.into(),
+            ttl: DEFAULT_TTL,
+            retry: connection_retry(),
+            max_topics: DEFAULT_MAX_TOPICS_PER_CONNECTION,
+        }
+    }
+
+    /// At most `max_topics` topics per connection (at least 1).
+    pub fn with_max_topics(mut self, max_topics: usize) -> Self {
+        self.max_topics = max_topics.max(1);
+        self
+    }
+
+    pub fn max_topics(&self) -> usize {
+        self.max_topics
     }
 
     /// A client built on the shared AWS configuration.
@@ -61,42 +122,206 @@ impl ConnectionStore {
     }
 
     /// `$connect`: the item that records the connection.
+    /// An update (not a put) so that a late `$connect` never resets the topic counter.
     pub async fn connect(&self, connection_id: &str, now: SystemTime) -> Result<(), StoreError> {
-        let mut item = Self::key(connection_id, connection_attr::CONNECTION_TOPIC);
         let millis = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        item.insert(connection_attr::CONNECTED_AT.to_owned(), AttributeValue::N(millis.to_string()));
-        item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
         self.client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .set_item(Some(item))
+            .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
+            .update_expression("SET #at = :at, #e = :e")
+            .expression_attribute_names("#at", connection_attr::CONNECTED_AT)
+            .expression_attribute_names("#e", connection_attr::EXPIRE_AT)
+            .expression_attribute_values(":at", AttributeValue::N(millis.to_string()))
+            .expression_attribute_values(":e", self.expire_at(now))
             .send()
             .await
-            .map_err(|e| StoreError::new("PutItem", &self.table, e))?;
+            .map_err(|e| StoreError::new("UpdateItem", &self.table, e))?;
         Ok(())
     }
 
-    /// One item per (connection, topic); subscribing twice is harmless.
-    pub async fn subscribe(&self, connection_id: &str, topics: &[Topic], now: SystemTime) -> Result<(), StoreError> {
-        let requests = distinct(topics)
-            .into_iter()
-            .map(|topic| {
-                let mut item = Self::key(connection_id, &topic);
-                item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
-                let put = PutRequest::builder().set_item(Some(item)).build().expect("item is set");
-                WriteRequest::builder().put_request(put).build()
-            })
-            .collect();
-        self.batch_write(requests).await
+    /// One item per (connection, topic), up to the connection's cap; subscribing twice is harmless
+    /// (a topic followed already is answered as subscribed and takes no more room). Topics over the
+    /// cap are refused, in the message's order, each with the reason.
+    pub async fn subscribe(
+        &self,
+        connection_id: &str,
+        topics: &[Topic],
+        now: SystemTime,
+    ) -> Result<SubscribeOutcome, StoreError> {
+        let requested = distinct_in_order(topics);
+        let held: HashSet<String> = self.topics_of(connection_id).await?.into_iter().collect();
+        let new: Vec<&String> = requested.iter().filter(|t| !held.contains(*t)).collect();
+        let (room, count) = if new.is_empty() { (0, 0) } else { self.reserve(connection_id, new.len(), now).await? };
+
+        // Write the reserved ones; one that is there already (a subscribe of the same topic at the
+        // same time) gives its room back.
+        // Owned topics in the closure (not references): the future stays `Send` for the local stack.
+        let reserved: Vec<String> = new.iter().take(room).map(|t| (*t).clone()).collect();
+        let writes: Vec<Result<bool, StoreError>> = futures::stream::iter(reserved)
+            .map(|topic: String| async move { self.put_topic(connection_id, &topic, now).await })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        let unused = writes.iter().filter(|w| !matches!(w, Ok(true))).count();
+        if unused > 0 {
+            self.release(connection_id, unused).await?;
+        }
+        if let Some(Err(err)) = writes.into_iter().find(Result::is_err) {
+            return Err(err);
+        }
+
+        let accepted: HashSet<&String> = new.iter().take(room).copied().collect();
+        let mut outcome = SubscribeOutcome::default();
+        for topic in &requested {
+            if held.contains(topic) || accepted.contains(topic) {
+                outcome.subscribed.push(topic.clone());
+            } else {
+                outcome.refused.push(Refused {
+                    topic: topic.clone(),
+                    reason: format!(
+                        "this connection follows {count} topics, at most {max} per connection \
+                         (MAX_TOPICS_PER_CONNECTION); unsubscribe from some first",
+                        max = self.max_topics
+                    ),
+                });
+            }
+        }
+        if !outcome.refused.is_empty() {
+            info!(
+                connection_id,
+                refused = outcome.refused.len(),
+                max_topics = self.max_topics,
+                "subscribe over the per-connection cap: topics refused"
+            );
+        }
+        Ok(outcome)
     }
 
+    /// Reserves room for up to `wanted` topics on the connection's counter; answers how many it got
+    /// and the count after it. Never lets the counter pass the cap, however many run at once.
+    async fn reserve(&self, connection_id: &str, wanted: usize, now: SystemTime) -> Result<(usize, usize), StoreError> {
+        let mut asking = wanted.min(self.max_topics);
+        for _ in 0..RESERVE_ATTEMPTS {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
+                .update_expression("ADD #n :n SET #e = if_not_exists(#e, :e)")
+                .condition_expression("attribute_not_exists(#n) OR #n <= :room")
+                .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
+                .expression_attribute_names("#e", connection_attr::EXPIRE_AT)
+                .expression_attribute_values(":n", AttributeValue::N(asking.to_string()))
+                .expression_attribute_values(":room", AttributeValue::N((self.max_topics - asking).to_string()))
+                .expression_attribute_values(":e", self.expire_at(now))
+                .return_values(ReturnValue::UpdatedNew)
+                .send()
+                .await;
+            match result {
+                Ok(output) => {
+                    let count = output.attributes().and_then(|a| number(a.get(connection_attr::TOPIC_COUNT)));
+                    return Ok((asking, count.unwrap_or(asking)));
+                }
+                Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                Err(err) => return Err(StoreError::new("UpdateItem", &self.table, err)),
+            }
+            // Not that much room: see how much there is, and ask for that.
+            let count = self.topic_count(connection_id).await?;
+            let free = self.max_topics.saturating_sub(count);
+            if free == 0 {
+                return Ok((0, count));
+            }
+            asking = asking.min(free);
+        }
+        // Other subscribes of this connection kept taking the room first: refuse rather than loop.
+        Ok((0, self.topic_count(connection_id).await?))
+    }
+
+    async fn topic_count(&self, connection_id: &str) -> Result<usize, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
+            .projection_expression("#n")
+            .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::new("GetItem", &self.table, e))?;
+        Ok(output.item().and_then(|i| number(i.get(connection_attr::TOPIC_COUNT))).unwrap_or(0))
+    }
+
+    /// Gives back room for `n` topics.
+    async fn release(&self, connection_id: &str, n: usize) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
+            .update_expression("ADD #n :n")
+            .condition_expression("#n >= :d")
+            .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
+            .expression_attribute_values(":n", AttributeValue::N(format!("-{n}")))
+            .expression_attribute_values(":d", AttributeValue::N(n.to_string()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // No counter (the connection was deleted meanwhile) or less than that: nothing to give back.
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
+        }
+    }
+
+    /// Writes one topic item unless it is there; answers whether it wrote it.
+    async fn put_topic(&self, connection_id: &str, topic: &str, now: SystemTime) -> Result<bool, StoreError> {
+        let mut item = Self::key(connection_id, topic);
+        item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#t)")
+            .expression_attribute_names("#t", connection_attr::TOPIC)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::new("PutItem", &self.table, err)),
+        }
+    }
+
+    /// Deletes the topics' items and gives back the room of those that were there.
     pub async fn unsubscribe(&self, connection_id: &str, topics: &[Topic]) -> Result<(), StoreError> {
-        let requests = distinct(topics).into_iter().map(|topic| delete_request(connection_id, &topic)).collect();
-        self.batch_write(requests).await
+        let deletes: Vec<Result<bool, StoreError>> = futures::stream::iter(distinct(topics))
+            .map(|topic: String| async move {
+                let output = self
+                    .client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .set_key(Some(Self::key(connection_id, &topic)))
+                    .return_values(ReturnValue::AllOld)
+                    .send()
+                    .await
+                    .map_err(|e| StoreError::new("DeleteItem", &self.table, e))?;
+                Ok(output.attributes().is_some_and(|a| !a.is_empty()))
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        let deleted = deletes.iter().filter(|d| matches!(d, Ok(true))).count();
+        if deleted > 0 {
+            self.release(connection_id, deleted).await?;
+        }
+        deletes.into_iter().find(Result::is_err).unwrap_or(Ok(true)).map(|_| ())
     }
 
-    /// `$disconnect`: the connection item and every subscription. Answers how many items went.
-    pub async fn disconnect(&self, connection_id: &str) -> Result<usize, StoreError> {
+    /// The topics a connection's items name (its own item, `$connection`, included).
+    async fn topics_of(&self, connection_id: &str) -> Result<Vec<String>, StoreError> {
         let mut topics = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
@@ -124,6 +349,13 @@ impl ConnectionStore {
                 _ => break,
             }
         }
+        Ok(topics)
+    }
+
+    /// `$disconnect`: the connection item and every subscription (at most the cap and one), in
+    /// BatchWriteItem calls of 25 sent side by side. Answers how many items went.
+    pub async fn disconnect(&self, connection_id: &str) -> Result<usize, StoreError> {
+        let topics = self.topics_of(connection_id).await?;
         let count = topics.len();
         let requests = topics.iter().map(|topic| delete_request(connection_id, topic)).collect();
         self.batch_write(requests).await?;
@@ -160,33 +392,40 @@ impl ConnectionStore {
         Ok(ids)
     }
 
-    /// BatchWriteItem in calls of 25, resending unprocessed items with backoff, a bounded number of times.
+    /// BatchWriteItem in calls of 25 (side by side), resending unprocessed items with backoff, a
+    /// bounded number of times.
     async fn batch_write(&self, requests: Vec<WriteRequest>) -> Result<(), StoreError> {
-        for chunk in requests.chunks(BATCH_WRITE_LIMIT) {
-            let mut pending = chunk.to_vec();
-            let mut attempt = 0;
-            while !pending.is_empty() {
-                attempt += 1;
-                if attempt > 1 {
-                    if attempt > self.retry.max_attempts.max(1) + 3 {
-                        return Err(StoreError::internal(
-                            "BatchWriteItem",
-                            &self.table,
-                            format!("{} writes still unprocessed after {} tries", pending.len(), attempt - 1),
-                        ));
-                    }
-                    tokio::time::sleep(self.retry.delay(attempt - 1)).await;
+        let chunks: Vec<Vec<WriteRequest>> = requests.chunks(BATCH_WRITE_LIMIT).map(<[_]>::to_vec).collect();
+        let results: Vec<Result<(), StoreError>> = futures::stream::iter(chunks)
+            .map(|chunk: Vec<WriteRequest>| self.batch_write_chunk(chunk))
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+    }
+
+    async fn batch_write_chunk(&self, mut pending: Vec<WriteRequest>) -> Result<(), StoreError> {
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            attempt += 1;
+            if attempt > 1 {
+                if attempt > self.retry.max_attempts.max(1) {
+                    return Err(StoreError::internal(
+                        "BatchWriteItem",
+                        &self.table,
+                        format!("{} writes still unprocessed after {} tries", pending.len(), attempt - 1),
+                    ));
                 }
-                let output = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, pending)
-                    .send()
-                    .await
-                    .map_err(|e| StoreError::new("BatchWriteItem", &self.table, e))?;
-                pending =
-                    output.unprocessed_items().and_then(|items| items.get(&self.table)).cloned().unwrap_or_default();
+                tokio::time::sleep(self.retry.delay(attempt - 1)).await;
             }
+            let output = self
+                .client
+                .batch_write_item()
+                .request_items(&self.table, pending)
+                .send()
+                .await
+                .map_err(|e| StoreError::new("BatchWriteItem", &self.table, e))?;
+            pending = output.unprocessed_items().and_then(|items| items.get(&self.table)).cloned().unwrap_or_default();
         }
         Ok(())
     }
@@ -196,6 +435,16 @@ fn delete_request(connection_id: &str, topic: &str) -> WriteRequest {
     let delete =
         DeleteRequest::builder().set_key(Some(ConnectionStore::key(connection_id, topic))).build().expect("key is set");
     WriteRequest::builder().delete_request(delete).build()
+}
+
+fn number(value: Option<&AttributeValue>) -> Option<usize> {
+    value.and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok()).map(|n| usize::try_from(n).unwrap_or(0))
+}
+
+/// Each topic once, in the message's order (the first ones are those served within the cap).
+fn distinct_in_order(topics: &[Topic]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    topics.iter().map(Topic::to_string).filter(|t| seen.insert(t.clone())).collect()
 }
 
 /// BatchWriteItem refuses two requests for one key.
@@ -339,7 +588,7 @@ pub async fn serve(
         ConnectionRequest::Subscribe(topics) => store
             .subscribe(connection_id, topics, now)
             .await
-            .map(|()| Some(json!({"subscribed": topics.iter().map(Topic::to_string).collect::<Vec<_>>()}))),
+            .map(|outcome| Some(json!({"subscribed": outcome.subscribed, "refused": outcome.refused}))),
         ConnectionRequest::Unsubscribe(topics) => store
             .unsubscribe(connection_id, topics)
             .await

@@ -102,6 +102,41 @@ impl ChangeRecord {
         commit_message(&self.to_ndjson())
     }
 
+    /// The commit message without the images, for when the full one is too large for a WebSocket
+    /// message: `{"type": "commit", "eventId", "transactionId", "service", "table", "key", "change",
+    /// "version", "committedAt", "imagesOmitted": true}`. A subscriber still learns that the entity
+    /// changed, by which transaction and to which version, and reads the item for its data.
+    pub fn to_message_without_images(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct WithoutImages<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            event_id: &'a str,
+            transaction_id: &'a str,
+            service: &'a str,
+            table: &'a str,
+            key: &'a Value,
+            change: ChangeKind,
+            version: &'a Number,
+            committed_at: &'a str,
+            images_omitted: bool,
+        }
+        serde_json::to_vec(&WithoutImages {
+            kind: "commit",
+            event_id: &self.event_id,
+            transaction_id: &self.transaction_id,
+            service: &self.service,
+            table: &self.table,
+            key: &self.key,
+            change: self.change,
+            version: &self.version,
+            committed_at: &self.committed_at,
+            images_omitted: true,
+        })
+        .expect("always serialises")
+    }
+
     /// `entity:<table>:<entityId>`, when the key has a string `entityId`.
     pub fn topic(&self) -> Option<Topic> {
         self.key.get(item_attr::KEY).and_then(Value::as_str).map(|id| Topic::entity(&self.table, id))
@@ -465,6 +500,12 @@ mod tests {
         assert_eq!(message["type"], "commit");
         assert_eq!(message["transactionId"], "T2");
         assert_eq!(message.as_object().unwrap().keys().next().unwrap(), "type");
+        assert_eq!(
+            String::from_utf8(change.to_message_without_images()).unwrap(),
+            "{\"type\":\"commit\",\"eventId\":\"e1\",\"transactionId\":\"T2\",\"service\":\"service-a\",\
+             \"table\":\"service-a-data\",\"key\":{\"entityId\":\"A\"},\"change\":\"MODIFY\",\"version\":2,\
+             \"committedAt\":\"2024-05-01T12:00:00Z\",\"imagesOmitted\":true}"
+        );
     }
 
     #[test]

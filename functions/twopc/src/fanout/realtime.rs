@@ -19,6 +19,9 @@ pub enum PostError {
     /// 410: the connection is closed; it will never come back.
     #[error("connection is gone")]
     Gone,
+    /// 413: the message is over API Gateway's limit ([`MAX_MESSAGE_BYTES`]).
+    #[error("the message is too large for a WebSocket connection")]
+    TooLarge,
     #[error("{0}")]
     Failed(String),
 }
@@ -39,6 +42,9 @@ pub trait Subscriptions: Send + Sync {
     fn remove_connection(&self, connection_id: &str) -> impl Future<Output = Result<usize, StoreError>> + Send;
 }
 
+/// API Gateway's limit on one WebSocket message (PostToConnection answers 413 over it): 128 KiB.
+pub const MAX_MESSAGE_BYTES: usize = 128 * 1024;
+
 /// One message for the subscribers of one topic, and the record it comes from (the lines it logs
 /// carry its event and transaction ids, in a span made only when there is something to log).
 #[derive(Debug, Clone)]
@@ -47,9 +53,49 @@ pub struct Message {
     pub payload: Vec<u8>,
     pub event_id: String,
     pub transaction_id: String,
+    /// `payload` is a commit without its images (`"imagesOmitted": true`).
+    pub images_omitted: bool,
+    /// For a commit sent whole: the same commit without its images, posted instead when the
+    /// connection refuses `payload` as too large (413).
+    pub without_images: Option<Vec<u8>>,
 }
 
 impl Message {
+    /// A message that is the same for every reader and has no smaller form (a transaction's outcome).
+    pub fn new(topic: Topic, payload: Vec<u8>, event_id: String, transaction_id: String) -> Self {
+        Message { topic, payload, event_id, transaction_id, images_omitted: false, without_images: None }
+    }
+
+    /// A commit: the full message when it fits in [`MAX_MESSAGE_BYTES`] (keeping the small one for a
+    /// 413), else the small one. Never nothing: a subscriber always learns of the change.
+    pub fn commit(
+        topic: Topic,
+        full: Vec<u8>,
+        without_images: Vec<u8>,
+        event_id: String,
+        transaction_id: String,
+    ) -> Self {
+        if full.len() <= MAX_MESSAGE_BYTES {
+            Message {
+                topic,
+                payload: full,
+                event_id,
+                transaction_id,
+                images_omitted: false,
+                without_images: Some(without_images),
+            }
+        } else {
+            Message {
+                topic,
+                payload: without_images,
+                event_id,
+                transaction_id,
+                images_omitted: true,
+                without_images: None,
+            }
+        }
+    }
+
     fn span(&self) -> Span {
         super::record_span(&self.event_id, Some(&self.transaction_id))
     }
@@ -63,6 +109,8 @@ pub struct RealtimeReport {
     /// Connections found Gone (and deleted, unless the delete failed too).
     pub gone: usize,
     pub failed: usize,
+    /// Commits posted without their images (the full message was over the limit), counted in `posted`.
+    pub images_omitted: usize,
     /// Topics whose subscribers could not be looked up (their messages were not sent).
     pub lookup_failed: usize,
     /// Deletes of gone connections that failed (the connection item expires by TTL anyway).
@@ -100,6 +148,9 @@ impl ConnectionPoster for ApiGatewayPoster {
         match result {
             Ok(_) => Ok(()),
             Err(err) if err.as_service_error().is_some_and(|e| e.is_gone_exception()) => Err(PostError::Gone),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_payload_too_large_exception()) => {
+                Err(PostError::TooLarge)
+            }
             Err(err) => Err(PostError::Failed(aws_smithy_types::error::display::DisplayErrorContext(&err).to_string())),
         }
     }
@@ -107,7 +158,18 @@ impl ConnectionPoster for ApiGatewayPoster {
 
 /// Pushes `messages` to their topics' subscribers; `concurrency` bounds lookups, connections served
 /// at once and deletes.
-pub async fn push<P, L>(poster: &P, subscriptions: &L, messages: &[Message], concurrency: usize) -> RealtimeReport
+///
+/// `turn` says where in the (sorted) lists of topics and connections this call starts: the caller
+/// gives a different one to each batch (see [`Rotation`]). Whatever the caller's budget cuts off is
+/// then a different part of the lists each time, so no connection is the one always left out
+/// (served in id order, the same connections missed every push of a busy topic).
+pub async fn push<P, L>(
+    poster: &P,
+    subscriptions: &L,
+    messages: &[Message],
+    concurrency: usize,
+    turn: usize,
+) -> RealtimeReport
 where
     P: ConnectionPoster,
     L: Subscriptions,
@@ -124,6 +186,7 @@ where
     let mut topics: Vec<Topic> = messages.iter().map(|m| m.topic.clone()).collect();
     topics.sort();
     topics.dedup();
+    rotate(&mut topics, turn);
     let lookups: Vec<(Topic, Result<Vec<String>, StoreError>)> = futures::stream::iter(topics)
         .map(|topic: Topic| async move {
             let result = subscriptions.subscribers(&topic).await;
@@ -153,38 +216,56 @@ where
         }
     }
 
-    let outcomes: Vec<(String, usize, usize, bool)> = futures::stream::iter(per_connection)
+    let mut per_connection: Vec<(String, Vec<usize>)> = per_connection.into_iter().collect();
+    rotate(&mut per_connection, turn);
+    let outcomes: Vec<(String, Served)> = futures::stream::iter(per_connection)
         .map(|(id, queue): (String, Vec<usize>)| async move {
-            let (mut posted, mut failed) = (0, 0);
+            let mut served = Served::default();
             for index in queue {
                 let message = &messages[index];
                 // The SDK's own (debug) lines get the record's span too, when they are on at all.
-                let span = if tracing::enabled!(tracing::Level::DEBUG) { message.span() } else { Span::none() };
-                match poster.post(&id, &message.payload).instrument(span).await {
-                    Ok(()) => posted += 1,
+                let span = || if tracing::enabled!(tracing::Level::DEBUG) { message.span() } else { Span::none() };
+                let mut result = poster.post(&id, &message.payload).instrument(span()).await;
+                let mut images_omitted = message.images_omitted;
+                if let (Err(PostError::TooLarge), Some(smaller)) = (&result, &message.without_images) {
+                    // Over the limit after all (API Gateway counts the frame, not just our bytes):
+                    // the change still reaches the subscriber, without its images.
+                    message.span().in_scope(|| {
+                        debug!(connection_id = %id, bytes = message.payload.len(), "message refused as too large; sent without its images")
+                    });
+                    result = poster.post(&id, smaller).instrument(span()).await;
+                    images_omitted = true;
+                }
+                match result {
+                    Ok(()) => {
+                        served.posted += 1;
+                        served.images_omitted += usize::from(images_omitted);
+                    }
                     Err(PostError::Gone) => {
                         message.span().in_scope(|| debug!(connection_id = %id, "connection gone"));
-                        return (id, posted, failed, true);
+                        served.gone = true;
+                        return (id, served);
                     }
-                    Err(PostError::Failed(error)) => {
-                        failed += 1;
+                    Err(error) => {
+                        served.failed += 1;
                         message.span().in_scope(
-                            || warn!(connection_id = %id, %error, topic = %message.topic, "WebSocket push failed"),
+                            || warn!(connection_id = %id, %error, topic = %message.topic, bytes = message.payload.len(), "WebSocket push failed"),
                         );
                     }
                 }
             }
-            (id, posted, failed, false)
+            (id, served)
         })
         .buffer_unordered(concurrency)
         .collect()
         .await;
 
     let mut gone = Vec::new();
-    for (id, posted, failed, is_gone) in outcomes {
-        report.posted += posted;
-        report.failed += failed;
-        if is_gone {
+    for (id, served) in outcomes {
+        report.posted += served.posted;
+        report.failed += served.failed;
+        report.images_omitted += served.images_omitted;
+        if served.gone {
             gone.push(id);
         }
     }
@@ -207,4 +288,59 @@ where
         }
     }
     report
+}
+
+/// What one connection's queue came to.
+#[derive(Debug, Default)]
+struct Served {
+    posted: usize,
+    failed: usize,
+    images_omitted: usize,
+    gone: bool,
+}
+
+/// Starts `items` at `turn` (modulo its length), keeping their order otherwise.
+fn rotate<T>(items: &mut [T], turn: usize) {
+    if !items.is_empty() {
+        let len = items.len();
+        items.rotate_left(turn % len);
+    }
+}
+
+/// Where each batch starts serving ([`push`]'s `turn`): one step further each batch, from a random
+/// start per process (so that Lambda's concurrent instances do not all favour the same connections).
+/// Over `n` batches with the same `n` subscribers, each connection is first in line once, and among
+/// the first `k` (what the budget allows) `k` times: everyone is served in turn.
+#[derive(Debug)]
+pub struct Rotation(std::sync::atomic::AtomicUsize);
+
+impl Default for Rotation {
+    fn default() -> Self {
+        let seed = uuid::Uuid::new_v4().as_u128() as usize;
+        Rotation(std::sync::atomic::AtomicUsize::new(seed))
+    }
+}
+
+impl Rotation {
+    /// This batch's turn; the next call answers the one after.
+    pub fn next(&self) -> usize {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_starts_each_turn_one_further() {
+        let mut items = vec![1, 2, 3, 4];
+        rotate(&mut items, 5);
+        assert_eq!(items, vec![2, 3, 4, 1]);
+        let mut empty: Vec<u8> = Vec::new();
+        rotate(&mut empty, 3);
+        let rotation = Rotation::default();
+        let first = rotation.next();
+        assert_eq!(rotation.next(), first.wrapping_add(1));
+    }
 }
