@@ -24,6 +24,9 @@ pub const CORS_ALLOW_ORIGIN: &str = "CORS_ALLOW_ORIGIN";
 /// [`DEFAULT_MAX_TOPICS_PER_CONNECTION`]); topics over it are refused, each with the reason.
 pub const MAX_TOPICS_PER_CONNECTION: &str = "MAX_TOPICS_PER_CONNECTION";
 pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = 50;
+/// Stream processor: the queue its event source mappings send what they give up on (Lambda's
+/// on-failure records: shard and sequence ranges), which its `replay-dead-letters` action reads back.
+pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "transactions";
@@ -121,9 +124,10 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             CONNECTIONS_TABLE_NAME,
             FIREHOSE_STREAM_NAME,
             WEBSOCKET_ENDPOINT,
+            DEAD_LETTER_QUEUE_URL,
         ],
     ),
-    ("connections", &[CONNECTIONS_TABLE_NAME]),
+    ("connections", &[CONNECTIONS_TABLE_NAME, MAX_TOPICS_PER_CONNECTION]),
 ];
 
 #[cfg(test)]
