@@ -14,6 +14,7 @@
 mod bench;
 mod capacity;
 mod counter;
+mod fanout;
 mod scenarios;
 mod stats;
 mod svg;
@@ -64,7 +65,7 @@ struct Cli {
     /// No progress bars.
     #[arg(long)]
     no_progress: bool,
-    /// Run only these scenarios (comma-separated: 1, 2, 2b, 3, 4, 5); the targets of the others show
+    /// Run only these scenarios (comma-separated: 1, 2, 2b, 3, 4, 5, 6); the targets of the others show
     /// as not run. The contention target needs 3 as well.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -131,6 +132,7 @@ struct Figures {
     throughput: Option<Throughput>,
     contention: Option<Contention>,
     requests: Option<(Vec<CostCase>, u64)>,
+    fanout: Option<fanout::FanOut>,
     /// DynamoDB Local's consumed capacity against DynamoDB's billing rules, on requests of known size.
     capacity_check: Option<Vec<CheckCase>>,
     memory: (Option<u64>, Option<u64>),
@@ -226,6 +228,9 @@ async fn main() -> ExitCode {
     scenario!("3. throughput", throughput, scenarios::throughput(&bench, &plan, progress));
     scenario!("4. contention", contention, scenarios::contention(&bench, &plan, progress));
     scenario!("5. requests", requests, scenarios::requests(&bench, &plan, progress));
+    // 100 subscribers, as issue 20 asks; commits from 8 clients on disjoint pairs.
+    let fanout_plan = fanout::FanOutPlan { commits: if plan.quick { 40 } else { 2000 }, clients: 8, subscribers: 100 };
+    scenario!("6. fan-out", fanout, fanout::fanout(db.endpoint(), fanout_plan));
 
     // Whatever ran, no lock may be left anywhere, and no transaction left open.
     match bench.locked_items().await {
@@ -859,7 +864,37 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
         let _ = writeln!(o);
         capacity_section(&mut o, cases, f.capacity_check.as_deref());
     }
-    let _ = writeln!(o, "6. Peak memory (VmHWM)");
+    if let Some(x) = &f.fanout {
+        let _ = writeln!(
+            o,
+            "6. Fan-out: {} commits (8 clients, disjoint pairs) through the stream processor, {} subscribers following {} accounts each",
+            x.commits, x.subscribers, x.topics_per_subscriber
+        );
+        let _ = writeln!(
+            o,
+            "  into the lake:       {:.1} commits/s (every change in the lake {:.2} s after the first transfer was sent)",
+            x.lake_per_second(),
+            x.to_lake.as_secs_f64()
+        );
+        let _ = writeln!(
+            o,
+            "  to the subscribers:  {:.1} commits/s ({} of {} pushes received, the last {:.2} s after the first transfer)",
+            x.subscribers_per_second(),
+            x.pushes_received,
+            x.pushes_expected,
+            x.to_subscribers.as_secs_f64()
+        );
+        let _ = writeln!(
+            o,
+            "  commit answered → push received: p50 {} ms, p99 {} ms, max {} ms ({} pushes)",
+            ms(x.delay.p50),
+            ms(x.delay.p99),
+            ms(x.delay.max),
+            x.delay.count
+        );
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "7. Peak memory (VmHWM)");
     let mib = |k: Option<u64>| k.map_or("n/a".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
     let _ = writeln!(o, "  twopc-bench process: {}", mib(f.memory.0));
     let _ = writeln!(o, "  DynamoDB Local JVM:  {}", mib(f.memory.1));
@@ -1041,6 +1076,7 @@ fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elap
             "locksLeft": f.final_locks,
             "recordsByStatus": f.records,
         },
+        "fanOut": f.fanout.as_ref().map(fanout::FanOut::json),
         "phases": f.phases.iter().map(|p| json!({
             "phase": p.name,
             "wallSeconds": round(p.wall.as_secs_f64(), 2),
