@@ -26,36 +26,9 @@ fi
 
 (cd tests/browser && timeout 300 npm ci --no-audit --no-fund --loglevel=error)
 
-# The whole workspace with its test targets: the feature set `cargo test --workspace` builds, so after
-# the tests this builds nothing.
-timeout 1200 cargo build --quiet --workspace --all-targets
-
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-api=$(free_port) ws=$(free_port) db=$(free_port)
-work=$(mktemp -d "${TMPDIR:-/tmp}/twopc-browser.XXXXXX")
-target/debug/twopc-local up --in-memory --dynamodb-port "$db" --api-port "$api" --ws-port "$ws" \
-    --lake-dir "$work/lake" --sweep-secs 2 >"$work/stack.log" 2>&1 &
-stack=$!
-stop() {
-    kill -INT "$stack" 2>/dev/null || true
-    # The stack stops what it started (DynamoDB Local) on Ctrl-C; give it the time it needs, then insist.
-    for _ in $(seq 50); do kill -0 "$stack" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$stack" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap stop EXIT
-
-ready=""
-for _ in $(seq 300); do
-    if curl -fsS "http://127.0.0.1:$api/local/stack.json" -o /dev/null 2>/dev/null; then ready=1; break; fi
-    kill -0 "$stack" 2>/dev/null || break
-    sleep 0.2
-done
-if [[ -z $ready ]]; then
-    echo "the local stack did not start; its log:" >&2
-    cat "$work/stack.log" >&2
-    exit 1
-fi
+# shellcheck source=tests/local-stack.sh
+source tests/local-stack.sh
+start_local_stack browser --sweep-secs 2
 
 mkdir -p target/browser
 status=0
@@ -66,7 +39,7 @@ status=0
 ) || status=$?
 if [[ $status -ne 0 ]]; then
     echo "the browser test failed (exit $status); the stack's last lines:" >&2
-    tail -n 40 "$work/stack.log" >&2
+    tail -n 40 "$stack_log" >&2
 fi
 echo "screenshot: target/browser/live-page.png"
 exit $status
