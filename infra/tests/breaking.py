@@ -219,3 +219,23 @@ def remove_gateway_response(stack: Stack, kind: str) -> None:
             del stack.template["Resources"][name]
     for api in stack.resources("AWS::ApiGateway::RestApi"):
         (props(stack, api).get("Body") or {}).get("x-amazon-apigateway-gateway-responses", {}).pop(kind, None)
+
+
+# --- the WebSocket API's routes and route responses ----------------------------------------------
+
+
+def websocket_route(stack: Stack, key: str) -> str:
+    """The logical id of the WebSocket route with this RouteKey."""
+    for name in stack.resources("AWS::ApiGatewayV2::Route"):
+        if props(stack, name).get("RouteKey") == key:
+            return name
+    raise AssertionError(f"no WebSocket route {key}")
+
+
+def route_responses_of(stack: Stack, route: str) -> list[str]:
+    """The route responses whose RouteId is (a Ref of) the route."""
+    return [
+        name
+        for name in stack.resources("AWS::ApiGatewayV2::RouteResponse")
+        if props(stack, name).get("RouteId") == {"Ref": route}
+    ]

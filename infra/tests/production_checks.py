@@ -1,6 +1,8 @@
 """Checks of the production details infra/DEPLOY.md describes (throttling, alarms, dashboard, reserved
 concurrency, deletion protection, the lake's compression and Glue table, logging, tracing, the
-participants' `live` aliases, the REST API's CORS), on a deployed template (SAM after the transform, or CDK), found by
+participants' `live` aliases, the REST API's CORS, the WebSocket API's answers to subscribe and
+unsubscribe, the connections function's cap on topics, the fan-out's ride through an outage and its
+replay of what it gave up on), on a deployed template (SAM after the transform, or CDK), found by
 meaning as in template_checks.py. Each returns a list of problems (empty: fine).
 
 Where a property is wired to a parameter, the check evaluates the template with other values of that
@@ -19,6 +21,7 @@ from cfn import REPO, Stack, as_list, att_id, number, ref_id
 from system import (
     ALIAS_NAME,
     aliases,
+    allow_statements,
     environment,
     function_target,
     functions,
@@ -920,4 +923,287 @@ def check_cors_coordinator(stack: Stack) -> list[str]:
             value = environment(evaluated, function).get(variable)
             if value != origin:
                 problems.append(f"{function}: {variable} is {value!r} with {CORS_PARAMETER}={origin}")
+    return sorted(set(problems), key=problems.index)
+
+
+# ----------------------------------------------------------------------------------------------
+# 10. The WebSocket API answers subscribe and unsubscribe
+# ----------------------------------------------------------------------------------------------
+
+# Routes whose integration's answer goes back to the client (the connections function answers them
+# {"subscribed": [...], "refused": [{"topic", "reason"}]}), and routes that have no answer to send.
+WEBSOCKET_TWO_WAY_ROUTES = ["subscribe", "unsubscribe"]
+WEBSOCKET_ONE_WAY_ROUTES = ["$connect", "$disconnect"]
+DEFAULT_ROUTE_RESPONSE = "$default"
+
+
+def websocket_routes(stack: Stack) -> dict[str, str]:
+    """Route key -> logical id of the WebSocket routes."""
+    return {str(stack.props(r).get("RouteKey")): r for r in stack.resources("AWS::ApiGatewayV2::Route")}
+
+
+def route_responses(stack: Stack) -> dict[str, list[str]]:
+    """Route logical id (its `RouteId` reference, None when it names no route) -> route responses."""
+    out: dict[str, list[str]] = {}
+    for response in stack.resources("AWS::ApiGatewayV2::RouteResponse"):
+        out.setdefault(ref_id(stack.props(response).get("RouteId")), []).append(response)
+    return out
+
+
+def check_websocket_answers(stack: Stack) -> list[str]:
+    """subscribe and unsubscribe are two-way: RouteResponseSelectionExpression `$default` and a
+    route response with RouteResponseKey `$default` on the same API, so API Gateway sends the
+    connections function's proxy answer back to the client; $connect and $disconnect have neither
+    (there is no client to answer); every route response is on a route of the template; the stage
+    auto-deploys and is created after the route responses (its first deployment contains them)."""
+    problems = []
+    routes = websocket_routes(stack)
+    responses = route_responses(stack)
+    wanted: list[str] = []
+    for key in WEBSOCKET_TWO_WAY_ROUTES:
+        route = routes.get(key)
+        if route is None:
+            problems.append(f"no WebSocket route {key}")
+            continue
+        props = stack.props(route)
+        if props.get("RouteResponseSelectionExpression") != DEFAULT_ROUTE_RESPONSE:
+            problems.append(
+                f"route {key} ({route}): RouteResponseSelectionExpression is "
+                f"{props.get('RouteResponseSelectionExpression')!r}, not {DEFAULT_ROUTE_RESPONSE}: its answer is dropped"
+            )
+        matching = [
+            r
+            for r in responses.get(route, [])
+            if stack.props(r).get("RouteResponseKey") == DEFAULT_ROUTE_RESPONSE
+            and stack.props(r).get("ApiId") == props.get("ApiId")
+        ]
+        if not matching:
+            problems.append(f"route {key} ({route}): no route response {DEFAULT_ROUTE_RESPONSE} on its API: the client gets no answer")
+        wanted += matching
+    for key in WEBSOCKET_ONE_WAY_ROUTES:
+        route = routes.get(key)
+        if route is None:
+            problems.append(f"no WebSocket route {key}")
+            continue
+        if "RouteResponseSelectionExpression" in stack.props(route) or responses.get(route):
+            problems.append(f"route {key} ({route}): has a route response (only subscribe and unsubscribe answer)")
+    for route, listed in responses.items():
+        if route not in routes.values():
+            problems.append(f"route responses {listed} are on no WebSocket route of the template")
+    for stage in stack.resources("AWS::ApiGatewayV2::Stage"):
+        if str(stack.props(stage).get("AutoDeploy")).lower() != "true":
+            problems.append(f"{stage}: AutoDeploy is not true (route responses would wait for a manual deployment)")
+        depends = set(as_list(stack.template["Resources"][stage].get("DependsOn")))
+        for response in wanted:
+            if response not in depends:
+                problems.append(f"{stage}: not created after {response} (its first deployment may lack it)")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 11. The connections function's cap on topics
+# ----------------------------------------------------------------------------------------------
+
+MAX_TOPICS_PARAMETER = "MaxTopicsPerConnection"
+MAX_TOPICS_BOUNDS = (1, 1000)
+# Another value of the parameter: the function's variable must follow it.
+MAX_TOPICS_OTHER_VALUE = "7"
+
+
+def max_topics_contract(config: Path = CONFIG_SOURCE) -> dict[str, Any]:
+    """The variable's name and its default, from `twopc::config`."""
+    names = rust_constants(config)
+    missing = [n for n in ["MAX_TOPICS_PER_CONNECTION", "DEFAULT_MAX_TOPICS_PER_CONNECTION"] if n not in names]
+    if missing:
+        raise AssertionError(f"no constant {missing} in {config}")
+    return {"variable": str(names["MAX_TOPICS_PER_CONNECTION"]), "default": int(names["DEFAULT_MAX_TOPICS_PER_CONNECTION"])}
+
+
+def check_max_topics(stack: Stack) -> list[str]:
+    """The parameter MaxTopicsPerConnection: a Number defaulting to the code's default, from 1 to
+    1000; every connections function's MAX_TOPICS_PER_CONNECTION is its value (also with another)."""
+    contract = max_topics_contract()
+    problems = _parameter(stack, MAX_TOPICS_PARAMETER, contract["default"])
+    definition = stack.template.get("Parameters", {}).get(MAX_TOPICS_PARAMETER)
+    if definition is not None:
+        if definition.get("Type") != "Number":
+            problems.append(f"parameter {MAX_TOPICS_PARAMETER}: type {definition.get('Type')!r}, not Number")
+        for bound, want in zip(["MinValue", "MaxValue"], MAX_TOPICS_BOUNDS):
+            if number(definition.get(bound)) != want:
+                problems.append(f"parameter {MAX_TOPICS_PARAMETER}: {bound} {definition.get(bound)!r}, not {want}")
+    variable = contract["variable"]
+    for value in [str(contract["default"]), MAX_TOPICS_OTHER_VALUE]:
+        evaluated = stack.with_parameters(**{MAX_TOPICS_PARAMETER: value})
+        functions_found = functions_of(evaluated, "connections")
+        if not functions_found:
+            problems.append("no connections function")
+        for function in functions_found:
+            got = environment(evaluated, function).get(variable)
+            if not _same_number(got, value):
+                problems.append(f"{function}: {variable} is {got!r} with {MAX_TOPICS_PARAMETER}={value}")
+    return sorted(set(problems), key=problems.index)
+
+
+# ----------------------------------------------------------------------------------------------
+# 12. The fan-out rides out an outage, alarms early, and can replay what it gave up on
+# ----------------------------------------------------------------------------------------------
+
+# DynamoDB Streams keep a record 24 hours; the event sources retry until 22 hours, leaving two in
+# which the replay can still read what they gave up on.
+STREAM_RETENTION_SECONDS = 79200
+# Lambda's largest retry count for stream sources; -1 retries until the record ages out.
+MAX_RETRY_ATTEMPTS = 10000
+# The iterator-age alarm fires within this long of the fan-out stalling (threshold + its window).
+ITERATOR_AGE_ALARM_WITHIN_SECONDS = 600
+# A message in the on-failure queue is alarmed within this long.
+QUEUE_ALARM_WITHIN_SECONDS = 300
+# What the stream processor's `replay-dead-letters` action does with the on-failure queue.
+REPLAY_ACTIONS = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility"}
+# Lambda's own use of the queue (the mappings' on-failure destination, with the function's role).
+ON_FAILURE_ACTIONS = {"sqs:SendMessage"}
+
+
+def on_failure_queues(stack: Stack) -> dict[str, str | None]:
+    """Event source mapping -> its SQS on-failure queue (logical id; None without one)."""
+    out = {}
+    for mapping in stack.resources("AWS::Lambda::EventSourceMapping"):
+        destination = stack.props(mapping).get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        queue = att_id(destination, "Arn")
+        out[mapping] = queue if queue and stack.kind(queue) == "AWS::SQS::Queue" else None
+    return out
+
+
+def dead_letter_variable(config: Path = CONFIG_SOURCE) -> str:
+    names = rust_constants(config)
+    if "DEAD_LETTER_QUEUE_URL" not in names:
+        raise AssertionError(f"no constant DEAD_LETTER_QUEUE_URL in {config}")
+    return str(names["DEAD_LETTER_QUEUE_URL"])
+
+
+def check_fanout_retries(stack: Stack) -> list[str]:
+    """Every stream event source retries until a record is as old as the stream keeps it:
+    MaximumRecordAgeInSeconds = 24 h and MaximumRetryAttempts unbounded (-1) or Lambda's maximum,
+    still bisecting and reporting item failures (a poison record is isolated and ends in the queue),
+    with an SQS on-failure queue."""
+    problems = []
+    queues = on_failure_queues(stack)
+    if not queues:
+        problems.append("no stream event source mappings")
+    for mapping, queue in queues.items():
+        props = stack.props(mapping)
+        age = number(props.get("MaximumRecordAgeInSeconds"))
+        if age != STREAM_RETENTION_SECONDS:
+            problems.append(
+                f"{mapping}: MaximumRecordAgeInSeconds {props.get('MaximumRecordAgeInSeconds')!r}, not "
+                f"{STREAM_RETENTION_SECONDS} (the stream's retention): an outage longer than that loses commits"
+            )
+        retries = number(props.get("MaximumRetryAttempts"))
+        if retries not in (-1, MAX_RETRY_ATTEMPTS):
+            problems.append(
+                f"{mapping}: MaximumRetryAttempts {props.get('MaximumRetryAttempts')!r}, not -1 (until the record "
+                f"ages out) or {MAX_RETRY_ATTEMPTS}: a failing batch is given up before the stream drops it"
+            )
+        if str(props.get("BisectBatchOnFunctionError")).lower() != "true":
+            problems.append(f"{mapping}: BisectBatchOnFunctionError is not true (a poison record is not isolated)")
+        if "ReportBatchItemFailures" not in as_list(props.get("FunctionResponseTypes")):
+            problems.append(f"{mapping}: no ReportBatchItemFailures")
+        if queue is None:
+            problems.append(f"{mapping}: no SQS on-failure queue")
+    return problems
+
+
+def _notifies(stack: Stack, alarm: str) -> list[str]:
+    if "AlarmActionArn" not in stack.template.get("Parameters", {}):
+        return ["no parameter AlarmActionArn (the alarm notifies nobody)"]
+    return _alarm_actions(stack, alarm)
+
+
+def check_fanout_alarms(stack: Stack) -> list[str]:
+    """Each on-failure queue has an alarm on its ApproximateNumberOfMessagesVisible (Maximum > 0,
+    within 5 minutes: any message is records the fan-out gave up on), and each stream processor an
+    IteratorAge alarm (Maximum) that fires within 10 minutes of the fan-out stalling (threshold plus
+    window), both notifying AlarmActionArn."""
+    problems = []
+    found = alarms(stack)
+    for queue in sorted({q for q in on_failure_queues(stack).values() if q}):
+        matching = [
+            a for a in found if a.on("AWS/SQS", "ApproximateNumberOfMessagesVisible", QueueName="${%s.QueueName}" % queue)
+        ]
+        firing = [
+            a
+            for a in matching
+            if a.above(0) and all(m.stat == "Maximum" for m in a.metrics)
+            and a.window is not None and a.window <= QUEUE_ALARM_WITHIN_SECONDS
+        ]
+        if not firing:
+            problems.append(
+                f"no alarm on the messages of the on-failure queue {queue} (Maximum > 0 within "
+                f"{QUEUE_ALARM_WITHIN_SECONDS} s; found {[a.logical_id for a in matching]})"
+            )
+        for alarm in firing:
+            problems += _notifies(stack, alarm.logical_id)
+    for processor in functions_of(stack, "stream-processor"):
+        matching = [a for a in found if _lambda(stack, processor, "IteratorAge")(a)]
+        firing = [
+            a
+            for a in matching
+            if a.comparison.startswith("GreaterThan") and a.threshold is not None and a.window is not None
+            and all(m.stat == "Maximum" for m in a.metrics)
+            and a.threshold / 1000 + a.window <= ITERATOR_AGE_ALARM_WITHIN_SECONDS
+        ]
+        if not firing:
+            problems.append(
+                f"no IteratorAge alarm of {processor} that fires within {ITERATOR_AGE_ALARM_WITHIN_SECONDS} s of "
+                f"the fan-out stalling (Maximum, threshold + window; found {[a.logical_id for a in matching]})"
+            )
+        for alarm in firing:
+            problems += _notifies(stack, alarm.logical_id)
+    return problems
+
+
+def check_dead_letter_replay(stack: Stack) -> list[str]:
+    """The stream processor can replay what its event sources gave up on: its DEAD_LETTER_QUEUE_URL
+    is the URL (`Ref`) of the on-failure queue of its mappings, its role may ReceiveMessage,
+    DeleteMessage, GetQueueAttributes and ChangeMessageVisibility on exactly that queue (and send to
+    it: Lambda's on-failure destination), no other SQS action or queue; no other function may read
+    the queue."""
+    problems = []
+    variable = dead_letter_variable()
+    processors = functions_of(stack, "stream-processor")
+    if not processors:
+        problems.append("no stream processor")
+    readers: set[str] = set()
+    for processor in processors:
+        queues = {
+            q
+            for m, q in on_failure_queues(stack).items()
+            if function_target(stack, stack.props(m).get("FunctionName")) == processor
+        }
+        if len(queues) != 1 or None in queues:
+            problems.append(f"{processor}: its event sources' on-failure queues are {sorted(map(str, queues))}, expected one queue")
+            continue
+        (queue,) = queues
+        readers.add(queue)
+        value = environment(stack, processor).get(variable)
+        if value != "${%s}" % queue:
+            problems.append(f"{processor}: {variable} is {value!r}, not the URL of its on-failure queue {queue} (Ref)")
+        role = role_of(stack, processor)
+        arn = "${%s.Arn}" % queue
+        for action in sorted(REPLAY_ACTIONS | ON_FAILURE_ACTIONS):
+            resources = granted(stack, role, action)
+            if not resources:
+                problems.append(f"{processor}: its role may not {action} on {queue}")
+            elif set(resources) != {arn}:
+                problems.append(f"{processor}: {action} is granted on {sorted(set(resources))}, not exactly {arn}")
+        for statement in allow_statements(stack, role):
+            for action in statement["Action"]:
+                if str(action).lower().startswith("sqs:") and str(action) not in REPLAY_ACTIONS | ON_FAILURE_ACTIONS:
+                    problems.append(f"{processor}: its role has {action} (the replay needs {sorted(REPLAY_ACTIONS)})")
+    for function in functions(stack):
+        if function in processors:
+            continue
+        for action in sorted(REPLAY_ACTIONS):
+            reached = [r for r in granted(stack, role_of(stack, function), action) if any(r == "${%s.Arn}" % q for q in readers) or r == "*"]
+            if reached:
+                problems.append(f"{function}: may {action} on {reached} (only the stream processor replays the queue)")
     return sorted(set(problems), key=problems.index)

@@ -557,9 +557,11 @@ def _check_mapping(stack: Stack, mapping: str, props: dict, processors: set[str]
         problems.append(f"{mapping}: no ReportBatchItemFailures")
     if str(props.get("BisectBatchOnFunctionError")).lower() != "true":
         problems.append(f"{mapping}: BisectBatchOnFunctionError is not true")
+    # -1 retries until the record ages out: the record age must then be bounded, and it is, always
+    # (within the stream's 24 h retention), so no batch is retried forever.
     retries = number(props.get("MaximumRetryAttempts"))
-    if retries is None or not 0 <= retries <= 10:
-        problems.append(f"{mapping}: MaximumRetryAttempts {props.get('MaximumRetryAttempts')!r} is not bounded (0..10)")
+    if retries is None or not (retries == -1 or 0 <= retries <= 10000):
+        problems.append(f"{mapping}: MaximumRetryAttempts {props.get('MaximumRetryAttempts')!r} is not -1 or 0..10000")
     age = number(props.get("MaximumRecordAgeInSeconds"))
     if age is None or not 60 <= age <= 86400:
         problems.append(f"{mapping}: MaximumRecordAgeInSeconds {props.get('MaximumRecordAgeInSeconds')!r} is not bounded (60..86400)")
@@ -576,9 +578,9 @@ def _check_mapping(stack: Stack, mapping: str, props: dict, processors: set[str]
 
 
 def check_event_sources(stack: Stack) -> list[str]:
-    """Every stream event source reports item failures, bisects, retries a bounded number of times,
-    drops records past a bounded age to an encrypted queue; every streamed table feeds the stream
-    processor."""
+    """Every stream event source reports item failures, bisects, retries (-1: until the record ages
+    out, or a count of at most 10000) records of a bounded age (at most the stream's 24 h) and then
+    describes them in an encrypted queue; every streamed table feeds the stream processor."""
     problems = []
     processors = set(functions_of(stack, "stream-processor"))
     fed: set[str] = set()

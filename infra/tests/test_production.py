@@ -1,7 +1,10 @@
 """4. The production details, on both deployed templates: throttling on both API stages, the
 alarms, the dashboard, reserved concurrency, deletion protection, the lake's compression and Athena
-table, logging, tracing, the participants' `live` aliases (the deployment order), and the REST
-API's answers to browsers (CORS: the preflight, the gateway responses, the coordinator's origin)."""
+table, logging, tracing, the participants' `live` aliases (the deployment order), the REST
+API's answers to browsers (CORS: the preflight, the gateway responses, the coordinator's origin),
+the WebSocket API's answers to subscribe and unsubscribe (route responses), the connections
+function's cap on topics (MaxTopicsPerConnection), and the fan-out through an outage: retries until
+the stream drops a record, the alarms that fire early, the replay of the on-failure queue."""
 
 from __future__ import annotations
 
@@ -18,15 +21,21 @@ from production_checks import (
     check_cors_gateway_responses,
     check_cors_preflight,
     check_dashboard,
+    check_dead_letter_replay,
     check_deletion_protection,
+    check_fanout_alarms,
+    check_fanout_retries,
     check_lake_catalog,
     check_logging,
+    check_max_topics,
     check_metric_names,
     check_reserved_concurrency,
     check_throttling,
     check_tracing,
+    check_websocket_answers,
     cors_contract,
     lake_record_fields,
+    max_topics_contract,
 )
 
 CHECKS = {
@@ -43,6 +52,11 @@ CHECKS = {
     "cors-preflight": check_cors_preflight,
     "cors-gateway-responses": check_cors_gateway_responses,
     "cors-coordinator": check_cors_coordinator,
+    "websocket-answers": check_websocket_answers,
+    "max-topics": check_max_topics,
+    "fanout-retries": check_fanout_retries,
+    "fanout-alarms": check_fanout_alarms,
+    "dead-letter-replay": check_dead_letter_replay,
 }
 
 
@@ -74,6 +88,10 @@ def test_the_cors_values_are_read_from_the_code():
         "maxAge": 600,
         "variable": "CORS_ALLOW_ORIGIN",
     }
+
+
+def test_the_topic_cap_is_read_from_the_code():
+    assert max_topics_contract() == {"variable": "MAX_TOPICS_PER_CONNECTION", "default": 50}
 
 
 # --- the checks can fail ----------------------------------------------------------------------
@@ -295,6 +313,138 @@ BREAKAGES = {
     "coordinator-origin-hard-coded": (
         "cors-coordinator",
         lambda s: _function_props(s, "coordinator")["Environment"]["Variables"].update(CORS_ALLOW_ORIGIN="*"),
+    ),
+    # the WebSocket API's answers to subscribe and unsubscribe
+    "subscribe-without-route-response": (
+        "websocket-answers",
+        lambda s: [s.template["Resources"].pop(r) for r in b.route_responses_of(s, b.websocket_route(s, "subscribe"))],
+    ),
+    "unsubscribe-without-selection-expression": (
+        "websocket-answers",
+        lambda s: b.props(s, b.websocket_route(s, "unsubscribe")).pop("RouteResponseSelectionExpression"),
+    ),
+    "route-response-key-not-default": (
+        "websocket-answers",
+        lambda s: [
+            b.props(s, r).update(RouteResponseKey="$other")
+            for r in b.route_responses_of(s, b.websocket_route(s, "unsubscribe"))
+        ],
+    ),
+    "connect-route-with-response": (
+        "websocket-answers",
+        lambda s: b.props(s, b.websocket_route(s, "$connect")).update(RouteResponseSelectionExpression="$default"),
+    ),
+    "stage-not-after-route-responses": (
+        "websocket-answers",
+        lambda s: b.resource(s, b.only(s, "AWS::ApiGatewayV2::Stage")).update(
+            DependsOn=[
+                d for d in b.resource(s, b.only(s, "AWS::ApiGatewayV2::Stage"))["DependsOn"]
+                if b.resource(s, d)["Type"] != "AWS::ApiGatewayV2::RouteResponse"
+            ]
+        ),
+    ),
+    # the connections function's cap on topics
+    "no-max-topics-parameter": ("max-topics", lambda s: s.template["Parameters"].pop("MaxTopicsPerConnection")),
+    "max-topics-hard-coded": (
+        "max-topics",
+        lambda s: _function_props(s, "connections")["Environment"]["Variables"].update(MAX_TOPICS_PER_CONNECTION="50"),
+    ),
+    "max-topics-default": (
+        "max-topics",
+        lambda s: s.template["Parameters"]["MaxTopicsPerConnection"].update(Default=100),
+    ),
+    "max-topics-unbounded": ("max-topics", lambda s: s.template["Parameters"]["MaxTopicsPerConnection"].pop("MaxValue")),
+    "max-topics-zero-allowed": (
+        "max-topics",
+        lambda s: s.template["Parameters"]["MaxTopicsPerConnection"].update(MinValue=0),
+    ),
+    # the fan-out rides out an outage
+    "retries-give-up-early": (
+        "fanout-retries",
+        lambda s: b.props(s, b.mapping_of(s, "service-b-data")).update(MaximumRetryAttempts=5),
+    ),
+    "record-age-an-hour": (
+        "fanout-retries",
+        lambda s: b.props(s, b.mapping_of(s, "transactions")).update(MaximumRecordAgeInSeconds=3600),
+    ),
+    "retries-without-bisection": (
+        "fanout-retries",
+        lambda s: b.props(s, b.mapping_of(s, "service-a-data")).pop("BisectBatchOnFunctionError"),
+    ),
+    "queue-alarm-on-another-queue": (
+        "fanout-alarms",
+        lambda s: b.props(s, b.alarm_on(s, "ApproximateNumberOfMessagesVisible")).update(
+            Dimensions=[{"Name": "QueueName", "Value": "another-queue"}]
+        ),
+    ),
+    "queue-alarm-silent": (
+        "fanout-alarms",
+        lambda s: b.props(s, b.alarm_on(s, "ApproximateNumberOfMessagesVisible")).pop("AlarmActions"),
+    ),
+    "queue-alarm-after-an-hour": (
+        "fanout-alarms",
+        lambda s: b.props(s, b.alarm_on(s, "ApproximateNumberOfMessagesVisible")).update(Period=3600),
+    ),
+    "iterator-age-alarm-late": (
+        "fanout-alarms",
+        lambda s: b.props(s, b.alarm_on(s, "IteratorAge")).update(Threshold=3_600_000),
+    ),
+    "iterator-age-alarm-silent": (
+        "fanout-alarms",
+        lambda s: b.props(s, b.alarm_on(s, "IteratorAge")).pop("AlarmActions"),
+    ),
+    "no-iterator-age-alarm-for-the-outage": (
+        "fanout-alarms",
+        lambda s: s.template["Resources"].pop(b.alarm_on(s, "IteratorAge")),
+    ),
+    # the replay of what it gave up on
+    "dead-letter-url-missing": (
+        "dead-letter-replay",
+        lambda s: _function_props(s, "stream-processor")["Environment"]["Variables"].pop("DEAD_LETTER_QUEUE_URL"),
+    ),
+    "dead-letter-url-is-the-arn": (
+        "dead-letter-replay",
+        lambda s: _function_props(s, "stream-processor")["Environment"]["Variables"].update(
+            DEAD_LETTER_QUEUE_URL=b.getatt(b.only(s, "AWS::SQS::Queue"), "Arn")
+        ),
+    ),
+    "dead-letter-url-another-queue": (
+        "dead-letter-replay",
+        lambda s: _function_props(s, "stream-processor")["Environment"]["Variables"].update(
+            DEAD_LETTER_QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/other"
+        ),
+    ),
+    "replay-grant-missing-action": (
+        "dead-letter-replay",
+        lambda s: b.statement(s, "stream-processor", "sqs:ReceiveMessage").update(
+            Action=["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"]
+        ),
+    ),
+    "replay-grant-on-every-queue": (
+        "dead-letter-replay",
+        lambda s: b.statement(s, "stream-processor", "sqs:ReceiveMessage").update(
+            Resource=[{"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"}]
+        ),
+    ),
+    "replay-grant-on-another-queue-too": (
+        "dead-letter-replay",
+        lambda s: b.statement(s, "stream-processor", "sqs:ReceiveMessage")["Resource"].append(
+            "arn:aws:sqs:us-east-1:123456789012:other"
+        ),
+    ),
+    "replay-grant-purge": (
+        "dead-letter-replay",
+        lambda s: b.statement(s, "stream-processor", "sqs:ReceiveMessage")["Action"].append("sqs:PurgeQueue"),
+    ),
+    "replay-grant-to-another-function": (
+        "dead-letter-replay",
+        lambda s: b.raw_statements(s, b.role_of(s, b.function(s, "connections")))[0].append(
+            {
+                "Effect": "Allow",
+                "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+                "Resource": b.getatt(b.only(s, "AWS::SQS::Queue"), "Arn"),
+            }
+        ),
     ),
 }
 

@@ -62,14 +62,17 @@ def test_function_check_catches(breakage, stack):
 
 @pytest.mark.parametrize(
     "breakage",
-    ["no-bisect", "unbounded-retries", "no-max-age", "no-partial-failures", "no-destination", "missing-table", "foreign-source"],
+    ["no-bisect", "retries-out-of-range", "no-max-age", "no-record-age-limit", "no-partial-failures", "no-destination", "missing-table", "foreign-source"],
 )
 def test_event_source_check_catches(breakage, stack):
     mapping = lambda table: b.props(stack, b.mapping_of(stack, table))  # noqa: E731
     if breakage == "no-bisect":
         del mapping("service-a-data")["BisectBatchOnFunctionError"]
-    elif breakage == "unbounded-retries":
-        mapping("transactions")["MaximumRetryAttempts"] = -1
+    elif breakage == "retries-out-of-range":
+        mapping("transactions")["MaximumRetryAttempts"] = 10001
+    elif breakage == "no-record-age-limit":
+        # with -1 retries: a failing batch would be retried forever (until the stream drops it)
+        mapping("service-a-data")["MaximumRecordAgeInSeconds"] = -1
     elif breakage == "no-max-age":
         del mapping("service-b-data")["MaximumRecordAgeInSeconds"]
     elif breakage == "no-partial-failures":

@@ -80,8 +80,8 @@ pub enum Push {
         transaction_id: String,
         status: Status,
     },
-    /// Acknowledges a subscription. The local stack sends it; the deployed API has no route
-    /// responses, so there it never comes.
+    /// Acknowledges a subscription: the connections function's answer, which the `subscribe` route
+    /// sends back (its route response), locally and deployed.
     Subscribed(Vec<String>),
     /// Topics a subscribe refused, each with the reason (more than the connection may follow). It
     /// comes right after the [`Push::Subscribed`] of the same answer (which lists the topics taken),

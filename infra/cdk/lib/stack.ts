@@ -221,6 +221,16 @@ export class TwoPhaseCommitStack extends Stack {
         'The origin browsers may call the REST API from: * (any) or one origin such as ' +
         'https://app.example.com (scheme, host and port, no path). Requests must be SigV4-signed anyway.',
     });
+    const maxTopicsPerConnection = parameter('MaxTopicsPerConnection', {
+      type: 'Number',
+      // functions/twopc/src/config.rs, DEFAULT_MAX_TOPICS_PER_CONNECTION (infra/tests reads it there).
+      default: 50,
+      minValue: 1,
+      maxValue: 1000,
+      description:
+        "How many topics one WebSocket connection may follow at once (the connections function's " +
+        'MAX_TOPICS_PER_CONNECTION); a subscribe beyond it is refused topic by topic, with the reason.',
+    });
 
     const hasAlarmAction = new CfnCondition(this, 'HasAlarmAction', {
       expression: Fn.conditionNot(Fn.conditionEquals(alarmActionArn.valueAsString, '')),
@@ -535,11 +545,15 @@ export class TwoPhaseCommitStack extends Stack {
     // ---------------------------------------------------------------------------------------------
     // Change fan-out: streams of every table -> stream processor -> Firehose (lake) and WebSocket.
     // ---------------------------------------------------------------------------------------------
-    // Stream batches that still fail after the retries land here (metadata of the shard range, not
-    // the records): replay them from the stream within its 24 h retention.
+    // Stream records the event sources gave up on land here (Lambda's on-failure records: shard and
+    // sequence range, not the records). The mappings retry until a record is 24 h old (the stream's
+    // retention), so only a record that failed for a whole day ends here; the stream processor's
+    // `replay-dead-letters` action reads these back (DEAD_LETTER_QUEUE_URL).
     const streamFailureQueue = new sqs.CfnQueue(this, 'StreamFailureQueue', {
       sqsManagedSseEnabled: true,
       messageRetentionPeriod: 1209600,
+      // A replay holds a message at most the stream processor's timeout.
+      visibilityTimeout: 300,
     });
     streamFailureQueue.applyRemovalPolicy(RemovalPolicy.DESTROY);
 
@@ -737,6 +751,14 @@ export class TwoPhaseCommitStack extends Stack {
       // stream ARNs, nothing else.
       { Sid: 'ListStreams', Effect: 'Allow', Action: 'dynamodb:ListStreams', Resource: '*' },
       { Sid: 'FailedBatches', Effect: 'Allow', Action: 'sqs:SendMessage', Resource: streamFailureQueue.attrArn },
+      // The `replay-dead-letters` action: reads the on-failure records back, extends their visibility
+      // while it replays them, deletes each one replayed, counts what remains.
+      {
+        Sid: 'ReplayFailedBatches',
+        Effect: 'Allow',
+        Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility'],
+        Resource: streamFailureQueue.attrArn,
+      },
       { Sid: 'Lake', Effect: 'Allow', Action: 'firehose:PutRecordBatch', Resource: lakeDeliveryStream.attrArn },
       { Sid: 'Subscribers', Effect: 'Allow', Action: 'dynamodb:Query', Resource: indexArn(connectionsTable, 'by-topic') },
       // A post that answers Gone removes the connection: its items (Query by connectionId), deleted
@@ -763,12 +785,16 @@ export class TwoPhaseCommitStack extends Stack {
         CONNECTIONS_TABLE_NAME: connectionsTable.ref,
         FIREHOSE_STREAM_NAME: lakeDeliveryStream.ref,
         WEBSOCKET_ENDPOINT: `https://${webSocketHost}`,
+        // What the event sources gave up on; its `replay-dead-letters` action reads it back.
+        DEAD_LETTER_QUEUE_URL: streamFailureQueue.ref,
       },
       // The fan-out keeps up whatever the coordinator's load (0 reserves nothing).
       reservedConcurrency: [reserveStreamProcessor, streamProcessorReservedConcurrency],
     });
-    // Each table's stream: partial batch failures, bisection on error, at most 5 retries and records
-    // at most an hour old; a batch that still fails is described in the on-failure queue.
+    // Each table's stream: partial batch failures and bisection on error; retried without a count
+    // limit (-1) until a record is 24 h old, the stream's retention, so that an outage of the lake or
+    // the WebSocket API of hours loses nothing; only then is it described in the on-failure queue
+    // (StreamFailuresAlarm). StreamProcessorIteratorAgeAlarm fires within minutes of falling behind.
     for (const [name, source] of streamedTables) {
       new lambda.CfnEventSourceMapping(this, `StreamProcessorFunction${name}Stream`, {
         functionName: streamProcessor.functionName,
@@ -777,8 +803,8 @@ export class TwoPhaseCommitStack extends Stack {
         batchSize: 100,
         functionResponseTypes: ['ReportBatchItemFailures'],
         bisectBatchOnFunctionError: true,
-        maximumRetryAttempts: 5,
-        maximumRecordAgeInSeconds: 3600,
+        maximumRetryAttempts: -1,
+        maximumRecordAgeInSeconds: 79200,
         destinationConfig: { onFailure: { destination: streamFailureQueue.attrArn } },
       });
     }
@@ -786,18 +812,31 @@ export class TwoPhaseCommitStack extends Stack {
     // --- connections: the WebSocket routes and the subscription table ---------------------------------
     const connectionsLogGroup = functionLogGroup('ConnectionsLogGroup', 'connections');
     const connectionsRole = lambdaRole('ConnectionsRole', 'connections', connectionsLogGroup, [
-      // $connect: PutItem; subscribe/unsubscribe: BatchWriteItem; $disconnect: Query the
-      // connection's items, BatchWriteItem to delete them.
+      // What functions/twopc/src/fanout/connections.rs calls: $connect: UpdateItem (the connection's
+      // item, its topic counter kept); subscribe: UpdateItem (reserve room under
+      // MAX_TOPICS_PER_CONNECTION, give back), GetItem (the count), PutItem (each topic, if absent);
+      // unsubscribe: DeleteItem, UpdateItem (give back); $disconnect: Query the connection's items,
+      // BatchWriteItem to delete them.
       {
         Sid: 'Subscriptions',
         Effect: 'Allow',
-        Action: ['dynamodb:PutItem', 'dynamodb:Query', 'dynamodb:BatchWriteItem'],
+        Action: [
+          'dynamodb:GetItem',
+          'dynamodb:PutItem',
+          'dynamodb:UpdateItem',
+          'dynamodb:DeleteItem',
+          'dynamodb:Query',
+          'dynamodb:BatchWriteItem',
+        ],
         Resource: connectionsTable.attrArn,
       },
     ]);
     const connections = rust('ConnectionsFunction', 'connections', connectionsRole, connectionsLogGroup, {
       description: 'WebSocket $connect/$disconnect/subscribe/unsubscribe',
-      environment: { CONNECTIONS_TABLE_NAME: connectionsTable.ref },
+      environment: {
+        CONNECTIONS_TABLE_NAME: connectionsTable.ref,
+        MAX_TOPICS_PER_CONNECTION: maxTopicsPerConnection.valueAsString,
+      },
     });
 
     const webSocketIntegration = new apigatewayv2.CfnIntegration(this, 'WebSocketIntegration', {
@@ -805,19 +844,30 @@ export class TwoPhaseCommitStack extends Stack {
       integrationType: 'AWS_PROXY',
       integrationUri: `arn:${Aws.PARTITION}:apigateway:${Aws.REGION}:lambda:path/2015-03-31/functions/${connections.functionArn}/invocations`,
     });
-    const route = (logicalId: string, routeKey: string, operationName: string, authorizationType: string) =>
-      new apigatewayv2.CfnRoute(this, logicalId, {
+    // `twoWay`: the connections function's answer ({"subscribed": [...], "refused": [...]}) is sent
+    // back to the client, through a $default route response that passes the proxy body on.
+    const route = (logicalId: string, routeKey: string, operationName: string, authorizationType: string, twoWay = false) => {
+      const r = new apigatewayv2.CfnRoute(this, logicalId, {
         apiId: webSocketApi.ref,
         routeKey,
         authorizationType,
         operationName,
         target: `integrations/${webSocketIntegration.ref}`,
+        routeResponseSelectionExpression: twoWay ? '$default' : undefined,
       });
+      if (!twoWay) return [r];
+      const response = new apigatewayv2.CfnRouteResponse(this, `${logicalId}Response`, {
+        apiId: webSocketApi.ref,
+        routeId: r.ref,
+        routeResponseKey: '$default',
+      });
+      return [r, response];
+    };
     const routes = [
-      route('ConnectRoute', '$connect', 'Connect', 'AWS_IAM'),
-      route('DisconnectRoute', '$disconnect', 'Disconnect', 'NONE'),
-      route('SubscribeRoute', 'subscribe', 'Subscribe', 'NONE'),
-      route('UnsubscribeRoute', 'unsubscribe', 'Unsubscribe', 'NONE'),
+      ...route('ConnectRoute', '$connect', 'Connect', 'AWS_IAM'),
+      ...route('DisconnectRoute', '$disconnect', 'Disconnect', 'NONE'),
+      ...route('SubscribeRoute', 'subscribe', 'Subscribe', 'NONE', true),
+      ...route('UnsubscribeRoute', 'unsubscribe', 'Unsubscribe', 'NONE', true),
     ];
     const webSocketStage = new apigatewayv2.CfnStage(this, 'WebSocketStage', {
       apiId: webSocketApi.ref,
@@ -828,8 +878,8 @@ export class TwoPhaseCommitStack extends Stack {
         throttlingBurstLimit: apiThrottlingBurstLimit.valueAsNumber,
       },
     });
-    // Created after the routes so that the stage's first automatic deployment contains them; later
-    // route changes are deployed automatically too.
+    // Created after the routes and route responses so that the stage's first automatic deployment
+    // contains them; later route changes are deployed automatically too.
     for (const r of routes) webSocketStage.node.addDependency(r);
     new lambda.CfnPermission(this, 'WebSocketInvokePermission', {
       action: 'lambda:InvokeFunction',
@@ -1028,8 +1078,10 @@ class Monitoring {
     // --- the first template's three alarms ------------------------------------------------------------
     this.alarm('StreamFailuresAlarm', {
       alarmDescription:
-        'Stream batches failed every retry and were sent to the on-failure queue: committed changes ' +
-        'may be missing from the lake. Replay them from the stream (24 h retention).',
+        "The stream event sources gave up on records that failed for 24 h (the stream's retention) and " +
+        'described them in the on-failure queue: committed changes are missing from the lake and ' +
+        'WebSocket clients. Invoke the stream processor with {"action": "replay-dead-letters"} at once ' +
+        '(infra/DEPLOY.md, "When the fan-out falls behind or gives up").',
       metric: new cloudwatch.Metric({
         namespace: 'AWS/SQS',
         metricName: 'ApproximateNumberOfMessagesVisible',
@@ -1135,8 +1187,9 @@ class Monitoring {
     this.alarm('StreamProcessorIteratorAgeAlarm', {
       alarmDescription:
         'The stream processor is more than a minute behind its streams (IteratorAge maximum over 5 ' +
-        'minutes): the lake and WebSocket clients see commits late, and records older than an hour go to ' +
-        'the on-failure queue.',
+        'minutes): the lake and WebSocket clients see commits late (a Firehose or WebSocket outage, the ' +
+        "processor's errors or throttles). Records are retried until 24 h old, then go to the " +
+        'on-failure queue.',
       metric: this.lambdaMetric(streamProcessor, 'IteratorAge', 'Maximum'),
       evaluationPeriods: 1,
       threshold: 60000,

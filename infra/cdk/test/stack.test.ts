@@ -143,6 +143,39 @@ test('CORS: an unsigned preflight on each path, the origin from CorsAllowOrigin 
   assert.deepEqual(coordinatorEnv.CORS_ALLOW_ORIGIN, { Ref: 'CorsAllowOrigin' });
 });
 
+test('subscribe and unsubscribe answer the client, $connect and $disconnect do not', () => {
+  const routes = ofType(template, 'AWS::ApiGatewayV2::Route');
+  const responses = ofType(template, 'AWS::ApiGatewayV2::RouteResponse');
+  assert.equal(routes.length, 4);
+  assert.equal(responses.length, 2);
+  const stageDependsOn = (template.Resources.WebSocketStage as { DependsOn?: string[] }).DependsOn ?? [];
+  for (const [id, route] of routes) {
+    const key = route.Properties?.RouteKey as string;
+    const twoWay = key === 'subscribe' || key === 'unsubscribe';
+    assert.equal(route.Properties?.RouteResponseSelectionExpression, twoWay ? '$default' : undefined, id);
+    const own = responses.filter(([, r]) => JSON.stringify(r.Properties?.RouteId) === JSON.stringify({ Ref: id }));
+    assert.equal(own.length, twoWay ? 1 : 0, id);
+    for (const [responseId, response] of own) {
+      assert.equal(response.Properties?.RouteResponseKey, '$default', responseId);
+      assert.ok(stageDependsOn.includes(responseId), `the stage is not created after ${responseId}`);
+    }
+  }
+});
+
+test('the fan-out retries until the stream drops a record, then the queue its replay reads', () => {
+  const mappings = ofType(template, 'AWS::Lambda::EventSourceMapping');
+  assert.equal(mappings.length, 3);
+  for (const [id, mapping] of mappings) {
+    assert.equal(mapping.Properties?.MaximumRetryAttempts, -1, id);
+    assert.equal(mapping.Properties?.MaximumRecordAgeInSeconds, 79200, id);
+    assert.equal(mapping.Properties?.BisectBatchOnFunctionError, true, id);
+  }
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  assert.deepEqual(variables('StreamProcessorFunction').DEAD_LETTER_QUEUE_URL, { Ref: 'StreamFailureQueue' });
+  assert.deepEqual(variables('ConnectionsFunction').MAX_TOPICS_PER_CONNECTION, { Ref: 'MaxTopicsPerConnection' });
+});
+
 test('one more service is one more participant deployment', () => {
   const three = synth([
     ...SERVICES,

@@ -221,9 +221,10 @@ async fn run_session(api: &Api, connection: WebSocketConnection, info: Connectio
         match api.functions.connections(&event).await {
             Ok(answer) => {
                 info!(connection_id = %id, route_key, status = answer.status, "WebSocket message");
-                // The deployed routes have no route response, so the client hears nothing back there.
-                // Locally the function's answer is sent back: it tells the client its subscription
-                // is in place, or what is wrong with its message.
+                // The function's answer goes back, as the deployed `subscribe` and `unsubscribe`
+                // route responses send it: the subscription in place, the topics refused, or what
+                // is wrong with the message. (Deployed, `$default` has no route response: the error
+                // for an unknown action is heard only here.)
                 if !answer.body.is_empty() {
                     let _ = sender.send(Outbound::Message(Bytes::from(answer.body)));
                 }
