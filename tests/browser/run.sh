@@ -28,7 +28,8 @@ fi
 
 # shellcheck source=tests/local-stack.sh
 source tests/local-stack.sh
-start_local_stack browser --sweep-secs 2
+# CORS as deployed (off locally unless asked for): the last case calls the API from another origin.
+start_local_stack browser --sweep-secs 2 --cors-allow-origin '*'
 
 mkdir -p target/browser
 status=0

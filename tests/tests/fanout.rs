@@ -879,5 +879,6 @@ async fn disconnect_finishes_for_the_largest_allowed_set() {
     let took = started.elapsed();
     assert_eq!(status, 200);
     assert!(edges.items_of(id).await.is_empty());
-    assert!(took < Duration::from_secs(2), "$disconnect took {took:?}");
+    // The connections function's timeout (the templates give it 10 s).
+    assert!(took < Duration::from_secs(10), "$disconnect took {took:?}");
 }

@@ -201,14 +201,21 @@ async fn cross_origin(stack: &Stack) {
             "{what}"
         );
     }
+    // The local stack's own routes are same-origin only: no other origin reads the lake or the page.
+    for path in ["/", "/local/lake", "/local/stack.json", "/openapi.yaml"] {
+        let answer = http.get(format!("{api}{path}")).header("origin", origin).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        assert!(answer.headers().get("access-control-allow-origin").is_none(), "{path} is shared with other origins");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stack_commits_pushes_and_writes_the_lake() {
     twopc_tests::init_logs();
     let lake = lake_dir("in-process");
-    let stack =
-        Stack::start(Config::isolated(dynamodb_local::shared().endpoint(), &lake)).await.expect("the stack starts");
+    let mut config = Config::isolated(dynamodb_local::shared().endpoint(), &lake);
+    config.cors_allow_origin = Some("*".into());
+    let stack = Stack::start(config).await.expect("the stack starts");
     drive(&stack).await;
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&lake);
@@ -246,6 +253,7 @@ async fn cargo_lambda_watch_runs_the_real_functions() {
         echo_output: std::env::var_os("TWOPC_LOCAL_ECHO").is_some(),
         invoke_port: 0,
     });
+    config.cors_allow_origin = Some("*".into());
     let stack = Stack::start(config).await.expect("the stack starts with every function under cargo lambda watch");
     assert_eq!(stack.endpoints().lambda.len(), 3, "two participant deployments and the other functions");
     drive(&stack).await;

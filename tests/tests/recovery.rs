@@ -103,7 +103,9 @@ async fn a_sweeper_abort_that_wins_the_race_makes_the_coordinator_abort() {
         // service-b prepares, then its answer takes a while; meanwhile a sweeper whose clock is past the
         // deadline aborts the transaction.
         let invoker = env.fresh_invoker();
-        invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_millis(600)));
+        // Long enough that the sweep below ends first even on a loaded machine (at 600 ms a busy CI
+        // machine let the prepare answer first and the coordinator release a lock itself).
+        invoker.set("service-b", Action::Prepare, EdgeFault::Delay(Duration::from_secs(2)));
         let coordinator = env.coordinator_with(&invoker, Faults::default());
         let body = transfer(&from, &to, 30).to_string();
         let headers = key.map_or(json!({}), |key| json!({"Idempotency-Key": key}));

@@ -59,7 +59,10 @@ function send(message) {
 
 function onPush(message) {
   if (Array.isArray(message.subscribed)) {
-    for (const topic of message.subscribed) state.pending.delete(topic);
+    for (const topic of message.subscribed) {
+      state.pending.delete(topic);
+      state.refused.delete(topic);
+    }
     // Topics over the per-connection cap come back refused, each with the reason.
     for (const refused of message.refused || []) {
       state.pending.delete(refused.topic);
@@ -140,6 +143,8 @@ async function refresh(id) {
   if (!response.ok) return;
   const record = await response.json();
   const entry = state.transactions.get(id) || { source: 'stream', sentAt: Date.now() };
+  // Answers can cross: an older COMMITTING never replaces a COMMITTED already shown.
+  if (entry.record && isTerminal(entry.record.status) && !isTerminal(record.status)) return;
   state.transactions.set(id, { ...entry, record });
   renderTransactions();
   if (!isTerminal(record.status)) setTimeout(() => refresh(id), 1000);

@@ -105,7 +105,9 @@ pub struct Config {
     /// The API stage (in the `@connections` path and the REST events' request context).
     pub stage: String,
     /// The origin the REST API allows cross-origin callers, as the deployed API's `CorsAllowOrigin`
-    /// (`twopc::cors`); None: no CORS.
+    /// (`twopc::cors`); None (the default): no CORS. Deployed, `*` is safe because every request
+    /// must be signed; the local API checks no signature, so allowing any origin would let any web
+    /// page open in a browser on this machine make transfers here.
     pub cors_allow_origin: Option<String>,
     pub mode: Mode,
 }
@@ -129,7 +131,7 @@ impl Default for Config {
             poll_interval: Duration::from_millis(100),
             checkpoint_dir: Some(local_dir().join("checkpoints")),
             stage: "local".to_owned(),
-            cors_allow_origin: Some(twopc::cors::DEFAULT_ALLOW_ORIGIN.to_owned()),
+            cors_allow_origin: None,
             mode: Mode::InProcess,
         }
     }

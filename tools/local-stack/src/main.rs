@@ -50,9 +50,9 @@ struct StackArgs {
     /// Port of the REST API.
     #[arg(long, default_value_t = local_stack::DEFAULT_API_PORT)]
     api_port: u16,
-    /// The origin the REST API allows cross-origin callers (as the deployed API's `CorsAllowOrigin`);
-    /// "" turns CORS off.
-    #[arg(long, value_name = "ORIGIN", default_value = twopc::cors::DEFAULT_ALLOW_ORIGIN)]
+    /// Answer cross-origin callers from ORIGIN as the deployed API does (`*`: any, its default). Off
+    /// unless given: the local API checks no signature, so any origin could make transfers here.
+    #[arg(long, value_name = "ORIGIN", default_value = "")]
     cors_allow_origin: String,
     /// Port of the WebSocket API.
     #[arg(long = "ws-port", default_value_t = local_stack::DEFAULT_WEBSOCKET_PORT)]

@@ -56,10 +56,16 @@ fn message(status: StatusCode, text: String) -> Response {
 #[derive(Clone, Copy)]
 struct FromCoordinator;
 
+/// Marks an answer of the local stack's own routes (the page, `/local/*`, the spec): same-origin,
+/// never shared with other origins.
+#[derive(Clone, Copy)]
+struct LocalOnly;
+
 async fn handle(State(api): State<Arc<Api>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, request: Request) -> Response {
     let mut response = answer(&api, peer, request).await;
     // What API Gateway answers itself carries the origin as its gateway responses are configured to.
     if response.extensions().get::<FromCoordinator>().is_none()
+        && response.extensions().get::<LocalOnly>().is_none()
         && let Some(origin) = &api.cors_allow_origin
     {
         response.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
@@ -73,11 +79,14 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     let method = parts.method.as_str();
     let path = parts.uri.path();
     if (method, path) == ("GET", "/openapi.yaml") {
-        return ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI).into_response();
+        let mut response = ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI).into_response();
+        response.extensions_mut().insert(LocalOnly);
+        return response;
     }
     if method == "GET"
-        && let Some(response) = api.page.get(path, parts.uri.query())
+        && let Some(mut response) = api.page.get(path, parts.uri.query())
     {
+        response.extensions_mut().insert(LocalOnly);
         return response;
     }
     if method == "OPTIONS"

@@ -62,6 +62,10 @@ pub struct ShardCheckpoint {
     pub last_sequence_number: Option<String>,
     #[serde(default)]
     pub finished: bool,
+    /// Opened at LATEST (a kept table first read with no checkpoint) and nothing delivered since:
+    /// resumed at LATEST too, never from the shard's start, which was never meant to be read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_latest: bool,
 }
 
 impl Checkpoint {
@@ -292,16 +296,29 @@ impl<T: BatchTarget> Poller<T> {
             let ids: Vec<String> = self.shards.keys().cloned().collect();
             for id in ids {
                 let resume_after = self.checkpoint.shards.get(&id).and_then(|s| s.last_sequence_number.clone());
+                let from_latest = self.checkpoint.shards.get(&id).is_some_and(|s| s.from_latest);
                 let iterator = match (&self.start_at, resume_after) {
                     (StartAt::Checkpoint, Some(after)) => {
                         info!(table = %self.table, shard = %id, after = %after, "resuming the stream from its checkpoint");
                         self.shards.get_mut(&id).expect("just listed").last_sequence = Some(after.clone());
-                        self.iterator(&id, ShardIteratorType::AfterSequenceNumber, Some(&after)).await?
+                        match self.iterator(&id, ShardIteratorType::AfterSequenceNumber, Some(&after)).await {
+                            Ok(iterator) => iterator,
+                            Err(e) => {
+                                // Trimmed while the stack was down (over 24 h): what came between
+                                // is gone from the stream; read what is left rather than nothing.
+                                error!(table = %self.table, shard = %id, after = %after, error = %e, "the checkpoint's position is no longer in the stream; records after it and before the oldest kept are lost to the fan-out; reading from the oldest kept");
+                                self.iterator(&id, ShardIteratorType::TrimHorizon, None).await?
+                            }
+                        }
                     }
-                    // A shard the checkpoint does not know (or where nothing was delivered yet)
-                    // is read from its start, when it is first polled.
-                    (StartAt::Checkpoint, None) => continue,
-                    _ => self.iterator(&id, ShardIteratorType::Latest, None).await?,
+                    (StartAt::Checkpoint, None) if !from_latest => continue,
+                    // A shard the checkpoint does not know, or where nothing was delivered yet, is
+                    // read from its start when it is first polled (above); one first opened at
+                    // LATEST, from LATEST again.
+                    _ => {
+                        self.checkpoint.shards.entry(id.clone()).or_default().from_latest = true;
+                        self.iterator(&id, ShardIteratorType::Latest, None).await?
+                    }
                 };
                 let shard = self.shards.get_mut(&id).expect("just listed");
                 shard.started = true;
@@ -459,7 +476,9 @@ impl<T: BatchTarget> Poller<T> {
         shard.pending.drain(..delivered);
         let last_sequence = shard.last_sequence.clone();
         if delivered > 0 {
-            self.checkpoint.shards.entry(id.to_owned()).or_default().last_sequence_number = last_sequence;
+            let kept = self.checkpoint.shards.entry(id.to_owned()).or_default();
+            kept.last_sequence_number = last_sequence;
+            kept.from_latest = false;
             self.save_checkpoint();
         }
         let shard = self.shards.get_mut(id).expect("known");
@@ -701,6 +720,45 @@ mod tests {
         .describing_every(Duration::from_millis(20));
         poll(poller, &stream, &second, |seen| !seen.is_empty()).await;
         assert_eq!(*second.0.lock().unwrap(), vec![202]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A kept table first read from LATEST (no checkpoint yet), then restarted: its quiet shards are
+    /// not read from their start, which would fan out everything the stream still holds again.
+    #[tokio::test]
+    async fn a_restart_after_a_start_at_latest_reads_nothing_old() {
+        let stream = split_stream();
+        let client = start(stream.clone()).await;
+        let dir = std::env::temp_dir().join(format!("checkpoint-{}", uuid::Uuid::new_v4().simple()));
+        let path = Checkpoint::path(&dir, "t", "arn:test");
+        let first = Arc::new(Recorder::default());
+        let poller = Poller::new(
+            client.clone(),
+            "t".into(),
+            "arn:test".into(),
+            StartAt::Latest,
+            Some(path.clone()),
+            first.clone(),
+            Duration::from_millis(5),
+        )
+        .describing_every(Duration::from_millis(20));
+        poll(poller, &stream, &first, |_| true).await;
+        assert!(first.0.lock().unwrap().is_empty(), "LATEST reads nothing old: {:?}", first.0.lock().unwrap());
+
+        stream.lock().unwrap().shards[1].2.push(202);
+        let second = Arc::new(Recorder::default());
+        let poller = Poller::new(
+            client,
+            "t".into(),
+            "arn:test".into(),
+            StartAt::Checkpoint,
+            Some(path),
+            second.clone(),
+            Duration::from_millis(5),
+        )
+        .describing_every(Duration::from_millis(20));
+        poll(poller, &stream, &second, |_| true).await;
+        assert!(!second.0.lock().unwrap().contains(&200), "old records again: {:?}", second.0.lock().unwrap());
         let _ = std::fs::remove_dir_all(dir);
     }
 }
