@@ -136,7 +136,8 @@ async fn sweeper_samples_are_scheduled_events() {
 }
 
 /// Stream processor: the Lambda DynamoDB event, decided by the processor's core; nothing in a
-/// sample may be unprocessable, and each must produce something.
+/// sample may be unprocessable, and each must produce something. A replay sample
+/// (`{"action": "replay-dead-letters"}`) is read as the function reads its payload.
 #[test]
 fn stream_processor_samples_are_decided() {
     let tables = BTreeMap::from([
@@ -146,12 +147,24 @@ fn stream_processor_samples_are_decided() {
     let config = FanoutConfig::new(&tables, "transactions").expect("a valid configuration");
     let files = samples("stream-processor-");
     assert!(!files.is_empty());
+    let mut replays = 0;
     for (name, text) in files {
-        let event: Event = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not a DynamoDB event: {e}"));
+        let payload: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
+        let invocation = twopc::fanout::replay::Invocation::parse(payload)
+            .unwrap_or_else(|e| panic!("{name}: not a stream processor invocation: {e}"));
+        let event: Event = match invocation {
+            twopc::fanout::replay::Invocation::Stream(event) => *event,
+            twopc::fanout::replay::Invocation::Replay { max_messages } => {
+                assert!(max_messages >= 1, "{name}");
+                replays += 1;
+                continue;
+            }
+        };
         let batch = twopc::fanout::prepare(&config, &event);
         assert!(batch.unprocessable.is_empty(), "{name}: {:?}", batch.unprocessable);
         assert!(batch.commits + batch.outcomes > 0, "{name}: produces nothing");
     }
+    assert_eq!(replays, 1, "one sample of the replay action");
 }
 
 /// Connections: the WebSocket proxy events, routed and served against a connections table, in the

@@ -641,10 +641,18 @@ fn sample_events_are_accepted() {
         matches!(parse_websocket(&websocket_sample("connections-unsubscribe.json")), ConnectionRequest::Unsubscribe(t) if t.len() == 1)
     );
 
+    // The replay invocation, as the function reads its payload.
+    let replay: Value = serde_json::from_slice(&sample("stream-processor-replay.json")).unwrap();
+    assert_eq!(
+        twopc::fanout::replay::Invocation::parse(replay).unwrap(),
+        twopc::fanout::replay::Invocation::Replay { max_messages: 10 }
+    );
+
     // Every fan-out sample in events/ is covered above.
     let covered: BTreeSet<&str> = [
         "stream-processor-commit.json",
         "stream-processor-transaction.json",
+        "stream-processor-replay.json",
         "connections-connect.json",
         "connections-disconnect.json",
         "connections-subscribe.json",
@@ -881,4 +889,202 @@ async fn disconnect_finishes_for_the_largest_allowed_set() {
     assert!(edges.items_of(id).await.is_empty());
     // The connections function's timeout (the templates give it 10 s).
     assert!(took < Duration::from_secs(10), "$disconnect took {took:?}");
+}
+
+/// A dead-letter queue in memory, as SQS hands messages out: each receive gives the messages not
+/// deleted yet (receipt handle and body); the replay never takes one twice in a run.
+#[derive(Default)]
+struct MemoryQueue {
+    messages: std::sync::Mutex<Vec<twopc::fanout::replay::DeadLetter>>,
+}
+
+impl MemoryQueue {
+    fn send(&self, body: &str) {
+        let mut messages = self.messages.lock().unwrap();
+        let handle = format!("receipt-{}", uuid::Uuid::new_v4().simple());
+        messages.push(twopc::fanout::replay::DeadLetter { handle, body: body.to_owned() });
+    }
+
+    fn len(&self) -> usize {
+        self.messages.lock().unwrap().len()
+    }
+}
+
+impl twopc::fanout::replay::DeadLetters for MemoryQueue {
+    async fn receive(
+        &self,
+        max: usize,
+    ) -> Result<Vec<twopc::fanout::replay::DeadLetter>, twopc::fanout::replay::SourceError> {
+        Ok(self.messages.lock().unwrap().iter().take(max).cloned().collect())
+    }
+
+    async fn delete(&self, handle: &str) -> Result<(), twopc::fanout::replay::SourceError> {
+        self.messages.lock().unwrap().retain(|m| m.handle != handle);
+        Ok(())
+    }
+
+    async fn remaining(&self) -> Result<u64, twopc::fanout::replay::SourceError> {
+        Ok(self.len() as u64)
+    }
+}
+
+/// The on-failure record Lambda sends the dead-letter queue for `records` (one shard of `arn`), as
+/// the body of an SQS message.
+fn on_failure_body(arn: &str, shard: &str, records: &[EventRecord]) -> String {
+    let first = records.first().unwrap().change.sequence_number.clone().unwrap();
+    let last = records.last().unwrap().change.sequence_number.clone().unwrap();
+    json!({
+        "requestContext": {"requestId": uuid::Uuid::new_v4().to_string(),
+            "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:stream-processor",
+            "condition": "RetryAttemptsExhausted", "approximateInvokeCount": 6},
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST"},
+        "version": "1.0",
+        "timestamp": "2026-11-23T23:00:00.000Z",
+        "DDBStreamBatchInfo": {"shardId": shard, "startSequenceNumber": first, "endSequenceNumber": last,
+            "approximateArrivalOfFirstRecord": "2026-11-23T22:59:00Z", "approximateArrivalOfLastRecord": "2026-11-23T22:59:01Z",
+            "batchSize": records.len(), "streamArn": arn}
+    })
+    .to_string()
+}
+
+/// Issue 20, 4: a dead letter (Lambda's on-failure record, as the SQS message body) is read back:
+/// its range is fetched from DynamoDB Local's stream with the real Streams client and run through the
+/// same fan-out, into the local Firehose through the real client. While Firehose still fails the
+/// message stays and the answer says so; once it heals, every commit of the range is in the lake
+/// once per eventId and the message is deleted; a second replay of the same range adds no new
+/// eventId. A range the stream does not hold (an unknown shard) is reported lost, and kept.
+#[tokio::test]
+async fn a_dead_letter_is_replayed_through_the_fan_out() {
+    use twopc::fanout::replay::{DirectoryDeadLetters, OnFailureRecord, replay};
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    let processor = edges.processor(fanout_config(&env));
+    let a = env.table("service-a").to_owned();
+    env.put_account("service-a", "A", "500").await;
+    env.put_account("service-b", "B", "0").await;
+    let mut committed = Vec::new();
+    for amount in ["1", "2", "3"] {
+        committed.push(post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), amount), 200).await);
+    }
+    let client = twopc_tests::dynamodb().await;
+    let records: Vec<EventRecord> = read_stream(&client, &a, "entityId")
+        .await
+        .into_iter()
+        .filter(|r| {
+            let key = twopc::fanout::convert::item_to_json(r.change.keys.inner()).unwrap();
+            !key["entityId"].as_str().is_some_and(|id| id.starts_with("zz-marker"))
+        })
+        .collect();
+    let arn = records[0].event_source_arn.clone().unwrap();
+    let streams = streams_client();
+    let described = streams.describe_stream().stream_arn(&arn).send().await.expect("describe stream");
+    let shards = described.stream_description().unwrap().shards();
+    assert_eq!(shards.len(), 1, "DynamoDB Local: one shard per stream");
+    let shard = shards[0].shard_id().unwrap().to_owned();
+    let body = on_failure_body(&arn, &shard, &records);
+    let commits_of_a = prepare(&fanout_config(&env), &lambda_event(records.clone())).commits;
+    assert_eq!(commits_of_a, 3, "one commit of A per transfer");
+
+    // Firehose still down: nothing is lost, the message stays, the answer says it failed.
+    let queue = MemoryQueue::default();
+    queue.send(&body);
+    edges.firehose.start_outage();
+    let report = replay(&queue, &streams, &processor, 10).await.expect("the queue answers");
+    assert_eq!((report.answer.messages, report.answer.failed, report.answer.remaining), (1, 1, 1), "{report:?}");
+    assert!(edges.lake.is_empty());
+
+    // Healed: every commit of the range, once per eventId, counted against the committed transactions.
+    edges.firehose.heal();
+    let report = replay(&queue, &streams, &processor, 10).await.expect("the queue answers");
+    assert_eq!(
+        serde_json::to_value(&report.answer).unwrap(),
+        json!({"messages": 1, "records": records.len(), "failed": 0, "remaining": 0}),
+        "{report:?}"
+    );
+    assert_eq!(queue.len(), 0, "a replayed message is deleted");
+    let lake = edges.lake.json();
+    let lake_tx: BTreeSet<&str> = lake.iter().map(|r| r["transactionId"].as_str().unwrap()).collect();
+    assert_eq!(lake_tx, committed.iter().map(String::as_str).collect::<BTreeSet<_>>());
+    let ids: BTreeSet<&str> = lake.iter().map(|r| r["eventId"].as_str().unwrap()).collect();
+    assert_eq!((lake.len(), ids.len()), (3, 3), "{lake:?}");
+    assert!(lake.iter().all(|r| r["table"] == a.as_str() && r["change"] == "MODIFY"));
+
+    // The same range again (a message delivered twice): more lines, no new eventId.
+    queue.send(&body);
+    replay(&queue, &streams, &processor, 10).await.expect("the queue answers");
+    let again: BTreeSet<String> = edges.lake.json().iter().map(|r| r["eventId"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(again.len(), 3);
+
+    // From a folder, with a message whose shard the stream does not have: lost, said so, kept.
+    let dir = std::env::temp_dir().join(unique("dead-letters"));
+    let folder = DirectoryDeadLetters::new(&dir);
+    folder.put(&OnFailureRecord::parse(&body).unwrap()).unwrap();
+    let mut unknown = OnFailureRecord::parse(&body).unwrap();
+    unknown.batch.shard_id = "shardId-00000000000000000000-00000000".into();
+    folder.put(&unknown).unwrap();
+    let report = replay(&folder, &streams, &processor, 10).await.expect("the folder is read");
+    assert_eq!((report.answer.messages, report.answer.failed, report.answer.remaining), (2, 1, 1), "{report:?}");
+    let kept = report.messages.iter().find(|m| !m.deleted).unwrap();
+    assert_eq!(kept.batch.as_ref().unwrap().shard_id, unknown.batch.shard_id);
+    assert!(kept.lost.as_deref().is_some_and(|l| l.contains("no longer exists")), "{kept:?}");
+    assert_eq!(folder.files().unwrap().len(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue 20, 4, the deployed path: the real `aws-sdk-sqs` client against a local endpoint speaking
+/// SQS's JSON protocol. A queue holding a dead letter and a message that is not one: the first is
+/// replayed and deleted, the second is kept (and said to have failed); `remaining` is the queue's
+/// `ApproximateNumberOfMessages` after the run (a kept message is in flight until its visibility
+/// timeout, then visible again).
+#[tokio::test]
+async fn a_dead_letter_queue_is_replayed_with_the_real_sqs_client() {
+    use twopc::fanout::replay::{SqsDeadLetters, replay};
+    let env = TestEnv::new().await;
+    let edges = Edges::start().await;
+    let processor = edges.processor(fanout_config(&env));
+    let b = env.table("service-b").to_owned();
+    env.put_account("service-a", "A", "500").await;
+    env.put_account("service-b", "B", "0").await;
+    let id = post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "7"), 200).await;
+    let client = twopc_tests::dynamodb().await;
+    let records: Vec<EventRecord> = read_stream(&client, &b, "entityId")
+        .await
+        .into_iter()
+        .filter(|r| {
+            let key = twopc::fanout::convert::item_to_json(r.change.keys.inner()).unwrap();
+            !key["entityId"].as_str().is_some_and(|id| id.starts_with("zz-marker"))
+        })
+        .collect();
+    let arn = records[0].event_source_arn.clone().unwrap();
+    let streams = streams_client();
+    let described = streams.describe_stream().stream_arn(&arn).send().await.expect("describe stream");
+    let shard = described.stream_description().unwrap().shards()[0].shard_id().unwrap().to_owned();
+
+    let sqs = local_services::sqs::Sqs::start().await.expect("the SQS endpoint starts");
+    sqs.send(&on_failure_body(&arn, &shard, &records));
+    sqs.send(r#"{"not": "an on-failure record"}"#);
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new(REGION))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new("fake", "fake", None, None, "test"))
+        .endpoint_url(sqs.url())
+        .build();
+    let source = SqsDeadLetters::new(aws_sdk_sqs::Client::from_conf(config), sqs.queue_url());
+    let report = replay(&source, &streams, &processor, 10).await.expect("the queue answers");
+    assert_eq!(
+        serde_json::to_value(&report.answer).unwrap(),
+        json!({"messages": 2, "records": records.len(), "failed": 1, "remaining": 0}),
+        "{report:?}"
+    );
+    assert_eq!(sqs.bodies(), vec![r#"{"not": "an on-failure record"}"#.to_owned()], "only the replayed one is deleted");
+    let lake = edges.lake.json();
+    assert_eq!(lake.len(), 1, "{lake:?}");
+    assert_eq!((lake[0]["transactionId"].as_str(), lake[0]["table"].as_str()), (Some(id.as_str()), Some(b.as_str())));
+    // Its visibility timeout over, the kept message counts as remaining again.
+    sqs.expire_visibility();
+    let report = replay(&source, &streams, &processor, 10).await.expect("the queue answers");
+    assert_eq!((report.answer.messages, report.answer.failed, report.answer.remaining), (1, 1, 0), "{report:?}");
+    sqs.expire_visibility();
+    let report = replay(&source, &streams, &processor, 0).await.expect("the queue answers");
+    assert_eq!((report.answer.messages, report.answer.remaining), (0, 1), "{report:?}");
 }

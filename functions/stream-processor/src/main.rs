@@ -1,17 +1,42 @@
 //! Stream processor: DynamoDB Streams of the participant tables and the transactions table, with
 //! `ReportBatchItemFailures`. Commits go to Firehose and to WebSocket subscribers; the logic is in
 //! `twopc::fanout`.
+//!
+//! Invoked with `{"action": "replay-dead-letters", "maxMessages": N}` (default 10) it replays what the
+//! event source mappings gave up on, from the queue `DEAD_LETTER_QUEUE_URL`, through the same fan-out
+//! (`twopc::fanout::replay`), and answers `{"messages", "records", "failed", "remaining"}`.
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::Value;
 use twopc::config;
+use twopc::fanout::replay::{self, Invocation, SqsDeadLetters};
 use twopc::fanout::{ApiGatewayPoster, ConnectionStore, FanoutConfig, FirehoseSink, StreamProcessor};
 
 type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
 
-async fn handle(processor: &Processor, event: LambdaEvent<Event>) -> Result<DynamoDbEventResponse, Error> {
-    Ok(processor.process(&event.payload).await.response)
+struct Function {
+    processor: Processor,
+    streams: aws_sdk_dynamodbstreams::Client,
+    /// None when `DEAD_LETTER_QUEUE_URL` is not set: a replay then fails, saying so.
+    dead_letters: Option<SqsDeadLetters>,
+}
+
+async fn handle(function: &Function, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    match Invocation::parse(event.payload)? {
+        Invocation::Stream(batch) => Ok(serde_json::to_value(stream(&function.processor, &batch).await)?),
+        Invocation::Replay { max_messages } => {
+            let source =
+                function.dead_letters.as_ref().ok_or(config::ConfigError::Missing(config::DEAD_LETTER_QUEUE_URL))?;
+            let report = replay::replay(source, &function.streams, &function.processor, max_messages).await?;
+            Ok(serde_json::to_value(report.answer)?)
+        }
+    }
+}
+
+async fn stream(processor: &Processor, event: &Event) -> DynamoDbEventResponse {
+    processor.process(event).await.response
 }
 
 #[tokio::main]
@@ -28,8 +53,13 @@ async fn main() -> Result<(), Error> {
         ApiGatewayPoster::from_config(&sdk, &websocket),
         ConnectionStore::from_config(&sdk, connections),
     );
-    let processor = &processor;
-    lambda_runtime::run(service_fn(move |event| handle(processor, event))).await
+    let dead_letters = config::required(config::DEAD_LETTER_QUEUE_URL)
+        .ok()
+        .filter(|url| !url.is_empty())
+        .map(|url| SqsDeadLetters::from_config(&sdk, url));
+    let function = Function { processor, streams: aws_sdk_dynamodbstreams::Client::new(&sdk), dead_letters };
+    let function = &function;
+    lambda_runtime::run(service_fn(move |event| handle(function, event))).await
 }
 
 #[cfg(test)]
@@ -92,6 +122,15 @@ mod tests {
             message,
             serde_json::json!({"type": "transaction", "transactionId": "5d2f8e3a-1c7b-4e9a-8f60-2a4b9c1d0e77", "status": "COMMITTED"})
         );
+    }
+
+    /// The replay sample is the replay invocation, with its maxMessages.
+    #[test]
+    fn replay_event_is_a_replay() {
+        let text =
+            std::fs::read(format!("{}/../../events/stream-processor-replay.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let invocation = Invocation::parse(serde_json::from_slice(&text).unwrap()).unwrap();
+        assert_eq!(invocation, Invocation::Replay { max_messages: 10 });
     }
 
     /// The response is what Lambda expects with ReportBatchItemFailures.

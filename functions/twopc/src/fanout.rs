@@ -27,6 +27,8 @@ pub mod decide;
 pub mod lake;
 pub mod memory;
 pub mod realtime;
+pub mod records;
+pub mod replay;
 pub mod topic;
 
 use std::time::Duration;

@@ -176,6 +176,8 @@ pub struct CallRecord {
 
 #[derive(Default)]
 struct Faults {
+    /// Every call fails (`ServiceUnavailableException`) until [`Firehose::heal`].
+    outage: bool,
     calls: VecDeque<CallFault>,
     entries: Vec<EntryFault>,
 }
@@ -225,6 +227,18 @@ impl Firehose {
     pub fn fail_next_calls_with(&self, n: usize, fault: CallFault) {
         let mut faults = self.shared.faults.lock().expect("not poisoned");
         faults.calls.extend(std::iter::repeat_n(fault, n));
+    }
+
+    /// From now on every call answers HTTP 500 `ServiceUnavailableException` and accepts nothing,
+    /// until [`Firehose::heal`]: an outage of unknown length.
+    pub fn start_outage(&self) {
+        self.shared.faults.lock().expect("not poisoned").outage = true;
+    }
+
+    /// Ends an outage and drops every pending fault: calls are answered normally again.
+    pub fn heal(&self) {
+        let mut faults = self.shared.faults.lock().expect("not poisoned");
+        *faults = Faults::default();
     }
 
     /// Entries whose data contains `needle` answer `ServiceUnavailableException` (within a 200
@@ -353,6 +367,9 @@ fn answer(shared: &Shared, operation: &str, stream: &str, data: Vec<Vec<u8>>, ca
     let mut failed = vec![false; data.len()];
     {
         let mut faults = shared.faults.lock().expect("not poisoned");
+        if faults.outage {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "ServiceUnavailableException", "injected: outage");
+        }
         if let Some(fault) = faults.calls.pop_front() {
             return match fault {
                 CallFault::ServiceUnavailable => {

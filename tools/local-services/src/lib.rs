@@ -6,12 +6,15 @@
 //!   chosen entries or whole calls can be made to fail.
 //! - [`apigw::ManagementApi`]: the WebSocket API's `@connections` management API; posts go to a
 //!   [`apigw::ConnectionRegistry`]; unknown connections answer 410 `GoneException`.
+//! - [`sqs::Sqs`]: an SQS queue (AWS JSON 1.0: `SendMessage`, `ReceiveMessage`, `DeleteMessage`,
+//!   `GetQueueAttributes`), the dead-letter queue the stream processor's replay reads.
 //! - [`streams`]: DynamoDB Streams records read through the Streams API, as the Lambda event.
 //!
 //! Servers bind 127.0.0.1 (port 0 unless told otherwise) and stop when dropped.
 
 pub mod apigw;
 pub mod firehose;
+pub mod sqs;
 pub mod streams;
 
 use std::io;

@@ -37,7 +37,23 @@ pub(crate) struct Wiring {
     pub cors_allow_origin: Option<String>,
 }
 
-type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
+pub(crate) type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
+
+/// The stream processor's core wired to the stack, with the function's own constructors: the
+/// Firehose client with the SDK's retries off, so that delivery's retry of the failed entries is the
+/// only retry layer, as deployed.
+pub(crate) fn stream_processor(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Client) -> Processor {
+    let tables = &wiring.tables;
+    let fanout = FanoutConfig::new(&tables.participants, &tables.transactions)
+        .expect("participant tables are distinct from the transactions table");
+    let firehose = wiring.sdk.to_builder().endpoint_url(&wiring.firehose_url).build();
+    StreamProcessor::new(
+        fanout,
+        FirehoseSink::from_config(&firehose, &wiring.stream_name),
+        ApiGatewayPoster::from_config(&wiring.sdk, &wiring.management_endpoint),
+        ConnectionStore::new(dynamodb, &tables.connections),
+    )
+}
 
 /// The system's functions, in-process or under `cargo lambda watch`.
 pub enum Functions {
@@ -91,18 +107,8 @@ impl Functions {
             .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
             .collect();
         let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default());
-        let connections = ConnectionStore::new(dynamodb, &tables.connections);
-        let fanout = FanoutConfig::new(&tables.participants, &tables.transactions)
-            .expect("participant tables are distinct from the transactions table");
-        // The functions' own constructors: the Firehose client with the SDK's retries off, so that
-        // delivery's retry of the failed entries is the only retry layer, as deployed.
-        let firehose = wiring.sdk.to_builder().endpoint_url(&wiring.firehose_url).build();
-        let processor = StreamProcessor::new(
-            fanout,
-            FirehoseSink::from_config(&firehose, &wiring.stream_name),
-            ApiGatewayPoster::from_config(&wiring.sdk, &wiring.management_endpoint),
-            connections.clone(),
-        );
+        let connections = ConnectionStore::new(dynamodb.clone(), &tables.connections);
+        let processor = stream_processor(wiring, dynamodb);
         Functions::InProcess(Box::new(InProcess {
             coordinator,
             cors_allow_origin: wiring.cors_allow_origin.clone(),

@@ -102,6 +102,9 @@ pub struct Config {
     /// Where each stream's reading position is kept, so that a restart resumes where the last run
     /// stopped; used only when the tables outlive the stack (kept data, or `dynamodb_endpoint`).
     pub checkpoint_dir: Option<PathBuf>,
+    /// Where the stream polling writes what it gives up on (Lambda's on-failure records, one JSON
+    /// file each), and where [`Stack::replay_dead_letters`] reads them back.
+    pub dead_letter_dir: PathBuf,
     /// The API stage (in the `@connections` path and the REST events' request context).
     pub stage: String,
     /// The origin the REST API allows cross-origin callers, as the deployed API's `CorsAllowOrigin`
@@ -130,6 +133,7 @@ impl Default for Config {
             sweep_interval: Duration::from_secs(5),
             poll_interval: Duration::from_millis(100),
             checkpoint_dir: Some(local_dir().join("checkpoints")),
+            dead_letter_dir: local_dir().join("dead-letters"),
             stage: "local".to_owned(),
             cors_allow_origin: None,
             mode: Mode::InProcess,
@@ -140,12 +144,15 @@ impl Default for Config {
 impl Config {
     /// Everything on free ports against an existing DynamoDB (tests: `dynamodb_local::shared()`),
     /// tables under a unique prefix, the lake in `lake_dir`.
+    /// Its dead letters go next to the lake, in `<lake_dir>.dead-letters`.
     pub fn isolated(dynamodb_endpoint: &str, lake_dir: impl Into<PathBuf>) -> Config {
+        let lake_dir: PathBuf = lake_dir.into();
         Config {
             dynamodb_endpoint: Some(dynamodb_endpoint.to_owned()),
             api_port: 0,
             websocket_port: 0,
-            lake_dir: lake_dir.into(),
+            dead_letter_dir: lake_dir.with_extension("dead-letters"),
+            lake_dir,
             table_prefix: format!("s{}-", &uuid::Uuid::new_v4().simple().to_string()[..10]),
             poll_interval: Duration::from_millis(50),
             checkpoint_dir: None,
@@ -197,6 +204,8 @@ pub struct Endpoints {
     pub connections: String,
     pub firehose: String,
     pub lake_dir: PathBuf,
+    /// The folder of dead letters (on-failure records of what the stream polling gave up on).
+    pub dead_letter_dir: PathBuf,
     pub tables: Tables,
     /// Lambda mode: each `cargo lambda watch` (deployment name, Invoke API URL, its functions).
     pub lambda: Vec<(String, String, Vec<String>)>,
@@ -216,6 +225,8 @@ pub enum Error {
     Io { what: String, source: std::io::Error },
     #[error("{0}")]
     Lambda(String),
+    #[error(transparent)]
+    DeadLetters(#[from] twopc::fanout::replay::SourceError),
     #[error(
         "the data folder {} is in use by another twopc-local{}: stop it first, or give this one another folder (--db-path, or --in-memory)",
         dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
@@ -269,8 +280,9 @@ pub struct Stack {
     tasks: Tasks,
     pollers: Option<Pollers>,
     registry: websocket::Registry,
-    // Held for their Drop, which stops their servers.
-    _firehose: Firehose,
+    /// What the replay of dead letters reads and runs: the folder, the Streams client, the fan-out.
+    replay: Replay,
+    firehose: Firehose,
     _management: ManagementApi,
     started_in: Duration,
     // Held for the stack's life: a second stack on the same data folder is refused.
@@ -393,6 +405,7 @@ impl Stack {
         let mut streamed: Vec<&String> = tables.participants.values().collect();
         streamed.push(&tables.transactions);
         let mut pollers = Vec::new();
+        let dead_letters = Arc::new(twopc::fanout::replay::DirectoryDeadLetters::new(config.dead_letter_dir.clone()));
         for table in streamed {
             let arn = ddb
                 .describe_table()
@@ -420,15 +433,18 @@ impl Stack {
             } else {
                 streams::StartAt::Latest
             };
-            pollers.push(streams::Poller::new(
-                streams.clone(),
-                table.clone(),
-                arn,
-                start_at,
-                checkpoint_path,
-                functions.clone(),
-                config.poll_interval,
-            ));
+            pollers.push(
+                streams::Poller::new(
+                    streams.clone(),
+                    table.clone(),
+                    arn,
+                    start_at,
+                    checkpoint_path,
+                    functions.clone(),
+                    config.poll_interval,
+                )
+                .with_dead_letters(dead_letters.clone()),
+            );
         }
         let websocket_addr = local_addr(&websocket)?;
         let api_addr = local_addr(&api)?;
@@ -456,8 +472,14 @@ impl Stack {
             connections: management.endpoint().to_owned(),
             firehose: firehose.url().to_owned(),
             lake_dir: config.lake_dir.clone(),
+            dead_letter_dir: config.dead_letter_dir.clone(),
             tables,
             lambda,
+        };
+        let replay = Replay {
+            dir: config.dead_letter_dir.clone(),
+            streams,
+            processor: functions::stream_processor(&wiring, ddb.clone()),
         };
         Ok(Stack {
             endpoints,
@@ -466,7 +488,8 @@ impl Stack {
             tasks,
             pollers: Some(pollers),
             registry,
-            _firehose: firehose,
+            replay,
+            firehose,
             _management: management,
             started_in: started.elapsed(),
             _data_lock: data_lock,
@@ -480,6 +503,21 @@ impl Stack {
     /// How long [`Stack::start`] took.
     pub fn started_in(&self) -> Duration {
         self.started_in
+    }
+
+    /// The local Firehose endpoint the lake is written through (tests inject its faults).
+    pub fn firehose(&self) -> &Firehose {
+        &self.firehose
+    }
+
+    /// Replays every dead letter in the dead-letter folder (what the stream polling gave up on)
+    /// through the stream processor's core, as the deployed function's `replay-dead-letters` does from
+    /// its queue: each message's range is read back from the table's stream and run through the same
+    /// fan-out; a message whose records all went through is deleted, the others stay.
+    pub async fn replay_dead_letters(&self) -> Result<twopc::fanout::replay::ReplayReport, Error> {
+        let source = twopc::fanout::replay::DirectoryDeadLetters::new(&self.replay.dir);
+        let max = source.files().map_err(io_error(format!("listing {}", self.replay.dir.display())))?.len();
+        Ok(twopc::fanout::replay::replay(&source, &self.replay.streams, &self.replay.processor, max.max(1)).await?)
     }
 
     /// Whether this stack started DynamoDB Local itself.
@@ -503,6 +541,12 @@ impl Stack {
             dynamodb.stop().await;
         }
     }
+}
+
+struct Replay {
+    dir: PathBuf,
+    streams: aws_sdk_dynamodbstreams::Client,
+    processor: functions::Processor,
 }
 
 /// Tasks aborted when dropped (a stack that fails to start half-way leaves nothing running).

@@ -3,6 +3,9 @@
 //! - `twopc-local up`: start it and keep it running until Ctrl-C.
 //! - `twopc-local demo`: start it, run a few transfers with a WebSocket client watching, show what
 //!   happened (phases, votes, outcomes, pushes, lake lines), stop.
+//! - `twopc-local replay`: start it on the kept data as `up` does, replay the dead letters (what the
+//!   stream polling gave up on, under .local/dead-letters/) through the stream processor's core, print
+//!   the answer, stop.
 //! - `twopc-local reset`: delete what `up` and `demo` kept (DynamoDB Local's data, the lakes, the
 //!   stream checkpoints).
 
@@ -28,8 +31,11 @@ enum Command {
     Up(StackArgs),
     /// Start the stack, run a committed, a refused and two conflicting transfers, show what happened, stop.
     Demo(StackArgs),
+    /// Start the stack on the kept data (as `up`), replay the dead letters of .local/dead-letters/
+    /// (ranges of the streams the polling gave up on) through the stream processor, print the answer, stop.
+    Replay(StackArgs),
     /// Delete what the stack keeps under .local/: DynamoDB Local's data, the lakes (`up`'s and the
-    /// demo's), the stream checkpoints. Refused while a stack uses the data.
+    /// demo's), the stream checkpoints, the dead letters. Refused while a stack uses the data.
     Reset,
 }
 
@@ -128,7 +134,7 @@ impl StackArgs {
 /// The demo's lake, under .local/.
 const DEMO_LAKE: &str = "demo-lake";
 /// What `up` keeps under .local/ (besides DynamoDB Local's own install, which `reset` leaves).
-const KEPT: [&str; 4] = ["dynamodb-data", "lake", DEMO_LAKE, "checkpoints"];
+const KEPT: [&str; 5] = ["dynamodb-data", "lake", DEMO_LAKE, "checkpoints", "dead-letters"];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -137,6 +143,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Up(args) => up(args).await,
             Command::Demo(args) => demo::run(args.config(false, false)).await,
+            Command::Replay(args) => replay(args).await,
             Command::Reset => reset(),
         }
     });
@@ -180,6 +187,10 @@ fn print_endpoints(stack: &Stack, config: &Config) {
     println!("  DynamoDB      {:<28} {dynamodb}", e.dynamodb);
     println!("  lake          {:<28} NDJSON, YYYY/MM/DD/HH/ keys", format!("{}/", show(&e.lake_dir)));
     println!("  Firehose      {:<28} the stream processor writes the lake here", e.firehose);
+    println!(
+        "  dead letters  {:<28} what the stream polling gave up on (`twopc-local replay`)",
+        format!("{}/", show(&e.dead_letter_dir))
+    );
     println!("  @connections  {:<28} the stream processor pushes here", e.connections);
     println!("  services      {}", services.join(", "));
     println!(
@@ -233,5 +244,37 @@ async fn up(args: StackArgs) -> Result<(), String> {
     eprintln!("stopping...");
     stack.stop().await;
     eprintln!("stopped");
+    Ok(())
+}
+
+/// `twopc-local replay`: the stack on the kept data, one replay of the dead-letter folder, stop.
+async fn replay(args: StackArgs) -> Result<(), String> {
+    init_logs("info,aws_config=warn,aws_smithy_runtime=warn");
+    let config = args.config(true, true);
+    let stack = Stack::start(config.clone()).await.map_err(|e| e.to_string())?;
+    eprintln!("replaying the dead letters of {}/ ...", show(&config.dead_letter_dir));
+    let result = stack.replay_dead_letters().await;
+    stack.stop().await;
+    let report = result.map_err(|e| e.to_string())?;
+    for message in &report.messages {
+        let range = message
+            .batch
+            .as_ref()
+            .map(|b| format!("{} {}..={}", b.shard_id, b.start_sequence_number, b.end_sequence_number))
+            .unwrap_or_else(|| "(not an on-failure record)".to_owned());
+        let fate = if message.deleted {
+            "replayed, deleted".to_owned()
+        } else {
+            format!("KEPT: {}", message.error.as_deref().unwrap_or("failed"))
+        };
+        eprintln!("  {}  {range}  {} records  {fate}", show(std::path::Path::new(&message.handle)), message.records);
+        if let Some(lost) = &message.lost {
+            eprintln!("    LOST: {lost}");
+        }
+    }
+    println!("{}", serde_json::to_string(&report.answer).map_err(|e| e.to_string())?);
+    if report.answer.failed > 0 {
+        return Err(format!("{} dead letters could not be replayed and are kept", report.answer.failed));
+    }
     Ok(())
 }

@@ -3,8 +3,9 @@
 //! its end), in batches of at most [`BATCH_SIZE`] records converted to the Lambda event; with
 //! `ReportBatchItemFailures` a batch is retried from its first failed record, a function error
 //! retries the batch split in half (`BisectBatchOnFunctionError`), and after [`MAX_RETRIES`] retries
-//! the records are dropped with an error in the log (where the deployed mapping sends them to its
-//! on-failure destination).
+//! the records are skipped and, as the deployed mapping sends its on-failure destination, Lambda's
+//! on-failure record (shard and sequence range) is written as a file in the dead-letter folder
+//! (`.local/dead-letters/`), where `twopc-local replay` reads it back (`twopc::fanout::replay`).
 //!
 //! A shard read to its end is never read again, though DescribeStream lists a closed shard for 24 h.
 //! Where the tables outlive the stack (kept data, or a DynamoDB endpoint of the user's), each
@@ -23,6 +24,7 @@ use local_services::streams::{lambda_event, lambda_record};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
+use twopc::fanout::replay::{BatchInfo, DirectoryDeadLetters, OnFailureRecord, RequestContext};
 
 use crate::Functions;
 
@@ -160,6 +162,44 @@ pub(crate) struct Poller<T: BatchTarget = Functions> {
     /// Where the checkpoint is kept; None: nowhere (the tables end with the stack).
     checkpoint_path: Option<PathBuf>,
     described_at: Option<Instant>,
+    /// Where records given up on are recorded (None: only logged).
+    dead_letters: Option<Arc<DirectoryDeadLetters>>,
+}
+
+/// The function the local stack stands in for, in the on-failure records it writes.
+const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:000000000000:function:stream-processor";
+
+/// Lambda's on-failure record for `records` (in order, of one shard), given up on after `invocations`.
+pub(crate) fn on_failure_record(
+    stream_arn: &str,
+    shard_id: &str,
+    records: &[EventRecord],
+    invocations: u32,
+) -> Option<OnFailureRecord> {
+    let first = records.first()?;
+    let last = records.last()?;
+    let arrival =
+        |r: &EventRecord| r.change.approximate_creation_date_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    Some(OnFailureRecord {
+        request_context: RequestContext {
+            request_id: uuid::Uuid::new_v4().to_string(),
+            function_arn: FUNCTION_ARN.to_owned(),
+            condition: "RetryAttemptsExhausted".to_owned(),
+            approximate_invoke_count: u64::from(invocations),
+        },
+        response_context: Some(serde_json::json!({"statusCode": 200, "executedVersion": "$LATEST"})),
+        version: "1.0".to_owned(),
+        timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        batch: BatchInfo {
+            shard_id: shard_id.to_owned(),
+            start_sequence_number: first.change.sequence_number.clone()?,
+            end_sequence_number: last.change.sequence_number.clone()?,
+            approximate_arrival_of_first_record: arrival(first),
+            approximate_arrival_of_last_record: arrival(last),
+            batch_size: records.len() as u64,
+            stream_arn: stream_arn.to_owned(),
+        },
+    })
 }
 
 impl<T: BatchTarget> Poller<T> {
@@ -190,7 +230,14 @@ impl<T: BatchTarget> Poller<T> {
             finished,
             checkpoint_path,
             described_at: None,
+            dead_letters: None,
         }
+    }
+
+    /// Records given up on are written as on-failure records into `dead_letters`.
+    pub(crate) fn with_dead_letters(mut self, dead_letters: Arc<DirectoryDeadLetters>) -> Self {
+        self.dead_letters = Some(dead_letters);
+        self
     }
 
     #[cfg(test)]
@@ -494,14 +541,38 @@ impl<T: BatchTarget> Poller<T> {
         shard.retries += 1;
         if shard.retries > MAX_RETRIES {
             let dropped = (size - delivered).min(shard.pending.len());
+            let given_up: Vec<EventRecord> = shard.pending.iter().take(dropped).cloned().collect();
             let sequence = shard.pending.front().and_then(|r| r.change.sequence_number.clone());
-            error!(
-                table = %self.table,
-                shard = id,
-                records = dropped,
-                first_sequence_number = ?sequence,
-                "records still failing after {MAX_RETRIES} retries are skipped (deployed, they go to the on-failure destination)"
-            );
+            let record = on_failure_record(&self.stream_arn, id, &given_up, MAX_RETRIES + 1);
+            match (&self.dead_letters, record) {
+                (Some(dead_letters), Some(record)) => match dead_letters.put(&record) {
+                    Ok(path) => error!(
+                        table = %self.table,
+                        shard = id,
+                        records = dropped,
+                        first_sequence_number = ?sequence,
+                        dead_letter = %path.display(),
+                        "records still failing after {MAX_RETRIES} retries are skipped; their range is in the dead-letter folder (`twopc-local replay`)"
+                    ),
+                    Err(e) => error!(
+                        table = %self.table,
+                        shard = id,
+                        records = dropped,
+                        first_sequence_number = ?sequence,
+                        end_sequence_number = %record.batch.end_sequence_number,
+                        error = %e,
+                        "records still failing after {MAX_RETRIES} retries are skipped, and their dead letter could NOT be written: they are lost from the lake"
+                    ),
+                },
+                _ => error!(
+                    table = %self.table,
+                    shard = id,
+                    records = dropped,
+                    first_sequence_number = ?sequence,
+                    "records still failing after {MAX_RETRIES} retries are skipped, with no dead-letter folder: they are lost from the lake"
+                ),
+            }
+            let shard = self.shards.get_mut(id).expect("known");
             if let Some(last) =
                 shard.pending.get(dropped.wrapping_sub(1)).and_then(|r| r.change.sequence_number.clone())
             {
