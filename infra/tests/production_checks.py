@@ -1058,7 +1058,7 @@ ITERATOR_AGE_ALARM_WITHIN_SECONDS = 600
 # A message in the on-failure queue is alarmed within this long.
 QUEUE_ALARM_WITHIN_SECONDS = 300
 # What the stream processor's `replay-dead-letters` action does with the on-failure queue.
-REPLAY_ACTIONS = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility"}
+REPLAY_ACTIONS = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 # Lambda's own use of the queue (the mappings' on-failure destination, with the function's role).
 ON_FAILURE_ACTIONS = {"sqs:SendMessage"}
 
@@ -1164,7 +1164,7 @@ def check_fanout_alarms(stack: Stack) -> list[str]:
 def check_dead_letter_replay(stack: Stack) -> list[str]:
     """The stream processor can replay what its event sources gave up on: its DEAD_LETTER_QUEUE_URL
     is the URL (`Ref`) of the on-failure queue of its mappings, its role may ReceiveMessage,
-    DeleteMessage, GetQueueAttributes and ChangeMessageVisibility on exactly that queue (and send to
+    DeleteMessage and GetQueueAttributes on exactly that queue (and send to
     it: Lambda's on-failure destination), no other SQS action or queue; no other function may read
     the queue."""
     problems = []

@@ -100,14 +100,20 @@ SDK_CALLS = {
     ".delete_connection()": "execute-api:ManageConnections",
     ".get_connection()": "execute-api:ManageConnections",
     ".invoke()": "lambda:InvokeFunction",
+    # the stream processor's replay of what its event sources gave up on
+    ".receive_message()": "sqs:ReceiveMessage",
+    ".delete_message()": "sqs:DeleteMessage",
+    ".get_queue_attributes()": "sqs:GetQueueAttributes",
 }
 # SDK calls that are not for IAM to grant to a function (table administration, local only).
 SDK_IGNORED = {".transact_write_items()", ".transact_get_items()"}
 SDK_ADMIN = {".create_table()", ".describe_table()", ".update_time_to_live()", ".delete_table()"}
 # Services whose actions a function's code calls (the stream-read, log, X-Ray and on-failure queue
 # actions are Lambda's own, for the event source mapping, logging and tracing).
-CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda")
+CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs")
 CODE_NOT_CALLED = {
+    # Lambda's own: the event sources' on-failure destination.
+    "sqs:SendMessage",
     "dynamodb:DescribeStream",
     "dynamodb:GetRecords",
     "dynamodb:GetShardIterator",

@@ -417,7 +417,7 @@ BREAKAGES = {
     "replay-grant-missing-action": (
         "dead-letter-replay",
         lambda s: b.statement(s, "stream-processor", "sqs:ReceiveMessage").update(
-            Action=["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"]
+            Action=["sqs:ReceiveMessage", "sqs:GetQueueAttributes"]
         ),
     ),
     "replay-grant-on-every-queue": (

@@ -756,7 +756,7 @@ export class TwoPhaseCommitStack extends Stack {
       {
         Sid: 'ReplayFailedBatches',
         Effect: 'Allow',
-        Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility'],
+        Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes'],
         Resource: streamFailureQueue.attrArn,
       },
       { Sid: 'Lake', Effect: 'Allow', Action: 'firehose:PutRecordBatch', Resource: lakeDeliveryStream.attrArn },

@@ -98,7 +98,7 @@ impl StackArgs {
         let dynamodb_data = match (&self.db_path, self.in_memory) {
             (Some(path), _) => Some(path.clone()),
             (None, true) => None,
-            (None, false) if keep_data_by_default => Some(local_stack::local_dir().join("dynamodb-data")),
+            (None, false) if keep_data_by_default => Some(local_stack::local_dir().join(DATA)),
             (None, false) => None,
         };
         let defaults = Config::default();
@@ -134,7 +134,9 @@ impl StackArgs {
 /// The demo's lake, under .local/.
 const DEMO_LAKE: &str = "demo-lake";
 /// What `up` keeps under .local/ (besides DynamoDB Local's own install, which `reset` leaves).
-const KEPT: [&str; 5] = ["dynamodb-data", "lake", DEMO_LAKE, "checkpoints", "dead-letters"];
+/// DynamoDB Local's data last: its folder holds the lock that keeps a stack from starting meanwhile.
+const KEPT: [&str; 5] = ["lake", DEMO_LAKE, "checkpoints", "dead-letters", DATA];
+const DATA: &str = "dynamodb-data";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -206,7 +208,7 @@ fn print_endpoints(stack: &Stack, config: &Config) {
 
 fn reset() -> Result<(), String> {
     let local = local_stack::local_dir();
-    let data = local.join(KEPT[0]);
+    let data = local.join(DATA);
     // Held while it runs: nothing is deleted under a running stack.
     let _lock =
         if data.is_dir() { Some(local_stack::DataLock::acquire(&data).map_err(|e| e.to_string())?) } else { None };
