@@ -928,6 +928,26 @@ impl twopc::fanout::replay::DeadLetters for MemoryQueue {
     }
 }
 
+/// A table's stream records so far, without read_stream's markers, with the stream and its one shard
+/// (DynamoDB Local keeps one per stream): what a dead letter of that table names.
+async fn stream_batch(table: &str) -> (Vec<EventRecord>, String, String) {
+    let client = twopc_tests::dynamodb().await;
+    let records: Vec<EventRecord> = read_stream(&client, table, "entityId")
+        .await
+        .into_iter()
+        .filter(|r| {
+            let key = twopc::fanout::convert::item_to_json(r.change.keys.inner()).unwrap();
+            !key["entityId"].as_str().is_some_and(|id| id.starts_with("zz-marker"))
+        })
+        .collect();
+    let arn = records[0].event_source_arn.clone().unwrap();
+    let described = streams_client().describe_stream().stream_arn(&arn).send().await.expect("describe stream");
+    let shards = described.stream_description().unwrap().shards();
+    assert_eq!(shards.len(), 1, "DynamoDB Local: one shard per stream");
+    let shard = shards[0].shard_id().unwrap().to_owned();
+    (records, arn, shard)
+}
+
 /// The on-failure record Lambda sends the dead-letter queue for `records` (one shard of `arn`), as
 /// the body of an SQS message.
 fn on_failure_body(arn: &str, shard: &str, records: &[EventRecord]) -> String {
@@ -966,21 +986,8 @@ async fn a_dead_letter_is_replayed_through_the_fan_out() {
     for amount in ["1", "2", "3"] {
         committed.push(post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), amount), 200).await);
     }
-    let client = twopc_tests::dynamodb().await;
-    let records: Vec<EventRecord> = read_stream(&client, &a, "entityId")
-        .await
-        .into_iter()
-        .filter(|r| {
-            let key = twopc::fanout::convert::item_to_json(r.change.keys.inner()).unwrap();
-            !key["entityId"].as_str().is_some_and(|id| id.starts_with("zz-marker"))
-        })
-        .collect();
-    let arn = records[0].event_source_arn.clone().unwrap();
+    let (records, arn, shard) = stream_batch(&a).await;
     let streams = streams_client();
-    let described = streams.describe_stream().stream_arn(&arn).send().await.expect("describe stream");
-    let shards = described.stream_description().unwrap().shards();
-    assert_eq!(shards.len(), 1, "DynamoDB Local: one shard per stream");
-    let shard = shards[0].shard_id().unwrap().to_owned();
     let body = on_failure_body(&arn, &shard, &records);
     let commits_of_a = prepare(&fanout_config(&env), &lambda_event(records.clone())).commits;
     assert_eq!(commits_of_a, 3, "one commit of A per transfer");
@@ -1046,19 +1053,8 @@ async fn a_dead_letter_queue_is_replayed_with_the_real_sqs_client() {
     env.put_account("service-a", "A", "500").await;
     env.put_account("service-b", "B", "0").await;
     let id = post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "7"), 200).await;
-    let client = twopc_tests::dynamodb().await;
-    let records: Vec<EventRecord> = read_stream(&client, &b, "entityId")
-        .await
-        .into_iter()
-        .filter(|r| {
-            let key = twopc::fanout::convert::item_to_json(r.change.keys.inner()).unwrap();
-            !key["entityId"].as_str().is_some_and(|id| id.starts_with("zz-marker"))
-        })
-        .collect();
-    let arn = records[0].event_source_arn.clone().unwrap();
+    let (records, arn, shard) = stream_batch(&b).await;
     let streams = streams_client();
-    let described = streams.describe_stream().stream_arn(&arn).send().await.expect("describe stream");
-    let shard = described.stream_description().unwrap().shards()[0].shard_id().unwrap().to_owned();
 
     let sqs = local_services::sqs::Sqs::start().await.expect("the SQS endpoint starts");
     sqs.send(&on_failure_body(&arn, &shard, &records));
