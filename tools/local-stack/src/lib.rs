@@ -426,13 +426,7 @@ impl Stack {
                 .as_ref()
                 .filter(|_| kept_tables)
                 .map(|dir| streams::Checkpoint::path(dir, table, &arn));
-            let start_at = if created.contains(table) {
-                streams::StartAt::Beginning
-            } else if checkpoint_path.as_deref().is_some_and(|path| streams::Checkpoint::load(path, &arn).is_some()) {
-                streams::StartAt::Checkpoint
-            } else {
-                streams::StartAt::Latest
-            };
+            let start_at = if created.contains(table) { streams::StartAt::Beginning } else { streams::StartAt::Latest };
             pollers.push(
                 streams::Poller::new(
                     streams.clone(),

@@ -44,7 +44,8 @@ pub(crate) enum StartAt {
     /// by whatever ran then, or by no one).
     Latest,
     /// A kept table: after the checkpoint's positions; shards it does not know appeared since, and
-    /// are read from their start.
+    /// are read from their start. [`Poller::new`] turns a kept table's start into this when its
+    /// checkpoint file is there.
     Checkpoint,
 }
 
@@ -212,10 +213,17 @@ impl<T: BatchTarget> Poller<T> {
         target: Arc<T>,
         idle: Duration,
     ) -> Poller<T> {
-        let checkpoint = match (&start_at, &checkpoint_path) {
-            (StartAt::Checkpoint, Some(path)) => Checkpoint::load(path, &stream_arn).unwrap_or_default(),
-            _ => Checkpoint::default(),
+        // Loaded once, here: a kept table resumes from its checkpoint when there is one.
+        let loaded = match (&start_at, &checkpoint_path) {
+            (StartAt::Latest | StartAt::Checkpoint, Some(path)) => Checkpoint::load(path, &stream_arn),
+            _ => None,
         };
+        let start_at = match (start_at, &loaded) {
+            (StartAt::Beginning, _) => StartAt::Beginning,
+            (_, Some(_)) => StartAt::Checkpoint,
+            (_, None) => StartAt::Latest,
+        };
+        let checkpoint = loaded.unwrap_or_default();
         let finished = checkpoint.shards.iter().filter(|(_, s)| s.finished).map(|(id, _)| id.clone()).collect();
         Poller {
             client,
@@ -716,6 +724,25 @@ mod tests {
         }))
     }
 
+    /// A poller of the test stream, quick to poll and to describe, delivering to `recorder`.
+    fn test_poller(
+        client: Client,
+        start_at: StartAt,
+        checkpoint: Option<PathBuf>,
+        recorder: &Arc<Recorder>,
+    ) -> Poller<Recorder> {
+        Poller::new(
+            client,
+            "t".into(),
+            "arn:test".into(),
+            start_at,
+            checkpoint,
+            recorder.clone(),
+            Duration::from_millis(5),
+        )
+        .describing_every(Duration::from_millis(20))
+    }
+
     /// Runs a poller until `until` holds and the stream has been described `describes` more times.
     async fn poll(poller: Poller<Recorder>, stream: &Shared, recorder: &Recorder, until: impl Fn(&[u64]) -> bool) {
         let (stop, stopped) = watch::channel(false);
@@ -740,17 +767,8 @@ mod tests {
         let stream = split_stream();
         let client = start(stream.clone()).await;
         let recorder = Arc::new(Recorder::default());
-        let poller = Poller::new(
-            client,
-            "t".into(),
-            "arn:test".into(),
-            StartAt::Beginning,
-            None,
-            recorder.clone(),
-            Duration::from_millis(5),
-        )
-        .describing_every(Duration::from_millis(20));
-        poll(poller, &stream, &recorder, |seen| seen.len() >= 5).await;
+        poll(test_poller(client, StartAt::Beginning, None, &recorder), &stream, &recorder, |seen| seen.len() >= 5)
+            .await;
         assert_eq!(*recorder.0.lock().unwrap(), vec![100, 101, 102, 200, 201], "each record once, the parent's first");
     }
 
@@ -761,17 +779,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("checkpoint-{}", uuid::Uuid::new_v4().simple()));
         let path = Checkpoint::path(&dir, "t", "arn:test");
         let first = Arc::new(Recorder::default());
-        let poller = Poller::new(
-            client.clone(),
-            "t".into(),
-            "arn:test".into(),
-            StartAt::Beginning,
-            Some(path.clone()),
-            first.clone(),
-            Duration::from_millis(5),
-        )
-        .describing_every(Duration::from_millis(20));
-        poll(poller, &stream, &first, |seen| seen.len() >= 5).await;
+        poll(test_poller(client.clone(), StartAt::Beginning, Some(path.clone()), &first), &stream, &first, |seen| {
+            seen.len() >= 5
+        })
+        .await;
         let kept = Checkpoint::load(&path, "arn:test").expect("a checkpoint is kept");
         assert!(kept.shards["parent"].finished, "{kept:?}");
         assert_eq!(kept.shards["child"].last_sequence_number.as_deref(), Some("201"), "{kept:?}");
@@ -779,17 +790,8 @@ mod tests {
         // Written while the stack was down: read after a restart, and nothing before it again.
         stream.lock().unwrap().shards[1].2.push(202);
         let second = Arc::new(Recorder::default());
-        let poller = Poller::new(
-            client,
-            "t".into(),
-            "arn:test".into(),
-            StartAt::Checkpoint,
-            Some(path),
-            second.clone(),
-            Duration::from_millis(5),
-        )
-        .describing_every(Duration::from_millis(20));
-        poll(poller, &stream, &second, |seen| !seen.is_empty()).await;
+        poll(test_poller(client, StartAt::Checkpoint, Some(path), &second), &stream, &second, |seen| !seen.is_empty())
+            .await;
         assert_eq!(*second.0.lock().unwrap(), vec![202]);
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -803,32 +805,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("checkpoint-{}", uuid::Uuid::new_v4().simple()));
         let path = Checkpoint::path(&dir, "t", "arn:test");
         let first = Arc::new(Recorder::default());
-        let poller = Poller::new(
-            client.clone(),
-            "t".into(),
-            "arn:test".into(),
-            StartAt::Latest,
-            Some(path.clone()),
-            first.clone(),
-            Duration::from_millis(5),
-        )
-        .describing_every(Duration::from_millis(20));
-        poll(poller, &stream, &first, |_| true).await;
+        poll(test_poller(client.clone(), StartAt::Latest, Some(path.clone()), &first), &stream, &first, |_| true).await;
         assert!(first.0.lock().unwrap().is_empty(), "LATEST reads nothing old: {:?}", first.0.lock().unwrap());
 
         stream.lock().unwrap().shards[1].2.push(202);
         let second = Arc::new(Recorder::default());
-        let poller = Poller::new(
-            client,
-            "t".into(),
-            "arn:test".into(),
-            StartAt::Checkpoint,
-            Some(path),
-            second.clone(),
-            Duration::from_millis(5),
-        )
-        .describing_every(Duration::from_millis(20));
-        poll(poller, &stream, &second, |_| true).await;
+        poll(test_poller(client, StartAt::Checkpoint, Some(path), &second), &stream, &second, |_| true).await;
         assert!(!second.0.lock().unwrap().contains(&200), "old records again: {:?}", second.0.lock().unwrap());
         let _ = std::fs::remove_dir_all(dir);
     }
