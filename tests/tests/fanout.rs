@@ -20,7 +20,8 @@ use twopc::fanout::{
 };
 use twopc::tables::{self, connection_attr};
 use twopc_client::{Transaction, op};
-use twopc_tests::TestEnv;
+use twopc_tests::dynamo_faults::faulty_client;
+use twopc_tests::{DynamoFault, DynamoFaults, Rule, TestEnv};
 
 const REGION: &str = "us-east-1";
 /// The lake record's fields, in the contract's order.
@@ -864,6 +865,57 @@ async fn concurrent_subscribes_cannot_pass_the_cap_together() {
     assert!(answers.iter().all(|(status, _)| *status == 200), "{answers:?}");
     assert_eq!((accepted, refused), (50, 70), "{answers:?}");
     assert_eq!(edges.items_of(id).await.len(), 51);
+}
+
+/// Issue 20, 6, after review: the cap counts what a connection follows even when DynamoDB's reply to
+/// a subscribe's or an unsubscribe's write is lost after the write took effect, and the SDK sends the
+/// write again. The retry must not be taken for somebody else's write: before the fix, a topic write
+/// retried into its own item gave its room back (one topic over the cap), and a deletion retried into
+/// its own absence never gave its room back (one topic less, for the connection's life).
+#[tokio::test]
+async fn a_lost_reply_never_moves_the_topic_cap() {
+    for fault in [DynamoFault::LoseReply, DynamoFault::DropConnection] {
+        let edges = Edges::start().await;
+        let faults = DynamoFaults::new(20);
+        let store = ConnectionStore::new(faulty_client(&faults), edges.connections.table());
+        let store = &store;
+        let id = "lossy=";
+        let route = |route: &'static str, topics: Vec<String>| {
+            send_route(store, id, route, Some(json!({"action": route, "topics": topics})))
+        };
+        assert_eq!(send_route(store, id, "$connect", None).await.0, 200);
+        let lost_reply_to = |topic: &str| {
+            // The write that names this topic takes effect; DynamoDB's reply to it is lost.
+            let named = format!("{}\"", entity_topics("K", 0..100).into_iter().find(|t| t.ends_with(topic)).unwrap());
+            Rule::new(fault).table(store.table()).body_contains(&named).nth(1)
+        };
+
+        faults.add(lost_reply_to(":K7"));
+        let (status, answer) = route("subscribe", entity_topics("K", 0..50)).await;
+        assert_eq!(status, 200, "{}: {answer}", fault.name());
+        assert_eq!(strings(&answer["subscribed"]), entity_topics("K", 0..50), "{}: {answer}", fault.name());
+        assert_eq!(faults.fired(), 1, "{}: the reply to K7's write was lost", fault.name());
+        let (_, answer) = route("subscribe", entity_topics("K", 50..51)).await;
+        assert_eq!(
+            answer["refused"].as_array().map(Vec::len),
+            Some(1),
+            "{}: a 51st topic is refused: {answer}",
+            fault.name()
+        );
+        assert_eq!(edges.items_of(id).await.len(), 51, "{}: 50 topics and the connection's own item", fault.name());
+
+        faults.add(lost_reply_to(":K3"));
+        assert_eq!(route("unsubscribe", entity_topics("K", 0..5)).await.0, 200);
+        assert_eq!(faults.fired(), 2, "{}: the reply to K3's deletion was lost", fault.name());
+        let (_, answer) = route("subscribe", entity_topics("L", 0..5)).await;
+        assert_eq!(
+            strings(&answer["subscribed"]),
+            entity_topics("L", 0..5),
+            "{}: the 5 topics unsubscribed made room for 5: {answer}",
+            fault.name()
+        );
+        assert_eq!(edges.items_of(id).await.len(), 51, "{}", fault.name());
+    }
 }
 
 /// Issue 20, 6: `$disconnect` deletes the largest set a connection may hold, in batches of 25, well

@@ -813,15 +813,14 @@ export class TwoPhaseCommitStack extends Stack {
     const connectionsLogGroup = functionLogGroup('ConnectionsLogGroup', 'connections');
     const connectionsRole = lambdaRole('ConnectionsRole', 'connections', connectionsLogGroup, [
       // What functions/twopc/src/fanout/connections.rs calls: $connect: UpdateItem (the connection's
-      // item, its topic counter kept); subscribe: UpdateItem (reserve room under
-      // MAX_TOPICS_PER_CONNECTION, give back), GetItem (the count), PutItem (each topic, if absent);
-      // unsubscribe: DeleteItem, UpdateItem (give back); $disconnect: Query the connection's items,
-      // BatchWriteItem to delete them.
+      // item, its topic counter kept); subscribe and unsubscribe: Query (the connection's topics), then
+      // TransactWriteItems of PutItem or DeleteItem (each topic) with UpdateItem (the counter, under
+      // MAX_TOPICS_PER_CONNECTION); $disconnect: Query the connection's items, BatchWriteItem to
+      // delete them.
       {
         Sid: 'Subscriptions',
         Effect: 'Allow',
         Action: [
-          'dynamodb:GetItem',
           'dynamodb:PutItem',
           'dynamodb:UpdateItem',
           'dynamodb:DeleteItem',

@@ -7,23 +7,30 @@
 //!
 //! One connection follows at most `max_topics` topics (`MAX_TOPICS_PER_CONNECTION`, default 50), so
 //! that `$disconnect` always has a small, bounded set to delete. The guard is a counter on the
-//! connection's own item (`topicCount`), not a count of its items: a subscribe first *reserves* room
-//! for its new topics with one conditional `ADD` (`topicCount <= max - n`; when that fails, it reads
-//! the count and reserves what is left, again conditionally), then writes each topic with
-//! `attribute_not_exists`, and gives back the room of a topic that turned out to be there already.
-//! Unsubscribe gives back one per item it actually deleted (`ReturnValues: ALL_OLD`). Counting the
-//! items and then writing would let two messages handled at once both see room and together pass the
-//! cap; with the reservation they cannot pass it at all. A `TransactWriteItems` of the topics and the
-//! counter would be exact too, but any two subscribes of a connection would then cancel each other
-//! (one counter item) and need retries. The counter errs on the safe side only: a subscribe that
-//! dies between its reservation and its writes leaves room reserved (the connection can follow
-//! fewer topics, never more) until it disconnects.
+//! connection's own item (`topicCount`), written in the same `TransactWriteItems` as the topic items
+//! it counts: `ADD n` with `topicCount <= max - n` and each topic `attribute_not_exists` for a
+//! subscribe, `ADD -n` and each topic `attribute_exists` for an unsubscribe. So the counter is always
+//! the number of topic items:
+//! - two messages handled at once cannot together pass the cap (one counter item; a transaction
+//!   that meets another is cancelled and tried again);
+//! - a write whose reply was lost and that the SDK sends again is answered as the first attempt
+//!   (same `ClientRequestToken`), and even a copy with another token is cancelled by the topics'
+//!   own conditions instead of counting twice;
+//! - a message that dies half-way has written all of a transaction or none of it.
+//!
+//! Counting the items and then writing would let two messages both see room; a counter written
+//! apart from the items would drift with every lost reply (a retried topic write taken for somebody
+//! else's gives room back, a retried deletion taken for a topic not followed never does).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, ReturnValue, WriteRequest};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Delete, DeleteRequest, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    WriteRequest,
+};
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -44,8 +51,12 @@ pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = crate::config::DEFAULT_MAX_
 const BATCH_WRITE_LIMIT: usize = 25;
 /// Single-item writes of one message in flight at once.
 const WRITE_CONCURRENCY: usize = 10;
-/// Tries of a reservation that keeps losing races with other subscribes of the same connection.
-const RESERVE_ATTEMPTS: u32 = 5;
+/// Topics one `TransactWriteItems` changes: its 100 actions, less the connection's counter.
+const TOPICS_PER_TRANSACTION: usize = 99;
+/// Tries of a topic change that keeps meeting other writes of the same connection (its other
+/// messages, its `$disconnect`): about five seconds of backing off at most, inside the connections
+/// function's 10 s.
+const CONFLICT_TRIES: u32 = 10;
 
 /// The connections table's retries of unprocessed batch writes: six tries, 50 ms doubling to 1 s
 /// (under 2 s of waiting), with the batches of one call sent side by side, so that `$disconnect`
@@ -62,6 +73,27 @@ pub struct ConnectionStore {
     ttl: Duration,
     retry: RetryPolicy,
     max_topics: usize,
+}
+
+/// Which way a topic change goes.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Add,
+    Remove,
+}
+
+/// What became of one `TransactWriteItems` of topics and their counter.
+#[derive(Debug)]
+enum Changed {
+    Done,
+    /// Nothing was written: the counter's condition failed (`counter`: the count it found), or these
+    /// topics' (there already for an add, gone already for a remove).
+    Cancelled {
+        counter: Option<usize>,
+        topics: Vec<String>,
+    },
+    /// Another write to the same items was under way: nothing was written; worth trying again.
+    Busy,
 }
 
 /// A topic a subscribe did not take, and why.
@@ -151,30 +183,37 @@ impl ConnectionStore {
     ) -> Result<SubscribeOutcome, StoreError> {
         let requested = distinct_in_order(topics);
         let held: HashSet<String> = self.topics_of(connection_id).await?.into_iter().collect();
-        let new: Vec<&String> = requested.iter().filter(|t| !held.contains(*t)).collect();
-        let (room, count) = if new.is_empty() { (0, 0) } else { self.reserve(connection_id, new.len(), now).await? };
-
-        // Write the reserved ones; one that is there already (a subscribe of the same topic at the
-        // same time) gives its room back.
-        // Owned topics in the closure (not references): the future stays `Send` for the local stack.
-        let reserved: Vec<String> = new.iter().take(room).map(|t| (*t).clone()).collect();
-        let writes: Vec<Result<bool, StoreError>> = futures::stream::iter(reserved)
-            .map(|topic: String| async move { self.put_topic(connection_id, &topic, now).await })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
-        let unused = writes.iter().filter(|w| !matches!(w, Ok(true))).count();
-        if unused > 0 {
-            self.release(connection_id, unused).await?;
+        let mut pending: Vec<String> = requested.iter().filter(|t| !held.contains(*t)).cloned().collect();
+        // What the connection follows already leaves this much room (the counter has the last word).
+        let mut count = held.iter().filter(|t| *t != connection_attr::CONNECTION_TOPIC).count();
+        let mut asking = self.max_topics.saturating_sub(count).min(TOPICS_PER_TRANSACTION);
+        let mut busy = 0;
+        while !pending.is_empty() && asking > 0 {
+            let batch: Vec<String> = pending.iter().take(asking).cloned().collect();
+            match self.change_topics(connection_id, &batch, Change::Add, now).await? {
+                Changed::Done => {
+                    pending.drain(..batch.len());
+                }
+                Changed::Cancelled { counter, topics } => {
+                    // Topics there already (a subscribe of the same topic at the same time) are followed.
+                    pending.retain(|t| !topics.contains(t));
+                    if let Some(held_count) = counter {
+                        // Not that much room: ask for what is left (none: the rest is refused).
+                        count = held_count;
+                        asking = asking.min(self.max_topics.saturating_sub(held_count));
+                    }
+                }
+                Changed::Busy => {
+                    busy += 1;
+                    self.wait_out_conflict(busy, "TransactWriteItems").await?;
+                }
+            }
         }
-        if let Some(Err(err)) = writes.into_iter().find(Result::is_err) {
-            return Err(err);
-        }
 
-        let accepted: HashSet<&String> = new.iter().take(room).copied().collect();
+        let refused: HashSet<&String> = pending.iter().collect();
         let mut outcome = SubscribeOutcome::default();
         for topic in &requested {
-            if held.contains(topic) || accepted.contains(topic) {
+            if !refused.contains(topic) {
                 outcome.subscribed.push(topic.clone());
             } else {
                 outcome.refused.push(Refused {
@@ -198,126 +237,150 @@ impl ConnectionStore {
         Ok(outcome)
     }
 
-    /// Reserves room for up to `wanted` topics on the connection's counter; answers how many it got
-    /// and the count after it. Never lets the counter pass the cap, however many run at once.
-    async fn reserve(&self, connection_id: &str, wanted: usize, now: SystemTime) -> Result<(usize, usize), StoreError> {
-        let mut asking = wanted.min(self.max_topics);
-        for _ in 0..RESERVE_ATTEMPTS {
-            let result = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
+    /// Deletes the topics' items and gives back their room; topics not followed are no-ops.
+    pub async fn unsubscribe(&self, connection_id: &str, topics: &[Topic]) -> Result<(), StoreError> {
+        let held: HashSet<String> = self.topics_of(connection_id).await?.into_iter().collect();
+        let mut pending: Vec<String> = distinct(topics).into_iter().filter(|t| held.contains(t)).collect();
+        let mut busy = 0;
+        while !pending.is_empty() {
+            let batch: Vec<String> = pending.iter().take(TOPICS_PER_TRANSACTION).cloned().collect();
+            match self.change_topics(connection_id, &batch, Change::Remove, SystemTime::now()).await? {
+                Changed::Done => {
+                    pending.drain(..batch.len());
+                }
+                Changed::Cancelled { counter: Some(_), .. } => {
+                    // No counter, or less than the topics: the connection's own item went (a `$disconnect`
+                    // at the same time), and with it the count; the topics go without it.
+                    let requests = batch.iter().map(|topic| delete_request(connection_id, topic)).collect();
+                    self.batch_write(requests).await?;
+                    pending.drain(..batch.len());
+                }
+                Changed::Cancelled { topics, .. } => {
+                    // Gone already (an unsubscribe of the same topic at the same time).
+                    pending.retain(|t| !topics.contains(t));
+                }
+                Changed::Busy => {
+                    busy += 1;
+                    self.wait_out_conflict(busy, "TransactWriteItems").await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes topic items and the connection's counter in one `TransactWriteItems`, so that the
+    /// counter is always the number of topic items, whatever runs at once and whatever reply is
+    /// lost: each topic's condition (not there yet / there) makes a second copy of the write cancel
+    /// instead of counting twice. A retry after a lost reply carries the same `ClientRequestToken`,
+    /// and DynamoDB answers it as the first attempt, without applying it again.
+    async fn change_topics(
+        &self,
+        connection_id: &str,
+        topics: &[String],
+        change: Change,
+        now: SystemTime,
+    ) -> Result<Changed, StoreError> {
+        let n = topics.len();
+        let counter = match change {
+            Change::Add => Update::builder()
                 .update_expression("ADD #n :n SET #e = if_not_exists(#e, :e)")
                 .condition_expression("attribute_not_exists(#n) OR #n <= :room")
-                .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
                 .expression_attribute_names("#e", connection_attr::EXPIRE_AT)
-                .expression_attribute_values(":n", AttributeValue::N(asking.to_string()))
-                .expression_attribute_values(":room", AttributeValue::N((self.max_topics - asking).to_string()))
-                .expression_attribute_values(":e", self.expire_at(now))
-                .return_values(ReturnValue::UpdatedNew)
-                .send()
-                .await;
-            match result {
-                Ok(output) => {
-                    let count = output.attributes().and_then(|a| number(a.get(connection_attr::TOPIC_COUNT)));
-                    return Ok((asking, count.unwrap_or(asking)));
+                .expression_attribute_values(":n", AttributeValue::N(n.to_string()))
+                .expression_attribute_values(":room", AttributeValue::N((self.max_topics - n).to_string()))
+                .expression_attribute_values(":e", self.expire_at(now)),
+            Change::Remove => Update::builder()
+                .update_expression("ADD #n :n")
+                .condition_expression("#n >= :d")
+                .expression_attribute_values(":n", AttributeValue::N(format!("-{n}")))
+                .expression_attribute_values(":d", AttributeValue::N(n.to_string())),
+        }
+        .table_name(&self.table)
+        .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
+        .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .expect("table, key and expression are set");
+        let mut items = vec![TransactWriteItem::builder().update(counter).build()];
+        for topic in topics {
+            let item = match change {
+                Change::Add => {
+                    let mut item = Self::key(connection_id, topic);
+                    item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
+                    let put = Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(item))
+                        .condition_expression("attribute_not_exists(#t)")
+                        .expression_attribute_names("#t", connection_attr::TOPIC)
+                        .build()
+                        .expect("table and item are set");
+                    TransactWriteItem::builder().put(put).build()
                 }
-                Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-                Err(err) => return Err(StoreError::new("UpdateItem", &self.table, err)),
-            }
-            // Not that much room: see how much there is, and ask for that.
-            let count = self.topic_count(connection_id).await?;
-            let free = self.max_topics.saturating_sub(count);
-            if free == 0 {
-                return Ok((0, count));
-            }
-            asking = asking.min(free);
+                Change::Remove => {
+                    let delete = Delete::builder()
+                        .table_name(&self.table)
+                        .set_key(Some(Self::key(connection_id, topic)))
+                        .condition_expression("attribute_exists(#t)")
+                        .expression_attribute_names("#t", connection_attr::TOPIC)
+                        .build()
+                        .expect("table and key are set");
+                    TransactWriteItem::builder().delete(delete).build()
+                }
+            };
+            items.push(item);
         }
-        // Other subscribes of this connection kept taking the room first: refuse rather than loop.
-        Ok((0, self.topic_count(connection_id).await?))
-    }
-
-    async fn topic_count(&self, connection_id: &str) -> Result<usize, StoreError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
-            .projection_expression("#n")
-            .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| StoreError::new("GetItem", &self.table, e))?;
-        Ok(output.item().and_then(|i| number(i.get(connection_attr::TOPIC_COUNT))).unwrap_or(0))
-    }
-
-    /// Gives back room for `n` topics.
-    async fn release(&self, connection_id: &str, n: usize) -> Result<(), StoreError> {
         let result = self
             .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
-            .update_expression("ADD #n :n")
-            .condition_expression("#n >= :d")
-            .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
-            .expression_attribute_values(":n", AttributeValue::N(format!("-{n}")))
-            .expression_attribute_values(":d", AttributeValue::N(n.to_string()))
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(uuid::Uuid::new_v4().to_string())
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            // No counter (the connection was deleted meanwhile) or less than that: nothing to give back.
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
-            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
+        let err = match result {
+            Ok(_) => return Ok(Changed::Done),
+            Err(err) => err,
+        };
+        match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
+                let reasons = cancelled.cancellation_reasons();
+                let failed = |i: usize| reasons.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed");
+                if reasons.iter().any(|r| r.code() == Some("ConditionalCheckFailed")) {
+                    let counter = failed(0).then(|| {
+                        reasons[0].item().and_then(|item| number(item.get(connection_attr::TOPIC_COUNT))).unwrap_or(0)
+                    });
+                    let topics: Vec<String> =
+                        topics.iter().enumerate().filter(|(i, _)| failed(i + 1)).map(|(_, t)| t.clone()).collect();
+                    if counter.is_none() && topics.is_empty() {
+                        return Err(StoreError::internal(
+                            "TransactWriteItems",
+                            &self.table,
+                            format!("cancelled with reasons that name none of its items: {reasons:?}"),
+                        ));
+                    }
+                    Ok(Changed::Cancelled { counter, topics })
+                } else if reasons.iter().any(|r| r.code() == Some("TransactionConflict")) {
+                    Ok(Changed::Busy)
+                } else {
+                    Err(StoreError::new("TransactWriteItems", &self.table, err))
+                }
+            }
+            Some(e) if e.is_transaction_in_progress_exception() => Ok(Changed::Busy),
+            _ => Err(StoreError::new("TransactWriteItems", &self.table, err)),
         }
     }
 
-    /// Writes one topic item unless it is there; answers whether it wrote it.
-    async fn put_topic(&self, connection_id: &str, topic: &str, now: SystemTime) -> Result<bool, StoreError> {
-        let mut item = Self::key(connection_id, topic);
-        item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#t)")
-            .expression_attribute_names("#t", connection_attr::TOPIC)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
-            Err(err) => Err(StoreError::new("PutItem", &self.table, err)),
+    /// Backs off before another try of a write that met another transaction on the same items (two
+    /// messages of one connection, or its `$disconnect`); gives up after the retry policy's tries.
+    async fn wait_out_conflict(&self, tries: u32, operation: &'static str) -> Result<(), StoreError> {
+        if tries >= CONFLICT_TRIES {
+            return Err(StoreError::internal(
+                operation,
+                &self.table,
+                format!("still meeting other writes to this connection's items after {tries} tries"),
+            ));
         }
-    }
-
-    /// Deletes the topics' items and gives back the room of those that were there.
-    pub async fn unsubscribe(&self, connection_id: &str, topics: &[Topic]) -> Result<(), StoreError> {
-        let deletes: Vec<Result<bool, StoreError>> = futures::stream::iter(distinct(topics))
-            .map(|topic: String| async move {
-                let output = self
-                    .client
-                    .delete_item()
-                    .table_name(&self.table)
-                    .set_key(Some(Self::key(connection_id, &topic)))
-                    .return_values(ReturnValue::AllOld)
-                    .send()
-                    .await
-                    .map_err(|e| StoreError::new("DeleteItem", &self.table, e))?;
-                Ok(output.attributes().is_some_and(|a| !a.is_empty()))
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
-        let deleted = deletes.iter().filter(|d| matches!(d, Ok(true))).count();
-        if deleted > 0 {
-            self.release(connection_id, deleted).await?;
-        }
-        deletes.into_iter().find(Result::is_err).unwrap_or(Ok(true)).map(|_| ())
+        tokio::time::sleep(self.retry.delay(tries)).await;
+        Ok(())
     }
 
     /// The topics a connection's items name (its own item, `$connection`, included).
