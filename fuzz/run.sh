@@ -68,12 +68,19 @@ for target in "${TARGETS[@]}"; do
     [[ "$target" != stream_attribute ]] && dict=(-dict=fuzz/json.dict)
     before=$(find "$artifacts" -type f | sort)
     # libFuzzer writes new entries to the first corpus directory and only reads the others.
+    # libFuzzer prints a line for every input that adds coverage (thousands a run): they go to a log,
+    # and the run's summary is printed; a failure prints the log's end, where libFuzzer says why.
+    log="fuzz/target/logs/$target.log"
+    mkdir -p "$(dirname "$log")"
     status=0
     timeout $((SECONDS_PER_TARGET + 300)) cargo "+$NIGHTLY" fuzz run "${BUILD_FLAGS[@]}" "$target" "$scratch" "$seeds" -- \
-        -max_total_time="$SECONDS_PER_TARGET" "${LIBFUZZER_FLAGS[@]}" "${dict[@]}" || status=$?
+        -max_total_time="$SECONDS_PER_TARGET" "${LIBFUZZER_FLAGS[@]}" "${dict[@]}" >"$log" 2>&1 || status=$?
+    grep -E '^(#[0-9]+[[:space:]]+DONE|stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb))' "$log" |
+        sed 's/^/   /' || true
     if [[ $status -ne 0 ]]; then
         failed+=("$target")
-        echo "!! fuzz: $target failed (exit $status)"
+        echo "!! fuzz: $target failed (exit $status); the end of its log ($log):"
+        tail -n 60 "$log" | sed 's/^/!!   /'
         found=$(comm -13 <(echo "$before") <(find "$artifacts" -type f | sort) | sed '/^$/d')
         if [[ -n "$found" ]]; then
             while read -r input; do
@@ -82,7 +89,7 @@ for target in "${TARGETS[@]}"; do
                 echo "!!       shrink: cargo +$NIGHTLY fuzz tmin ${BUILD_FLAGS[*]} $target $input"
             done <<<"$found"
         else
-            echo "!! fuzz: no input was kept (the run itself failed or ran out of time): see the output above"
+            echo "!! fuzz: no input was kept (the run itself failed or ran out of time): see its log above"
         fi
     fi
 done
