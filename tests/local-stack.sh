@@ -1,6 +1,6 @@
 # Sourced by the scripts that test against a running local stack (tests/api/run.sh,
-# tests/browser/run.sh): `start_local_stack NAME [twopc-local up flags...]` builds the workspace (the
-# feature set `cargo test --workspace` builds, so after the tests this builds nothing), starts
+# tests/browser/run.sh): `start_local_stack NAME [twopc-local up flags...]` builds what
+# `cargo test --workspace` builds, `twopc-local` included (after the tests this builds nothing), starts
 # `twopc-local up` with its own in-memory DynamoDB Local on free loopback ports, waits until it
 # answers, and stops it (and what it started) when the script exits. It sets `api`, `ws`, `db` (the
 # ports), `work` (a scratch folder, removed at exit; the lake is `$work/lake`) and `stack_log`.
@@ -10,7 +10,7 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 start_local_stack() {
     local name=$1
     shift
-    timeout 1200 cargo build --quiet --workspace --all-targets
+    timeout 1200 cargo test --quiet --workspace --no-run
     api=$(free_port) ws=$(free_port) db=$(free_port)
     work=$(mktemp -d "${TMPDIR:-/tmp}/twopc-$name.XXXXXX")
     stack_log=$work/stack.log
