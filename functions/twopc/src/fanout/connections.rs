@@ -193,6 +193,8 @@ impl ConnectionStore {
             match self.change_topics(connection_id, &batch, Change::Add, now).await? {
                 Changed::Done => {
                     pending.drain(..batch.len());
+                    count += batch.len();
+                    asking = asking.min(self.max_topics.saturating_sub(count));
                 }
                 Changed::Cancelled { counter, topics } => {
                     // Topics there already (a subscribe of the same topic at the same time) are followed.
@@ -200,7 +202,13 @@ impl ConnectionStore {
                     if let Some(held_count) = counter {
                         // Not that much room: ask for what is left (none: the rest is refused).
                         count = held_count;
-                        asking = asking.min(self.max_topics.saturating_sub(held_count));
+                        let room = self.max_topics.saturating_sub(held_count);
+                        if room >= batch.len() {
+                            // Room came back meanwhile (an unsubscribe): the same again, but not for ever.
+                            busy += 1;
+                            self.wait_out_conflict(busy, "TransactWriteItems").await?;
+                        }
+                        asking = asking.min(room);
                     }
                 }
                 Changed::Busy => {
