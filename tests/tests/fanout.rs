@@ -785,6 +785,11 @@ async fn send_route(store: &ConnectionStore, connection_id: &str, route: &str, b
     (response.status_code, answer)
 }
 
+/// A `subscribe` or `unsubscribe` message of these topics.
+async fn topics_route(store: &ConnectionStore, connection_id: &str, route: &str, topics: Vec<String>) -> (i64, Value) {
+    send_route(store, connection_id, route, Some(json!({"action": route, "topics": topics}))).await
+}
+
 fn entity_topics(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| Topic::entity("service-a-data", &format!("{prefix}{i}")).to_string()).collect()
 }
@@ -916,6 +921,41 @@ async fn a_lost_reply_never_moves_the_topic_cap() {
         );
         assert_eq!(edges.items_of(id).await.len(), 51, "{}", fault.name());
     }
+}
+
+/// Issue 20, 6, after review: two unsubscribes of one connection at once, one of a topic the other
+/// also names, leave the counter right: the one that finds a topic gone tries the rest again (before
+/// the fix it took the cancellation for a vanished counter and deleted its topics uncounted: one
+/// topic less for the connection's life).
+#[tokio::test]
+async fn overlapping_unsubscribes_keep_the_count() {
+    let edges = Edges::start().await;
+    let faults = DynamoFaults::new(21);
+    let slow = ConnectionStore::new(faulty_client(&faults), edges.connections.table());
+    let store = &edges.connections;
+    let id = "overlap=";
+    assert_eq!(send_route(store, id, "$connect", None).await.0, 200);
+    assert_eq!(topics_route(store, id, "subscribe", entity_topics("K", 0..2)).await.0, 200);
+
+    // The first unsubscribe reads the topics (K0 and K1) and then waits; the second takes K0 meanwhile.
+    faults.add(Rule::new(DynamoFault::Late(Duration::from_secs(3))).operation("Query").nth(1));
+    let first = topics_route(&slow, id, "unsubscribe", entity_topics("K", 0..2));
+    let second = async {
+        while faults.fired() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        topics_route(store, id, "unsubscribe", entity_topics("K", 0..1)).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!((first.0, second.0), (200, 200), "{first:?} {second:?}");
+    assert_eq!(edges.items_of(id).await.len(), 1, "only the connection's own item is left");
+
+    let (_, answer) = topics_route(store, id, "subscribe", entity_topics("L", 0..50)).await;
+    assert_eq!(
+        strings(&answer["subscribed"]),
+        entity_topics("L", 0..50),
+        "the room of both topics came back: {answer}"
+    );
 }
 
 /// Issue 20, 6: `$disconnect` deletes the largest set a connection may hold, in batches of 25, well

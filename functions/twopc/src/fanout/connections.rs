@@ -9,8 +9,9 @@
 //! that `$disconnect` always has a small, bounded set to delete. The guard is a counter on the
 //! connection's own item (`topicCount`), written in the same `TransactWriteItems` as the topic items
 //! it counts: `ADD n` with `topicCount <= max - n` and each topic `attribute_not_exists` for a
-//! subscribe, `ADD -n` and each topic `attribute_exists` for an unsubscribe. So the counter is always
-//! the number of topic items:
+//! subscribe, `ADD -n` and each topic `attribute_exists` for an unsubscribe. So while the connection
+//! lives the counter is always the number of topic items (`$disconnect` deletes them all, counter
+//! included, without a transaction):
 //! - two messages handled at once cannot together pass the cap (one counter item; a transaction
 //!   that meets another is cancelled and tried again);
 //! - a write whose reply was lost and that the SDK sends again is answered as the first attempt
@@ -26,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, Delete, DeleteRequest, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
@@ -86,14 +88,23 @@ enum Change {
 #[derive(Debug)]
 enum Changed {
     Done,
-    /// Nothing was written: the counter's condition failed (`counter`: the count it found), or these
-    /// topics' (there already for an add, gone already for a remove).
+    /// Nothing was written: the counter's condition failed (`counter`), or these topics' (there
+    /// already for an add, gone already for a remove), or both.
     Cancelled {
-        counter: Option<usize>,
+        counter: Option<Counter>,
         topics: Vec<String>,
     },
     /// Another write to the same items was under way: nothing was written; worth trying again.
     Busy,
+}
+
+/// The connection's counter, as a failed condition found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counter {
+    /// This many topics counted.
+    Holds(usize),
+    /// No counter: the connection's own item is gone (its `$disconnect`, at the same time).
+    Missing,
 }
 
 /// A topic a subscribe did not take, and why.
@@ -184,7 +195,8 @@ impl ConnectionStore {
         let requested = distinct_in_order(topics);
         let held: HashSet<String> = self.topics_of(connection_id).await?.into_iter().collect();
         let mut pending: Vec<String> = requested.iter().filter(|t| !held.contains(*t)).cloned().collect();
-        // What the connection follows already leaves this much room (the counter has the last word).
+        // What the connection follows already leaves this much room: none, and the rest is refused
+        // without a write; some, and the counter's condition decides.
         let mut count = held.iter().filter(|t| *t != connection_attr::CONNECTION_TOPIC).count();
         let mut asking = self.max_topics.saturating_sub(count).min(TOPICS_PER_TRANSACTION);
         let mut busy = 0;
@@ -199,12 +211,14 @@ impl ConnectionStore {
                 Changed::Cancelled { counter, topics } => {
                     // Topics there already (a subscribe of the same topic at the same time) are followed.
                     pending.retain(|t| !topics.contains(t));
-                    if let Some(held_count) = counter {
-                        // Not that much room: ask for what is left (none: the rest is refused).
+                    // Not that much room: ask for what is left (none: the rest is refused). The
+                    // condition fails only on a counter that is there, so `Missing` does not come.
+                    if let Some(Counter::Holds(held_count)) = counter {
                         count = held_count;
                         let room = self.max_topics.saturating_sub(held_count);
                         if room >= batch.len() {
-                            // Room came back meanwhile (an unsubscribe): the same again, but not for ever.
+                            // Not by DynamoDB's rules (the item returned is the one the condition
+                            // read); tried again all the same, but not for ever.
                             busy += 1;
                             self.wait_out_conflict(busy, "TransactWriteItems").await?;
                         }
@@ -256,16 +270,25 @@ impl ConnectionStore {
                 Changed::Done => {
                     pending.drain(..batch.len());
                 }
-                Changed::Cancelled { counter: Some(_), .. } => {
-                    // No counter, or less than the topics: the connection's own item went (a `$disconnect`
-                    // at the same time), and with it the count; the topics go without it.
+                Changed::Cancelled { topics, .. } if !topics.is_empty() => {
+                    // Gone already (an unsubscribe of the same topic at the same time): the rest again,
+                    // whatever the counter's condition said (it counted those too).
+                    pending.retain(|t| !topics.contains(t));
+                }
+                Changed::Cancelled { counter, .. } => {
+                    // Every topic is there but the counter is gone, or counts fewer: the connection's own
+                    // item went or is going (its `$disconnect`), and its topics go without a count.
+                    if counter != Some(Counter::Missing) {
+                        warn!(
+                            connection_id,
+                            ?counter,
+                            topics = batch.len(),
+                            "a connection's topic counter counts fewer than its topics"
+                        );
+                    }
                     let requests = batch.iter().map(|topic| delete_request(connection_id, topic)).collect();
                     self.batch_write(requests).await?;
                     pending.drain(..batch.len());
-                }
-                Changed::Cancelled { topics, .. } => {
-                    // Gone already (an unsubscribe of the same topic at the same time).
-                    pending.retain(|t| !topics.contains(t));
                 }
                 Changed::Busy => {
                     busy += 1;
@@ -354,7 +377,10 @@ impl ConnectionStore {
                 let failed = |i: usize| reasons.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed");
                 if reasons.iter().any(|r| r.code() == Some("ConditionalCheckFailed")) {
                     let counter = failed(0).then(|| {
-                        reasons[0].item().and_then(|item| number(item.get(connection_attr::TOPIC_COUNT))).unwrap_or(0)
+                        match reasons[0].item().and_then(|item| number(item.get(connection_attr::TOPIC_COUNT))) {
+                            Some(count) => Counter::Holds(count),
+                            None => Counter::Missing,
+                        }
                     });
                     let topics: Vec<String> =
                         topics.iter().enumerate().filter(|(i, _)| failed(i + 1)).map(|(_, t)| t.clone()).collect();
@@ -489,14 +515,18 @@ impl ConnectionStore {
                 }
                 tokio::time::sleep(self.retry.delay(attempt - 1)).await;
             }
-            let output = self
-                .client
-                .batch_write_item()
-                .request_items(&self.table, pending)
-                .send()
-                .await
-                .map_err(|e| StoreError::new("BatchWriteItem", &self.table, e))?;
-            pending = output.unprocessed_items().and_then(|items| items.get(&self.table)).cloned().unwrap_or_default();
+            let result = self.client.batch_write_item().request_items(&self.table, pending.clone()).send().await;
+            pending = match result {
+                Ok(output) => {
+                    output.unprocessed_items().and_then(|items| items.get(&self.table)).cloned().unwrap_or_default()
+                }
+                // An item of the batch is in a subscribe's or unsubscribe's transaction under way:
+                // nothing of the batch was written; deletions are safe to send again.
+                Err(err) if err.as_service_error().and_then(|e| e.code()) == Some("TransactionConflictException") => {
+                    pending
+                }
+                Err(err) => return Err(StoreError::new("BatchWriteItem", &self.table, err)),
+            };
         }
         Ok(())
     }
