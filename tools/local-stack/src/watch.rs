@@ -51,6 +51,15 @@ impl Watch {
         if !options.reload {
             command.arg("--ignore-changes");
         }
+        // What cargo set for this process when it ran it (`cargo run`, `cargo test`) describes this
+        // crate, not the build the watch starts: a build script that reads one of them (ring's reads
+        // CARGO_MANIFEST_DIR) would record it, and the next build from a plain shell would find it
+        // changed and rebuild everything above that crate, twice over.
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_some_and(set_by_cargo_for_a_crate) {
+                command.env_remove(&key);
+            }
+        }
         // Values such as the service registry are JSON with commas, which `--env-var` would split:
         // they go in the environment, which the functions inherit.
         for (key, value) in env {
@@ -159,5 +168,41 @@ async fn forward(stream: impl AsyncRead + Unpin, name: String, tail: Arc<Mutex<V
             kept.pop_front();
         }
         kept.push_back(line);
+    }
+}
+
+/// The variables cargo sets for the crate it runs or tests (its manifest, package, binaries, scratch
+/// folders), as opposed to the ones a user sets to configure cargo (`CARGO_HOME`, `CARGO_TARGET_DIR`,
+/// `CARGO_BUILD_*`, ...), which the watch keeps.
+fn set_by_cargo_for_a_crate(name: &str) -> bool {
+    matches!(
+        name,
+        "CARGO_MANIFEST_DIR"
+            | "CARGO_MANIFEST_PATH"
+            | "CARGO_MANIFEST_LINKS"
+            | "CARGO_CRATE_NAME"
+            | "CARGO_BIN_NAME"
+            | "CARGO_PRIMARY_PACKAGE"
+            | "CARGO_TARGET_TMPDIR"
+            | "CARGO_RUSTC_CURRENT_DIR"
+            | "OUT_DIR"
+    ) || name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_by_cargo_for_a_crate;
+
+    #[test]
+    fn a_crates_own_variables_are_not_passed_on_and_cargos_configuration_is() {
+        for name in
+            ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION", "CARGO_BIN_EXE_twopc-local", "OUT_DIR"]
+        {
+            assert!(set_by_cargo_for_a_crate(name), "{name}");
+        }
+        for name in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_BUILD_JOBS", "CARGO_INCREMENTAL", "PATH"] {
+            assert!(!set_by_cargo_for_a_crate(name), "{name}");
+        }
     }
 }
