@@ -73,7 +73,8 @@ const WAIT: Duration = Duration::from_secs(120);
 pub async fn fanout(dynamodb_endpoint: &str, plan: FanOutPlan) -> Result<FanOut, String> {
     let lake_dir: PathBuf = std::env::temp_dir().join(format!("twopc-bench-lake-{}", uuid::Uuid::new_v4().simple()));
     let mut config = Config::isolated(dynamodb_endpoint, &lake_dir);
-    // Lambda polls a stream shard four times a second; the local default.
+    // The local stack's default, 100 ms (Lambda polls a shard about four times a second, so a
+    // deployed push waits up to about 150 ms longer).
     config.poll_interval = Config::default().poll_interval;
     let stack = Stack::start(config).await.map_err(|e| format!("the local stack: {e}"))?;
     let result = run(&stack, plan).await;
