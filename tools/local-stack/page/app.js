@@ -9,6 +9,7 @@ const state = {
   items: new Map(),        // topic → last commit push
   transactions: new Map(), // transactionId → {record, httpStatus, source, elapsedMs, sentAt}
   pending: new Set(),      // topics asked for, not yet acknowledged
+  waiting: new Map(),      // topic → callbacks to run when the WebSocket API acknowledges it
   refused: new Map(),      // topic → why the WebSocket API refused it (over the per-connection cap)
 };
 
@@ -57,15 +58,21 @@ function send(message) {
   }
 }
 
+function acknowledged(topic) {
+  state.pending.delete(topic);
+  for (const done of state.waiting.get(topic) || []) done();
+  state.waiting.delete(topic);
+}
+
 function onPush(message) {
   if (Array.isArray(message.subscribed)) {
     for (const topic of message.subscribed) {
-      state.pending.delete(topic);
+      acknowledged(topic);
       state.refused.delete(topic);
     }
     // Topics over the per-connection cap come back refused, each with the reason.
     for (const refused of message.refused || []) {
-      state.pending.delete(refused.topic);
+      acknowledged(refused.topic);
       state.refused.set(refused.topic, refused.reason);
     }
     renderItems();
@@ -87,15 +94,25 @@ function onPush(message) {
   }
 }
 
+// Follows an item; resolves once the WebSocket API has acknowledged the topic (or after 3 s, so a
+// closed socket never holds a form back). A form waits for it before it sends its transaction: a
+// commit made before the subscription is written would reach nobody, and the REST API has no item
+// read to fill the row in afterwards.
 function watch(service, entity) {
   const table = state.services[service];
-  if (!table || !entity) return;
+  if (!table || !entity) return Promise.resolve();
   const topic = entityTopic(table, entity);
-  if (state.watched.has(topic)) return;
-  state.watched.set(topic, { service, table, entity });
-  localStorage.setItem('twopc.watched', JSON.stringify([...state.watched.values()].map((w) => [w.service, w.entity])));
-  send({ action: 'subscribe', topics: [topic] });
-  renderItems();
+  if (!state.watched.has(topic)) {
+    state.watched.set(topic, { service, table, entity });
+    localStorage.setItem('twopc.watched', JSON.stringify([...state.watched.values()].map((w) => [w.service, w.entity])));
+    send({ action: 'subscribe', topics: [topic] });
+    renderItems();
+  }
+  if (!state.pending.has(topic)) return Promise.resolve();
+  return new Promise((resolve) => {
+    state.waiting.set(topic, [...(state.waiting.get(topic) || []), resolve]);
+    setTimeout(resolve, 3000);
+  });
 }
 
 // ---- the REST API --------------------------------------------------------------------------
@@ -170,20 +187,23 @@ function transferBody(form) {
 
 function setUpForms() {
   const openForm = $('#open-form');
-  openForm.addEventListener('submit', (event) => {
+  openForm.addEventListener('submit', async (event) => {
     event.preventDefault();
+    // The form as it is now: it may be filled in again while the subscription is acknowledged.
     const service = openForm.service.value; const entity = openForm.entity.value.trim();
-    watch(service, entity);
-    submit({ participants: [{ service, operations: [{ op: 'put', key: { entityId: entity }, data: { balance: Number(amountOf(openForm.balance.value)) }, ifNotExists: true }] }] },
-      { label: `open ${entity}` });
+    const body = { participants: [{ service, operations: [{ op: 'put', key: { entityId: entity }, data: { balance: Number(amountOf(openForm.balance.value)) }, ifNotExists: true }] }] };
+    await watch(service, entity);
+    submit(body, { label: `open ${entity}` });
   });
 
   const transferForm = $('#transfer-form');
-  const transfer = (times) => {
+  const transfer = async (times) => {
     const body = transferBody(transferForm);
-    watch(transferForm.fromService.value, transferForm.from.value.trim());
-    watch(transferForm.toService.value, transferForm.to.value.trim());
     const label = `transfer ${transferForm.amount.value} ${transferForm.from.value} → ${transferForm.to.value}`;
+    await Promise.all([
+      watch(transferForm.fromService.value, transferForm.from.value.trim()),
+      watch(transferForm.toService.value, transferForm.to.value.trim()),
+    ]);
     return Promise.all(Array.from({ length: times }, (_, i) => submit(body, { label: times > 1 ? `${label} (${i + 1} of ${times})` : label })));
   };
   transferForm.addEventListener('submit', (event) => { event.preventDefault(); transfer(1); });
@@ -197,7 +217,7 @@ function setUpForms() {
     ],
     timeoutMs: 3000,
   }, null, 2);
-  rawForm.addEventListener('submit', (event) => {
+  rawForm.addEventListener('submit', async (event) => {
     event.preventDefault();
     const error = $('#raw-error');
     error.hidden = true;
@@ -207,12 +227,15 @@ function setUpForms() {
       error.textContent = `not JSON (${e.message}); sent as written`;
       error.hidden = false;
     }
+    const watches = [];
     for (const part of (parsed && parsed.participants) || []) {
       for (const op of part.operations || []) {
-        if (op && op.key && typeof op.key.entityId === 'string') watch(part.service, op.key.entityId);
+        if (op && op.key && typeof op.key.entityId === 'string') watches.push(watch(part.service, op.key.entityId));
       }
     }
-    submit(rawForm.body.value, { key: rawForm.key.value.trim() || undefined, label: 'raw' });
+    const sent = rawForm.body.value; const key = rawForm.key.value.trim() || undefined;
+    await Promise.all(watches);
+    submit(sent, { key, label: 'raw' });
   });
 
   const watchForm = $('#watch-form');
