@@ -51,7 +51,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = crate::config::DEFAULT_MAX_TOPICS_PER_CONNECTION;
 /// BatchWriteItem takes 25 requests per call.
 const BATCH_WRITE_LIMIT: usize = 25;
-/// Single-item writes of one message in flight at once.
+/// `BatchWriteItem` calls of one `$disconnect` in flight at once.
 const WRITE_CONCURRENCY: usize = 10;
 /// Topics one `TransactWriteItems` changes: its 100 actions, less the connection's counter.
 const TOPICS_PER_TRANSACTION: usize = 99;
@@ -77,10 +77,10 @@ pub struct ConnectionStore {
     max_topics: usize,
 }
 
-/// Which way a topic change goes.
+/// Which way a topic change goes (an added topic expires a TTL after `now`).
 #[derive(Debug, Clone, Copy)]
 enum Change {
-    Add,
+    Add { now: SystemTime },
     Remove,
 }
 
@@ -202,7 +202,7 @@ impl ConnectionStore {
         let mut busy = 0;
         while !pending.is_empty() && asking > 0 {
             let batch: Vec<String> = pending.iter().take(asking).cloned().collect();
-            match self.change_topics(connection_id, &batch, Change::Add, now).await? {
+            match self.change_topics(connection_id, &batch, Change::Add { now }).await? {
                 Changed::Done => {
                     pending.drain(..batch.len());
                     count += batch.len();
@@ -266,7 +266,7 @@ impl ConnectionStore {
         let mut busy = 0;
         while !pending.is_empty() {
             let batch: Vec<String> = pending.iter().take(TOPICS_PER_TRANSACTION).cloned().collect();
-            match self.change_topics(connection_id, &batch, Change::Remove, SystemTime::now()).await? {
+            match self.change_topics(connection_id, &batch, Change::Remove).await? {
                 Changed::Done => {
                     pending.drain(..batch.len());
                 }
@@ -309,11 +309,10 @@ impl ConnectionStore {
         connection_id: &str,
         topics: &[String],
         change: Change,
-        now: SystemTime,
     ) -> Result<Changed, StoreError> {
         let n = topics.len();
         let counter = match change {
-            Change::Add => Update::builder()
+            Change::Add { now } => Update::builder()
                 .update_expression("ADD #n :n SET #e = if_not_exists(#e, :e)")
                 .condition_expression("attribute_not_exists(#n) OR #n <= :room")
                 .expression_attribute_names("#e", connection_attr::EXPIRE_AT)
@@ -335,7 +334,7 @@ impl ConnectionStore {
         let mut items = vec![TransactWriteItem::builder().update(counter).build()];
         for topic in topics {
             let item = match change {
-                Change::Add => {
+                Change::Add { now } => {
                     let mut item = Self::key(connection_id, topic);
                     item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
                     let put = Put::builder()
