@@ -43,12 +43,15 @@ pub enum DynamoFault {
     Throttle,
     /// Forwarded, and DynamoDB's real answer returned only after this delay.
     Late(Duration),
+    /// Answered 400 ValidationException (an item over 400 KB) without forwarding: refused as invalid, as a
+    /// write that would make its item too large is, every time it is sent.
+    Invalid,
 }
 
 impl DynamoFault {
     /// Whether the request reaches DynamoDB under this fault.
     pub fn forwards(self) -> bool {
-        !matches!(self, DynamoFault::Throttle)
+        !matches!(self, DynamoFault::Throttle | DynamoFault::Invalid)
     }
 
     /// A short name for reports: `lose-reply`, `drop-connection`, `throttle`, `late`.
@@ -58,6 +61,7 @@ impl DynamoFault {
             DynamoFault::DropConnection => "drop-connection",
             DynamoFault::Throttle => "throttle",
             DynamoFault::Late(_) => "late",
+            DynamoFault::Invalid => "invalid",
         }
     }
 }
@@ -66,6 +70,7 @@ impl DynamoFault {
 pub const INJECTED_THROTTLING_MESSAGE: &str = "Rate of requests exceeds the allowed throughput (injected)";
 pub const INJECTED_INTERNAL_MESSAGE: &str = "The server encountered an internal error (injected)";
 pub const INJECTED_RESET_MESSAGE: &str = "connection reset after the request was sent (injected)";
+pub const INJECTED_INVALID_MESSAGE: &str = "Item size has exceeded the maximum allowed size (injected)";
 
 /// Which requests get a fault. Every filter set must match; then `skip`, `times` and the chance decide.
 #[derive(Debug, Clone)]
@@ -345,6 +350,9 @@ impl HttpConnector for FaultyConnector {
                     let _ = inner.call(request).await?;
                     let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, INJECTED_RESET_MESSAGE);
                     Err(ConnectorError::io(Box::new(reset)))
+                }
+                Some(DynamoFault::Invalid) => {
+                    Ok(error_response(400, "com.amazon.coral.validate#ValidationException", INJECTED_INVALID_MESSAGE))
                 }
                 Some(DynamoFault::Late(delay)) => {
                     let answer = inner.call(request).await;

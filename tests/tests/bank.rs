@@ -13,8 +13,9 @@
 //!
 //! One transfer in four is keyed, and most keyed ones are REPLAYED with the same key and body: at once,
 //! later, or concurrently with the first execution, each replay under faults of its own. Among the
-//! transfers are writes that approach DynamoDB's limits (a `set` of up to 400 fields, strings of up to
-//! 190 KB on an account's other fields, next to its balance).
+//! transfers are writes that approach DynamoDB's limits on an account's other fields, next to its
+//! balance: a `set` of up to 400 fields, strings of up to 190 KB, nested lists that make the
+//! transaction record near its bound (either side of it), values nested at the limit or one level over.
 //!
 //! Checked once everything ended: every record terminal and no lock left; balances, versions and
 //! `lastTx` are exactly what the committed records make (each applied once, nothing of an aborted
@@ -171,36 +172,63 @@ fn transfer_body(from: (&str, &str), to: (&str, &str), amount: u64, timeout_ms: 
     transfer.timeout_ms(timeout_ms).to_json()
 }
 
-/// A `set` near one of DynamoDB's limits, on an account's other fields (never its balance): hundreds of
-/// fields (the commit's expression nears, and may pass, 4 KB) or a string of up to 190 KB (three such
-/// notes on one item near, and may pass, 400 KB).
-fn near_limit_set(rng: &mut Rng, account: &str, many_fields: bool) -> op::Set {
-    if many_fields {
-        let fields = rng.between(40, 400);
-        let base = rng.below(1000);
-        (0..fields).fold(op::set(account), |set, i| set.field(format!("f{i}"), base + i))
-    } else {
-        let size = rng.between(40_000, 190_000) as usize;
-        let letter = (b'a' + rng.below(26) as u8) as char;
-        let mut note = format!("{letter}{}", rng.next());
-        note.extend(std::iter::repeat_n(letter, size - note.len()));
-        op::set(account).field(format!("note{}", rng.below(3)), note)
+/// Which of DynamoDB's limits a near-limit `set` approaches.
+#[derive(Clone, Copy)]
+enum Near {
+    /// Hundreds of fields: the commit's expression nears, and may pass, 4 KB.
+    Fields,
+    /// A string of up to 190 KB: three such notes on one item near, and may pass, 400 KB.
+    String,
+    /// Nested lists that DynamoDB counts at almost twice their JSON: the transaction record nears, and
+    /// may pass, its bound (`MAX_RECORD_BYTES`).
+    Record,
+    /// A value nested as deep as the record stores (26 levels under a field), or one level more.
+    Nesting,
+}
+
+/// A `set` near one of DynamoDB's limits, on an account's other fields (never its balance).
+fn near_limit_set(rng: &mut Rng, account: &str, near: Near) -> op::Set {
+    let field = format!("note{}", rng.below(3));
+    match near {
+        Near::Fields => {
+            let fields = rng.between(40, 400);
+            let base = rng.below(1000);
+            (0..fields).fold(op::set(account), |set, i| set.field(format!("f{i}"), base + i))
+        }
+        Near::String => {
+            let size = rng.between(40_000, 190_000) as usize;
+            let letter = (b'a' + rng.below(26) as u8) as char;
+            let mut note = format!("{letter}{}", rng.next());
+            note.extend(std::iter::repeat_n(letter, size - note.len()));
+            op::set(account).field(field, note)
+        }
+        Near::Record => {
+            // 20 lists deep: 80 bytes of record each (1 for the element, 3 + 1 per level), 41 of JSON.
+            let element = (0..19).fold(json!([]), |inner, _| json!([inner]));
+            let target = twopc::record::MAX_RECORD_BYTES as u64 + rng.between(0, 6_000) - 3_000;
+            op::set(account).field(field, Value::Array(vec![element; (target / 80) as usize]))
+        }
+        Near::Nesting => {
+            let levels = rng.between(25, 28);
+            op::set(account).field(field, (0..levels).fold(json!(rng.below(100)), |inner, _| json!({"d": inner})))
+        }
     }
 }
 
 /// One or two `set`s near DynamoDB's limits: on one service (one phase) or two (two phases), at most
-/// one large string per request (the API takes 256 KiB).
+/// one large value per request (the API takes 256 KiB).
 fn near_limit_body(rng: &mut Rng, timeout_ms: u64) -> Value {
     let a = ACCOUNTS[rng.below(5) as usize];
     let b = ACCOUNTS[5 + rng.below(5) as usize];
-    let large_first = rng.below(2) == 0;
+    let large = [Near::String, Near::Record, Near::Nesting][rng.below(3) as usize];
     let request = if rng.below(2) == 0 {
         let (service, account) = if rng.below(2) == 0 { a } else { b };
-        let many_fields = rng.below(2) == 0;
-        Transaction::new().participant(service, [near_limit_set(rng, account, many_fields)])
+        let near = if rng.below(2) == 0 { Near::Fields } else { large };
+        Transaction::new().participant(service, [near_limit_set(rng, account, near)])
     } else {
-        let first = near_limit_set(rng, a.1, !large_first);
-        let second = near_limit_set(rng, b.1, large_first);
+        let (first, second) = if rng.below(2) == 0 { (large, Near::Fields) } else { (Near::Fields, large) };
+        let first = near_limit_set(rng, a.1, first);
+        let second = near_limit_set(rng, b.1, second);
         Transaction::new().participant(a.0, [first]).participant(b.0, [second])
     };
     request.timeout_ms(timeout_ms).to_json()

@@ -129,6 +129,9 @@ fn operations_and_their_fields_are_the_parsers() {
         schema(&spec, "ParticipantPart")["properties"]["operations"]["maxItems"],
         MAX_OPERATIONS_PER_PARTICIPANT
     );
+    assert_eq!(request["properties"]["participants"]["maxItems"], twopc::model::MAX_PARTICIPANTS);
+    let described = request["properties"]["participants"]["description"].as_str().unwrap().replace(',', "");
+    assert!(described.contains(&twopc::record::MAX_RECORD_BYTES.to_string()), "the record's bound, in bytes");
     assert_eq!(schema(&spec, "Key")["additionalProperties"]["anyOf"][0]["maxLength"], MAX_KEY_BYTES);
     assert_eq!(schema(&spec, "Key")["propertyNames"]["maxLength"], MAX_KEY_NAME_BYTES);
 }

@@ -26,8 +26,8 @@ use crate::clock::SharedClock;
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
 use crate::invoke::ParticipantInvoker;
 use crate::model::{
-    Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
-    STATUS_COMMITTED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
+    Action, ErrorCode, Invalid, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
+    STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
@@ -180,34 +180,10 @@ impl Coordinator {
         };
         let answer_by = std::time::Instant::now() + self.answer_budget;
         let now = self.clock.now_ms();
-        let record = TransactionRecord {
-            transaction_id: id.clone(),
-            status: Status::Preparing,
-            participants: request
-                .participants
-                .iter()
-                .map(|p| ParticipantEntry {
-                    service: p.service.clone(),
-                    operations: p.operations.iter().map(Operation::to_json).collect(),
-                    vote: None,
-                    code: None,
-                    reason: None,
-                    read_only: false,
-                    lock_token: None,
-                })
-                .collect(),
-            created_at: now,
-            updated_at: now,
-            deadline: now + request.timeout_ms,
-            reason: None,
-            request_hash,
-            expire_at: None,
-            open_shard: None,
-            sweep_at: None,
-            sweep_attempts: None,
-            sweep_error: None,
-            execution_id: Some(uuid::Uuid::new_v4().simple().to_string()),
-        };
+        let record = TransactionRecord::preparing(id.clone(), &request, request_hash, now);
+        if let Err(invalid) = record.check_first_write() {
+            return Reply::invalid(invalid);
+        }
         let span = info_span!("transaction", tx = %id);
         match self.run(record, answer_by).instrument(span).await {
             Ok(reply) => reply,
@@ -328,7 +304,8 @@ impl Coordinator {
             }
         };
         match transition {
-            Transition::Done(record) => Ok(record),
+            // A decision written shortened (the record would have passed 400 KB) may lack the votes: shown.
+            Transition::Done(record) => Ok(with_votes(record, votes)),
             Transition::Lost(Some(current)) => {
                 if current.status != to {
                     warn!(status = %current.status, "the record was decided otherwise first; following it");
@@ -737,6 +714,10 @@ where
                 if last.as_ref().is_some_and(|l| l.outcome == WriteOutcome::Unknown) {
                     e.outcome = WriteOutcome::Unknown;
                 }
+                // Refused as invalid, it would be refused again: the caller fences it.
+                if e.invalid {
+                    return Err(e);
+                }
                 last = Some(e);
             }
         }
@@ -773,7 +754,8 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
         Some(Vote::Refused) => {
             entry.vote = Some(Vote::Refused);
             entry.code = response.code;
-            entry.reason = response.reason;
+            // As the record keeps it: the answer and GET then say the same.
+            entry.reason = response.reason.map(|r| crate::record::cut(&r, crate::record::MAX_REASON_BYTES));
         }
         None => {
             entry.code = Some(RefusalCode::Unavailable);
@@ -798,12 +780,13 @@ fn acknowledged(action: Action, response: &ParticipantResponse) -> bool {
 }
 
 fn abort_reason(votes: &[ParticipantEntry]) -> String {
-    votes
+    let reasons = votes
         .iter()
         .filter(|p| p.vote != Some(Vote::Prepared))
         .map(|p| format!("{}: {}", p.service, p.reason.as_deref().unwrap_or("did not prepare")))
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    crate::record::cut(&reasons, crate::record::MAX_REASON_BYTES)
 }
 
 /// The transaction id of a keyed request: the same key always names the same transaction.

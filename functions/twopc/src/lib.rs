@@ -20,6 +20,7 @@ pub mod model;
 pub mod participant;
 pub mod record;
 pub mod recovery;
+pub mod size;
 pub mod store;
 pub mod sweeper;
 pub mod tables;

@@ -317,6 +317,9 @@ impl Operation {
 
 /// TransactWriteItems takes at most 100 items; a participant prepares its items in one of them.
 pub const MAX_OPERATIONS_PER_PARTICIPANT: usize = 100;
+/// Services in one transaction: the transaction record keeps a vote for each, and its headroom
+/// ([`crate::record::RECORD_HEADROOM_BYTES`]) is sized for this many.
+pub const MAX_PARTICIPANTS: usize = 32;
 
 pub fn key_text(key: &Key) -> String {
     Value::Object(key.clone()).to_string()
@@ -354,11 +357,14 @@ fn parse_key(value: Option<&Value>, path: &str) -> Result<Key, Invalid> {
 pub const MAX_KEY_NAME_BYTES: usize = 255;
 /// DynamoDB's limit on a partition key value.
 pub const MAX_KEY_BYTES: usize = 2048;
-/// DynamoDB's limit on how deep maps and lists nest in an item.
+/// DynamoDB's limit on how deep maps and lists nest in an item: 32 levels, the item itself being the
+/// first, so a top-level attribute's map or list is at level 2 and no map or list may sit deeper than
+/// level 32 (DynamoDB Local refuses a 32nd map nested under a top-level attribute, `tests/tests/limits.rs`).
 pub const MAX_NESTING: usize = 32;
 /// The nesting level a field of an operation's data has at its deepest: in the transaction record, which
-/// stores it as participants (1) → entry (2) → operations (3) → operation (4) → data or set (5) → field.
-const FIELD_LEVEL: usize = 6;
+/// stores it as item (1) → participants (2) → entry (3) → operations (4) → operation (5) → data or set
+/// (6) → field (7). The item keeps it shallower (item → data → field), and so does the lock's `pending`.
+const FIELD_LEVEL: usize = 7;
 /// DynamoDB's limit on an attribute name (a map key at any depth).
 const MAX_NAME_BYTES: usize = 65_535;
 
@@ -480,6 +486,12 @@ impl TransactionRequest {
             .ok_or_else(|| Invalid::at("participants", "must be an array"))?;
         if list.is_empty() {
             return Err(Invalid::new(ErrorCode::NoParticipants, "participants: must contain at least one participant"));
+        }
+        if list.len() > MAX_PARTICIPANTS {
+            return Err(Invalid::new(
+                ErrorCode::LimitExceeded,
+                format!("participants: {} services; one transaction takes at most {MAX_PARTICIPANTS}", list.len()),
+            ));
         }
         let mut services = BTreeSet::new();
         let mut participants = Vec::with_capacity(list.len());

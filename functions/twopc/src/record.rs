@@ -5,16 +5,55 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::warn;
 
 use crate::attr;
 use crate::expr::{Expr, n, s};
-use crate::model::{RefusalCode, Status, Vote};
+use crate::model::{ErrorCode, Invalid, Operation, RefusalCode, Status, TransactionRequest, Vote};
+use crate::size::{MAX_ITEM_BYTES, item_size};
 use crate::store::{AttemptWatch, Item, StoreError, shard_of};
 use crate::tables::tx_attr as a;
 
 /// Terminal records of requests without an `Idempotency-Key` stay readable (`GET /transactions/{id}`) this
 /// long, then TTL removes them. A keyed record is kept: it is what stops its key from ever running again.
 pub const RETENTION_SECONDS: u64 = 7 * 24 * 3600;
+
+/// What a record may grow by after its first write: every later write (votes with their lock tokens,
+/// codes and reasons, the record's reason, the sweeper's fields, the terminal fields) in its worst
+/// case, for [`crate::model::MAX_PARTICIPANTS`] participants, plus [`RESERVED_PER_PARTICIPANT_BYTES`] and
+/// [`RESERVED_PER_RECORD_BYTES`] kept for fields later versions add. The unit test
+/// `every_later_write_fits_the_headroom` applies each write to a record of [`MAX_RECORD_BYTES`].
+pub const RECORD_HEADROOM_BYTES: usize = 32 * 1024;
+/// The largest first write of a record: a request whose record would be larger is refused (400
+/// `LIMIT_EXCEEDED`) before anything is written, so that every later write of its record fits
+/// DynamoDB's 400 KB.
+pub const MAX_RECORD_BYTES: usize = MAX_ITEM_BYTES - RECORD_HEADROOM_BYTES;
+/// Free text a record keeps is cut to this many bytes (UTF-8, at a character boundary, ending in "…"):
+/// each participant's `reason`, the record's `reason`.
+pub const MAX_REASON_BYTES: usize = 512;
+/// The sweeper's `sweepError` is cut the same way, to this many bytes.
+pub const MAX_SWEEP_ERROR_BYTES: usize = 512;
+/// Part of the headroom no write uses today: room per participant entry and per record for fields the
+/// next versions add to the writes after the first (a rule's own code, a hold's fields, ...).
+pub const RESERVED_PER_PARTICIPANT_BYTES: usize = 128;
+pub const RESERVED_PER_RECORD_BYTES: usize = 4096;
+
+/// The reason an aborted transaction's answer gives when its record keeps none: a record written
+/// shortened, because the full write would have passed 400 KB.
+pub const SHORTENED_REASON: &str = "aborted; the record was shortened to fit DynamoDB's 400 KB and keeps no reason";
+
+/// `text`, cut to at most `max` bytes at a character boundary, "…" marking the cut.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    const MARK: &str = "…";
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -65,6 +104,89 @@ pub struct ParticipantEntry {
 }
 
 impl TransactionRecord {
+    /// The record with its free text cut to what it may keep ([`MAX_REASON_BYTES`], [`MAX_SWEEP_ERROR_BYTES`]).
+    pub fn bounded(mut self) -> TransactionRecord {
+        self.reason = self.reason.map(|r| cut(&r, MAX_REASON_BYTES));
+        self.sweep_error = self.sweep_error.map(|e| cut(&e, MAX_SWEEP_ERROR_BYTES));
+        for entry in &mut self.participants {
+            entry.reason = entry.reason.take().map(|r| cut(&r, MAX_REASON_BYTES));
+        }
+        self
+    }
+
+    /// A new transaction's record, PREPARING, with each participant's operations as the coordinator
+    /// sends them and an execution id of its own; open from `now_ms` until the request's deadline.
+    pub fn preparing(
+        transaction_id: String,
+        request: &TransactionRequest,
+        request_hash: Option<String>,
+        now_ms: u64,
+    ) -> TransactionRecord {
+        TransactionRecord {
+            transaction_id,
+            status: Status::Preparing,
+            participants: request
+                .participants
+                .iter()
+                .map(|p| ParticipantEntry {
+                    service: p.service.clone(),
+                    operations: p.operations.iter().map(Operation::to_json).collect(),
+                    vote: None,
+                    code: None,
+                    reason: None,
+                    read_only: false,
+                    lock_token: None,
+                })
+                .collect(),
+            created_at: now_ms,
+            updated_at: now_ms,
+            deadline: now_ms + request.timeout_ms,
+            reason: None,
+            request_hash,
+            expire_at: None,
+            open_shard: None,
+            sweep_at: None,
+            sweep_attempts: None,
+            sweep_error: None,
+            execution_id: Some(uuid::Uuid::new_v4().simple().to_string()),
+        }
+    }
+
+    /// The bytes DynamoDB counts for the record's first write (in its open form).
+    pub fn first_write_bytes(&self) -> usize {
+        item_size(&self.clone().opened().to_item())
+    }
+
+    /// An ended record shortened to what DynamoDB will always store: no free text, and the participants
+    /// without their operations (see [`shortened_transition_update`]).
+    pub fn shortened(&self) -> TransactionRecord {
+        debug_assert!(self.status.is_terminal());
+        TransactionRecord {
+            participants: ended_entries(&self.participants),
+            reason: None,
+            sweep_error: None,
+            ..self.clone()
+        }
+    }
+
+    /// Refuses a record whose first write would pass [`MAX_RECORD_BYTES`]: its later writes might then
+    /// not fit DynamoDB's 400 KB. Sized as DynamoDB sizes it (nested lists and maps cost more than their
+    /// JSON), in its open form.
+    pub fn check_first_write(&self) -> Result<(), Invalid> {
+        let bytes = self.first_write_bytes();
+        if bytes > MAX_RECORD_BYTES {
+            return Err(Invalid::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "participants: the transaction record would take {bytes} bytes as DynamoDB counts them; the limit \
+                     is {MAX_RECORD_BYTES} bytes (DynamoDB's 400 KB less {RECORD_HEADROOM_BYTES} bytes kept for the \
+                     votes, reasons and recovery fields written later): write less data in one transaction"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// This record as a terminal one created at `now_ms`: out of the open-transactions index, with its
     /// retention clock started (what [`TransactionStore::transition`] writes for a terminal status).
     pub fn ended(mut self, status: Status, now_ms: u64) -> TransactionRecord {
@@ -124,8 +246,9 @@ impl TransactionRecord {
         let mut body = serde_json::Map::new();
         body.insert("transactionId".into(), Value::String(self.transaction_id.clone()));
         body.insert("status".into(), Value::String(self.status.as_str().into()));
-        if let Some(reason) = &self.reason {
-            body.insert("reason".into(), Value::String(reason.clone()));
+        let shortened = matches!(self.status, Status::Aborting | Status::Aborted).then_some(SHORTENED_REASON);
+        if let Some(reason) = self.reason.as_deref().or(shortened) {
+            body.insert("reason".into(), Value::String(reason.to_owned()));
         }
         body.insert("participants".into(), Value::Array(participants));
         body.insert("createdAt".into(), Value::from(self.created_at));
@@ -162,8 +285,22 @@ impl TransactionStore {
         Item::from([(a::ID.to_owned(), s(id))])
     }
 
-    /// Writes a new record unless one with its id exists; returns the existing one then.
+    /// Writes a new record unless one with its id exists; returns the existing one then. Free text is cut
+    /// to what a record keeps. A terminal record DynamoDB refuses as invalid (it would pass 400 KB) is
+    /// written again shortened ([`TransactionRecord::shortened`]): an ended transaction's record always
+    /// gets written.
     pub async fn create(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
+        let record = record.clone().bounded();
+        match self.put_new(&record).await {
+            Err(e) if e.invalid && record.status.is_terminal() => {
+                warn!(tx = %record.transaction_id, error = %e, "record refused as invalid; writing it shortened");
+                self.put_new(&record.shortened()).await
+            }
+            other => other,
+        }
+    }
+
+    async fn put_new(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
         let mut e = Expr::new();
         let id = e.name(a::ID);
         let watch = AttemptWatch::default();
@@ -216,6 +353,11 @@ impl TransactionStore {
     /// Moves the record from `from` to `to` if, and only if, it is in `from`. Votes and a reason may be
     /// written with the change. Terminal states drop the record from the open-transactions index and,
     /// unless it is `keyed`, start its retention clock.
+    ///
+    /// If DynamoDB refuses the change as invalid (the record would pass 400 KB: one written before
+    /// records were bounded, or a size this code misjudged), it is written again in its shortened form
+    /// ([`shortened_transition_update`]), which never makes the record larger than it is, so that a
+    /// transaction always reaches its end.
     #[allow(clippy::too_many_arguments)]
     pub async fn transition(
         &self,
@@ -227,46 +369,34 @@ impl TransactionStore {
         participants: Option<&[ParticipantEntry]>,
         reason: Option<&str>,
     ) -> Result<Transition, StoreError> {
-        let mut e = Expr::new();
-        let status = e.name(a::STATUS);
-        let to_value = e.value(s(to.as_str()));
-        let from_value = e.value(s(from.as_str()));
-        let updated = e.name(a::UPDATED_AT);
-        let now = e.value(n(now_ms));
-        let mut sets = vec![format!("{status} = {to_value}"), format!("{updated} = {now}")];
-        let mut removes = vec![];
-        if let Some(participants) = participants {
-            let name = e.name(a::PARTICIPANTS);
-            let list = serde_json::to_value(participants).expect("entries serialize");
-            let value = e.value(attr::to_attribute(&list));
-            sets.push(format!("{name} = {value}"));
-        }
-        if let Some(reason) = reason {
-            let name = e.name(a::REASON);
-            let value = e.value(s(reason));
-            sets.push(format!("{name} = {value}"));
-        }
-        if to.is_terminal() {
-            if !keyed {
-                let expire = e.name(a::EXPIRE_AT);
-                let at = e.value(n(now_ms / 1000 + RETENTION_SECONDS));
-                sets.push(format!("{expire} = {at}"));
+        let full = transition_update(to, keyed, now_ms, participants, reason);
+        match self.update_status(id, from, &full).await {
+            Err(e) if e.invalid => {
+                warn!(tx = id, to = %to, error = %e, "status change refused as invalid; writing it shortened");
+                let Some(current) = self.get(id).await? else { return Ok(Transition::Lost(None)) };
+                if current.status != from {
+                    return Ok(Transition::Lost(Some(current)));
+                }
+                let shortened = shortened_transition_update(&current, to, keyed, now_ms, participants);
+                self.update_status(id, from, &shortened).await
             }
-            removes.push(e.name(a::OPEN_SHARD));
-            removes.push(e.name(a::SWEEP_AT));
+            other => other,
         }
-        let mut update = format!("SET {}", sets.join(", "));
-        if !removes.is_empty() {
-            update += &format!(" REMOVE {}", removes.join(", "));
-        }
+    }
+
+    /// One conditional status change: `update` if the record is in `from`.
+    async fn update_status(&self, id: &str, from: Status, update: &RecordUpdate) -> Result<Transition, StoreError> {
+        let mut e = Expr::new();
+        let expression = update.expression(&mut e);
+        let condition = format!("{} = {}", e.name(a::STATUS), e.value(s(from.as_str())));
         let watch = AttemptWatch::default();
         let out = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(id)))
-            .update_expression(update)
-            .condition_expression(format!("{status} = {from_value}"))
+            .update_expression(expression)
+            .condition_expression(condition)
             .set_expression_attribute_names(e.names())
             .set_expression_attribute_values(e.values())
             .return_values(ReturnValue::AllNew)
@@ -319,8 +449,11 @@ impl TransactionStore {
         Ok(self.create(&record).await?.unwrap_or(record))
     }
 
-    /// Puts an open transaction the sweeper could not finish behind the others until `sweep_at`, with why,
-    /// so that the next runs reach what stands behind it. Only while it is still `status`.
+    /// Puts an open transaction the sweeper could not finish behind the others until `sweep_at`, with why
+    /// (cut to [`MAX_SWEEP_ERROR_BYTES`]), so that the next runs reach what stands behind it. Only while it
+    /// is still `status`. Refused as invalid (the record would pass 400 KB), it is postponed shortened
+    /// ([`shortened_postpone_update`]), which never makes the record larger: the entry always moves back
+    /// in the index.
     pub async fn postpone(
         &self,
         id: &str,
@@ -329,16 +462,19 @@ impl TransactionStore {
         attempts: u32,
         error: &str,
     ) -> Result<bool, StoreError> {
+        match self.update_open(id, status, &postpone_update(sweep_at, attempts, error)).await {
+            Err(e) if e.invalid => {
+                warn!(tx = id, error = %e, "postponement refused as invalid; postponing without the error");
+                self.update_open(id, status, &shortened_postpone_update(sweep_at)).await
+            }
+            other => other,
+        }
+    }
+
+    /// `update` on a record that is open and in `status`: whether it was.
+    async fn update_open(&self, id: &str, status: Status, update: &RecordUpdate) -> Result<bool, StoreError> {
         let mut e = Expr::new();
-        let update = format!(
-            "SET {} = {}, {} = {}, {} = {}",
-            e.name(a::SWEEP_AT),
-            e.value(n(sweep_at)),
-            e.name(a::SWEEP_ATTEMPTS),
-            e.value(n(attempts)),
-            e.name(a::SWEEP_ERROR),
-            e.value(s(error))
-        );
+        let expression = update.expression(&mut e);
         let condition = format!(
             "{} = {} AND attribute_exists({})",
             e.name(a::STATUS),
@@ -350,7 +486,7 @@ impl TransactionStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(id)))
-            .update_expression(update)
+            .update_expression(expression)
             .condition_expression(condition)
             .set_expression_attribute_names(e.names())
             .set_expression_attribute_values(e.values())
@@ -404,4 +540,332 @@ pub fn status_of(item: &Item) -> Option<Status> {
         AttributeValue::S(text) => Status::parse(text),
         _ => None,
     })
+}
+
+/// One change of a record: the attributes it sets and the ones it removes. DynamoDB applies it as an
+/// update expression; the headroom test applies it in memory, so both size the same write.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordUpdate {
+    pub set: Vec<(&'static str, AttributeValue)>,
+    pub remove: Vec<&'static str>,
+}
+
+impl RecordUpdate {
+    fn set(mut self, name: &'static str, value: AttributeValue) -> RecordUpdate {
+        self.set.push((name, value));
+        self
+    }
+
+    fn remove(mut self, name: &'static str) -> RecordUpdate {
+        self.remove.push(name);
+        self
+    }
+
+    /// The item as DynamoDB stores it after this update.
+    pub fn applied_to(&self, item: &Item) -> Item {
+        let mut item = item.clone();
+        for (name, value) in &self.set {
+            item.insert((*name).to_owned(), value.clone());
+        }
+        for name in &self.remove {
+            item.remove(*name);
+        }
+        item
+    }
+
+    fn expression(&self, e: &mut Expr) -> String {
+        let sets: Vec<String> =
+            self.set.iter().map(|(name, value)| format!("{} = {}", e.name(name), e.value(value.clone()))).collect();
+        let mut expression = format!("SET {}", sets.join(", "));
+        if !self.remove.is_empty() {
+            let removes: Vec<String> = self.remove.iter().map(|name| e.name(name)).collect();
+            expression += &format!(" REMOVE {}", removes.join(", "));
+        }
+        expression
+    }
+}
+
+/// The participant entries as the record stores them, reasons cut to [`MAX_REASON_BYTES`].
+fn entries_value(participants: &[ParticipantEntry]) -> AttributeValue {
+    let bounded: Vec<ParticipantEntry> = participants
+        .iter()
+        .cloned()
+        .map(|mut p| {
+            p.reason = p.reason.map(|r| cut(&r, MAX_REASON_BYTES));
+            p
+        })
+        .collect();
+    attr::to_attribute(&serde_json::to_value(bounded).expect("entries serialize"))
+}
+
+/// A status change in full: the status and its time, the votes and the reason when given (cut to
+/// [`MAX_REASON_BYTES`]); a terminal status leaves the open-transactions index and, unless `keyed`,
+/// starts the retention clock.
+pub fn transition_update(
+    to: Status,
+    keyed: bool,
+    now_ms: u64,
+    participants: Option<&[ParticipantEntry]>,
+    reason: Option<&str>,
+) -> RecordUpdate {
+    let mut update = RecordUpdate::default().set(a::STATUS, s(to.as_str())).set(a::UPDATED_AT, n(now_ms));
+    if let Some(participants) = participants {
+        update = update.set(a::PARTICIPANTS, entries_value(participants));
+    }
+    if let Some(reason) = reason {
+        update = update.set(a::REASON, s(cut(reason, MAX_REASON_BYTES)));
+    }
+    terminal_fields(update, to, keyed, now_ms)
+}
+
+fn terminal_fields(mut update: RecordUpdate, to: Status, keyed: bool, now_ms: u64) -> RecordUpdate {
+    if to.is_terminal() {
+        if !keyed {
+            update = update.set(a::EXPIRE_AT, n(now_ms / 1000 + RETENTION_SECONDS));
+        }
+        update = update.remove(a::OPEN_SHARD).remove(a::SWEEP_AT);
+    }
+    update
+}
+
+/// A status change that never makes `current` larger than it is (so DynamoDB, which stored `current`,
+/// stores it too), written when the full form is refused as invalid. It drops all free text (the
+/// record's reason, `sweepError`, the participants' reasons and codes) and keeps `requestHash`,
+/// `executionId`, every service and lock token, and every operation not applied yet:
+/// - COMMITTING: the votes (with their lock tokens) without reasons or codes: a commit decision needs the
+///   tokens, and is the one change that can still be too large; the coordinator then writes the abort;
+/// - ABORTING: the participants as they are (their operations name the items to release);
+/// - COMMITTED and ABORTED: the participants without their operations, all applied or none ever to be.
+pub fn shortened_transition_update(
+    current: &TransactionRecord,
+    to: Status,
+    keyed: bool,
+    now_ms: u64,
+    participants: Option<&[ParticipantEntry]>,
+) -> RecordUpdate {
+    let mut update = RecordUpdate::default().set(a::STATUS, s(to.as_str())).remove(a::REASON).remove(a::SWEEP_ERROR);
+    // A later time can take more bytes than the one it replaces: written only by an end, which drops far
+    // more (the operations, `openShard`, `sweepAt`).
+    if to.is_terminal() {
+        update = update.set(a::UPDATED_AT, n(now_ms));
+    }
+    let entries = participants.unwrap_or(&current.participants);
+    match to {
+        Status::Committing => {
+            let votes: Vec<ParticipantEntry> =
+                entries.iter().cloned().map(|p| ParticipantEntry { reason: None, code: None, ..p }).collect();
+            update = update.set(a::PARTICIPANTS, entries_value(&votes));
+        }
+        Status::Committed | Status::Aborted => {
+            update = update.set(a::PARTICIPANTS, entries_value(&ended_entries(&current.participants)));
+        }
+        Status::Preparing | Status::Aborting => {}
+    }
+    terminal_fields(update, to, keyed, now_ms)
+}
+
+/// An ended transaction's entries, shortened: each service with its vote and lock token, no operations
+/// and no free text.
+fn ended_entries(entries: &[ParticipantEntry]) -> Vec<ParticipantEntry> {
+    entries.iter().cloned().map(|p| ParticipantEntry { operations: vec![], reason: None, code: None, ..p }).collect()
+}
+
+/// The sweeper's postponement: when to look again, how many attempts, and why (cut to
+/// [`MAX_SWEEP_ERROR_BYTES`]).
+pub fn postpone_update(sweep_at: u64, attempts: u32, error: &str) -> RecordUpdate {
+    RecordUpdate::default()
+        .set(a::SWEEP_AT, n(sweep_at))
+        .set(a::SWEEP_ATTEMPTS, n(attempts))
+        .set(a::SWEEP_ERROR, s(cut(error, MAX_SWEEP_ERROR_BYTES)))
+}
+
+/// A postponement that does not make a postponed record larger: `sweepAt` only (its entry still moves
+/// back in the index), the attempts and the error removed; the next postponement counts from one again.
+/// (A record never postponed before has neither to remove: its new `sweepAt` can take a byte or more
+/// than its old one when that one ended in zeros.)
+pub fn shortened_postpone_update(sweep_at: u64) -> RecordUpdate {
+    RecordUpdate::default().set(a::SWEEP_AT, n(sweep_at)).remove(a::SWEEP_ATTEMPTS).remove(a::SWEEP_ERROR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MAX_PARTICIPANTS;
+    use crate::size::item_size;
+
+    /// A record whose first write is exactly [`MAX_RECORD_BYTES`], with the most participants, each with
+    /// one operation; the first operation's data is padded to the bound.
+    fn record_at_the_bound(keyed: bool) -> TransactionRecord {
+        let entry = |i: usize, data: &str| ParticipantEntry {
+            service: format!("service-{i:02}"),
+            operations: vec![serde_json::json!({"op": "put", "key": {"entityId": "A"}, "data": {"x": data}})],
+            vote: None,
+            code: None,
+            reason: None,
+            read_only: false,
+            lock_token: None,
+        };
+        let mut record = TransactionRecord {
+            transaction_id: "tx-00000000000000000000000000000000".into(),
+            status: Status::Preparing,
+            participants: (0..MAX_PARTICIPANTS).map(|i| entry(i, "")).collect(),
+            created_at: 1_764_000_000_000,
+            updated_at: 1_764_000_000_000,
+            deadline: 1_764_000_025_000,
+            reason: None,
+            request_hash: keyed.then(|| "0".repeat(64)),
+            expire_at: None,
+            open_shard: None,
+            sweep_at: None,
+            sweep_attempts: None,
+            sweep_error: None,
+            execution_id: Some("0".repeat(32)),
+        }
+        .opened();
+        let short = item_size(&record.to_item());
+        record.participants[0] = entry(0, &"d".repeat(MAX_RECORD_BYTES - short));
+        assert_eq!(item_size(&record.to_item()), MAX_RECORD_BYTES);
+        assert!(record.check_first_write().is_ok());
+        record
+    }
+
+    /// The largest vote a participant can leave in a record: every field at once, at its longest.
+    fn worst_votes(record: &TransactionRecord) -> Vec<ParticipantEntry> {
+        let longest_code = RefusalCode::ALL
+            .into_iter()
+            .max_by_key(|c| serde_json::to_value(c).unwrap().as_str().unwrap().len())
+            .unwrap();
+        record
+            .participants
+            .iter()
+            .cloned()
+            .map(|p| ParticipantEntry {
+                vote: Some(Vote::Prepared),
+                code: Some(longest_code),
+                reason: Some("é".repeat(MAX_REASON_BYTES)),
+                read_only: true,
+                lock_token: Some("f".repeat(32)),
+                ..p
+            })
+            .collect()
+    }
+
+    const LATEST: u64 = u64::MAX;
+
+    /// Every write after the first, applied in turn to a record at the bound in the order that grows it
+    /// most (a postponement, the decision with the largest votes and reason, another postponement, the
+    /// end), stays under DynamoDB's 400 KB with the reserved room left over; so do the records created
+    /// with votes (an unkeyed decision, an abort without a record, a one-phase commit).
+    #[test]
+    fn every_later_write_fits_the_headroom() {
+        let reserved = RESERVED_PER_RECORD_BYTES + MAX_PARTICIPANTS * RESERVED_PER_PARTICIPANT_BYTES;
+        let limit = MAX_ITEM_BYTES - reserved;
+        let long_text = "x".repeat(100_000);
+        let mut largest = 0;
+        for keyed in [true, false] {
+            let base = record_at_the_bound(keyed);
+            let votes = worst_votes(&base);
+            for decision in [Status::Committing, Status::Aborting] {
+                let terminal = if decision == Status::Committing { Status::Committed } else { Status::Aborted };
+                let writes = [
+                    ("postpone", postpone_update(LATEST, u32::MAX, &long_text)),
+                    ("decision", transition_update(decision, keyed, LATEST, Some(&votes), Some(&long_text))),
+                    ("postpone again", postpone_update(LATEST, u32::MAX, &long_text)),
+                    ("end", transition_update(terminal, keyed, LATEST, None, None)),
+                ];
+                let mut item = base.to_item();
+                for (name, write) in writes {
+                    item = write.applied_to(&item);
+                    let bytes = item_size(&item);
+                    largest = largest.max(bytes);
+                    assert!(bytes <= limit, "{name} to {decision} (keyed {keyed}): {bytes} bytes > {limit}");
+                }
+            }
+            // Lock resolution's abort of a PREPARING record, with its reason.
+            let resolved = transition_update(Status::Aborting, keyed, LATEST, None, Some(&long_text));
+            assert!(item_size(&resolved.applied_to(&base.to_item())) <= limit);
+        }
+        // Created with votes: an unkeyed commit decision, an abort of a record never written (with the
+        // reason), a one-phase commit's record; each then postponed and ended.
+        let base = record_at_the_bound(false);
+        let votes = worst_votes(&base);
+        for (status, reason) in [(Status::Committing, None), (Status::Aborted, Some(long_text.clone()))] {
+            let mut created = TransactionRecord { status, participants: votes.clone(), reason, ..base.clone() };
+            if status.is_terminal() {
+                created = created.ended(status, LATEST);
+            }
+            let mut item = created.bounded().to_item();
+            assert!(item_size(&item) <= limit, "created {status}: {}", item_size(&item));
+            item = postpone_update(LATEST, u32::MAX, &long_text).applied_to(&item);
+            item = transition_update(Status::Committed, false, LATEST, None, None).applied_to(&item);
+            assert!(item_size(&item) <= limit, "created {status}, ended: {}", item_size(&item));
+            largest = largest.max(item_size(&item));
+        }
+        println!("the largest record a later write makes: {} bytes of {MAX_ITEM_BYTES}", largest);
+    }
+
+    /// The forms written when DynamoDB refuses the full one never make the record larger (but a commit
+    /// decision's, which adds the lock tokens): DynamoDB, which stored the record, stores them too.
+    #[test]
+    fn shortened_writes_never_grow_the_record() {
+        let long_text = "x".repeat(100_000);
+        // Records with and without the sweeper's fields, written over with later times.
+        for (keyed, swept) in [(true, true), (false, true), (true, false), (false, false)] {
+            let mut current = record_at_the_bound(keyed);
+            current.updated_at = 1_000_000_000_000;
+            current.sweep_at = Some(1_764_000_025_123);
+            if swept {
+                current.reason = Some(cut(&long_text, MAX_REASON_BYTES));
+                current.sweep_error = Some(cut(&long_text, MAX_SWEEP_ERROR_BYTES));
+                current.sweep_attempts = Some(3);
+            }
+            let now = 2_999_999_999_999;
+            let item = current.to_item();
+            for (from, to) in [
+                (Status::Preparing, Status::Aborting),
+                (Status::Committing, Status::Committed),
+                (Status::Aborting, Status::Aborted),
+            ] {
+                let current =
+                    TransactionRecord { status: from, participants: worst_votes(&current), ..current.clone() };
+                let item = current.to_item();
+                let shortened = shortened_transition_update(&current, to, keyed, now, None);
+                let after = shortened.applied_to(&item);
+                assert!(item_size(&after) <= item_size(&item), "{from} → {to} (keyed {keyed})");
+                let ended = TransactionRecord::from_item(&after).unwrap();
+                assert_eq!(ended.status, to);
+                assert_eq!(ended.request_hash, current.request_hash);
+                assert_eq!(ended.execution_id, current.execution_id);
+                for (kept, was) in ended.participants.iter().zip(&current.participants) {
+                    assert_eq!((&kept.service, &kept.lock_token), (&was.service, &was.lock_token));
+                    // An open record keeps the operations still to apply or to release.
+                    assert_eq!(kept.operations.is_empty(), to.is_terminal(), "{from} → {to}");
+                }
+            }
+            let postponed = shortened_postpone_update(now).applied_to(&item);
+            assert!(item_size(&postponed) <= item_size(&item), "postponed (swept {swept})");
+            assert!(TransactionRecord::from_item(&postponed).unwrap().sweep_at >= Some(now));
+            let ended = current.clone().ended(Status::Aborted, current.updated_at);
+            assert!(item_size(&ended.shortened().to_item()) <= item_size(&ended.to_item()));
+        }
+    }
+
+    #[test]
+    fn a_record_one_byte_over_the_bound_is_refused_naming_the_limit() {
+        let mut record = record_at_the_bound(true);
+        let Some(Value::String(data)) = record.participants[0].operations[0].pointer_mut("/data/x") else {
+            panic!("padded")
+        };
+        data.push('d');
+        let refused = record.check_first_write().unwrap_err();
+        assert_eq!(refused.code, ErrorCode::LimitExceeded);
+        assert!(refused.message.contains(&format!("the limit is {MAX_RECORD_BYTES} bytes")), "{refused}");
+    }
+
+    #[test]
+    fn text_is_cut_at_a_character_boundary() {
+        assert_eq!(cut("short", 10), "short");
+        let cut_text = cut(&"é".repeat(100), 11);
+        assert!(cut_text.len() <= 11 && cut_text.ends_with('…'), "{cut_text}");
+    }
 }

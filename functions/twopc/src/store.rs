@@ -18,6 +18,9 @@ pub struct StoreError {
     pub message: String,
     /// Whether a write that failed so may still have taken effect.
     pub outcome: WriteOutcome,
+    /// DynamoDB refused the request as invalid (a `ValidationException`: an item over 400 KB, nesting too
+    /// deep, an empty name): sent again as it is, it is refused again.
+    pub invalid: bool,
 }
 
 /// What a failed request says about its write.
@@ -33,7 +36,13 @@ impl StoreError {
     /// A failure of this system's own making (a record that does not decode, a write found missing): no
     /// write of it took effect.
     pub fn internal(operation: &'static str, table: &str, message: impl Into<String>) -> StoreError {
-        StoreError { operation, table: table.to_owned(), message: message.into(), outcome: WriteOutcome::NotApplied }
+        StoreError {
+            operation,
+            table: table.to_owned(),
+            message: message.into(),
+            outcome: WriteOutcome::NotApplied,
+            invalid: false,
+        }
     }
 
     pub fn new<E>(
@@ -44,6 +53,7 @@ impl StoreError {
     where
         E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static,
     {
+        let invalid = err.as_service_error().and_then(|e| e.code()) == Some("ValidationException");
         let outcome = match &err {
             SdkError::ConstructionFailure(_) => WriteOutcome::NotApplied,
             SdkError::ServiceError(service) if service.raw().status().is_client_error() => WriteOutcome::NotApplied,
@@ -59,7 +69,7 @@ impl StoreError {
             SdkError::DispatchFailure(failure) if failure.is_io() => "could not connect".to_owned(),
             other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
         };
-        StoreError { operation, table: table.to_owned(), message, outcome }
+        StoreError { operation, table: table.to_owned(), message, outcome, invalid }
     }
 }
 
