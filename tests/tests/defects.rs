@@ -791,8 +791,8 @@ async fn the_sweeper_gets_past_transactions_it_cannot_finish() {
 // ---------------------------------------------------------------------------------------------------
 
 /// Delivers each prepare to one service twice: the first delivery does its work and its reply is lost;
-/// the re-delivery arrives after the transaction's deadline (the shared clock is moved past it), and
-/// its answer is the one returned.
+/// the re-delivery arrives after the transaction's deadline and the clock margin (the shared clock is
+/// moved past them), and its answer is the one returned.
 struct LateRedelivery {
     inner: FaultyInvoker,
     clock: Arc<ShiftedClock>,
@@ -810,8 +810,9 @@ impl ParticipantInvoker for LateRedelivery {
                 return self.inner.invoke(service, request).await;
             }
             let _lost = self.inner.invoke(service, request).await;
-            let deadline = request.deadline.expect("a prepare carries its deadline");
-            self.clock.advance(deadline.saturating_sub(self.clock.now_ms()) + 1);
+            // Past the deadline and the clock margin: the participant refuses it as late.
+            let cutoff = twopc::clock::lock_cutoff(request.deadline.expect("a prepare carries its deadline"));
+            self.clock.advance(cutoff.saturating_sub(self.clock.now_ms()) + 1);
             self.inner.invoke(service, request).await
         })
     }

@@ -1174,3 +1174,130 @@ async fn a_dead_letter_queue_is_replayed_with_the_real_sqs_client() {
     let report = replay(&source, &streams, &processor, 0).await.expect("the queue answers");
     assert_eq!((report.answer.messages, report.answer.remaining), (0, 1), "{report:?}");
 }
+
+/// Issue 28, 4: a record the processor cannot judge (a transactions-table record whose `status` is not
+/// a string, a participant-table record of a table the processor does not know) is dead-lettered by the
+/// processor itself, with its content, through the real SQS client; it is not reported as a batch item
+/// failure, so the commits behind it on the shard reach the lake at once (it used to hold them up for
+/// 22 hours of retries). Replayed once the cause is fixed (the table configured), it goes through and
+/// its message is deleted; one still unprocessable stays. A Firehose outage is still reported for retry,
+/// and a WebSocket outage still costs nothing: neither is dead-lettered.
+#[tokio::test]
+async fn an_unprocessable_record_is_dead_lettered_with_its_content_and_the_records_behind_it_flow() {
+    use twopc::fanout::replay::{DeadLetterBody, SqsDeadLetters, replay};
+    let lake = firehose::MemorySink::default();
+    let firehose = Firehose::start(lake.clone()).await.unwrap();
+    let sqs = local_services::sqs::Sqs::start().await.expect("the SQS endpoint starts");
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new(REGION))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new("fake", "fake", None, None, "test"))
+        .endpoint_url(sqs.url())
+        .build();
+    let queue = std::sync::Arc::new(SqsDeadLetters::new(aws_sdk_sqs::Client::from_conf(config), sqs.queue_url()));
+    let processor = lake_processor(&firehose).with_dead_letters(queue.clone());
+
+    let mut bad_status = stream_record(
+        2,
+        "transactions",
+        "tx-1",
+        json!({"transactionId": {"S": "tx-1"}, "status": {"S": "COMMITTING"}}),
+        json!({"transactionId": {"S": "tx-1"}, "status": {"N": "7"}}),
+    );
+    bad_status["dynamodb"]["Keys"] = json!({"transactionId": {"S": "tx-1"}});
+    let unknown_table = commit_record(3, "service-c-data", "C", 2, 10);
+    let records = vec![
+        commit_record(1, "service-a-data", "A", 2, 10),
+        bad_status,
+        unknown_table,
+        commit_record(4, "service-a-data", "B", 3, 10),
+        commit_record(5, "service-a-data", "D", 4, 10),
+    ];
+    let outcome = processor.process(&event_of(records)).await;
+
+    assert!(outcome.failed_sequence_numbers().is_empty(), "{:?}", outcome.response);
+    assert_eq!((outcome.summary.unprocessable, outcome.summary.dead_lettered), (2, 2));
+    assert_eq!(event_ids(&lake), vec!["ev-00001", "ev-00004", "ev-00005"], "the records behind flowed");
+    let letters: Vec<DeadLetterBody> = sqs.bodies().iter().map(|b| DeadLetterBody::parse(b).unwrap()).collect();
+    let dead: Vec<(String, String)> = letters
+        .iter()
+        .map(|l| match l {
+            DeadLetterBody::Unprocessable(u) => (u.record.event_id.clone(), u.reason.clone()),
+            DeadLetterBody::OnFailure(_) => panic!("a pointer instead of the record"),
+        })
+        .collect();
+    assert_eq!(dead[0].0, "ev-00002");
+    assert_eq!(dead[1].0, "ev-00003");
+    assert!(dead[1].1.contains("service-c-data"), "{dead:?}");
+
+    // Replayed once the processor knows service-c: that one goes through; the other stays.
+    let tables = BTreeMap::from([
+        ("service-a".to_owned(), "service-a-data".to_owned()),
+        ("service-c".to_owned(), "service-c-data".to_owned()),
+    ]);
+    let fixed = StreamProcessor::new(
+        FanoutConfig::new(&tables, "transactions").unwrap(),
+        FirehoseSink::new(firehose_client(firehose.url()), "lake-stream"),
+        MemoryPoster::default(),
+        MemorySubscriptions::default(),
+    )
+    .with_options(fast())
+    .with_dead_letters(queue.clone());
+    let report = replay(queue.as_ref(), &streams_client(), &fixed, 10).await.expect("the queue answers");
+    assert_eq!((report.answer.messages, report.answer.failed), (2, 1), "{report:?}");
+    assert_eq!(event_ids(&lake), vec!["ev-00001", "ev-00004", "ev-00005", "ev-00003"]);
+    assert_eq!(sqs.bodies().len(), 1, "the still unprocessable one stays, not dead-lettered twice");
+    assert!(sqs.bodies()[0].contains("ev-00002"));
+
+    // A Firehose outage: reported for retry, nothing dead-lettered.
+    firehose.start_outage();
+    let outcome = processor.process(&event_of(vec![commit_record(6, "service-a-data", "E", 2, 10)])).await;
+    assert_eq!(outcome.failed_sequence_numbers(), vec![Some(sequence(6))]);
+    assert_eq!((outcome.summary.dead_lettered, sqs.bodies().len()), (0, 1));
+    firehose.heal();
+
+    // A WebSocket outage: pushes are best effort; nothing reported, nothing dead-lettered.
+    let edges = Edges::start().await;
+    edges.subscriber("c-1", &[Topic::entity("service-a-data", "F")]).await;
+    let unreachable = ApiGatewayPoster::new(management_client("http://127.0.0.1:9/test"));
+    let websocket = StreamProcessor::new(
+        synthetic_config(),
+        FirehoseSink::new(firehose_client(firehose.url()), "lake-stream"),
+        unreachable,
+        edges.connections.clone(),
+    )
+    .with_options(fast())
+    .with_dead_letters(queue.clone());
+    let outcome = websocket.process(&event_of(vec![commit_record(7, "service-a-data", "F", 2, 10)])).await;
+    assert!(outcome.failed_sequence_numbers().is_empty());
+    assert!(outcome.summary.realtime.as_ref().is_some_and(|r| r.failed == 1), "{:?}", outcome.summary);
+    assert_eq!((outcome.summary.dead_lettered, sqs.bodies().len()), (0, 1));
+}
+
+/// A commit too large for Firehose is given up on like an unprocessable record: dead-lettered with its
+/// content when the message fits the queue (here Firehose's limit is set low), reported for retry when
+/// it does not (over 256 KiB).
+#[tokio::test]
+async fn a_commit_too_large_for_firehose_is_dead_lettered_when_its_message_fits() {
+    use twopc::fanout::replay::MAX_DEAD_LETTER_BYTES;
+    let lake = firehose::MemorySink::default();
+    let firehose = Firehose::start(lake.clone()).await.unwrap();
+    let dir = std::env::temp_dir().join(unique("dead-letters"));
+    let folder = std::sync::Arc::new(twopc::fanout::replay::DirectoryDeadLetters::new(&dir));
+    let mut options = fast();
+    options.limits.max_record_bytes = 20_000;
+    let processor = lake_processor(&firehose).with_options(options).with_dead_letters(folder.clone());
+    let records = vec![
+        commit_record(1, "service-a-data", "A", 2, 30_000),
+        commit_record(2, "service-a-data", "B", 2, MAX_DEAD_LETTER_BYTES),
+        commit_record(3, "service-a-data", "C", 2, 10),
+    ];
+    let outcome = processor.process(&event_of(records)).await;
+    assert_eq!(outcome.failed_sequence_numbers(), vec![Some(sequence(2))], "too large to dead-letter: retried");
+    assert_eq!(outcome.summary.dead_lettered, 1);
+    assert_eq!(event_ids(&lake), vec!["ev-00003"]);
+    let files = folder.files().unwrap();
+    assert_eq!(files.len(), 1);
+    assert!(std::fs::read_to_string(&files[0]).unwrap().contains("ev-00001"));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -55,6 +55,16 @@ async fn answers_and_phases_are_written_as_embedded_metrics() {
         assert_eq!(document[latency].as_array().map(Vec::len), Some(values), "{document}");
     }
 
+    // Every answered prepare (two transactions, two participants each) measured the participant's clock
+    // against the coordinator's: one clock here, so no skew but the call's own noise.
+    let (document, declared) = metric(telemetry::CLOCK_SKEW);
+    assert_eq!(declared["Unit"], "Milliseconds");
+    let skews = document[telemetry::CLOCK_SKEW]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| vec![document[telemetry::CLOCK_SKEW].clone()]);
+    assert!(!skews.is_empty() && skews.iter().all(|v| v.as_f64().is_some_and(|ms| ms < 50.0)), "{document}");
+
     // The sweeper's run, counted under the names the stuck-transactions alarm reads.
     let report =
         twopc::sweeper::SweepReport { committed: 2, aborted: 1, stuck: 1, locks_released: 4, ..Default::default() };
@@ -66,4 +76,23 @@ async fn answers_and_phases_are_written_as_embedded_metrics() {
     assert_eq!(document[telemetry::RECOVERED_TRANSACTIONS], json!(3), "{document}");
     assert_eq!(document[telemetry::RESOLVED_LOCKS], json!(4), "{document}");
     assert!(document.get(telemetry::COMMITTED).is_none(), "a flush starts from zero: {document}");
+
+    // The stream processor's record given up on, under the name its alarm reads.
+    let processor = twopc::fanout::StreamProcessor::new(
+        twopc::fanout::FanoutConfig::new(&Default::default(), "transactions").unwrap(),
+        twopc::fanout::memory::MemorySink::default(),
+        twopc::fanout::memory::MemoryPoster::default(),
+        twopc::fanout::memory::MemorySubscriptions::default(),
+    );
+    let unknown: aws_lambda_events::event::dynamodb::Event = serde_json::from_value(json!({"Records": [{
+        "eventID": "ev-1", "eventName": "MODIFY", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/unknown/stream/2024-05-01T00:00:00.000",
+        "dynamodb": {"Keys": {"entityId": {"S": "A"}}, "SequenceNumber": "1", "SizeBytes": 10, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    }]}))
+    .unwrap();
+    processor.process(&unknown).await;
+    let mut out = Vec::new();
+    collector.flush(&mut out).unwrap();
+    let document: Value = serde_json::from_str(String::from_utf8(out).unwrap().trim()).unwrap();
+    assert_eq!(document[telemetry::UNPROCESSABLE_RECORDS], json!(1), "{document}");
 }

@@ -6,30 +6,42 @@
 //! event source mappings gave up on, from the queue `DEAD_LETTER_QUEUE_URL`, through the same fan-out
 //! (`twopc::fanout::replay`), and answers `{"messages", "records", "failed", "remaining"}`.
 
+use std::sync::Arc;
+
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
-use twopc::config;
-use twopc::fanout::replay::{self, Invocation, SqsDeadLetters};
+use twopc::fanout::replay::{self, DirectoryDeadLetters, Invocation, SqsDeadLetters};
 use twopc::fanout::{ApiGatewayPoster, ConnectionStore, FanoutConfig, FirehoseSink, StreamProcessor};
+use twopc::{config, telemetry};
 
 type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
+
+/// The dead-letter queue: SQS deployed; a folder (`file://...`) under the local stack's `--lambda` mode.
+enum Queue {
+    Sqs(Arc<SqsDeadLetters>),
+    Directory(Arc<DirectoryDeadLetters>),
+}
 
 struct Function {
     processor: Processor,
     streams: aws_sdk_dynamodbstreams::Client,
-    /// None when `DEAD_LETTER_QUEUE_URL` is not set: a replay then fails, saying so.
-    dead_letters: Option<SqsDeadLetters>,
+    /// None when `DEAD_LETTER_QUEUE_URL` is not set: a replay then fails, saying so, and a record given
+    /// up on is reported for retry.
+    dead_letters: Option<Queue>,
 }
 
 async fn handle(function: &Function, event: LambdaEvent<Value>) -> Result<Value, Error> {
     match Invocation::parse(event.payload)? {
         Invocation::Stream(batch) => Ok(serde_json::to_value(stream(&function.processor, &batch).await)?),
         Invocation::Replay { max_messages } => {
-            let source =
-                function.dead_letters.as_ref().ok_or(config::ConfigError::Missing(config::DEAD_LETTER_QUEUE_URL))?;
-            let report = replay::replay(source, &function.streams, &function.processor, max_messages).await?;
+            let (processor, streams) = (&function.processor, &function.streams);
+            let report = match &function.dead_letters {
+                Some(Queue::Sqs(queue)) => replay::replay(queue.as_ref(), streams, processor, max_messages).await?,
+                Some(Queue::Directory(dir)) => replay::replay(dir.as_ref(), streams, processor, max_messages).await?,
+                None => return Err(config::ConfigError::Missing(config::DEAD_LETTER_QUEUE_URL).into()),
+            };
             Ok(serde_json::to_value(report.answer)?)
         }
     }
@@ -53,13 +65,26 @@ async fn main() -> Result<(), Error> {
         ApiGatewayPoster::from_config(&sdk, &websocket),
         ConnectionStore::from_config(&sdk, connections),
     );
-    let dead_letters = config::required(config::DEAD_LETTER_QUEUE_URL)
-        .ok()
-        .filter(|url| !url.is_empty())
-        .map(|url| SqsDeadLetters::from_config(&sdk, url));
+    let dead_letters = config::required(config::DEAD_LETTER_QUEUE_URL).ok().filter(|url| !url.is_empty()).map(|url| {
+        match url.strip_prefix("file://") {
+            Some(dir) => Queue::Directory(Arc::new(DirectoryDeadLetters::new(dir))),
+            None => Queue::Sqs(Arc::new(SqsDeadLetters::from_config(&sdk, url))),
+        }
+    });
+    let processor = match &dead_letters {
+        Some(Queue::Sqs(queue)) => processor.with_dead_letters(queue.clone()),
+        Some(Queue::Directory(dir)) => processor.with_dead_letters(dir.clone()),
+        None => processor,
+    };
+    let metrics = telemetry::install_emf_from_env(telemetry::Zeros::Omitted);
     let function = Function { processor, streams: aws_sdk_dynamodbstreams::Client::new(&sdk), dead_letters };
     let function = &function;
-    lambda_runtime::run(service_fn(move |event| handle(function, event))).await
+    lambda_runtime::run(service_fn(move |event| async move {
+        let answer = handle(function, event).await;
+        telemetry::flush(metrics);
+        answer
+    }))
+    .await
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::clock::SharedClock;
+use crate::clock::{SharedClock, resolvable_after};
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
 use crate::invoke::ParticipantInvoker;
 use crate::model::{
@@ -36,11 +36,14 @@ use crate::telemetry;
 /// One commit or abort message gets this long before it is counted as failed and tried again.
 const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
 const SECOND_PHASE_ATTEMPTS: u32 = 3;
-/// An idempotent retry of a request still in flight waits for it this long past its deadline.
-const REPLAY_GRACE_MS: u64 = 2_000;
 /// The coordinator answers within this long of a request, below API Gateway's 29-second integration
-/// timeout: a commit still being applied then is answered 202 with its id, and the sweeper finishes it.
+/// timeout, on every path (a first execution, a retried key, its recovery): a commit still being
+/// applied then is answered 202 with its id, an abort 409, an undecided transaction 503 with its id;
+/// the sweeper finishes them.
 pub const ANSWER_BUDGET: Duration = Duration::from_millis(27_000);
+/// Past the answer budget, a step that has not returned (a DynamoDB call that hangs) is abandoned, as a
+/// crash would abandon it, and the answer is a 503 with the id: still a second before API Gateway's 29 s.
+const ABANDON_AFTER_BUDGET: Duration = Duration::from_millis(1_000);
 /// What a caller is told when the decision could not be recorded and the locks were released.
 const UNRECORDED_DECISION: &str = "the decision could not be recorded, so the transaction was aborted";
 
@@ -59,6 +62,24 @@ impl Reply {
 
     fn invalid(invalid: Invalid) -> Reply {
         Reply::error(invalid.code, invalid.message)
+    }
+
+    /// A POST's answer from the record it ended with: as [`Reply::for_record`], but an undecided
+    /// transaction is a 503 with its id (202 means a decided commit).
+    pub fn answering(record: &TransactionRecord) -> Reply {
+        if record.status != Status::Preparing {
+            return Reply::for_record(record);
+        }
+        let id = &record.transaction_id;
+        let mut reply = Reply::error(
+            ErrorCode::Unavailable,
+            format!(
+                "transaction {id} is not decided yet (its first execution is still at work or stopped before \
+                 deciding); the outcome is not known yet: GET /transactions/{id} tells it once it is decided"
+            ),
+        );
+        reply.body["transactionId"] = Value::String(id.clone());
+        reply
     }
 
     /// The contract's status code for a record's state. A decided abort is answered as the outcome it is
@@ -185,7 +206,23 @@ impl Coordinator {
             return Reply::invalid(invalid);
         }
         let span = info_span!("transaction", tx = %id);
-        match self.run(record, answer_by).instrument(span).await {
+        let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
+        let ran = match tokio::time::timeout_at(abandon_at, self.run(record, answer_by).instrument(span)).await {
+            Ok(ran) => ran,
+            Err(_) => {
+                error!(tx = %id, "the answer budget ran out in a step that did not return; abandoned like a crash");
+                let mut reply = Reply::error(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "the transaction store did not answer in time; the outcome is not known yet: \
+                         GET /transactions/{id} tells it once recovery has run"
+                    ),
+                );
+                reply.body["transactionId"] = Value::String(id);
+                return reply;
+            }
+        };
+        match ran {
             Ok(reply) => reply,
             Err(DriveError::Store(e)) => unavailable(&e, Some(&id)),
             Err(DriveError::Unrecorded { error, released: true }) => {
@@ -211,14 +248,14 @@ impl Coordinator {
         if let [sole] = record.participants.as_slice()
             && takes_one_phase(&sole.operations)
         {
-            return self.run_one_phase(record).await;
+            return self.run_one_phase(record, answer_by).await;
         }
         let started = std::time::Instant::now();
         let keyed = record.is_keyed();
         if keyed {
             // A keyed request must never run twice: the record is written first and only the writer prepares.
             if let Some(existing) = self.create_own(&record.clone().opened()).await? {
-                return self.replay(existing, record.request_hash.as_deref()).await;
+                return self.replay(existing, record.request_hash.as_deref(), answer_by).await;
             }
             self.faults.check(CoordinatorCrash::AfterCreate)?;
         }
@@ -253,20 +290,10 @@ impl Coordinator {
         self.faults.check(CoordinatorCrash::AfterDecision)?;
         telemetry::phase(telemetry::DECISION_LATENCY, deciding.elapsed());
         let second_phase = std::time::Instant::now();
-        let remaining = answer_by.saturating_duration_since(second_phase);
-        let finished = match tokio::time::timeout(remaining, self.drive(decided.clone())).await {
-            Ok(driven) => {
-                let finished = driven?.0;
-                if decided.status == Status::Committing {
-                    telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
-                }
-                finished
-            }
-            Err(_) => {
-                warn!(status = %decided.status, "answer budget spent before the second phase ended; the sweeper finishes it");
-                decided
-            }
-        };
+        let finished = self.drive_within(decided.clone(), answer_by).await?;
+        if decided.status == Status::Committing && finished.status.is_terminal() {
+            telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
+        }
         info!(
             status = %finished.status,
             prepare_ms = prepared.as_millis() as u64,
@@ -274,6 +301,23 @@ impl Coordinator {
             "transaction answered"
         );
         Ok(Reply::for_record(&finished))
+    }
+
+    /// Drives a decided transaction until `answer_by` at most: the record as it then is (terminal, or still
+    /// decided, the sweeper finishing it).
+    async fn drive_within(
+        &self,
+        decided: TransactionRecord,
+        answer_by: std::time::Instant,
+    ) -> Result<TransactionRecord, DriveError> {
+        let remaining = answer_by.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(remaining, self.drive(decided.clone())).await {
+            Ok(driven) => Ok(driven?.0),
+            Err(_) => {
+                warn!(status = %decided.status, "answer budget spent before the second phase ended; the sweeper finishes it");
+                Ok(decided)
+            }
+        }
     }
 
     /// The decision of a keyed transaction: PREPARING → COMMITTING or ABORTING on its record, with the
@@ -411,7 +455,11 @@ impl Coordinator {
     /// record is created COMMITTED in the same atomic write (two requests to DynamoDB instead of five).
     /// Whatever goes wrong on the way, the record decides: if the participant's reply is lost, the
     /// coordinator creates the record as ABORTED, conditionally, and exactly one of the two writes exists.
-    async fn run_one_phase(&self, record: TransactionRecord) -> Result<Reply, DriveError> {
+    async fn run_one_phase(
+        &self,
+        record: TransactionRecord,
+        answer_by: std::time::Instant,
+    ) -> Result<Reply, DriveError> {
         let started = std::time::Instant::now();
         let now = self.clock.now_ms();
         let mut committed = record.clone().ended(Status::Committed, now);
@@ -435,7 +483,7 @@ impl Coordinator {
             Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_RECORD_EXISTS) => {
                 let existing = self.transactions.get(&record.transaction_id).await?;
                 return match existing {
-                    Some(existing) => self.replay(existing, record.request_hash.as_deref()).await,
+                    Some(existing) => self.replay(existing, record.request_hash.as_deref(), answer_by).await,
                     None => Err(StoreError::internal(
                         "GetItem",
                         self.transactions.table(),
@@ -462,12 +510,21 @@ impl Coordinator {
         // it at once, or 422 for a keyed request whose key was used with another body.
         match self.create_own(&aborted).await? {
             None => Ok(Reply::for_record(&aborted)),
-            Some(existing) => self.replay(existing, record.request_hash.as_deref()).await,
+            Some(existing) => self.replay(existing, record.request_hash.as_deref(), answer_by).await,
         }
     }
 
     /// A retried keyed request: the same body gets the first execution's answer, another body a 422.
-    async fn replay(&self, existing: TransactionRecord, request_hash: Option<&str>) -> Result<Reply, DriveError> {
+    /// Within `answer_by`: it waits while the first execution may still be at work (until its deadline
+    /// and twice the clock margin), then aborts it if it is still undecided, drives a decided one, and
+    /// answers what the record then says: 200 or 409 once ended, 202 or 409 once decided, 503 with the
+    /// id while undecided (202 would say "decided commit").
+    async fn replay(
+        &self,
+        existing: TransactionRecord,
+        request_hash: Option<&str>,
+        answer_by: std::time::Instant,
+    ) -> Result<Reply, DriveError> {
         if existing.request_hash.is_some() && existing.request_hash.as_deref() != request_hash {
             return Ok(Reply::error(
                 ErrorCode::IdempotencyKeyReused,
@@ -479,19 +536,25 @@ impl Coordinator {
         }
         let mut record = existing;
         let mut wait = Duration::from_millis(20);
-        while !record.status.is_terminal() && self.clock.now_ms() <= record.deadline + REPLAY_GRACE_MS {
-            tokio::time::sleep(wait).await;
+        while !record.status.is_terminal() && self.clock.now_ms() <= resolvable_after(record.deadline) {
+            let left = answer_by.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            tokio::time::sleep(wait.min(left)).await;
             wait = (wait * 2).min(Duration::from_millis(250));
             match self.transactions.get(&record.transaction_id).await? {
                 Some(now) => record = now,
                 None => break,
             }
         }
-        if !record.status.is_terminal() {
-            // The first execution stopped (its coordinator crashed): finish it as recovery would.
-            record = self.recover(record).await?.0;
+        // The first execution stopped (its coordinator crashed) or is slower than the budget: finish it as
+        // recovery would, as far as the budget allows.
+        record = self.abort_expired(record).await?;
+        if matches!(record.status, Status::Committing | Status::Aborting) {
+            record = self.drive_within(record, answer_by).await?;
         }
-        Ok(Reply::for_record(&record))
+        Ok(Reply::answering(&record))
     }
 
     /// Sends prepare to every participant at once, each bounded by the deadline, and records the votes.
@@ -511,7 +574,13 @@ impl Coordinator {
                     ..ParticipantRequest::new(Action::Prepare, &record.transaction_id)
                 };
                 async move {
+                    let sent = self.clock.now_ms();
                     let result = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
+                    if let Ok(Ok(ParticipantResponse { received_at: Some(at), answered_at: Some(answered), .. })) =
+                        &result
+                    {
+                        telemetry::clock_skew(&entry.service, sent, self.clock.now_ms(), *at, *answered);
+                    }
                     (index, result)
                 }
             })
@@ -632,30 +701,35 @@ impl Coordinator {
     }
 
     /// Brings an open transaction to its end: the sweeper's rule, and an idempotent retry's when the
-    /// first execution stopped. PREPARING past its deadline is aborted by the same conditional write
-    /// that lock resolution uses; a PREPARING one within its deadline is left alone.
+    /// first execution stopped. PREPARING past its deadline (and twice the clock margin) is aborted by the
+    /// same conditional write that lock resolution uses; a PREPARING one within it is left alone.
     /// Returns the record as it ends up, and whether this call wrote its terminal status.
     pub async fn recover(&self, record: TransactionRecord) -> Result<(TransactionRecord, bool), DriveError> {
-        let record = match record.status {
-            Status::Preparing if self.clock.now_ms() > record.deadline => {
-                match self
-                    .transition_retrying(
-                        &record.transaction_id,
-                        Status::Preparing,
-                        Status::Aborting,
-                        record.is_keyed(),
-                        None,
-                        Some(crate::recovery::EXPIRED_REASON),
-                    )
-                    .await?
-                {
-                    Transition::Done(r) | Transition::Lost(Some(r)) => r,
-                    Transition::Lost(None) => return Ok((record, false)),
-                }
-            }
-            _ => record,
-        };
+        let record = self.abort_expired(record).await?;
         self.drive(record).await
+    }
+
+    /// A PREPARING record past its deadline and twice the clock margin (every resolver's rule,
+    /// `crate::clock::resolvable_after`) is aborted by the conditional write lock resolution uses; any
+    /// other record is returned as it is. Returns the record as it then is.
+    async fn abort_expired(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
+        if record.status != Status::Preparing || self.clock.now_ms() <= resolvable_after(record.deadline) {
+            return Ok(record);
+        }
+        let transition = self
+            .transition_retrying(
+                &record.transaction_id,
+                Status::Preparing,
+                Status::Aborting,
+                record.is_keyed(),
+                None,
+                Some(crate::recovery::EXPIRED_REASON),
+            )
+            .await?;
+        Ok(match transition {
+            Transition::Done(r) | Transition::Lost(Some(r)) => r,
+            Transition::Lost(None) => record,
+        })
     }
 
     /// Creates a record unless one exists, retried on infrastructure errors: `Some` is the record another

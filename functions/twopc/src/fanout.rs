@@ -167,7 +167,7 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                         event_name = %record.event_name,
                         table = decide::table_name(record),
                         sequence_number = ?record.change.sequence_number,
-                        "unprocessable record, reported for retry: {why}"
+                        "unprocessable record: {why}"
                     )
                 });
                 batch.unprocessable.push((index, why));
@@ -185,6 +185,8 @@ pub struct BatchSummary {
     pub outcomes: usize,
     pub skipped: usize,
     pub unprocessable: usize,
+    /// Records given up on (unprocessable, or too large for Firehose) and dead-lettered with their content.
+    pub dead_lettered: usize,
     pub delivered: usize,
     pub undelivered: usize,
     /// None when realtime ran out of its budget.
@@ -214,6 +216,9 @@ pub struct StreamProcessor<S, P, L> {
     pub options: Options,
     /// Each batch's turn, so that a short budget does not always leave out the same connections.
     pub rotation: realtime::Rotation,
+    /// Where a record that can never be delivered (unprocessable, too large for Firehose) goes with its
+    /// content, so that the records behind it flow; without one it is reported as a batch item failure.
+    pub dead_letters: Option<std::sync::Arc<dyn replay::RecordDeadLetters>>,
 }
 
 impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P, L> {
@@ -225,6 +230,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             subscriptions,
             options: Options::default(),
             rotation: realtime::Rotation::default(),
+            dead_letters: None,
         }
     }
 
@@ -233,8 +239,25 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
         self
     }
 
-    /// Processes one batch. Never fails: what could not be done is in the batch item failures.
+    pub fn with_dead_letters(mut self, dead_letters: std::sync::Arc<dyn replay::RecordDeadLetters>) -> Self {
+        self.dead_letters = Some(dead_letters);
+        self
+    }
+
+    /// Processes one batch of the stream. Never fails: what could not be done is in the batch item
+    /// failures; a record that can never be delivered is dead-lettered with its content (when it can be)
+    /// and the records behind it go on.
     pub async fn process(&self, event: &Event) -> BatchOutcome {
+        self.process_batch(event, self.dead_letters.as_deref()).await
+    }
+
+    /// [`StreamProcessor::process`] for records read back from the dead-letter queue: one that still
+    /// cannot be delivered is reported as failed (its message stays), never dead-lettered again.
+    pub async fn process_replayed(&self, event: &Event) -> BatchOutcome {
+        self.process_batch(event, None).await
+    }
+
+    async fn process_batch(&self, event: &Event, dead_letters: Option<&dyn replay::RecordDeadLetters>) -> BatchOutcome {
         let batch = prepare(&self.config, event);
         let lake = lake::deliver(&self.sink, &batch.lines, &self.options.limits, &self.options.retry);
         let realtime = tokio::time::timeout(
@@ -259,19 +282,43 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             }
         };
 
-        let mut failed: Vec<usize> = batch.unprocessable.iter().map(|(i, _)| *i).collect();
+        // Never deliverable: unprocessable, or larger than Firehose takes. Retrying would only hold up the
+        // shard behind them for 22 hours: dead-lettered with their content, each counted.
+        let mut given_up: Vec<(usize, String)> = batch.unprocessable.clone();
+        let mut failed: Vec<usize> = vec![];
         for (line, why) in &lake.undelivered {
             let index = batch.line_records[*line];
-            let record = &event.records[index];
-            record_span(&record.event_id, decide::transaction_id_hint(record)).in_scope(|| match why {
-                lake::Undelivered::Oversized { .. } => {
-                    error!(sequence_number = ?record.change.sequence_number, "commit cannot go to Firehose, reported for retry and the dead-letter queue: {why}")
-                }
+            match why {
+                lake::Undelivered::Oversized { .. } => given_up.push((index, why.to_string())),
                 lake::Undelivered::Failed { .. } => {
-                    warn!(sequence_number = ?record.change.sequence_number, "commit not delivered to Firehose, reported for retry: {why}")
+                    let record = &event.records[index];
+                    record_span(&record.event_id, decide::transaction_id_hint(record)).in_scope(|| {
+                        warn!(sequence_number = ?record.change.sequence_number, "commit not delivered to Firehose, reported for retry: {why}")
+                    });
+                    failed.push(index);
                 }
-            });
-            failed.push(index);
+            }
+        }
+        let mut dead_lettered = 0;
+        for (index, why) in &given_up {
+            let record = &event.records[*index];
+            metrics::counter!(crate::telemetry::UNPROCESSABLE_RECORDS).increment(1);
+            let keys = serde_json::to_string(&record.change.keys).unwrap_or_default();
+            let span = record_span(&record.event_id, decide::transaction_id_hint(record));
+            match dead_letter(dead_letters, record, why).await {
+                Ok(()) => {
+                    dead_lettered += 1;
+                    span.in_scope(|| {
+                        error!(keys, table = decide::table_name(record), sequence_number = ?record.change.sequence_number, "record dead-lettered with its content (the records behind it go on): {why}")
+                    });
+                }
+                Err(not) => {
+                    span.in_scope(|| {
+                        error!(keys, table = decide::table_name(record), sequence_number = ?record.change.sequence_number, "record reported for retry ({not}): {why}")
+                    });
+                    failed.push(*index);
+                }
+            }
         }
         failed.sort_unstable();
         failed.dedup();
@@ -284,6 +331,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             outcomes: batch.outcomes,
             skipped: batch.skipped,
             unprocessable: batch.unprocessable.len(),
+            dead_lettered,
             delivered: lake.delivered,
             undelivered: lake.undelivered.len(),
             realtime,
@@ -294,6 +342,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             outcomes = summary.outcomes,
             skipped = summary.skipped,
             unprocessable = summary.unprocessable,
+            dead_lettered = summary.dead_lettered,
             delivered = summary.delivered,
             undelivered = summary.undelivered,
             firehose_calls = lake.calls,
@@ -307,6 +356,24 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
         );
         BatchOutcome { response, summary }
     }
+}
+
+/// Dead-letters `record` with its content, or says why it cannot be (then it is reported for retry).
+async fn dead_letter(
+    dead_letters: Option<&dyn replay::RecordDeadLetters>,
+    record: &EventRecord,
+    why: &str,
+) -> Result<(), String> {
+    let Some(dead_letters) = dead_letters else { return Err("no dead-letter queue here".to_owned()) };
+    let body = replay::UnprocessableRecord::new(record, why).to_body();
+    if body.len() > replay::MAX_DEAD_LETTER_BYTES {
+        return Err(format!(
+            "its dead letter would take {} bytes, over the queue's {}",
+            body.len(),
+            replay::MAX_DEAD_LETTER_BYTES
+        ));
+    }
+    dead_letters.put(&body).await.map_err(|e| e.to_string())
 }
 
 /// A batch item failure names the record's sequence number. A record without one (never the case

@@ -65,11 +65,12 @@ pub enum LockFailure {
         code: RefusalCode,
         reason: String,
     },
-    /// Held by another transaction past its expiry: the owner must be resolved before the item is taken.
+    /// Held by another transaction past its expiry and twice the clock margin
+    /// ([`crate::clock::resolvable_after`]): the owner must be resolved before the item is taken.
     Expired {
         owner: String,
     },
-    /// Held by another transaction that is still within its deadline.
+    /// Held by another transaction that is not resolvable yet.
     Held {
         owner: String,
         started_at: u64,
@@ -153,8 +154,14 @@ impl DataTable {
     }
 
     /// Locks every item of `ops`, all or none. A failed condition names every item whose condition
-    /// failed, with the item as it was when the endpoint returns it.
-    pub async fn lock_all(&self, spec: LockSpec<'_>, ops: &[(Operation, Item)]) -> Result<LockAttempt, StoreError> {
+    /// failed, with the item as it was when the endpoint returns it. With a `timeout`, no answer by then
+    /// is a failure (the write may still have taken effect: the caller's next attempt finds out).
+    pub async fn lock_all(
+        &self,
+        spec: LockSpec<'_>,
+        ops: &[(Operation, Item)],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<LockAttempt, StoreError> {
         if let [(op, key)] = ops {
             let u = self.lock_update(spec, op, key.clone());
             let result = self
@@ -169,7 +176,7 @@ impl DataTable {
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
                 .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
                 .customize()
-                .config_override(sent_once())
+                .config_override(sent_once(timeout))
                 .send()
                 .await;
             return match result {
@@ -199,7 +206,7 @@ impl DataTable {
             .transact_write_items()
             .set_transact_items(Some(items))
             .customize()
-            .config_override(sent_once())
+            .config_override(sent_once(timeout))
             .send()
             .await;
         match result {
@@ -584,7 +591,9 @@ pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_
         if lock.transaction_id == tx {
             return LockFailure::Ours { token: lock.token };
         }
-        if lock.expires_at <= now_ms {
+        // Only past its expiry and twice the clock margin: a resolver whose clock runs ahead never
+        // takes a live transaction's lock for expired.
+        if now_ms > crate::clock::resolvable_after(lock.expires_at) {
             return LockFailure::Expired { owner: lock.transaction_id };
         }
         return LockFailure::Held {
@@ -847,8 +856,15 @@ pub fn check_expressible(op: &Operation) -> Result<(), String> {
 /// A lock write is sent once: its caller retries with a new token (see `Participant::prepare`), because
 /// an SDK retry re-sends the same token, and a copy landing late with the voted token could lock the
 /// item again after it was committed and changed.
-fn sent_once() -> aws_sdk_dynamodb::config::Builder {
-    aws_sdk_dynamodb::config::Builder::default().retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+fn sent_once(timeout: Option<std::time::Duration>) -> aws_sdk_dynamodb::config::Builder {
+    let config = aws_sdk_dynamodb::config::Builder::default()
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled());
+    match timeout {
+        Some(timeout) => config.timeout_config(
+            aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder().operation_timeout(timeout).build(),
+        ),
+        None => config,
+    }
 }
 
 fn is_validation(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> bool {

@@ -733,6 +733,13 @@ pub struct ParticipantResponse {
     /// A PREPARED vote that locked items: the token those locks carry (see [`ParticipantRequest::lock_token`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_token: Option<String>,
+    /// The participant's clock when the message arrived and when it answered (ms since the epoch): the
+    /// coordinator compares them with its own to report the skew between the clocks (`ClockSkew`), which
+    /// the protocol tolerates up to [`crate::clock::CLOCK_MARGIN_MS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_at: Option<u64>,
 }
 
 impl ParticipantResponse {

@@ -6,7 +6,7 @@ use futures::future::try_join_all;
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::clock::SharedClock;
+use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
 use crate::items::{
     CommitOutcome, DataTable, LockAttempt, LockFailure, LockSpec, OnePhase, check_holds, classify_lock_failure, find,
     unrepresentable_result,
@@ -73,6 +73,7 @@ impl Participant {
     pub async fn handle(&self, request: &ParticipantRequest) -> Result<ParticipantResponse, ParticipantError> {
         let span = info_span!("participant", tx = %request.transaction_id, service = %self.service, action = request.action.as_str());
         async {
+            let received_at = self.clock.now_ms();
             let operations = parse_operations(&request.operations)?;
             let tx = &request.transaction_id;
             let order = Order { started_at: request.started_at, deadline: request.deadline };
@@ -85,7 +86,8 @@ impl Participant {
                 Action::Abort => self.abort(&request.transaction_id, &operations).await?,
             };
             info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
-            Ok(response)
+            let answered_at = Some(self.clock.now_ms());
+            Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response })
         }
         .instrument(span)
         .await
@@ -106,14 +108,10 @@ impl Participant {
             Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
         };
         let now = self.clock.now_ms();
-        if let Some(deadline) = order.deadline
-            && now > deadline
-        {
+        let cutoff = Cutoff::of(order);
+        if let Some(late) = cutoff.passed(now, "prepare arrived") {
             // Locking now would only hold the item for a transaction that can no longer commit.
-            return Ok(refused(
-                RefusalCode::Timeout,
-                format!("prepare arrived {} ms after the deadline", now - deadline),
-            ));
+            return Ok(late);
         }
         if operations.iter().all(Operation::is_read_only) {
             return self.prepare_read_only(tx, order, operations, &keys).await;
@@ -123,26 +121,32 @@ impl Participant {
         let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
         let started_at = order.priority().unwrap_or(now);
         for attempt in 0..LOCK_ATTEMPTS {
+            // Every attempt checks the cutoff first: no lock is written for a transaction whose deadline
+            // (and the clock margin) passed, however long the attempts before took.
+            if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
+                return Ok(late);
+            }
             // Every attempt at the lock write carries a token no other request ever carried (the write is
             // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
             // request of this prepare that lands late — after the item was committed and changed again —
             // can only take a lock whose token no vote reported, which commit releases without applying.
             let token = uuid::Uuid::new_v4().simple().to_string();
             let spec = LockSpec { tx, token: &token, expires_at, started_at };
-            let locked = match self.table.lock_all(spec, &work).await {
+            let timeout = cutoff.left(self.clock.now_ms());
+            let locked = match self.table.lock_all(spec, &work, timeout).await {
                 Ok(locked) => locked,
                 // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
                 // then its own, and its token is the vote's.
                 Err(e) if attempt + 1 < LOCK_ATTEMPTS => {
                     warn!(error = %e, attempt, "lock write failed; trying again with a new token");
-                    backoff(attempt).await;
+                    self.backoff(attempt, cutoff).await;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
             match locked {
                 LockAttempt::Locked(returned) => return self.verify_locked(tx, &token, &work, returned).await,
-                LockAttempt::Contention => backoff(attempt).await,
+                LockAttempt::Contention => self.backoff(attempt, cutoff).await,
                 LockAttempt::Unstorable(reason) => return Ok(refused(RefusalCode::ConditionFailed, reason)),
                 LockAttempt::ConditionFailed(failed) => {
                     if let Some(answer) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
@@ -249,7 +253,7 @@ impl Participant {
                 }
             }
             LockFailure::Ours { .. } | LockFailure::Unexplained => {
-                backoff(attempt).await;
+                self.backoff(attempt, waiting.cutoff).await;
                 Ok(None)
             }
         }
@@ -266,6 +270,10 @@ impl Participant {
     ) -> Result<ParticipantResponse, ParticipantError> {
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
         for attempt in 0..LOCK_ATTEMPTS {
+            if let Some(late) = waiting.cutoff.passed(self.clock.now_ms(), "the checked items could not be read before")
+            {
+                return Ok(late);
+            }
             let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
             let now = self.clock.now_ms();
             let failure = operations
@@ -345,19 +353,21 @@ impl Participant {
                 .into());
             }
         };
-        if let Some(deadline) = order.deadline
-            && self.clock.now_ms() > deadline
-        {
-            return Ok(refused(RefusalCode::Timeout, "the one-phase commit arrived after the deadline".to_owned()));
-        }
+        let cutoff = Cutoff::of(order);
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
         for attempt in 0..LOCK_ATTEMPTS {
+            // As for a lock write: no attempt once the deadline and the clock margin passed.
+            let what =
+                if attempt == 0 { "the one-phase commit arrived" } else { "the items could not be committed before" };
+            if let Some(late) = cutoff.passed(self.clock.now_ms(), what) {
+                return Ok(late);
+            }
             match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone()).await? {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
                 OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
                 OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
-                OnePhase::Contention => backoff(attempt).await,
+                OnePhase::Contention => self.backoff(attempt, cutoff).await,
                 OnePhase::ConditionFailed { index, item } => {
                     let failed = vec![(index, item)];
                     if let Some(refusal) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
@@ -433,12 +443,13 @@ struct Waiting<'a> {
     started_at: Option<u64>,
     /// No wait may end after this.
     until: u64,
+    cutoff: Cutoff,
 }
 
 impl<'a> Waiting<'a> {
     fn new(tx: &'a str, order: Order, now_ms: u64, max_wait_ms: u64) -> Waiting<'a> {
         let budget = order.deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(max_wait_ms));
-        Waiting { tx, started_at: order.priority(), until: now_ms + budget }
+        Waiting { tx, started_at: order.priority(), until: now_ms + budget, cutoff: Cutoff::of(order) }
     }
 
     /// How long to pause before trying again, or `None` to refuse now.
@@ -477,7 +488,49 @@ fn status(status: &str, reason: Option<String>) -> ParticipantResponse {
     ParticipantResponse { status: Some(status.to_owned()), reason, ..Default::default() }
 }
 
-async fn backoff(attempt: u32) {
-    let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 20;
-    tokio::time::sleep(Duration::from_millis(10 * (1 << attempt) + jitter)).await;
+/// The last moment a participant may write for a transaction: its deadline and the clock margin
+/// ([`crate::clock::lock_cutoff`]); none for a message that names no deadline.
+#[derive(Debug, Clone, Copy)]
+struct Cutoff(Option<u64>);
+
+impl Cutoff {
+    fn of(order: Order) -> Cutoff {
+        Cutoff(order.deadline.map(crate::clock::lock_cutoff))
+    }
+
+    /// The TIMEOUT refusal to answer if `now_ms` is past the cutoff; `what` says what came too late.
+    fn passed(self, now_ms: u64, what: &str) -> Option<ParticipantResponse> {
+        let cutoff = self.0?;
+        (now_ms > cutoff).then(|| {
+            refused(
+                RefusalCode::Timeout,
+                format!(
+                    "{what} the deadline: {} ms past it, beyond the clock margin",
+                    now_ms - cutoff + CLOCK_MARGIN_MS
+                ),
+            )
+        })
+    }
+
+    /// How long a write started at `now_ms` may take before the cutoff.
+    fn left(self, now_ms: u64) -> Option<Duration> {
+        self.0.map(|cutoff| Duration::from_millis(cutoff.saturating_sub(now_ms).max(1)))
+    }
+}
+
+impl Participant {
+    /// The pause before the next attempt, never past the cutoff: a pause that would end after it is cut
+    /// short, and the next attempt's check refuses.
+    async fn backoff(&self, attempt: u32, cutoff: Cutoff) {
+        let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 20;
+        let pause = 10 * (1u64 << attempt) + jitter;
+        let now = self.clock.now_ms();
+        let pause = match cutoff.0 {
+            // Past the cutoff at its end: the attempt after it would be refused, so refuse now (a pause of
+            // nothing, and the check that follows sees the cutoff passed only once it has).
+            Some(cutoff) if now + pause > cutoff => cutoff.saturating_sub(now) + 1,
+            _ => pause,
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
 }

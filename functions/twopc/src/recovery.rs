@@ -44,7 +44,8 @@ async fn decide(
         Status::Committing => OwnerFate::Commit(Box::new(record)),
         Status::Committed => OwnerFate::Committed,
         Status::Aborting | Status::Aborted => OwnerFate::Abort,
-        Status::Preparing if now_ms <= record.deadline => OwnerFate::Undecided,
+        // Resolvers act only past the deadline and twice the clock margin (crate::clock).
+        Status::Preparing if now_ms <= crate::clock::resolvable_after(record.deadline) => OwnerFate::Undecided,
         Status::Preparing => {
             match transactions
                 .transition(

@@ -20,7 +20,8 @@ use crate::store::{Item, StoreError};
 
 #[derive(Debug, Clone, Copy)]
 pub struct SweepLimits {
-    /// Open transactions are left to their coordinator until this long after their deadline.
+    /// Open transactions are left to their coordinator until this long after their deadline (by default
+    /// twice the clock margin, as every resolver: `crate::clock::resolvable_after`).
     pub grace_ms: u64,
     /// At most this many open transactions, and this many expired locks per table, from each index shard.
     pub per_shard: i32,
@@ -33,7 +34,7 @@ pub struct SweepLimits {
 
 impl Default for SweepLimits {
     fn default() -> Self {
-        SweepLimits { grace_ms: 2_000, per_shard: 25, concurrency: 8, retry_ms: 5_000 }
+        SweepLimits { grace_ms: crate::clock::resolvable_after(0), per_shard: 25, concurrency: 8, retry_ms: 5_000 }
     }
 }
 
@@ -131,7 +132,9 @@ impl Sweeper {
         }
         for (service, table) in &self.tables {
             // One table that cannot be queried must not keep the others' locks from being resolved.
-            let keys = match table.expired_locks(self.coordinator.clock().now_ms(), self.limits.per_shard).await {
+            // Locks that expired before `now - 2M`: the ones a resolver may act on now.
+            let expired_before = self.coordinator.clock().now_ms().saturating_sub(crate::clock::resolvable_after(0));
+            let keys = match table.expired_locks(expired_before, self.limits.per_shard).await {
                 Ok(keys) => keys,
                 Err(e) => {
                     error!(service, error = %e, "could not list expired locks");
@@ -198,7 +201,9 @@ impl Sweeper {
     async fn resolve_lock(&self, service: &str, table: &DataTable, key: &Item) -> Result<LockOutcome, String> {
         let item = table.get(key).await.map_err(|e| e.to_string())?;
         let now = self.coordinator.clock().now_ms();
-        let Some(lock) = item.as_ref().and_then(Lock::of).filter(|l| l.expires_at < now) else {
+        let Some(lock) =
+            item.as_ref().and_then(Lock::of).filter(|l| now > crate::clock::resolvable_after(l.expires_at))
+        else {
             return Ok(LockOutcome::Gone);
         };
         let owner = lock.transaction_id;

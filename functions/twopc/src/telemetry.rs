@@ -23,6 +23,13 @@ pub const PREPARE_LATENCY: &str = "PrepareLatency";
 pub const DECISION_LATENCY: &str = "DecisionLatency";
 pub const COMMIT_LATENCY: &str = "CommitLatency";
 pub const TRANSACTION_LATENCY: &str = "TransactionLatency";
+/// Coordinator: for each participant's answer to a prepare, how far its clock is from the coordinator's
+/// (milliseconds, either way), estimated from the answer's time and the middle of the call. The protocol
+/// tolerates up to `crate::clock::CLOCK_MARGIN_MS`; the templates alarm well below it.
+pub const CLOCK_SKEW: &str = "ClockSkew";
+/// Stream processor: records it gave up on (unprocessable, or too large for Firehose), dead-lettered with
+/// their content or, when that fails, reported for retry.
+pub const UNPROCESSABLE_RECORDS: &str = "UnprocessableRecords";
 /// Sweeper.
 pub const STUCK_TRANSACTIONS: &str = "StuckTransactions";
 pub const RECOVERED_TRANSACTIONS: &str = "RecoveredTransactions";
@@ -36,8 +43,11 @@ pub const REASON: &str = "Reason";
 /// The coordinator's counts (no dimension but [`ABORTED`]'s [`REASON`]) and phase latencies, and the
 /// sweeper's counts: what the templates' alarms and dashboard may name (`examples/contract.rs`).
 pub const COORDINATOR_COUNTS: &[&str] = &[COMMITTED, ABORTED, ACCEPTED, UNAVAILABLE, REJECTED];
-pub const COORDINATOR_LATENCIES: &[&str] = &[PREPARE_LATENCY, DECISION_LATENCY, COMMIT_LATENCY, TRANSACTION_LATENCY];
+pub const COORDINATOR_LATENCIES: &[&str] =
+    &[PREPARE_LATENCY, DECISION_LATENCY, COMMIT_LATENCY, TRANSACTION_LATENCY, CLOCK_SKEW];
 pub const SWEEPER_COUNTS: &[&str] = &[STUCK_TRANSACTIONS, RECOVERED_TRANSACTIONS, RESOLVED_LOCKS, SWEEP_ERRORS];
+/// The stream processor's counts.
+pub const STREAM_PROCESSOR_COUNTS: &[&str] = &[UNPROCESSABLE_RECORDS];
 
 /// Units of every metric, so that CloudWatch shows milliseconds as milliseconds.
 pub fn describe() {
@@ -47,9 +57,30 @@ pub fn describe() {
     for &name in SWEEPER_COUNTS {
         describe_counter!(name, Unit::Count, "sweeper");
     }
+    for &name in STREAM_PROCESSOR_COUNTS {
+        describe_counter!(name, Unit::Count, "stream processor");
+    }
     for &name in COORDINATOR_LATENCIES {
         describe_histogram!(name, Unit::Milliseconds, "coordinator phases");
     }
+}
+
+/// Records the skew of a participant's clock against the coordinator's, as NTP estimates it: the
+/// coordinator sent at `sent_ms` and had the answer at `back_ms`; the participant had the message at
+/// `received_ms` and answered at `answered_ms` by its clock. Off by at most half the time the call spent
+/// on the network (not in the participant). Returns the skew (positive: the participant runs ahead).
+pub fn clock_skew(service: &str, sent_ms: u64, back_ms: u64, received_ms: u64, answered_ms: u64) -> i64 {
+    let skew = ((received_ms as i64 - sent_ms as i64) + (answered_ms as i64 - back_ms as i64)) / 2;
+    histogram!(CLOCK_SKEW).record(skew.unsigned_abs() as f64);
+    if skew.unsigned_abs() > crate::clock::CLOCK_MARGIN_MS / 5 {
+        tracing::warn!(
+            service,
+            skew_ms = skew,
+            call_ms = back_ms.saturating_sub(sent_ms),
+            "participant's clock is off"
+        );
+    }
+    skew
 }
 
 /// What a flush writes of a count that did not move since the last one.

@@ -35,6 +35,9 @@ pub(crate) struct Wiring {
     pub management_endpoint: String,
     /// The origin the REST API allows (`twopc::cors`); None: no CORS header.
     pub cors_allow_origin: Option<String>,
+    /// The dead-letter queue, a folder: the stream processor's own dead letters (records it gives up on,
+    /// with their content) go there beside the pollers' on-failure records.
+    pub dead_letter_dir: std::path::PathBuf,
 }
 
 pub(crate) type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
@@ -53,6 +56,9 @@ pub(crate) fn stream_processor(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Clie
         ApiGatewayPoster::from_config(&wiring.sdk, &wiring.management_endpoint),
         ConnectionStore::new(dynamodb, &tables.connections),
     )
+    .with_dead_letters(std::sync::Arc::new(twopc::fanout::replay::DirectoryDeadLetters::new(
+        wiring.dead_letter_dir.clone(),
+    )))
 }
 
 /// The system's functions, in-process or under `cargo lambda watch`.
@@ -162,6 +168,8 @@ impl Functions {
             (twopc::config::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
             (twopc::config::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
             (twopc::config::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
+            // The folder the in-process stack uses, as a `file://` queue: the function dead-letters there.
+            (twopc::config::DEAD_LETTER_QUEUE_URL, format!("file://{}", wiring.dead_letter_dir.display())),
         ]);
         if let Some(origin) = &wiring.cors_allow_origin {
             env.push((twopc::config::CORS_ALLOW_ORIGIN, origin.clone()));

@@ -387,6 +387,7 @@ impl Stack {
             stream_name: LAKE_STREAM.to_owned(),
             management_endpoint: management.endpoint().to_owned(),
             cors_allow_origin: config.cors_allow_origin.clone(),
+            dead_letter_dir: config.dead_letter_dir.clone(),
         };
         let (functions, lambda) = match &config.mode {
             Mode::InProcess => (Functions::in_process(&wiring, ddb.clone()), vec![]),

@@ -88,6 +88,76 @@ impl OnFailureRecord {
     }
 }
 
+/// A stream record the processor itself gave up on, with its content: one it cannot judge (a `status`
+/// that is not a string, an unknown event name...) or whose lake line is larger than Firehose takes. Sent
+/// to the dead-letter queue by the processor rather than reported as a batch item failure, so that the
+/// records behind it on its shard flow instead of waiting 22 hours of retries; and with the record
+/// itself, since the stream keeps it 24 hours only. [`replay`] runs it through the fan-out again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnprocessableRecord {
+    /// Why the processor could not deliver it.
+    pub reason: String,
+    /// When it gave up (RFC 3339, UTC).
+    pub dead_lettered_at: String,
+    /// The stream record as Lambda delivered it.
+    pub record: EventRecord,
+}
+
+/// The largest dead-letter message: SQS's default maximum message size (256 KiB). A record whose
+/// message would be larger is reported as a batch item failure instead, as before (retried, then handed
+/// to the dead-letter queue by the event source mapping as a pointer into the stream).
+pub const MAX_DEAD_LETTER_BYTES: usize = 256 * 1024;
+
+/// A dead-letter message of either kind: Lambda's pointer into the stream, or a record the processor
+/// dead-lettered itself (`{"unprocessableRecord": {...}}`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeadLetterBody {
+    OnFailure(Box<OnFailureRecord>),
+    Unprocessable(Box<UnprocessableRecord>),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UnprocessableMessage {
+    unprocessable_record: UnprocessableRecord,
+}
+
+impl DeadLetterBody {
+    pub fn parse(body: &str) -> Result<DeadLetterBody, String> {
+        let value: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+        if value.get("unprocessableRecord").is_some() {
+            let message: UnprocessableMessage =
+                serde_json::from_value(value).map_err(|e| format!("not an unprocessable record: {e}"))?;
+            return Ok(DeadLetterBody::Unprocessable(Box::new(message.unprocessable_record)));
+        }
+        serde_json::from_value(value)
+            .map(|r| DeadLetterBody::OnFailure(Box::new(r)))
+            .map_err(|e| format!("not a DynamoDB stream on-failure record: {e}"))
+    }
+}
+
+impl UnprocessableRecord {
+    pub fn new(record: &EventRecord, reason: impl Into<String>) -> UnprocessableRecord {
+        UnprocessableRecord {
+            reason: reason.into(),
+            dead_lettered_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            record: record.clone(),
+        }
+    }
+
+    /// The dead-letter message's body.
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(&UnprocessableMessage { unprocessable_record: self.clone() })
+            .expect("a stream record serializes")
+    }
+}
+
+/// Where the processor dead-letters a record it gives up on (see [`UnprocessableRecord`]).
+pub trait RecordDeadLetters: Send + Sync {
+    fn put<'a>(&'a self, body: &'a str) -> futures::future::BoxFuture<'a, Result<(), SourceError>>;
+}
+
 /// Compares two stream sequence numbers: decimal digits of any length (DynamoDB Local pads them with
 /// zeros, DynamoDB does not), compared as numbers.
 pub fn compare_sequence_numbers(a: &str, b: &str) -> Ordering {
@@ -141,6 +211,21 @@ fn sdk_error<E: std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
     e: aws_smithy_runtime_api::client::result::SdkError<E, R>,
 ) -> SourceError {
     SourceError(format!("{what}: {}", aws_smithy_types::error::display::DisplayErrorContext(&e)))
+}
+
+impl RecordDeadLetters for SqsDeadLetters {
+    fn put<'a>(&'a self, body: &'a str) -> futures::future::BoxFuture<'a, Result<(), SourceError>> {
+        Box::pin(async move {
+            self.client
+                .send_message()
+                .queue_url(&self.queue_url)
+                .message_body(body)
+                .send()
+                .await
+                .map_err(|e| sdk_error("SendMessage", e))?;
+            Ok(())
+        })
+    }
 }
 
 impl DeadLetters for SqsDeadLetters {
@@ -230,17 +315,41 @@ impl DirectoryDeadLetters {
     /// Writes one message (written aside, then renamed: a reader never sees half of it). Its name:
     /// `<UTC time>-<shard id>-<first sequence number>.json`.
     pub fn put(&self, record: &OnFailureRecord) -> std::io::Result<PathBuf> {
+        let body = serde_json::to_vec_pretty(record).expect("a record serializes");
+        self.write(&format!("{}-{}", safe(&record.batch.shard_id), safe(&record.batch.start_sequence_number)), &body)
+    }
+
+    fn write(&self, what: &str, body: &[u8]) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(&self.dir)?;
-        let safe = |s: &str| -> String {
-            s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
-        };
         let now = chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
-        let name = format!("{now}-{}-{}.json", safe(&record.batch.shard_id), safe(&record.batch.start_sequence_number));
-        let path = self.dir.join(name);
+        let path = self.dir.join(format!("{now}-{what}.json"));
         let partial = path.with_extension("partial");
-        std::fs::write(&partial, serde_json::to_vec_pretty(record).expect("a record serializes"))?;
+        std::fs::write(&partial, body)?;
         std::fs::rename(&partial, &path)?;
         Ok(path)
+    }
+}
+
+/// A file name's part from any text: letters, digits, `-`, `_` and `.` kept, the rest `_`.
+fn safe(text: &str) -> String {
+    text.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
+}
+
+/// A record the processor dead-lettered: `<UTC time>-unprocessable-<eventID>.json`.
+impl RecordDeadLetters for DirectoryDeadLetters {
+    fn put<'a>(&'a self, body: &'a str) -> futures::future::BoxFuture<'a, Result<(), SourceError>> {
+        Box::pin(async move {
+            let event_id = DeadLetterBody::parse(body)
+                .ok()
+                .and_then(|b| match b {
+                    DeadLetterBody::Unprocessable(u) => Some(u.record.event_id),
+                    DeadLetterBody::OnFailure(_) => None,
+                })
+                .unwrap_or_default();
+            self.write(&format!("unprocessable-{}", safe(&event_id)), body.as_bytes())
+                .map(|_| ())
+                .map_err(|e| SourceError(format!("writing to {}: {e}", self.dir.display())))
+        })
     }
 }
 
@@ -495,32 +604,53 @@ where
         error: None,
         lost: None,
     };
-    let record = match OnFailureRecord::parse(&letter.body) {
-        Ok(record) => record,
+    let body = match DeadLetterBody::parse(&letter.body) {
+        Ok(body) => body,
         Err(e) => {
-            error!(handle = %letter.handle, error = %e, "a dead letter that is not a DynamoDB stream on-failure record is kept");
-            outcome.error = Some(format!("not a DynamoDB stream on-failure record: {e}"));
+            error!(handle = %letter.handle, error = %e, "a dead letter of neither kind is kept");
+            outcome.error = Some(e);
             return outcome;
         }
     };
-    let batch = record.batch.clone();
-    outcome.batch = Some(batch.clone());
-    let span = info_span!(
-        "dead_letter",
-        shard = %batch.shard_id,
-        start = %batch.start_sequence_number,
-        end = %batch.end_sequence_number,
-        condition = %record.request_context.condition,
-        request_id = %record.request_context.request_id,
-    );
+    let (span, pointer) = match &body {
+        DeadLetterBody::OnFailure(record) => {
+            let batch = record.batch.clone();
+            outcome.batch = Some(batch.clone());
+            let span = info_span!(
+                "dead_letter",
+                shard = %batch.shard_id,
+                start = %batch.start_sequence_number,
+                end = %batch.end_sequence_number,
+                condition = %record.request_context.condition,
+                request_id = %record.request_context.request_id,
+            );
+            (span, Some(batch))
+        }
+        DeadLetterBody::Unprocessable(unprocessable) => {
+            let span = info_span!(
+                "dead_letter",
+                event_id = %unprocessable.record.event_id,
+                dead_lettered_at = %unprocessable.dead_lettered_at,
+                reason = %unprocessable.reason,
+            );
+            (span, None)
+        }
+    };
     async {
-        let fetched = match fetch_range(streams, &batch).await {
-            Ok(fetched) => fetched,
-            Err(e) => {
-                warn!(error = %e, "the dead letter's records could not be read; kept for the next replay");
-                outcome.error = Some(e.to_string());
-                return;
+        let fetched = match (pointer, body) {
+            (Some(batch), _) => match fetch_range(streams, &batch).await {
+                Ok(fetched) => fetched,
+                Err(e) => {
+                    warn!(error = %e, "the dead letter's records could not be read; kept for the next replay");
+                    outcome.error = Some(e.to_string());
+                    return;
+                }
+            },
+            // The record itself: nothing to fetch.
+            (None, DeadLetterBody::Unprocessable(unprocessable)) => {
+                Fetched { records: vec![unprocessable.record], lost: None }
             }
+            (None, DeadLetterBody::OnFailure(_)) => unreachable!("an on-failure record is a pointer"),
         };
         if let Some(lost) = &fetched.lost {
             error!(records_still_held = fetched.records.len(), "records given up on are LOST from the lake: {lost}");
@@ -528,7 +658,8 @@ where
         }
         for chunk in fetched.records.chunks(REPLAY_BATCH) {
             let event: Event = lambda_event(chunk.to_vec());
-            let result = processor.process(&event).await;
+            // Never dead-lettered again: a record that still cannot be delivered keeps its message.
+            let result = processor.process_replayed(&event).await;
             outcome.records += chunk.len();
             if !result.response.batch_item_failures.is_empty() {
                 for failure in &result.response.batch_item_failures {
