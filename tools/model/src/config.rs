@@ -8,8 +8,8 @@ pub type Svc = u8;
 /// An item, by its index in [`Config::items`].
 pub type ItemId = u8;
 
-/// The fixes of issue 19 that the model can switch back to today's behaviour, one at a time.
-/// `Switches::default()` is the fixed protocol of design.md.
+/// The fixes (of issue 19, and issue 27's shortened writes) that the model can switch back to the
+/// behaviour before them, one at a time. `Switches::default()` is the protocol as the code implements it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Switches {
     /// Defect 1. On: a prepare locks with a fresh token, a commit or roll-forward applies only under
@@ -22,8 +22,10 @@ pub struct Switches {
     /// Defect 9. On: an abort goes to every participant except read-only PREPARED voters. Off
     /// (today): it skips the participants that voted REFUSED.
     pub abort_everyone: bool,
-    /// Defect 10. On: a decision write DynamoDB refused (4xx, not applied) aborts the transaction and
-    /// releases its locks before answering. Off (today): it answers 503 and releases nothing.
+    /// Defect 10. On: a decision write DynamoDB refused (4xx, not applied) is fenced (the abort written
+    /// over it conditionally), and the abort is driven; if the fence fails too, the transaction is
+    /// aborted and its locks released before the 503 (`unrecorded_decision`). Off (before issue 19):
+    /// it answers 503 at once and releases nothing.
     pub release_on_refused_decision: bool,
     /// Not one of the four switches of the brief: a correction the model found. On: every DynamoDB
     /// attempt of a lock write carries a fresh token (no SDK retry of the same request). Off: the
@@ -33,11 +35,21 @@ pub struct Switches {
     /// another transaction committed the item, and the next commit applies twice. See README.md.
     pub fresh_token_per_attempt: bool,
     /// Not one of the four switches of the brief: how the coordinator reads a decision write that
-    /// DynamoDB refused *on the SDK's retry* of an attempt whose reply was lost. On: the outcome is
-    /// unknown (the first attempt may have applied), so the coordinator reads the record (GET) before
-    /// releasing anything. Off: the refusal is taken as "certainly not applied", as a literal reading
-    /// of design.md ("REFUSED (a 4xx ...) — certainly not applied") would do. See README.md.
+    /// DynamoDB refused *on the SDK's retry* of an attempt whose reply was lost. On (the code): the
+    /// outcome is unknown (the first attempt may have applied): the abort is written over it (the
+    /// fence) and the record says what happened; if the fence fails too, nothing is released (503,
+    /// outcome unknown). Off: a refusal is taken as "certainly not applied", as a literal reading of
+    /// design.md ("REFUSED (a 4xx ...) — certainly not applied") would do: the coordinator aborts at
+    /// once, releasing the locks, and records the abort after. See README.md.
     pub refusal_after_unknown_is_unknown: bool,
+    /// Issue 27. On: a write that makes an existing record larger, refused by DynamoDB as invalid (the
+    /// record would pass 400 KB), is written again in its shortened form, which never makes the record
+    /// larger (record.rs `transition` → `shortened_transition_update`, `postpone` →
+    /// `shortened_postpone_update`); only a commit decision's shortened form can still be refused, and
+    /// then the coordinator writes the abort over it (the fence, itself shortened). Off (before the
+    /// fix): the refused write is an error, as any other: the decision's fence fails too, the sweeper's
+    /// `recover` and `postpone` fail for ever, and lock resolution cannot abort the owner.
+    pub shortened_writes: bool,
 }
 
 impl Default for Switches {
@@ -49,6 +61,7 @@ impl Default for Switches {
             release_on_refused_decision: true,
             fresh_token_per_attempt: true,
             refusal_after_unknown_is_unknown: true,
+            shortened_writes: true,
         }
     }
 }
@@ -65,8 +78,14 @@ pub struct Budget {
     /// Lost participant messages or replies, and invocations given up while still in flight
     /// (a timeout: the message may still be delivered later).
     pub loss: u8,
-    /// Decision writes (and abort records) DynamoDB refuses with a 4xx (not applied).
+    /// Writes DynamoDB refuses with a 4xx (not applied), once: decision writes, the abort written over
+    /// a failed decision (the fence), abort records, and the sweeper's postponements.
     pub refused: u8,
+    /// Records that DynamoDB refuses to make larger (a `ValidationException`: the record would pass
+    /// 400 KB), from the first write that would grow it: that write and every later one that would
+    /// grow the record are refused, for ever (this does not stop when faults stop). Only writes that
+    /// add bytes to an existing record can be refused so (README.md, "Faults").
+    pub oversized: u8,
     /// Faults of all kinds together.
     pub total: u8,
 }
@@ -201,8 +220,9 @@ fn two_items() -> (Vec<&'static str>, Vec<ItemSpec>) {
     )
 }
 
-/// The default fault budget of the small configurations: at most one of each kind, two in all.
-pub const SMALL: Budget = Budget { crash: 1, db_reply: 1, dup: 1, loss: 1, refused: 1, total: 2 };
+/// The default fault budget of the small configurations: at most one of each of the first five kinds, two
+/// in all (records refused for size have configurations of their own, `tests/fixed.rs`).
+pub const SMALL: Budget = Budget { crash: 1, db_reply: 1, dup: 1, loss: 1, refused: 1, oversized: 0, total: 2 };
 
 impl Config {
     fn with(name: &'static str, txs: Vec<TxSpec>, budget: Budget) -> Config {

@@ -1,5 +1,6 @@
 //! An exhaustive model check of the two-phase-commit protocol of `functions/twopc`, as the code
-//! implements it after the fixes of issue 19 (design.md), with switches back to today's behaviour.
+//! implements it after the fixes of issue 19 (design.md) and issue 27 (records refused for size), with
+//! switches back to the behaviour before each fix.
 //!
 //! The model is a [`stateright::Model`]: its state is DynamoDB (participant items, transaction
 //! records), the network (every message in flight), every process (coordinator executions,
@@ -78,6 +79,30 @@ pub enum Event {
     CommitLostToResolution,
     OnePhaseCommitted,
     OnePhaseRecordExists,
+    /// A write refused for size was written again shortened (issue 27).
+    ShortenedWrite,
+    /// A commit decision refused for size was written shortened (its votes and tokens fit).
+    ShortenedCommit,
+    /// A decision refused for size fell back to the fence.
+    SizeRefusedDecisionFenced,
+    /// The fence was written shortened (the record refuses to grow).
+    FenceShortened,
+    /// A record refused for size reached its terminal status.
+    OversizedEnded,
+    /// The fence took effect and its reply was lost.
+    FenceLostReply,
+    /// The fence met the decision it fences: applied after all (its outcome was unknown).
+    FenceFoundDecision,
+    /// `unrecorded_decision` released the locks (the decision certainly not applied).
+    UnrecordedReleased,
+    /// `unrecorded_decision` with the decision's outcome unknown: 503, nothing released.
+    UnknownLeftToRecovery,
+    /// A postponement refused (4xx, not applied).
+    PostponeRefused,
+    /// A postponement applied with its reply lost.
+    PostponeLostReply,
+    /// A postponement refused for size was written shortened and moved the entry back.
+    ShortenedPostpone,
 }
 
 impl Event {
@@ -154,48 +179,81 @@ impl TwoPc {
             && !self.sweeper_has_work(s)
     }
 
-    fn fault_variants(&self, s: &State, writes: bool, decision: bool) -> Vec<Fault> {
+    fn fault_variants(&self, s: &State, k: Writes) -> Vec<Fault> {
         let mut v = vec![Fault::None];
         let b = s.budget;
         if b.total == 0 {
             return v;
         }
-        if writes && b.db_reply > 0 {
+        if k.writes && b.db_reply > 0 {
             v.push(Fault::LostReply);
         }
-        if decision && b.refused > 0 {
+        if k.refusable && b.refused > 0 {
             v.push(Fault::Refused);
+        }
+        // The first refusal for size of a record that can still grow (later ones need no fault).
+        if let Some(tx) = k.grows
+            && b.oversized > 0
+            && s.record(tx).is_some_and(|r| !r.oversized && !r.status.terminal())
+        {
+            v.push(Fault::Oversized { commit_fits: false });
+            if k.commit_decision && self.cfg.switches.shortened_writes {
+                v.push(Fault::Oversized { commit_fits: true });
+            }
         }
         v
     }
 
-    /// A participant handler's step: its writes may lose their reply, its answer may be lost.
-    fn task_variants(&self, s: &State, writes: bool, answers: bool) -> Vec<Fault> {
-        let mut v = self.fault_variants(s, writes, false);
+    /// A participant handler's step: its writes may lose their reply, lock resolution's abort of a
+    /// PREPARING owner may be refused for size, its answer may be lost.
+    fn task_variants(&self, s: &State, writes: bool, grows: Option<Tx>, answers: bool) -> Vec<Fault> {
+        let mut v = self.fault_variants(s, Writes { writes, grows, ..Writes::default() });
         if answers && s.budget.total > 0 && s.budget.loss > 0 {
             v.push(Fault::DropReply);
         }
         v
     }
 
-    /// Steps and their faults, by coordinator pc: (has a step, writes, is a decision write).
-    fn coord_kind(&self, ci: usize, pc: CPc) -> (bool, bool, bool) {
+    /// Steps and their faults, by coordinator pc: whether it has a step, and what it writes.
+    fn coord_kind(&self, ci: usize, pc: CPc) -> (bool, Writes) {
         let (tx, _) = self.execs[ci];
         let spec = &self.cfg.txs[tx as usize];
-        match pc {
-            CPc::Start => (true, spec.keyed && !spec.one_phase(), false),
+        let keyed = spec.keyed && !spec.one_phase();
+        let plain = Writes { writes: true, ..Writes::default() };
+        let decision = Writes { writes: true, refusable: true, ..Writes::default() };
+        let grows = keyed.then_some(tx);
+        let kind = match pc {
+            CPc::Start => Writes { writes: keyed, ..Writes::default() },
             // Deciding abort writes the abort at once.
-            CPc::Decide => (true, true, true),
-            CPc::CreatePreparing => (true, true, false),
-            CPc::WriteDecision { .. } => (true, true, true),
-            CPc::AbortCreate | CPc::OnePhaseAbort => (true, true, true),
-            CPc::TerminalWrite { .. } | CPc::RecoverTransition => (true, true, false),
-            CPc::FindOut { .. } | CPc::Replay | CPc::OnePhaseGet => (true, false, false),
-            CPc::CollectVotes | CPc::AbortAwait { .. } | CPc::DriveAwait { .. } | CPc::OnePhaseWait | CPc::Done => {
-                (false, false, false)
+            CPc::Decide => Writes { grows, ..decision },
+            CPc::CreatePreparing => plain,
+            CPc::WriteDecision { to } => {
+                Writes { grows, commit_decision: keyed && to == Status::Committing, ..decision }
             }
-        }
+            CPc::Fence { .. } => Writes { grows, ..decision },
+            CPc::AbortCreate | CPc::OnePhaseAbort => decision,
+            CPc::TerminalWrite { .. } => plain,
+            CPc::RecoverTransition => Writes { grows, ..plain },
+            CPc::Replay | CPc::OnePhaseGet => Writes::default(),
+            CPc::CollectVotes | CPc::AbortAwait { .. } | CPc::DriveAwait { .. } | CPc::OnePhaseWait | CPc::Done => {
+                return (false, Writes::default());
+            }
+        };
+        (true, kind)
     }
+}
+
+/// What a step may write, for its fault variants.
+#[derive(Clone, Copy, Debug, Default)]
+struct Writes {
+    /// It writes to DynamoDB: the reply may be lost.
+    writes: bool,
+    /// DynamoDB may refuse it (4xx): decision writes, the fence, abort records, postponements.
+    refusable: bool,
+    /// It may make this transaction's record larger: DynamoDB may refuse it for size.
+    grows: Option<Tx>,
+    /// A keyed commit decision: its shortened form may or may not fit.
+    commit_decision: bool,
 }
 
 fn popcount(x: u8) -> u32 {
@@ -263,7 +321,7 @@ impl Model for TwoPc {
         }
         for (ci, c) in s.coords.iter().enumerate() {
             let (tx, e) = self.execs[ci];
-            let (has_step, writes, decision) = self.coord_kind(ci, c.pc);
+            let (has_step, kind) = self.coord_kind(ci, c.pc);
             let enabled = match c.pc {
                 // A client's retry is sent after its first request.
                 CPc::Start => {
@@ -273,7 +331,7 @@ impl Model for TwoPc {
                 _ => has_step,
             };
             if enabled {
-                for f in self.fault_variants(s, writes, decision) {
+                for f in self.fault_variants(s, kind) {
                     out.push(Action::Coord(ci as u8, f));
                 }
             }
@@ -294,7 +352,7 @@ impl Model for TwoPc {
             let i = i as u8;
             let writes = !matches!(m.req, Req::Prepare { .. } | Req::OnePhase { .. }) || !s.passed(m.req.tx());
             let answers = m.reply.is_some();
-            for f in self.task_variants(s, writes, answers) {
+            for f in self.task_variants(s, writes, None, answers) {
                 out.push(Action::Deliver(i, f));
             }
             if s.budget.dup > 0 && s.budget.total > 0 {
@@ -310,19 +368,25 @@ impl Model for TwoPc {
                 TPc::Wait { owner, item } => {
                     let held = s.items[item as usize].lock.is_some_and(|l| l.tx == owner) && !s.passed(owner);
                     if !held {
-                        for f in self.task_variants(s, true, t.reply.is_some()) {
+                        for f in self.task_variants(s, true, None, t.reply.is_some()) {
                             out.push(Action::Task(i, f));
                         }
                     }
                     out.push(Action::TaskGiveUp(i));
                 }
                 TPc::ReadCheck => {
-                    for f in self.task_variants(s, false, t.reply.is_some()) {
+                    for f in self.task_variants(s, false, None, t.reply.is_some()) {
+                        out.push(Action::Task(i, f));
+                    }
+                }
+                // Lock resolution: reading the owner's record may lead to aborting it (a growing write).
+                TPc::Resolve { owner, stage: RStage::Get | RStage::Transition, .. } => {
+                    for f in self.task_variants(s, true, Some(owner), t.reply.is_some()) {
                         out.push(Action::Task(i, f));
                     }
                 }
                 _ => {
-                    for f in self.task_variants(s, true, t.reply.is_some()) {
+                    for f in self.task_variants(s, true, None, t.reply.is_some()) {
                         out.push(Action::Task(i, f));
                     }
                 }
@@ -344,8 +408,19 @@ impl Model for TwoPc {
                     }
                 }
             }
-            SPc::Transition { .. } | SPc::Terminal { .. } | SPc::OwnerCreate { .. } | SPc::OwnerTransition { .. } => {
-                for f in self.fault_variants(s, true, false) {
+            SPc::Terminal { .. } | SPc::OwnerCreate { .. } => {
+                for f in self.fault_variants(s, Writes { writes: true, ..Writes::default() }) {
+                    out.push(Action::Sweep(f));
+                }
+            }
+            &SPc::Transition { tx, .. } | &SPc::OwnerTransition { owner: tx, .. } => {
+                for f in self.fault_variants(s, Writes { writes: true, grows: Some(tx), ..Writes::default() }) {
+                    out.push(Action::Sweep(f));
+                }
+            }
+            &SPc::Postpone { tx, .. } => {
+                let k = Writes { writes: true, refusable: true, grows: Some(tx), ..Writes::default() };
+                for f in self.fault_variants(s, k) {
                     out.push(Action::Sweep(f));
                 }
             }
@@ -487,6 +562,7 @@ impl TwoPc {
         let one_phase = cfg.txs.iter().any(|t| t.one_phase());
         let read_only = cfg.txs.iter().any(|t| t.parts.iter().any(|p| p.read_only()));
         let unkeyed_2pc = cfg.txs.iter().any(|t| !t.keyed && !t.one_phase());
+        let keyed_2pc = cfg.txs.iter().any(|t| t.keyed && !t.one_phase());
         let mut p = vec![
             Property::<Self>::sometimes("sometimes both commit", |_, s| {
                 s.records.iter().all(|r| r.as_ref().is_some_and(|r| r.status == Status::Committed))
@@ -526,7 +602,10 @@ impl TwoPc {
                 seen::<{ Event::RolledForward as u32 }>,
             ));
         }
-        if b.crash > 0 {
+        // The lock pass finds a lock of a COMMITTING owner: one the run's bounded read (K = 1) of open
+        // transactions did not reach (two two-phase transactions), or one whose commit was lost.
+        let two_phase_txs = cfg.txs.iter().filter(|t| !t.one_phase()).count();
+        if b.crash > 0 && (two_phase_txs >= 2 || b.loss > 0) {
             p.push(Property::<Self>::sometimes(
                 "sometimes the sweeper rolls a lock forward",
                 seen::<{ Event::SweeperRollForward as u32 }>,
@@ -548,6 +627,79 @@ impl TwoPc {
             p.push(Property::<Self>::sometimes(
                 "sometimes a refused decision releases the locks",
                 seen::<{ Event::RefusedDecisionReleased as u32 }>,
+            ));
+        }
+        let fixed_fence = sw.release_on_refused_decision && sw.refusal_after_unknown_is_unknown;
+        // A decision fails: refused (4xx), or refused for size (a keyed one).
+        let decision_fails = b.refused > 0 || b.oversized > 0 && keyed_2pc;
+        if fixed_fence && decision_fails && b.db_reply > 0 && b.total >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a fence takes effect with its reply lost",
+                seen::<{ Event::FenceLostReply as u32 }>,
+            ));
+        }
+        if fixed_fence && b.refused > 0 && b.db_reply > 0 && b.total >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a fence finds the decision it fences written after all",
+                seen::<{ Event::FenceFoundDecision as u32 }>,
+            ));
+        }
+        if fixed_fence && (b.refused >= 2 || b.refused > 0 && b.oversized > 0 && keyed_2pc) && b.total >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a fence is refused too and the locks are released (unrecorded decision)",
+                seen::<{ Event::UnrecordedReleased as u32 }>,
+            ));
+        }
+        if fixed_fence && b.refused >= 2 && b.db_reply > 0 && b.total >= 3 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes an unrecorded decision of unknown outcome releases nothing",
+                seen::<{ Event::UnknownLeftToRecovery as u32 }>,
+            ));
+        }
+        // The sweeper postpones an entry whose drive a participant did not acknowledge (a loss): one
+        // its coordinator left open by crashing, or one it drives while the coordinator still runs.
+        let postpones = b.loss > 0 && (b.crash > 0 || cfg.sweeper_races_coordinators);
+        let to_postpone = if cfg.sweeper_races_coordinators { 1 } else { 2 };
+        if postpones && b.refused > 0 && b.total > to_postpone {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a postponement is refused",
+                seen::<{ Event::PostponeRefused as u32 }>,
+            ));
+        }
+        if postpones && b.db_reply > 0 && b.total > to_postpone {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a postponement takes effect with its reply lost",
+                seen::<{ Event::PostponeLostReply as u32 }>,
+            ));
+        }
+        if b.oversized > 0 && sw.shortened_writes {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a write refused for size is written shortened",
+                seen::<{ Event::ShortenedWrite as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a record refused for size still ends",
+                seen::<{ Event::OversizedEnded as u32 }>,
+            ));
+            if postpones && b.total > to_postpone {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a shortened postponement moves an entry back",
+                    seen::<{ Event::ShortenedPostpone as u32 }>,
+                ));
+            }
+        }
+        if b.oversized > 0 && sw.shortened_writes && keyed_2pc && fixed_fence {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a decision refused for size falls back to the fence",
+                seen::<{ Event::SizeRefusedDecisionFenced as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes the fence is written shortened",
+                seen::<{ Event::FenceShortened as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a commit decision is written shortened",
+                seen::<{ Event::ShortenedCommit as u32 }>,
             ));
         }
         if b.dup > 0 && sw.token_check && one_phase && (b.loss > 0 || b.crash > 0) && b.total >= 2 {

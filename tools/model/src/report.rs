@@ -69,6 +69,7 @@ fn switches_text(model: &TwoPc) -> String {
         ("release_on_refused_decision", s.release_on_refused_decision),
         ("fresh_token_per_attempt", s.fresh_token_per_attempt),
         ("refusal_after_unknown_is_unknown", s.refusal_after_unknown_is_unknown),
+        ("shortened_writes", s.shortened_writes),
     ]
     .into_iter()
     .filter(|(_, on)| !on)
@@ -76,13 +77,14 @@ fn switches_text(model: &TwoPc) -> String {
     .collect();
     let b = model.cfg.budget;
     let budget = format!(
-        "faults: at most {} in all, of which crash {} lost-db-reply {} duplicate {} loss {} refused {}; sweeper reads {} per run{}",
+        "faults: at most {} in all, of which crash {} lost-db-reply {} duplicate {} loss {} refused {} oversized {}; sweeper reads {} per run{}",
         b.total,
         b.crash,
         b.db_reply,
         b.dup,
         b.loss,
         b.refused,
+        b.oversized,
         model.cfg.sweep_k,
         if model.cfg.sweeper_races_coordinators { ", races live coordinators" } else { ", runs between coordinators" }
     );

@@ -78,6 +78,17 @@ pub struct Record {
     pub votes: Option<Vec<Vote>>,
     /// `sweepAt` as a rank: how many times the sweeper pushed it back (saturating).
     pub sweep_at: u8,
+    /// The record is so near 400 KB that DynamoDB refuses every write that would make it larger (a
+    /// `ValidationException`, whatever the retry): set by the first such write refused
+    /// ([`crate::Budget::oversized`]), for ever after. Only its open life matters: cleared once terminal.
+    pub oversized: bool,
+}
+
+impl Record {
+    /// A record as its first write creates it (bounded by validation: never refused for size).
+    pub fn new(status: Status, exec: u8, votes: Option<Vec<Vote>>) -> Record {
+        Record { status, exec, votes, sweep_at: 0, oversized: false }
+    }
 }
 
 /// The executionId of records that lock resolution creates.
@@ -227,9 +238,13 @@ pub enum CPc {
     WriteDecision {
         to: Status,
     },
-    /// The decision write's outcome is unknown: read the record to find out.
-    FindOut {
-        to: Status,
+    /// `decide_recorded` / `decide_unrecorded`: the decision write failed; the abort is written over
+    /// it conditionally (the fence): keyed `transition` PREPARING → ABORTING with the votes and a
+    /// reason, unkeyed `create` ABORTED. `unknown`: the decision write's outcome is unknown (an
+    /// earlier attempt may have applied it), which decides what `unrecorded_decision` may release if
+    /// the fence fails too.
+    Fence {
+        unknown: bool,
     },
     /// `abort_unrecorded`: create the ABORTED record.
     AbortCreate,
@@ -285,6 +300,13 @@ pub enum SPc {
         rest: Vec<Tx>,
     },
     DriveAwait {
+        tx: Tx,
+        status: Status,
+        rest: Vec<Tx>,
+    },
+    /// `recover_transaction`: `postpone` an entry it could not finish (`sweepAt` later, with the
+    /// attempts and the error), conditional on the record being open and still `status`.
+    Postpone {
         tx: Tx,
         status: Status,
         rest: Vec<Tx>,

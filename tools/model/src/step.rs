@@ -7,18 +7,33 @@
 //! ([`Fault::LostReply`]) takes effect, then the writer's next step is the SDK's retry of the same
 //! request (same condition, same values, e.g. the same lock token), and the writer acts on the
 //! retry's answer.
+//!
+//! A write refused for size ([`Fault::Oversized`], or any later write that would make the same record
+//! larger) changes nothing; record.rs then reads the record and, if it is still in the status the
+//! write expected, writes the shortened form under the same condition. The refusal, the read and the
+//! shortened write are one step: nothing another process does in between can be told apart from it
+//! happening before the step. DynamoDB is taken to evaluate a write's condition before its size: a
+//! write whose condition fails is answered as such. (The code answers both the same way: after a
+//! refusal for size it reads the record and, finding another status, follows it.)
 
 use crate::config::{ItemId, Op, OpKind, Svc, Tx};
 use crate::state::*;
 use crate::{Event, TwoPc, Violation};
 
-/// A fault that may come with a step: a DynamoDB write that takes effect but whose reply is lost,
-/// or a decision write DynamoDB refuses (4xx, not applied).
+/// A fault that may come with a step: a DynamoDB write that takes effect but whose reply is lost, a
+/// write DynamoDB refuses (4xx, not applied), or the first write of a record refused for its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fault {
     None,
     LostReply,
     Refused,
+    /// A write that would make its record larger is refused as invalid (`ValidationException`: the
+    /// record would pass 400 KB), and so is every later such write of that record
+    /// ([`Record::oversized`]). `commit_fits`: a commit decision's shortened form (its votes with
+    /// their lock tokens, without the free text) still fits; else it is refused too.
+    Oversized {
+        commit_fits: bool,
+    },
     /// The participant's answer is lost on its way back (the caller keeps waiting: a re-sent copy
     /// may answer it, else it times out).
     DropReply,
@@ -83,6 +98,35 @@ impl Ctx {
         } else {
             false
         }
+    }
+
+    /// At a write that would make `tx`'s record larger (its condition holds): does DynamoDB refuse it
+    /// as invalid? Always once the record was refused so; else when this step brings the fault, which
+    /// marks the record for ever.
+    fn for_size(&mut self, s: &mut State, tx: Tx) -> bool {
+        let rec = s.records[tx as usize].as_mut().expect("a growing write needs a record");
+        if rec.oversized {
+            self.note(|| "  (DynamoDB refuses the write as invalid: the record would pass 400 KB)".into());
+            return true;
+        }
+        if matches!(self.fault, Fault::Oversized { .. }) && !self.used {
+            self.used = true;
+            rec.oversized = true;
+            s.budget.oversized -= 1;
+            s.budget.total -= 1;
+            self.note(|| {
+                "  (DynamoDB refuses the write as invalid: the record would pass 400 KB; it refuses every write that \
+                 makes this record larger from now on)"
+                    .into()
+            });
+            return true;
+        }
+        false
+    }
+
+    /// After [`Ctx::for_size`] refused a commit decision: does its shortened form fit?
+    fn commit_fits(&self) -> bool {
+        self.fault == (Fault::Oversized { commit_fits: true }) && self.used
     }
 
     /// At a participant's answer: is it lost on the way back?
@@ -309,11 +353,13 @@ impl TwoPc {
             }
             s.ghost.seen &= !Event::Progress.bit();
         }
-        // A terminal record's votes and sweepAt are read by no one.
+        // A terminal record's votes and sweepAt are read by no one, and no write that would make it
+        // larger is ever sent to it.
         for r in s.records.iter_mut().flatten() {
             if r.status.terminal() {
                 r.votes = None;
                 r.sweep_at = 0;
+                r.oversized = false;
             }
         }
     }
@@ -386,6 +432,9 @@ impl TwoPc {
         }
         if rec.status.abort() && !old.is_some_and(Status::abort) {
             self.abort_decided(s, tx, ctx);
+        }
+        if rec.oversized && rec.status.terminal() {
+            self.event(s, Event::OversizedEnded);
         }
         ctx.note(|| format!("  record {} := {:?}", self.tx_name(tx), rec.status));
         s.records[tx as usize] = Some(rec);
@@ -701,12 +750,7 @@ impl TwoPc {
                 }
                 s.ghost.executed_by[tx as usize] |= 1 << exec;
                 let votes = vec![Vote::Prepared { token: 0, read_only: false }];
-                self.write_record(
-                    s,
-                    tx,
-                    Record { status: Status::Committed, exec, votes: Some(votes), sweep_at: 0 },
-                    ctx,
-                );
+                self.write_record(s, tx, Record::new(Status::Committed, exec, Some(votes)), ctx);
                 self.event(s, Event::OnePhaseCommitted);
                 if ctx.lost_reply(s) {
                     t.retrying = true;
@@ -777,7 +821,7 @@ impl TwoPc {
             RStage::CreateAborted => {
                 if s.record(owner).is_none() {
                     self.event(s, Event::ResolutionRecordedAbort);
-                    let rec = Record { status: Status::Aborted, exec: NOBODY, votes: None, sweep_at: 0 };
+                    let rec = Record::new(Status::Aborted, NOBODY, None);
                     self.write_record(s, owner, rec, ctx);
                     if ctx.lost_reply(s) {
                         t.retrying = true;
@@ -793,6 +837,18 @@ impl TwoPc {
             }
             RStage::Transition => {
                 if s.status(owner) == Some(Status::Preparing) {
+                    // With its reason (EXPIRED_REASON): a write that makes the record larger.
+                    if ctx.for_size(s, owner) {
+                        if !sw.shortened_writes {
+                            // Before issue 27: `owner_fate` fails, and so does this prepare.
+                            ctx.note(|| "  lock resolution fails: the handler answers an error".into());
+                            return self.refuse(s, t, ctx);
+                        }
+                        // `transition`: read the record (still PREPARING, checked here) and write the
+                        // shortened ABORTING (no reason) with the same condition, in the same step:
+                        // the refused write changed nothing anyone could see in between.
+                        self.event(s, Event::ShortenedWrite);
+                    }
                     self.event(s, Event::ResolutionAbortedPreparing);
                     self.set_status(s, owner, Status::Aborting, None, ctx);
                     if ctx.lost_reply(s) {
@@ -1121,7 +1177,7 @@ impl TwoPc {
                 // then `prepare_all`.
                 match s.record(tx) {
                     None => {
-                        let rec = Record { status: Status::Preparing, exec: e, votes: None, sweep_at: 0 };
+                        let rec = Record::new(Status::Preparing, e, None);
                         self.write_record(s, tx, rec, ctx);
                         if ctx.lost_reply(s) {
                             s.coords[me].retrying = true;
@@ -1144,19 +1200,36 @@ impl TwoPc {
             CPc::Decide => self.decide(s, ci, ctx),
             CPc::WriteDecision { to } => {
                 if ctx.refused(s) {
+                    // Every attempt refused (a 4xx): not applied, unless an earlier attempt's reply was
+                    // lost (`retrying` keeps that outcome unknown).
                     s.ghost.reason |= bit(tx);
-                    if retrying && sw.refusal_after_unknown_is_unknown {
-                        // The first attempt's outcome is unknown (its reply was lost): find out.
-                        s.coords[me].pc = CPc::FindOut { to };
-                        return;
-                    }
-                    return self.decision_refused(s, ci, to, ctx);
+                    return self.decision_failed(s, ci, to, retrying && sw.refusal_after_unknown_is_unknown, true, ctx);
                 }
                 let votes = s.coords[me].votes.clone();
                 if spec.keyed {
-                    // record.rs `transition` PREPARING → to (condition status = PREPARING), with the votes.
+                    // record.rs `transition` PREPARING → to (condition status = PREPARING), with the votes
+                    // (and, for an abort, the reason): a write that makes the record larger.
                     if s.status(tx) == Some(Status::Preparing) {
-                        self.set_status(s, tx, to, Some(votes), ctx);
+                        if ctx.for_size(s, tx) {
+                            s.ghost.reason |= bit(tx);
+                            // The shortened form: ABORTING keeps the participants as they are; COMMITTING
+                            // must add the votes' lock tokens, and may still be too large.
+                            let fits = to == Status::Aborting || ctx.commit_fits();
+                            if !(sw.shortened_writes && fits) {
+                                // Refused as invalid: `retrying` returns the error at once (the record is
+                                // still PREPARING: no earlier attempt applied), and the abort is written
+                                // over it.
+                                return self.decision_failed(s, ci, to, false, false, ctx);
+                            }
+                            self.event(s, Event::ShortenedWrite);
+                            if to == Status::Committing {
+                                self.event(s, Event::ShortenedCommit);
+                            }
+                            let kept = if to == Status::Committing { Some(votes) } else { None };
+                            self.set_status(s, tx, to, kept, ctx);
+                        } else {
+                            self.set_status(s, tx, to, Some(votes), ctx);
+                        }
                         if ctx.lost_reply(s) {
                             s.coords[me].retrying = true;
                         } else {
@@ -1173,7 +1246,7 @@ impl TwoPc {
                 // Unkeyed commit: create the record COMMITTING (attribute_not_exists).
                 match s.record(tx) {
                     None => {
-                        let rec = Record { status: Status::Committing, exec: e, votes: Some(votes), sweep_at: 0 };
+                        let rec = Record::new(Status::Committing, e, Some(votes));
                         self.write_record(s, tx, rec, ctx);
                         if ctx.lost_reply(s) {
                             s.coords[me].retrying = true;
@@ -1193,26 +1266,7 @@ impl TwoPc {
                     Some(_) => self.follow(s, ci, ctx),
                 }
             }
-            CPc::FindOut { to } => {
-                // coordinator.rs `decide_recorded` / `decide_unrecorded` after a failed decision write whose
-                // outcome is unknown: the abort is written over it conditionally (the fence: `transition`
-                // PREPARING→ABORTING, or `create` ABORTED), and the record then says what happened. In
-                // this model a write lands in the step that sends it, so reading the record here finds
-                // exactly what the fence would: my decision (follow it) or none (the fence wins: abort).
-                match s.record(tx).cloned() {
-                    // Keyed and still PREPARING, or unkeyed and no record: certainly not applied.
-                    None => self.decision_refused(s, ci, to, ctx),
-                    Some(r) if spec.keyed && r.status == Status::Preparing => self.decision_refused(s, ci, to, ctx),
-                    Some(r) if !spec.keyed && r.exec != e => {
-                        self.event(s, Event::CommitLostToResolution);
-                        self.abort_all(s, ci, CPc::AbortAwait { recorded: true }, ctx);
-                    }
-                    Some(_) => {
-                        self.event(s, Event::OwnWriteRecognised);
-                        self.follow(s, ci, ctx);
-                    }
-                }
-            }
+            CPc::Fence { unknown } => self.fence(s, ci, unknown, retrying, ctx),
             CPc::AbortCreate => {
                 // `abort_unrecorded`: create the ABORTED record (conditional; 503 if it cannot be written).
                 if ctx.refused(s) {
@@ -1222,7 +1276,7 @@ impl TwoPc {
                 }
                 if s.record(tx).is_none() {
                     let votes = s.coords[me].votes.clone();
-                    let rec = Record { status: Status::Aborted, exec: e, votes: Some(votes), sweep_at: 0 };
+                    let rec = Record::new(Status::Aborted, e, Some(votes));
                     self.write_record(s, tx, rec, ctx);
                     if ctx.lost_reply(s) {
                         s.coords[me].retrying = true;
@@ -1266,8 +1320,16 @@ impl TwoPc {
                 }
             }
             CPc::RecoverTransition => {
-                // `recover`: PREPARING past its deadline → ABORTING (the rule lock resolution uses).
+                // `recover`: PREPARING past its deadline → ABORTING with a reason (the rule lock
+                // resolution uses): a write that makes the record larger.
                 if s.status(tx) == Some(Status::Preparing) {
+                    if ctx.for_size(s, tx) {
+                        if !sw.shortened_writes {
+                            // Before issue 27: `recover` fails: 503, the outcome unknown to the client.
+                            return self.answer(s, ci, Answer::Unavailable { aborted: false }, ctx);
+                        }
+                        self.event(s, Event::ShortenedWrite);
+                    }
                     self.set_status(s, tx, Status::Aborting, None, ctx);
                     if ctx.lost_reply(s) {
                         s.coords[me].retrying = true;
@@ -1292,7 +1354,7 @@ impl TwoPc {
                 match s.record(tx) {
                     None => {
                         let votes = s.coords[me].votes.clone();
-                        let rec = Record { status: Status::Aborted, exec: e, votes: Some(votes), sweep_at: 0 };
+                        let rec = Record::new(Status::Aborted, e, Some(votes));
                         self.write_record(s, tx, rec, ctx);
                         if ctx.lost_reply(s) {
                             s.coords[me].retrying = true;
@@ -1315,7 +1377,119 @@ impl TwoPc {
         }
     }
 
-    /// A decision write DynamoDB certainly did not apply.
+    /// A decision write that failed (`refused`: by a 4xx, else as invalid for its size); `unknown`: an
+    /// earlier attempt may have applied it. coordinator.rs `decide_recorded` / `decide_unrecorded`:
+    /// the abort is written over it (the fence), and the record then says what happened.
+    fn decision_failed(&self, s: &mut State, ci: u8, to: Status, unknown: bool, refused: bool, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let sw = self.cfg.switches;
+        if refused && !sw.refusal_after_unknown_is_unknown {
+            // design.md taken literally: a refusal is "certainly not applied": abort at once.
+            return self.decision_refused(s, ci, to, ctx);
+        }
+        if !sw.release_on_refused_decision {
+            // Before issue 19 (defect 10): 503 at once, nothing released, no fence.
+            if !unknown {
+                s.ghost.no_commit |= bit(tx);
+            }
+            return self.answer(s, ci, Answer::Unavailable { aborted: !unknown }, ctx);
+        }
+        if !refused {
+            self.event(s, Event::SizeRefusedDecisionFenced);
+        }
+        s.coords[ci as usize].pc = CPc::Fence { unknown };
+    }
+
+    /// The fence: the abort written conditionally over a decision write that failed. Keyed: `transition`
+    /// PREPARING → ABORTING with the votes and a reason (a write that makes the record larger; refused
+    /// for size, it is written shortened, which always fits); unkeyed: `create` ABORTED (a first
+    /// write). Refused (every attempt, a 4xx): `unrecorded_decision`.
+    fn fence(&self, s: &mut State, ci: u8, unknown: bool, retrying: bool, ctx: &mut Ctx) {
+        let (tx, e) = self.execs[ci as usize];
+        let me = ci as usize;
+        let sw = self.cfg.switches;
+        if ctx.refused(s) {
+            return self.unrecorded_decision(s, ci, unknown, ctx);
+        }
+        if self.cfg.txs[tx as usize].keyed {
+            if s.status(tx) == Some(Status::Preparing) {
+                if ctx.for_size(s, tx) {
+                    if !sw.shortened_writes {
+                        return self.unrecorded_decision(s, ci, unknown, ctx);
+                    }
+                    // The shortened ABORTING: the participants as they are, no reason.
+                    self.event(s, Event::ShortenedWrite);
+                    self.event(s, Event::FenceShortened);
+                    self.set_status(s, tx, Status::Aborting, None, ctx);
+                } else {
+                    let votes = s.coords[me].votes.clone();
+                    self.set_status(s, tx, Status::Aborting, Some(votes), ctx);
+                }
+                self.event(s, Event::RefusedDecisionReleased);
+                if ctx.lost_reply(s) {
+                    self.event(s, Event::FenceLostReply);
+                    s.coords[me].retrying = true;
+                    return;
+                }
+                return self.drive(s, ci, Status::Aborting, ctx);
+            }
+            match s.status(tx) {
+                Some(Status::Aborting | Status::Aborted) if retrying => self.event(s, Event::OwnWriteRecognised),
+                Some(Status::Committing | Status::Committed) => self.event(s, Event::FenceFoundDecision),
+                _ => {}
+            }
+            // `Transition::Lost`: my decision after all (its outcome was unknown), my own fence (a retry),
+            // or lock resolution's abort: follow the record.
+            return self.follow(s, ci, ctx);
+        }
+        match s.record(tx).cloned() {
+            None => {
+                let votes = s.coords[me].votes.clone();
+                self.write_record(s, tx, Record::new(Status::Aborted, e, Some(votes)), ctx);
+                self.event(s, Event::RefusedDecisionReleased);
+                if ctx.lost_reply(s) {
+                    self.event(s, Event::FenceLostReply);
+                    s.coords[me].retrying = true;
+                    return;
+                }
+                self.abort_all(s, ci, CPc::AbortAwait { recorded: true }, ctx);
+            }
+            Some(r) if r.exec == e && r.status == Status::Aborted => {
+                // `create_own`: my own fence, whose reply was lost.
+                self.event(s, Event::OwnWriteRecognised);
+                self.abort_all(s, ci, CPc::AbortAwait { recorded: true }, ctx);
+            }
+            Some(r) if r.exec == e => {
+                // My COMMITTING decision applied after all: follow it.
+                self.event(s, Event::FenceFoundDecision);
+                self.follow(s, ci, ctx);
+            }
+            Some(_) => {
+                // Lock resolution recorded it ABORTED first: release the rest, answer 409.
+                self.event(s, Event::CommitLostToResolution);
+                self.abort_all(s, ci, CPc::AbortAwait { recorded: true }, ctx);
+            }
+        }
+    }
+
+    /// coordinator.rs `unrecorded_decision`: neither the decision nor the fence could be written. If the
+    /// decision certainly did not apply, the transaction is aborted and its locks released before the
+    /// 503; if it may have (`unknown`), nothing is released and the 503 says the outcome is unknown.
+    fn unrecorded_decision(&self, s: &mut State, ci: u8, unknown: bool, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        if unknown {
+            self.event(s, Event::UnknownLeftToRecovery);
+            return self.answer(s, ci, Answer::Unavailable { aborted: false }, ctx);
+        }
+        s.ghost.no_commit |= bit(tx);
+        self.abort_decided(s, tx, ctx);
+        self.event(s, Event::RefusedDecisionReleased);
+        self.event(s, Event::UnrecordedReleased);
+        self.abort_all(s, ci, CPc::AbortAwait { recorded: false }, ctx);
+    }
+
+    /// design.md taken literally (`refusal_after_unknown_is_unknown` off): a refused decision write
+    /// certainly did not apply; abort at once.
     fn decision_refused(&self, s: &mut State, ci: u8, to: Status, ctx: &mut Ctx) {
         let (tx, _) = self.execs[ci as usize];
         s.ghost.no_commit |= bit(tx);
@@ -1595,8 +1769,17 @@ impl TwoPc {
             }
             SPc::GetTx { tx, rest } => self.sweep_recover(s, tx, rest, ctx),
             SPc::Transition { tx, rest } => {
-                // `Coordinator::recover`: PREPARING past deadline → ABORTING.
+                // `Coordinator::recover`: PREPARING past deadline → ABORTING, with a reason: a write
+                // that makes the record larger.
                 if s.status(tx) == Some(Status::Preparing) {
+                    if ctx.for_size(s, tx) {
+                        if !self.cfg.switches.shortened_writes {
+                            // Before issue 27: `recover` fails; the entry is postponed.
+                            s.sweeper.pc = SPc::Postpone { tx, status: Status::Preparing, rest };
+                            return;
+                        }
+                        self.event(s, Event::ShortenedWrite);
+                    }
                     self.set_status(s, tx, Status::Aborting, None, ctx);
                     if ctx.lost_reply(s) {
                         s.sweeper.retrying = true;
@@ -1626,7 +1809,7 @@ impl TwoPc {
             SPc::OwnerCreate { svc, item, owner, rest } => {
                 if s.record(owner).is_none() {
                     self.event(s, Event::ResolutionRecordedAbort);
-                    let rec = Record { status: Status::Aborted, exec: NOBODY, votes: None, sweep_at: 0 };
+                    let rec = Record::new(Status::Aborted, NOBODY, None);
                     self.write_record(s, owner, rec, ctx);
                     if ctx.lost_reply(s) {
                         s.sweeper.retrying = true;
@@ -1640,6 +1823,13 @@ impl TwoPc {
             }
             SPc::OwnerTransition { svc, item, owner, rest } => {
                 if s.status(owner) == Some(Status::Preparing) {
+                    if ctx.for_size(s, owner) {
+                        if !self.cfg.switches.shortened_writes {
+                            // Before issue 27: `owner_fate` fails; on to the next lock.
+                            return self.sweep_next_item(s, svc, &rest, ctx);
+                        }
+                        self.event(s, Event::ShortenedWrite);
+                    }
                     self.event(s, Event::ResolutionAbortedPreparing);
                     self.set_status(s, owner, Status::Aborting, None, ctx);
                     if ctx.lost_reply(s) {
@@ -1649,6 +1839,42 @@ impl TwoPc {
                 }
                 let fate = self.fate(s, owner, svc);
                 self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
+            }
+            SPc::Postpone { tx, status, rest } => {
+                // record.rs `postpone`: `sweepAt` later, with the attempts and the error (a write that
+                // makes the record larger), if the record is open and still `status`.
+                if ctx.refused(s) {
+                    // Not applied; the sweeper logs it and goes on: the entry stays where it is.
+                    self.event(s, Event::PostponeRefused);
+                    return self.sweep_next_tx(s, &rest);
+                }
+                let open = s.record(tx).is_some_and(|r| r.status == status && !r.status.terminal());
+                if open {
+                    let shortened = ctx.for_size(s, tx);
+                    if shortened && !self.cfg.switches.shortened_writes {
+                        // Before issue 27: refused, for ever; the entry never moves back.
+                        ctx.note(|| "  not postponed".into());
+                        return self.sweep_next_tx(s, &rest);
+                    }
+                    if let Some(r) = s.records[tx as usize].as_mut() {
+                        r.sweep_at = (r.sweep_at + 1).min(3);
+                    }
+                    ctx.note(|| format!("  {}'s sweepAt pushed back", self.tx_name(tx)));
+                    self.progress(s);
+                    // Shortened: `sweepAt` only, the attempts and the error removed; it still moves back.
+                    if shortened {
+                        self.event(s, Event::ShortenedWrite);
+                        self.event(s, Event::ShortenedPostpone);
+                    } else {
+                        self.event(s, Event::SweepAtPushed);
+                    }
+                    if ctx.lost_reply(s) {
+                        // The SDK's retry sends the same values under the same condition: whatever it
+                        // meets, it changes nothing this attempt did not (folded into this step).
+                        self.event(s, Event::PostponeLostReply);
+                    }
+                }
+                self.sweep_next_tx(s, &rest);
             }
             SPc::DriveAwait { .. } | SPc::LockAwait { .. } => unreachable!("waiting has no step"),
         }
@@ -1660,14 +1886,8 @@ impl TwoPc {
             return;
         }
         if s.sweeper.inv.contains(&Inv::Failed) {
-            // Defect 7's fix: an entry it could not finish gets sweepAt pushed later.
-            if let Some(r) = s.records[tx as usize].as_mut()
-                && !r.status.terminal()
-            {
-                r.sweep_at = (r.sweep_at + 1).min(3);
-                self.event(s, Event::SweepAtPushed);
-            }
-            self.sweep_next_tx(s, &rest);
+            // Defect 7's fix: an entry it could not finish is postponed (its own step).
+            s.sweeper.pc = SPc::Postpone { tx, status, rest };
         } else {
             s.sweeper.pc = SPc::Terminal { tx, to: status.terminal_of(), rest };
         }
@@ -1702,7 +1922,7 @@ pub(crate) fn in_progress(pc: CPc) -> bool {
             | CPc::CollectVotes
             | CPc::Decide
             | CPc::WriteDecision { .. }
-            | CPc::FindOut { .. }
+            | CPc::Fence { .. }
             | CPc::OnePhaseWait
     )
 }

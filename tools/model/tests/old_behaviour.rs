@@ -1,10 +1,10 @@
 //! Proof that the check is not vacuous: with ONE fix switched back to today's behaviour, the checker
 //! finds the defect of issue 19 it fixes, and prints the trace (breadth first: a shortest one).
 
-use twopc_model::TwoPc;
 use twopc_model::config::{Budget, Config, Switches};
 use twopc_model::report::check;
 use twopc_model::state::{Answer, Status};
+use twopc_model::{TwoPc, Violation};
 
 fn budget(f: impl FnOnce(&mut Budget)) -> Budget {
     let mut b = Budget::default();
@@ -78,4 +78,27 @@ fn defect_10_refused_decision_leaves_the_locks() {
     let last = path.last_state();
     assert!(last.coords.iter().any(|c| c.answer == Some(Answer::Unavailable { aborted: true })), "answered 503");
     assert!(last.records.iter().all(|r| r.as_ref().is_none_or(|r| r.status != Status::Committing)));
+}
+
+/// Issue 27: a record DynamoDB refuses to make larger (written near 400 KB by an earlier version, or a
+/// size misjudged). Without the shortened writes, every write that adds to it is refused for ever: the
+/// decision, its fence, the sweeper's `recover` and `postpone`, lock resolution's abort. The record
+/// stays PREPARING past its deadline, and every sweeper run finds it and changes nothing.
+#[test]
+fn defect_27_a_record_refused_for_size_never_ends() {
+    let cfg = Config::keyed(budget(|b| {
+        b.oversized = 1;
+        b.total = 1;
+    }))
+    .sweeper_races_coordinators(false)
+    .switches(Switches { shortened_writes: false, ..Switches::default() });
+    let name = "once faults stop, every transaction ends and no lock is left";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(
+        last.records.iter().flatten().any(|r| r.oversized && !r.status.terminal()),
+        "an open record refused for size"
+    );
+    assert!(last.ghost.violations & Violation::SweeperStuck.bit() != 0, "a sweeper run that changed nothing");
 }
