@@ -31,7 +31,7 @@ from system import (
     participant_deployments,
     role_of,
 )
-from template_checks import METRICS_NAMESPACE, rest_methods
+from template_checks import METRICS_NAMESPACE, SDK_CALLS, rest_methods
 
 # ----------------------------------------------------------------------------------------------
 # Parameters every template offers (the same deploy-time interface for SAM and CDK)
@@ -56,7 +56,41 @@ def code_metrics(stack: Stack) -> dict:
 
 def written_metric_names(stack: Stack) -> set[str]:
     metrics = code_metrics(stack)
-    return set(metrics["coordinatorCounts"]) | set(metrics["coordinatorLatencies"]) | set(metrics["sweeperCounts"])
+    return (
+        set(metrics["coordinatorCounts"])
+        | set(metrics["coordinatorLatencies"])
+        | set(metrics["sweeperCounts"])
+        | set(metrics.get("streamProcessorCounts", []))
+    )
+
+
+# The protocol's clock margin M (`twopc::clock::CLOCK_MARGIN_MS`): participants take no lock after
+# deadline + M by their clock, resolvers act after expiry + 2M. The coordinator's ClockSkew metric
+# (each answered prepare: how far the participant's clock is from the coordinator's) is alarmed at a
+# fifth of M, well before a skew costs aborts.
+CLOCK_SOURCE = REPO / "functions" / "twopc" / "src" / "clock.rs"
+CLOCK_SKEW_METRIC = "ClockSkew"
+CLOCK_SKEW_ALARM_FRACTION = 5
+# The stream processor's count of the records it gave up on and dead-lettered itself.
+UNPROCESSABLE_METRIC = "UnprocessableRecords"
+# The stream processor's action that replays its dead-letter queue (`twopc::fanout::replay::ACTION`).
+REPLAY_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "replay.rs"
+
+
+def clock_margin_ms(source: Path = CLOCK_SOURCE) -> int:
+    names = rust_constants(source)
+    if "CLOCK_MARGIN_MS" not in names:
+        raise AssertionError(f"no constant CLOCK_MARGIN_MS in {source}")
+    return int(names["CLOCK_MARGIN_MS"])
+
+
+def replay_contract(source: Path = REPLAY_SOURCE) -> dict[str, Any]:
+    """The replay's action name and the largest dead-letter message, from `twopc::fanout::replay`."""
+    names = rust_constants(source)
+    missing = [n for n in ["ACTION", "MAX_DEAD_LETTER_BYTES"] if n not in names]
+    if missing:
+        raise AssertionError(f"no constant {missing} in {source}")
+    return {"action": str(names["ACTION"]), "maxDeadLetterBytes": int(names["MAX_DEAD_LETTER_BYTES"])}
 
 # The lake's record, one JSON object per line: the fields of this struct, in serde's camelCase.
 LAKE_RECORD_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "decide.rs"
@@ -298,7 +332,44 @@ def required_alarms(stack: Stack) -> list[Required]:
                  lambda a: a.on(METRICS_NAMESPACE, "StuckTransactions"),
                  lambda a: a.above(0) and a.window is not None and a.window >= 300, "> 0 for 5 minutes or more")
     )
+    # A participant's clock drifting from the coordinator's, long before it reaches the margin M.
+    skew = clock_margin_ms() // CLOCK_SKEW_ALARM_FRACTION
+    required.append(
+        Required(f"the coordinator's {CLOCK_SKEW_METRIC} (a participant's clock drifting towards M)",
+                 lambda a: a.on(METRICS_NAMESPACE, CLOCK_SKEW_METRIC),
+                 lambda a: all(m.stat == "Maximum" for m in a.metrics) and a.above(skew) and a.window == 300,
+                 f"Maximum > {skew} ms (M / {CLOCK_SKEW_ALARM_FRACTION}) over 5 minutes")
+    )
+    # Records the stream processor gave up on itself (dead-lettered with their content).
+    required.append(
+        Required(f"the stream processor's {UNPROCESSABLE_METRIC} (records it dead-lettered)",
+                 lambda a: a.on(METRICS_NAMESPACE, UNPROCESSABLE_METRIC),
+                 lambda a: _sum_above_zero(a) and a.window == 300, "Sum >= 1 in 5 minutes")
+    )
     return required
+
+
+def _description(alarm: Alarm) -> str:
+    return " ".join(str(alarm.props.get("AlarmDescription", "")).split())
+
+
+def alarm_description_problems(stack: Stack, found: list[Alarm]) -> list[str]:
+    """The alarms whose answer is not in their metric say what to do: the ClockSkew alarm names the
+    margin M and the clocks to compare; the UnprocessableRecords alarm the log line to read and the
+    replay to run after the fix."""
+    problems = []
+    margin = clock_margin_ms()
+    wanted = {
+        CLOCK_SKEW_METRIC: [f"{margin} ms", "clock", "abort"],
+        UNPROCESSABLE_METRIC: ["dead-letter", "log", replay_contract()["action"]],
+    }
+    for metric, words in wanted.items():
+        for alarm in [a for a in found if a.on(METRICS_NAMESPACE, metric)]:
+            text = _description(alarm)
+            missing = [w for w in words if w.lower() not in text.lower()]
+            if missing:
+                problems.append(f"{alarm.logical_id}: its description does not say {missing} (what it means, what to do)")
+    return problems
 
 
 def _alarm_actions(stack: Stack, alarm: str) -> list[str]:
@@ -330,7 +401,7 @@ def check_alarms(stack: Stack) -> list[str]:
     if "AlarmActionArn" in stack.template.get("Parameters", {}):
         for alarm in found:
             problems += _alarm_actions(stack, alarm.logical_id)
-    return problems
+    return problems + alarm_description_problems(stack, found)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -420,9 +491,12 @@ def check_dashboard(stack: Stack) -> list[str]:
         for stat in ["p50", "p99"]:
             if not _shows(graphs, ns, latency, stat):
                 problems.append(f"no {latency} {stat}")
-    for metric in ["Unavailable"] + code_metrics(stack)["sweeperCounts"]:
+    for metric in ["Unavailable"] + code_metrics(stack)["sweeperCounts"] + code_metrics(stack).get("streamProcessorCounts", []):
         if not _shows(graphs, ns, metric):
             problems.append(f"no {metric}")
+    # The skew's worst case beside its p50 and p99: the alarm watches the maximum.
+    if not _shows(graphs, ns, CLOCK_SKEW_METRIC, "Maximum"):
+        problems.append(f"no {CLOCK_SKEW_METRIC} Maximum (what its alarm watches)")
     for processor in functions_of(stack, "stream-processor"):
         if not _lambda_shown(stack, graphs, processor, "IteratorAge"):
             problems.append(f"no IteratorAge of {processor}")
@@ -711,11 +785,18 @@ def check_aliases(stack: Stack) -> list[str]:
 
 def rust_constants(source: Path) -> dict[str, str | int]:
     """The `pub const NAME: type = value;` string and integer constants of a Rust file (the value
-    may be on the next line; the strings hold no escapes)."""
+    may be on the next line; the strings hold no escapes; an integer may be a product, `256 * 1024`)."""
     text = source.read_text()
     constants: dict[str, str | int] = {}
-    for name, value in re.findall(r"^\s*pub const (\w+):[^=]+=\s*(\"[^\"]*\"|[0-9_]+)\s*;", text, re.M):
-        constants[name] = value[1:-1] if value.startswith('"') else int(value.replace("_", ""))
+    number_or_product = r"[0-9_]+(?:\s*\*\s*[0-9_]+)*"
+    for name, value in re.findall(r"^\s*pub const (\w+):[^=]+=\s*(\"[^\"]*\"|%s)\s*;" % number_or_product, text, re.M):
+        if value.startswith('"'):
+            constants[name] = value[1:-1]
+        else:
+            product = 1
+            for factor in value.split("*"):
+                product *= int(factor.strip().replace("_", ""))
+            constants[name] = product
     return constants
 
 
@@ -1059,8 +1140,17 @@ ITERATOR_AGE_ALARM_WITHIN_SECONDS = 600
 QUEUE_ALARM_WITHIN_SECONDS = 300
 # What the stream processor's `replay-dead-letters` action does with the on-failure queue.
 REPLAY_ACTIONS = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+# What the stream processor sends it: the records it gives up on itself, with their content.
+DEAD_LETTER_ACTIONS = {"sqs:SendMessage"}
 # Lambda's own use of the queue (the mappings' on-failure destination, with the function's role).
 ON_FAILURE_ACTIONS = {"sqs:SendMessage"}
+
+
+def queue_actions_of_code(source: Path = REPLAY_SOURCE) -> set[str]:
+    """The SQS actions the stream processor's code calls on its dead-letter queue
+    (`twopc::fanout::replay`: SqsDeadLetters), through template_checks.SDK_CALLS."""
+    text = source.read_text()
+    return {action for call, action in SDK_CALLS.items() if action.startswith("sqs:") and call in text}
 
 
 def on_failure_queues(stack: Stack) -> dict[str, str | None]:
@@ -1162,17 +1252,25 @@ def check_fanout_alarms(stack: Stack) -> list[str]:
 
 
 def check_dead_letter_replay(stack: Stack) -> list[str]:
-    """The stream processor can replay what its event sources gave up on: its DEAD_LETTER_QUEUE_URL
-    is the URL (`Ref`) of the on-failure queue of its mappings, its role may ReceiveMessage,
-    DeleteMessage and GetQueueAttributes on exactly that queue (and send to
-    it: Lambda's on-failure destination), no other SQS action or queue; no other function may read
-    the queue."""
+    """The stream processor can dead-letter what it gives up on and replay what it and its event
+    sources gave up on: its DEAD_LETTER_QUEUE_URL is the URL (`Ref`) of the on-failure queue of its
+    mappings; its role may SendMessage (its own dead letters, and Lambda's on-failure destination),
+    ReceiveMessage, DeleteMessage and GetQueueAttributes (the replay) on exactly that queue, the SQS
+    actions its code calls (`twopc::fanout::replay`), no other SQS action or queue; no other function
+    may send to or read the queue; the queue takes the largest dead letter the code sends
+    (MaximumMessageSize unset, SQS's default, or at least `MAX_DEAD_LETTER_BYTES`)."""
     problems = []
     variable = dead_letter_variable()
+    code_actions = queue_actions_of_code()
+    wanted = REPLAY_ACTIONS | DEAD_LETTER_ACTIONS | ON_FAILURE_ACTIONS
+    for action in sorted(code_actions - wanted):
+        problems.append(f"the stream processor's code calls {action} on its dead-letter queue: add it to the checks and the grants")
+    wanted |= code_actions
+    largest = replay_contract()["maxDeadLetterBytes"]
     processors = functions_of(stack, "stream-processor")
     if not processors:
         problems.append("no stream processor")
-    readers: set[str] = set()
+    queues_used: set[str] = set()
     for processor in processors:
         queues = {
             q
@@ -1183,13 +1281,19 @@ def check_dead_letter_replay(stack: Stack) -> list[str]:
             problems.append(f"{processor}: its event sources' on-failure queues are {sorted(map(str, queues))}, expected one queue")
             continue
         (queue,) = queues
-        readers.add(queue)
+        queues_used.add(queue)
         value = environment(stack, processor).get(variable)
         if value != "${%s}" % queue:
             problems.append(f"{processor}: {variable} is {value!r}, not the URL of its on-failure queue {queue} (Ref)")
+        size = stack.props(queue).get("MaximumMessageSize")
+        if size is not None and (number(size) is None or number(size) < largest):
+            problems.append(
+                f"{queue}: MaximumMessageSize {size!r} is below {largest} bytes, the largest record the stream "
+                f"processor dead-letters (replay::MAX_DEAD_LETTER_BYTES): such records would be refused"
+            )
         role = role_of(stack, processor)
         arn = "${%s.Arn}" % queue
-        for action in sorted(REPLAY_ACTIONS | ON_FAILURE_ACTIONS):
+        for action in sorted(wanted):
             resources = granted(stack, role, action)
             if not resources:
                 problems.append(f"{processor}: its role may not {action} on {queue}")
@@ -1197,13 +1301,13 @@ def check_dead_letter_replay(stack: Stack) -> list[str]:
                 problems.append(f"{processor}: {action} is granted on {sorted(set(resources))}, not exactly {arn}")
         for statement in allow_statements(stack, role):
             for action in statement["Action"]:
-                if str(action).lower().startswith("sqs:") and str(action) not in REPLAY_ACTIONS | ON_FAILURE_ACTIONS:
-                    problems.append(f"{processor}: its role has {action} (the replay needs {sorted(REPLAY_ACTIONS)})")
+                if str(action).lower().startswith("sqs:") and str(action) not in wanted:
+                    problems.append(f"{processor}: its role has {action} (the code calls {sorted(code_actions)})")
     for function in functions(stack):
         if function in processors:
             continue
-        for action in sorted(REPLAY_ACTIONS):
-            reached = [r for r in granted(stack, role_of(stack, function), action) if any(r == "${%s.Arn}" % q for q in readers) or r == "*"]
+        for action in sorted(wanted):
+            reached = [r for r in granted(stack, role_of(stack, function), action) if any(r == "${%s.Arn}" % q for q in queues_used) or r == "*"]
             if reached:
-                problems.append(f"{function}: may {action} on {reached} (only the stream processor replays the queue)")
+                problems.append(f"{function}: may {action} on {reached} (only the stream processor uses the dead-letter queue)")
     return sorted(set(problems), key=problems.index)

@@ -100,7 +100,9 @@ SDK_CALLS = {
     ".delete_connection()": "execute-api:ManageConnections",
     ".get_connection()": "execute-api:ManageConnections",
     ".invoke()": "lambda:InvokeFunction",
-    # the stream processor's replay of what its event sources gave up on
+    # the stream processor's dead-letter queue: the records it gives up on itself (with their
+    # content), and the replay of what it and its event sources gave up on
+    ".send_message()": "sqs:SendMessage",
     ".receive_message()": "sqs:ReceiveMessage",
     ".delete_message()": "sqs:DeleteMessage",
     ".get_queue_attributes()": "sqs:GetQueueAttributes",
@@ -108,17 +110,20 @@ SDK_CALLS = {
 # SDK calls that are not for IAM to grant to a function (table administration, local only).
 SDK_IGNORED = {".transact_write_items()", ".transact_get_items()"}
 SDK_ADMIN = {".create_table()", ".describe_table()", ".update_time_to_live()", ".delete_table()"}
-# Services whose actions a function's code calls (the stream-read, log, X-Ray and on-failure queue
-# actions are Lambda's own, for the event source mapping, logging and tracing).
+# Services whose actions a function's code calls (the stream-read, log and X-Ray actions are
+# Lambda's own, for the event source mapping, logging and tracing).
 CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs")
 CODE_NOT_CALLED = {
-    # Lambda's own: the event sources' on-failure destination.
-    "sqs:SendMessage",
+    # Lambda's own: the event source mappings read the streams with the function's role.
     "dynamodb:DescribeStream",
     "dynamodb:GetRecords",
     "dynamodb:GetShardIterator",
     "dynamodb:ListStreams",
 }
+# Actions Lambda itself also takes with a function's role, so granted even where the code does not
+# call them: the event sources' on-failure destination (sqs:SendMessage; the stream processor's code
+# sends to the same queue, so a grant missing for the code's call is still reported).
+LAMBDA_ALSO_USES = {"sqs:SendMessage"}
 
 # Values the code expects of single-table variables (its defaults: the tables keep these names).
 TABLE_VARIABLES = {"TRANSACTIONS_TABLE_NAME": "transactions", "CONNECTIONS_TABLE_NAME": "connections"}
@@ -132,7 +137,8 @@ METRICS_NAMESPACE = "TwoPhaseCommit/${AWS::StackName}"
 
 
 def contract() -> dict:
-    """The code's tables and function environment, printed by functions/twopc/examples/contract.rs."""
+    """The code's tables and function environment, printed by functions/twopc/examples/contract.rs,
+    held to what the binaries' sources show (`with_source_facts`)."""
     result = subprocess.run(
         ["cargo", "run", "-q", "-p", "twopc", "--example", "contract"],
         cwd=REPO,
@@ -142,7 +148,63 @@ def contract() -> dict:
     )
     if result.returncode != 0:
         raise AssertionError(f"cargo run --example contract failed:\n{result.stderr}")
-    return json.loads(result.stdout)
+    return with_source_facts(json.loads(result.stdout))
+
+
+# A binary whose main installs the embedded-metric-format recorder from its environment reads
+# METRICS_NAMESPACE (twopc::telemetry::install_emf_from_env).
+EMF_FROM_ENVIRONMENT = "install_emf_from_env("
+METRICS_NAMESPACE_VARIABLE = "METRICS_NAMESPACE"
+# The names of the metrics each function writes (twopc::telemetry), by the contract's key.
+TELEMETRY_SOURCE = REPO / "functions" / "twopc" / "src" / "telemetry.rs"
+TELEMETRY_LISTS = {
+    "coordinatorCounts": "COORDINATOR_COUNTS",
+    "coordinatorLatencies": "COORDINATOR_LATENCIES",
+    "sweeperCounts": "SWEEPER_COUNTS",
+    "streamProcessorCounts": "STREAM_PROCESSOR_COUNTS",
+}
+
+
+def telemetry_names(source: Path = TELEMETRY_SOURCE) -> dict[str, list[str]]:
+    """The contract's metric lists as `twopc::telemetry` declares them (`pub const X: &[&str] =
+    &[NAME, ...]`, each NAME a `pub const NAME: &str = "...";` of the same file)."""
+    text = source.read_text()
+    names = dict(re.findall(r'^\s*pub const (\w+): &str = "([^"]*)";', text, re.M))
+    out = {}
+    for key, constant in TELEMETRY_LISTS.items():
+        match = re.search(r"pub const %s: &\[&str\] =\s*&\[([^\]]*)\];" % constant, text)
+        if match is None:
+            raise AssertionError(f"no constant {constant} in {source}")
+        items = [item.strip() for item in match.group(1).split(",") if item.strip()]
+        unknown = [item for item in items if item not in names]
+        if unknown:
+            raise AssertionError(f"{constant} in {source} names {unknown}, which are not string constants of the file")
+        out[key] = [names[item] for item in items]
+    return out
+
+
+def with_source_facts(code: dict, functions_dir: Path = REPO / "functions") -> dict:
+    """The contract, held to what the sources show: each binary whose `main.rs` calls
+    `install_emf_from_env` must list METRICS_NAMESPACE, and each metric list of `twopc::telemetry` must be
+    printed, as the source declares it. A difference fails: the contract is what the templates follow."""
+    environment = code.get("functionEnvironment", {})
+    for main in sorted(functions_dir.glob("*/src/main.rs")):
+        binary = main.parent.parent.name
+        if binary in environment and EMF_FROM_ENVIRONMENT in main.read_text():
+            if METRICS_NAMESPACE_VARIABLE not in environment[binary]:
+                raise AssertionError(
+                    f"{binary} reads {METRICS_NAMESPACE_VARIABLE} (functions/{binary}/src/main.rs calls "
+                    f"install_emf_from_env), which twopc::config::FUNCTION_ENVIRONMENT does not list"
+                )
+    metrics = code.get("metrics", {})
+    for key, names in telemetry_names().items():
+        if key not in metrics:
+            raise AssertionError(f"the contract prints no metrics.{key} (twopc::telemetry::{TELEMETRY_LISTS[key]})")
+        if sorted(metrics[key]) != sorted(names):
+            raise AssertionError(
+                f"the contract's metrics.{key} {metrics[key]} is not {TELEMETRY_LISTS[key]} of {TELEMETRY_SOURCE}: {names}"
+            )
+    return code
 
 
 # ----------------------------------------------------------------------------------------------
@@ -513,7 +575,7 @@ def check_grants_match_code(stack: Stack, functions_dir: Path = REPO / "function
             problems.append(f"{action} is granted on the {group} table(s), the code never calls it")
     for action in sorted(other - granted_other):
         problems.append(f"the code calls {action}, no role may")
-    for action in sorted(granted_other - other):
+    for action in sorted(granted_other - other - LAMBDA_ALSO_USES):
         problems.append(f"{action} is granted, the code never calls it")
     return problems
 

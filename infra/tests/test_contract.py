@@ -12,7 +12,7 @@ import pytest
 
 import breaking as b
 from system import participant_deployments
-from template_checks import check_environment, check_tables
+from template_checks import check_environment, check_tables, telemetry_names, with_source_facts
 
 
 def test_contract_lists_the_expected_tables(contract):
@@ -29,6 +29,24 @@ def test_contract_lists_the_expected_tables(contract):
         "stream-processor",
         "connections",
     }
+
+
+def test_a_binary_that_writes_metrics_must_list_the_namespace(tmp_path):
+    # Its main installs the metrics recorder from its environment (telemetry::install_emf_from_env):
+    # the contract must list METRICS_NAMESPACE among its variables, and print every metric list.
+    for binary, main in [("writer", "telemetry::install_emf_from_env(Zeros::Omitted);"), ("quiet", "")]:
+        (tmp_path / binary / "src").mkdir(parents=True)
+        (tmp_path / binary / "src" / "main.rs").write_text(f"fn main() {{ {main} }}\n")
+    listed = {"functionEnvironment": {"writer": ["METRICS_NAMESPACE"], "quiet": ["Y"]}, "metrics": telemetry_names()}
+    assert with_source_facts(listed, tmp_path) == listed
+    unlisted = {"functionEnvironment": {"writer": ["X"], "quiet": ["Y"]}, "metrics": telemetry_names()}
+    with pytest.raises(AssertionError, match="does not list"):
+        with_source_facts(unlisted, tmp_path)
+    unprinted = {k: v for k, v in telemetry_names().items() if k != "streamProcessorCounts"}
+    with pytest.raises(AssertionError, match="prints no metrics.streamProcessorCounts"):
+        with_source_facts({**listed, "metrics": unprinted}, tmp_path)
+    with pytest.raises(AssertionError):
+        with_source_facts({**listed, "metrics": {**telemetry_names(), "sweeperCounts": ["StuckTransactions"]}}, tmp_path)
 
 
 def test_tables_match_the_code(stack):
@@ -109,6 +127,11 @@ def _break_environment(stack, breakage: str) -> None:
         b.variables(stack, "sweeper")["METRICS_NAMESPACE"] = "TwoPhaseCommit"
     elif breakage == "firehose-stream":
         b.variables(stack, "stream-processor")["FIREHOSE_STREAM_NAME"] = "lake"
+    elif breakage == "stream-processor-metrics-namespace-missing":
+        # Its UnprocessableRecords would go to the code's default namespace, which no alarm watches.
+        del b.variables(stack, "stream-processor")["METRICS_NAMESPACE"]
+    elif breakage == "stream-processor-metrics-namespace":
+        b.variables(stack, "stream-processor")["METRICS_NAMESPACE"] = "TwoPhaseCommit"
 
 
 @pytest.mark.parametrize(
@@ -122,6 +145,8 @@ def _break_environment(stack, breakage: str) -> None:
         "participant-tables",
         "metrics-namespace",
         "firehose-stream",
+        "stream-processor-metrics-namespace-missing",
+        "stream-processor-metrics-namespace",
     ],
 )
 def test_environment_check_catches(breakage, stack):

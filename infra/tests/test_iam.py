@@ -159,6 +159,14 @@ def test_completeness_check_catches_a_missing_grant(stack, binary, action, where
     assert check_permissions_complete(stack) != []
 
 
+def test_grant_check_catches_a_send_the_code_makes_that_no_role_may(stack):
+    # The stream processor sends what it gives up on to its dead-letter queue (SqsDeadLetters::put).
+    role = role_of(stack, b.function(stack, "stream-processor"))
+    for statements in b.raw_statements(stack, role):
+        statements[:] = [s for s in statements if not (isinstance(s, dict) and "sqs:SendMessage" in as_list(s.get("Action")))]
+    assert "the code calls sqs:SendMessage, no role may" in check_grants_match_code(stack)
+
+
 def test_grant_check_catches_a_grant_the_code_never_uses(stack):
     statement = b.statement(stack, "participant", "dynamodb:BatchGetItem")
     statement["Action"] = [*as_list(statement["Action"]), "dynamodb:PutItem"]

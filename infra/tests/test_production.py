@@ -4,16 +4,19 @@ table, logging, tracing, the participants' `live` aliases (the deployment order)
 API's answers to browsers (CORS: the preflight, the gateway responses, the coordinator's origin),
 the WebSocket API's answers to subscribe and unsubscribe (route responses), the connections
 function's cap on topics (MaxTopicsPerConnection), and the fan-out through an outage: retries until
-the stream drops a record, the alarms that fire early, the replay of the on-failure queue."""
+the stream drops a record, the alarms that fire early, the replay of the on-failure queue (and the
+stream processor's own dead letters: its grant to send there, the queue's message size); the alarms
+on the participants' clock skew and on the records the stream processor dead-letters itself."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 import breaking as b
-from cfn import Stack, sam_transform
+from cfn import Stack, as_list, sam_transform
 from production_checks import (
     check_aliases,
     check_alarms,
@@ -33,9 +36,12 @@ from production_checks import (
     check_throttling,
     check_tracing,
     check_websocket_answers,
+    clock_margin_ms,
     cors_contract,
     lake_record_fields,
     max_topics_contract,
+    queue_actions_of_code,
+    replay_contract,
 )
 
 CHECKS = {
@@ -94,6 +100,19 @@ def test_the_topic_cap_is_read_from_the_code():
     assert max_topics_contract() == {"variable": "MAX_TOPICS_PER_CONNECTION", "default": 50}
 
 
+def test_the_clock_margin_and_the_dead_letters_are_read_from_the_code():
+    assert clock_margin_ms() == 250
+    assert replay_contract() == {"action": "replay-dead-letters", "maxDeadLetterBytes": 256 * 1024}
+    # SqsDeadLetters: put (the records the processor gives up on itself), then the replay's calls.
+    assert queue_actions_of_code() == {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+
+
+def test_the_stream_processor_metrics_are_in_the_contract(contract):
+    assert contract["metrics"]["streamProcessorCounts"] == ["UnprocessableRecords"]
+    assert "ClockSkew" in contract["metrics"]["coordinatorLatencies"]
+    assert "METRICS_NAMESPACE" in contract["functionEnvironment"]["stream-processor"]
+
+
 # --- the checks can fail ----------------------------------------------------------------------
 
 
@@ -107,8 +126,46 @@ def _dashboard_text(stack, old: str, new: str) -> None:
         b.props(stack, name)["DashboardBody"] = b.replace_in_strings(body, old, new)
 
 
+# A dashboard row of ClockSkew whose statistic is Maximum (its options, in either order).
+_CLOCK_SKEW_MAXIMUM = r'("ClockSkew",\s*\{[^}]*"stat":\s*")Maximum'
+
+
+def _dashboard_regex(stack, pattern: str, replacement: str) -> None:
+    def replace(value):
+        if isinstance(value, str):
+            return re.sub(pattern, replacement, value)
+        if isinstance(value, list):
+            return [replace(v) for v in value]
+        if isinstance(value, dict):
+            return {k: replace(v) for k, v in value.items()}
+        return value
+
+    for name in stack.resources("AWS::CloudWatch::Dashboard"):
+        b.props(stack, name)["DashboardBody"] = replace(b.props(stack, name)["DashboardBody"])
+
+
 def _glue_table(stack) -> dict:
     return b.props(stack, b.only(stack, "AWS::Glue::Table"))["TableInput"]
+
+
+def _alarm_description(stack, metric: str, old: str, new: str) -> None:
+    props = b.props(stack, b.alarm_on(stack, metric))
+    props["AlarmDescription"] = b.replace_in_strings(props["AlarmDescription"], old, new)
+
+
+def _remove_grant(stack, binary: str, action: str) -> None:
+    """Takes `action` out of every raw statement of the role of a function of `binary`."""
+    for statements in b.raw_statements(stack, b.role_of(stack, b.function(stack, binary))):
+        for entry in list(statements):
+            if not isinstance(entry, dict) or "Action" not in entry:
+                continue
+            rest = [a for a in as_list(entry["Action"]) if str(a).lower() != action.lower()]
+            if len(rest) == len(as_list(entry["Action"])):
+                continue
+            if rest:
+                entry["Action"] = rest
+            else:
+                statements.remove(entry)
 
 
 BREAKAGES = {
@@ -152,6 +209,49 @@ BREAKAGES = {
         lambda s: s.template["Resources"].pop(b.alarm_on(s, "ApproximateNumberOfMessagesVisible")),
     ),
     "alarm-without-action": ("alarms", lambda s: b.props(s, b.alarm_on(s, "IteratorAge")).pop("AlarmActions")),
+    # the participants' clock skew (the coordinator's ClockSkew)
+    "no-clock-skew-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "ClockSkew"))),
+    "clock-skew-alarm-at-the-margin": ("alarms", lambda s: b.props(s, b.alarm_on(s, "ClockSkew")).update(Threshold=250)),
+    "clock-skew-alarm-on-the-average": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "ClockSkew")).update(Statistic="Average"),
+    ),
+    "clock-skew-alarm-over-an-hour": ("alarms", lambda s: b.props(s, b.alarm_on(s, "ClockSkew")).update(Period=3600)),
+    "clock-skew-alarm-silent": ("alarms", lambda s: b.props(s, b.alarm_on(s, "ClockSkew")).pop("AlarmActions")),
+    "clock-skew-alarm-missing-data-breaching": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "ClockSkew")).update(TreatMissingData="breaching"),
+    ),
+    "clock-skew-alarm-without-the-margin": ("alarms", lambda s: _alarm_description(s, "ClockSkew", "250 ms", "a quarter second")),
+    # the records the stream processor dead-letters itself (its UnprocessableRecords)
+    "no-unprocessable-records-alarm": (
+        "alarms",
+        lambda s: s.template["Resources"].pop(b.alarm_on(s, "UnprocessableRecords")),
+    ),
+    "unprocessable-records-alarm-at-ten": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "UnprocessableRecords")).update(Threshold=10),
+    ),
+    "unprocessable-records-alarm-on-the-average": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "UnprocessableRecords")).update(Statistic="Average"),
+    ),
+    "unprocessable-records-alarm-over-a-day": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "UnprocessableRecords")).update(Period=86400),
+    ),
+    "unprocessable-records-alarm-silent": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "UnprocessableRecords")).pop("AlarmActions"),
+    ),
+    "unprocessable-records-alarm-missing-data-breaching": (
+        "alarms",
+        lambda s: b.props(s, b.alarm_on(s, "UnprocessableRecords")).update(TreatMissingData="breaching"),
+    ),
+    "unprocessable-records-alarm-without-the-replay": (
+        "alarms",
+        lambda s: _alarm_description(s, "UnprocessableRecords", "replay-dead-letters", "replay"),
+    ),
     "alarm-missing-data-breaching": (
         "alarms",
         lambda s: b.props(s, b.alarm_on(s, "5XXError")).update(TreatMissingData="breaching"),
@@ -162,6 +262,12 @@ BREAKAGES = {
     "dashboard-without-aborted": ("dashboard", lambda s: _dashboard_text(s, "Aborted", "Abandoned")),
     "dashboard-without-freshness": ("dashboard", lambda s: _dashboard_text(s, "DataFreshness", "Records")),
     "dashboard-without-sweeper": ("dashboard", lambda s: _dashboard_text(s, "RecoveredTransactions", "SweepErrors")),
+    "dashboard-without-clock-skew": ("dashboard", lambda s: _dashboard_text(s, '"ClockSkew"', '"PrepareLatency"')),
+    "dashboard-without-clock-skew-maximum": ("dashboard", lambda s: _dashboard_regex(s, _CLOCK_SKEW_MAXIMUM, r"\1Average")),
+    "dashboard-without-unprocessable-records": (
+        "dashboard",
+        lambda s: _dashboard_text(s, '"UnprocessableRecords"', '"SweepErrors"'),
+    ),
     "dashboard-metric-the-code-does-not-write": (
         "metric-names",
         lambda s: _dashboard_text(s, "RecoveredTransactions", "SweptTransactions"),
@@ -169,6 +275,10 @@ BREAKAGES = {
     "alarm-metric-the-code-does-not-write": (
         "metric-names",
         lambda s: b.props(s, b.alarm_on(s, "StuckTransactions")).update(MetricName="SweepFailures"),
+    ),
+    "unprocessable-alarm-metric-misspelt": (
+        "metric-names",
+        lambda s: b.props(s, b.alarm_on(s, "UnprocessableRecords")).update(MetricName="UnprocessedRecords"),
     ),
     # reserved concurrency
     "coordinator-concurrency-hard-coded": (
@@ -435,6 +545,34 @@ BREAKAGES = {
     "replay-grant-purge": (
         "dead-letter-replay",
         lambda s: b.statement(s, "stream-processor", "sqs:ReceiveMessage")["Action"].append("sqs:PurgeQueue"),
+    ),
+    # the stream processor's own dead letters (SqsDeadLetters::put): SendMessage on that queue only
+    "dead-letter-send-grant-missing": ("dead-letter-replay", lambda s: _remove_grant(s, "stream-processor", "sqs:SendMessage")),
+    "dead-letter-send-grant-on-every-queue": (
+        "dead-letter-replay",
+        lambda s: b.statement(s, "stream-processor", "sqs:SendMessage").update(
+            Resource=[{"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"}]
+        ),
+    ),
+    "dead-letter-send-grant-on-star": (
+        "dead-letter-replay",
+        lambda s: b.statement(s, "stream-processor", "sqs:SendMessage").update(Resource="*"),
+    ),
+    "dead-letter-send-grant-on-another-queue-too": (
+        "dead-letter-replay",
+        lambda s: b.statement(s, "stream-processor", "sqs:SendMessage")["Resource"].append(
+            "arn:aws:sqs:us-east-1:123456789012:other"
+        ),
+    ),
+    "dead-letter-send-grant-to-another-function": (
+        "dead-letter-replay",
+        lambda s: b.raw_statements(s, b.role_of(s, b.function(s, "sweeper")))[0].append(
+            {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": b.getatt(b.only(s, "AWS::SQS::Queue"), "Arn")}
+        ),
+    ),
+    "dead-letter-queue-too-small": (
+        "dead-letter-replay",
+        lambda s: b.props(s, b.only(s, "AWS::SQS::Queue")).update(MaximumMessageSize=65536),
     ),
     "replay-grant-to-another-function": (
         "dead-letter-replay",

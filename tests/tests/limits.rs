@@ -335,7 +335,7 @@ async fn a_record_at_the_bound_is_fenced_postponed_and_resolved() {
     assert_eq!(status, 500, "{}", shorten(&answer));
     let id = answer["transactionId"].as_str().unwrap().to_owned();
     let later = env.clock_now() + 60_000;
-    let postponed = env.transactions.postpone(&id, Status::Committing, later, 7, &"e".repeat(100_000)).await;
+    let postponed = env.transactions.postpone(&id, later, 7, &"e".repeat(100_000)).await;
     assert!(postponed.expect("postponed"), "still COMMITTING and open");
     let record = env.transactions.get(&id).await.unwrap().unwrap();
     assert_eq!(record.sweep_error.as_ref().map(String::len), Some(MAX_SWEEP_ERROR_BYTES));

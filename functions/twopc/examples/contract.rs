@@ -58,6 +58,7 @@ fn main() {
             "coordinatorLatencies": twopc::telemetry::COORDINATOR_LATENCIES,
             "abortedDimension": twopc::telemetry::REASON,
             "sweeperCounts": twopc::telemetry::SWEEPER_COUNTS,
+            "streamProcessorCounts": twopc::telemetry::STREAM_PROCESSOR_COUNTS,
         },
     });
     println!("{}", serde_json::to_string_pretty(&contract).expect("JSON values serialize"));

@@ -125,6 +125,7 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             FIREHOSE_STREAM_NAME,
             WEBSOCKET_ENDPOINT,
             DEAD_LETTER_QUEUE_URL,
+            METRICS_NAMESPACE,
         ],
     ),
     ("connections", &[CONNECTIONS_TABLE_NAME, MAX_TOPICS_PER_CONNECTION]),

@@ -451,36 +451,25 @@ impl TransactionStore {
 
     /// Puts an open transaction the sweeper could not finish behind the others until `sweep_at`, with why
     /// (cut to [`MAX_SWEEP_ERROR_BYTES`]), so that the next runs reach what stands behind it. Only while it
-    /// is still `status`. Refused as invalid (the record would pass 400 KB), it is postponed shortened
-    /// ([`shortened_postpone_update`]), which never makes the record larger: the entry always moves back
-    /// in the index.
-    pub async fn postpone(
-        &self,
-        id: &str,
-        status: Status,
-        sweep_at: u64,
-        attempts: u32,
-        error: &str,
-    ) -> Result<bool, StoreError> {
-        match self.update_open(id, status, &postpone_update(sweep_at, attempts, error)).await {
+    /// is open (whatever its status now: the sweeper's own recovery may have moved it on before failing),
+    /// never once it ended. Refused as invalid (the record would pass 400 KB), it is postponed shortened
+    /// ([`shortened_postpone_update`]), which does not make a postponed record larger: the entry still moves
+    /// back in the index.
+    pub async fn postpone(&self, id: &str, sweep_at: u64, attempts: u32, error: &str) -> Result<bool, StoreError> {
+        match self.update_open(id, &postpone_update(sweep_at, attempts, error)).await {
             Err(e) if e.invalid => {
                 warn!(tx = id, error = %e, "postponement refused as invalid; postponing without the error");
-                self.update_open(id, status, &shortened_postpone_update(sweep_at)).await
+                self.update_open(id, &shortened_postpone_update(sweep_at)).await
             }
             other => other,
         }
     }
 
-    /// `update` on a record that is open and in `status`: whether it was.
-    async fn update_open(&self, id: &str, status: Status, update: &RecordUpdate) -> Result<bool, StoreError> {
+    /// `update` on a record that is still open: whether it was.
+    async fn update_open(&self, id: &str, update: &RecordUpdate) -> Result<bool, StoreError> {
         let mut e = Expr::new();
         let expression = update.expression(&mut e);
-        let condition = format!(
-            "{} = {} AND attribute_exists({})",
-            e.name(a::STATUS),
-            e.value(s(status.as_str())),
-            e.name(a::OPEN_SHARD)
-        );
+        let condition = format!("attribute_exists({})", e.name(a::OPEN_SHARD));
         let out = self
             .client
             .update_item()

@@ -22,7 +22,7 @@ pub enum OwnerFate {
 }
 
 pub const ABANDONED_REASON: &str = "no transaction record was written before the lock expired";
-pub const EXPIRED_REASON: &str = "deadline passed before a decision; aborted by lock resolution";
+pub const EXPIRED_REASON: &str = "the deadline passed before a decision; aborted by recovery";
 
 /// Reads (and if need be decides) the fate of `owner`, whose lock was found expired at `now_ms`.
 pub async fn owner_fate(transactions: &TransactionStore, owner: &str, now_ms: u64) -> Result<OwnerFate, StoreError> {

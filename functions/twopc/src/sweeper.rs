@@ -172,7 +172,7 @@ impl Sweeper {
         }
         let before = record.status;
         let attempts = record.sweep_attempts.unwrap_or(0) + 1;
-        let (status, failure) = match self.coordinator.recover(record).await {
+        let failure = match self.coordinator.recover(record).await {
             Ok((after, finished_here)) => {
                 info!(from = %before, to = %after.status, finished_here, "recovered");
                 match after.status {
@@ -182,15 +182,15 @@ impl Sweeper {
                     Status::Aborted => return Ok(TxOutcome::Aborted),
                     // Within its deadline: its coordinator is still at work.
                     Status::Preparing => return Ok(TxOutcome::Stuck),
-                    status => (status, format!("still {status}: a participant did not acknowledge")),
+                    status => format!("still {status}: a participant did not acknowledge"),
                 }
             }
-            Err(e) => (before, e.to_string()),
+            Err(e) => e.to_string(),
         };
         // Behind the others for a while, so that an entry this sweep cannot finish never hides the rest.
         let delay = self.limits.retry_ms.saturating_mul(1 << (attempts - 1).min(6));
         let sweep_at = self.coordinator.clock().now_ms() + delay;
-        let postponed = self.coordinator.transactions().postpone(id, status, sweep_at, attempts, &failure).await;
+        let postponed = self.coordinator.transactions().postpone(id, sweep_at, attempts, &failure).await;
         if let Err(e) = postponed {
             warn!(error = %e, "could not postpone the transaction");
         }

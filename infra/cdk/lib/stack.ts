@@ -546,9 +546,13 @@ export class TwoPhaseCommitStack extends Stack {
     // Change fan-out: streams of every table -> stream processor -> Firehose (lake) and WebSocket.
     // ---------------------------------------------------------------------------------------------
     // Stream records the event sources gave up on land here (Lambda's on-failure records: shard and
-    // sequence range, not the records). The mappings retry until a record is 24 h old (the stream's
-    // retention), so only a record that failed for a whole day ends here; the stream processor's
-    // `replay-dead-letters` action reads these back (DEAD_LETTER_QUEUE_URL).
+    // sequence range, not the records). The mappings retry until a record is 22 h old, two hours
+    // before the stream (24 h retention) may trim it, so only a record that failed that long ends
+    // here; the stream processor's `replay-dead-letters` action reads these back
+    // (DEAD_LETTER_QUEUE_URL). The stream processor also sends here, with their content, the records
+    // it gives up on itself (one it cannot judge, a commit too large for Firehose:
+    // UnprocessableRecordsAlarm), at most 256 KiB each (replay::MAX_DEAD_LETTER_BYTES):
+    // maximumMessageSize stays SQS's default, never below that.
     const streamFailureQueue = new sqs.CfnQueue(this, 'StreamFailureQueue', {
       sqsManagedSseEnabled: true,
       messageRetentionPeriod: 1209600,
@@ -750,9 +754,11 @@ export class TwoPhaseCommitStack extends Stack {
       // dynamodb:ListStreams has no resource type in IAM: it can only be granted on "*". It lists
       // stream ARNs, nothing else.
       { Sid: 'ListStreams', Effect: 'Allow', Action: 'dynamodb:ListStreams', Resource: '*' },
+      // Lambda's on-failure records of the event sources (sent with this role), and the records the
+      // stream processor dead-letters itself, with their content.
       { Sid: 'FailedBatches', Effect: 'Allow', Action: 'sqs:SendMessage', Resource: streamFailureQueue.attrArn },
-      // The `replay-dead-letters` action: reads the on-failure records back, extends their visibility
-      // while it replays them, deletes each one replayed, counts what remains.
+      // The `replay-dead-letters` action: reads the dead letters back (Lambda's and its own), deletes
+      // each one replayed, counts what remains.
       {
         Sid: 'ReplayFailedBatches',
         Effect: 'Allow',
@@ -785,8 +791,11 @@ export class TwoPhaseCommitStack extends Stack {
         CONNECTIONS_TABLE_NAME: connectionsTable.ref,
         FIREHOSE_STREAM_NAME: lakeDeliveryStream.ref,
         WEBSOCKET_ENDPOINT: `https://${webSocketHost}`,
-        // What the event sources gave up on; its `replay-dead-letters` action reads it back.
+        // What the event sources gave up on, and what it gives up on itself (with the record); its
+        // `replay-dead-letters` action reads both back.
         DEAD_LETTER_QUEUE_URL: streamFailureQueue.ref,
+        // Its UnprocessableRecords count, in the namespace of the coordinator's and sweeper's.
+        METRICS_NAMESPACE: metricsNamespace,
       },
       // The fan-out keeps up whatever the coordinator's load (0 reserves nothing).
       reservedConcurrency: [reserveStreamProcessor, streamProcessorReservedConcurrency],
@@ -1042,7 +1051,8 @@ interface MonitoringProps {
   readonly connectionsTable: dynamodb.CfnTable;
 }
 
-type AlarmOptions = Omit<cloudwatch.AlarmProps, 'comparisonOperator' | 'treatMissingData'>;
+/** An alarm's properties; the comparison is "greater than" unless given. */
+type AlarmOptions = Omit<cloudwatch.AlarmProps, 'treatMissingData'>;
 
 /**
  * The alarms and the dashboard of the protocol's health. Every alarm notifies AlarmActionArn (when
@@ -1077,10 +1087,12 @@ class Monitoring {
     // --- the first template's three alarms ------------------------------------------------------------
     this.alarm('StreamFailuresAlarm', {
       alarmDescription:
-        "The stream event sources gave up on records that failed for 24 h (the stream's retention) and " +
-        'described them in the on-failure queue: committed changes are missing from the lake and ' +
-        'WebSocket clients. Invoke the stream processor with {"action": "replay-dead-letters"} at once ' +
-        '(infra/DEPLOY.md, "When the fan-out falls behind or gives up").',
+        'A message is in the on-failure queue: the stream event sources gave up on records that failed ' +
+        'for 22 h (described by shard and sequence range; the stream trims them at 24 h), or the stream ' +
+        'processor dead-lettered a record itself, with its content (UnprocessableRecordsAlarm). ' +
+        'Committed changes are missing from the lake and WebSocket clients. Fix the cause, then invoke ' +
+        'the stream processor with {"action": "replay-dead-letters"} (infra/DEPLOY.md, "When the ' +
+        'fan-out falls behind or gives up").',
       metric: new cloudwatch.Metric({
         namespace: 'AWS/SQS',
         metricName: 'ApproximateNumberOfMessagesVisible',
@@ -1101,6 +1113,33 @@ class Monitoring {
       evaluationPeriods: 5,
       datapointsToAlarm: 5,
       threshold: 0,
+    });
+    this.alarm('ClockSkewAlarm', {
+      alarmDescription:
+        "A participant's clock was more than 50 ms from the coordinator's (ClockSkew maximum over 5 " +
+        'minutes, measured on every answered prepare), a fifth of the clock margin M = 250 ms that the ' +
+        "protocol tolerates. Compare the Lambda instances' clocks (the coordinator's log names the " +
+        'service whose clock is off); a skew beyond M costs aborts, not safety (every decision is a ' +
+        'conditional write).',
+      // Emitted by the coordinator as CloudWatch embedded metric format lines, no dimensions, in the
+      // stack's namespace (its METRICS_NAMESPACE); milliseconds, absolute value.
+      metric: this.protocol('ClockSkew', 'Maximum', undefined, this.fiveMinutes),
+      evaluationPeriods: 1,
+      threshold: 50,
+    });
+    this.alarm('UnprocessableRecordsAlarm', {
+      alarmDescription:
+        'The stream processor gave up on a stream record in the last 5 minutes (one it cannot judge, ' +
+        'or a commit too large for Firehose): the record was dead-lettered with its content to the ' +
+        "on-failure queue and its shard went on. Read the stream processor's log line (it names the " +
+        "record's keys and why), fix the cause, then invoke the stream processor with " +
+        '{"action": "replay-dead-letters"}.',
+      // Emitted by the stream processor as CloudWatch embedded metric format lines, no dimensions, in
+      // the stack's namespace (its METRICS_NAMESPACE).
+      metric: this.protocol('UnprocessableRecords', 'Sum', undefined, this.fiveMinutes),
+      evaluationPeriods: 1,
+      threshold: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
     });
     this.alarm('SweeperErrorsAlarm', {
       alarmDescription:
@@ -1263,12 +1302,12 @@ class Monitoring {
 
   // --- metrics ---------------------------------------------------------------------------------------
 
-  private protocol(metricName: string, statistic: string, label?: string) {
+  private protocol(metricName: string, statistic: string, label?: string, period = this.minute) {
     return new cloudwatch.Metric({
       namespace: this.props.metricsNamespace,
       metricName,
       statistic,
-      period: this.minute,
+      period,
       label,
     });
   }
@@ -1437,6 +1476,22 @@ class Monitoring {
         width: 12,
         height: 6,
       }),
+    );
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: "Participants' clock skew p50 / p99 / maximum (ms; margin M = 250)",
+        left: [
+          this.protocol('ClockSkew', 'p50', 'ClockSkew p50'),
+          this.protocol('ClockSkew', 'p99', 'ClockSkew p99'),
+          this.protocol('ClockSkew', 'Maximum', 'ClockSkew maximum'),
+        ],
+        leftAnnotations: [...alarmLine(50), { label: 'M', value: 250 }],
+        width: 12,
+        height: 6,
+      }),
+      graph('Stream processor: records dead-lettered with their content', [
+        this.protocol('UnprocessableRecords', 'Sum', 'UnprocessableRecords'),
+      ]),
     );
     dashboard.addWidgets(
       graph(

@@ -176,6 +176,23 @@ test('the fan-out retries until the stream drops a record, then the queue its re
   assert.deepEqual(variables('ConnectionsFunction').MAX_TOPICS_PER_CONNECTION, { Ref: 'MaxTopicsPerConnection' });
 });
 
+test('the stream processor writes its metrics where the alarms read them', () => {
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  const namespace = variables('CoordinatorFunction').METRICS_NAMESPACE;
+  assert.deepEqual(variables('StreamProcessorFunction').METRICS_NAMESPACE, namespace);
+  for (const [id, metric, statistic] of [
+    ['ClockSkewAlarm', 'ClockSkew', 'Maximum'],
+    ['UnprocessableRecordsAlarm', 'UnprocessableRecords', 'Sum'],
+  ]) {
+    const alarm = template.Resources[id];
+    assert.ok(alarm, `no ${id}`);
+    assert.equal(alarm.Properties?.MetricName, metric, id);
+    assert.equal(alarm.Properties?.Statistic, statistic, id);
+    assert.deepEqual(alarm.Properties?.Namespace, namespace, id);
+  }
+});
+
 test('one more service is one more participant deployment', () => {
   const three = synth([
     ...SERVICES,
