@@ -311,6 +311,14 @@ impl TestEnv {
         }
     }
 
+    /// `request` signed for `service` now, as the coordinator signs what it sends (with the local
+    /// development keys every participant of this world verifies): for tests that deliver a message of
+    /// their own to a participant.
+    pub fn signed(&self, service: &str, request: ParticipantRequest) -> ParticipantRequest {
+        twopc::auth::sign_with(&twopc::auth::LocalKeys::key_set(service), service, &request, self.clock_now())
+            .expect("the local key is valid")
+    }
+
     /// Waits until every late copy of a participant message sent in this world has been delivered.
     pub async fn settle(&self) {
         self.late_copies.settle().await

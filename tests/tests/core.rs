@@ -216,7 +216,7 @@ async fn duplicate_deliveries_of_prepare_commit_and_abort_change_nothing() {
         if let Some(token) = token {
             m["lockToken"] = token.clone();
         }
-        message(m)
+        env.signed("service-a", message(m))
     };
     // The token the vote reports (once participants report one) goes with every commit of tx-dup.
     let mut token = None;
@@ -537,10 +537,15 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
     let participant = env.participants["service-a"].clone();
     let operations = json!([{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1}]);
     let hold = |tx: &str, deadline: u64, started_at: u64| {
-        message(json!({"action": "prepare", "transactionId": tx, "deadline": deadline, "startedAt": started_at,
-            "operations": operations}))
+        env.signed(
+            "service-a",
+            message(json!({"action": "prepare", "transactionId": tx, "deadline": deadline, "startedAt": started_at,
+                "operations": operations})),
+        )
     };
-    let release = |tx: &str| message(json!({"action": "abort", "transactionId": tx, "operations": operations}));
+    let release = |tx: &str| {
+        env.signed("service-a", message(json!({"action": "abort", "transactionId": tx, "operations": operations})))
+    };
     // Participants whose wait window (5 s) is far longer than the younger holder needs, so that a loaded
     // machine cannot make the wait lapse; a refusal that does not wait is then told by its time.
     let patient = env.participants.values().map(|p| p.clone().with_max_lock_wait(Duration::from_secs(5)));

@@ -235,7 +235,7 @@ async fn every_attempt_of_a_lock_write_checks_the_cutoff_first() {
     }))
     .unwrap();
 
-    let answer = env.participants["service-a"].handle(&prepare).await.expect("an answer");
+    let answer = env.participants["service-a"].handle(&env.signed("service-a", prepare)).await.expect("an answer");
 
     assert_eq!(answer.code, Some(twopc::model::RefusalCode::Timeout), "{answer:?}");
     assert!(env.clock_now() > lock_cutoff(deadline), "it gave up at the cutoff, not before");

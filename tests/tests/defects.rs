@@ -526,16 +526,17 @@ async fn an_older_transaction_with_a_long_timeout_waits_for_a_younger_lock_and_c
         message(json!({"action": action, "transactionId": "tx-young", "deadline": now + 2_000, "startedAt": now,
             "operations": [add("A", -1)]}))
     };
-    let vote = participant.handle(&young("prepare")).await.unwrap();
+    let vote = participant.handle(&env.signed("service-a", young("prepare"))).await.unwrap();
     assert_eq!(vote.vote, Some(twopc::model::Vote::Prepared));
     let lock_token = serde_json::to_value(&vote).unwrap().get("lockToken").cloned();
+    let mut commit = serde_json::to_value(young("commit")).unwrap();
+    if let Some(token) = lock_token {
+        commit["lockToken"] = token;
+    }
+    let commit = env.signed("service-a", message(commit));
     let finisher = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(40)).await;
-        let mut commit = serde_json::to_value(young("commit")).unwrap();
-        if let Some(token) = lock_token {
-            commit["lockToken"] = token;
-        }
-        participant.handle(&message(commit)).await.unwrap();
+        participant.handle(&commit).await.unwrap();
     });
     gate.open.add_permits(1_000);
 

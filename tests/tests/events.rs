@@ -86,7 +86,9 @@ async fn coordinator_samples_are_served() {
 }
 
 /// Participant: the invocation event into `ParticipantRequest`, then the function's handler, in
-/// protocol order (prepare, commit, abort).
+/// protocol order (prepare, commit, abort). Each sample is signed with the local development key of
+/// service-a (`twopc-local sign` made them), long enough ago to be stale: as it is, the handler refuses
+/// it and changes nothing; signed again now, as `twopc-local sign` does, it is handled.
 #[tokio::test]
 async fn participant_samples_are_handled() {
     let env = TestEnv::new().await;
@@ -102,11 +104,26 @@ async fn participant_samples_are_handled() {
         .collect();
     files.sort_by_key(|(_, v)| order(v["action"].as_str().unwrap_or_default()));
     assert!(files.len() >= 3, "a sample for prepare, commit and abort");
+    let keys = twopc::auth::LocalKeys;
     for (name, value) in files {
         let request: ParticipantRequest =
             serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{name}: not a participant request: {e}"));
+        let signed_at = request.signature.as_ref().unwrap_or_else(|| panic!("{name}: not signed")).signed_at;
+        twopc::auth::verify(&keys, "service-a", &request, signed_at)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: not signed with service-a's local development key: {e}"));
+        // Stale as it is (unless it was signed in the last minute: a sample just made with `twopc-local sign`).
+        let limit = twopc::auth::MAX_MESSAGE_AGE_MS + twopc::clock::CLOCK_MARGIN_MS;
+        if env.clock_now() > signed_at + limit {
+            let refused = participant::handle(participant, value).await;
+            assert!(
+                matches!(&refused, Err(e) if e.to_string().contains("copies are accepted for")),
+                "{name}: stale as it is: {refused:?}"
+            );
+        }
+        let fresh = serde_json::to_value(env.signed("service-a", request.clone())).unwrap();
         let response =
-            participant::handle(participant, value).await.unwrap_or_else(|e| panic!("{name}: the handler failed: {e}"));
+            participant::handle(participant, fresh).await.unwrap_or_else(|e| panic!("{name}: the handler failed: {e}"));
         let answer = serde_json::to_value(&response).unwrap();
         match request.action.as_str() {
             "prepare" => assert_eq!(answer["vote"], "PREPARED", "{name}: {answer}"),

@@ -402,6 +402,7 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
         sweep_attempts: None,
         sweep_error: None,
         execution_id: Some("0".repeat(32)),
+        principal: None,
     }
     .opened();
     let short = item_size(&record.to_item());

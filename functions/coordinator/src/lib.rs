@@ -18,7 +18,19 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     let transactions = TransactionStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
     let services: Vec<String> = registry.keys().cloned().collect();
     let invoker = LambdaInvoker::from_registry(&aws, registry);
-    Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system()))
+    let keys = config::keys(&aws, config::PARTICIPANT_KEYS, &config::required(config::PARTICIPANT_KEYS)?)?;
+    Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system()).with_keys(keys))
+}
+
+/// The caller's principal, in its canonical form (`twopc::principal`), from API Gateway's request
+/// context (an IAM-signed caller's ARN); None for a request without one.
+pub fn principal(request: &Request) -> Option<String> {
+    match request.request_context_ref()? {
+        lambda_http::request::RequestContext::ApiGatewayV1(context) => {
+            twopc::principal::of_identity(context.identity.user_arn.as_deref())
+        }
+        _ => None,
+    }
 }
 
 /// Routes `POST /transactions` and `GET /transactions/{id}`.
@@ -34,10 +46,11 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
     let reply = match (method, segments.as_slice()) {
         ("POST", ["transactions"]) => {
             let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_owned));
+            let caller = principal(&request);
             match key {
                 Some(Err(_)) => Reply::error(ErrorCode::InvalidIdempotencyKey, "Idempotency-Key must be visible ASCII"),
-                Some(Ok(key)) => coordinator.submit(request.body().as_ref(), Some(&key)).await,
-                None => coordinator.submit(request.body().as_ref(), None).await,
+                Some(Ok(key)) => coordinator.submit_as(request.body().as_ref(), Some(&key), caller.as_deref()).await,
+                None => coordinator.submit_as(request.body().as_ref(), None, caller.as_deref()).await,
             }
         }
         ("GET", ["transactions", _]) => {

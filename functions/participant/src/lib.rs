@@ -12,13 +12,16 @@ pub async fn from_env() -> Result<Participant, ConfigError> {
     let service = config::required(config::SERVICE_NAME)?;
     let table = config::required(config::DATA_TABLE_NAME)?;
     let transactions = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
-    let client = aws_sdk_dynamodb::Client::new(&config::aws().await);
+    let aws = config::aws().await;
+    let keys = twopc::auth::of_service(&aws, &service, &config::required(config::PARTICIPANT_KEY)?);
+    let client = aws_sdk_dynamodb::Client::new(&aws);
     Ok(Participant::new(
         service,
         DataTable::new(client.clone(), table),
         TransactionStore::new(client, transactions),
         clock::system(),
-    ))
+    )
+    .with_keys(keys))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -28,6 +28,20 @@ pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = 50;
 /// on-failure records: shard and sequence ranges), which its `replay-dead-letters` action reads back.
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
+/// Coordinator and sweeper: where each participant service's message key is, JSON `{"service": "secret
+/// ARN"}` (Secrets Manager), or `local-development-keys` ([`crate::auth::LOCAL_KEYS`], the local stack).
+pub const PARTICIPANT_KEYS: &str = "PARTICIPANT_KEYS";
+/// Participant: its own service's message key, a secret ARN, or `local-development-keys`.
+pub const PARTICIPANT_KEY: &str = "PARTICIPANT_KEY";
+
+/// The key source a setting names (see [`crate::auth::from_setting`]).
+pub fn keys(
+    sdk: &aws_config::SdkConfig,
+    name: &'static str,
+    setting: &str,
+) -> Result<std::sync::Arc<dyn crate::auth::KeySource>, ConfigError> {
+    crate::auth::from_setting(sdk, setting).map_err(|message| ConfigError::Invalid { name, message })
+}
 
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "transactions";
 pub const DEFAULT_CONNECTIONS_TABLE: &str = "connections";
@@ -113,9 +127,9 @@ pub fn log_filter(rust_log: Option<&str>, lambda_level: Option<&str>) -> String 
 
 /// The environment each function reads, for the template check in `tests/`.
 pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
-    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, METRICS_NAMESPACE, CORS_ALLOW_ORIGIN]),
-    ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME]),
-    ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES, METRICS_NAMESPACE]),
+    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, METRICS_NAMESPACE, CORS_ALLOW_ORIGIN, PARTICIPANT_KEYS]),
+    ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
+    ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES, METRICS_NAMESPACE, PARTICIPANT_KEYS]),
     (
         "stream-processor",
         &[

@@ -22,9 +22,10 @@ use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
+use crate::auth::KeySource;
 use crate::clock::{SharedClock, resolvable_after};
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
-use crate::invoke::ParticipantInvoker;
+use crate::invoke::{InvokeError, ParticipantInvoker};
 use crate::model::{
     Action, ErrorCode, Invalid, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
     STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
@@ -115,6 +116,8 @@ pub enum DriveError {
 pub struct Coordinator {
     transactions: TransactionStore,
     invoker: Arc<dyn ParticipantInvoker>,
+    /// The participants' keys: every message is signed with its service's ([`crate::auth`]).
+    keys: Arc<dyn KeySource>,
     services: BTreeSet<String>,
     clock: SharedClock,
     faults: Faults,
@@ -132,12 +135,27 @@ impl Coordinator {
         Coordinator {
             transactions,
             invoker,
+            keys: Arc::new(crate::auth::LocalKeys),
             services: services.into_iter().collect(),
             clock,
             faults: Faults::default(),
             sequential_prepares: false,
             answer_budget: ANSWER_BUDGET,
         }
+    }
+
+    /// The same coordinator, signing participant messages with `keys` (by default the local development
+    /// keys, [`crate::auth::LocalKeys`]; the deployed functions always read theirs from the environment).
+    pub fn with_keys(self, keys: Arc<dyn KeySource>) -> Coordinator {
+        Coordinator { keys, ..self }
+    }
+
+    /// Sends one message to a participant, signed with its service's current key.
+    pub async fn call(&self, service: &str, request: &ParticipantRequest) -> Result<ParticipantResponse, InvokeError> {
+        let signed = crate::auth::sign(self.keys.as_ref(), service, request, self.clock.now_ms())
+            .await
+            .map_err(|e| InvokeError::Unsigned { service: service.to_owned(), message: e.to_string() })?;
+        self.invoker.invoke(service, &signed).await
     }
 
     /// The same coordinator answering within `budget` instead of [`ANSWER_BUDGET`].
@@ -176,15 +194,21 @@ impl Coordinator {
         }
     }
 
-    /// `POST /transactions`.
+    /// `POST /transactions` from a caller without a principal.
     pub async fn submit(&self, body: &[u8], idempotency_key: Option<&str>) -> Reply {
+        self.submit_as(body, idempotency_key, None).await
+    }
+
+    /// `POST /transactions` from `principal` (its canonical form, [`crate::principal`]): recorded on the
+    /// transaction and passed to every participant.
+    pub async fn submit_as(&self, body: &[u8], idempotency_key: Option<&str>, principal: Option<&str>) -> Reply {
         let started = std::time::Instant::now();
-        let reply = self.answer(body, idempotency_key).await;
+        let reply = self.answer(body, idempotency_key, principal).await;
         telemetry::answered(reply.status, &reply.body, started.elapsed());
         reply
     }
 
-    async fn answer(&self, body: &[u8], idempotency_key: Option<&str>) -> Reply {
+    async fn answer(&self, body: &[u8], idempotency_key: Option<&str>, principal: Option<&str>) -> Reply {
         let request = match TransactionRequest::parse(body, |s| self.services.contains(s)) {
             Ok(request) => request,
             Err(invalid) => return Reply::invalid(invalid),
@@ -201,7 +225,8 @@ impl Coordinator {
         };
         let answer_by = std::time::Instant::now() + self.answer_budget;
         let now = self.clock.now_ms();
-        let record = TransactionRecord::preparing(id.clone(), &request, request_hash, now);
+        let mut record = TransactionRecord::preparing(id.clone(), &request, request_hash, now);
+        record.principal = principal.map(str::to_owned);
         if let Err(invalid) = record.check_first_write() {
             return Reply::invalid(invalid);
         }
@@ -470,10 +495,11 @@ impl Coordinator {
             started_at: Some(record.created_at),
             operations: entry.operations.clone(),
             one_phase_record: Some(serde_json::to_value(&committed).expect("records serialize")),
+            principal: record.principal.clone(),
             ..ParticipantRequest::new(Action::Commit, &record.transaction_id)
         };
         let budget = Duration::from_millis(record.deadline.saturating_sub(now));
-        let answer = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
+        let answer = tokio::time::timeout(budget, self.call(&entry.service, &request)).await;
         let mut aborted = record.clone().ended(Status::Aborted, now);
         match answer {
             Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
@@ -571,11 +597,12 @@ impl Coordinator {
                     deadline: Some(record.deadline),
                     started_at: Some(record.created_at),
                     operations: entry.operations.clone(),
+                    principal: record.principal.clone(),
                     ..ParticipantRequest::new(Action::Prepare, &record.transaction_id)
                 };
                 async move {
                     let sent = self.clock.now_ms();
-                    let result = tokio::time::timeout(budget, self.invoker.invoke(&entry.service, &request)).await;
+                    let result = tokio::time::timeout(budget, self.call(&entry.service, &request)).await;
                     if let Ok(Ok(ParticipantResponse { received_at: Some(at), answered_at: Some(answered), .. })) =
                         &result
                     {
@@ -690,7 +717,7 @@ impl Coordinator {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
             }
-            match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.invoker.invoke(service, request)).await {
+            match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.call(service, request)).await {
                 Ok(Ok(response)) if acknowledged(request.action, &response) => return true,
                 Ok(Ok(response)) => warn!(service, ?response, "unexpected second-phase answer"),
                 Ok(Err(e)) => warn!(service, error = %e, attempt, "second-phase delivery failed"),

@@ -20,6 +20,8 @@ pub enum InvokeError {
     Transport { service: String, message: String },
     #[error("participant {service} answered something that is not a participant response: {message}")]
     BadResponse { service: String, message: String },
+    #[error("the message to participant {service} could not be signed: {message}")]
+    Unsigned { service: String, message: String },
 }
 
 impl InvokeError {
@@ -32,6 +34,9 @@ impl InvokeError {
             InvokeError::Transport { service, .. } => format!("could not reach participant {service}"),
             InvokeError::BadResponse { service, .. } => {
                 format!("participant {service} answered something that is not a participant response")
+            }
+            InvokeError::Unsigned { service, .. } => {
+                format!("the message to participant {service} could not be signed")
             }
         }
     }

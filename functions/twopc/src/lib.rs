@@ -6,6 +6,7 @@
 //! used for real, because its condition expressions are the protocol.
 
 pub mod attr;
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod coordinator;
@@ -18,6 +19,7 @@ pub mod invoke;
 pub mod items;
 pub mod model;
 pub mod participant;
+pub mod principal;
 pub mod record;
 pub mod recovery;
 pub mod size;

@@ -565,7 +565,7 @@ impl TransactionRequest {
 }
 
 /// JSON text with object keys sorted at every level.
-fn canonical_json(value: &Value) -> String {
+pub fn canonical_json(value: &Value) -> String {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -674,6 +674,14 @@ pub struct ParticipantRequest {
     /// prepare after the voted one was committed, and is released without applying anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_token: Option<String>,
+    /// Prepare and one-phase commit: who asked for the transaction (the caller's principal, in its
+    /// canonical form), for the service's rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The sender's signature over the whole message ([`crate::auth`]): a participant acts only on a
+    /// message the coordinator or the sweeper signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::auth::MessageSignature>,
 }
 
 impl ParticipantRequest {
@@ -692,6 +700,8 @@ impl ParticipantRequest {
             one_phase_record: None,
             started_at: None,
             lock_token: None,
+            principal: None,
+            signature: None,
         }
     }
 }

@@ -36,6 +36,9 @@ pub enum ParticipantError {
     Store(#[from] StoreError),
     #[error("transaction {owner} holds a lock this participant cannot resolve: {detail}")]
     Unresolvable { owner: String, detail: String },
+    /// The message is not the coordinator's or the sweeper's: refused before anything was done.
+    #[error("message refused: {0}")]
+    Unauthenticated(#[from] crate::auth::Unauthenticated),
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +48,8 @@ pub struct Participant {
     transactions: TransactionStore,
     clock: SharedClock,
     max_lock_wait_ms: u64,
+    /// This service's keys: only a message signed with one of them is acted on ([`crate::auth`]).
+    keys: std::sync::Arc<dyn crate::auth::KeySource>,
 }
 
 impl Participant {
@@ -54,7 +59,20 @@ impl Participant {
         transactions: TransactionStore,
         clock: SharedClock,
     ) -> Self {
-        Participant { service: service.into(), table, transactions, clock, max_lock_wait_ms: MAX_LOCK_WAIT_MS }
+        Participant {
+            service: service.into(),
+            table,
+            transactions,
+            clock,
+            max_lock_wait_ms: MAX_LOCK_WAIT_MS,
+            keys: std::sync::Arc::new(crate::auth::LocalKeys),
+        }
+    }
+
+    /// The same participant, verifying messages with `keys` (by default the local development keys,
+    /// [`crate::auth::LocalKeys`]; the deployed function always reads its own from the environment).
+    pub fn with_keys(self, keys: std::sync::Arc<dyn crate::auth::KeySource>) -> Participant {
+        Participant { keys, ..self }
     }
 
     /// The same participant letting an older transaction wait up to `wait` for a younger one's lock.
@@ -74,6 +92,11 @@ impl Participant {
         let span = info_span!("participant", tx = %request.transaction_id, service = %self.service, action = request.action.as_str());
         async {
             let received_at = self.clock.now_ms();
+            // Before anything else: only the coordinator's and the sweeper's messages are acted on.
+            if let Err(refused) = crate::auth::verify(self.keys.as_ref(), &self.service, request, received_at).await {
+                warn!(error = %refused, "message refused: not signed by the coordinator or the sweeper");
+                return Err(refused.into());
+            }
             let operations = parse_operations(&request.operations)?;
             let tx = &request.transaction_id;
             let order = Order { started_at: request.started_at, deadline: request.deadline };

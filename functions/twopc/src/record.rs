@@ -80,6 +80,9 @@ pub struct TransactionRecord {
     pub sweep_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution_id: Option<String>,
+    /// Who asked for the transaction (the caller's principal, canonical: [`crate::principal`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// One service's part, stored with its operations so that recovery can finish the transaction from
@@ -149,6 +152,7 @@ impl TransactionRecord {
             sweep_attempts: None,
             sweep_error: None,
             execution_id: Some(uuid::Uuid::new_v4().simple().to_string()),
+            principal: None,
         }
     }
 
@@ -444,6 +448,7 @@ impl TransactionStore {
             sweep_attempts: None,
             sweep_error: None,
             execution_id: None,
+            principal: None,
         }
         .ended(Status::Aborted, now_ms);
         Ok(self.create(&record).await?.unwrap_or(record))
@@ -709,6 +714,7 @@ mod tests {
             sweep_attempts: None,
             sweep_error: None,
             execution_id: Some("0".repeat(32)),
+            principal: Some(format!("arn:aws:sts::123456789012:assumed-role/{}", "r".repeat(64))),
         }
         .opened();
         let short = item_size(&record.to_item());

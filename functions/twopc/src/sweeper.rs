@@ -225,7 +225,7 @@ impl Sweeper {
             };
             let request =
                 ParticipantRequest { operations, lock_token, ..ParticipantRequest::new(action, owner.clone()) };
-            let response = self.coordinator.invoker().invoke(service, &request).await.map_err(|e| e.to_string())?;
+            let response = self.coordinator.call(service, &request).await.map_err(|e| e.to_string())?;
             match response.status.as_deref() {
                 Some(STATUS_COMMITTED | STATUS_NOT_PREPARED | STATUS_ABORTED) => {
                     warn!(action = action.as_str(), "resolved an expired lock");

@@ -151,6 +151,8 @@ impl Functions {
                 ("AWS_ENDPOINT_URL", wiring.dynamodb_endpoint.clone()),
                 (twopc::config::SERVICE_NAME, service.clone()),
                 (twopc::config::DATA_TABLE_NAME, table.clone()),
+                // The local development keys, as in-process: messages are signed and checked all the same.
+                (twopc::config::PARTICIPANT_KEY, twopc::auth::LOCAL_KEYS.to_owned()),
             ]);
             let watch = Watch::spawn(&format!("participant-{service}"), port, &env, options)?;
             participant_ports.insert(service.clone(), port);
@@ -164,6 +166,7 @@ impl Functions {
             ("AWS_ENDPOINT_URL_DYNAMODB", wiring.dynamodb_endpoint.clone()),
             ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
             (twopc::config::PARTICIPANTS, json!(registry).to_string()),
+            (twopc::config::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
             (twopc::config::PARTICIPANT_TABLES, json!(wiring.tables.participants).to_string()),
             (twopc::config::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
             (twopc::config::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),

@@ -8,6 +8,9 @@
 //!   the answer, stop.
 //! - `twopc-local reset`: delete what `up` and `demo` kept (DynamoDB Local's data, the lakes, the
 //!   stream checkpoints).
+//! - `twopc-local sign FILE`: print a participant message signed now with the local development key,
+//!   for `cargo lambda invoke` (a participant acts only on a message the coordinator or the sweeper
+//!   signed, and only for a while after it was signed).
 
 mod demo;
 
@@ -37,6 +40,16 @@ enum Command {
     /// Delete what the stack keeps under .local/: DynamoDB Local's data, the lakes (`up`'s and the
     /// demo's), the stream checkpoints, the dead letters. Refused while a stack uses the data.
     Reset,
+    /// Print the participant message in FILE (JSON, as `events/participant-*.json`) signed now with the
+    /// local development key of SERVICE, as the coordinator signs what it sends; its signature, if it has
+    /// one, is replaced.
+    Sign {
+        /// A participant message (`-` reads standard input).
+        file: PathBuf,
+        /// The participant service it is for.
+        #[arg(long, default_value = "service-a")]
+        service: String,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -147,6 +160,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::run(args.config(false, false)).await,
             Command::Replay(args) => replay(args).await,
             Command::Reset => reset(),
+            Command::Sign { file, service } => sign(&file, &service),
         }
     });
     match result {
@@ -206,6 +220,22 @@ fn print_endpoints(stack: &Stack, config: &Config) {
     }
 }
 
+/// `twopc-local sign`: the message signed now with the local development key of `service`.
+fn sign(file: &std::path::Path, service: &str) -> Result<(), String> {
+    let text = if file == std::path::Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("reading standard input: {e}"))?
+    } else {
+        std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?
+    };
+    let request: twopc::model::ParticipantRequest =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not a participant message: {e}", file.display()))?;
+    let now = twopc::clock::Clock::now_ms(&twopc::clock::SystemClock);
+    let signed = twopc::auth::sign_with(&twopc::auth::LocalKeys::key_set(service), service, &request, now)
+        .map_err(|e| e.to_string())?;
+    println!("{}", serde_json::to_string_pretty(&signed).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
 fn reset() -> Result<(), String> {
     let local = local_stack::local_dir();
     let data = local.join(DATA);
@@ -263,7 +293,7 @@ async fn replay(args: StackArgs) -> Result<(), String> {
             .batch
             .as_ref()
             .map(|b| format!("{} {}..={}", b.shard_id, b.start_sequence_number, b.end_sequence_number))
-            .unwrap_or_else(|| "(not an on-failure record)".to_owned());
+            .unwrap_or_else(|| "(a record dead-lettered with its content)".to_owned());
         let fate = if message.deleted {
             "replayed, deleted".to_owned()
         } else {
