@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use twopc::fanout::connections::{ConnectionRequest, parse_request};
 use twopc::fanout::topic::{MAX_TOPIC_BYTES, Topic};
-use twopc::model::{MAX_BODY_BYTES, Operation, ParticipantRequest, TransactionRequest};
+use twopc::model::{MAX_BODY_BYTES, Operation, ParticipantRequest};
 use twopc::participant::parse_operations;
 
 fn is_registered(service: &str) -> bool {
@@ -22,7 +22,7 @@ fn is_registered(service: &str) -> bool {
 }
 
 fn check_transaction_request(data: &[u8]) {
-    let Ok(request) = TransactionRequest::parse(data, is_registered) else {
+    let Ok(request) = twopc::coordinator::parse_request(data, is_registered) else {
         return;
     };
     let hash = request.canonical_hash();
@@ -34,7 +34,7 @@ fn check_transaction_request(data: &[u8]) {
         if text.len() > MAX_BODY_BYTES {
             continue;
         }
-        let again = TransactionRequest::parse(&text, is_registered).unwrap_or_else(|e| {
+        let again = twopc::coordinator::parse_request(&text, is_registered).unwrap_or_else(|e| {
             panic!("the wire form of an accepted request is refused: {e}\n{}", String::from_utf8_lossy(&text))
         });
         assert_eq!(again, request, "the wire form parses to another request");

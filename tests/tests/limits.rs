@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 use twopc::coordinator::Coordinator;
 use twopc::faults::{CoordinatorCrash, Faults};
-use twopc::model::{Action, MAX_PARTICIPANTS, Status, TransactionRequest};
+use twopc::model::{Action, MAX_PARTICIPANTS, Status};
 use twopc::record::{MAX_REASON_BYTES, MAX_RECORD_BYTES, MAX_SWEEP_ERROR_BYTES, TransactionRecord};
 use twopc::size::{MAX_ITEM_BYTES, item_size};
 use twopc::store::shard_of;
@@ -33,7 +33,7 @@ fn dense_element() -> Value {
 /// The bytes of the first write of `body`'s record, with the largest timestamps of today's digit count
 /// (a timestamp ending in zeros takes fewer bytes): the coordinator's own record is never larger.
 fn first_write_bytes(env: &TestEnv, body: &Value, keyed: bool) -> usize {
-    let request = TransactionRequest::parse(body.to_string().as_bytes(), |_| true).expect("a valid request");
+    let request = twopc::coordinator::parse_request(body.to_string().as_bytes(), |_| true).expect("a valid request");
     let hash = keyed.then(|| request.canonical_hash());
     let now = env.clock_now() / 10 * 10 + 1;
     TransactionRecord::preparing(format!("tx-{}", "0".repeat(32)), &request, hash, now).first_write_bytes()
@@ -389,6 +389,7 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
                 reason: None,
                 read_only: false,
                 lock_token: (status == Status::Committing).then(|| token(i)),
+                service_code: None,
             })
             .collect(),
         created_at: now - 60_000,

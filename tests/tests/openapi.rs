@@ -174,7 +174,7 @@ fn every_example_is_valid_and_request_examples_are_accepted_by_the_parser() {
     let examples = spec.pointer("/paths/~1transactions/post/requestBody/content/application~1json/examples").unwrap();
     for (name, example) in examples.as_object().unwrap() {
         let body = example["value"].to_string();
-        TransactionRequest::parse(body.as_bytes(), |s| ["service-a", "service-b"].contains(&s))
+        twopc::coordinator::parse_request(body.as_bytes(), |s| ["service-a", "service-b"].contains(&s))
             .unwrap_or_else(|e| panic!("request example {name} is refused by the parser: {e}"));
         assert!(request_schema.is_valid(&example["value"]), "request example {name} fails its schema");
     }
@@ -258,7 +258,7 @@ fn the_schema_refuses_what_the_parser_refuses() {
     ];
     for (body, code, schema_refuses) in cases {
         let refused =
-            TransactionRequest::parse(body.to_string().as_bytes(), |s| ["service-a", "service-b"].contains(&s))
+            twopc::coordinator::parse_request(body.to_string().as_bytes(), |s| ["service-a", "service-b"].contains(&s))
                 .expect_err(&format!("the parser refuses {body}"));
         assert_eq!(refused.code, code, "{body}: {refused}");
         if schema_refuses {

@@ -123,7 +123,7 @@ async fn keys_rotate_without_a_refused_message() {
     env.put_account("service-b", "B", "0").await;
     let transfer = TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "1");
     let mut committed = 0;
-    let mut transfer_for = |until: Instant| {
+    let transfer_for = |until: Instant| {
         let (coordinator, transfer) = (coordinator.clone(), transfer.clone());
         async move {
             let mut done = 0;
@@ -165,4 +165,167 @@ async fn keys_rotate_without_a_refused_message() {
     store.set("service-a", KeySet { keys: vec![second.clone(), third.clone()] });
     let answer = participant.handle(&signed(&KeySet { keys: vec![third] })).await;
     assert!(refused(&answer), "a key used before the caches have it is refused: {answer:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A service's own rules
+// ---------------------------------------------------------------------------------------------------
+
+/// A world whose service-a participant judges by `rules`.
+fn with_rules(env: &TestEnv, rules: impl twopc::participant::Rules + Clone) -> twopc::coordinator::Coordinator {
+    let participants: Vec<Participant> = env
+        .participants
+        .iter()
+        .map(|(service, p)| if service == "service-a" { p.clone().with_rules(rules.clone()) } else { p.clone() })
+        .collect();
+    let invoker = twopc_tests::FaultyInvoker::new(twopc::invoke::InProcessInvoker::new(participants));
+    env.coordinator_with(&invoker, Faults::default())
+}
+
+/// POST /transactions as `caller` (an IAM caller's ARN in API Gateway's request context).
+async fn post_as(coordinator: &twopc::coordinator::Coordinator, body: &Value, caller: &str) -> (u16, Value) {
+    let mut event = rest_event("POST", "/transactions", "/transactions", None, json!({}), Some(&body.to_string()));
+    event["requestContext"]["identity"]["userArn"] = json!(caller);
+    call_coordinator(coordinator, &event).await
+}
+
+async fn put_data(env: &TestEnv, service: &str, id: &str, data: Value) {
+    let mut item = serde_json::Map::new();
+    item.insert("entityId".into(), json!(id));
+    item.insert("data".into(), data);
+    item.insert("version".into(), json!(1));
+    env.client
+        .put_item()
+        .table_name(env.table(service))
+        .set_item(Some(twopc::attr::to_item(&item)))
+        .send()
+        .await
+        .expect("put");
+}
+
+/// What a rule saw: the item's version and the caller's principal.
+type Seen = (Option<u64>, Option<String>);
+/// Another writer's change, made between a rule's read and the lock.
+type Meanwhile = Option<Box<dyn FnOnce() + Send>>;
+
+/// Only the account's owner may debit it, and a closed account takes nothing; what each call saw is kept.
+#[derive(Clone, Default)]
+struct Bank {
+    seen: Arc<std::sync::Mutex<Vec<Seen>>>,
+    /// Called on the first judgement, between the read and the lock.
+    meanwhile: Arc<std::sync::Mutex<Meanwhile>>,
+}
+
+impl twopc::participant::Rules for Bank {
+    fn check(&self, prepared: &twopc::participant::Prepared<'_>) -> Result<(), twopc::participant::Refusal> {
+        self.seen.lock().unwrap().push((prepared.version, prepared.principal.map(str::to_owned)));
+        if let Some(change) = self.meanwhile.lock().unwrap().take() {
+            change();
+        }
+        let data = prepared.data.ok_or_else(|| twopc::participant::Refusal::new("NO_ACCOUNT", "no such account"))?;
+        if data.get("status").and_then(Value::as_str) == Some("closed") {
+            return Err(twopc::participant::Refusal::new("ACCOUNT_CLOSED", "the account is closed"));
+        }
+        if let Some(owner) = data.get("owner").and_then(Value::as_str)
+            && Some(owner) != prepared.principal
+        {
+            return Err(twopc::participant::Refusal::new("NOT_OWNER", format!("only {owner} may debit it")));
+        }
+        Ok(())
+    }
+}
+
+/// A rule refuses with the service's own code and reason: the vote is REFUSED with the code RULE, the
+/// service's code in `serviceCode`; the answer and GET say so, and nothing is locked or applied. The
+/// caller's principal reaches the rule in its canonical form (an assumed role without its session), and
+/// is recorded on the transaction.
+#[tokio::test]
+async fn a_rule_refuses_with_its_own_code_and_the_principal_reaches_it() {
+    let env = TestEnv::new().await;
+    let teller = "arn:aws:sts::123456789012:assumed-role/Teller";
+    put_data(&env, "service-a", "A", json!({"balance": 100, "owner": teller})).await;
+    env.put_account("service-b", "B", "0").await;
+    let bank = Bank::default();
+    let coordinator = with_rules(&env, bank.clone());
+    let transfer = TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "10");
+
+    let (status, answer) =
+        post_as(&coordinator, &transfer, "arn:aws:sts::123456789012:assumed-role/Intruder/s-1").await;
+    assert_eq!(status, 409, "{answer}");
+    let vote = &answer["participants"][0];
+    assert_eq!((vote["code"].as_str(), vote["serviceCode"].as_str()), (Some("RULE"), Some("NOT_OWNER")), "{answer}");
+    assert_eq!(vote["reason"], format!("only {teller} may debit it"));
+    assert_eq!(env.get(answer["transactionId"].as_str().unwrap()).await.1, answer);
+    assert!(env.locked_items().await.is_empty());
+
+    let (status, answer) = post_as(&coordinator, &transfer, &format!("{teller}/session-42")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(env.balance("service-a", "A").await, "90");
+    let seen = bank.seen.lock().unwrap().clone();
+    assert_eq!(seen.last().unwrap().1.as_deref(), Some(teller), "the canonical principal: {seen:?}");
+    let record = env.records().await.into_iter().find(|r| r["transactionId"] == answer["transactionId"]).unwrap();
+    assert_eq!(record["principal"], teller);
+}
+
+/// A rule judges the item as it will be locked: here the account is closed by another writer between
+/// the rule's read and the lock write. The lock write, conditioned on the version the rule saw, fails;
+/// the prepare reads again, the rule sees the closed account and refuses. (Without the condition the lock
+/// was taken on an account the rule never saw closed, and the debit committed.)
+#[tokio::test]
+async fn a_rule_judges_the_item_as_it_is_locked() {
+    let env = TestEnv::new().await;
+    put_data(&env, "service-a", "A", json!({"balance": 100, "status": "open"})).await;
+    env.put_account("service-b", "B", "0").await;
+    let bank = Bank::default();
+    let table = env.table("service-a").to_owned();
+    *bank.meanwhile.lock().unwrap() = Some(Box::new(move || {
+        // Another writer, on a thread of its own (a rule runs inside the prepare): close the account.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let data = twopc::attr::to_attribute(&json!({"balance": 100, "status": "closed"}));
+                // A client of its own: the test's is bound to the runtime this rule is blocking.
+                twopc_tests::dynamodb()
+                    .await
+                    .update_item()
+                    .table_name(table)
+                    .key("entityId", aws_sdk_dynamodb::types::AttributeValue::S("A".into()))
+                    .update_expression("SET #d = :d, version = version + :one")
+                    .expression_attribute_names("#d", "data")
+                    .expression_attribute_values(":d", data)
+                    .expression_attribute_values(":one", aws_sdk_dynamodb::types::AttributeValue::N("1".into()))
+                    .send()
+                    .await
+                    .unwrap();
+            })
+        })
+        .join()
+        .unwrap();
+    }));
+    let coordinator = with_rules(&env, bank.clone());
+
+    let (status, answer) =
+        post_via(&coordinator, &TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "10")).await;
+
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["participants"][0]["serviceCode"], "ACCOUNT_CLOSED", "{answer}");
+    let versions: Vec<Option<u64>> = bank.seen.lock().unwrap().iter().map(|(v, _)| *v).collect();
+    assert_eq!(versions, vec![Some(1), Some(2)], "judged again on the item as it then was");
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert!(env.locked_items().await.is_empty());
+}
+
+/// The generic participant has no rules and reads nothing more than before: a transfer's prepares are
+/// their lock writes alone.
+#[tokio::test]
+async fn a_participant_without_rules_reads_nothing_before_it_locks() {
+    let faults = twopc_tests::DynamoFaults::new(0);
+    let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    faults.forget();
+    let (status, answer) = env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "10"), None).await;
+    assert_eq!(status, 200, "{answer}");
+    let reads = faults.sent("GetItem") + faults.sent("BatchGetItem");
+    assert_eq!(reads, 0, "{:?}", faults.seen().iter().map(|s| s.operation.clone()).collect::<Vec<_>>());
 }

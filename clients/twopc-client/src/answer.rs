@@ -96,6 +96,8 @@ code_enum! {
         Unavailable = "UNAVAILABLE",
         /// The operation does not fit the participant's table (the wrong key attributes).
         Invalid = "INVALID",
+        /// One of the service's own rules refused: its own code is [`ParticipantState::service_code`].
+        Rule = "RULE",
     }
 }
 
@@ -135,6 +137,9 @@ pub struct ParticipantState {
     pub reason: Option<String>,
     #[serde(default)]
     pub code: Option<RefusalCode>,
+    /// A `RULE` refusal: the service's own code.
+    #[serde(default, rename = "serviceCode")]
+    pub service_code: Option<String>,
 }
 
 /// The body of a transaction answer (`POST` and `GET`). Fields a newer server adds are ignored.

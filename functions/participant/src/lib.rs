@@ -3,8 +3,8 @@
 
 use twopc::clock;
 use twopc::config::{self, ConfigError};
-use twopc::items::DataTable;
 use twopc::model::{ParticipantRequest, ParticipantResponse};
+use twopc::participant::DataTable;
 use twopc::participant::{Participant, ParticipantError};
 use twopc::record::TransactionStore;
 

@@ -7,7 +7,7 @@ use twopc::clock;
 use twopc::config::{self, ConfigError};
 use twopc::coordinator::Coordinator;
 use twopc::invoke::LambdaInvoker;
-use twopc::items::DataTable;
+use twopc::participant::DataTable;
 use twopc::record::TransactionStore;
 use twopc::sweeper::{SweepLimits, SweepReport, Sweeper};
 

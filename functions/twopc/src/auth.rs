@@ -11,7 +11,7 @@
 //! SDK re-sends an Invoke whose answer did not come (three attempts, each up to the participant's
 //! 10 s timeout, with backoff in between), and the protocol is built for such late copies (lock tokens,
 //! `lastTx`). [`MAX_MESSAGE_AGE_MS`] covers that re-sending; a message older than it plus the clock margin
-//! (or signed more than the margin in the future) is refused.
+//! is refused, and so is one signed that far in the future.
 //!
 //! **Keys.** A [`KeySet`] holds one or more keys, each with the moment signers may start using it
 //! (`notBefore`). Signers use the newest key already valid; verifiers accept any key of the set. To
@@ -314,11 +314,12 @@ pub async fn verify(
     expected.update(&message_bytes(service, &signature.key_id, signature.signed_at, &unsigned));
     let given = hex::decode(&signature.mac).map_err(|_| Unauthenticated::BadSignature)?;
     expected.verify_slice(&given).map_err(|_| Unauthenticated::BadSignature)?;
-    if signature.signed_at > now_ms + CLOCK_MARGIN_MS {
+    // The same window either way: a sender whose clock runs ahead is as far off as one behind.
+    let limit = MAX_MESSAGE_AGE_MS + CLOCK_MARGIN_MS;
+    if signature.signed_at > now_ms + limit {
         return Err(Unauthenticated::FromTheFuture { ahead_ms: signature.signed_at - now_ms });
     }
     let age = now_ms.saturating_sub(signature.signed_at);
-    let limit = MAX_MESSAGE_AGE_MS + CLOCK_MARGIN_MS;
     if age > limit {
         return Err(Unauthenticated::Stale { age_ms: age, limit_ms: limit });
     }
@@ -382,8 +383,11 @@ mod tests {
         let stale = 1_000 + MAX_MESSAGE_AGE_MS + CLOCK_MARGIN_MS + 1;
         assert!(matches!(verify(&keys, "service-a", &signed, stale).await, Err(Unauthenticated::Stale { .. })));
         assert!(verify(&keys, "service-a", &signed, stale - 1).await.is_ok(), "a late copy within the window");
-        let early = 1_000 - CLOCK_MARGIN_MS - 1;
-        assert!(matches!(verify(&keys, "service-a", &signed, early).await, Err(Unauthenticated::FromTheFuture { .. })));
+        let signed_late = sign(&keys, "service-a", &message(), stale).await.unwrap();
+        assert!(matches!(
+            verify(&keys, "service-a", &signed_late, 1_000).await,
+            Err(Unauthenticated::FromTheFuture { .. })
+        ));
     }
 
     #[test]

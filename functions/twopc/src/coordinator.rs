@@ -209,7 +209,7 @@ impl Coordinator {
     }
 
     async fn answer(&self, body: &[u8], idempotency_key: Option<&str>, principal: Option<&str>) -> Reply {
-        let request = match TransactionRequest::parse(body, |s| self.services.contains(s)) {
+        let request = match parse_request(body, |s| self.services.contains(s)) {
             Ok(request) => request,
             Err(invalid) => return Reply::invalid(invalid),
         };
@@ -855,6 +855,8 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
         Some(Vote::Refused) => {
             entry.vote = Some(Vote::Refused);
             entry.code = response.code;
+            entry.service_code =
+                response.service_code.map(|c| crate::record::cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
             // As the record keeps it: the answer and GET then say the same.
             entry.reason = response.reason.map(|r| crate::record::cut(&r, crate::record::MAX_REASON_BYTES));
         }
@@ -888,6 +890,17 @@ fn abort_reason(votes: &[ParticipantEntry]) -> String {
         .collect::<Vec<_>>()
         .join("; ");
     crate::record::cut(&reasons, crate::record::MAX_REASON_BYTES)
+}
+
+/// Validates a request body (`TransactionRequest::parse`) and that every operation can be written by the
+/// participants' writes (DynamoDB's expression limit): what the coordinator accepts, before anything is
+/// written.
+pub fn parse_request(body: &[u8], is_registered: impl Fn(&str) -> bool) -> Result<TransactionRequest, Invalid> {
+    let request = TransactionRequest::parse(body, is_registered)?;
+    for (i, part) in request.participants.iter().enumerate() {
+        crate::participant::store::check_list(&part.operations, &format!("participants[{i}].operations"))?;
+    }
+    Ok(request)
 }
 
 /// The transaction id of a keyed request: the same key always names the same transaction.

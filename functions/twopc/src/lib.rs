@@ -16,7 +16,7 @@ pub mod expr;
 pub mod fanout;
 pub mod faults;
 pub mod invoke;
-pub mod items;
+
 pub mod model;
 pub mod participant;
 pub mod principal;

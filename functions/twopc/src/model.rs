@@ -190,7 +190,10 @@ impl Operation {
         serde_json::to_value(self).expect("operations serialize")
     }
 
-    /// Parses and validates one operation; `path` names it in messages.
+    /// Parses and validates one operation; `path` names it in messages. Whether the participant's writes
+    /// can express it is the participant library's to say ([`crate::participant::store::check_expressible`]):
+    /// the coordinator asks it with [`crate::coordinator::parse_request`], a participant when it parses a
+    /// message.
     pub fn parse(value: &Value, path: &str) -> Result<Operation, Invalid> {
         let object = value.as_object().ok_or_else(|| Invalid::at(path, "must be an object"))?;
         let op = object
@@ -273,9 +276,6 @@ impl Operation {
                 Operation::Check { key, version, exists }
             }
         };
-        // Prepare and commit write this operation with expressions whose length grows with its fields.
-        crate::items::check_expressible(&operation)
-            .map_err(|why| Invalid::new(ErrorCode::LimitExceeded, format!("{path}: {why}")))?;
         Ok(operation)
     }
 
@@ -639,16 +639,19 @@ pub enum RefusalCode {
     Unavailable,
     /// The operation does not fit the participant's table (for example, the wrong key attributes).
     Invalid,
+    /// One of the service's own rules refused (its own code in `serviceCode`, its reason in `reason`).
+    Rule,
 }
 
 impl RefusalCode {
-    pub const ALL: [RefusalCode; 6] = [
+    pub const ALL: [RefusalCode; 7] = [
         RefusalCode::Conflict,
         RefusalCode::ConditionFailed,
         RefusalCode::NotFound,
         RefusalCode::Timeout,
         RefusalCode::Unavailable,
         RefusalCode::Invalid,
+        RefusalCode::Rule,
     ];
 }
 
@@ -743,6 +746,9 @@ pub struct ParticipantResponse {
     /// A PREPARED vote that locked items: the token those locks carry (see [`ParticipantRequest::lock_token`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_token: Option<String>,
+    /// A `RULE` refusal: the service's own code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_code: Option<String>,
     /// The participant's clock when the message arrived and when it answered (ms since the epoch): the
     /// coordinator compares them with its own to report the skew between the clocks (`ClockSkew`), which
     /// the protocol tolerates up to [`crate::clock::CLOCK_MARGIN_MS`].
@@ -800,7 +806,7 @@ mod tests {
     use super::*;
 
     fn parse(body: &str) -> Result<TransactionRequest, Invalid> {
-        TransactionRequest::parse(body.as_bytes(), |s| s.starts_with("service-"))
+        crate::coordinator::parse_request(body.as_bytes(), |s| s.starts_with("service-"))
     }
 
     #[test]

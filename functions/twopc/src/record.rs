@@ -104,6 +104,9 @@ pub struct ParticipantEntry {
     /// The token of the locks its PREPARED vote reported: commit and roll-forward apply only those.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_token: Option<String>,
+    /// A `RULE` refusal: the service's own code (cut to `MAX_SERVICE_CODE_BYTES`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_code: Option<String>,
 }
 
 impl TransactionRecord {
@@ -113,6 +116,7 @@ impl TransactionRecord {
         self.sweep_error = self.sweep_error.map(|e| cut(&e, MAX_SWEEP_ERROR_BYTES));
         for entry in &mut self.participants {
             entry.reason = entry.reason.take().map(|r| cut(&r, MAX_REASON_BYTES));
+            entry.service_code = entry.service_code.take().map(|c| cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
         }
         self
     }
@@ -139,6 +143,7 @@ impl TransactionRecord {
                     reason: None,
                     read_only: false,
                     lock_token: None,
+                    service_code: None,
                 })
                 .collect(),
             created_at: now_ms,
@@ -243,6 +248,9 @@ impl TransactionRecord {
                 }
                 if let Some(code) = p.code {
                     entry.insert("code".into(), serde_json::to_value(code).expect("codes serialize"));
+                }
+                if let Some(service_code) = &p.service_code {
+                    entry.insert("serviceCode".into(), Value::String(service_code.clone()));
                 }
                 Value::Object(entry)
             })
@@ -586,6 +594,7 @@ fn entries_value(participants: &[ParticipantEntry]) -> AttributeValue {
         .cloned()
         .map(|mut p| {
             p.reason = p.reason.map(|r| cut(&r, MAX_REASON_BYTES));
+            p.service_code = p.service_code.map(|c| cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
             p
         })
         .collect();
@@ -646,8 +655,11 @@ pub fn shortened_transition_update(
     let entries = participants.unwrap_or(&current.participants);
     match to {
         Status::Committing => {
-            let votes: Vec<ParticipantEntry> =
-                entries.iter().cloned().map(|p| ParticipantEntry { reason: None, code: None, ..p }).collect();
+            let votes: Vec<ParticipantEntry> = entries
+                .iter()
+                .cloned()
+                .map(|p| ParticipantEntry { reason: None, code: None, service_code: None, ..p })
+                .collect();
             update = update.set(a::PARTICIPANTS, entries_value(&votes));
         }
         Status::Committed | Status::Aborted => {
@@ -661,7 +673,11 @@ pub fn shortened_transition_update(
 /// An ended transaction's entries, shortened: each service with its vote and lock token, no operations
 /// and no free text.
 fn ended_entries(entries: &[ParticipantEntry]) -> Vec<ParticipantEntry> {
-    entries.iter().cloned().map(|p| ParticipantEntry { operations: vec![], reason: None, code: None, ..p }).collect()
+    entries
+        .iter()
+        .cloned()
+        .map(|p| ParticipantEntry { operations: vec![], reason: None, code: None, service_code: None, ..p })
+        .collect()
 }
 
 /// The sweeper's postponement: when to look again, how many attempts, and why (cut to
@@ -698,6 +714,7 @@ mod tests {
             reason: None,
             read_only: false,
             lock_token: None,
+            service_code: None,
         };
         let mut record = TransactionRecord {
             transaction_id: "tx-00000000000000000000000000000000".into(),
@@ -740,6 +757,7 @@ mod tests {
                 reason: Some("é".repeat(MAX_REASON_BYTES)),
                 read_only: true,
                 lock_token: Some("f".repeat(32)),
+                service_code: Some("c".repeat(crate::participant::MAX_SERVICE_CODE_BYTES)),
                 ..p
             })
             .collect()

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::coordinator::Coordinator;
-use crate::items::{DataTable, Lock};
 use crate::model::{Action, ParticipantRequest, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED, Status};
+use crate::participant::store::{DataTable, Lock};
 use crate::recovery::{OwnerFate, owner_fate};
 use crate::store::{Item, StoreError};
 

@@ -15,7 +15,7 @@ use twopc::coordinator::Coordinator;
 use twopc::fanout::connections::ConnectionStore;
 use twopc::fanout::{ApiGatewayPoster, FanoutConfig, FirehoseSink, StreamProcessor};
 use twopc::invoke::{InProcessInvoker, ParticipantInvoker};
-use twopc::items::DataTable;
+use twopc::participant::DataTable;
 use twopc::participant::Participant;
 use twopc::record::TransactionStore;
 use twopc::sweeper::{SweepLimits, Sweeper};

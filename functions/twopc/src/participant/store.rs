@@ -1,6 +1,7 @@
-//! A participant data table: the item model (`data`, `version`, `lastTx`, `lock`) and the writes that
-//! prepare, commit and abort one item. The participant and lock resolution both use these, so an
-//! item is rolled forward by exactly the code that commits it.
+//! The item store: a participant's data table, its item model (`data`, `version`, `lastTx`, `lock`,
+//! `pending`) and the writes that lock, commit and release one item (built from what an operation does,
+//! `super::operations`). The protocol and lock resolution both use these, so an item is rolled forward
+//! by exactly the code that commits it.
 
 use std::collections::HashMap;
 
@@ -8,12 +9,12 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
-use bigdecimal::BigDecimal;
 use serde_json::Value;
 
+use super::operations::{apply, guard, reservation};
 use crate::attr;
 use crate::expr::{Expr, n, s};
-use crate::model::{Key, Operation, RefusalCode};
+use crate::model::{Key, Operation};
 use crate::store::{Item, StoreError, get_m, get_n, get_s, shard_of};
 use crate::tables::item_attr as a;
 
@@ -52,33 +53,6 @@ pub struct LockSpec<'a> {
 
 /// DynamoDB refuses any expression string longer than this.
 const MAX_EXPRESSION_BYTES: usize = 4096;
-
-/// Why a lock could not be taken, decided from the item as it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockFailure {
-    /// The item already carries a lock of this very transaction: an earlier delivery of the same prepare
-    /// (or this write's own earlier attempt, whose reply was lost) took it, with this token.
-    Ours {
-        token: Option<String>,
-    },
-    Refused {
-        code: RefusalCode,
-        reason: String,
-    },
-    /// Held by another transaction past its expiry and twice the clock margin
-    /// ([`crate::clock::resolvable_after`]): the owner must be resolved before the item is taken.
-    Expired {
-        owner: String,
-    },
-    /// Held by another transaction that is not resolvable yet.
-    Held {
-        owner: String,
-        started_at: u64,
-        reason: String,
-    },
-    /// The item no longer shows why the write failed (it changed since): try again.
-    Unexplained,
-}
 
 /// What a commit of one item found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,8 +113,8 @@ impl DataTable {
     /// The write that locks one item, if the operation's precondition holds and no lock is there, and
     /// reserves what the commit will write (`pending`), so that an item the commit would push past
     /// DynamoDB's limits is refused now rather than failing at commit.
-    fn lock_update(&self, spec: LockSpec<'_>, op: &Operation, key: Item) -> Update {
-        let (update, condition, e) = lock_expressions(spec, op);
+    fn lock_update(&self, spec: LockSpec<'_>, op: &Operation, key: Item, seen: Seen) -> Update {
+        let (update, condition, e) = lock_expressions(spec, op, seen);
         Update::builder()
             .table_name(&self.name)
             .set_key(Some(key))
@@ -161,9 +135,11 @@ impl DataTable {
         spec: LockSpec<'_>,
         ops: &[(Operation, Item)],
         timeout: Option<std::time::Duration>,
+        seen: &[Seen],
     ) -> Result<LockAttempt, StoreError> {
+        let seen_at = |i: usize| seen.get(i).copied().unwrap_or(Seen::Anything);
         if let [(op, key)] = ops {
-            let u = self.lock_update(spec, op, key.clone());
+            let u = self.lock_update(spec, op, key.clone(), seen_at(0));
             let result = self
                 .client
                 .update_item()
@@ -199,7 +175,10 @@ impl DataTable {
         }
         let items: Vec<TransactWriteItem> = ops
             .iter()
-            .map(|(op, key)| TransactWriteItem::builder().update(self.lock_update(spec, op, key.clone())).build())
+            .enumerate()
+            .map(|(i, (op, key))| {
+                TransactWriteItem::builder().update(self.lock_update(spec, op, key.clone(), seen_at(i))).build()
+            })
             .collect();
         let result = self
             .client
@@ -297,12 +276,14 @@ impl DataTable {
         ops: &[(Operation, Item)],
         record_table: &str,
         record: Item,
+        seen: &[Seen],
     ) -> Result<OnePhase, StoreError> {
         let mut items = Vec::with_capacity(ops.len() + 1);
-        for (op, key) in ops {
+        for (i, (op, key)) in ops.iter().enumerate() {
             let mut e = Expr::new();
             let lock = e.name(a::LOCK);
-            let condition = format!("attribute_not_exists({lock}){}", guard(&mut e, op));
+            let unchanged = seen.get(i).copied().unwrap_or(Seen::Anything).condition(&mut e);
+            let condition = format!("attribute_not_exists({lock}){}{unchanged}", guard(&mut e, op));
             let item = match op {
                 Operation::Delete { .. } => TransactWriteItem::builder().delete(
                     aws_sdk_dynamodb::types::Delete::builder()
@@ -582,167 +563,13 @@ fn commit_outcome(tx: &str, token: Option<&str>, item: Option<&Item>) -> CommitO
     }
 }
 
-/// Explains a failed lock from the item as it was (`None`: no such item). Which lock is in the way,
-/// and which guard failed, with the numbers.
-pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> LockFailure {
-    let key = op.key_text();
-    let refuse = |code, reason: String| LockFailure::Refused { code, reason };
-    if let Some(lock) = item.and_then(Lock::of) {
-        if lock.transaction_id == tx {
-            return LockFailure::Ours { token: lock.token };
-        }
-        // Only past its expiry and twice the clock margin: a resolver whose clock runs ahead never
-        // takes a live transaction's lock for expired.
-        if now_ms > crate::clock::resolvable_after(lock.expires_at) {
-            return LockFailure::Expired { owner: lock.transaction_id };
-        }
-        return LockFailure::Held {
-            reason: format!("entity {key} is locked by transaction {}", lock.transaction_id),
-            owner: lock.transaction_id,
-            started_at: lock.started_at,
-        };
-    }
-    if let Some(item) = item
-        && get_s(item, a::LAST_TX) == Some(tx)
-    {
-        return refuse(RefusalCode::Conflict, format!("transaction {tx} has already committed entity {key}"));
-    }
-    let data = item.and_then(|i| get_m(i, a::DATA));
-    match op {
-        Operation::Put { if_not_exists: true, .. } if data.is_some() => {
-            refuse(RefusalCode::ConditionFailed, format!("entity {key} already exists (ifNotExists)"))
-        }
-        Operation::Set { .. } | Operation::Delete { .. } | Operation::Add { .. } if data.is_none() => {
-            refuse(RefusalCode::NotFound, format!("entity {key} does not exist"))
-        }
-        Operation::Add { field, delta, min, max, .. } => {
-            let Some(value) = data.and_then(|d| d.get(field.as_str())) else {
-                return refuse(
-                    RefusalCode::ConditionFailed,
-                    format!("entity {key} has no field \"{field}\" to add to"),
-                );
-            };
-            let Some(current) = value.as_n().ok().and_then(|t| t.parse::<BigDecimal>().ok()) else {
-                return refuse(
-                    RefusalCode::ConditionFailed,
-                    format!("field \"{field}\" of entity {key} is not a number"),
-                );
-            };
-            let result = &current + delta.value();
-            let shown = format!("{field} {} + {delta} = {}", plain(&current), plain(&result));
-            if let Some(min) = min
-                && &result < min.value()
-            {
-                return refuse(
-                    RefusalCode::ConditionFailed,
-                    format!("{shown} is below the minimum {min} on entity {key}"),
-                );
-            }
-            if let Some(max) = max
-                && &result > max.value()
-            {
-                return refuse(
-                    RefusalCode::ConditionFailed,
-                    format!("{shown} is above the maximum {max} on entity {key}"),
-                );
-            }
-            LockFailure::Unexplained
-        }
-        Operation::Check { version, exists, .. } => {
-            if *exists == Some(true) && data.is_none() {
-                return refuse(RefusalCode::NotFound, format!("entity {key} does not exist"));
-            }
-            if *exists == Some(false) && data.is_some() {
-                return refuse(RefusalCode::ConditionFailed, format!("entity {key} exists"));
-            }
-            if let Some(expected) = version {
-                let actual = item.and_then(|i| get_n(i, a::VERSION)).unwrap_or("none");
-                if actual.parse::<BigDecimal>().ok().as_ref() != Some(expected.value()) {
-                    return refuse(
-                        RefusalCode::ConditionFailed,
-                        format!("entity {key} is at version {actual}, expected {expected}"),
-                    );
-                }
-            }
-            LockFailure::Unexplained
-        }
-        _ => LockFailure::Unexplained,
-    }
-}
-
-/// Evaluates a read-only `check` against the item as read: the same guards as its lock condition.
-/// Another transaction's lock counts against the check (classified first, as for a lock): a value under
-/// it may be about to change, and reading past it could order this transaction inconsistently with
-/// the lock holder.
-pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> Result<(), LockFailure> {
-    match classify_lock_failure(tx, op, item, now_ms) {
-        LockFailure::Unexplained | LockFailure::Ours { .. } => Ok(()),
-        failure => Err(failure),
-    }
-}
-
-fn plain(value: &BigDecimal) -> String {
-    value.normalized().to_plain_string()
-}
-
-/// Why an `add` that passed its guards still cannot be committed: its result is not a number DynamoDB
-/// can store (more than 38 significant digits, or out of range). Checked at prepare, so that commit,
-/// which cannot refuse, never meets it.
-pub fn unrepresentable_result(op: &Operation, locked: &Item) -> Option<String> {
-    let Operation::Add { field, delta, .. } = op else { return None };
-    let current = get_m(locked, a::DATA)?.get(field.as_str())?.as_n().ok()?.parse::<BigDecimal>().ok()?;
-    let result = &current + delta.value();
-    crate::decimal::Decimal::from_big(result.clone())
-        .err()
-        .map(|why| format!("{field} {} + {delta} = {} {why}", plain(&current), plain(&result)))
-}
-
 /// The item of `key` among `items`.
 pub fn find<'a>(items: &'a [Item], key: &Item) -> Option<&'a Item> {
     items.iter().find(|item| key.iter().all(|(name, value)| item.get(name) == Some(value)))
 }
 
-/// The precondition an operation's vote stands on, as a condition expression (starting with " AND ").
-fn guard(e: &mut Expr, op: &Operation) -> String {
-    // Names are registered only where the expression uses them: DynamoDB refuses unused ones.
-    match op {
-        Operation::Put { if_not_exists: true, .. } => format!(" AND attribute_not_exists({})", e.name(a::DATA)),
-        Operation::Put { .. } => String::new(),
-        Operation::Set { .. } | Operation::Delete { .. } => format!(" AND attribute_exists({})", e.name(a::DATA)),
-        Operation::Add { field, delta, min, max, .. } => {
-            let data = e.name(a::DATA);
-            let path = e.path(&[a::DATA, field]);
-            let number_type = e.value(s("N"));
-            let mut condition = format!(" AND attribute_exists({data}) AND attribute_type({path}, {number_type})");
-            if let Some(min) = min {
-                let lowest = e.value(n(plain(&(min.value() - delta.value()))));
-                condition += &format!(" AND {path} >= {lowest}");
-            }
-            if let Some(max) = max {
-                let highest = e.value(n(plain(&(max.value() - delta.value()))));
-                condition += &format!(" AND {path} <= {highest}");
-            }
-            condition
-        }
-        Operation::Check { version, exists, .. } => {
-            let mut condition = String::new();
-            if let Some(version) = version {
-                let version_name = e.name(a::VERSION);
-                let expected = e.value(n(version));
-                condition += &format!(" AND {version_name} = {expected}");
-            }
-            match exists {
-                Some(true) => condition += &format!(" AND attribute_exists({})", e.name(a::DATA)),
-                Some(false) => condition += &format!(" AND attribute_not_exists({})", e.name(a::DATA)),
-                None => {}
-            }
-            condition
-        }
-    }
-}
-
 /// The lock write of one item: update and condition expressions, with their placeholders.
-fn lock_expressions(spec: LockSpec<'_>, op: &Operation) -> (String, String, Expr) {
+fn lock_expressions(spec: LockSpec<'_>, op: &Operation, seen: Seen) -> (String, String, Expr) {
     let mut e = Expr::new();
     let lock = e.name(a::LOCK);
     let last_tx = e.name(a::LAST_TX);
@@ -767,23 +594,35 @@ fn lock_expressions(spec: LockSpec<'_>, op: &Operation) -> (String, String, Expr
     let mut condition =
         format!("attribute_not_exists({lock}) AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})");
     condition += &guard(&mut e, op);
+    condition += &seen.condition(&mut e);
     (update, condition, e)
 }
 
-/// What the prepare reserves in `pending` for the commit: at least as many bytes as the commit adds, so
-/// the locked item is never smaller than the committed one will be (DynamoDB's 400 KB limit is met at
-/// prepare). An `add`'s result is a number of at most 38 digits: the largest such number covers it.
-fn reservation(e: &mut Expr, op: &Operation) -> Option<String> {
-    match op {
-        Operation::Put { data, .. } => Some(e.value(AttributeValue::M(attr::to_item(data)))),
-        Operation::Set { set, .. } => Some(e.value(AttributeValue::M(attr::to_item(set)))),
-        Operation::Add { .. } => Some(e.value(n(LARGEST_NUMBER))),
-        Operation::Delete { .. } | Operation::Check { .. } => None,
-    }
+/// What a service's rules saw of an item before it is locked: the lock write is conditioned on it, so
+/// that nothing can come between what a rule judged and the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// No rule looked: no condition.
+    Anything,
+    /// The item at this `version` (every commit moves it), or, with `None`, an item without one (absent).
+    Version(Option<u64>),
 }
 
-/// The number DynamoDB stores in the most bytes: 38 significant digits.
-const LARGEST_NUMBER: &str = "-9.9999999999999999999999999999999999999E+125";
+impl Seen {
+    /// The item's `version` as stored, if it has one.
+    pub fn of(item: Option<&Item>) -> Seen {
+        Seen::Version(item.and_then(|i| get_n(i, a::VERSION)).and_then(|v| v.parse().ok()))
+    }
+
+    /// The condition (starting with " AND ") that the item is still as seen.
+    fn condition(self, e: &mut Expr) -> String {
+        match self {
+            Seen::Anything => String::new(),
+            Seen::Version(Some(version)) => format!(" AND {} = {}", e.name(a::VERSION), e.value(n(version))),
+            Seen::Version(None) => format!(" AND attribute_not_exists({})", e.name(a::VERSION)),
+        }
+    }
+}
 
 /// The commit write of one item: the update (None for a delete, which deletes the item) and the
 /// condition that the lock named by `token` is there.
@@ -830,13 +669,23 @@ fn release_names(e: &mut Expr) -> String {
         .join(", ")
 }
 
+/// Every operation of `operations` (named `path[i]`) as [`check_expressible`] judges it.
+pub fn check_list(operations: &[Operation], path: &str) -> Result<(), crate::model::Invalid> {
+    for (i, op) in operations.iter().enumerate() {
+        check_expressible(op).map_err(|why| {
+            crate::model::Invalid::new(crate::model::ErrorCode::LimitExceeded, format!("{path}[{i}]: {why}"))
+        })?;
+    }
+    Ok(())
+}
+
 /// Whether the operation's prepare and commit writes fit DynamoDB's expression limit; checked when a
 /// request is validated, because a commit that DynamoDB refuses could never be finished.
 pub fn check_expressible(op: &Operation) -> Result<(), String> {
     // Placeholders do not depend on the values, only on how many there are: any id of the usual length will do.
     let tx = "tx-00000000000000000000000000000000";
     let spec = LockSpec { tx, token: tx, expires_at: u64::MAX, started_at: u64::MAX };
-    let (lock_update, lock_condition, _) = lock_expressions(spec, op);
+    let (lock_update, lock_condition, _) = lock_expressions(spec, op, Seen::Version(Some(u64::MAX)));
     let (commit_update, commit_condition, _) = commit_expressions(tx, Some(tx), op);
     let longest = [Some(lock_update), Some(lock_condition), commit_update, Some(commit_condition)]
         .into_iter()
@@ -874,38 +723,6 @@ fn is_validation(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> bool
 fn validation_message(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> String {
     let why = e.message().unwrap_or("invalid value");
     format!("DynamoDB refused the prepared item (at most 400 KB, counting what the commit will write): {why}")
-}
-
-/// The SET clauses (without "SET") that apply a writing operation as a commit of `tx`.
-fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
-    let version = e.name(a::VERSION);
-    let last_tx = e.name(a::LAST_TX);
-    let data = e.name(a::DATA);
-    let zero = e.value(n(0));
-    let one = e.value(n(1));
-    let tx_value = e.value(s(tx));
-    let mut sets =
-        vec![format!("{version} = if_not_exists({version}, {zero}) + {one}"), format!("{last_tx} = {tx_value}")];
-    match op {
-        Operation::Put { data: value, .. } => {
-            let value = e.value(AttributeValue::M(attr::to_item(value)));
-            sets.push(format!("{data} = {value}"));
-        }
-        Operation::Set { set, .. } => {
-            for (field, value) in set {
-                let path = e.path(&[a::DATA, field]);
-                let value = e.value(attr::to_attribute(value));
-                sets.push(format!("{path} = {value}"));
-            }
-        }
-        Operation::Add { field, delta, .. } => {
-            let path = e.path(&[a::DATA, field]);
-            let delta = e.value(n(delta));
-            sets.push(format!("{path} = {path} + {delta}"));
-        }
-        Operation::Delete { .. } | Operation::Check { .. } => unreachable!("delete and check do not update"),
-    }
-    sets.join(", ")
 }
 
 /// What a canceled `TransactWriteItems` says about itself, from its per-item reasons.

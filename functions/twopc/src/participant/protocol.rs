@@ -6,18 +6,18 @@ use futures::future::try_join_all;
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::operations::{self, unrepresentable_result};
+use super::store::{CommitOutcome, DataTable, Lock, LockAttempt, LockSpec, OnePhase, Seen, find};
+use super::{Prepared, Rules};
 use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
-use crate::items::{
-    CommitOutcome, DataTable, LockAttempt, LockFailure, LockSpec, OnePhase, check_holds, classify_lock_failure, find,
-    unrepresentable_result,
-};
 use crate::model::{
     Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
     STATUS_COMMITTED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
 };
 use crate::record::TransactionStore;
 use crate::recovery::{OwnerFate, owner_fate};
-use crate::store::{Item, StoreError};
+use crate::store::{Item, StoreError, get_s};
+use crate::tables::item_attr as a;
 
 /// Locks live this long when a prepare names no deadline.
 pub const DEFAULT_LOCK_MS: u64 = 30_000;
@@ -50,6 +50,14 @@ pub struct Participant {
     max_lock_wait_ms: u64,
     /// This service's keys: only a message signed with one of them is acted on ([`crate::auth`]).
     keys: std::sync::Arc<dyn crate::auth::KeySource>,
+    /// The service's own rules, judged at prepare (none: the generic participant).
+    rules: Option<std::sync::Arc<dyn Rules>>,
+}
+
+impl std::fmt::Debug for dyn Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rules")
+    }
 }
 
 impl Participant {
@@ -66,7 +74,13 @@ impl Participant {
             clock,
             max_lock_wait_ms: MAX_LOCK_WAIT_MS,
             keys: std::sync::Arc::new(crate::auth::LocalKeys),
+            rules: None,
         }
+    }
+
+    /// The same participant, judging every prepare by the service's own `rules` (see [`super::Rules`]).
+    pub fn with_rules(self, rules: impl Rules) -> Participant {
+        Participant { rules: Some(std::sync::Arc::new(rules)), ..self }
     }
 
     /// The same participant, verifying messages with `keys` (by default the local development keys,
@@ -100,10 +114,11 @@ impl Participant {
             let operations = parse_operations(&request.operations)?;
             let tx = &request.transaction_id;
             let order = Order { started_at: request.started_at, deadline: request.deadline };
+            let principal = request.principal.as_deref();
             let response = match request.action {
-                Action::Prepare => self.prepare(tx, order, &operations).await?,
+                Action::Prepare => self.prepare(tx, order, principal, &operations).await?,
                 Action::Commit => match &request.one_phase_record {
-                    Some(record) => self.commit_one_phase(tx, order, &operations, record).await?,
+                    Some(record) => self.commit_one_phase(tx, order, principal, &operations, record).await?,
                     None => self.commit(tx, &operations, request.lock_token.as_deref()).await?,
                 },
                 Action::Abort => self.abort(&request.transaction_id, &operations).await?,
@@ -120,10 +135,11 @@ impl Participant {
         operations.iter().map(|op| self.table.key(op.key())).collect()
     }
 
-    pub async fn prepare(
+    async fn prepare(
         &self,
         tx: &str,
         order: Order,
+        principal: Option<&str>,
         operations: &[Operation],
     ) -> Result<ParticipantResponse, ParticipantError> {
         let keys = match self.keys(operations) {
@@ -137,7 +153,7 @@ impl Participant {
             return Ok(late);
         }
         if operations.iter().all(Operation::is_read_only) {
-            return self.prepare_read_only(tx, order, operations, &keys).await;
+            return self.prepare_read_only(tx, order, principal, operations, &keys).await;
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
@@ -153,10 +169,15 @@ impl Participant {
             // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
             // request of this prepare that lands late — after the item was committed and changed again —
             // can only take a lock whose token no vote reported, which commit releases without applying.
+            // With rules: judged on the items as they are, and locked only if they are still so.
+            let seen = match self.judge(tx, principal, &work).await? {
+                Judged::Refused(refusal) => return Ok(refusal),
+                Judged::Seen(seen) => seen,
+            };
             let token = uuid::Uuid::new_v4().simple().to_string();
             let spec = LockSpec { tx, token: &token, expires_at, started_at };
             let timeout = cutoff.left(self.clock.now_ms());
-            let locked = match self.table.lock_all(spec, &work, timeout).await {
+            let locked = match self.table.lock_all(spec, &work, timeout, &seen).await {
                 Ok(locked) => locked,
                 // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
                 // then its own, and its token is the vote's.
@@ -288,6 +309,7 @@ impl Participant {
         &self,
         tx: &str,
         order: Order,
+        principal: Option<&str>,
         operations: &[Operation],
         keys: &[Item],
     ) -> Result<ParticipantResponse, ParticipantError> {
@@ -305,6 +327,12 @@ impl Participant {
                 .zip(keys)
                 .find_map(|((op, item), key)| check_holds(tx, op, item.as_ref(), now).err().map(|f| (f, key)));
             let Some((failure, key)) = failure else {
+                // The service's rules judge what was read (nothing is locked: a check holds when it is read).
+                for (op, item) in operations.iter().zip(&items) {
+                    if let Some(refusal) = self.rule_refusal(tx, principal, op, item.as_ref()) {
+                        return Ok(refusal);
+                    }
+                }
                 return Ok(ParticipantResponse { vote: Some(Vote::Prepared), read_only: true, ..Default::default() });
             };
             if let Some(refusal) = self.settle(failure, key, &waiting, attempt).await? {
@@ -312,6 +340,65 @@ impl Participant {
             }
         }
         Ok(refused(RefusalCode::Conflict, "the checked items kept changing".to_owned()))
+    }
+
+    /// The service's rules on the items as they are now: a refusal, or what each item was seen at (the
+    /// lock write's condition). Without rules nothing is read and nothing is conditioned. An item another
+    /// transaction holds is not judged: the lock write meets that lock, which is resolved or waited for as
+    /// always, and the next attempt judges again.
+    async fn judge(&self, tx: &str, principal: Option<&str>, work: &[(Operation, Item)]) -> Result<Judged, StoreError> {
+        if self.rules.is_none() {
+            return Ok(Judged::Seen(vec![]));
+        }
+        let keys: Vec<Item> = work.iter().map(|(_, key)| key.clone()).collect();
+        let items = match keys.as_slice() {
+            [key] => self.table.get(key).await?.into_iter().collect(),
+            _ => self.table.get_many(&keys).await?,
+        };
+        let mut seen = Vec::with_capacity(work.len());
+        for (op, key) in work {
+            let item = find(&items, key);
+            if item.and_then(Lock::of).is_some_and(|l| l.transaction_id != tx) {
+                return Ok(Judged::Seen(vec![]));
+            }
+            if let Some(refusal) = self.rule_refusal(tx, principal, op, item) {
+                return Ok(Judged::Refused(refusal));
+            }
+            seen.push(Seen::of(item));
+        }
+        Ok(Judged::Seen(seen))
+    }
+
+    /// The REFUSED vote of the first rule that refuses `op` on `item`, if any.
+    fn rule_refusal(
+        &self,
+        tx: &str,
+        principal: Option<&str>,
+        op: &Operation,
+        item: Option<&Item>,
+    ) -> Option<ParticipantResponse> {
+        let rules = self.rules.as_ref()?;
+        let data =
+            item.and_then(|i| crate::store::get_m(i, crate::tables::item_attr::DATA)).map(crate::attr::item_to_json);
+        let version =
+            item.and_then(|i| crate::store::get_n(i, crate::tables::item_attr::VERSION)).and_then(|v| v.parse().ok());
+        let prepared = Prepared {
+            service: &self.service,
+            transaction_id: tx,
+            principal,
+            operation: op,
+            data: data.as_ref(),
+            version,
+        };
+        let refusal = rules.check(&prepared).err()?;
+        info!(service_code = %refusal.code, reason = %refusal.reason, "a rule of the service refused");
+        Some(ParticipantResponse {
+            vote: Some(Vote::Refused),
+            code: Some(RefusalCode::Rule),
+            service_code: Some(crate::record::cut(&refusal.code, super::MAX_SERVICE_CODE_BYTES)),
+            reason: Some(refusal.reason),
+            ..Default::default()
+        })
     }
 
     /// Resolves an expired lock of `owner` on one item. `Some` is the refusal to give when the owner is
@@ -353,10 +440,11 @@ impl Participant {
     }
 
     /// Prepare and commit in one atomic write, for a transaction with no other writing participant.
-    pub async fn commit_one_phase(
+    async fn commit_one_phase(
         &self,
         tx: &str,
         order: Order,
+        principal: Option<&str>,
         operations: &[Operation],
         record: &Value,
     ) -> Result<ParticipantResponse, ParticipantError> {
@@ -386,7 +474,11 @@ impl Participant {
             if let Some(late) = cutoff.passed(self.clock.now_ms(), what) {
                 return Ok(late);
             }
-            match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone()).await? {
+            let seen = match self.judge(tx, principal, &work).await? {
+                Judged::Refused(refusal) => return Ok(refusal),
+                Judged::Seen(seen) => seen,
+            };
+            match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone(), &seen).await? {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
                 OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
                 OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
@@ -405,7 +497,7 @@ impl Participant {
         ))
     }
 
-    pub async fn commit(
+    async fn commit(
         &self,
         tx: &str,
         operations: &[Operation],
@@ -433,11 +525,18 @@ impl Participant {
     /// Releases whatever the transaction holds. A key that does not fit this table (its prepare was
     /// refused as invalid) can hold nothing, so it is skipped rather than failing the abort: an abort that
     /// could never succeed would leave its transaction ABORTING for ever.
-    pub async fn abort(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
+    async fn abort(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
         let keys: Vec<Item> = operations.iter().filter_map(|op| self.table.key(op.key()).ok()).collect();
         try_join_all(keys.iter().map(|key| self.table.release(tx, key, None, "abort"))).await?;
         Ok(status(STATUS_ABORTED, None))
     }
+}
+
+/// What judging a prepare's items by the service's rules came to.
+enum Judged {
+    Refused(ParticipantResponse),
+    /// What each item was seen at, for the lock write's condition (empty: no condition).
+    Seen(Vec<Seen>),
 }
 
 /// Where a transaction stands in wait-die's order, from its prepare message.
@@ -494,9 +593,12 @@ fn fate_name(fate: &OwnerFate) -> &'static str {
     }
 }
 
+/// A message's operations, as the coordinator validated them, and writable by this library's writes.
 pub fn parse_operations(values: &[Value]) -> Result<Vec<Operation>, Invalid> {
     let list = Value::Array(values.to_vec());
-    Operation::parse_list(Some(&list), "operations")
+    let operations = Operation::parse_list(Some(&list), "operations")?;
+    super::store::check_list(&operations, "operations")?;
+    Ok(operations)
 }
 
 fn prepared(lock_token: Option<String>) -> ParticipantResponse {
@@ -555,5 +657,74 @@ impl Participant {
             _ => pause,
         };
         tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// Why a lock could not be taken, decided from the item as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockFailure {
+    /// The item already carries a lock of this very transaction: an earlier delivery of the same prepare
+    /// (or this write's own earlier attempt, whose reply was lost) took it, with this token.
+    Ours {
+        token: Option<String>,
+    },
+    Refused {
+        code: RefusalCode,
+        reason: String,
+    },
+    /// Held by another transaction past its expiry and twice the clock margin
+    /// ([`crate::clock::resolvable_after`]): the owner must be resolved before the item is taken.
+    Expired {
+        owner: String,
+    },
+    /// Held by another transaction that is not resolvable yet.
+    Held {
+        owner: String,
+        started_at: u64,
+        reason: String,
+    },
+    /// The item no longer shows why the write failed (it changed since): try again.
+    Unexplained,
+}
+
+/// Explains a failed lock from the item as it was (`None`: no such item). Which lock is in the way,
+/// and which guard failed, with the numbers.
+pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> LockFailure {
+    let key = op.key_text();
+    let refuse = |code, reason: String| LockFailure::Refused { code, reason };
+    if let Some(lock) = item.and_then(Lock::of) {
+        if lock.transaction_id == tx {
+            return LockFailure::Ours { token: lock.token };
+        }
+        // Only past its expiry and twice the clock margin: a resolver whose clock runs ahead never
+        // takes a live transaction's lock for expired.
+        if now_ms > crate::clock::resolvable_after(lock.expires_at) {
+            return LockFailure::Expired { owner: lock.transaction_id };
+        }
+        return LockFailure::Held {
+            reason: format!("entity {key} is locked by transaction {}", lock.transaction_id),
+            owner: lock.transaction_id,
+            started_at: lock.started_at,
+        };
+    }
+    if let Some(item) = item
+        && get_s(item, a::LAST_TX) == Some(tx)
+    {
+        return refuse(RefusalCode::Conflict, format!("transaction {tx} has already committed entity {key}"));
+    }
+    match operations::guard_refusal(op, item) {
+        Some((code, reason)) => refuse(code, reason),
+        None => LockFailure::Unexplained,
+    }
+}
+
+/// Evaluates a read-only `check` against the item as read: the same guards as its lock condition.
+/// Another transaction's lock counts against the check (classified first, as for a lock): a value under
+/// it may be about to change, and reading past it could order this transaction inconsistently with
+/// the lock holder.
+pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> Result<(), LockFailure> {
+    match classify_lock_failure(tx, op, item, now_ms) {
+        LockFailure::Unexplained | LockFailure::Ours { .. } => Ok(()),
+        failure => Err(failure),
     }
 }

@@ -1,0 +1,179 @@
+//! What an operation does to an item: the guard its vote stands on, what its commit applies, what its
+//! prepare reserves beside the lock, and why a guard does not hold, in words. The item store builds its
+//! writes from these, and a participant's refusals quote them.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use bigdecimal::BigDecimal;
+
+use crate::attr;
+use crate::expr::{Expr, n, s};
+use crate::model::{Operation, RefusalCode};
+use crate::store::{Item, get_m, get_n};
+use crate::tables::item_attr as a;
+
+/// The precondition an operation's vote stands on, as a condition expression (starting with " AND ").
+pub(crate) fn guard(e: &mut Expr, op: &Operation) -> String {
+    // Names are registered only where the expression uses them: DynamoDB refuses unused ones.
+    match op {
+        Operation::Put { if_not_exists: true, .. } => format!(" AND attribute_not_exists({})", e.name(a::DATA)),
+        Operation::Put { .. } => String::new(),
+        Operation::Set { .. } | Operation::Delete { .. } => format!(" AND attribute_exists({})", e.name(a::DATA)),
+        Operation::Add { field, delta, min, max, .. } => {
+            let data = e.name(a::DATA);
+            let path = e.path(&[a::DATA, field]);
+            let number_type = e.value(s("N"));
+            let mut condition = format!(" AND attribute_exists({data}) AND attribute_type({path}, {number_type})");
+            if let Some(min) = min {
+                let lowest = e.value(n(plain(&(min.value() - delta.value()))));
+                condition += &format!(" AND {path} >= {lowest}");
+            }
+            if let Some(max) = max {
+                let highest = e.value(n(plain(&(max.value() - delta.value()))));
+                condition += &format!(" AND {path} <= {highest}");
+            }
+            condition
+        }
+        Operation::Check { version, exists, .. } => {
+            let mut condition = String::new();
+            if let Some(version) = version {
+                let version_name = e.name(a::VERSION);
+                let expected = e.value(n(version));
+                condition += &format!(" AND {version_name} = {expected}");
+            }
+            match exists {
+                Some(true) => condition += &format!(" AND attribute_exists({})", e.name(a::DATA)),
+                Some(false) => condition += &format!(" AND attribute_not_exists({})", e.name(a::DATA)),
+                None => {}
+            }
+            condition
+        }
+    }
+}
+
+/// What the prepare reserves in `pending` for the commit: at least as many bytes as the commit adds, so
+/// the locked item is never smaller than the committed one will be (DynamoDB's 400 KB limit is met at
+/// prepare). An `add`'s result is a number of at most 38 digits: the largest such number covers it.
+pub(crate) fn reservation(e: &mut Expr, op: &Operation) -> Option<String> {
+    match op {
+        Operation::Put { data, .. } => Some(e.value(AttributeValue::M(attr::to_item(data)))),
+        Operation::Set { set, .. } => Some(e.value(AttributeValue::M(attr::to_item(set)))),
+        Operation::Add { .. } => Some(e.value(n(LARGEST_NUMBER))),
+        Operation::Delete { .. } | Operation::Check { .. } => None,
+    }
+}
+
+/// The number DynamoDB stores in the most bytes: 38 significant digits.
+const LARGEST_NUMBER: &str = "-9.9999999999999999999999999999999999999E+125";
+
+/// The SET clauses (without "SET") that apply a writing operation as a commit of `tx`.
+pub(crate) fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
+    let version = e.name(a::VERSION);
+    let last_tx = e.name(a::LAST_TX);
+    let data = e.name(a::DATA);
+    let zero = e.value(n(0));
+    let one = e.value(n(1));
+    let tx_value = e.value(s(tx));
+    let mut sets =
+        vec![format!("{version} = if_not_exists({version}, {zero}) + {one}"), format!("{last_tx} = {tx_value}")];
+    match op {
+        Operation::Put { data: value, .. } => {
+            let value = e.value(AttributeValue::M(attr::to_item(value)));
+            sets.push(format!("{data} = {value}"));
+        }
+        Operation::Set { set, .. } => {
+            for (field, value) in set {
+                let path = e.path(&[a::DATA, field]);
+                let value = e.value(attr::to_attribute(value));
+                sets.push(format!("{path} = {value}"));
+            }
+        }
+        Operation::Add { field, delta, .. } => {
+            let path = e.path(&[a::DATA, field]);
+            let delta = e.value(n(delta));
+            sets.push(format!("{path} = {path} + {delta}"));
+        }
+        Operation::Delete { .. } | Operation::Check { .. } => unreachable!("delete and check do not update"),
+    }
+    sets.join(", ")
+}
+
+/// Why an operation's guard does not hold on the item as it is (`None`: no such item), in words with
+/// the numbers (`balance 50 + -100 = -50 is below the minimum 0 on entity ...`); `None` if it holds.
+pub fn guard_refusal(op: &Operation, item: Option<&Item>) -> Option<(RefusalCode, String)> {
+    let key = op.key_text();
+    let some = |code, reason: String| Some((code, reason));
+    let data = item.and_then(|i| get_m(i, a::DATA));
+    match op {
+        Operation::Put { if_not_exists: true, .. } if data.is_some() => {
+            some(RefusalCode::ConditionFailed, format!("entity {key} already exists (ifNotExists)"))
+        }
+        Operation::Set { .. } | Operation::Delete { .. } | Operation::Add { .. } if data.is_none() => {
+            some(RefusalCode::NotFound, format!("entity {key} does not exist"))
+        }
+        Operation::Add { field, delta, min, max, .. } => {
+            let Some(value) = data.and_then(|d| d.get(field.as_str())) else {
+                return some(RefusalCode::ConditionFailed, format!("entity {key} has no field \"{field}\" to add to"));
+            };
+            let Some(current) = value.as_n().ok().and_then(|t| t.parse::<BigDecimal>().ok()) else {
+                return some(
+                    RefusalCode::ConditionFailed,
+                    format!("field \"{field}\" of entity {key} is not a number"),
+                );
+            };
+            let result = &current + delta.value();
+            let shown = format!("{field} {} + {delta} = {}", plain(&current), plain(&result));
+            if let Some(min) = min
+                && &result < min.value()
+            {
+                return some(
+                    RefusalCode::ConditionFailed,
+                    format!("{shown} is below the minimum {min} on entity {key}"),
+                );
+            }
+            if let Some(max) = max
+                && &result > max.value()
+            {
+                return some(
+                    RefusalCode::ConditionFailed,
+                    format!("{shown} is above the maximum {max} on entity {key}"),
+                );
+            }
+            None
+        }
+        Operation::Check { version, exists, .. } => {
+            if *exists == Some(true) && data.is_none() {
+                return some(RefusalCode::NotFound, format!("entity {key} does not exist"));
+            }
+            if *exists == Some(false) && data.is_some() {
+                return some(RefusalCode::ConditionFailed, format!("entity {key} exists"));
+            }
+            if let Some(expected) = version {
+                let actual = item.and_then(|i| get_n(i, a::VERSION)).unwrap_or("none");
+                if actual.parse::<BigDecimal>().ok().as_ref() != Some(expected.value()) {
+                    return some(
+                        RefusalCode::ConditionFailed,
+                        format!("entity {key} is at version {actual}, expected {expected}"),
+                    );
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+pub(crate) fn plain(value: &BigDecimal) -> String {
+    value.normalized().to_plain_string()
+}
+
+/// Why an `add` that passed its guards still cannot be committed: its result is not a number DynamoDB
+/// can store (more than 38 significant digits, or out of range). Checked at prepare, so that commit,
+/// which cannot refuse, never meets it.
+pub fn unrepresentable_result(op: &Operation, locked: &Item) -> Option<String> {
+    let Operation::Add { field, delta, .. } = op else { return None };
+    let current = get_m(locked, a::DATA)?.get(field.as_str())?.as_n().ok()?.parse::<BigDecimal>().ok()?;
+    let result = &current + delta.value();
+    crate::decimal::Decimal::from_big(result.clone())
+        .err()
+        .map(|why| format!("{field} {} + {delta} = {} {why}", plain(&current), plain(&result)))
+}
