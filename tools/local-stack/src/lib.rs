@@ -97,7 +97,9 @@ pub struct Config {
     /// Participant services; each owns the table `{prefix}{service}-data`.
     pub services: Vec<String>,
     pub sweep_interval: Duration,
-    /// How often an idle stream shard is polled (Lambda polls four times a second).
+    /// The wait before polling a stream shard again after a poll that found nothing; each further
+    /// empty poll doubles it, up to 500 ms (`streams::IDLE_CAP`), and records put it back to this
+    /// (Lambda polls an idle shard about four times a second).
     pub poll_interval: Duration,
     /// Where each stream's reading position is kept, so that a restart resumes where the last run
     /// stopped; used only when the tables outlive the stack (kept data, or `dynamodb_endpoint`).

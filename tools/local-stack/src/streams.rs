@@ -11,6 +11,17 @@
 //! Where the tables outlive the stack (kept data, or a DynamoDB endpoint of the user's), each
 //! stream's position is kept in a [`Checkpoint`] file, written after every delivered batch: a restart
 //! resumes after the last record delivered, and a clean stop first drains what the stream holds.
+//!
+//! **Polling backs off when it finds nothing.** A shard is polled again at once while it yields
+//! records. A pass that finds nothing waits the stack's poll interval (`Config::poll_interval`),
+//! and every further empty pass doubles the wait, up to [`IDLE_CAP`] (never below the interval
+//! itself); the first records read put it back to the interval at once. The stream is described
+//! (to find new shards) after [`DESCRIBE_EVERY`], then half as often each time nothing changed,
+//! down to once per [`DESCRIBE_CAP`], and at once when a shard is read to its end (its children
+//! are to be found). So an idle stack costs DynamoDB Local two GetRecords per shard a second
+//! (ten at the default 100 ms interval without the backoff) and a DescribeStream per table every
+//! 32 s (one every 2 s), while a stream that is written to is polled as before; the price is that
+//! the first write after a quiet spell is read up to [`IDLE_CAP`] after it instead of the interval.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -30,8 +41,14 @@ use crate::Functions;
 
 pub(crate) const BATCH_SIZE: usize = 100;
 pub(crate) const MAX_RETRIES: u32 = 5;
-/// How often the stream is described to find new shards.
+/// How often the stream is described to find new shards, at first and after a change.
 const DESCRIBE_EVERY: Duration = Duration::from_secs(2);
+/// The longest wait between two descriptions of a stream whose shards do not change.
+const DESCRIBE_CAP: Duration = Duration::from_secs(32);
+/// The longest wait between two polls of a stream that keeps yielding nothing (the stack's poll
+/// interval if it is longer). A write to an idle stream is read at most this long after it (Lambda
+/// polls an idle shard about every 250 ms).
+pub(crate) const IDLE_CAP: Duration = Duration::from_millis(500);
 /// How long a clean stop may spend delivering what the stream still holds.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -154,8 +171,16 @@ pub(crate) struct Poller<T: BatchTarget = Functions> {
     stream_arn: String,
     start_at: StartAt,
     target: Arc<T>,
+    /// The wait after a pass that found nothing; doubled by each further empty pass up to `idle_cap`.
     idle: Duration,
+    idle_cap: Duration,
+    /// The wait between descriptions: `describe_every` at first and after a change, doubled each
+    /// time nothing changed up to `describe_cap`.
     describe_every: Duration,
+    describe_cap: Duration,
+    describe_interval: Duration,
+    /// Describe at the next pass whatever the interval (a shard was read to its end).
+    describe_now: bool,
     shards: BTreeMap<String, Shard>,
     /// Shards read to their end: never read again, though DescribeStream keeps listing them.
     finished: BTreeSet<String>,
@@ -233,7 +258,11 @@ impl<T: BatchTarget> Poller<T> {
             start_at,
             target,
             idle,
+            idle_cap: IDLE_CAP.max(idle),
             describe_every: DESCRIBE_EVERY,
+            describe_cap: DESCRIBE_CAP,
+            describe_interval: DESCRIBE_EVERY,
+            describe_now: false,
             shards: BTreeMap::new(),
             finished,
             checkpoint_path,
@@ -248,23 +277,39 @@ impl<T: BatchTarget> Poller<T> {
         self
     }
 
+    /// Describes the stream every `every` at first, at most `cap` apart when nothing changes.
     #[cfg(test)]
-    fn describing_every(mut self, every: Duration) -> Self {
+    fn describing_every(mut self, every: Duration, cap: Duration) -> Self {
         self.describe_every = every;
+        self.describe_interval = every;
+        self.describe_cap = cap.max(every);
+        self
+    }
+
+    /// Idle polls at most `cap` apart.
+    #[cfg(test)]
+    fn idle_cap(mut self, cap: Duration) -> Self {
+        self.idle_cap = cap.max(self.idle);
         self
     }
 
     /// Polls until `stop` turns true, then delivers what the stream still holds (at most
     /// [`DRAIN_TIMEOUT`]) and keeps the checkpoint.
     pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut wait = self.idle;
         while !*stop.borrow() {
-            let busy = self.round_or_warn().await;
-            if !busy {
-                tokio::select! {
-                    _ = tokio::time::sleep(self.idle) => {}
-                    _ = stop.changed() => {}
-                }
+            if self.round_or_warn().await {
+                // Records read or delivered: poll again at once, and from the shortest wait after.
+                wait = self.idle;
+                continue;
             }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => {}
+            }
+            // A batch waiting out its retry backoff is no idle stream (and costs no request).
+            let retrying = self.shards.values().any(|s| !s.pending.is_empty());
+            wait = if retrying { self.idle } else { (wait * 2).min(self.idle_cap) };
         }
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
             // Until two rounds in a row read and deliver nothing: the stream is caught up. (One is
@@ -316,8 +361,10 @@ impl<T: BatchTarget> Poller<T> {
         }
     }
 
-    async fn describe(&mut self) -> Result<(), String> {
+    /// Lists the stream's shards; true when it found shards not known before.
+    async fn describe(&mut self) -> Result<bool, String> {
         let first_look = self.described_at.is_none();
+        let known = self.shards.len();
         let mut start: Option<String> = None;
         loop {
             let out = self
@@ -382,7 +429,7 @@ impl<T: BatchTarget> Poller<T> {
             }
         }
         self.described_at = Some(Instant::now());
-        Ok(())
+        Ok(self.shards.len() > known)
     }
 
     async fn iterator(
@@ -406,8 +453,11 @@ impl<T: BatchTarget> Poller<T> {
 
     /// One pass over the shards. True when it delivered or read anything (poll again at once).
     async fn round(&mut self) -> Result<bool, String> {
-        if self.described_at.is_none_or(|at| at.elapsed() >= self.describe_every) {
-            self.describe().await?;
+        if self.describe_now || self.described_at.is_none_or(|at| at.elapsed() >= self.describe_interval) {
+            let changed = self.describe().await?;
+            self.describe_now = false;
+            self.describe_interval =
+                if changed { self.describe_every } else { (self.describe_interval * 2).min(self.describe_cap) };
         }
         let mut busy = false;
         let ids: Vec<String> = self.shards.keys().cloned().collect();
@@ -432,6 +482,9 @@ impl<T: BatchTarget> Poller<T> {
         for id in done {
             self.finish(&id);
             self.shards.remove(&id);
+            // Its children are listed now: look for them at once, and often again for a while.
+            self.describe_now = true;
+            self.describe_interval = self.describe_every;
         }
         Ok(busy)
     }
@@ -621,6 +674,8 @@ mod tests {
     struct FakeStream {
         shards: Vec<(String, Option<String>, Vec<u64>, bool)>,
         describes: usize,
+        /// When each GetRecords came.
+        gets: Vec<Instant>,
     }
 
     type Shared = Arc<Mutex<FakeStream>>;
@@ -675,6 +730,7 @@ mod tests {
                 json!({"ShardIterator": format!("{id}/{position}")})
             }
             "GetRecords" => {
+                stream.gets.push(Instant::now());
                 let iterator = request["ShardIterator"].as_str().unwrap_or_default();
                 let (id, position) = iterator.split_once('/').unwrap();
                 let position: usize = position.parse().unwrap();
@@ -720,7 +776,7 @@ mod tests {
                 ("parent".into(), None, vec![100, 101, 102], true),
                 ("child".into(), Some("parent".into()), vec![200, 201], false),
             ],
-            describes: 0,
+            ..FakeStream::default()
         }))
     }
 
@@ -740,7 +796,7 @@ mod tests {
             recorder.clone(),
             Duration::from_millis(5),
         )
-        .describing_every(Duration::from_millis(20))
+        .describing_every(Duration::from_millis(20), Duration::from_millis(40))
     }
 
     /// Runs a poller until `until` holds and the stream has been described `describes` more times.
@@ -813,5 +869,61 @@ mod tests {
         poll(test_poller(client, StartAt::Checkpoint, Some(path), &second), &stream, &second, |_| true).await;
         assert!(!second.0.lock().unwrap().contains(&200), "old records again: {:?}", second.0.lock().unwrap());
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// An idle stream is polled less and less often, up to the cap, and described less often too; a
+    /// write is still read within the cap, and records put the polling back to its shortest wait at
+    /// once.
+    #[tokio::test]
+    async fn an_idle_stream_is_polled_less_often_and_a_write_is_still_read_within_the_cap() {
+        const BASE: Duration = Duration::from_millis(10);
+        const CAP: Duration = Duration::from_millis(320);
+        let stream: Shared = Arc::new(Mutex::new(FakeStream {
+            shards: vec![("open".into(), None, vec![], false)],
+            ..FakeStream::default()
+        }));
+        let client = start(stream.clone()).await;
+        let recorder = Arc::new(Recorder::default());
+        let poller =
+            Poller::new(client, "t".into(), "arn:test".into(), StartAt::Beginning, None, recorder.clone(), BASE)
+                .describing_every(Duration::from_millis(20), Duration::from_millis(160))
+                .idle_cap(CAP);
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(poller.run(stopped));
+
+        // Idle for 3 s: the polls grow apart (10, 20, 40, ... ms) up to the cap, and stay there.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (gets, describes) = {
+            let s = stream.lock().unwrap();
+            (s.gets.clone(), s.describes)
+        };
+        let gaps: Vec<Duration> = gets.windows(2).map(|w| w[1] - w[0]).collect();
+        // Every 10 ms, 3 s would be ~300 polls; backing off to 320 ms, 5 to reach the cap and ~8 at it.
+        assert!(gets.len() <= 20, "{} polls of an idle stream in 3 s, the first apart: {:?}", gets.len(), &gaps[..12]);
+        assert!(gaps.len() >= 8, "the stream is still polled: {gaps:?}");
+        assert!(gaps.windows(2).all(|w| w[1] + BASE >= w[0]), "the gaps never shrink while idle: {gaps:?}");
+        for gap in &gaps[gaps.len() - 3..] {
+            assert!(*gap >= CAP - BASE && *gap <= CAP + Duration::from_millis(150), "at the cap: {gaps:?}");
+        }
+        // Described every 20 ms at first, 160 ms apart once nothing changed: ~23, not 150.
+        assert!(describes <= 30, "{describes} descriptions of an unchanging stream in 3 s");
+
+        // A write to the idle stream is read within the cap (plus a scheduling margin) ...
+        let written = Instant::now();
+        stream.lock().unwrap().shards[0].2.push(300);
+        while recorder.0.lock().unwrap().is_empty() {
+            assert!(written.elapsed() < CAP + Duration::from_millis(250), "not read within the cap");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let read_after = written.elapsed();
+        // ... and the polls after it come at the shortest wait again, not at the cap.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after: Vec<Instant> = stream.lock().unwrap().gets.iter().copied().filter(|at| *at > written).collect();
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!(*recorder.0.lock().unwrap(), vec![300]);
+        assert!(after.len() >= 4, "read after {read_after:?}; polls since the write: {:?}", after.len());
+        let gaps: Vec<Duration> = after.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().take(3).all(|gap| *gap < CAP / 2), "the backoff was reset: {gaps:?}");
     }
 }
