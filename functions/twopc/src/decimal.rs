@@ -3,7 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use bigdecimal::{BigDecimal, Zero};
+/// For a service's rules to compare amounts exactly (`delta.value() < &BigDecimal::from(0)`).
+pub use bigdecimal::BigDecimal;
+use bigdecimal::Zero;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 

@@ -18,9 +18,9 @@ fn documented_commands() -> Vec<(String, Vec<String>)> {
         let text = std::fs::read_to_string(root.join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
         for line in text.lines() {
             let Some(at) = line.find(INVOCATION) else { continue };
-            // The command ends where its code span or its shell comment does.
+            // The command ends where its code span, its shell comment, a redirection or a pipe does.
             let rest = &line[at + INVOCATION.len()..];
-            let rest = rest.split(['`', '#']).next().unwrap_or_default();
+            let rest = rest.split(['`', '#', '>', '|', '&']).next().unwrap_or_default();
             let args: Vec<String> = rest.split_whitespace().map(str::to_owned).collect();
             if !commands.iter().any(|(_, known)| *known == args) {
                 commands.push((doc.to_owned(), args));
@@ -34,7 +34,7 @@ fn documented_commands() -> Vec<(String, Vec<String>)> {
 fn every_command_the_docs_give_parses() {
     let commands = documented_commands();
     let named: Vec<&str> = commands.iter().filter_map(|(_, args)| args.first().map(String::as_str)).collect();
-    for command in ["demo", "up", "replay", "reset"] {
+    for command in ["demo", "up", "replay", "reset", "sign"] {
         assert!(named.contains(&command), "the docs show `{INVOCATION} {command}`: {commands:?}");
     }
     for (doc, args) in &commands {
