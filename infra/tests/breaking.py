@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cfn import Stack, as_list, att_id
-from system import functions_of, participant_deployments, role_of, table_ids
+from cfn import Stack, as_list, att_id, ref_id
+from system import function_target, functions_of, participant_deployments, role_of, table_ids
 
 
 def resource(stack: Stack, logical_id: str) -> dict:
@@ -239,3 +239,40 @@ def route_responses_of(stack: Stack, route: str) -> list[str]:
         for name in stack.resources("AWS::ApiGatewayV2::RouteResponse")
         if props(stack, name).get("RouteId") == {"Ref": route}
     ]
+
+
+# --- the participants' message keys and resource policies -----------------------------------------
+
+
+def key_secret(stack: Stack, index: int) -> str:
+    """The logical id of the index-th participant's key secret (what its PARTICIPANT_KEY names)."""
+    value = stack.resolve(variables_of(stack, participant(stack, index)["function"]).get("PARTICIPANT_KEY"))
+    secret = ref_id(value)
+    assert secret and stack.kind(secret) == "AWS::SecretsManager::Secret", f"no key secret: {value!r}"
+    return secret
+
+
+def variables_of(stack: Stack, function_id: str) -> dict:
+    """The raw environment variables of a function (by logical id)."""
+    return props(stack, function_id)["Environment"]["Variables"]
+
+
+def role_arn(stack: Stack, binary: str) -> dict:
+    """`Fn::GetAtt <role>.Arn` of the role of the (first) function of `binary`."""
+    return getatt(role_of(stack, function(stack, binary)), "Arn")
+
+
+def participant_permissions(stack: Stack, index: int, caller: str | None = None) -> list[str]:
+    """The AWS::Lambda::Permission resources on the index-th participant (function, alias or version),
+    only those naming the role of `caller` (a binary) when given."""
+    target = participant(stack, index)["function"]
+    wanted = stack.resolve(role_arn(stack, caller)) if caller else None
+    out = []
+    for name in sorted(stack.resources("AWS::Lambda::Permission")):
+        resolved = stack.props(name)
+        if function_target(stack, resolved.get("FunctionName")) == target and (
+            wanted is None or resolved.get("Principal") == wanted
+        ):
+            out.append(name)
+    assert out, f"no permission on participant {index} ({caller})"
+    return out

@@ -2,7 +2,8 @@
 concurrency, deletion protection, the lake's compression and Glue table, logging, tracing, the
 participants' `live` aliases, the REST API's CORS, the WebSocket API's answers to subscribe and
 unsubscribe, the connections function's cap on topics, the fan-out's ride through an outage and its
-replay of what it gave up on), on a deployed template (SAM after the transform, or CDK), found by
+replay of what it gave up on, who may invoke a participant: the message keys and the participants'
+resource policies), on a deployed template (SAM after the transform, or CDK), found by
 meaning as in template_checks.py. Each returns a list of problems (empty: fine).
 
 Where a property is wired to a parameter, the check evaluates the template with other values of that
@@ -20,6 +21,7 @@ from typing import Any, Callable
 from cfn import REPO, Stack, as_list, att_id, number, ref_id
 from system import (
     ALIAS_NAME,
+    alias_references,
     aliases,
     allow_statements,
     environment,
@@ -27,6 +29,7 @@ from system import (
     functions,
     functions_of,
     granted,
+    json_variable,
     log_group_of,
     participant_deployments,
     role_of,
@@ -1311,3 +1314,243 @@ def check_dead_letter_replay(stack: Stack) -> list[str]:
             if reached:
                 problems.append(f"{function}: may {action} on {reached} (only the stream processor uses the dead-letter queue)")
     return sorted(set(problems), key=problems.index)
+
+
+# ----------------------------------------------------------------------------------------------
+# 13. Who may invoke a participant: the message keys and the participants' resource policies
+# ----------------------------------------------------------------------------------------------
+
+# Participants accept only messages signed (HMAC-SHA-256) with their service's key, which the
+# coordinator and the sweeper read to sign (`twopc::auth`): the constants come from there and from
+# `twopc::config`.
+AUTH_SOURCE = REPO / "functions" / "twopc" / "src" / "auth.rs"
+# The functions that sign participant messages (and hold the registry).
+KEY_SIGNERS = ("coordinator", "sweeper")
+SECRET_KIND = "AWS::SecretsManager::Secret"
+SECRET_READ = "secretsmanager:GetSecretValue"
+# What a template generates as a service's key: one key as `KeySet::parse` reads it, {"id": <id>,
+# "secret": <generated>}; letters and digits only (it is put back by hand in JSON when rotating), long
+# enough for an HMAC-SHA-256 key (the code refuses fewer than 16 bytes; 32 letters and digits carry
+# about 190 bits).
+KEY_SECRET_FIELD = "secret"
+MIN_KEY_LENGTH = 32
+# The AWS-managed key of Secrets Manager, which needs no KMS grant (a customer-managed one would).
+AWS_MANAGED_SECRETS_KEY = "alias/aws/secretsmanager"
+INVOKE = "lambda:InvokeFunction"
+
+
+def auth_contract(source: Path = AUTH_SOURCE, config: Path = CONFIG_SOURCE) -> dict[str, Any]:
+    """The local development keys' setting, the key variables, the message age and the key cache TTL,
+    from `twopc::auth` and `twopc::config`."""
+    auth, names = rust_constants(source), rust_constants(config)
+    missing = [n for n in ["LOCAL_KEYS", "MAX_MESSAGE_AGE_MS"] if n not in auth]
+    missing += [n for n in ["PARTICIPANT_KEYS", "PARTICIPANT_KEY"] if n not in names]
+    ttl = re.search(r"pub const KEY_CACHE_TTL: Duration = Duration::from_secs\(([0-9_]+)\);", source.read_text())
+    if missing or ttl is None:
+        raise AssertionError(f"no constant {missing or ['KEY_CACHE_TTL']} in {source} / {config}")
+    return {
+        "localKeys": str(auth["LOCAL_KEYS"]),
+        "keysVariable": str(names["PARTICIPANT_KEYS"]),
+        "keyVariable": str(names["PARTICIPANT_KEY"]),
+        "maxMessageAgeMs": int(auth["MAX_MESSAGE_AGE_MS"]),
+        "keyCacheTtlSeconds": int(ttl.group(1).replace("_", "")),
+    }
+
+
+def _secret(stack: Stack, value: Any) -> str | None:
+    """The secret of the template a resolved value names (`Ref` of a secret: its ARN)."""
+    secret = ref_id(value)
+    return secret if secret and stack.kind(secret) == SECRET_KIND and stack.exists(secret) else None
+
+
+def _secret_reads(stack: Stack, function: str, wanted: set[str], who: str) -> list[str]:
+    """The function's role may GetSecretValue on exactly `wanted`, and no other Secrets Manager action."""
+    problems = []
+    role = role_of(stack, function)
+    readable = set(granted(stack, role, SECRET_READ))
+    for resource in sorted(wanted - readable):
+        problems.append(f"{function} ({who}): its role may not {SECRET_READ} on {resource}")
+    for resource in sorted(readable - wanted):
+        problems.append(f"{function} ({who}): its role may {SECRET_READ} on {resource}, beyond {sorted(wanted)}")
+    for statement in allow_statements(stack, role):
+        for action in statement["Action"]:
+            if str(action).lower().startswith("secretsmanager:") and str(action).lower() != SECRET_READ.lower():
+                problems.append(f"{function} ({who}): its role has {action} (the code only reads keys, {SECRET_READ})")
+    return problems
+
+
+def _key_secret_problems(stack: Stack, secret: str, service: str, contract: dict) -> list[str]:
+    """A service's key: generated (never written in the template), {"id", "secret"} of letters and
+    digits, long, under the AWS-managed key, shared by no resource policy, its description saying what
+    it is and how to rotate it (the key cache TTL ahead, two TTLs after)."""
+    problems = []
+    where = f"{secret} (the key of {service})"
+    props = stack.props(secret)
+    if "SecretString" in props:
+        problems.append(f"{where}: a SecretString in the template, readable by whoever may read the template: generate it")
+    generate = props.get("GenerateSecretString")
+    if not isinstance(generate, dict):
+        problems.append(f"{where}: no GenerateSecretString")
+    else:
+        try:
+            shape = json.loads(str(generate.get("SecretStringTemplate")))
+        except json.JSONDecodeError:
+            shape = None
+        if not isinstance(shape, dict) or not isinstance(shape.get("id"), str) or not shape["id"] or KEY_SECRET_FIELD in shape:
+            problems.append(
+                f"{where}: SecretStringTemplate {generate.get('SecretStringTemplate')!r} is not a JSON object with a "
+                f"key id (\"id\") and without {KEY_SECRET_FIELD!r} (the generated part)"
+            )
+        if generate.get("GenerateStringKey") != KEY_SECRET_FIELD:
+            problems.append(f"{where}: GenerateStringKey {generate.get('GenerateStringKey')!r}, not {KEY_SECRET_FIELD!r} (what the code reads)")
+        length = number(generate.get("PasswordLength"))
+        if length is None or length < MIN_KEY_LENGTH:
+            problems.append(f"{where}: PasswordLength {generate.get('PasswordLength')!r}, fewer than {MIN_KEY_LENGTH} characters")
+        if str(generate.get("ExcludePunctuation")).lower() != "true":
+            problems.append(f"{where}: ExcludePunctuation is not true (the key is put back by hand in JSON to rotate)")
+    kms = props.get("KmsKeyId")
+    if kms is not None and kms != AWS_MANAGED_SECRETS_KEY:
+        problems.append(f"{where}: KmsKeyId {kms!r}: a customer-managed key needs kms:Decrypt, which no role has")
+    description = " ".join(str(props.get("Description", "")).split())
+    ttl = contract["keyCacheTtlSeconds"]
+    wanted = ["HMAC-SHA-256", "notBefore", f"{ttl} s", f"{2 * ttl} s"]
+    missing = [w for w in wanted if w not in description]
+    if missing or service not in description:
+        problems.append(f"{where}: its description does not say {missing or [service]} (what it is, how to rotate it)")
+    for policy in stack.resources("AWS::SecretsManager::ResourcePolicy"):
+        if _secret(stack, stack.props(policy).get("SecretId")) == secret:
+            problems.append(f"{where}: resource policy {policy} lets principals beyond the roles read it")
+    return problems
+
+
+def check_participant_keys(stack: Stack) -> list[str]:
+    """Every participant's PARTICIPANT_KEY is (the ARN of) a secret of the template of its own, which
+    its role alone among the participants may read (GetSecretValue on that secret, nothing else of
+    Secrets Manager); the coordinator's and the sweeper's PARTICIPANT_KEYS name every registered
+    service's secret and no other, and their roles may read exactly those; no other function reads a
+    secret; each key is generated as the code reads it (see `_key_secret_problems`)."""
+    contract = auth_contract()
+    key_variable, keys_variable = contract["keyVariable"], contract["keysVariable"]
+    problems: list[str] = []
+    deployments = participant_deployments(stack)
+    if not deployments:
+        problems.append("no participant deployments")
+    keys: dict[str, str] = {}  # service -> `${Secret}`
+    owners: dict[str, str] = {}  # secret -> service
+    for service, deployment in sorted(deployments.items()):
+        function = deployment["function"]
+        value = environment(stack, function).get(key_variable)
+        secret = _secret(stack, value)
+        if value == contract["localKeys"]:
+            problems.append(f"participant {service} ({function}): {key_variable} names the local development keys")
+        elif secret is None:
+            problems.append(f"participant {service} ({function}): {key_variable} is {value!r}, not the ARN (Ref) of a secret of the template")
+            continue
+        if secret in owners:
+            problems.append(f"participants {owners[secret]} and {service} share the key {secret}: each service needs its own")
+        owners.setdefault(secret, service)
+        keys[service] = "${%s}" % secret
+        problems += _secret_reads(stack, function, {keys[service]}, f"participant {service}")
+    every_key = set(keys.values())
+    signers = [f for binary in KEY_SIGNERS for f in functions_of(stack, binary)]
+    for binary in KEY_SIGNERS:
+        if not functions_of(stack, binary):
+            problems.append(f"no {binary}")
+    for function in signers:
+        if environment(stack, function).get(keys_variable) == contract["localKeys"]:
+            problems.append(f"{function}: {keys_variable} names the local development keys")
+            problems += _secret_reads(stack, function, every_key, "signs for every service")
+            continue
+        named = json_variable(stack, function, keys_variable, problems)
+        if named is None:
+            if keys_variable not in environment(stack, function):
+                problems.append(f"{function}: no {keys_variable}")
+            continue
+        if set(named) != set(deployments):
+            problems.append(f"{function}: {keys_variable} names {sorted(named)}, the registered services are {sorted(deployments)}")
+        for service, value in sorted(named.items()):
+            if service in keys and value != keys[service]:
+                problems.append(f"{function}: {keys_variable}[{service}] is {value!r}, not {service}'s key {keys[service]} (its participant's {key_variable})")
+        problems += _secret_reads(stack, function, every_key, "signs for every service")
+    participants = {d["function"] for d in deployments.values()}
+    for function in functions(stack):
+        if function in participants or function in signers:
+            continue
+        problems += _secret_reads(stack, function, set(), "reads no key")
+    for secret, service in sorted(owners.items()):
+        problems += _key_secret_problems(stack, secret, service, contract)
+    return sorted(set(problems), key=problems.index)
+
+
+def _permission_target(stack: Stack, value: Any) -> str | None:
+    """The function a permission's FunctionName names: the function, an alias or version of it, or
+    its name or ARN with a qualifier (`${Fn}:live`, `${Fn.Arn}:live`)."""
+    target = function_target(stack, value)
+    if target is not None:
+        return target
+    match = re.match(r"^(\$\{[A-Za-z0-9]+(?:\.Arn)?\}):[^:]+$", str(value))
+    return function_target(stack, match.group(1)) if match else None
+
+
+def check_participant_invokers(stack: Stack) -> list[str]:
+    """Each participant's resource policy (its AWS::Lambda::Permission resources) allows
+    lambda:InvokeFunction on its `live` alias (what the registries name) to exactly the coordinator's and
+    the sweeper's roles (their ARNs), and no permission on the participant, on any of its aliases or
+    versions, names another principal (a service, an account, "*", another role) or another action."""
+    problems: list[str] = []
+    callers: dict[str, str] = {}  # `${Role.Arn}` -> function
+    for binary in KEY_SIGNERS:
+        found = functions_of(stack, binary)
+        if not found:
+            problems.append(f"no {binary}")
+        for function in found:
+            role = role_of(stack, function)
+            if role is None:
+                problems.append(f"{function}: its role is not a role of this template")
+            else:
+                callers["${%s.Arn}" % role] = function
+    deployments = participant_deployments(stack)
+    if not deployments:
+        problems.append("no participant deployments")
+    by_function: dict[str, list[tuple[str, dict]]] = {}
+    for permission in sorted(stack.resources("AWS::Lambda::Permission")):
+        props = stack.props(permission)
+        target = _permission_target(stack, props.get("FunctionName"))
+        if target is not None:
+            by_function.setdefault(target, []).append((permission, props))
+    for service, deployment in sorted(deployments.items()):
+        function, alias = deployment["function"], deployment["alias"]
+        on_alias: set[str] = set()
+        for permission, props in by_function.get(function, []):
+            principal = props.get("Principal")
+            where = f"{permission} (participant {service})"
+            if props.get("Action") != INVOKE:
+                problems.append(f"{where}: action {props.get('Action')!r}, not {INVOKE}")
+            if principal not in callers:
+                problems.append(f"{where}: allows {principal!r}, which is neither the coordinator's nor the sweeper's role")
+            elif props.get("Action") == INVOKE and props.get("FunctionName") in alias_references(function, alias):
+                on_alias.add(str(principal))
+        for principal, caller in sorted(callers.items()):
+            if principal not in on_alias:
+                problems.append(
+                    f"participant {service} ({function}): its '{ALIAS_NAME}' alias has no permission for {caller}'s role "
+                    f"{principal} (the resource policy must name exactly the coordinator's and the sweeper's roles)"
+                )
+    return sorted(set(problems), key=problems.index)
+
+
+def _paths_of(value: Any, text: str, path: str = "") -> list[str]:
+    """Where in a template `text` occurs (in a key or a value)."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in ([f"{path}/{k}"] if text in str(k) else []) + _paths_of(v, text, f"{path}/{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _paths_of(v, text, f"{path}/{i}")]
+    return [path or "/"] if isinstance(value, str) and text in value else []
+
+
+def check_no_local_keys(stack: Stack) -> list[str]:
+    """The local stack's fixed development keys (`twopc::auth::LOCAL_KEYS`, the same in every checkout,
+    the sample events are signed with them) appear nowhere in the template: not as a key variable, a
+    parameter's default or allowed value, a mapping, a description."""
+    local = auth_contract()["localKeys"]
+    return [f"{path}: names {local!r}, the development keys every checkout shares" for path in _paths_of(stack.template, local)]

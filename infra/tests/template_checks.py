@@ -65,14 +65,14 @@ COMMIT_PHASE_MARGIN_MS = 10_000
 # The files are the stores of one table each, so the actions are checked per table.
 CODE_TABLE_STORES = {
     "twopc/src/record.rs": "transactions",  # TransactionStore
-    "twopc/src/items.rs": "participant",  # DataTable, every participant data table
+    "twopc/src/participant/store.rs": "participant",  # DataTable, every participant data table
     "twopc/src/fanout/connections.rs": "connections",  # ConnectionStore
 }
 # Calls of a store that go to another table: (file, call) -> table group.
 CODE_TABLE_EXCEPTIONS = {
     # The one-phase commit puts the COMMITTED transaction record in the same TransactWriteItems as
     # the participant's items (DataTable::apply_one_phase).
-    ("twopc/src/items.rs", "Put::builder()"): "transactions",
+    ("twopc/src/participant/store.rs", "Put::builder()"): "transactions",
 }
 # Files that call the SDK but never run in a deployed function.
 CODE_NOT_DEPLOYED = {
@@ -106,13 +106,16 @@ SDK_CALLS = {
     ".receive_message()": "sqs:ReceiveMessage",
     ".delete_message()": "sqs:DeleteMessage",
     ".get_queue_attributes()": "sqs:GetQueueAttributes",
+    # the participant message keys (twopc::auth, SecretsManagerKeys): the coordinator and the sweeper
+    # read every service's key to sign, a participant its own to verify
+    ".get_secret_value()": "secretsmanager:GetSecretValue",
 }
 # SDK calls that are not for IAM to grant to a function (table administration, local only).
 SDK_IGNORED = {".transact_write_items()", ".transact_get_items()"}
 SDK_ADMIN = {".create_table()", ".describe_table()", ".update_time_to_live()", ".delete_table()"}
 # Services whose actions a function's code calls (the stream-read, log and X-Ray actions are
 # Lambda's own, for the event source mapping, logging and tracing).
-CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs")
+CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs", "secretsmanager")
 CODE_NOT_CALLED = {
     # Lambda's own: the event source mappings read the streams with the function's role.
     "dynamodb:DescribeStream",

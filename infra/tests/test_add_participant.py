@@ -1,5 +1,6 @@
-"""Adding a participant service to the SAM template, done as infra/DEPLOY.md describes, keeps every
-check green; each step left out is caught. The third service is added to a copy of the template in
+"""Adding a participant service to the SAM template, done as infra/DEPLOY.md describes (its table,
+its message key, its deployment, the registries, the grants, its resource policy, its stream, its
+alarms), keeps every check green; each step left out is caught. The third service is added to a copy of the template in
 memory (and linted with cfn-lint as a JSON template). SAM only: it edits the SAM file as written."""
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from typing import Any
 import pytest
 
 from cfn import REPO, Stack, sam_transform
-from production_checks import check_alarms, check_aliases
+from production_checks import (
+    check_alarms,
+    check_aliases,
+    check_no_local_keys,
+    check_participant_invokers,
+    check_participant_keys,
+)
 from template_checks import (
     check_environment,
     check_event_sources,
@@ -24,7 +31,7 @@ from template_checks import (
     check_tables,
 )
 
-STEPS = ["table", "deployment", "registry", "iam", "stream", "alarms"]
+STEPS = ["table", "key", "deployment", "registry", "iam", "permissions", "stream", "alarms"]
 # The venv's cfn-lint (infra/check.sh runs the tests with the venv's interpreter).
 CFN_LINT = str(Path(sys.executable).with_name("cfn-lint"))
 
@@ -33,6 +40,10 @@ RENAMES = {
     "ServiceATableName": "ServiceCTableName",
     "ServiceATable": "ServiceCTable",
     "ParticipantAFunction": "ParticipantCFunction",
+    "ParticipantAFunction.Alias": "ParticipantCFunction.Alias",
+    "ServiceAMessageKey": "ServiceCMessageKey",
+    "ParticipantAInvokeByCoordinator": "ParticipantCInvokeByCoordinator",
+    "ParticipantAInvokeBySweeper": "ParticipantCInvokeBySweeper",
     "ParticipantARole": "ParticipantCRole",
     "ParticipantALogGroup": "ParticipantCLogGroup",
     "ParticipantAErrorsAlarm": "ParticipantCErrorsAlarm",
@@ -81,24 +92,30 @@ def add_service_c(raw: dict, skip: str | None = None) -> dict:
         params["ServiceCName"] = {"Type": "String", "Default": "service-c"}
         params["ServiceCTableName"] = {"Type": "String", "Default": "service-c-data"}
         res["ServiceCTable"] = _rename(res["ServiceATable"])
+    if skip != "key":
+        # 2. the service's message key (a secret of its own, generated)
+        res["ServiceCMessageKey"] = _rename(res["ServiceAMessageKey"])
     if skip != "deployment":
-        # 2. the participant deployment: log group, role, function (binary `participant`)
+        # 3. the participant deployment: log group, role (its own table and key), function (binary
+        # `participant`, its PARTICIPANT_KEY)
         for logical_id in ["ParticipantALogGroup", "ParticipantARole", "ParticipantAFunction"]:
             res[RENAMES[logical_id]] = _rename(res[logical_id])
     if skip != "registry":
-        # 3. the registry entries
+        # 4. the registry entries
         for function in ["CoordinatorFunction", "SweeperFunction"]:
             variables = res[function]["Properties"]["Environment"]["Variables"]
             _append_json_entry(
                 variables, "PARTICIPANTS", '"${ServiceCName}": "${ServiceC}"', ServiceC={"Ref": "ParticipantCFunction.Alias"}
             )
+            _append_json_entry(variables, "PARTICIPANT_KEYS", '"${ServiceCName}": "${ServiceCMessageKey}"')
         for function in ["SweeperFunction", "StreamProcessorFunction"]:
             variables = res[function]["Properties"]["Environment"]["Variables"]
             _append_json_entry(variables, "PARTICIPANT_TABLES", '"${ServiceCName}": "${ServiceCTable}"')
     if skip != "iam":
-        # 4. IAM of the functions that reach every service
+        # 5. IAM of the functions that reach every service
         for role in ["CoordinatorRole", "SweeperRole"]:
             _statement(template, role, "RegisteredParticipants")["Resource"].append({"Ref": "ParticipantCFunction.Alias"})
+            _statement(template, role, "ParticipantKeys")["Resource"].append({"Ref": "ServiceCMessageKey"})
         _statement(template, "SweeperRole", "SparseIndexes")["Resource"].append(
             {"Fn::Sub": "${ServiceCTable.Arn}/index/locks-by-expiry"}
         )
@@ -106,12 +123,16 @@ def add_service_c(raw: dict, skip: str | None = None) -> dict:
         _statement(template, "StreamProcessorRole", "ReadStreams")["Resource"].append(
             {"Fn::GetAtt": ["ServiceCTable", "StreamArn"]}
         )
+    if skip != "permissions":
+        # 6. the participant's resource policy: the coordinator's and the sweeper's roles
+        for caller in ["Coordinator", "Sweeper"]:
+            res[f"ParticipantCInvokeBy{caller}"] = _rename(res[f"ParticipantAInvokeBy{caller}"])
     if skip != "stream":
-        # 5. the stream event source
+        # 7. the stream event source
         events = res["StreamProcessorFunction"]["Properties"]["Events"]
         events["ServiceCStream"] = _rename(events["ServiceAStream"])
     if skip != "alarms":
-        # 6. the alarms of the new function and table
+        # 8. the alarms of the new function and table
         for logical_id in ["ParticipantAErrorsAlarm", "ParticipantAThrottlesAlarm", "ServiceATableThrottlesAlarm"]:
             res[RENAMES[logical_id]] = _rename(res[logical_id])
     return template
@@ -132,6 +153,9 @@ def all_problems(raw: dict, contract: dict) -> list[str]:
         + check_event_sources(stack)
         + check_aliases(stack)
         + check_alarms(stack)
+        + check_participant_keys(stack)
+        + check_participant_invokers(stack)
+        + check_no_local_keys(stack)
     )
 
 

@@ -3,7 +3,8 @@ justified allow-list (template_checks.STAR_RESOURCE_ALLOWED: dynamodb:ListStream
 on, X-Ray's two actions, which IAM cannot scope), wildcards inside ARNs only as `bucket/*` and
 `stage/POST/@connections/*`, no managed policies, one role per function, lambda:InvokeFunction only
 on (and on every) registered participant's `live` alias; and the actions granted on each table are
-exactly the SDK calls the code's store for that table makes."""
+exactly the SDK calls the code's store for that table makes, the other services' actions (Firehose,
+WebSocket, Lambda, SQS, Secrets Manager: the message keys) exactly those the code calls."""
 
 from __future__ import annotations
 
@@ -167,6 +168,25 @@ def test_grant_check_catches_a_send_the_code_makes_that_no_role_may(stack):
     assert "the code calls sqs:SendMessage, no role may" in check_grants_match_code(stack)
 
 
+def test_grant_check_catches_a_key_read_the_code_makes_that_no_role_may(stack):
+    # The coordinator, the sweeper and the participants read the message keys (auth::SecretsManagerKeys).
+    for function in functions(stack):
+        for statements in b.raw_statements(stack, role_of(stack, function)):
+            statements[:] = [
+                s for s in statements if not (isinstance(s, dict) and "secretsmanager:GetSecretValue" in as_list(s.get("Action")))
+            ]
+    assert "the code calls secretsmanager:GetSecretValue, no role may" in check_grants_match_code(stack)
+
+
+def test_grant_check_catches_a_key_grant_the_code_no_longer_uses(tmp_path, stack):
+    # The code stops reading keys from Secrets Manager: the GetSecretValue grants are left over.
+    functions_dir = tmp_path / "functions"
+    shutil.copytree(REPO / "functions", functions_dir, ignore=shutil.ignore_patterns("target", "*.zip"))
+    auth = functions_dir / "twopc" / "src" / "auth.rs"
+    auth.write_text(auth.read_text().replace(".get_secret_value()", ".secret_value_of()"))
+    assert "secretsmanager:GetSecretValue is granted, the code never calls it" in check_grants_match_code(stack, functions_dir)
+
+
 def test_grant_check_catches_a_grant_the_code_never_uses(stack):
     statement = b.statement(stack, "participant", "dynamodb:BatchGetItem")
     statement["Action"] = [*as_list(statement["Action"]), "dynamodb:PutItem"]
@@ -177,7 +197,7 @@ def test_grant_check_catches_a_grant_the_code_never_uses(stack):
     "path,call",
     [
         # a participant starts writing its table with BatchWriteItem: no role may
-        ("twopc/src/items.rs", "client.batch_write_item()"),
+        ("twopc/src/participant/store.rs", "client.batch_write_item()"),
         # the transactions store starts deleting records: no role may
         ("twopc/src/record.rs", "client.delete_item()"),
         # a function starts calling DynamoDB outside the known table stores

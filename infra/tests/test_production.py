@@ -6,7 +6,11 @@ the WebSocket API's answers to subscribe and unsubscribe (route responses), the 
 function's cap on topics (MaxTopicsPerConnection), and the fan-out through an outage: retries until
 the stream drops a record, the alarms that fire early, the replay of the on-failure queue (and the
 stream processor's own dead letters: its grant to send there, the queue's message size); the alarms
-on the participants' clock skew and on the records the stream processor dead-letters itself."""
+on the participants' clock skew and on the records the stream processor dead-letters itself; who may
+invoke a participant: each service's message key (a secret of its own, generated, read by its
+participant, the coordinator and the sweeper only, named by PARTICIPANT_KEY and PARTICIPANT_KEYS),
+each participant's resource policy (the coordinator's and the sweeper's roles, nobody else), and the
+local development keys nowhere in a template."""
 
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ import re
 import pytest
 
 import breaking as b
-from cfn import Stack, as_list, sam_transform
+from cfn import CDK_TEMPLATE, REPO, SAM_TEMPLATE, Stack, as_list, sam_transform
+from system import participant_deployments
 from production_checks import (
+    auth_contract,
     check_aliases,
     check_alarms,
     check_cors_coordinator,
@@ -32,6 +38,9 @@ from production_checks import (
     check_logging,
     check_max_topics,
     check_metric_names,
+    check_no_local_keys,
+    check_participant_invokers,
+    check_participant_keys,
     check_reserved_concurrency,
     check_throttling,
     check_tracing,
@@ -63,6 +72,9 @@ CHECKS = {
     "fanout-retries": check_fanout_retries,
     "fanout-alarms": check_fanout_alarms,
     "dead-letter-replay": check_dead_letter_replay,
+    "participant-keys": check_participant_keys,
+    "participant-invokers": check_participant_invokers,
+    "no-local-keys": check_no_local_keys,
 }
 
 
@@ -105,6 +117,27 @@ def test_the_clock_margin_and_the_dead_letters_are_read_from_the_code():
     assert replay_contract() == {"action": "replay-dead-letters", "maxDeadLetterBytes": 256 * 1024}
     # SqsDeadLetters: put (the records the processor gives up on itself), then the replay's calls.
     assert queue_actions_of_code() == {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+
+
+def test_the_message_keys_are_read_from_the_code(contract):
+    assert auth_contract() == {
+        "localKeys": "local-development-keys",
+        "keysVariable": "PARTICIPANT_KEYS",
+        "keyVariable": "PARTICIPANT_KEY",
+        "maxMessageAgeMs": 45_000,
+        "keyCacheTtlSeconds": 60,
+    }
+    environment = contract["functionEnvironment"]
+    assert "PARTICIPANT_KEYS" in environment["coordinator"] and "PARTICIPANT_KEYS" in environment["sweeper"]
+    assert "PARTICIPANT_KEY" in environment["participant"]
+
+
+def test_no_template_file_names_the_local_keys():
+    # The files as written, comments included (the SAM template, the synthesized CDK template, the
+    # CDK app's sources): the local development keys are for the local stack and the tests only.
+    local = auth_contract()["localKeys"]
+    files = [SAM_TEMPLATE, CDK_TEMPLATE, *sorted((REPO / "infra" / "cdk" / "lib").glob("*.ts")), REPO / "infra" / "cdk" / "bin" / "app.ts"]
+    assert [str(f) for f in files if local in f.read_text()] == []
 
 
 def test_the_stream_processor_metrics_are_in_the_contract(contract):
@@ -166,6 +199,44 @@ def _remove_grant(stack, binary: str, action: str) -> None:
                 entry["Action"] = rest
             else:
                 statements.remove(entry)
+
+
+LOCAL_KEYS = "local-development-keys"
+OTHER_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:other-AbCdEf"
+
+
+def _keys_value(stack, pairs: list[tuple[str, int]]) -> dict:
+    """A PARTICIPANT_KEYS value naming, for each (service, participant index), that participant's key."""
+    parts: list = ["{"]
+    for n, (service, index) in enumerate(pairs):
+        parts += [("" if n == 0 else ", ") + f'"{service}": "', b.ref(b.key_secret(stack, index)), '"']
+    return b.join(*parts, "}")
+
+
+def _services(stack) -> list[str]:
+    return sorted(participant_deployments(stack))
+
+
+def _secret_props(stack, index: int = 0) -> dict:
+    return b.props(stack, b.key_secret(stack, index))
+
+
+def _add_action(stack, binary: str, action: str, added: str) -> None:
+    """Adds `added` to the statement granting `action` to the role of a function of `binary`."""
+    statement = b.statement(stack, binary, action)
+    statement["Action"] = [*as_list(statement["Action"]), added]
+
+
+def _add_permission(stack, index: int, principal, function_name=None, action: str = "lambda:InvokeFunction") -> None:
+    deployment = b.participant(stack, index)
+    stack.template["Resources"]["ExtraParticipantPermission"] = {
+        "Type": "AWS::Lambda::Permission",
+        "Properties": {
+            "Action": action,
+            "FunctionName": function_name or b.ref(deployment["alias"]),
+            "Principal": principal,
+        },
+    }
 
 
 BREAKAGES = {
@@ -585,6 +656,186 @@ BREAKAGES = {
         ),
     ),
 }
+
+
+BREAKAGES.update(
+    {
+        # each participant's PARTICIPANT_KEY: a secret of its own
+        "participant-key-missing": (
+            "participant-keys",
+            lambda s: b.variables_of(s, b.participant(s, 0)["function"]).pop("PARTICIPANT_KEY"),
+        ),
+        "participant-key-of-another-service": (
+            "participant-keys",
+            lambda s: b.variables_of(s, b.participant(s, 0)["function"]).update(PARTICIPANT_KEY=b.ref(b.key_secret(s, 1))),
+        ),
+        "participant-key-a-literal-arn": (
+            "participant-keys",
+            lambda s: b.variables_of(s, b.participant(s, 1)["function"]).update(PARTICIPANT_KEY=OTHER_SECRET),
+        ),
+        # a participant's role: its own key, nothing else
+        "participant-cannot-read-its-key": (
+            "participant-keys",
+            lambda s: _remove_grant(s, "participant", "secretsmanager:GetSecretValue"),
+        ),
+        "participant-reads-another-services-key": (
+            "participant-keys",
+            lambda s: b.statement(s, "participant", "secretsmanager:GetSecretValue")["Resource"].append(
+                b.ref(b.key_secret(s, 1))
+            ),
+        ),
+        "participant-reads-another-secret": (
+            "participant-keys",
+            lambda s: b.statement(s, "participant", "secretsmanager:GetSecretValue", index=1)["Resource"].append(OTHER_SECRET),
+        ),
+        "participant-reads-every-secret": (
+            "participant-keys",
+            lambda s: b.statement(s, "participant", "secretsmanager:GetSecretValue").update(
+                Resource=[{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:*"}]
+            ),
+        ),
+        "participant-may-change-its-key": (
+            "participant-keys",
+            lambda s: _add_action(s, "participant", "secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue"),
+        ),
+        # the coordinator's and the sweeper's roles: every service's key, nothing else
+        "coordinator-cannot-read-a-key": (
+            "participant-keys",
+            lambda s: b.statement(s, "coordinator", "secretsmanager:GetSecretValue")["Resource"].pop(),
+        ),
+        "sweeper-cannot-read-the-keys": ("participant-keys", lambda s: _remove_grant(s, "sweeper", "secretsmanager:GetSecretValue")),
+        "coordinator-reads-another-secret": (
+            "participant-keys",
+            lambda s: b.statement(s, "coordinator", "secretsmanager:GetSecretValue")["Resource"].append(OTHER_SECRET),
+        ),
+        "stream-processor-reads-a-key": (
+            "participant-keys",
+            lambda s: b.raw_statements(s, b.role_of(s, b.function(s, "stream-processor")))[0].append(
+                {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": b.ref(b.key_secret(s, 0))}
+            ),
+        ),
+        # PARTICIPANT_KEYS: every registered service's key
+        "keys-registry-misses-a-service": (
+            "participant-keys",
+            lambda s: b.variables(s, "coordinator").update(PARTICIPANT_KEYS=_keys_value(s, [(_services(s)[0], 0)])),
+        ),
+        "keys-registry-swapped": (
+            "participant-keys",
+            lambda s: b.variables(s, "sweeper").update(
+                PARTICIPANT_KEYS=_keys_value(s, [(_services(s)[0], 1), (_services(s)[1], 0)])
+            ),
+        ),
+        "keys-registry-missing": ("participant-keys", lambda s: b.variables(s, "sweeper").pop("PARTICIPANT_KEYS")),
+        "keys-registry-local": ("participant-keys", lambda s: b.variables(s, "coordinator").update(PARTICIPANT_KEYS=LOCAL_KEYS)),
+        # the secrets: generated, as the code reads them, under the AWS-managed key, not shared
+        "key-written-in-the-template": (
+            "participant-keys",
+            lambda s: [
+                _secret_props(s).pop("GenerateSecretString"),
+                _secret_props(s).update(SecretString='{"id": "k1", "secret": "0123456789abcdef0123456789abcdef"}'),
+            ],
+        ),
+        "key-too-short": ("participant-keys", lambda s: _secret_props(s, 1)["GenerateSecretString"].update(PasswordLength=16)),
+        "key-with-punctuation": (
+            "participant-keys",
+            lambda s: _secret_props(s)["GenerateSecretString"].pop("ExcludePunctuation"),
+        ),
+        "key-without-id": (
+            "participant-keys",
+            lambda s: _secret_props(s)["GenerateSecretString"].update(SecretStringTemplate="{}"),
+        ),
+        "key-under-another-field": (
+            "participant-keys",
+            lambda s: _secret_props(s)["GenerateSecretString"].update(GenerateStringKey="password"),
+        ),
+        "key-under-a-customer-managed-kms-key": (
+            "participant-keys",
+            lambda s: _secret_props(s).update(KmsKeyId="arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"),
+        ),
+        "key-description-without-rotation": (
+            "participant-keys",
+            lambda s: _secret_props(s, 1).update(Description="A message key"),
+        ),
+        "key-shared-by-a-resource-policy": (
+            "participant-keys",
+            lambda s: s.template["Resources"].update(
+                KeyPolicy={
+                    "Type": "AWS::SecretsManager::ResourcePolicy",
+                    "Properties": {
+                        "SecretId": b.ref(b.key_secret(s, 0)),
+                        "ResourcePolicy": {
+                            "Version": "2012-10-17",
+                            "Statement": [
+                                {
+                                    "Effect": "Allow",
+                                    "Principal": {"AWS": "arn:aws:iam::210987654321:root"},
+                                    "Action": "secretsmanager:GetSecretValue",
+                                    "Resource": "*",
+                                }
+                            ],
+                        },
+                    },
+                }
+            ),
+        ),
+        # each participant's resource policy: exactly the coordinator's and the sweeper's roles
+        "no-resource-policy": (
+            "participant-invokers",
+            lambda s: [s.template["Resources"].pop(p) for p in b.participant_permissions(s, 0)],
+        ),
+        "resource-policy-without-the-sweeper": (
+            "participant-invokers",
+            lambda s: [s.template["Resources"].pop(p) for p in b.participant_permissions(s, 1, "sweeper")],
+        ),
+        "resource-policy-for-another-role": (
+            "participant-invokers",
+            lambda s: [
+                b.props(s, p).update(Principal=b.role_arn(s, "connections"))
+                for p in b.participant_permissions(s, 0, "coordinator")
+            ],
+        ),
+        "resource-policy-for-the-account-too": (
+            "participant-invokers",
+            lambda s: _add_permission(s, 1, b.ref("AWS::AccountId")),
+        ),
+        "resource-policy-for-a-service-too": (
+            "participant-invokers",
+            lambda s: _add_permission(s, 0, "apigateway.amazonaws.com"),
+        ),
+        "resource-policy-for-anyone-on-the-function": (
+            "participant-invokers",
+            lambda s: _add_permission(s, 0, "*", function_name=b.getatt(b.participant(s, 0)["function"], "Arn")),
+        ),
+        "resource-policy-for-anyone-on-a-qualified-name": (
+            "participant-invokers",
+            lambda s: _add_permission(s, 1, "*", function_name={"Fn::Sub": "${%s}:live" % b.participant(s, 1)["function"]}),
+        ),
+        "resource-policy-on-the-function-not-the-alias": (
+            "participant-invokers",
+            lambda s: [
+                b.props(s, p).update(FunctionName=b.ref(b.participant(s, 0)["function"]))
+                for p in b.participant_permissions(s, 0)
+            ],
+        ),
+        "resource-policy-function-url": (
+            "participant-invokers",
+            lambda s: [
+                b.props(s, p).update(Action="lambda:InvokeFunctionUrl")
+                for p in b.participant_permissions(s, 1, "coordinator")
+            ],
+        ),
+        # the local development keys
+        "local-keys-for-a-participant": (
+            "no-local-keys",
+            lambda s: b.variables_of(s, b.participant(s, 0)["function"]).update(PARTICIPANT_KEY=LOCAL_KEYS),
+        ),
+        "local-keys-for-the-sweeper": ("no-local-keys", lambda s: b.variables(s, "sweeper").update(PARTICIPANT_KEYS=LOCAL_KEYS)),
+        "local-keys-as-a-parameter-default": (
+            "no-local-keys",
+            lambda s: s.template["Parameters"].update(ParticipantKeys={"Type": "String", "Default": LOCAL_KEYS}),
+        ),
+    }
+)
 
 
 @pytest.mark.parametrize("breakage", BREAKAGES)

@@ -39,6 +39,7 @@ import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 
@@ -89,9 +90,19 @@ interface TableSpec {
 interface Participant {
   readonly service: ParticipantService;
   readonly table: dynamodb.CfnTable;
+  /** The service's message key (functions/twopc/src/auth.rs): its `Ref` is the secret's ARN. */
+  readonly key: secretsmanager.CfnSecret;
   readonly function: lambda.Function;
   readonly alias: lambda.Alias;
 }
+
+/** The description of a service's message key: what it is and how to rotate it. */
+const messageKeyDescription = (serviceName: string) =>
+  `Message key of the 2PC participant service ${serviceName}: the coordinator and the sweeper sign every ` +
+  'message to its participant with HMAC-SHA-256 under it, the participant verifies. Value {"id": "k1", ' +
+  '"secret": "..."}. To rotate, put {"keys": [old key, {"id": "k2", "secret": "<new, 64 letters and ' +
+  'digits>", "notBefore": <ms since the epoch, at least 60 s ahead>}]}, then remove the old key 120 s ' +
+  'after that notBefore (infra/DEPLOY.md, Who may invoke a participant).';
 
 export class TwoPhaseCommitStack extends Stack {
   constructor(scope: Construct, id: string, props: TwoPhaseCommitStackProps) {
@@ -418,9 +429,24 @@ export class TwoPhaseCommitStack extends Stack {
     // --- participants: one binary, one deployment (function + role + log group + table) per service --
     const participants: Participant[] = serviceParameters.map(({ service, name }, i) => {
       const own = dataTables[i];
+      // The service's message key (functions/twopc/src/auth.rs): the coordinator and the sweeper sign
+      // every message to this participant with HMAC-SHA-256 under it, the participant verifies it before
+      // it does anything. CloudFormation generates the value once, {"id": "k1", "secret": <64 letters
+      // and digits>}, encrypted with the AWS-managed key aws/secretsmanager (no KMS grant needed).
+      // Rotate by hand as infra/DEPLOY.md says; never change generateSecretString (CloudFormation would
+      // generate a new value at the next deploy, replacing the key set at once).
+      const key = new secretsmanager.CfnSecret(this, `Service${service.key}MessageKey`, {
+        description: messageKeyDescription(name.valueAsString),
+        generateSecretString: {
+          secretStringTemplate: '{"id":"k1"}',
+          generateStringKey: 'secret',
+          passwordLength: 64,
+          excludePunctuation: true,
+        },
+      });
       const group = functionLogGroup(`Participant${service.key}LogGroup`, `participant-${name.valueAsString}`);
       const role = lambdaRole(`Participant${service.key}Role`, 'participant', group, [
-        // What functions/twopc/src/items.rs calls: GetItem, BatchGetItem (prepare reads), UpdateItem
+        // What functions/twopc/src/participant/store.rs calls: GetItem, BatchGetItem (prepare reads), UpdateItem
         // (locks, commits, releases), DeleteItem (commit of a delete), ConditionCheckItem (a `check`
         // in a one-phase commit). TransactWriteItems is authorized per item.
         {
@@ -438,6 +464,8 @@ export class TwoPhaseCommitStack extends Stack {
         // Lock resolution (read the owner, abort an absent one) and the one-phase commit (the
         // COMMITTED record, put in the same TransactWriteItems as the items).
         transactionRecords,
+        // Its own service's message key, to verify the messages it receives (no other service's).
+        { Sid: 'OwnMessageKey', Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: key.ref },
       ]);
       // No reserved concurrency: the coordinator calls participants, a cap would refuse its bursts.
       const f = rust(`Participant${service.key}Function`, 'participant', role, group, {
@@ -446,6 +474,8 @@ export class TwoPhaseCommitStack extends Stack {
           SERVICE_NAME: name.valueAsString,
           DATA_TABLE_NAME: own.ref,
           TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
+          // Its own service's message key (the ARN of its secret): every message must be signed with it.
+          PARTICIPANT_KEY: key.ref,
         },
       });
       // Each deploy publishes a version and moves the alias `live` to it (SAM: AutoPublishAlias).
@@ -454,7 +484,7 @@ export class TwoPhaseCommitStack extends Stack {
       const aliasId = `Participant${service.key}FunctionAlias${ALIAS_NAME}`;
       const alias = new lambda.Alias(this, aliasId, { aliasName: ALIAS_NAME, version: f.currentVersion });
       (alias.node.defaultChild as lambda.CfnAlias).overrideLogicalId(aliasId);
-      return { service, table: own, function: f, alias };
+      return { service, table: own, key, function: f, alias };
     });
 
     /** `{"<service name>": "<value>", ...}` over the participants, as a Fn::Sub like SAM's. */
@@ -466,6 +496,9 @@ export class TwoPhaseCommitStack extends Stack {
     // The registry names each participant's `live` alias (its ARN): Lambda Invoke takes it as is.
     const registry = perService((p) => p.alias.functionArn);
     const participantTables = perService((p) => p.table.ref);
+    // Each service's message key (the ARN of its secret), which signs every message to its participant:
+    // the same services as the registry.
+    const participantKeys = perService((p) => p.key.ref);
     const metricsNamespace = `TwoPhaseCommit/${Aws.STACK_NAME}`;
     // The participants' `live` aliases (the ARN of each alias), as the registry names them.
     const invokeRegisteredParticipants: Statement = {
@@ -474,12 +507,21 @@ export class TwoPhaseCommitStack extends Stack {
       Action: 'lambda:InvokeFunction',
       Resource: participants.map((p) => p.alias.functionArn),
     };
+    // Every registered service's message key (its secret), to sign the messages to its participant
+    // (twopc::auth, SecretsManagerKeys; PARTICIPANT_KEYS names the same secrets).
+    const readParticipantKeys: Statement = {
+      Sid: 'ParticipantKeys',
+      Effect: 'Allow',
+      Action: 'secretsmanager:GetSecretValue',
+      Resource: participants.map((p) => p.key.ref),
+    };
 
     // --- coordinator: REST API (IAM-authorized), owns the transactions table, invokes participants --
     const coordinatorLogGroup = functionLogGroup('CoordinatorLogGroup', 'coordinator');
     const coordinatorRole = lambdaRole('CoordinatorRole', 'coordinator', coordinatorLogGroup, [
       transactionRecords,
       invokeRegisteredParticipants,
+      readParticipantKeys,
     ]);
     const coordinator = rust('CoordinatorFunction', 'coordinator', coordinatorRole, coordinatorLogGroup, {
       description: '2PC coordinator (POST /transactions, GET /transactions/{id})',
@@ -493,6 +535,7 @@ export class TwoPhaseCommitStack extends Stack {
         // The origin its answers allow (Access-Control-Allow-Origin), as the preflight's.
         CORS_ALLOW_ORIGIN: corsAllowOrigin.valueAsString,
         PARTICIPANTS: registry,
+        PARTICIPANT_KEYS: participantKeys,
       },
       // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
       // stream processor need (it also caps the coordinator); 0 reserves nothing.
@@ -521,6 +564,7 @@ export class TwoPhaseCommitStack extends Stack {
         Resource: participants.map((p) => p.table.attrArn),
       },
       invokeRegisteredParticipants,
+      readParticipantKeys,
     ]);
     const sweeper = rust('SweeperFunction', 'sweeper', sweeperRole, sweeperLogGroup, {
       description: '2PC sweeper (stuck transactions, expired locks); emits EMF metrics in TwoPhaseCommit/<stack>',
@@ -531,6 +575,7 @@ export class TwoPhaseCommitStack extends Stack {
         METRICS_NAMESPACE: metricsNamespace,
         PARTICIPANTS: registry,
         PARTICIPANT_TABLES: participantTables,
+        PARTICIPANT_KEYS: participantKeys,
       },
       // Recovery keeps running whatever the coordinator's load (0 reserves nothing).
       reservedConcurrency: [reserveSweeper, sweeperReservedConcurrency],
@@ -541,6 +586,24 @@ export class TwoPhaseCommitStack extends Stack {
       targets: [new targets.LambdaFunction(sweeper)],
     });
     (everyMinute.node.defaultChild as events.CfnRule).overrideLogicalId('SweeperFunctionEveryMinute');
+
+    // Each participant's resource policy, a second layer behind the signatures: its `live` alias (what
+    // the registries name and the coordinator and the sweeper invoke) names the coordinator's and the
+    // sweeper's roles, and no other principal. Within one account a principal's own identity-based
+    // grant still suffices to invoke it (the two are additive): infra/DEPLOY.md, "Who may invoke a
+    // participant", says what stops those, and what a participant in another account needs.
+    for (const p of participants) {
+      for (const [caller, role] of [
+        ['Coordinator', coordinatorRole],
+        ['Sweeper', sweeperRole],
+      ] as const) {
+        new lambda.CfnPermission(this, `Participant${p.service.key}InvokeBy${caller}`, {
+          action: 'lambda:InvokeFunction',
+          functionName: p.alias.functionArn,
+          principal: role.attrArn,
+        });
+      }
+    }
 
     // ---------------------------------------------------------------------------------------------
     // Change fan-out: streams of every table -> stream processor -> Firehose (lake) and WebSocket.
@@ -1022,6 +1085,19 @@ export class TwoPhaseCommitStack extends Stack {
         p.alias.functionArn,
       );
     }
+    for (const p of participants) {
+      output(
+        `Service${p.service.key}MessageKeyArn`,
+        `Secret of the ${p.service.ordinal} participant service's message key (rotate it as infra/DEPLOY.md says)`,
+        p.key.ref,
+      );
+    }
+    output(
+      'CoordinatorRoleArn',
+      "The coordinator's role, one of the two principals the participants' resource policies name",
+      coordinatorRole.attrArn,
+    );
+    output('SweeperRoleArn', "The sweeper's role, the other principal the participants' resource policies name", sweeperRole.attrArn);
     output('SweeperFunctionName', 'Sweeper function', sweeper.functionName);
     output('StreamProcessorFunctionName', 'Stream processor function', streamProcessor.functionName);
     output('ConnectionsFunctionName', 'WebSocket connections function', connections.functionName);
@@ -1165,9 +1241,11 @@ class Monitoring {
       ...participants.map((p): [string, lambda.Function, string] => [
         `Participant${p.service.key}`,
         p.function,
-        `The ${p.service.ordinal} participant crashed or timed out in the last 5 minutes. Participants ` +
-          'answer refusals as votes, so a function error is a bug, a timeout or an out-of-memory; the ' +
-          'coordinator aborts (or the sweeper retries) the transactions concerned.',
+        `The ${p.service.ordinal} participant failed invocations in the last 5 minutes. Participants answer ` +
+          'refusals as votes, so a function error is a bug, a timeout, an out-of-memory, or a message it ' +
+          'refused as not signed with its key (its log says "message refused" and why: an unsigned, forged ' +
+          'or stale message, or a key it could not read); the coordinator aborts (or the sweeper retries) ' +
+          'the transactions concerned.',
       ]),
       [
         'StreamProcessor',

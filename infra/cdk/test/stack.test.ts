@@ -93,6 +93,10 @@ test('the SAM template logical ids of the main resources', () => {
     'CoordinatorFunction',
     'ParticipantAFunction',
     'ParticipantAFunctionAliaslive',
+    'ServiceAMessageKey',
+    'ServiceBMessageKey',
+    'ParticipantAInvokeByCoordinator',
+    'ParticipantBInvokeBySweeper',
     'SweeperFunction',
     'StreamProcessorFunction',
     'ConnectionsFunction',
@@ -193,6 +197,47 @@ test('the stream processor writes its metrics where the alarms read them', () =>
   }
 });
 
+test('participants: a message key each, read by the coordinator, the sweeper and their own participant only', () => {
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  // The templates never name the local stack's fixed development keys.
+  assert.ok(!JSON.stringify(template).includes('local-development-keys'));
+  const secrets = ofType(template, 'AWS::SecretsManager::Secret');
+  assert.deepEqual(secrets.map(([id]) => id).sort(), ['ServiceAMessageKey', 'ServiceBMessageKey']);
+  for (const [id, secret] of secrets) {
+    assert.deepEqual(
+      secret.Properties?.GenerateSecretString,
+      { SecretStringTemplate: '{"id":"k1"}', GenerateStringKey: 'secret', PasswordLength: 64, ExcludePunctuation: true },
+      id,
+    );
+    // The AWS-managed key: no KMS grant in any role.
+    assert.equal(secret.Properties?.KmsKeyId, undefined, id);
+    assert.match(JSON.stringify(secret.Properties?.Description), /notBefore/, id);
+  }
+  for (const key of ['A', 'B']) {
+    assert.deepEqual(variables(`Participant${key}Function`).PARTICIPANT_KEY, { Ref: `Service${key}MessageKey` });
+    const statements = JSON.stringify(template.Resources[`Participant${key}Role`].Properties);
+    assert.ok(statements.includes(`"Service${key}MessageKey"`), `Participant${key}Role`);
+    assert.ok(!statements.includes(`"Service${key === 'A' ? 'B' : 'A'}MessageKey"`), `Participant${key}Role reads another key`);
+  }
+  for (const id of ['CoordinatorFunction', 'SweeperFunction']) {
+    const [text, keys] = (variables(id).PARTICIPANT_KEYS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
+    assert.equal(text, '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}"}', id);
+    assert.deepEqual(keys, { ServiceA: { Ref: 'ServiceAMessageKey' }, ServiceB: { Ref: 'ServiceBMessageKey' } }, id);
+  }
+  const permissions = ofType(template, 'AWS::Lambda::Permission').filter(([id]) => id.startsWith('Participant'));
+  assert.deepEqual(
+    permissions.map(([, p]) => JSON.stringify([p.Properties?.FunctionName, p.Properties?.Principal])).sort(),
+    ['A', 'B']
+      .flatMap((key) =>
+        ['CoordinatorRole', 'SweeperRole'].map((role) =>
+          JSON.stringify([{ Ref: `Participant${key}FunctionAliaslive` }, { 'Fn::GetAtt': [role, 'Arn'] }]),
+        ),
+      )
+      .sort(),
+  );
+});
+
 test('one more service is one more participant deployment', () => {
   const three = synth([
     ...SERVICES,
@@ -208,11 +253,14 @@ test('one more service is one more participant deployment', () => {
     'ParticipantCErrorsAlarm',
     'ParticipantCThrottlesAlarm',
     'ServiceCTableThrottlesAlarm',
+    'ServiceCMessageKey',
+    'ParticipantCInvokeByCoordinator',
+    'ParticipantCInvokeBySweeper',
   ]) {
     assert.ok(three.Resources[id], `no ${id}`);
   }
   for (const name of ['ServiceCName', 'ServiceCTableName']) assert.ok(three.Parameters[name], `no parameter ${name}`);
-  for (const name of ['ServiceCTableName', 'ParticipantCFunctionName', 'ParticipantCLiveAlias']) {
+  for (const name of ['ServiceCTableName', 'ParticipantCFunctionName', 'ParticipantCLiveAlias', 'ServiceCMessageKeyArn']) {
     assert.ok(three.Outputs[name], `no output ${name}`);
   }
   const coordinatorEnv = (three.Resources.CoordinatorFunction.Properties?.Environment as { Variables: Record<string, unknown> })
@@ -220,9 +268,18 @@ test('one more service is one more participant deployment', () => {
   const [text, variables] = (coordinatorEnv.PARTICIPANTS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
   assert.equal(text, '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "${ServiceCName}": "${ServiceC}"}');
   assert.deepEqual(variables.ServiceC, { Ref: 'ParticipantCFunctionAliaslive' });
+  const [keysText, keys] = (coordinatorEnv.PARTICIPANT_KEYS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
+  assert.equal(keysText, text);
+  assert.deepEqual(keys.ServiceC, { Ref: 'ServiceCMessageKey' });
+  const participantEnv = (three.Resources.ParticipantCFunction.Properties?.Environment as { Variables: Record<string, unknown> })
+    .Variables;
+  assert.deepEqual(participantEnv.PARTICIPANT_KEY, { Ref: 'ServiceCMessageKey' });
   const sweeperPolicy = JSON.stringify(three.Resources.SweeperRole.Properties);
   assert.match(sweeperPolicy, /ServiceCTable.*\/index\/locks-by-expiry/);
   assert.match(sweeperPolicy, /ParticipantCFunctionAliaslive/);
+  assert.match(sweeperPolicy, /ServiceCMessageKey/);
+  assert.match(JSON.stringify(three.Resources.CoordinatorRole.Properties), /ServiceCMessageKey/);
+  assert.match(JSON.stringify(three.Resources.ParticipantCRole.Properties), /ServiceCMessageKey/);
 });
 
 test('code source: zips when given, a clear error when a zip is missing', () => {
