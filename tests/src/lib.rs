@@ -286,9 +286,17 @@ impl TestEnv {
             .iter()
             .map(|s| {
                 let table = DataTable::new(store_client.clone(), format!("{prefix}-{s}-data"));
-                (s.to_string(), Participant::new(*s, table, transactions.clone(), shared.clone()))
+                let participant = Participant::new(*s, table, transactions.clone(), shared.clone());
+                // The example service speaks its own operations, as it is deployed.
+                let participant = if *s == inventory::SERVICE {
+                    participant.with_operations(inventory::Inventory)
+                } else {
+                    participant
+                };
+                (s.to_string(), participant)
             })
             .collect();
+        let catalogs = catalogs_of(&participants);
         let late_copies = LateCopies::default();
         let invoker =
             FaultyInvoker::with_late_copies(InProcessInvoker::new(participants.values().cloned()), late_copies.clone());
@@ -297,7 +305,8 @@ impl TestEnv {
             Arc::new(invoker.clone()),
             services.iter().map(|s| s.to_string()),
             shared,
-        );
+        )
+        .with_operations(catalogs);
         TestEnv {
             client,
             store_client,
@@ -327,13 +336,18 @@ impl TestEnv {
     /// A coordinator of its own, with its own edge faults and crash point: concurrent clients of a
     /// fault test each get one, so one client's faults never touch another's transactions.
     pub fn coordinator_with(&self, invoker: &FaultyInvoker, faults: twopc::faults::Faults) -> Coordinator {
+        self.coordinator_of(invoker).with_faults(faults)
+    }
+
+    /// A coordinator over this world's store, clock and services' own operations, calling `invoker`.
+    pub fn coordinator_of(&self, invoker: &(impl ParticipantInvoker + Clone + 'static)) -> Coordinator {
         Coordinator::new(
             self.transactions.clone(),
             Arc::new(invoker.clone()),
             self.participants.keys().cloned(),
             self.clock.clone(),
         )
-        .with_faults(faults)
+        .with_operations(catalogs_of(&self.participants))
     }
 
     /// A fault-free invoker over the same in-process participants (its late copies are the world's:
@@ -530,6 +544,17 @@ impl TestEnv {
             .participant(to.0, [op::add(to.1, "balance", amount)])
             .to_json()
     }
+}
+
+/// Each participant's own operation kinds, as a coordinator's `SERVICE_OPERATIONS` would give them.
+pub fn catalogs_of(participants: &BTreeMap<String, Participant>) -> twopc::custom::Catalogs {
+    let mut catalogs = twopc::custom::Catalogs::default();
+    for (service, participant) in participants {
+        if !participant.catalog().is_empty() {
+            catalogs.insert(service.clone(), participant.catalog().clone());
+        }
+    }
+    catalogs
 }
 
 /// A decimal in its shortest exact form ("0.0" and "0" are the same amount; DynamoDB Local keeps scale).

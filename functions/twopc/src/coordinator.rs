@@ -24,6 +24,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::auth::KeySource;
 use crate::clock::{SharedClock, resolvable_after};
+use crate::custom::Catalogs;
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
 use crate::invoke::{InvokeError, ParticipantInvoker};
 use crate::model::{
@@ -118,6 +119,8 @@ pub struct Coordinator {
     invoker: Arc<dyn ParticipantInvoker>,
     /// The participants' keys: every message is signed with its service's ([`crate::auth`]).
     keys: Arc<dyn KeySource>,
+    /// Each service's own operation kinds, validated before anything is written ([`crate::custom`]).
+    catalogs: Arc<Catalogs>,
     services: BTreeSet<String>,
     clock: SharedClock,
     faults: Faults,
@@ -136,6 +139,7 @@ impl Coordinator {
             transactions,
             invoker,
             keys: Arc::new(crate::auth::LocalKeys),
+            catalogs: Arc::new(Catalogs::default()),
             services: services.into_iter().collect(),
             clock,
             faults: Faults::default(),
@@ -148,6 +152,16 @@ impl Coordinator {
     /// keys, [`crate::auth::LocalKeys`]; the deployed functions always read theirs from the environment).
     pub fn with_keys(self, keys: Arc<dyn KeySource>) -> Coordinator {
         Coordinator { keys, ..self }
+    }
+
+    /// The same coordinator, validating each service's own operation kinds (its `SERVICE_OPERATIONS`).
+    pub fn with_operations(self, catalogs: Catalogs) -> Coordinator {
+        Coordinator { catalogs: Arc::new(catalogs), ..self }
+    }
+
+    /// Each service's own operation kinds, as this coordinator validates them.
+    pub fn catalogs(&self) -> &Catalogs {
+        &self.catalogs
     }
 
     /// Sends one message to a participant, signed with its service's current key.
@@ -209,7 +223,7 @@ impl Coordinator {
     }
 
     async fn answer(&self, body: &[u8], idempotency_key: Option<&str>, principal: Option<&str>) -> Reply {
-        let request = match parse_request(body, |s| self.services.contains(s)) {
+        let request = match parse_request_with(body, |s| self.services.contains(s), &self.catalogs) {
             Ok(request) => request,
             Err(invalid) => return Reply::invalid(invalid),
         };
@@ -896,7 +910,16 @@ fn abort_reason(votes: &[ParticipantEntry]) -> String {
 /// participants' writes (DynamoDB's expression limit): what the coordinator accepts, before anything is
 /// written.
 pub fn parse_request(body: &[u8], is_registered: impl Fn(&str) -> bool) -> Result<TransactionRequest, Invalid> {
-    let request = TransactionRequest::parse(body, is_registered)?;
+    parse_request_with(body, is_registered, &Catalogs::default())
+}
+
+/// [`parse_request`], each service's operations taking also its own kinds (`catalogs`).
+pub fn parse_request_with(
+    body: &[u8],
+    is_registered: impl Fn(&str) -> bool,
+    catalogs: &Catalogs,
+) -> Result<TransactionRequest, Invalid> {
+    let request = TransactionRequest::parse_with(body, is_registered, catalogs)?;
     for (i, part) in request.participants.iter().enumerate() {
         crate::participant::store::check_list(&part.operations, &format!("participants[{i}].operations"))?;
     }

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod coordinator;
 pub mod cors;
+pub mod custom;
 pub mod decimal;
 pub mod expr;
 pub mod fanout;

@@ -155,6 +155,17 @@ pub enum Operation {
         #[serde(skip_serializing_if = "Option::is_none")]
         exists: Option<bool>,
     },
+    /// A service's own kind ([`crate::custom`]): its fields as the service's schema declares them. What it
+    /// makes of the item the service's participant computes at prepare, and its commit applies that.
+    #[serde(skip_serializing)]
+    Custom {
+        kind: String,
+        key: Key,
+        fields: Map<String, Value>,
+        /// At prepare, what the service's participant computed of the item: its new `data` (never sent,
+        /// never in a record; kept beside the lock as `pending`, and what the commit applies).
+        computed: Option<Map<String, Value>>,
+    },
 }
 
 impl Operation {
@@ -173,7 +184,20 @@ impl Operation {
             | Operation::Set { key, .. }
             | Operation::Add { key, .. }
             | Operation::Delete { key }
-            | Operation::Check { key, .. } => key,
+            | Operation::Check { key, .. }
+            | Operation::Custom { key, .. } => key,
+        }
+    }
+
+    /// The `op` of the operation.
+    pub fn kind(&self) -> &str {
+        match self {
+            Operation::Put { .. } => "put",
+            Operation::Set { .. } => "set",
+            Operation::Add { .. } => "add",
+            Operation::Delete { .. } => "delete",
+            Operation::Check { .. } => "check",
+            Operation::Custom { kind, .. } => kind,
         }
     }
 
@@ -187,7 +211,16 @@ impl Operation {
     }
 
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).expect("operations serialize")
+        match self {
+            Operation::Custom { kind, key, fields, .. } => {
+                let mut object = Map::new();
+                object.insert("op".into(), Value::String(kind.clone()));
+                object.insert("key".into(), Value::Object(key.clone()));
+                object.extend(fields.clone());
+                Value::Object(object)
+            }
+            _ => serde_json::to_value(self).expect("operations serialize"),
+        }
     }
 
     /// Parses and validates one operation; `path` names it in messages. Whether the participant's writes
@@ -195,6 +228,11 @@ impl Operation {
     /// the coordinator asks it with [`crate::coordinator::parse_request`], a participant when it parses a
     /// message.
     pub fn parse(value: &Value, path: &str) -> Result<Operation, Invalid> {
+        Operation::parse_for(value, path, &crate::custom::Catalog::default())
+    }
+
+    /// [`Operation::parse`], taking also the kinds of `catalog`, a service's own.
+    pub fn parse_for(value: &Value, path: &str, catalog: &crate::custom::Catalog) -> Result<Operation, Invalid> {
         let object = value.as_object().ok_or_else(|| Invalid::at(path, "must be an object"))?;
         let op = object
             .get("op")
@@ -202,10 +240,13 @@ impl Operation {
             .as_str()
             .ok_or_else(|| Invalid::at(&format!("{path}.op"), "must be a string"))?;
         let Some((_, allowed)) = Operation::FIELDS.iter().find(|(name, _)| *name == op) else {
-            return Err(Invalid::new(
-                ErrorCode::UnknownOperation,
-                format!("{path}.op: unknown operation \"{op}\"; expected put, set, add, delete or check"),
-            ));
+            let fields = catalog.fields(op, object, path)?;
+            let key = parse_key(object.get("key"), &format!("{path}.key"))?;
+            for (name, value) in &fields {
+                // The record stores them one level above an operation's data: operation → field.
+                check_storable(name, value, path, FIELD_LEVEL - 1)?;
+            }
+            return Ok(Operation::Custom { kind: op.to_owned(), key, fields, computed: None });
         };
         if let Some(extra) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(Invalid::at(path, format!("unexpected field \"{extra}\" for op \"{op}\"")));
@@ -281,6 +322,15 @@ impl Operation {
 
     /// Parses a list of operations: at least one, and no item twice.
     pub fn parse_list(value: Option<&Value>, path: &str) -> Result<Vec<Operation>, Invalid> {
+        Operation::parse_list_for(value, path, &crate::custom::Catalog::default())
+    }
+
+    /// [`Operation::parse_list`], taking also the kinds of `catalog`, a service's own.
+    pub fn parse_list_for(
+        value: Option<&Value>,
+        path: &str,
+        catalog: &crate::custom::Catalog,
+    ) -> Result<Vec<Operation>, Invalid> {
         let list = value
             .ok_or_else(|| Invalid::at(path, "missing"))?
             .as_array()
@@ -299,7 +349,7 @@ impl Operation {
         let mut seen = BTreeSet::new();
         let mut operations = Vec::with_capacity(list.len());
         for (i, value) in list.iter().enumerate() {
-            let operation = Operation::parse(value, &format!("{path}[{i}]"))?;
+            let operation = Operation::parse_for(value, &format!("{path}[{i}]"), catalog)?;
             if !seen.insert(operation.key_text()) {
                 return Err(Invalid::new(
                     ErrorCode::DuplicateItem,
@@ -467,6 +517,15 @@ impl TransactionRequest {
 
     /// Validates a request body against the registry of services. Nothing is written before this passes.
     pub fn parse(body: &[u8], is_registered: impl Fn(&str) -> bool) -> Result<TransactionRequest, Invalid> {
+        TransactionRequest::parse_with(body, is_registered, &crate::custom::Catalogs::default())
+    }
+
+    /// [`TransactionRequest::parse`], each service's operations taking also its own kinds (`catalogs`).
+    pub fn parse_with(
+        body: &[u8],
+        is_registered: impl Fn(&str) -> bool,
+        catalogs: &crate::custom::Catalogs,
+    ) -> Result<TransactionRequest, Invalid> {
         if body.len() > MAX_BODY_BYTES {
             return Err(Invalid::new(
                 ErrorCode::BodyTooLarge,
@@ -518,7 +577,8 @@ impl TransactionRequest {
                     format!("{path}.service: \"{service}\" appears twice; put all its operations in one entry"),
                 ));
             }
-            let operations = Operation::parse_list(part.get("operations"), &format!("{path}.operations"))?;
+            let operations =
+                Operation::parse_list_for(part.get("operations"), &format!("{path}.operations"), catalogs.of(service))?;
             participants.push(ParticipantPart { service: service.to_owned(), operations });
         }
         let timeout_ms = match object.get("timeoutMs") {

@@ -47,7 +47,8 @@ pub mod operations;
 mod protocol;
 pub mod store;
 
-pub use protocol::{Order, Participant, ParticipantError, parse_operations};
+pub use crate::custom::{FieldSchema, FieldType, OperationSchema};
+pub use protocol::{Order, Participant, ParticipantError, parse_operations, parse_operations_for};
 pub use store::DataTable;
 
 use serde_json::{Map, Value};
@@ -72,6 +73,28 @@ pub struct Prepared<'a> {
     pub data: Option<&'a Map<String, Value>>,
     /// The item's `version` (every commit moves it); None for an item without one.
     pub version: Option<u64>,
+}
+
+/// A service's own operation kinds ([`crate::custom`]): `{"op": "reserve", "key": {...}, "quantity": 3}`.
+pub trait Operations: Send + Sync + 'static {
+    /// The kinds and their fields: what the coordinator validates (its `SERVICE_OPERATIONS`), what the spec
+    /// shows, what the participant parses.
+    fn schemas(&self) -> Vec<OperationSchema>;
+    /// What the operation (one of these kinds, its fields as declared) makes of the item, judged on the
+    /// item as it will be locked: the item's new `data`. The prepare keeps it beside the lock, and the
+    /// commit applies exactly that (never computed again). Refuse with a reason the caller can read.
+    fn prepare(&self, prepared: &Prepared<'_>) -> Result<Map<String, Value>, OperationRefusal>;
+}
+
+/// Why one of a service's own operations cannot be prepared on its item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperationRefusal {
+    /// The operation cannot apply to this item as asked (what only the participant can judge): INVALID.
+    Invalid(String),
+    /// The item's state does not allow it (stock below zero, say, with the numbers): CONDITION_FAILED.
+    ConditionFailed(String),
+    /// A rule of the service: RULE, with its own code.
+    Rule(Refusal),
 }
 
 /// A rule's refusal: the service's own code (at most [`MAX_SERVICE_CODE_BYTES`], shown in `serviceCode`)

@@ -47,6 +47,8 @@ pub(crate) fn guard(e: &mut Expr, op: &Operation) -> String {
             }
             condition
         }
+        // Computed from the item as read: the lock write is conditioned on the item's version instead.
+        Operation::Custom { .. } => String::new(),
     }
 }
 
@@ -59,6 +61,10 @@ pub(crate) fn reservation(e: &mut Expr, op: &Operation) -> Option<String> {
         Operation::Set { set, .. } => Some(e.value(AttributeValue::M(attr::to_item(set)))),
         Operation::Add { .. } => Some(e.value(n(LARGEST_NUMBER))),
         Operation::Delete { .. } | Operation::Check { .. } => None,
+        // What the commit applies, exactly: the item's new data as the prepare computed it.
+        Operation::Custom { computed, .. } => {
+            Some(e.value(AttributeValue::M(attr::to_item(computed.as_ref().expect("computed at prepare")))))
+        }
     }
 }
 
@@ -93,6 +99,13 @@ pub(crate) fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
             sets.push(format!("{path} = {path} + {delta}"));
         }
         Operation::Delete { .. } | Operation::Check { .. } => unreachable!("delete and check do not update"),
+        // In one phase, the data computed now; in two, the data its prepare computed and kept beside the
+        // lock (never computed again: a participant redeployed in between still commits what it voted for).
+        Operation::Custom { computed: Some(value), .. } => {
+            let value = e.value(AttributeValue::M(attr::to_item(value)));
+            sets.push(format!("{data} = {value}"));
+        }
+        Operation::Custom { computed: None, .. } => sets.push(format!("{data} = {}", e.name(a::PENDING))),
     }
     sets.join(", ")
 }

@@ -8,8 +8,9 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::operations::{self, unrepresentable_result};
 use super::store::{CommitOutcome, DataTable, Lock, LockAttempt, LockSpec, OnePhase, Seen, find};
-use super::{Prepared, Rules};
+use super::{OperationRefusal, Operations, Prepared, Refusal, Rules};
 use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
+use crate::custom::Catalog;
 use crate::model::{
     Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
     STATUS_COMMITTED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
@@ -52,6 +53,15 @@ pub struct Participant {
     keys: std::sync::Arc<dyn crate::auth::KeySource>,
     /// The service's own rules, judged at prepare (none: the generic participant).
     rules: Option<std::sync::Arc<dyn Rules>>,
+    /// The service's own operation kinds (none: the built-in ones only), and their schemas.
+    operations: Option<std::sync::Arc<dyn Operations>>,
+    catalog: Catalog,
+}
+
+impl std::fmt::Debug for dyn Operations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Operations")
+    }
 }
 
 impl std::fmt::Debug for dyn Rules {
@@ -75,7 +85,23 @@ impl Participant {
             max_lock_wait_ms: MAX_LOCK_WAIT_MS,
             keys: std::sync::Arc::new(crate::auth::LocalKeys),
             rules: None,
+            operations: None,
+            catalog: Catalog::default(),
         }
+    }
+
+    /// The same participant, speaking the service's own operation kinds (see [`super::Operations`]).
+    /// Panics if their schemas are not valid (a kind named like a built-in one, declared twice, ...): a
+    /// service that declares them wrong should not start.
+    pub fn with_operations(self, operations: impl Operations) -> Participant {
+        let catalog = Catalog::new(operations.schemas())
+            .unwrap_or_else(|e| panic!("service {}: invalid operation schemas: {e}", self.service));
+        Participant { operations: Some(std::sync::Arc::new(operations)), catalog, ..self }
+    }
+
+    /// The service's own operation kinds, as the coordinator's `SERVICE_OPERATIONS` takes them.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
     }
 
     /// The same participant, judging every prepare by the service's own `rules` (see [`super::Rules`]).
@@ -111,7 +137,15 @@ impl Participant {
                 warn!(error = %refused, "message refused: not signed by the coordinator or the sweeper");
                 return Err(refused.into());
             }
-            let operations = parse_operations(&request.operations)?;
+            // A prepare is judged against the service's own kinds; a commit or an abort finishes what a
+            // prepare judged, whatever kinds this deployment knows now.
+            let any = Catalog::any();
+            let catalog = match request.action {
+                Action::Prepare => &self.catalog,
+                Action::Commit if request.one_phase_record.is_some() => &self.catalog,
+                Action::Commit | Action::Abort => &any,
+            };
+            let operations = parse_operations_for(&request.operations, catalog)?;
             let tx = &request.transaction_id;
             let order = Order { started_at: request.started_at, deadline: request.deadline };
             let principal = request.principal.as_deref();
@@ -169,15 +203,23 @@ impl Participant {
             // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
             // request of this prepare that lands late — after the item was committed and changed again —
             // can only take a lock whose token no vote reported, which commit releases without applying.
-            // With rules: judged on the items as they are, and locked only if they are still so.
-            let seen = match self.judge(tx, principal, &work).await? {
+            // With rules or own operations: judged on the items as they are, locked only if they still are.
+            let (ready, seen) = match self.judge(tx, principal, &work).await? {
                 Judged::Refused(refusal) => return Ok(refusal),
-                Judged::Seen(seen) => seen,
+                Judged::Locked(index, item) => {
+                    if let Some(answer) =
+                        self.after_lock_failure(tx, &work, vec![(index, item)], &waiting, attempt).await?
+                    {
+                        return Ok(answer);
+                    }
+                    continue;
+                }
+                Judged::Ready(ready, seen) => (ready, seen),
             };
             let token = uuid::Uuid::new_v4().simple().to_string();
             let spec = LockSpec { tx, token: &token, expires_at, started_at };
             let timeout = cutoff.left(self.clock.now_ms());
-            let locked = match self.table.lock_all(spec, &work, timeout, &seen).await {
+            let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
                 Ok(locked) => locked,
                 // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
                 // then its own, and its token is the vote's.
@@ -342,13 +384,15 @@ impl Participant {
         Ok(refused(RefusalCode::Conflict, "the checked items kept changing".to_owned()))
     }
 
-    /// The service's rules on the items as they are now: a refusal, or what each item was seen at (the
-    /// lock write's condition). Without rules nothing is read and nothing is conditioned. An item another
-    /// transaction holds is not judged: the lock write meets that lock, which is resolved or waited for as
-    /// always, and the next attempt judges again.
+    /// The service's rules and own operations on the items as they are now: a refusal, or the work to lock
+    /// (each custom operation with the data it computed) and what each item was seen at (the lock write's
+    /// condition). Without rules or custom operations nothing is read and nothing is conditioned. An item
+    /// another transaction holds is not judged: that lock is resolved or waited for as always, and the next
+    /// attempt judges again.
     async fn judge(&self, tx: &str, principal: Option<&str>, work: &[(Operation, Item)]) -> Result<Judged, StoreError> {
-        if self.rules.is_none() {
-            return Ok(Judged::Seen(vec![]));
+        let custom = work.iter().any(|(op, _)| matches!(op, Operation::Custom { .. }));
+        if self.rules.is_none() && !custom {
+            return Ok(Judged::Ready(work.to_vec(), vec![]));
         }
         let keys: Vec<Item> = work.iter().map(|(_, key)| key.clone()).collect();
         let items = match keys.as_slice() {
@@ -356,17 +400,66 @@ impl Participant {
             _ => self.table.get_many(&keys).await?,
         };
         let mut seen = Vec::with_capacity(work.len());
-        for (op, key) in work {
+        let mut ready = Vec::with_capacity(work.len());
+        for (index, (op, key)) in work.iter().enumerate() {
             let item = find(&items, key);
             if item.and_then(Lock::of).is_some_and(|l| l.transaction_id != tx) {
-                return Ok(Judged::Seen(vec![]));
+                return Ok(Judged::Locked(index, item.cloned()));
             }
             if let Some(refusal) = self.rule_refusal(tx, principal, op, item) {
                 return Ok(Judged::Refused(refusal));
             }
+            let op = match op {
+                Operation::Custom { kind, key: op_key, fields, .. } => {
+                    let computed = match self.compute(tx, principal, op, item) {
+                        Ok(computed) => computed,
+                        Err(refusal) => return Ok(Judged::Refused(*refusal)),
+                    };
+                    Operation::Custom {
+                        kind: kind.clone(),
+                        key: op_key.clone(),
+                        fields: fields.clone(),
+                        computed: Some(computed),
+                    }
+                }
+                op => op.clone(),
+            };
+            ready.push((op, key.clone()));
             seen.push(Seen::of(item));
         }
-        Ok(Judged::Seen(seen))
+        Ok(Judged::Ready(ready, seen))
+    }
+
+    /// What one of the service's own operations makes of the item: its new data, or the refusal to vote.
+    fn compute(
+        &self,
+        tx: &str,
+        principal: Option<&str>,
+        op: &Operation,
+        item: Option<&Item>,
+    ) -> Result<serde_json::Map<String, Value>, Box<ParticipantResponse>> {
+        let Some(operations) = &self.operations else {
+            return Err(Box::new(refused(
+                RefusalCode::Invalid,
+                format!("service {} has no operation \"{}\"", self.service, op.kind()),
+            )));
+        };
+        let (data, version) = item_view(item);
+        let prepared = Prepared {
+            service: &self.service,
+            transaction_id: tx,
+            principal,
+            operation: op,
+            data: data.as_ref(),
+            version,
+        };
+        operations.prepare(&prepared).map_err(|refusal| {
+            Box::new(match refusal {
+                OperationRefusal::Invalid(reason) => refused(RefusalCode::Invalid, reason),
+                OperationRefusal::ConditionFailed(reason) => refused(RefusalCode::ConditionFailed, reason),
+                OperationRefusal::Rule(refusal) => rule_refused(refusal),
+            })
+        })
     }
 
     /// The REFUSED vote of the first rule that refuses `op` on `item`, if any.
@@ -378,10 +471,7 @@ impl Participant {
         item: Option<&Item>,
     ) -> Option<ParticipantResponse> {
         let rules = self.rules.as_ref()?;
-        let data =
-            item.and_then(|i| crate::store::get_m(i, crate::tables::item_attr::DATA)).map(crate::attr::item_to_json);
-        let version =
-            item.and_then(|i| crate::store::get_n(i, crate::tables::item_attr::VERSION)).and_then(|v| v.parse().ok());
+        let (data, version) = item_view(item);
         let prepared = Prepared {
             service: &self.service,
             transaction_id: tx,
@@ -390,15 +480,7 @@ impl Participant {
             data: data.as_ref(),
             version,
         };
-        let refusal = rules.check(&prepared).err()?;
-        info!(service_code = %refusal.code, reason = %refusal.reason, "a rule of the service refused");
-        Some(ParticipantResponse {
-            vote: Some(Vote::Refused),
-            code: Some(RefusalCode::Rule),
-            service_code: Some(crate::record::cut(&refusal.code, super::MAX_SERVICE_CODE_BYTES)),
-            reason: Some(refusal.reason),
-            ..Default::default()
-        })
+        rules.check(&prepared).err().map(rule_refused)
     }
 
     /// Resolves an expired lock of `owner` on one item. `Some` is the refusal to give when the owner is
@@ -422,7 +504,7 @@ impl Participant {
                 let op = entry
                     .into_iter()
                     .flat_map(|p| p.operations.iter())
-                    .map(|v| Operation::parse(v, "record"))
+                    .map(|v| Operation::parse_for(v, "record", &Catalog::any()))
                     .filter_map(Result::ok)
                     .find(|op| self.table.key(op.key()).as_ref() == Ok(key));
                 let Some(op) = op else {
@@ -474,11 +556,19 @@ impl Participant {
             if let Some(late) = cutoff.passed(self.clock.now_ms(), what) {
                 return Ok(late);
             }
-            let seen = match self.judge(tx, principal, &work).await? {
+            let (ready, seen) = match self.judge(tx, principal, &work).await? {
                 Judged::Refused(refusal) => return Ok(refusal),
-                Judged::Seen(seen) => seen,
+                Judged::Locked(index, item) => {
+                    if let Some(refusal) =
+                        self.after_lock_failure(tx, &work, vec![(index, item)], &waiting, attempt).await?
+                    {
+                        return Ok(refusal);
+                    }
+                    continue;
+                }
+                Judged::Ready(ready, seen) => (ready, seen),
             };
-            match self.table.apply_one_phase(tx, &work, self.transactions.table(), record.clone(), &seen).await? {
+            match self.table.apply_one_phase(tx, &ready, self.transactions.table(), record.clone(), &seen).await? {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
                 OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
                 OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
@@ -532,11 +622,33 @@ impl Participant {
     }
 }
 
-/// What judging a prepare's items by the service's rules came to.
+/// What judging a prepare's items by the service's rules and own operations came to.
 enum Judged {
     Refused(ParticipantResponse),
-    /// What each item was seen at, for the lock write's condition (empty: no condition).
-    Seen(Vec<Seen>),
+    /// Another transaction's lock on the item of this operation (as the item was read).
+    Locked(usize, Option<Item>),
+    /// The work to lock (custom operations with what they computed), and what each item was seen at, for
+    /// the lock write's condition (empty: no condition).
+    Ready(Vec<(Operation, Item)>, Vec<Seen>),
+}
+
+/// An item's committed data (as JSON) and version, for a rule or an operation to look at.
+fn item_view(item: Option<&Item>) -> (Option<serde_json::Map<String, Value>>, Option<u64>) {
+    let data = item.and_then(|i| crate::store::get_m(i, a::DATA)).map(crate::attr::item_to_json);
+    let version = item.and_then(|i| crate::store::get_n(i, a::VERSION)).and_then(|v| v.parse().ok());
+    (data, version)
+}
+
+/// A service's refusal as a vote: REFUSED with the code RULE and the service's own code.
+fn rule_refused(refusal: Refusal) -> ParticipantResponse {
+    info!(service_code = %refusal.code, reason = %refusal.reason, "the service refused");
+    ParticipantResponse {
+        vote: Some(Vote::Refused),
+        code: Some(RefusalCode::Rule),
+        service_code: Some(crate::record::cut(&refusal.code, super::MAX_SERVICE_CODE_BYTES)),
+        reason: Some(refusal.reason),
+        ..Default::default()
+    }
 }
 
 /// Where a transaction stands in wait-die's order, from its prepare message.
@@ -595,8 +707,13 @@ fn fate_name(fate: &OwnerFate) -> &'static str {
 
 /// A message's operations, as the coordinator validated them, and writable by this library's writes.
 pub fn parse_operations(values: &[Value]) -> Result<Vec<Operation>, Invalid> {
+    parse_operations_for(values, &Catalog::default())
+}
+
+/// [`parse_operations`], taking also the kinds of `catalog`.
+pub fn parse_operations_for(values: &[Value], catalog: &Catalog) -> Result<Vec<Operation>, Invalid> {
     let list = Value::Array(values.to_vec());
-    let operations = Operation::parse_list(Some(&list), "operations")?;
+    let operations = Operation::parse_list_for(Some(&list), "operations", catalog)?;
     super::store::check_list(&operations, "operations")?;
     Ok(operations)
 }

@@ -637,6 +637,11 @@ fn commit_expressions(tx: &str, token: Option<&str>, op: &Operation) -> (Option<
             format!("{held} AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})")
         }
     };
+    // A service's own operation applies what its prepare kept beside the lock: it must be there.
+    let condition = match op {
+        Operation::Custom { .. } => format!("{condition} AND attribute_exists({})", e.name(a::PENDING)),
+        _ => condition,
+    };
     let update = match op {
         Operation::Delete { .. } | Operation::Check { .. } => None,
         _ => {
@@ -685,7 +690,21 @@ pub fn check_expressible(op: &Operation) -> Result<(), String> {
     // Placeholders do not depend on the values, only on how many there are: any id of the usual length will do.
     let tx = "tx-00000000000000000000000000000000";
     let spec = LockSpec { tx, token: tx, expires_at: u64::MAX, started_at: u64::MAX };
-    let (lock_update, lock_condition, _) = lock_expressions(spec, op, Seen::Version(Some(u64::MAX)));
+    // A service's own operation locks with the data its prepare computes: one value, whatever its size.
+    let computed;
+    let locked = match op {
+        Operation::Custom { kind, key, fields, .. } => {
+            computed = Operation::Custom {
+                kind: kind.clone(),
+                key: key.clone(),
+                fields: fields.clone(),
+                computed: Some(Default::default()),
+            };
+            &computed
+        }
+        op => op,
+    };
+    let (lock_update, lock_condition, _) = lock_expressions(spec, locked, Seen::Version(Some(u64::MAX)));
     let (commit_update, commit_condition, _) = commit_expressions(tx, Some(tx), op);
     let longest = [Some(lock_update), Some(lock_condition), commit_update, Some(commit_condition)]
         .into_iter()
