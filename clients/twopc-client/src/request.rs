@@ -123,7 +123,8 @@ impl From<&String> for Key {
 }
 
 /// One operation of a participant, as the contract writes it (`{"op": "add", "key": ..., ...}`).
-/// Made with the builders of [`op`](crate::op).
+/// Made with the builders of [`op`](crate::op): the five built-in kinds, and a service's own kinds
+/// ([`op::custom`], or a typed builder such as [`op::inventory`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Operation {
@@ -132,6 +133,9 @@ pub enum Operation {
     Add(op::Add),
     Delete(op::Delete),
     Check(op::Check),
+    /// A service's own kind: written as it is, its `op` included.
+    #[serde(untagged)]
+    Custom(op::Custom),
 }
 
 impl Operation {
@@ -142,6 +146,7 @@ impl Operation {
             Operation::Add(o) => &o.key,
             Operation::Delete(o) => &o.key,
             Operation::Check(o) => &o.key,
+            Operation::Custom(o) => &o.key,
         }
     }
 }
@@ -173,6 +178,59 @@ pub mod op {
     /// `check`: a read-only vote; state what must hold with [`Check::version`] and [`Check::exists`].
     pub fn check(key: impl Into<Key>) -> Check {
         Check { key: key.into(), version: None, exists: None }
+    }
+
+    /// A service's own operation kind (`{"op": kind, "key": ..., field: value, ...}`), as the service
+    /// declares it; add its fields with [`Custom::field`]. The coordinator checks them against the
+    /// service's schema (a 400 naming the field), the service's participant judges the rest.
+    ///
+    /// ```
+    /// use twopc_client::op;
+    ///
+    /// let reserve = op::custom("reserve", "SKU-1").field("quantity", 3);
+    /// assert_eq!(
+    ///     serde_json::to_string(&twopc_client::Operation::from(reserve)).unwrap(),
+    ///     r#"{"op":"reserve","key":{"entityId":"SKU-1"},"quantity":3}"#
+    /// );
+    /// ```
+    pub fn custom(kind: impl Into<String>, key: impl Into<Key>) -> Custom {
+        Custom { op: kind.into(), key: key.into(), fields: Map::new() }
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize)]
+    pub struct Custom {
+        pub op: String,
+        pub key: Key,
+        #[serde(flatten)]
+        pub fields: Map<String, Value>,
+    }
+
+    impl Custom {
+        /// Sets one of the operation's fields. A number that must stay exact goes in as a [`Decimal`].
+        pub fn field(mut self, name: impl Into<String>, value: impl Into<Value>) -> Custom {
+            self.fields.insert(name.into(), value.into());
+            self
+        }
+    }
+
+    /// The example inventory service's operations (`functions/inventory`), typed: its SKUs are keyed
+    /// by `entityId`, quantities are whole units, at least 1.
+    pub mod inventory {
+        use super::Custom;
+
+        /// The service's name in the example deployment's registry.
+        pub const SERVICE: &str = "inventory";
+
+        /// `reserve`: `stock` down by `quantity`, `reserved` up by it. Refused unless the SKU is active
+        /// (`RULE`, service code `INACTIVE`) and has the stock (`CONDITION_FAILED`, with the numbers).
+        pub fn reserve(sku: impl Into<String>, quantity: u64) -> Custom {
+            super::custom("reserve", sku.into()).field("quantity", quantity)
+        }
+
+        /// `release`: the reverse of a reservation; never more than is reserved.
+        pub fn release(sku: impl Into<String>, quantity: u64) -> Custom {
+            super::custom("release", sku.into()).field("quantity", quantity)
+        }
     }
 
     #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -266,7 +324,7 @@ pub mod op {
             }
         )*};
     }
-    into_operation!(Put, Set, Add, Delete, Check);
+    into_operation!(Put, Set, Add, Delete, Check, Custom);
 }
 
 /// A service and the operations it applies.
@@ -376,6 +434,22 @@ mod tests {
         .unwrap();
         assert_eq!(tx.to_json(), expected);
         assert_eq!(serde_json::from_slice::<Value>(&tx.body_bytes()).unwrap(), tx.to_json());
+    }
+
+    #[test]
+    fn custom_operations_are_written_with_their_own_kind_and_fields() {
+        let tx = Transaction::new().with(Participant::new("inventory").op(op::inventory::reserve("SKU-1", 3)).op(
+            op::custom("label", Key::attribute("pk", "L")).field("text", "fragile").field("weight", Decimal::from(2)),
+        ));
+        let expected: Value = serde_json::from_str(
+            r#"{"participants": [{"service": "inventory", "operations": [
+                {"op": "reserve", "key": {"entityId": "SKU-1"}, "quantity": 3},
+                {"op": "label", "key": {"pk": "L"}, "text": "fragile", "weight": 2}
+            ]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(tx.to_json(), expected);
+        assert_eq!(tx.participants[0].operations[0].key(), &Key::entity("SKU-1"));
     }
 
     #[test]
