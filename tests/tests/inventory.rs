@@ -215,3 +215,20 @@ async fn a_participant_redeployed_between_the_phases_commits_what_it_voted_for()
     assert_eq!(env.balance("service-a", "W").await, "70");
     assert!(env.locked_items().await.is_empty());
 }
+
+/// The deployed coordinator learns the services' operations from `SERVICE_OPERATIONS`, which both
+/// templates take from `infra/service-operations.json`: that file is what the inventory declares.
+#[test]
+fn the_templates_operations_are_the_inventorys() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/service-operations.json");
+    let declared = serde_json::to_string_pretty(&inventory::catalogs().to_json()).unwrap() + "\n";
+    if std::env::var_os("TWOPC_WRITE_SERVICE_OPERATIONS").is_some() {
+        std::fs::write(&path, &declared).unwrap();
+    }
+    let written = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        twopc::custom::Catalogs::parse(&written).ok(),
+        Some(inventory::catalogs()),
+        "infra/service-operations.json is not what the inventory declares: run this test with TWOPC_WRITE_SERVICE_OPERATIONS=1 to write it"
+    );
+}

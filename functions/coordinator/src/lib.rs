@@ -19,7 +19,17 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     let services: Vec<String> = registry.keys().cloned().collect();
     let invoker = LambdaInvoker::from_registry(&aws, registry);
     let keys = config::keys(&aws, config::PARTICIPANT_KEYS, &config::required(config::PARTICIPANT_KEYS)?)?;
-    Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system()).with_keys(keys))
+    let operations = config::service_operations()?;
+    // A schema for a service outside the registry is a deployment that lost a participant or misnames one.
+    if let Some((unknown, _)) = operations.iter().find(|(service, _)| !services.contains(service)) {
+        return Err(ConfigError::Invalid {
+            name: config::SERVICE_OPERATIONS,
+            message: format!("\"{unknown}\" has operations but is not in {}", config::PARTICIPANTS),
+        });
+    }
+    Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
+        .with_keys(keys)
+        .with_operations(operations))
 }
 
 /// The caller's principal, in its canonical form (`twopc::principal`), from API Gateway's request

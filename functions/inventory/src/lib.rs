@@ -128,3 +128,12 @@ pub fn reserve(sku: &str, quantity: u64) -> Value {
 pub fn release(sku: &str, quantity: u64) -> Value {
     json!({"op": "release", "key": {"entityId": sku}, "quantity": quantity})
 }
+
+/// What the coordinator's `SERVICE_OPERATIONS` holds for a deployment with this service
+/// (`infra/service-operations.json`, which a test holds to this).
+pub fn catalogs() -> twopc::custom::Catalogs {
+    let mut catalogs = twopc::custom::Catalogs::default();
+    let catalog = twopc::custom::Catalog::new(Inventory.schemas()).expect("the inventory's schemas are valid");
+    catalogs.insert(SERVICE, catalog);
+    catalogs
+}

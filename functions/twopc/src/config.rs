@@ -33,6 +33,18 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 pub const PARTICIPANT_KEYS: &str = "PARTICIPANT_KEYS";
 /// Participant: its own service's message key, a secret ARN, or `local-development-keys`.
 pub const PARTICIPANT_KEY: &str = "PARTICIPANT_KEY";
+/// Coordinator: each service's own operation kinds, JSON `{"service": [operation schema, ...]}`
+/// ([`crate::custom`]); `{}` when no service has any.
+pub const SERVICE_OPERATIONS: &str = "SERVICE_OPERATIONS";
+
+/// The services' own operation kinds (`SERVICE_OPERATIONS`; none when unset or empty).
+pub fn service_operations() -> Result<crate::custom::Catalogs, ConfigError> {
+    match std::env::var(SERVICE_OPERATIONS) {
+        Ok(text) if !text.trim().is_empty() => crate::custom::Catalogs::parse(&text)
+            .map_err(|message| ConfigError::Invalid { name: SERVICE_OPERATIONS, message }),
+        _ => Ok(crate::custom::Catalogs::default()),
+    }
+}
 
 /// The key source a setting names (see [`crate::auth::from_setting`]).
 pub fn keys(
@@ -127,8 +139,20 @@ pub fn log_filter(rust_log: Option<&str>, lambda_level: Option<&str>) -> String 
 
 /// The environment each function reads, for the template check in `tests/`.
 pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
-    ("coordinator", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, METRICS_NAMESPACE, CORS_ALLOW_ORIGIN, PARTICIPANT_KEYS]),
+    (
+        "coordinator",
+        &[
+            TRANSACTIONS_TABLE_NAME,
+            PARTICIPANTS,
+            METRICS_NAMESPACE,
+            CORS_ALLOW_ORIGIN,
+            PARTICIPANT_KEYS,
+            SERVICE_OPERATIONS,
+        ],
+    ),
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
+    // The example service's own participant: the participant library, so the participant's settings.
+    ("inventory", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
     ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES, METRICS_NAMESPACE, PARTICIPANT_KEYS]),
     (
         "stream-processor",
