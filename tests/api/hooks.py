@@ -5,8 +5,9 @@ Two checks of our own, besides schemathesis' built-in ones:
   answered 400, 404, 405, 413 or 422 must leave every item as it was (invariant 9). A 409 is an aborted
   transaction, which writes its record by design.
 - `schema_valid_refusals_are_server_rules`: a request the spec calls valid may still be refused, but only
-  for what no JSON schema can say: services not in this deployment's registry, a service or an item
-  named twice, DynamoDB's limits, `min` above `max`. Anything else is a spec that promises too much.
+  for what no JSON schema can say: services not in this deployment's registry, a service's own
+  operation sent to another service, a service or an item named twice, DynamoDB's limits, `min` above
+  `max`. Anything else is a spec that promises too much.
 """
 
 import os
@@ -24,7 +25,16 @@ dynamodb = boto3.client(
     aws_secret_access_key="local",
 )
 
-SERVER_JUDGED_CODES = {"UNKNOWN_SERVICE", "DUPLICATE_SERVICE", "DUPLICATE_ITEM", "LIMIT_EXCEEDED", "IDEMPOTENCY_KEY_REUSED"}
+# UNKNOWN_OPERATION: a service's own kind sent to another service (which service speaks which kind is
+# the registry's, as the service names are).
+SERVER_JUDGED_CODES = {
+    "UNKNOWN_SERVICE",
+    "DUPLICATE_SERVICE",
+    "DUPLICATE_ITEM",
+    "LIMIT_EXCEEDED",
+    "IDEMPOTENCY_KEY_REUSED",
+    "UNKNOWN_OPERATION",
+}
 SERVER_JUDGED_MESSAGES = re.compile(
     r"is greater than max|significant digits|outside DynamoDB's range|nests too deep|(min|max) - delta"
 )

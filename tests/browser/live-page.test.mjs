@@ -86,6 +86,16 @@ async function waitForTransaction(matches, what) {
   }
 }
 
+test('the example items show from the start, read from the tables, before any commit', async () => {
+  // `twopc-local up` puts the example SKUs and wallets in a new stack; the page reads each service's
+  // items when it loads (the stack's /local/items), so an item that exists has its value at once.
+  await item('inventory', 'lamp').locator('.value-stock').filter({ hasText: /^10$/ }).waitFor();
+  await item('inventory', 'desk').locator('.value-active').filter({ hasText: /^false$/ }).waitFor();
+  await balance('service-a', 'alice').filter({ hasText: /^100$/ }).waitFor();
+  await balance('service-b', 'bob').filter({ hasText: /^20$/ }).waitFor();
+  assert.equal(await page.locator('#order-form').isVisible(), true, 'the order form, since the stack has the inventory');
+});
+
 test('opening two accounts shows their balances live', async () => {
   await page.fill('#open-entity', alice);
   await page.selectOption('#open-service', 'service-a');
@@ -149,6 +159,48 @@ test('the lake shows the committed changes, and nothing of the refused ones', as
   await page.locator('#lake pre', { hasText: alice }).first().waitFor();
   const lake = await page.locator('#lake').textContent();
   assert.ok(!lake.includes('1000'), 'no line of the refused transfer');
+});
+
+async function order(sku, quantity, account, amount) {
+  await page.fill('#order-sku', sku);
+  await page.fill('#order-quantity', String(quantity));
+  await page.selectOption('#order-service', 'service-a');
+  await page.fill('#order-account', account);
+  await page.fill('#order-amount', String(amount));
+  await page.click('#order');
+  return `order ${quantity} ${sku} for ${amount} from ${account}`;
+}
+
+test('an order reserves stock with the inventory\'s own operation and debits the wallet, together or not at all', async () => {
+  const carol = `carol-${run}`;
+  await page.fill('#open-entity', carol);
+  await page.selectOption('#open-service', 'service-a');
+  await page.fill('#open-balance', '50');
+  await page.click('#open');
+  await balance('service-a', carol).filter({ hasText: /^50$/ }).waitFor();
+  const lamp = item('inventory', 'lamp');
+
+  let label = await order('lamp', 2, carol, 20);
+  const placed = await waitForTransaction((t) => t.label === label && t.status === 'COMMITTED', 'committed');
+  assert.deepEqual(placed.votes.map((v) => [v.service, v.vote]), [['inventory', 'PREPARED'], ['service-a', 'PREPARED']]);
+  await lamp.locator('.value-stock').filter({ hasText: /^8$/ }).waitFor();
+  await lamp.locator('.value-reserved').filter({ hasText: /^2$/ }).waitFor();
+  await balance('service-a', carol).filter({ hasText: /^30$/ }).waitFor();
+
+  // More than in stock: the inventory refuses with the numbers; the wallet is not debited.
+  label = await order('lamp', 100, carol, 1);
+  let refused = await waitForTransaction((t) => t.label === label && t.status === 'ABORTED', 'aborted');
+  let vote = refused.votes.find((v) => v.service === 'inventory');
+  assert.equal(vote.code, 'CONDITION_FAILED');
+  assert.match(vote.reason, /stock 8 - 100 = -92 is below zero/);
+
+  // An inactive SKU: the inventory's rule, with its own code beside RULE.
+  label = await order('desk', 1, carol, 1);
+  refused = await waitForTransaction((t) => t.label === label && t.status === 'ABORTED', 'aborted');
+  vote = refused.votes.find((v) => v.service === 'inventory');
+  assert.equal(vote.code, 'RULE INACTIVE');
+  assert.equal(await lamp.locator('.value-stock').textContent(), '8');
+  assert.equal(await balance('service-a', carol).textContent(), '30');
 });
 
 test('the REST API answers a page of another origin (CORS preflight in a real browser)', async () => {

@@ -445,6 +445,16 @@ impl TestEnv {
         self.client.put_item().table_name(self.table(service)).set_item(Some(item)).send().await.expect("put");
     }
 
+    /// Puts an item with this `data` at version 0, outside the protocol (a service's own set-up).
+    pub async fn put_data(&self, service: &str, id: &str, data: &Value) {
+        let mut item = serde_json::Map::new();
+        item.insert("entityId".into(), Value::String(id.to_owned()));
+        item.insert("data".into(), data.clone());
+        item.insert("version".into(), Value::from(0));
+        let item = twopc::attr::to_item(&item);
+        self.client.put_item().table_name(self.table(service)).set_item(Some(item)).send().await.expect("put");
+    }
+
     /// The item as JSON, or None.
     pub async fn item(&self, service: &str, id: &str) -> Option<Value> {
         let out = self

@@ -16,10 +16,13 @@
 //! transfers are writes that approach DynamoDB's limits on an account's other fields, next to its
 //! balance: a `set` of up to 400 fields, strings of up to 190 KB, nested lists that make the
 //! transaction record near its bound (either side of it), values nested at the limit or one level over.
+//! Among them too are orders: the example inventory (a participant of its own) reserves or releases
+//! units of a SKU with its own operations, and the buyer pays with a transfer, in one transaction.
 //!
 //! Checked once everything ended: every record terminal and no lock left; balances, versions and
 //! `lastTx` are exactly what the committed records make (each applied once, nothing of an aborted
-//! transaction), and so is every other field; the total is conserved; every answer agrees with its final
+//! transaction), and so is every other field; the total is conserved; each SKU's stock and reserved
+//! units are what its committed orders computed, never below zero, their sum conserved; every answer agrees with its final
 //! record as the call itself saw it (a crash before the decision ends aborted, one after it ends as the
 //! record said right after the crash); a 409 says ABORTED; a 5xx quotes no table, DynamoDB operation
 //! or DynamoDB error; a key is prepared by one execution at most, and its replays name one transaction.
@@ -28,7 +31,7 @@
 //! varies); `BANK_TRANSFERS`, `BANK_CLIENTS` size it; `BANK_SOAK_SECS` turns it into a soak that keeps
 //! transferring for that long; `BANK_FAULT_PERCENT` is the chance of a coordinator or edge fault per
 //! call, `BANK_DYNAMO_PERMILLE` the chance of each DynamoDB fault kind per request, `BANK_LIMIT_PERCENT`
-//! the share of writes near DynamoDB's limits, `BANK_LATE_PERCENT` the chance that a call also has a late
+//! the share of writes near DynamoDB's limits, `BANK_ORDER_PERCENT` the share of orders, `BANK_LATE_PERCENT` the chance that a call also has a late
 //! copy of one of its messages.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -153,6 +156,10 @@ const ACCOUNTS: [(&str, &str); 10] = [
     ("service-b", "b4"),
 ];
 const OPENING_BALANCE: u64 = 100;
+/// The example inventory's SKUs, each with this stock and none reserved: orders reserve and release
+/// them with the inventory's own operations.
+const SKUS: [&str; 3] = ["sku0", "sku1", "sku2"];
+const OPENING_STOCK: u64 = 40;
 /// The transfers' `timeoutMs`, drawn evenly.
 const TIMEOUTS: [Duration; 4] = [
     Duration::from_millis(800),
@@ -170,6 +177,30 @@ fn transfer_body(from: (&str, &str), to: (&str, &str), amount: u64, timeout_ms: 
         Transaction::new().participant(from.0, [debit]).participant(to.0, [credit])
     };
     transfer.timeout_ms(timeout_ms).to_json()
+}
+
+/// An order: the inventory reserves (or, one time in four, releases) units of a SKU with its own
+/// operation, and the buyer pays for them with a transfer (a debit with `min: 0`, a credit), all in one
+/// transaction. The inventory refuses a reserve beyond the stock and a release beyond what is reserved.
+fn order_body(rng: &mut Rng, timeout_ms: u64) -> (Value, Vec<String>) {
+    let from = ACCOUNTS[rng.below(10) as usize];
+    let mut to = ACCOUNTS[rng.below(10) as usize];
+    while to == from {
+        to = ACCOUNTS[rng.below(10) as usize];
+    }
+    let sku = SKUS[rng.below(SKUS.len() as u64) as usize];
+    let quantity = 1 + rng.below(6);
+    let stock =
+        if rng.below(4) == 0 { op::inventory::release(sku, quantity) } else { op::inventory::reserve(sku, quantity) };
+    let mut body = transfer_body(from, to, quantity * 5, timeout_ms);
+    let operation = serde_json::to_value(twopc_client::Operation::from(stock)).unwrap();
+    body["participants"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"service": op::inventory::SERVICE, "operations": [operation]}));
+    let mut services = vec![from.0.to_owned(), to.0.to_owned(), op::inventory::SERVICE.to_owned()];
+    services.dedup();
+    (body, services)
 }
 
 /// Which of DynamoDB's limits a near-limit `set` approaches.
@@ -455,13 +486,18 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let dynamo_per_mille = env_number("BANK_DYNAMO_PERMILLE", 4);
     let limit_percent = env_number("BANK_LIMIT_PERCENT", 6);
     let late_percent = env_number("BANK_LATE_PERCENT", 80);
+    let order_percent = env_number("BANK_ORDER_PERCENT", 20);
     println!("bank: seed={seed} (replay with BANK_SEED={seed})");
     let run_started = Instant::now();
 
     let dynamo_faults = DynamoFaults::new(seed ^ 0xD1B5_4A32_D192_ED03);
-    let env = Arc::new(TestEnv::with_dynamo_faults(&["service-a", "service-b"], dynamo_faults.clone()).await);
+    let env =
+        Arc::new(TestEnv::with_dynamo_faults(&["service-a", "service-b", "inventory"], dynamo_faults.clone()).await);
     for (service, id) in ACCOUNTS {
         env.put_account(service, id, &OPENING_BALANCE.to_string()).await;
+    }
+    for sku in SKUS {
+        env.put_data(inventory::SERVICE, sku, &inventory::sku(sku, OPENING_STOCK, true)).await;
     }
     dynamo_rules(&dynamo_faults, dynamo_per_mille, TIMEOUTS[0]);
     // A sweeper runs alongside the clients, as the schedule would, racing live coordinators.
@@ -502,7 +538,10 @@ async fn the_bank_stays_balanced_under_random_faults() {
                     let timeout = TIMEOUTS[rng.below(TIMEOUTS.len() as u64) as usize];
                     let timeout_ms = timeout.as_millis() as u64;
                     let near_limit = rng.below(100) < limit_percent;
-                    let (body, services) = if near_limit {
+                    let order = !near_limit && rng.below(100) < order_percent;
+                    let (body, services) = if order {
+                        order_body(&mut rng, timeout_ms)
+                    } else if near_limit {
                         let body = near_limit_body(&mut rng, timeout_ms);
                         let services: Vec<String> = body["participants"]
                             .as_array()
@@ -599,6 +638,9 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let mut touches: HashMap<(String, String), u64> = HashMap::new();
     // (account, field) → every value a committed transaction set it to.
     let mut written: HashMap<(String, String, String), HashSet<u64>> = HashMap::new();
+    // SKU → (stock, reserved, committed writes) as the committed orders make them.
+    let mut skus: HashMap<String, (i64, i64, u64)> =
+        SKUS.iter().map(|sku| (sku.to_string(), (OPENING_STOCK as i64, 0, 0))).collect();
     let mut committed_ids = HashSet::new();
     let (mut committed, mut aborted) = (0, 0);
     for record in &records {
@@ -625,6 +667,17 @@ async fn the_bank_stays_balanced_under_random_faults() {
             let service = participant["service"].as_str().unwrap();
             for op in participant["operations"].as_array().unwrap() {
                 let account = op["key"]["entityId"].as_str().unwrap().to_owned();
+                if service == inventory::SERVICE {
+                    let quantity = op["quantity"].as_i64().expect("an order's quantity");
+                    let sku = skus.get_mut(&account).expect("a known SKU");
+                    match op["op"].as_str() {
+                        Some("reserve") => (sku.0, sku.1) = (sku.0 - quantity, sku.1 + quantity),
+                        Some("release") => (sku.0, sku.1) = (sku.0 + quantity, sku.1 - quantity),
+                        other => panic!("the bank orders no {other:?}"),
+                    }
+                    sku.2 += 1;
+                    continue;
+                }
                 let key = (service.to_owned(), account.clone());
                 match op["op"].as_str() {
                     Some("add") => {
@@ -689,6 +742,35 @@ async fn the_bank_stays_balanced_under_random_faults() {
             }
         }
     }
+    // The inventory: each SKU holds what its committed orders computed, never below zero, and the units
+    // are conserved (stock + reserved is what it opened with).
+    for sku in SKUS {
+        let item = env.item(inventory::SERVICE, sku).await.expect("the SKU exists");
+        let number = |field: &str| item["data"][field].as_i64().unwrap_or(i64::MIN);
+        let (stock, reserved, version) = (number("stock"), number("reserved"), item["version"].as_u64().unwrap());
+        let (want_stock, want_reserved, writes) = skus[sku];
+        if (stock, reserved) != (want_stock, want_reserved) {
+            violations.push((
+                "inventory",
+                format!(
+                    "{sku} holds stock {stock}, reserved {reserved}, but its committed orders make {want_stock}, {want_reserved}: an aborted order left an effect or a commit applied twice"
+                ),
+            ));
+        }
+        if stock < 0 || reserved < 0 || stock + reserved != OPENING_STOCK as i64 {
+            violations.push((
+                "inventory",
+                format!("{sku}: stock {stock} and reserved {reserved} break the inventory's rules"),
+            ));
+        }
+        if version != writes {
+            violations.push(("version", format!("{sku} is at version {version} after {writes} committed orders")));
+        }
+    }
+    let orders = records
+        .iter()
+        .filter(|r| r["participants"].as_array().unwrap().iter().any(|p| p["service"] == inventory::SERVICE))
+        .count();
     if total != OPENING_BALANCE * ACCOUNTS.len() as u64 {
         violations.push(("total", format!("the total is {total}, not {}", OPENING_BALANCE * ACCOUNTS.len() as u64)));
     }
@@ -802,7 +884,7 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let replays = outcomes.iter().filter(|o| !o.replay.is_empty()).count();
     let near_limit = outcomes.iter().filter(|o| o.near_limit).count();
     println!(
-        "bank: seed={seed} calls={} replays={replays} near_limit={near_limit} answers={answers:?} committed={committed} aborted={aborted} \
+        "bank: seed={seed} calls={} replays={replays} near_limit={near_limit} orders={orders} answers={answers:?} committed={committed} aborted={aborted} \
          faults={} {faults:?} late_copies={late:?} dynamo_requests={} dynamo_faults={} {dynamo:?} background_sweeps={background_runs} (failed {}) \
          final_sweeps={} clients_ms={clients_ms} settle_ms={settle_ms} total_ms={} violations={}",
         outcomes.len(),

@@ -125,6 +125,55 @@ async fn drive(stack: &Stack) {
     pushes.close().await.ok();
     cross_origin(stack).await;
     page_routes(stack, &id).await;
+    inventory_orders(stack).await;
+}
+
+/// The example inventory, which runs a participant of its own: the coordinator checks its operations
+/// against the schemas it was given (a 400 naming the field), the inventory computes what a reserve
+/// makes of a SKU and refuses with its numbers, and the stack shows the result and serves the spec with
+/// the inventory's operations.
+async fn inventory_orders(stack: &Stack) {
+    let e = stack.endpoints();
+    let api = Client::new(&e.api).expect("the API's URL");
+    let sku = json!({"name": "Lamp", "stock": 10, "reserved": 0, "active": true});
+    let stocked = api
+        .submit(&Transaction::new().participant(op::inventory::SERVICE, [op::put("lamp-t", sku).if_not_exists()]))
+        .await
+        .expect("the REST API answers");
+    assert!(stocked.is_committed(), "{stocked:?}");
+    let order = |quantity| {
+        Transaction::new()
+            .participant(op::inventory::SERVICE, [op::inventory::reserve("lamp-t", quantity)])
+            .participant("service-a", [op::add("A", "balance", -1).min(0)])
+    };
+    let placed = api.submit(&order(2)).await.expect("the REST API answers");
+    assert!(placed.is_committed(), "{placed:?}");
+    let Outcome::Aborted(refused) = api.submit(&order(100)).await.expect("the REST API answers") else {
+        panic!("an order beyond the stock is refused")
+    };
+    let vote = refused.participants.iter().find(|p| p.service == op::inventory::SERVICE).unwrap();
+    assert_eq!(vote.code, Some(RefusalCode::ConditionFailed), "{refused:?}");
+    assert!(vote.reason.as_deref().unwrap_or_default().contains("stock 8 - 100 = -92 is below zero"), "{refused:?}");
+    let missing = Transaction::new().participant(op::inventory::SERVICE, [op::custom("reserve", "lamp-t")]);
+    match api.submit(&missing).await {
+        Err(twopc_client::Error::Invalid(error)) => assert!(error.message.contains("quantity"), "{error:?}"),
+        other => panic!("a reserve without its quantity is a 400 naming it: {other:?}"),
+    }
+
+    let http = reqwest::Client::new();
+    let items = http.get(format!("{}/local/items", e.api)).send().await.unwrap().bytes().await.unwrap();
+    let items: Value = serde_json::from_slice(&items).expect("/local/items is JSON");
+    let listed = items["services"][op::inventory::SERVICE]["items"].as_array().expect("the inventory's items");
+    let lamp = listed.iter().find(|item| item["key"]["entityId"] == "lamp-t").expect("the SKU is listed");
+    assert_eq!(
+        (&lamp["data"]["stock"], &lamp["data"]["reserved"], &lamp["version"]),
+        (&json!(8), &json!(2), &json!(2))
+    );
+    let account =
+        items["services"]["service-a"]["items"].as_array().unwrap().iter().find(|i| i["key"]["entityId"] == "A");
+    assert!(account.is_some_and(|a| a.get("lockedBy").is_none()), "{items}");
+    let spec = http.get(format!("{}/openapi.yaml", e.api)).send().await.unwrap().text().await.unwrap();
+    assert!(spec.contains("inventory.reserve:") && spec.contains("x-service: inventory"), "the served spec");
 }
 
 /// The live page's own routes: the page, where the WebSocket API is, and the lake's newest files.
@@ -215,7 +264,15 @@ async fn the_stack_commits_pushes_and_writes_the_lake() {
     let lake = lake_dir("in-process");
     let mut config = Config::isolated(dynamodb_local::shared().endpoint(), &lake);
     config.cors_allow_origin = Some("*".into());
+    config.example_items = true;
     let stack = Stack::start(config).await.expect("the stack starts");
+    // The example items are in before the REST API answers: the page's first read shows them.
+    let http = reqwest::Client::new();
+    let items = http.get(format!("{}/local/items?limit=2", stack.endpoints().api)).send().await.unwrap();
+    let items: Value = serde_json::from_slice(&items.bytes().await.unwrap()).expect("/local/items is JSON");
+    let skus = &items["services"]["inventory"];
+    assert_eq!(skus["items"].as_array().map(Vec::len), Some(2), "{items}");
+    assert_eq!(skus["more"], true, "three SKUs, two listed: {items}");
     drive(&stack).await;
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&lake);
@@ -255,7 +312,11 @@ async fn cargo_lambda_watch_runs_the_real_functions() {
     });
     config.cors_allow_origin = Some("*".into());
     let stack = Stack::start(config).await.expect("the stack starts with every function under cargo lambda watch");
-    assert_eq!(stack.endpoints().lambda.len(), 3, "two participant deployments and the other functions");
+    assert_eq!(
+        stack.endpoints().lambda.len(),
+        4,
+        "three participant deployments (the inventory's runs its own binary) and the other functions"
+    );
     drive(&stack).await;
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&lake);

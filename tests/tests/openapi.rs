@@ -19,6 +19,33 @@ fn spec() -> Value {
     yaml_serde::from_str(&text).expect("openapi.yaml is YAML")
 }
 
+/// The spec as the local stack serves it with the example inventory: its `reserve` and `release` in it.
+fn served_spec() -> Value {
+    yaml_serde::from_str(&local_stack::served_openapi(&inventory::catalogs())).expect("the served spec is YAML")
+}
+
+const SERVICES: [&str; 3] = ["service-a", "service-b", "inventory"];
+
+/// The coordinator's parser with the example deployment's registry and the inventory's operations.
+fn parse(body: &Value) -> Result<TransactionRequest, twopc::model::Invalid> {
+    twopc::coordinator::parse_request_with(
+        body.to_string().as_bytes(),
+        |s| SERVICES.contains(&s),
+        &inventory::catalogs(),
+    )
+}
+
+/// The built-in operation kinds the spec lists: `op` → its schema.
+fn built_in_kinds(spec: &Value) -> std::collections::BTreeMap<String, Value> {
+    schema(spec, "Operation")["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kind| spec.pointer(&kind["$ref"].as_str().unwrap()[1..]).unwrap().clone())
+        .filter_map(|kind| kind["properties"]["op"]["const"].as_str().map(|op| (op.to_owned(), kind.clone())))
+        .collect()
+}
+
 fn schema<'a>(spec: &'a Value, name: &str) -> &'a Value {
     spec.pointer(&format!("/components/schemas/{name}")).unwrap_or_else(|| panic!("the spec has schema {name}"))
 }
@@ -102,14 +129,16 @@ fn every_error_code_is_documented_with_the_status_it_is_answered_with() {
 #[test]
 fn operations_and_their_fields_are_the_parsers() {
     let spec = spec();
-    let mapping = schema(&spec, "Operation")["discriminator"]["mapping"].as_object().unwrap();
+    let kinds = built_in_kinds(&spec);
     assert_eq!(
-        mapping.keys().cloned().collect::<BTreeSet<_>>(),
+        kinds.keys().cloned().collect::<BTreeSet<_>>(),
         Operation::FIELDS.iter().map(|(op, _)| op.to_string()).collect()
     );
+    // Every other `op` is a service's own kind, never a built-in one.
+    let custom = schema(&spec, "CustomOperation");
+    assert_eq!(strings(&custom["properties"]["op"]["not"]["enum"]), kinds.keys().cloned().collect());
     for (op, fields) in Operation::FIELDS {
-        let reference = mapping[op].as_str().unwrap();
-        let documented = spec.pointer(&reference[1..]).unwrap();
+        let documented = &kinds[&op.to_string()];
         assert_eq!(
             documented["properties"].as_object().unwrap().keys().cloned().collect::<BTreeSet<_>>(),
             fields.iter().map(|f| f.to_string()).collect(),
@@ -170,14 +199,21 @@ fn the_clients_codes_are_the_specs() {
 #[test]
 fn every_example_is_valid_and_request_examples_are_accepted_by_the_parser() {
     let spec = spec();
+    let served = served_spec();
     let request_schema = validator(&spec, schema(&spec, "TransactionRequest"));
+    let served_request_schema = validator(&served, schema(&served, "TransactionRequest"));
     let examples = spec.pointer("/paths/~1transactions/post/requestBody/content/application~1json/examples").unwrap();
+    let mut inventory_examples = 0;
     for (name, example) in examples.as_object().unwrap() {
-        let body = example["value"].to_string();
-        twopc::coordinator::parse_request(body.as_bytes(), |s| ["service-a", "service-b"].contains(&s))
-            .unwrap_or_else(|e| panic!("request example {name} is refused by the parser: {e}"));
+        let request =
+            parse(&example["value"]).unwrap_or_else(|e| panic!("request example {name} is refused by the parser: {e}"));
         assert!(request_schema.is_valid(&example["value"]), "request example {name} fails its schema");
+        assert!(served_request_schema.is_valid(&example["value"]), "request example {name} fails the served schema");
+        if request.participants.iter().any(|p| p.service == inventory::SERVICE) {
+            inventory_examples += 1;
+        }
     }
+    assert!(inventory_examples > 0, "an example shows the inventory's own operations");
     let mut checked = 0;
     for (path, method, status, response) in responses(&spec) {
         let content = &response["content"]["application/json"];
@@ -199,8 +235,15 @@ fn every_example_is_valid_and_request_examples_are_accepted_by_the_parser() {
 /// those only the server can judge (its registry, DynamoDB's limits, items named twice).
 #[test]
 fn the_schema_refuses_what_the_parser_refuses() {
-    let spec = spec();
+    // The spec as served with the configured services' operations: the generic one cannot know a
+    // service's kinds or their fields.
+    let spec = served_spec();
     let request_schema = validator(&spec, schema(&spec, "TransactionRequest"));
+    let reserve = |fields: Value| {
+        let mut op = json!({"op": "reserve", "key": {"entityId": "lamp"}});
+        op.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+        json!({"participants": [{"service": "inventory", "operations": [op]}]})
+    };
     let add = |extra: Value| {
         let mut op = json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1});
         op.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -255,15 +298,74 @@ fn the_schema_refuses_what_the_parser_refuses() {
             false,
         ),
         (add(json!({"delta": 1e200})), ErrorCode::InvalidRequest, false),
+        // A service's own operations: its schema's fields and types, and its kinds.
+        (reserve(json!({})), ErrorCode::InvalidRequest, true),
+        (reserve(json!({"quantity": "3"})), ErrorCode::InvalidRequest, true),
+        (reserve(json!({"quantity": 0})), ErrorCode::InvalidRequest, true),
+        (reserve(json!({"quantity": 1.5})), ErrorCode::InvalidRequest, true),
+        (reserve(json!({"quantity": 1, "colour": "red"})), ErrorCode::InvalidRequest, true),
+        (reserve(json!({"quantity": 1, "key": {}})), ErrorCode::InvalidRequest, true),
+        (
+            json!({"participants": [{"service": "inventory", "operations": [{"op": "restock", "key": {"entityId": "lamp"}, "quantity": 1}]}]}),
+            ErrorCode::UnknownOperation,
+            true,
+        ),
+        // Which service speaks which kind is the registry's, as the service names are.
+        (
+            json!({"participants": [{"service": "service-a", "operations": [{"op": "reserve", "key": {"entityId": "lamp"}, "quantity": 1}]}]}),
+            ErrorCode::UnknownOperation,
+            false,
+        ),
     ];
     for (body, code, schema_refuses) in cases {
-        let refused =
-            twopc::coordinator::parse_request(body.to_string().as_bytes(), |s| ["service-a", "service-b"].contains(&s))
-                .expect_err(&format!("the parser refuses {body}"));
+        let refused = parse(&body).expect_err(&format!("the parser refuses {body}"));
         assert_eq!(refused.code, code, "{body}: {refused}");
         if schema_refuses {
             assert!(!request_schema.is_valid(&body), "the schema accepts {body}, which the parser refuses: {refused}");
         }
+    }
+}
+
+/// The served spec describes each service's own operations as the service declares them, and the
+/// client's builders (the generic one and the inventory's typed one) write what both the schema and the
+/// parser accept.
+#[test]
+fn the_served_spec_and_the_client_express_the_services_operations() {
+    let spec = served_spec();
+    let declared = inventory::catalogs();
+    let catalog = declared.of(inventory::SERVICE);
+    let custom: BTreeSet<String> = schema(&spec, "CustomOperation")["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kind| kind["$ref"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(custom, catalog.schemas().map(|s| format!("inventory.{}", s.op)).collect());
+    for operation in catalog.schemas() {
+        let documented = schema(&spec, &format!("inventory.{}", operation.op));
+        assert_eq!(documented["x-service"], "inventory");
+        assert_eq!(documented["properties"]["op"]["const"], operation.op.as_str());
+        let fields: BTreeSet<String> = documented["properties"].as_object().unwrap().keys().cloned().collect();
+        let mut expected: BTreeSet<String> = operation.fields.keys().cloned().collect();
+        expected.extend(["op".to_owned(), "key".to_owned()]);
+        assert_eq!(fields, expected, "the fields of inventory's {}", operation.op);
+    }
+    // Without services of their own, no custom operation at all.
+    let plain: Value = yaml_serde::from_str(&local_stack::served_openapi(&Default::default())).unwrap();
+    assert!(plain.pointer("/components/schemas/CustomOperation").is_none());
+    assert_eq!(built_in_kinds(&plain).len(), schema(&plain, "Operation")["oneOf"].as_array().unwrap().len());
+
+    use twopc_client::{Transaction, op};
+    let request_schema = validator(&spec, schema(&spec, "TransactionRequest"));
+    let order = Transaction::new()
+        .participant(op::inventory::SERVICE, [op::inventory::reserve("lamp", 2), op::inventory::release("chair", 1)])
+        .participant("service-a", [op::add("alice", "balance", -30).min(0)]);
+    let generic = Transaction::new().participant("inventory", [op::custom("reserve", "lamp").field("quantity", 2)]);
+    for request in [order, generic] {
+        let body = request.to_json();
+        parse(&body).unwrap_or_else(|e| panic!("the parser refuses {body}: {e}"));
+        let errors: Vec<String> = request_schema.iter_errors(&body).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "the served schema refuses {body}: {errors:?}");
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Number, Value, json};
 
 use crate::model::{ErrorCode, Invalid, Operation};
 
@@ -25,6 +25,33 @@ pub struct OperationSchema {
     /// Its fields besides `op` and `key`.
     #[serde(default)]
     pub fields: BTreeMap<String, FieldSchema>,
+}
+
+impl OperationSchema {
+    /// This kind as a JSON Schema (draft 2020-12, as `openapi.yaml`'s), its `key` and object fields
+    /// referring to that document's `Key` and `StoredValue`: what the parser accepts, never more.
+    pub fn json_schema(&self) -> Value {
+        let mut properties = Map::new();
+        properties.insert("op".into(), json!({"const": self.op}));
+        properties.insert("key".into(), json!({"$ref": "#/components/schemas/Key"}));
+        let mut required = vec![json!("op"), json!("key")];
+        for (name, field) in &self.fields {
+            properties.insert(name.clone(), field.json_schema());
+            if field.required {
+                required.push(json!(name));
+            }
+        }
+        let mut schema = json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": required,
+            "properties": properties,
+        });
+        if !self.description.is_empty() {
+            schema["description"] = json!(self.description);
+        }
+        schema
+    }
 }
 
 /// One field of a service's operation.
@@ -150,6 +177,30 @@ impl Catalog {
 }
 
 impl FieldSchema {
+    fn json_schema(&self) -> Value {
+        let mut schema = match self.kind {
+            FieldType::String => json!({"type": "string"}),
+            FieldType::Integer => json!({"type": "integer"}),
+            FieldType::Number => json!({"type": "number"}),
+            FieldType::Boolean => json!({"type": "boolean"}),
+            FieldType::Object => json!({
+                "type": "object",
+                "propertyNames": {"minLength": 1},
+                "additionalProperties": {"$ref": "#/components/schemas/StoredValue"},
+            }),
+        };
+        if let Some(minimum) = &self.minimum {
+            schema["minimum"] = Value::Number(minimum.clone());
+        }
+        if let Some(maximum) = &self.maximum {
+            schema["maximum"] = Value::Number(maximum.clone());
+        }
+        if !self.description.is_empty() {
+            schema["description"] = json!(self.description);
+        }
+        schema
+    }
+
     fn check(&self, value: &Value, at: &str) -> Result<(), Invalid> {
         let ok = match self.kind {
             FieldType::String => value.is_string(),

@@ -6,7 +6,7 @@ const state = {
   services: {},            // service → table
   socket: null,
   watched: new Map(),      // topic → {service, table, entity}
-  items: new Map(),        // topic → last commit push
+  items: new Map(),        // topic → last commit push, or the item as read when the page loaded
   transactions: new Map(), // transactionId → {record, httpStatus, source, elapsedMs, sentAt}
   pending: new Set(),      // topics asked for, not yet acknowledged
   waiting: new Map(),      // topic → callbacks to run when the WebSocket API acknowledges it
@@ -97,7 +97,7 @@ function onPush(message) {
 // Follows an item; resolves once the WebSocket API has acknowledged the topic (or after 3 s, so a
 // closed socket never holds a form back). A form waits for it before it sends its transaction: a
 // commit made before the subscription is written would reach nobody, and the REST API has no item
-// read to fill the row in afterwards.
+// read to fill the row in afterwards (the stack's /local/items is read once, when the page loads).
 function watch(service, entity) {
   const table = state.services[service];
   if (!table || !entity) return Promise.resolve();
@@ -185,6 +185,19 @@ function transferBody(form) {
   };
 }
 
+function orderBody(form) {
+  const quantity = form.quantity.value.trim();
+  if (!/^[1-9]\d*$/.test(quantity)) throw new Error(`quantity ${JSON.stringify(quantity)} is not a whole number of at least 1`);
+  const amount = amountOf(form.amount.value);
+  return {
+    participants: [
+      // The inventory's own operation: it says how stock changes, and refuses with its own reasons.
+      { service: 'inventory', operations: [{ op: 'reserve', key: { entityId: form.sku.value.trim() }, quantity: Number(quantity) }] },
+      { service: form.service.value, operations: [{ op: 'add', key: { entityId: form.account.value.trim() }, field: 'balance', delta: `-${amount}`, min: 0 }] },
+    ],
+  };
+}
+
 function setUpForms() {
   const openForm = $('#open-form');
   openForm.addEventListener('submit', async (event) => {
@@ -208,6 +221,16 @@ function setUpForms() {
   };
   transferForm.addEventListener('submit', (event) => { event.preventDefault(); transfer(1); });
   $('#transfer-twice').addEventListener('click', () => { if (transferForm.reportValidity()) transfer(2); });
+
+  const orderForm = $('#order-form');
+  orderForm.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const body = orderBody(orderForm);
+    const sku = orderForm.sku.value.trim(); const account = orderForm.account.value.trim();
+    const label = `order ${orderForm.quantity.value.trim()} ${sku} for ${orderForm.amount.value.trim()} from ${account}`;
+    await Promise.all([watch('inventory', sku), watch(orderForm.service.value, account)]);
+    submit(body, { label });
+  });
 
   const rawForm = $('#raw-form');
   rawForm.body.value = JSON.stringify({
@@ -268,17 +291,19 @@ function renderItems(changedTopic) {
       row.append(element('td', { class: 'entity', text: w.entity }));
       const value = element('td', { class: 'value' });
       // A commit too large for a WebSocket message comes without its data (imagesOmitted).
-      if (push && push.imagesOmitted) value.append(element('span', { class: 'muted', text: 'changed (too large to show live)' }));
+      if (push && push.read && push.lockedBy) value.append(renderValue(push.data), element('span', { class: 'muted', text: ` (locked by ${short(push.lockedBy)})` }));
+      else if (push && push.imagesOmitted) value.append(element('span', { class: 'muted', text: 'changed (too large to show live)' }));
       else if (push) value.append(renderValue(push.data));
       else if (state.refused.has(topic)) value.append(element('span', { class: 'muted', text: `not followed: ${state.refused.get(topic)}` }));
       else value.append(element('span', { class: 'muted', text: state.pending.has(topic) ? 'subscribing…' : 'no commit seen yet' }));
       row.append(value);
       row.append(element('td', { class: 'version', text: push ? `v${push.version}` : '' }));
-      row.append(element('td', { class: 'muted', text: push ? `${short(push.transactionId)} · ${push.committedAt}` : '' }));
+      const last = !push ? '' : push.read ? 'as read when the page loaded' : `${short(push.transactionId)} · ${push.committedAt}`;
+      row.append(element('td', { class: 'muted', text: last }));
       if (topic === changedTopic) row.classList.add('flash');
       body.append(row);
     }
-    const empty = rows.length === 0 ? element('p', { class: 'muted', text: 'No item watched yet.' }) : '';
+    const empty = rows.length === 0 ? element('p', { class: 'muted', text: 'No item yet.' }) : '';
     root.append(element('div', { class: 'card service', 'data-service': service },
       element('h3', { text: `${service} ` }, element('span', { class: 'muted', text: table })),
       rows.length ? element('table', {}, element('thead', {}, element('tr', {},
@@ -318,7 +343,7 @@ function renderTransactions() {
       const rows = (record.participants || []).map((p) => element('tr', { 'data-service': p.service },
         element('td', { text: p.service }),
         element('td', { class: `vote ${(p.vote || '').toLowerCase()}`, text: p.vote || 'no vote' }),
-        element('td', { class: 'code', text: p.code || '' }),
+        element('td', { class: 'code', text: [p.code, p.serviceCode].filter(Boolean).join(' ') }),
         element('td', { class: 'reason', text: p.reason || '' })));
       item.append(element('table', { class: 'votes' }, element('tbody', {}, ...rows)));
       if (record.reason) item.append(element('p', { class: 'reason', text: record.reason }));
@@ -345,6 +370,27 @@ async function renderLake() {
 
 // ---- start ---------------------------------------------------------------------------------
 
+// The services' items as they are now (the stack reads its tables: /local/items), each followed from
+// here on; a commit push that arrived first is newer, and kept.
+async function loadItems() {
+  let listed;
+  try { listed = await (await fetch(`/local/items?limit=${ITEMS_SHOWN}`)).json(); } catch { return; }
+  for (const [service, read] of Object.entries(listed.services || {})) {
+    if (!state.services[service]) continue;
+    for (const item of read.items || []) {
+      const entity = item.key && item.key.entityId;
+      if (typeof entity !== 'string') continue;
+      const topic = entityTopic(state.services[service], entity);
+      state.watched.set(topic, { service, table: state.services[service], entity });
+      if (!state.items.has(topic)) state.items.set(topic, { read: true, data: item.data, version: item.version, lockedBy: item.lockedBy });
+    }
+  }
+}
+
+// Per service, how many of its items the page follows from the start (each is a topic of this
+// connection, and the WebSocket API caps those).
+const ITEMS_SHOWN = 20;
+
 async function start() {
   const stack = await (await fetch('/local/stack.json')).json();
   state.services = stack.services;
@@ -353,6 +399,10 @@ async function start() {
     $(id).replaceChildren(...names.map((name) => element('option', { value: name, text: name })));
   }
   if (names.length > 1) $('#to-service').value = names[1];
+  // Orders need the example inventory; they are paid from any other service's wallet.
+  const wallets = names.filter((name) => name !== 'inventory');
+  $('#order-form').hidden = !names.includes('inventory') || wallets.length === 0;
+  $('#order-service').replaceChildren(...wallets.map((name) => element('option', { value: name, text: name })));
   try {
     for (const [service, entity] of JSON.parse(localStorage.getItem('twopc.watched') || '[]')) {
       const table = state.services[service];
@@ -360,6 +410,7 @@ async function start() {
     }
   } catch { /* a stale list: start with none */ }
   $('#ws-url').textContent = stack.websocket;
+  await loadItems();
   setUpForms();
   renderItems();
   renderTransactions();

@@ -1,7 +1,8 @@
 //! The demo: the Rust client (`twopc-client`: real HTTP and a real WebSocket) against the local stack. Opens two
-//! accounts, makes a transfer that commits, one that is refused, and two that conflict, and shows
-//! for each the phases and their timings, the votes and the outcome, what the WebSocket client
-//! received and what reached the lake.
+//! accounts and a SKU of the example inventory, makes a transfer that commits, one that is refused, two
+//! that conflict, an order (the inventory's own `reserve` and a payment, together) and one the
+//! inventory refuses, and shows for each the phases and their timings, the votes and the outcome, what
+//! the WebSocket client received and what reached the lake.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -173,6 +174,7 @@ struct Demo<'a> {
     aborted: Vec<String>,
     alice: String,
     bob: String,
+    lamp: String,
 }
 
 fn transfer(from: &str, to: &str, amount: u64) -> Transaction {
@@ -333,12 +335,14 @@ impl Demo<'_> {
             let text = match m {
                 Push::Commit(c) => {
                     let id = c.key.get("entityId").and_then(Value::as_str).unwrap_or("?");
+                    // An account shows its balance, a SKU its stock.
+                    let field = if c.data.get("stock").is_some() { "stock" } else { "balance" };
                     format!(
-                        "commit {}/{id} v{}  balance {} → {}",
+                        "commit {}/{id} v{}  {field} {} → {}",
                         c.table,
                         c.version,
-                        c.previous["balance"].as_number().map_or("—".to_owned(), ToString::to_string),
-                        c.data["balance"]
+                        c.previous[field].as_number().map_or("—".to_owned(), ToString::to_string),
+                        c.data[field]
                     )
                 }
                 Push::Transaction { status, .. } => format!("transaction {status}"),
@@ -415,11 +419,20 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         aborted: vec![],
         alice: "alice".into(),
         bob: "bob".into(),
+        lamp: "lamp".into(),
     };
 
-    println!("\n1. Open two accounts: alice with 100 at service-a, bob with 20 at service-b (`put`s, ifNotExists)");
+    let inventory = demo.tables.get(op::inventory::SERVICE).cloned();
+    match &inventory {
+        Some(_) => println!(
+            "\n1. Open two accounts, alice with 100 at service-a and bob with 20 at service-b, and put a SKU in the inventory: 5 lamps (`put`s, ifNotExists)"
+        ),
+        None => println!(
+            "\n1. Open two accounts: alice with 100 at service-a, bob with 20 at service-b (`put`s, ifNotExists)"
+        ),
+    }
     let open = |suffix: &str| {
-        Transaction::new()
+        let mut open = Transaction::new()
             .participant(
                 "service-a",
                 [op::put(format!("alice{suffix}"), json!({"owner": "Alice", "balance": 100})).if_not_exists()],
@@ -427,8 +440,16 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
             .participant(
                 "service-b",
                 [op::put(format!("bob{suffix}"), json!({"owner": "Bob", "balance": 20})).if_not_exists()],
-            )
+            );
+        if inventory.is_some() {
+            let lamp = json!({"name": "Lamp", "stock": 5, "reserved": 0, "active": true});
+            open = open.participant(op::inventory::SERVICE, [op::put(format!("lamp{suffix}"), lamp).if_not_exists()]);
+        }
+        open
     };
+    if let Some(table) = &inventory {
+        demo.ws.subscribe(&[topic::entity(table, "lamp")]).await?;
+    }
     let mut s = demo.one("open", open("")).await?;
     if !s.committed() && s.outcome.state().refused_with(&RefusalCode::ConditionFailed) {
         // Kept data from an earlier run: open fresh accounts beside the old ones.
@@ -437,9 +458,12 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         println!(
             "   alice and bob exist from an earlier run (kept data): opening alice{suffix} and bob{suffix} instead"
         );
-        demo.ws
-            .subscribe(&[topic::entity(&a, &format!("alice{suffix}")), topic::entity(&b, &format!("bob{suffix}"))])
-            .await?;
+        let mut topics = vec![topic::entity(&a, &format!("alice{suffix}")), topic::entity(&b, &format!("bob{suffix}"))];
+        if let Some(table) = &inventory {
+            topics.push(topic::entity(table, &format!("lamp{suffix}")));
+        }
+        demo.ws.subscribe(&topics).await?;
+        demo.lamp = format!("lamp{suffix}");
         demo.alice = format!("alice{suffix}");
         demo.bob = format!("bob{suffix}");
         s = demo.one("open", open(&suffix)).await?;
@@ -492,6 +516,35 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         demo.expect_fanout(&[&again], "   ").await?;
     }
 
+    if inventory.is_some() {
+        let lamp = demo.lamp.clone();
+        let order = |quantity: u64, price: u64| {
+            Transaction::new()
+                .participant(op::inventory::SERVICE, [op::inventory::reserve(&lamp, quantity)])
+                .participant("service-a", [op::add(&alice, "balance", -(price as i64)).min(0)])
+                .participant("service-b", [op::add(&bob, "balance", price)])
+        };
+        println!(
+            "\n5. alice buys 2 lamps from bob's shop for 15: the inventory's own `reserve` (its rules: only an active SKU, never below zero), her payment and bob's receipt, in one transaction"
+        );
+        let bought = demo.one("order", order(2, 15)).await?;
+        demo.print_trace(&bought, "   ");
+        if !bought.committed() {
+            return Err(format!("the order did not commit: {:?}", bought.outcome));
+        }
+        demo.expect_fanout(&[&bought], "   ").await?;
+
+        println!(
+            "\n6. alice orders 10 more lamps: 3 are left, and the inventory refuses with the numbers; she pays nothing"
+        );
+        let refused = demo.one("refused", order(10, 20)).await?;
+        demo.print_trace(&refused, "   ");
+        if !refused.outcome.state().refused_with(&RefusalCode::ConditionFailed) {
+            return Err(format!("the order beyond the stock was not refused: {:?}", refused.outcome));
+        }
+        demo.expect_fanout(&[&refused], "   ").await?;
+    }
+
     // Everything committed is in; nothing else may be.
     let lines = lake_lines(&demo.lake_dir, demo.since);
     let of = |ids: &[String]| {
@@ -502,6 +555,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
     for (_, line) in lines
         .iter()
         .filter(|(_, l)| l["transactionId"].as_str().is_some_and(|id| demo.committed.iter().any(|i| i == id)))
+        .filter(|(_, l)| l["data"].get("balance").is_some())
     {
         let who = line["key"]["entityId"].as_str().unwrap_or("?").to_owned();
         let version = line["version"].as_u64().unwrap_or(0);

@@ -61,6 +61,23 @@ pub(crate) fn stream_processor(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Clie
     )))
 }
 
+/// The function a service's participant runs: its own crate's for the repository's example service
+/// (the inventory, with its own operations), the generic participant's for any other.
+pub(crate) fn participant_function(service: &str) -> &'static str {
+    if service == inventory::SERVICE { "inventory" } else { "participant" }
+}
+
+/// The configured services' own operation kinds, as the coordinator's `SERVICE_OPERATIONS` gives them.
+pub fn service_operations(services: impl IntoIterator<Item = impl AsRef<str>>) -> twopc::custom::Catalogs {
+    let mut catalogs = twopc::custom::Catalogs::default();
+    for service in services {
+        if participant_function(service.as_ref()) == "inventory" {
+            catalogs.insert(service.as_ref(), inventory::catalogs().of(inventory::SERVICE).clone());
+        }
+    }
+    catalogs
+}
+
 /// The system's functions, in-process or under `cargo lambda watch`.
 pub enum Functions {
     InProcess(Box<InProcess>),
@@ -96,17 +113,22 @@ impl Functions {
             .participants
             .iter()
             .map(|(service, table)| {
-                Participant::new(
+                let participant = Participant::new(
                     service.clone(),
                     DataTable::new(dynamodb.clone(), table),
                     transactions.clone(),
                     clock::system(),
-                )
+                );
+                match participant_function(service) {
+                    "inventory" => participant.with_operations(inventory::Inventory),
+                    _ => participant,
+                }
             })
             .collect();
         let invoker: Arc<dyn ParticipantInvoker> = Arc::new(InProcessInvoker::new(participants));
         let services: Vec<String> = tables.participants.keys().cloned().collect();
-        let coordinator = Coordinator::new(transactions, invoker, services.clone(), clock::system());
+        let coordinator = Coordinator::new(transactions, invoker, services.clone(), clock::system())
+            .with_operations(service_operations(&services));
         let data_tables: BTreeMap<String, DataTable> = tables
             .participants
             .iter()
@@ -144,7 +166,11 @@ impl Functions {
         };
         let mut participant_ports = BTreeMap::new();
         let mut watches = Vec::new();
-        for (i, (service, table)) in wiring.tables.participants.iter().enumerate() {
+        // The generic participants' deployments first (service-a on 9001, service-b on 9002, as the docs
+        // say), then the services that run their own participant.
+        let mut deployments: Vec<(&String, &String)> = wiring.tables.participants.iter().collect();
+        deployments.sort_by_key(|(service, _)| participant_function(service) != "participant");
+        for (i, (service, table)) in deployments.into_iter().enumerate() {
             let port = port_for(i + 1)?;
             let mut env: Vec<(&str, String)> = common.to_vec();
             env.extend([
@@ -155,11 +181,13 @@ impl Functions {
                 (twopc::config::PARTICIPANT_KEY, twopc::auth::LOCAL_KEYS.to_owned()),
             ]);
             let watch = Watch::spawn(&format!("participant-{service}"), port, &env, options)?;
-            participant_ports.insert(service.clone(), port);
+            participant_ports.insert(service.clone(), (port, participant_function(service)));
             watches.push(watch);
         }
-        let registry: BTreeMap<&String, String> =
-            participant_ports.iter().map(|(s, port)| (s, format!("http://127.0.0.1:{port}/participant"))).collect();
+        let registry: BTreeMap<&String, String> = participant_ports
+            .iter()
+            .map(|(s, (port, function))| (s, format!("http://127.0.0.1:{port}/{function}")))
+            .collect();
         let system_port = port_for(0)?;
         let mut env: Vec<(&str, String)> = common.to_vec();
         env.extend([
@@ -167,6 +195,10 @@ impl Functions {
             ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
             (twopc::config::PARTICIPANTS, json!(registry).to_string()),
             (twopc::config::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
+            (
+                twopc::config::SERVICE_OPERATIONS,
+                service_operations(wiring.tables.participants.keys()).to_json().to_string(),
+            ),
             (twopc::config::PARTICIPANT_TABLES, json!(wiring.tables.participants).to_string()),
             (twopc::config::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
             (twopc::config::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
@@ -198,14 +230,14 @@ impl Functions {
             "building and starting the functions under `cargo lambda watch` (the first build takes a few minutes)..."
         );
         let started = std::time::Instant::now();
-        let warm_participants = participant_ports.values().map(|port| {
+        let warm_participants = participant_ports.values().map(|(port, function)| {
             let client = client(*port);
             async move {
                 // A read-only prepare: it reads one item and locks nothing.
                 let check = json!({"action": "prepare", "transactionId": "warm-up", "operations": [
                     {"op": "check", "key": {"entityId": "warm-up"}}
                 ]});
-                invoke(&client, "participant", &check).await
+                invoke(&client, function, &check).await
             }
         });
         let connection = WebSocketConnection {
@@ -261,8 +293,8 @@ impl Functions {
 
         let mut described: Vec<(String, String, Vec<String>)> = participant_ports
             .iter()
-            .map(|(service, port)| {
-                (format!("participant-{service}"), format!("http://127.0.0.1:{port}"), vec!["participant".to_owned()])
+            .map(|(service, (port, function))| {
+                (format!("participant-{service}"), format!("http://127.0.0.1:{port}"), vec![function.to_string()])
             })
             .collect();
         described.push((

@@ -18,7 +18,7 @@ mod functions;
 mod page;
 mod ports;
 mod rest;
-pub use rest::OPENAPI;
+pub use rest::{OPENAPI, served_openapi};
 mod streams;
 pub mod trace;
 mod watch;
@@ -35,7 +35,7 @@ use local_services::firehose::{Firehose, LakeSink};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-pub use functions::Functions;
+pub use functions::{Functions, service_operations};
 pub use watch::cargo_lambda_installed;
 
 /// The delivery stream name the stream processor writes to (the lake's file names start with it).
@@ -43,7 +43,9 @@ pub const LAKE_STREAM: &str = "twopc-lake";
 pub const DEFAULT_DYNAMODB_PORT: u16 = 8000;
 pub const DEFAULT_API_PORT: u16 = 3000;
 pub const DEFAULT_WEBSOCKET_PORT: u16 = 3001;
-pub const DEFAULT_SERVICES: [&str; 2] = ["service-a", "service-b"];
+/// The services of the default stack: two that run the generic participant, and the example
+/// inventory, which runs its own (`functions/inventory`, with its `reserve` and `release`).
+pub const DEFAULT_SERVICES: [&str; 3] = ["service-a", "service-b", "inventory"];
 /// Region and credentials every local client uses (DynamoDB Local accepts any).
 pub const REGION: &str = "us-east-1";
 
@@ -115,11 +117,14 @@ pub struct Config {
     /// page open in a browser on this machine make transfers here.
     pub cors_allow_origin: Option<String>,
     pub mode: Mode,
+    /// Put [`example_items`] in the tables (once: a kept stack that has them, or any of them, is left as
+    /// it is) before the REST API answers, so that the live page has items from its first load.
+    pub example_items: bool,
 }
 
 impl Default for Config {
     /// The contract's defaults: DynamoDB Local on 8000 (in memory), the REST API on 3000, WebSocket
-    /// on 3001, the lake under `.local/lake/` of the workspace, `service-a` and `service-b`.
+    /// on 3001, the lake under `.local/lake/` of the workspace, [`DEFAULT_SERVICES`].
     fn default() -> Self {
         Config {
             dynamodb_endpoint: None,
@@ -139,6 +144,7 @@ impl Default for Config {
             stage: "local".to_owned(),
             cors_allow_origin: None,
             mode: Mode::InProcess,
+            example_items: false,
         }
     }
 }
@@ -443,6 +449,9 @@ impl Stack {
                 .with_dead_letters(dead_letters.clone()),
             );
         }
+        if config.example_items {
+            put_example_items(&functions, &tables, &config.stage).await;
+        }
         let websocket_addr = local_addr(&websocket)?;
         let api_addr = local_addr(&api)?;
         let pollers = Pollers::start(pollers)?;
@@ -458,8 +467,16 @@ impl Stack {
             websocket: format!("ws://{websocket_addr}"),
             tables: tables.participants.clone(),
             lake_dir: config.lake_dir.clone(),
+            dynamodb: ddb.clone(),
         };
-        let rest = rest::Api::new(functions.clone(), config.stage.clone(), config.cors_allow_origin.clone(), page);
+        let operations = service_operations(tables.participants.keys());
+        let rest = rest::Api::new(
+            functions.clone(),
+            config.stage.clone(),
+            config.cors_allow_origin.clone(),
+            page,
+            &operations,
+        );
         tasks.0.push(tokio::spawn(rest::serve(api, rest)));
 
         let endpoints = Endpoints {
@@ -627,6 +644,67 @@ impl Pollers {
 impl Drop for Pollers {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// The items `up` starts a new stack with, for the services it has: SKUs of the example inventory
+/// (`lamp` and `chair` active, `desk` not) and a wallet at each of the other two services.
+pub fn example_items() -> Vec<(&'static str, &'static str, serde_json::Value)> {
+    use serde_json::json;
+    vec![
+        (inventory::SERVICE, "lamp", inventory::sku("Lamp", 10, true)),
+        (inventory::SERVICE, "chair", inventory::sku("Chair", 4, true)),
+        (inventory::SERVICE, "desk", inventory::sku("Desk", 2, false)),
+        ("service-a", "alice", json!({"owner": "Alice", "balance": 100})),
+        ("service-b", "bob", json!({"owner": "Bob", "balance": 20})),
+    ]
+}
+
+/// The Idempotency-Key of the transaction that puts the example items: a restart on kept data finds it
+/// done and writes nothing.
+const EXAMPLES_KEY: &str = "twopc-local-example-items";
+
+/// Puts [`example_items`] with one transaction through the coordinator (`put` with `ifNotExists`, so
+/// that nothing someone wrote is replaced: if any exists, none is put). A failure is logged, not fatal.
+async fn put_example_items(functions: &Functions, tables: &Tables, stage: &str) {
+    use serde_json::json;
+    let mut participants: BTreeMap<&str, Vec<serde_json::Value>> = BTreeMap::new();
+    for (service, id, data) in example_items() {
+        if tables.participants.contains_key(service) {
+            participants.entry(service).or_default().push(json!({
+                "op": "put", "key": {"entityId": id}, "data": data, "ifNotExists": true,
+            }));
+        }
+    }
+    if participants.is_empty() {
+        return;
+    }
+    let parts: Vec<serde_json::Value> = participants
+        .into_iter()
+        .map(|(service, operations)| json!({"service": service, "operations": operations}))
+        .collect();
+    let body = json!({"participants": parts}).to_string();
+    let request = events::HttpRequest {
+        method: "POST",
+        path: "/transactions",
+        query: None,
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("idempotency-key".into(), EXAMPLES_KEY.into()),
+        ],
+        body: body.as_bytes(),
+        source_ip: "127.0.0.1".into(),
+    };
+    let event = events::rest_proxy_event(&request, "/transactions", None, stage, "127.0.0.1");
+    match functions.coordinator(&event).await {
+        Ok(answer) if answer.status == 200 => info!("the example items are in (lamp, chair and desk, alice, bob)"),
+        Ok(answer) if answer.status == 409 => {
+            info!("the example items were not put: some of them exist already (kept data)")
+        }
+        Ok(answer) => {
+            warn!(status = answer.status, body = %String::from_utf8_lossy(&answer.body), "putting the example items failed")
+        }
+        Err(e) => warn!(error = %e, "putting the example items failed"),
     }
 }
 

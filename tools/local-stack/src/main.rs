@@ -129,6 +129,8 @@ impl StackArgs {
             table_prefix: self.table_prefix.clone(),
             cors_allow_origin: Some(self.cors_allow_origin.clone()).filter(|origin| !origin.is_empty()),
             sweep_interval: Duration::from_secs(self.sweep_secs.max(1)),
+            // `up` starts with items to show and order; the demo makes its own.
+            example_items: keep_data_by_default,
             mode: if self.lambda {
                 Mode::Lambda(LambdaOptions {
                     workspace: local_stack::workspace_dir(),
@@ -282,7 +284,7 @@ async fn up(args: StackArgs) -> Result<(), String> {
 /// `twopc-local replay`: the stack on the kept data, one replay of the dead-letter folder, stop.
 async fn replay(args: StackArgs) -> Result<(), String> {
     init_logs("info,aws_config=warn,aws_smithy_runtime=warn");
-    let config = args.config(true, true);
+    let config = Config { example_items: false, ..args.config(true, true) };
     let stack = Stack::start(config.clone()).await.map_err(|e| e.to_string())?;
     eprintln!("replaying the dead letters of {}/ ...", show(&config.dead_letter_dir));
     let result = stack.replay_dead_letters().await;

@@ -1,8 +1,9 @@
 //! The live page at `/`: the items of each service with their live values, a transfer form and a raw
 //! transaction form, the transactions as they happen, and the latest lake files. Its assets are built
 //! into the binary (no network, no CDN). Every value it shows comes from the REST API and the
-//! WebSocket API, as any client's would; the two routes under `/local/` tell it where they are and
-//! list the lake, which in AWS is a bucket, not an API.
+//! WebSocket API, as any client's would; the routes under `/local/` tell it where they are, list the
+//! lake, which in AWS is a bucket, not an API, and read the services' items as they are now (in AWS,
+//! each service reads its own table), so that an item shows its value before any commit reaches it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ const INDEX: &str = include_str!("../page/index.html");
 const SCRIPT: &str = include_str!("../page/app.js");
 const STYLE: &str = include_str!("../page/app.css");
 
+/// How many items of each service `/local/items` lists (a page of a scan, in key-hash order).
+pub(crate) const ITEMS_PER_SERVICE: i32 = 100;
+
 /// How many lake files `/local/lake` lists, newest first, unless asked for fewer.
 const LAKE_FILES: usize = 10;
 /// How many of a file's records it shows (the last ones).
@@ -26,6 +30,8 @@ pub(crate) struct Page {
     /// service → its data table (the entity topics name the table).
     pub tables: BTreeMap<String, String>,
     pub lake_dir: PathBuf,
+    /// The services' tables, read by `/local/items`.
+    pub dynamodb: aws_sdk_dynamodb::Client,
 }
 
 impl Page {
@@ -52,6 +58,49 @@ impl Page {
             _ => None,
         }
     }
+}
+
+impl Page {
+    /// `GET /local/items`: every service's items as they are now, each `{key, data, version}` (as the
+    /// `entity:` pushes give them) and `lockedBy` while a transaction holds it; `more` when the table
+    /// has more than `?limit=` (at most and by default [`ITEMS_PER_SERVICE`]). A service whose table cannot be read says why, alone.
+    pub(crate) async fn items(&self, query: Option<&str>) -> Response {
+        let limit = query
+            .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("limit=")))
+            .and_then(|n| n.parse::<i32>().ok())
+            .map_or(ITEMS_PER_SERVICE, |n| n.clamp(1, ITEMS_PER_SERVICE));
+        let reads = self.tables.iter().map(|(service, table)| async move {
+            let read = self.dynamodb.scan().table_name(table).consistent_read(true).limit(limit).send().await;
+            let listed = match read {
+                Ok(page) => {
+                    let items: Vec<Value> = page.items().iter().map(shown_item).collect();
+                    json!({"table": table, "items": items, "more": page.last_evaluated_key().is_some()})
+                }
+                Err(e) => json!({
+                    "table": table,
+                    "error": aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
+                }),
+            };
+            (service.clone(), listed)
+        });
+        let services: serde_json::Map<String, Value> = futures::future::join_all(reads).await.into_iter().collect();
+        no_store(json!({"services": services}))
+    }
+}
+
+/// An item as the page shows it: its key, data and version, and the transaction that holds its lock.
+fn shown_item(item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> Value {
+    use twopc::tables::item_attr as a;
+    let json = twopc::attr::item_to_json(item);
+    let mut shown = json!({
+        "key": {a::KEY: json.get(a::KEY).cloned().unwrap_or(Value::Null)},
+        "data": json.get(a::DATA).cloned().unwrap_or(Value::Null),
+        "version": json.get(a::VERSION).cloned().unwrap_or(json!(0)),
+    });
+    if let Some(holder) = json.get(a::LOCK).and_then(|lock| lock.get("transactionId")) {
+        shown["lockedBy"] = holder.clone();
+    }
+    shown
 }
 
 fn no_store(body: Value) -> Response {

@@ -20,6 +20,7 @@ use tracing::{error, info};
 use crate::Functions;
 use crate::events::{self, HttpRequest};
 use crate::page::Page;
+use twopc::custom::Catalogs;
 
 /// The REST API's specification, served at `/openapi.yaml` so that tools can read it from the running stack.
 pub const OPENAPI: &str = include_str!("../../../openapi.yaml");
@@ -32,12 +33,70 @@ pub(crate) struct Api {
     stage: String,
     cors_allow_origin: Option<HeaderValue>,
     page: Page,
+    /// `/openapi.yaml` as served: with the configured services' own operations.
+    openapi: String,
 }
 
 impl Api {
-    pub(crate) fn new(functions: Arc<Functions>, stage: String, cors_allow_origin: Option<String>, page: Page) -> Api {
+    pub(crate) fn new(
+        functions: Arc<Functions>,
+        stage: String,
+        cors_allow_origin: Option<String>,
+        page: Page,
+        operations: &Catalogs,
+    ) -> Api {
         let cors_allow_origin = cors_allow_origin.and_then(|origin| HeaderValue::try_from(origin).ok());
-        Api { functions, stage, cors_allow_origin, page }
+        Api { functions, stage, cors_allow_origin, page, openapi: served_openapi(operations) }
+    }
+}
+
+/// `openapi.yaml` as a stack with these services serves it: each service's own operation kinds are
+/// schemas of their own (`<service>.<op>`, marked `x-service`), and `CustomOperation` is any of them in
+/// place of the generic schema (none declared: no custom operation at all).
+pub fn served_openapi(operations: &Catalogs) -> String {
+    let mut spec: Value = yaml_serde::from_str(OPENAPI).expect("openapi.yaml is YAML");
+    let schemas = spec.pointer_mut("/components/schemas").and_then(Value::as_object_mut).expect("the spec has schemas");
+    let mut declared = Vec::new();
+    for (service, catalog) in operations.iter() {
+        for operation in catalog.schemas() {
+            let name: String = format!("{service}.{}", operation.op)
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+                .collect();
+            let mut schema = operation.json_schema();
+            schema["x-service"] = json!(service);
+            let described = schema["description"].as_str().map(|d| format!(": {d}")).unwrap_or_default();
+            schema["description"] = json!(format!("`{service}`'s own operation `{}`{described}", operation.op));
+            schemas.insert(name.clone(), schema);
+            declared.push(json!({"$ref": format!("#/components/schemas/{name}")}));
+        }
+    }
+    let generic = schemas["CustomOperation"]["description"].clone();
+    if declared.is_empty() {
+        schemas.remove("CustomOperation");
+        let kinds = spec.pointer_mut("/components/schemas/Operation/oneOf").and_then(Value::as_array_mut);
+        kinds.expect("Operation is a oneOf").retain(|kind| kind["$ref"] != "#/components/schemas/CustomOperation");
+    } else {
+        schemas["CustomOperation"] = json!({"description": generic, "anyOf": declared});
+    }
+    yaml_serde::to_string(&to_yaml(&spec)).expect("a spec serializes")
+}
+
+/// serde_json's exact numbers serialize as JSON only: YAML gets them as YAML numbers.
+fn to_yaml(value: &Value) -> yaml_serde::Value {
+    match value {
+        Value::Null => yaml_serde::Value::Null,
+        Value::Bool(b) => yaml_serde::Value::Bool(*b),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => yaml_serde::Value::Number(u.into()),
+            (None, Some(i)) => yaml_serde::Value::Number(i.into()),
+            _ => yaml_serde::Value::Number(n.as_f64().unwrap_or_default().into()),
+        },
+        Value::String(s) => yaml_serde::Value::String(s.clone()),
+        Value::Array(items) => yaml_serde::Value::Sequence(items.iter().map(to_yaml).collect()),
+        Value::Object(map) => yaml_serde::Value::Mapping(
+            map.iter().map(|(k, v)| (yaml_serde::Value::String(k.clone()), to_yaml(v))).collect(),
+        ),
     }
 }
 
@@ -79,7 +138,12 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     let method = parts.method.as_str();
     let path = parts.uri.path();
     if (method, path) == ("GET", "/openapi.yaml") {
-        let mut response = ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI).into_response();
+        let mut response = ([(header::CONTENT_TYPE, "application/yaml")], api.openapi.clone()).into_response();
+        response.extensions_mut().insert(LocalOnly);
+        return response;
+    }
+    if (method, path) == ("GET", "/local/items") {
+        let mut response = api.page.items(parts.uri.query()).await;
         response.extensions_mut().insert(LocalOnly);
         return response;
     }
