@@ -32,8 +32,19 @@ def table(stack: Stack, name: str) -> str:
 
 
 def participant(stack: Stack, index: int) -> dict:
-    """The index-th participant deployment (by service name)."""
+    """The index-th participant deployment (by service name), whichever binary it runs."""
     return [d for _, d in sorted(participant_deployments(stack).items())][index]
+
+
+def deployment_of(stack: Stack, service: str) -> dict:
+    """The participant deployment of a service."""
+    return participant_deployments(stack)[service]
+
+
+def other_participant(stack: Stack, function_id: str) -> dict:
+    """The first participant deployment (by service name) that is not the function's own: what a
+    breakage lets a participant reach beyond its own."""
+    return next(d for _, d in sorted(participant_deployments(stack).items()) if d["function"] != function_id)
 
 
 def raw_statements(stack: Stack, role: str) -> list[list]:
@@ -246,7 +257,12 @@ def route_responses_of(stack: Stack, route: str) -> list[str]:
 
 def key_secret(stack: Stack, index: int) -> str:
     """The logical id of the index-th participant's key secret (what its PARTICIPANT_KEY names)."""
-    value = stack.resolve(variables_of(stack, participant(stack, index)["function"]).get("PARTICIPANT_KEY"))
+    return key_secret_of(stack, participant(stack, index)["function"])
+
+
+def key_secret_of(stack: Stack, function_id: str) -> str:
+    """The logical id of a participant function's key secret (what its PARTICIPANT_KEY names)."""
+    value = stack.resolve(variables_of(stack, function_id).get("PARTICIPANT_KEY"))
     secret = ref_id(value)
     assert secret and stack.kind(secret) == "AWS::SecretsManager::Secret", f"no key secret: {value!r}"
     return secret

@@ -32,6 +32,7 @@ from system import (
     json_variable,
     log_group_of,
     participant_deployments,
+    participant_functions,
     role_of,
 )
 from template_checks import METRICS_NAMESPACE, SDK_CALLS, rest_methods
@@ -556,7 +557,7 @@ def check_reserved_concurrency(stack: Stack) -> list[str]:
         for function in functions_of(evaluated, binary):
             if "ReservedConcurrentExecutions" in evaluated.props(function):
                 problems.append(f"{function} ({binary}): still reserves concurrency with {parameter}=0")
-    for function in functions_of(stack, "participant"):
+    for function in participant_functions(stack):
         if "ReservedConcurrentExecutions" in stack.props(function):
             problems.append(f"{function} (participant): reserved concurrency caps a participant")
     return problems

@@ -3,9 +3,17 @@ function runs which binary, each function's role and what that role is allowed, 
 deployments and their `live` aliases, the tables by name.
 
 A function's binary is told by its environment: every binary of the code reads a set of variables
-of its own (`twopc::config::FUNCTION_ENVIRONMENT`, printed by the contract example), and every
-deployment of it must set exactly those. A function whose variables match no binary exactly is
-given the nearest one (so that the other checks still find it) and check_environment reports it.
+(`twopc::config::FUNCTION_ENVIRONMENT`, printed by the contract example), and every deployment of it
+must set exactly those. A function whose variables match no binary exactly is given the nearest one
+(so that the other checks still find it) and check_environment reports it. Binaries built on the same
+library may read the same variables (the generic participant and a service's own participant, such
+as the example inventory): among those, the binary the function's code is built from tells (SAM:
+its build metadata, `BuildProperties.Binary`; CDK: the metadata entry `twopc:binary`, which
+test_cdk_code.py holds to the staged code).
+
+The participant functions are those of every binary built on the participant library (it reads
+SERVICE_NAME and DATA_TABLE_NAME: the service it serves and the table it owns), whichever binary that
+is: each is one participant deployment.
 """
 
 from __future__ import annotations
@@ -17,6 +25,12 @@ from typing import Any
 from cfn import Stack, as_list, att_id, placeholder, ref_id
 
 ALIAS_NAME = "live"
+# The generic participant (functions/participant: the built-in operations only).
+PARTICIPANT_BINARY = "participant"
+# What the participant library reads, and so every binary built on it: the service and its table.
+PARTICIPANT_VARIABLES = {"SERVICE_NAME", "DATA_TABLE_NAME"}
+# The CDK app's metadata entry naming a function's binary (infra/cdk/lib/code.ts, BINARY_METADATA).
+CDK_BINARY_METADATA = "twopc:binary"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -37,17 +51,39 @@ def _distance(variables: set[str], wanted: set[str]) -> int:
     return len(variables ^ wanted)
 
 
-def binary_of(stack: Stack, function: str) -> str | None:
-    """The binary whose variables the function sets exactly; else the single nearest one."""
+def declared_binary(stack: Stack, function: str) -> str | None:
+    """The binary the function's code is built from, as the template declares it: SAM's build
+    metadata (`BuildProperties.Binary`, kept through the transform) or the CDK app's `twopc:binary`."""
+    metadata = stack.template.get("Resources", {}).get(function, {}).get("Metadata") or {}
+    declared = metadata.get(CDK_BINARY_METADATA) or (metadata.get("BuildProperties") or {}).get("Binary")
+    return str(declared) if declared else None
+
+
+def binary_candidates(stack: Stack, function: str) -> list[str]:
+    """The binaries whose variables the function sets exactly; else the nearest ones (several when
+    binaries read the same variables, or tie in distance)."""
     variables = set(environment(stack, function))
     wanted = {binary: set(names) for binary, names in stack.code["functionEnvironment"].items()}
     exact = [binary for binary, names in wanted.items() if names == variables]
-    if exact:
-        return exact[0]
-    ranked = sorted(wanted, key=lambda binary: _distance(variables, wanted[binary]))
-    if len(ranked) > 1 and _distance(variables, wanted[ranked[0]]) == _distance(variables, wanted[ranked[1]]):
-        return None
-    return ranked[0] if ranked else None
+    if exact or not wanted:
+        return exact
+    nearest = min(_distance(variables, names) for names in wanted.values())
+    return [binary for binary, names in wanted.items() if _distance(variables, names) == nearest]
+
+
+def binary_of(stack: Stack, function: str) -> str | None:
+    """The binary whose variables the function sets exactly; else the single nearest one. Among
+    binaries that read the same variables, the one the function declares it is built from; without
+    such a declaration, the first exact one (check_environment reports the function)."""
+    candidates = binary_candidates(stack, function)
+    if len(candidates) == 1:
+        return candidates[0]
+    declared = declared_binary(stack, function)
+    if declared in candidates:
+        return declared
+    variables = set(environment(stack, function))
+    exact = [b for b in candidates if set(stack.code["functionEnvironment"][b]) == variables]
+    return exact[0] if exact else None
 
 
 def functions_by_binary(stack: Stack) -> dict[str, list[str]]:
@@ -187,13 +223,31 @@ def aliases(stack: Stack, function: str) -> dict[str, str]:
     return out
 
 
+def participant_binaries(stack: Stack) -> list[str]:
+    """The binaries built on the participant library (they read what it reads): the generic
+    participant and every service's own participant (the example inventory)."""
+    return [
+        binary
+        for binary, names in stack.code["functionEnvironment"].items()
+        if PARTICIPANT_VARIABLES <= set(names)
+    ]
+
+
+def participant_functions(stack: Stack) -> list[str]:
+    """The functions of every participant binary."""
+    by_binary = functions_by_binary(stack)
+    return sorted(f for binary in participant_binaries(stack) for f in by_binary.get(binary, []))
+
+
 def participant_deployments(stack: Stack) -> dict[str, dict]:
-    """Service name -> {function, table, alias} of each participant deployment."""
+    """Service name -> {function, binary, table, alias} of each participant deployment (a function
+    of any participant binary)."""
     deployments = {}
-    for function in functions_of(stack, "participant"):
+    for function in participant_functions(stack):
         env = environment(stack, function)
         deployments[str(env.get("SERVICE_NAME"))] = {
             "function": function,
+            "binary": binary_of(stack, function),
             "table": str(env.get("DATA_TABLE_NAME")),
             "alias": aliases(stack, function).get(ALIAS_NAME),
         }

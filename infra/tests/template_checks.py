@@ -17,9 +17,12 @@ from typing import Any
 
 from cfn import REPO, Stack, as_list, att_id, number, ref_id
 from system import (
+    PARTICIPANT_BINARY,
     alias_arns,
     allow_statements,
+    binary_candidates,
     binary_of,
+    declared_binary,
     environment,
     function_target,
     functions,
@@ -28,6 +31,7 @@ from system import (
     granted,
     json_variable,
     participant_deployments,
+    participant_functions,
     alias_references,
     policy_documents,
     role_of,
@@ -308,6 +312,13 @@ def check_environment(stack: Stack) -> list[str]:
         if binary is None:
             problems.append(f"{function}: its variables {sorted(variables)} match no binary of the code")
             continue
+        candidates = binary_candidates(stack, function)
+        if len(candidates) > 1 and declared_binary(stack, function) not in candidates:
+            # Binaries that read the same variables are told apart by the code the function runs.
+            problems.append(
+                f"{function}: its variables are those of {candidates}, and its code names none of them "
+                f"({declared_binary(stack, function)!r}: SAM's BuildProperties.Binary, CDK's twopc:binary)"
+            )
         for variable in sorted(wanted[binary] - variables):
             problems.append(f"{function} ({binary}) does not set {variable}")
         for variable in sorted(variables - wanted[binary]):
@@ -322,7 +333,7 @@ def check_registry(stack: Stack) -> list[str]:
     deployment's table; DATA_TABLE_NAME is a table of the template."""
     problems = []
     deployments = participant_deployments(stack)
-    if len(deployments) != len(functions_of(stack, "participant")):
+    if len(deployments) != len(participant_functions(stack)):
         problems.append("two participant deployments share a SERVICE_NAME: one of them is hidden from every check")
     names = set(table_ids(stack))
     for service, deployment in deployments.items():
@@ -373,6 +384,60 @@ def check_named_resources(stack: Stack) -> list[str]:
             problems.append(f"{function}: WEBSOCKET_ENDPOINT {env['WEBSOCKET_ENDPOINT']!r} is not a stage URL of the WebSocket API")
         if "METRICS_NAMESPACE" in env and env["METRICS_NAMESPACE"] != METRICS_NAMESPACE:
             problems.append(f"{function}: METRICS_NAMESPACE is {env['METRICS_NAMESPACE']!r}, not {METRICS_NAMESPACE!r}")
+    return problems
+
+
+# The services' own operation schemas, which the coordinator validates (its SERVICE_OPERATIONS): the
+# file both templates take them from (CDK reads it at synthesis, SAM inlines it), which a test of the
+# repository holds to what the services declare (tests/tests/inventory.rs).
+SERVICE_OPERATIONS_FILE = REPO / "infra" / "service-operations.json"
+SERVICE_OPERATIONS_VARIABLE = "SERVICE_OPERATIONS"
+
+
+def service_operations_file(path: Path = SERVICE_OPERATIONS_FILE) -> Any:
+    return json.loads(path.read_text())
+
+
+def check_service_operations(stack: Stack, expected: Any = None) -> list[str]:
+    """The coordinator's SERVICE_OPERATIONS is the JSON of infra/service-operations.json (`expected`
+    when given); every service it names is in the coordinator's PARTICIPANTS (the coordinator refuses
+    to start otherwise) and is deployed with a participant of its own (not the generic `participant`,
+    which knows the built-in operations only and would refuse every one of those)."""
+    expected = service_operations_file() if expected is None else expected
+    variable, source = SERVICE_OPERATIONS_VARIABLE, SERVICE_OPERATIONS_FILE.relative_to(REPO)
+    problems: list[str] = []
+    coordinators = functions_of(stack, "coordinator")
+    if not coordinators:
+        problems.append("no coordinator")
+    deployments = participant_deployments(stack)
+    for function in coordinators:
+        value = environment(stack, function).get(variable)
+        if value is None:
+            problems.append(f"{function}: no {variable} (the services' own operation schemas, {source})")
+            continue
+        try:
+            operations = json.loads(str(value))
+        except json.JSONDecodeError as error:
+            problems.append(f"{function}: {variable} is not JSON ({error}): {value!r}")
+            continue
+        if operations != expected:
+            problems.append(f"{function}: {variable} {operations!r} is not the JSON of {source}: {expected!r}")
+        if not isinstance(operations, dict):
+            problems.append(f"{function}: {variable} is not a JSON object of services' operation schemas")
+            continue
+        registry = json_variable(stack, function, "PARTICIPANTS", problems) or {}
+        for service in sorted(operations):
+            if service not in registry:
+                problems.append(
+                    f"{function}: {variable} names {service!r}, which is not in its PARTICIPANTS {sorted(registry)} "
+                    "(the coordinator refuses to start)"
+                )
+            deployment = deployments.get(service)
+            if deployment is not None and deployment["binary"] == PARTICIPANT_BINARY:
+                problems.append(
+                    f"{function}: {variable} names {service!r}, whose participant {deployment['function']} runs the "
+                    f"generic {PARTICIPANT_BINARY!r} binary, which knows none of those operations"
+                )
     return problems
 
 

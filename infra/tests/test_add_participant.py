@@ -28,6 +28,7 @@ from template_checks import (
     check_invoke_only_registered,
     check_participant_isolation,
     check_permissions_complete,
+    check_service_operations,
     check_tables,
 )
 
@@ -156,6 +157,7 @@ def all_problems(raw: dict, contract: dict) -> list[str]:
         + check_participant_keys(stack)
         + check_participant_invokers(stack)
         + check_no_local_keys(stack)
+        + check_service_operations(stack)
     )
 
 

@@ -5,7 +5,9 @@ binary it builds (test_sam_source.py). The CDK template names its code by asset 
 the staged asset (cdk.out/<aws:asset:path>, a zip as infra/cdk/synth.sh stages it, or a directory)
 is opened and its `bootstrap` compared with the binaries infra/build.sh built
 (target/lambda-debug/<binary>/bootstrap.zip, target/lambda/<binary>/bootstrap.zip, or the
-TWOPC_LAMBDA_ZIPS directory synth.sh was given)."""
+TWOPC_LAMBDA_ZIPS directory synth.sh was given). Where two binaries read the same environment (the
+generic participant and the inventory's), the function's `twopc:binary` metadata tells its binary,
+and this holds that declaration to the code."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import breaking as b
 from cfn import CDK_TEMPLATE, REPO, Stack
-from system import binary_of, functions
+from system import CDK_BINARY_METADATA, binary_of, functions
 
 
 def build_dirs() -> list[Path]:
@@ -77,4 +79,19 @@ def test_cdk_code_check_catches_swapped_code(cdk):
     coordinator, participant = b.function(cdk, "coordinator"), b.participant(cdk, 0)["function"]
     resources = cdk.template["Resources"]
     resources[coordinator]["Metadata"]["aws:asset:path"] = resources[participant]["Metadata"]["aws:asset:path"]
+    assert check_cdk_code(cdk, CDK_TEMPLATE.parent, build_dirs()) != []
+
+
+def test_cdk_code_check_catches_the_generic_participant_deployed_for_the_inventory(cdk):
+    # Both read the same environment: the inventory's function with the generic participant's code.
+    inventory, generic = b.function(cdk, "inventory"), b.function(cdk, "participant")
+    resources = cdk.template["Resources"]
+    resources[inventory]["Metadata"]["aws:asset:path"] = resources[generic]["Metadata"]["aws:asset:path"]
+    assert check_cdk_code(cdk, CDK_TEMPLATE.parent, build_dirs()) != []
+
+
+def test_cdk_code_check_catches_a_wrong_binary_declaration(cdk):
+    # The inventory's code, declared as the generic participant's (twopc:binary tells the two apart).
+    inventory = b.function(cdk, "inventory")
+    cdk.template["Resources"][inventory]["Metadata"][CDK_BINARY_METADATA] = "participant"
     assert check_cdk_code(cdk, CDK_TEMPLATE.parent, build_dirs()) != []

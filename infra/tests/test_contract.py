@@ -2,17 +2,28 @@
 
 The code's side comes from `cargo run -q -p twopc --example contract` (functions/twopc/examples/
 contract.rs), which prints `twopc::tables` and `twopc::config::FUNCTION_ENVIRONMENT` as JSON. Every
-test runs on the SAM template (after the transform) and on the CDK template."""
+test runs on the SAM template (after the transform) and on the CDK template. The coordinator's
+SERVICE_OPERATIONS (the services' own operation schemas) is infra/service-operations.json, and names
+only registered services that run a participant of their own (the example inventory)."""
 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
 import breaking as b
-from system import participant_deployments
-from template_checks import check_environment, check_tables, telemetry_names, with_source_facts
+from system import CDK_BINARY_METADATA, participant_binaries, participant_deployments
+from template_checks import (
+    SERVICE_OPERATIONS_FILE,
+    check_environment,
+    check_service_operations,
+    check_tables,
+    service_operations_file,
+    telemetry_names,
+    with_source_facts,
+)
 
 
 def test_contract_lists_the_expected_tables(contract):
@@ -25,10 +36,24 @@ def test_contract_lists_the_expected_tables(contract):
     assert set(contract["functionEnvironment"]) == {
         "coordinator",
         "participant",
+        "inventory",
         "sweeper",
         "stream-processor",
         "connections",
     }
+
+
+def test_the_participant_binaries_are_the_generic_one_and_the_inventory(stack):
+    # Both are built on the participant library and read its variables; the inventory is told apart
+    # by the code its function runs (SAM's build metadata, CDK's twopc:binary).
+    assert participant_binaries(stack) == ["participant", "inventory"]
+    deployments = participant_deployments(stack)
+    assert {service: d["binary"] for service, d in deployments.items()} == {
+        "service-a": "participant",
+        "service-b": "participant",
+        "inventory": "inventory",
+    }
+    assert deployments["inventory"]["table"] == "inventory-data"
 
 
 def test_a_binary_that_writes_metrics_must_list_the_namespace(tmp_path):
@@ -96,16 +121,19 @@ def test_table_check_catches(breakage, stack):
     assert check_tables(stack) != []
 
 
-def _registry(stack, targets: list) -> dict:
-    """A PARTICIPANTS value naming, for each service in order, the given target."""
+def _registry(stack, targets: dict) -> dict:
+    """A PARTICIPANTS value naming, for each service, the given target (its own `live` alias when not
+    given)."""
     parts: list = ["{"]
-    for index, (service, target) in enumerate(zip(sorted(participant_deployments(stack)), targets)):
+    for index, (service, deployment) in enumerate(sorted(participant_deployments(stack).items())):
+        target = targets.get(service, b.ref(deployment["alias"]))
         parts += [("" if index == 0 else ", ") + f'"{service}": "', target, '"']
     return b.join(*parts, "}")
 
 
 def _break_environment(stack, breakage: str) -> None:
     first, second = b.participant(stack, 0), b.participant(stack, 1)
+    services = sorted(participant_deployments(stack))
     if breakage == "missing-variable":
         # Only one of the two participant deployments loses it: each deployment is checked.
         del b.props(stack, second["function"])["Environment"]["Variables"]["DATA_TABLE_NAME"]
@@ -114,13 +142,22 @@ def _break_environment(stack, breakage: str) -> None:
     elif breakage == "rust-log":
         b.variables(stack, "coordinator")["RUST_LOG"] = "debug"
     elif breakage == "registry":
-        # The coordinator's registry names the first participant's alias for both services.
-        b.variables(stack, "coordinator")["PARTICIPANTS"] = _registry(stack, [b.ref(first["alias"])] * 2)
+        # The coordinator's registry names the first participant's alias for the second service too.
+        b.variables(stack, "coordinator")["PARTICIPANTS"] = _registry(stack, {services[1]: b.ref(first["alias"])})
     elif breakage == "registry-not-alias":
         # The sweeper's registry names the functions, not their `live` aliases.
         b.variables(stack, "sweeper")["PARTICIPANTS"] = _registry(
-            stack, [b.getatt(first["function"], "Arn"), b.getatt(second["function"], "Arn")]
+            stack, {services[0]: b.getatt(first["function"], "Arn"), services[1]: b.getatt(second["function"], "Arn")}
         )
+    elif breakage == "registry-misses-the-inventory":
+        # The sweeper's registry leaves out a service deployed with its own participant.
+        b.variables(stack, "sweeper")["PARTICIPANTS"] = _registry_without(stack, "inventory")
+    elif breakage == "inventory-without-its-table":
+        # The inventory's function serves no table of the template.
+        b.variables_of(stack, participant_deployments(stack)["inventory"]["function"])["DATA_TABLE_NAME"] = "inventory"
+    elif breakage == "inventory-runs-nothing-known":
+        # The inventory's function names no binary: its environment is both participants'.
+        _undeclare_binary(stack, participant_deployments(stack)["inventory"]["function"])
     elif breakage == "participant-tables":
         b.variables(stack, "stream-processor")["PARTICIPANT_TABLES"] = '{"service-a": "service-a-data"}'
     elif breakage == "metrics-namespace":
@@ -147,8 +184,123 @@ def _break_environment(stack, breakage: str) -> None:
         "firehose-stream",
         "stream-processor-metrics-namespace-missing",
         "stream-processor-metrics-namespace",
+        "registry-misses-the-inventory",
+        "inventory-without-its-table",
+        "inventory-runs-nothing-known",
     ],
 )
 def test_environment_check_catches(breakage, stack):
     _break_environment(stack, breakage)
     assert check_environment(stack) != []
+
+
+def _registry_without(stack, left_out: str) -> dict:
+    """A PARTICIPANTS value naming every service's `live` alias but `left_out`'s."""
+    parts: list = ["{"]
+    kept = [(s, d) for s, d in sorted(participant_deployments(stack).items()) if s != left_out]
+    for index, (service, deployment) in enumerate(kept):
+        parts += [("" if index == 0 else ", ") + f'"{service}": "', b.ref(deployment["alias"]), '"']
+    return b.join(*parts, "}")
+
+
+def _undeclare_binary(stack, function: str) -> None:
+    """Removes what names the binary a function's code is built from (SAM's BuildProperties, CDK's
+    twopc:binary)."""
+    metadata = b.resource(stack, function).get("Metadata", {})
+    metadata.pop("BuildProperties", None)
+    metadata.pop(CDK_BINARY_METADATA, None)
+
+
+def _declare_binary(stack, function: str, binary: str) -> None:
+    """Names another binary for a function's code (SAM's BuildProperties.Binary, CDK's twopc:binary)."""
+    metadata = b.resource(stack, function).setdefault("Metadata", {})
+    if "BuildProperties" in metadata:
+        metadata["BuildProperties"]["Binary"] = binary
+    else:
+        metadata[CDK_BINARY_METADATA] = binary
+
+
+# --- SERVICE_OPERATIONS: the services' own operations, as infra/service-operations.json ----------
+
+
+def test_the_service_operations_file_names_the_inventory():
+    operations = service_operations_file()
+    assert sorted(operations) == ["inventory"]
+    assert sorted(schema["op"] for schema in operations["inventory"]) == ["release", "reserve"]
+
+
+def test_service_operations_are_the_file(stack):
+    assert check_service_operations(stack) == []
+
+
+def test_sam_inlines_the_service_operations_compact(raw):
+    # One line of compact JSON (what CDK writes too): the file's content, nothing else.
+    value = raw["Resources"]["CoordinatorFunction"]["Properties"]["Environment"]["Variables"]["SERVICE_OPERATIONS"]
+    assert value == json.dumps(service_operations_file(), separators=(",", ":"))
+
+
+def test_cdk_reads_the_service_operations_file_compact(cdk):
+    coordinator = b.function(cdk, "coordinator")
+    value = b.variables_of(cdk, coordinator)["SERVICE_OPERATIONS"]
+    assert value == json.dumps(json.loads(SERVICE_OPERATIONS_FILE.read_text()), separators=(",", ":"))
+
+
+def _operations(stack) -> dict:
+    return json.loads(b.variables(stack, "coordinator")["SERVICE_OPERATIONS"])
+
+
+def _set_operations(stack, operations) -> None:
+    b.variables(stack, "coordinator")["SERVICE_OPERATIONS"] = (
+        operations if isinstance(operations, str) else json.dumps(operations, separators=(",", ":"))
+    )
+
+
+def _break_service_operations(stack, breakage: str) -> None:
+    if breakage == "missing":
+        del b.variables(stack, "coordinator")["SERVICE_OPERATIONS"]
+    elif breakage == "not-json":
+        _set_operations(stack, "inventory: reserve, release")
+    elif breakage == "empty":
+        # The coordinator would refuse every reserve and release as an unknown operation.
+        _set_operations(stack, {})
+    elif breakage == "a-schema-changed":
+        # The file changed and the template was not redeployed with it (or the other way round).
+        operations = _operations(stack)
+        operations["inventory"][0]["fields"]["quantity"]["minimum"] = 0
+        _set_operations(stack, operations)
+    elif breakage == "an-operation-left-out":
+        operations = _operations(stack)
+        operations["inventory"] = operations["inventory"][:1]
+        _set_operations(stack, operations)
+    elif breakage == "service-not-registered":
+        # The coordinator's PARTICIPANTS leaves the inventory out: it refuses to start.
+        b.variables(stack, "coordinator")["PARTICIPANTS"] = _registry_without(stack, "inventory")
+    elif breakage == "service-runs-the-generic-participant":
+        # The inventory's function runs the generic participant, which knows neither reserve nor release.
+        _declare_binary(stack, participant_deployments(stack)["inventory"]["function"], "participant")
+
+
+SERVICE_OPERATIONS_BREAKAGES = [
+    "missing",
+    "not-json",
+    "empty",
+    "a-schema-changed",
+    "an-operation-left-out",
+    "service-not-registered",
+    "service-runs-the-generic-participant",
+]
+
+
+@pytest.mark.parametrize("breakage", SERVICE_OPERATIONS_BREAKAGES)
+def test_service_operations_check_catches(breakage, stack):
+    _break_service_operations(stack, breakage)
+    assert check_service_operations(stack) != []
+
+
+def test_service_operations_check_catches_a_service_outside_the_registry(stack):
+    # The same schemas under a service nobody registered: the file and the template agree, yet the
+    # coordinator would refuse to start.
+    operations = {**_operations(stack), "warehouse": _operations(stack)["inventory"]}
+    _set_operations(stack, operations)
+    problems = check_service_operations(stack, expected=operations)
+    assert problems and all("warehouse" in p for p in problems), problems

@@ -145,9 +145,12 @@ def test_invoke_check_catches_a_registered_participant_it_cannot_invoke(stack):
     assert check_invoke_only_registered(stack) != []
 
 
-def test_isolation_check_catches_a_participant_reaching_another_table(stack):
-    statement = b.statement(stack, "participant", "dynamodb:BatchGetItem")
-    statement["Resource"].append(b.getatt(b.table(stack, b.participant(stack, 1)["table"]), "Arn"))
+@pytest.mark.parametrize("binary", ["participant", "inventory"])
+def test_isolation_check_catches_a_participant_reaching_another_table(stack, binary):
+    # The generic participant, or a service's own (the inventory), reaching another service's table.
+    statement = b.statement(stack, binary, "dynamodb:BatchGetItem")
+    other = b.other_participant(stack, b.function(stack, binary))
+    statement["Resource"].append(b.getatt(b.table(stack, other["table"]), "Arn"))
     assert check_participant_isolation(stack) != []
 
 

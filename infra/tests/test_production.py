@@ -227,6 +227,13 @@ def _add_action(stack, binary: str, action: str, added: str) -> None:
     statement["Action"] = [*as_list(statement["Action"]), added]
 
 
+def _read_another_services_key(stack, binary: str) -> None:
+    """The role of the (first) function of `binary` may also read another service's key."""
+    own = b.function(stack, binary)
+    other = b.key_secret_of(stack, b.other_participant(stack, own)["function"])
+    b.statement(stack, binary, "secretsmanager:GetSecretValue")["Resource"].append(b.ref(other))
+
+
 def _add_permission(stack, index: int, principal, function_name=None, action: str = "lambda:InvokeFunction") -> None:
     deployment = b.participant(stack, index)
     stack.template["Resources"]["ExtraParticipantPermission"] = {
@@ -680,9 +687,43 @@ BREAKAGES.update(
         ),
         "participant-reads-another-services-key": (
             "participant-keys",
-            lambda s: b.statement(s, "participant", "secretsmanager:GetSecretValue")["Resource"].append(
-                b.ref(b.key_secret(s, 1))
+            lambda s: _read_another_services_key(s, "participant"),
+        ),
+        # a service's own participant (the inventory): the same rules
+        "inventory-reads-another-services-key": (
+            "participant-keys",
+            lambda s: _read_another_services_key(s, "inventory"),
+        ),
+        "inventory-cannot-read-its-key": (
+            "participant-keys",
+            lambda s: _remove_grant(s, "inventory", "secretsmanager:GetSecretValue"),
+        ),
+        "inventory-key-of-another-service": (
+            "participant-keys",
+            lambda s: b.variables_of(s, b.deployment_of(s, "inventory")["function"]).update(
+                PARTICIPANT_KEY=b.ref(b.key_secret_of(s, b.deployment_of(s, "service-a")["function"]))
             ),
+        ),
+        "inventory-key-local": (
+            "no-local-keys",
+            lambda s: b.variables_of(s, b.deployment_of(s, "inventory")["function"]).update(PARTICIPANT_KEY=LOCAL_KEYS),
+        ),
+        "keys-registry-misses-the-inventory": (
+            "participant-keys",
+            lambda s: b.variables(s, "sweeper").update(
+                PARTICIPANT_KEYS=_keys_value(s, [(service, i) for i, service in enumerate(_services(s)) if service != "inventory"])
+            ),
+        ),
+        "inventory-resource-policy-without-the-coordinator": (
+            "participant-invokers",
+            lambda s: [
+                s.template["Resources"].pop(p)
+                for p in b.participant_permissions(s, _services(s).index("inventory"), "coordinator")
+            ],
+        ),
+        "inventory-resource-policy-for-the-account-too": (
+            "participant-invokers",
+            lambda s: _add_permission(s, _services(s).index("inventory"), b.ref("AWS::AccountId")),
         ),
         "participant-reads-another-secret": (
             "participant-keys",

@@ -30,7 +30,7 @@ def test_build_metadata(raw, sam):
     assert check_build_metadata(raw, sam) == []
 
 
-@pytest.mark.parametrize("breakage", ["build-method", "wrong-binary", "no-binary"])
+@pytest.mark.parametrize("breakage", ["build-method", "wrong-binary", "no-binary", "inventory-as-the-generic-participant"])
 def test_build_metadata_check_catches(breakage, raw, sam):
     metadata = lambda name: raw["Resources"][name]["Metadata"]  # noqa: E731
     if breakage == "build-method":
@@ -40,6 +40,9 @@ def test_build_metadata_check_catches(breakage, raw, sam):
         metadata("CoordinatorFunction")["BuildProperties"]["Binary"] = "participant"
     elif breakage == "no-binary":
         del metadata("ConnectionsFunction")["BuildProperties"]
+    elif breakage == "inventory-as-the-generic-participant":
+        # The same environment, the generic participant's code: it knows neither reserve nor release.
+        metadata("ParticipantInventoryFunction")["BuildProperties"]["Binary"] = "participant"
     assert check_build_metadata(raw, sam) != []
 
 

@@ -19,8 +19,9 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { RustFunction } from 'cargo-lambda-cdk';
 import { Construct } from 'constructs';
 
-/** The workspace's Lambda binaries (functions/<binary>, each a package of the same name). */
-export const BINARIES = ['coordinator', 'participant', 'sweeper', 'stream-processor', 'connections'] as const;
+/** The workspace's Lambda binaries (functions/<binary>, each a package of the same name); `inventory` is
+ * the example service with its own participant (the participant library with its own operations). */
+export const BINARIES = ['coordinator', 'participant', 'inventory', 'sweeper', 'stream-processor', 'connections'] as const;
 export type Binary = (typeof BINARIES)[number];
 
 export type CodeSource =
@@ -90,8 +91,28 @@ export function codeSource(
 /** Everything of a function except its code, runtime, architecture and handler (fixed here). */
 export type RustFunctionOptions = Omit<lambda.FunctionOptions, 'architecture'>;
 
+/**
+ * The function resource's metadata entry naming the binary it runs. The template names its code by
+ * asset hash only, and two binaries may read the same environment (the generic participant and a
+ * service's own participant): infra/tests tells them apart by this entry (SAM: the build metadata's
+ * Binary), and holds it to the staged code (infra/tests/test_cdk_code.py).
+ */
+export const BINARY_METADATA = 'twopc:binary';
+
 /** A function running `binary` on provided.al2023, arm64, from the given code source. */
 export function rustFunction(
+  scope: Construct,
+  id: string,
+  source: CodeSource,
+  binary: Binary,
+  options: RustFunctionOptions,
+): lambda.Function {
+  const f = newRustFunction(scope, id, source, binary, options);
+  (f.node.defaultChild as lambda.CfnFunction).addMetadata(BINARY_METADATA, binary);
+  return f;
+}
+
+function newRustFunction(
   scope: Construct,
   id: string,
   source: CodeSource,

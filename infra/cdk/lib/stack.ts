@@ -44,13 +44,18 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 
 import { Binary, CodeSource, rustFunction } from './code';
-import { ParticipantService, SERVICES } from './services';
+import { binaryOf, ParticipantService, SERVICES, serviceOperations } from './services';
 
 export interface TwoPhaseCommitStackProps extends StackProps {
   /** Where the functions' code comes from (lib/code.ts). */
   readonly code: CodeSource;
   /** The participant services (lib/services.ts). */
   readonly services?: readonly ParticipantService[];
+  /**
+   * The coordinator's SERVICE_OPERATIONS (JSON): each service's own operation schemas. Default:
+   * infra/service-operations.json, read at synthesis (lib/services.ts, serviceOperations).
+   */
+  readonly serviceOperations?: string;
 }
 
 /** The alias every registry entry and invoke grant names. */
@@ -108,6 +113,7 @@ export class TwoPhaseCommitStack extends Stack {
   constructor(scope: Construct, id: string, props: TwoPhaseCommitStackProps) {
     super(scope, id, props);
     const services = props.services ?? SERVICES;
+    const operations = props.serviceOperations ?? serviceOperations();
 
     // ---------------------------------------------------------------------------------------------
     // Parameters and conditions: the SAM template's, with the same names, defaults and constraints.
@@ -127,17 +133,20 @@ export class TwoPhaseCommitStack extends Stack {
       allowedPattern: '[a-zA-Z0-9_.-]{3,255}',
       description: 'Name of the WebSocket connections and subscriptions table.',
     });
+    // A service with a fixed name (its operation schemas are keyed by it) has no name parameter.
     const serviceParameters = services.map((service, i) => ({
       service,
-      name: parameter(`Service${service.key}Name`, {
-        type: 'String',
-        default: service.defaultName,
-        allowedPattern: '[a-zA-Z0-9_.-]{1,64}',
-        description:
-          i === 0
-            ? 'Registry name of the first participant service (what clients put in "service").'
-            : `Registry name of the ${service.ordinal} participant service.`,
-      }),
+      name: service.fixedName
+        ? service.defaultName
+        : parameter(`Service${service.key}Name`, {
+            type: 'String',
+            default: service.defaultName,
+            allowedPattern: '[a-zA-Z0-9_.-]{1,64}',
+            description:
+              i === 0
+                ? 'Registry name of the first participant service (what clients put in "service").'
+                : `Registry name of the ${service.ordinal} participant service.`,
+          }).valueAsString,
       tableName: parameter(`Service${service.key}TableName`, {
         type: 'String',
         default: service.defaultTableName,
@@ -426,7 +435,9 @@ export class TwoPhaseCommitStack extends Stack {
       Resource: transactionsTable.attrArn,
     };
 
-    // --- participants: one binary, one deployment (function + role + log group + table) per service --
+    // --- participants: one deployment (function + role + log group + table + key) per service, each
+    // running the generic participant or the service's own (the participant library with its own
+    // operations, as the example inventory) ---------------------------------------------------------
     const participants: Participant[] = serviceParameters.map(({ service, name }, i) => {
       const own = dataTables[i];
       // The service's message key (functions/twopc/src/auth.rs): the coordinator and the sweeper sign
@@ -436,7 +447,7 @@ export class TwoPhaseCommitStack extends Stack {
       // Rotate by hand as infra/DEPLOY.md says; never change generateSecretString (CloudFormation would
       // generate a new value at the next deploy, replacing the key set at once).
       const key = new secretsmanager.CfnSecret(this, `Service${service.key}MessageKey`, {
-        description: messageKeyDescription(name.valueAsString),
+        description: messageKeyDescription(name),
         generateSecretString: {
           secretStringTemplate: '{"id":"k1"}',
           generateStringKey: 'secret',
@@ -444,7 +455,7 @@ export class TwoPhaseCommitStack extends Stack {
           excludePunctuation: true,
         },
       });
-      const group = functionLogGroup(`Participant${service.key}LogGroup`, `participant-${name.valueAsString}`);
+      const group = functionLogGroup(`Participant${service.key}LogGroup`, `participant-${name}`);
       const role = lambdaRole(`Participant${service.key}Role`, 'participant', group, [
         // What functions/twopc/src/participant/store.rs calls: GetItem, BatchGetItem (prepare reads), UpdateItem
         // (locks, commits, releases), DeleteItem (commit of a delete), ConditionCheckItem (a `check`
@@ -468,10 +479,10 @@ export class TwoPhaseCommitStack extends Stack {
         { Sid: 'OwnMessageKey', Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: key.ref },
       ]);
       // No reserved concurrency: the coordinator calls participants, a cap would refuse its bursts.
-      const f = rust(`Participant${service.key}Function`, 'participant', role, group, {
-        description: `2PC participant for ${name.valueAsString}`,
+      const f = rust(`Participant${service.key}Function`, binaryOf(service), role, group, {
+        description: `2PC participant for ${name}`,
         environment: {
-          SERVICE_NAME: name.valueAsString,
+          SERVICE_NAME: name,
           DATA_TABLE_NAME: own.ref,
           TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
           // Its own service's message key (the ARN of its secret): every message must be signed with it.
@@ -487,10 +498,13 @@ export class TwoPhaseCommitStack extends Stack {
       return { service, table: own, key, function: f, alias };
     });
 
-    /** `{"<service name>": "<value>", ...}` over the participants, as a Fn::Sub like SAM's. */
+    /** `{"<service name>": "<value>", ...}` over the participants, as a Fn::Sub like SAM's (a fixed
+     * name is written as it is). */
     const perService = (value: (p: Participant) => string) =>
       Fn.sub(
-        `{${participants.map((p) => `"\${Service${p.service.key}Name}": "\${Service${p.service.key}}"`).join(', ')}}`,
+        `{${participants
+          .map((p) => `"${p.service.fixedName ? p.service.defaultName : `\${Service${p.service.key}Name}`}": "\${Service${p.service.key}}"`)
+          .join(', ')}}`,
         Object.fromEntries(participants.map((p) => [`Service${p.service.key}`, value(p)])),
       );
     // The registry names each participant's `live` alias (its ARN): Lambda Invoke takes it as is.
@@ -536,6 +550,10 @@ export class TwoPhaseCommitStack extends Stack {
         CORS_ALLOW_ORIGIN: corsAllowOrigin.valueAsString,
         PARTICIPANTS: registry,
         PARTICIPANT_KEYS: participantKeys,
+        // Each service's own operation schemas (infra/service-operations.json, compact): what the
+        // coordinator validates of their operations. Every service it names must be in PARTICIPANTS
+        // (the coordinator refuses to start otherwise).
+        SERVICE_OPERATIONS: operations,
       },
       // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
       // stream processor need (it also caps the coordinator); 0 reserves nothing.
@@ -1151,7 +1169,7 @@ class Monitoring {
     const functions: Array<[string, string, lambda.Function]> = [
       ['coordinator', 'Coordinator', coordinator],
       ...participants.map((p): [string, string, lambda.Function] => [
-        `participant ${p.service.key}`,
+        `participant ${p.service.fixedName ? p.service.defaultName : p.service.key}`,
         `Participant${p.service.key}`,
         p.function,
       ]),

@@ -1,10 +1,12 @@
 // Unit tests of the CDK app (node --test build/test/, run by infra/cdk/synth.sh). The contract checks
 // of infra/tests run on the synthesized template; these cover what only the app can show: the code
-// source switch, that no construct slips in a policy, a custom resource or a managed policy, and that
-// one more entry in lib/services.ts is a whole participant deployment.
+// source switch, that no construct slips in a policy, a custom resource or a managed policy, that
+// one more entry in lib/services.ts is a whole participant deployment, and that the example inventory
+// is one running its own binary, its operations reaching the coordinator from
+// infra/service-operations.json.
 
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
@@ -12,8 +14,8 @@ import { test } from 'node:test';
 import { App, DefaultStackSynthesizer } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 
-import { BINARIES, codeSource, CodeSource } from '../lib/code';
-import { ParticipantService, SERVICES } from '../lib/services';
+import { BINARIES, BINARY_METADATA, codeSource, CodeSource, repositoryRoot } from '../lib/code';
+import { ParticipantService, SERVICES, serviceOperations } from '../lib/services';
 import { TwoPhaseCommitStack } from '../lib/stack';
 
 /** A directory of stand-in zips (<binary>/bootstrap.zip), so the tests need no Rust build. */
@@ -30,17 +32,25 @@ function fakeZips(except: string[] = []): string {
 
 const zips = fakeZips();
 
-function synth(services?: readonly ParticipantService[], code: CodeSource = { kind: 'zips', dir: zips }) {
+function synth(
+  services?: readonly ParticipantService[],
+  code: CodeSource = { kind: 'zips', dir: zips },
+  operations?: string,
+) {
   const app = new App({ context: { 'aws:cdk:enable-path-metadata': false } });
   const stack = new TwoPhaseCommitStack(app, 'TwoPhaseCommit', {
     code,
     services,
+    serviceOperations: operations,
     synthesizer: new DefaultStackSynthesizer({ generateBootstrapVersionRule: false }),
     analyticsReporting: false,
   });
   return Template.fromStack(stack).toJSON() as {
     Parameters: Record<string, unknown>;
-    Resources: Record<string, { Type: string; Properties?: Record<string, unknown>; DeletionPolicy?: string }>;
+    Resources: Record<
+      string,
+      { Type: string; Properties?: Record<string, unknown>; DeletionPolicy?: string; Metadata?: Record<string, unknown> }
+    >;
     Outputs: Record<string, unknown>;
     Rules?: unknown;
   };
@@ -67,9 +77,9 @@ test('no policy resources, managed policies, custom resources or CDK metadata', 
   assert.equal(template.Parameters.BootstrapVersion, undefined);
 });
 
-test('one role per function, six functions on arm64 provided.al2023 with their own log group', () => {
+test('one role per function, seven functions on arm64 provided.al2023 with their own log group', () => {
   const functions = ofType(template, 'AWS::Lambda::Function');
-  assert.equal(functions.length, 6);
+  assert.equal(functions.length, 7);
   const roles = functions.map(([, f]) => JSON.stringify(f.Properties?.Role));
   assert.equal(new Set(roles).size, functions.length);
   const groups = functions.map(([, f]) => JSON.stringify((f.Properties?.LoggingConfig as Record<string, unknown>).LogGroup));
@@ -168,7 +178,8 @@ test('subscribe and unsubscribe answer the client, $connect and $disconnect do n
 
 test('the fan-out retries until the stream drops a record, then the queue its replay reads', () => {
   const mappings = ofType(template, 'AWS::Lambda::EventSourceMapping');
-  assert.equal(mappings.length, 3);
+  // The transactions table and the three participant tables.
+  assert.equal(mappings.length, 4);
   for (const [id, mapping] of mappings) {
     assert.equal(mapping.Properties?.MaximumRetryAttempts, -1, id);
     assert.equal(mapping.Properties?.MaximumRecordAgeInSeconds, 79200, id);
@@ -203,7 +214,7 @@ test('participants: a message key each, read by the coordinator, the sweeper and
   // The templates never name the local stack's fixed development keys.
   assert.ok(!JSON.stringify(template).includes('local-development-keys'));
   const secrets = ofType(template, 'AWS::SecretsManager::Secret');
-  assert.deepEqual(secrets.map(([id]) => id).sort(), ['ServiceAMessageKey', 'ServiceBMessageKey']);
+  assert.deepEqual(secrets.map(([id]) => id).sort(), ['ServiceAMessageKey', 'ServiceBMessageKey', 'ServiceInventoryMessageKey']);
   for (const [id, secret] of secrets) {
     assert.deepEqual(
       secret.Properties?.GenerateSecretString,
@@ -214,21 +225,36 @@ test('participants: a message key each, read by the coordinator, the sweeper and
     assert.equal(secret.Properties?.KmsKeyId, undefined, id);
     assert.match(JSON.stringify(secret.Properties?.Description), /notBefore/, id);
   }
-  for (const key of ['A', 'B']) {
+  const keys = ['A', 'B', 'Inventory'];
+  for (const key of keys) {
     assert.deepEqual(variables(`Participant${key}Function`).PARTICIPANT_KEY, { Ref: `Service${key}MessageKey` });
     const statements = JSON.stringify(template.Resources[`Participant${key}Role`].Properties);
     assert.ok(statements.includes(`"Service${key}MessageKey"`), `Participant${key}Role`);
-    assert.ok(!statements.includes(`"Service${key === 'A' ? 'B' : 'A'}MessageKey"`), `Participant${key}Role reads another key`);
+    for (const other of keys.filter((k) => k !== key)) {
+      assert.ok(!statements.includes(`"Service${other}MessageKey"`), `Participant${key}Role reads another key`);
+    }
   }
   for (const id of ['CoordinatorFunction', 'SweeperFunction']) {
-    const [text, keys] = (variables(id).PARTICIPANT_KEYS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
-    assert.equal(text, '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}"}', id);
-    assert.deepEqual(keys, { ServiceA: { Ref: 'ServiceAMessageKey' }, ServiceB: { Ref: 'ServiceBMessageKey' } }, id);
+    const [text, named] = (variables(id).PARTICIPANT_KEYS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
+    assert.equal(
+      text,
+      '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "inventory": "${ServiceInventory}"}',
+      id,
+    );
+    assert.deepEqual(
+      named,
+      {
+        ServiceA: { Ref: 'ServiceAMessageKey' },
+        ServiceB: { Ref: 'ServiceBMessageKey' },
+        ServiceInventory: { Ref: 'ServiceInventoryMessageKey' },
+      },
+      id,
+    );
   }
   const permissions = ofType(template, 'AWS::Lambda::Permission').filter(([id]) => id.startsWith('Participant'));
   assert.deepEqual(
     permissions.map(([, p]) => JSON.stringify([p.Properties?.FunctionName, p.Properties?.Principal])).sort(),
-    ['A', 'B']
+    keys
       .flatMap((key) =>
         ['CoordinatorRole', 'SweeperRole'].map((role) =>
           JSON.stringify([{ Ref: `Participant${key}FunctionAliaslive` }, { 'Fn::GetAtt': [role, 'Arn'] }]),
@@ -266,7 +292,11 @@ test('one more service is one more participant deployment', () => {
   const coordinatorEnv = (three.Resources.CoordinatorFunction.Properties?.Environment as { Variables: Record<string, unknown> })
     .Variables;
   const [text, variables] = (coordinatorEnv.PARTICIPANTS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
-  assert.equal(text, '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "${ServiceCName}": "${ServiceC}"}');
+  assert.equal(
+    text,
+    '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "inventory": "${ServiceInventory}", ' +
+      '"${ServiceCName}": "${ServiceC}"}',
+  );
   assert.deepEqual(variables.ServiceC, { Ref: 'ParticipantCFunctionAliaslive' });
   const [keysText, keys] = (coordinatorEnv.PARTICIPANT_KEYS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
   assert.equal(keysText, text);
@@ -280,6 +310,61 @@ test('one more service is one more participant deployment', () => {
   assert.match(sweeperPolicy, /ServiceCMessageKey/);
   assert.match(JSON.stringify(three.Resources.CoordinatorRole.Properties), /ServiceCMessageKey/);
   assert.match(JSON.stringify(three.Resources.ParticipantCRole.Properties), /ServiceCMessageKey/);
+});
+
+test('the inventory: a participant deployment of its own binary, its name fixed, its table named as the others', () => {
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  for (const id of [
+    'ServiceInventoryTable',
+    'ServiceInventoryMessageKey',
+    'ParticipantInventoryFunction',
+    'ParticipantInventoryRole',
+    'ParticipantInventoryLogGroup',
+    'ParticipantInventoryFunctionAliaslive',
+    'ParticipantInventoryInvokeByCoordinator',
+    'ParticipantInventoryInvokeBySweeper',
+    'StreamProcessorFunctionServiceInventoryStream',
+    'ParticipantInventoryErrorsAlarm',
+    'ParticipantInventoryThrottlesAlarm',
+    'ServiceInventoryTableThrottlesAlarm',
+  ]) {
+    assert.ok(template.Resources[id], `no ${id}`);
+  }
+  // Its name is not a parameter (its operation schemas are keyed by it); its table's is.
+  assert.equal(template.Parameters.ServiceInventoryName, undefined);
+  assert.deepEqual((template.Parameters.ServiceInventoryTableName as { Default: string }).Default, 'inventory-data');
+  assert.deepEqual(variables('ParticipantInventoryFunction'), {
+    SERVICE_NAME: 'inventory',
+    DATA_TABLE_NAME: { Ref: 'ServiceInventoryTable' },
+    TRANSACTIONS_TABLE_NAME: { Ref: 'TransactionsTable' },
+    PARTICIPANT_KEY: { Ref: 'ServiceInventoryMessageKey' },
+  });
+  // Each function names the binary it runs: the inventory its own, the other participants the generic one.
+  const binary = (id: string) => template.Resources[id].Metadata?.[BINARY_METADATA];
+  assert.equal(binary('ParticipantInventoryFunction'), 'inventory');
+  assert.equal(binary('ParticipantAFunction'), 'participant');
+  assert.equal(binary('CoordinatorFunction'), 'coordinator');
+  for (const id of ['SweeperFunction', 'StreamProcessorFunction']) {
+    const tables = variables(id).PARTICIPANT_TABLES as { 'Fn::Sub': [string, Record<string, unknown>] };
+    assert.match(tables['Fn::Sub'][0], /"inventory": "\$\{ServiceInventory\}"/, id);
+    assert.deepEqual(tables['Fn::Sub'][1].ServiceInventory, { Ref: 'ServiceInventoryTable' }, id);
+  }
+});
+
+test('the coordinator gets SERVICE_OPERATIONS: infra/service-operations.json, compact', () => {
+  const variables = (t: ReturnType<typeof synth>) =>
+    (t.Resources.CoordinatorFunction.Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  const file = readFileSync(path.join(repositoryRoot(), 'infra', 'service-operations.json'), 'utf8');
+  assert.equal(variables(template).SERVICE_OPERATIONS, JSON.stringify(JSON.parse(file)));
+  assert.equal(serviceOperations(), JSON.stringify(JSON.parse(file)));
+  // Given explicitly, taken as it is; a file that is not a JSON object is refused, naming it.
+  assert.equal(variables(synth(undefined, undefined, '{}')).SERVICE_OPERATIONS, '{}');
+  const root = mkdtempSync(path.join(tmpdir(), 'twopc-cdk-root-'));
+  mkdirSync(path.join(root, 'infra'));
+  writeFileSync(path.join(root, 'infra', 'service-operations.json'), '[]');
+  assert.throws(() => serviceOperations(root), /service-operations\.json is not a JSON object/);
+  assert.throws(() => serviceOperations(tmpdir()), /service-operations\.json/);
 });
 
 test('code source: zips when given, a clear error when a zip is missing', () => {
