@@ -8,8 +8,9 @@ pub type Svc = u8;
 /// An item, by its index in [`Config::items`].
 pub type ItemId = u8;
 
-/// The fixes (of issue 19, and issue 27's shortened writes) that the model can switch back to the
-/// behaviour before them, one at a time. `Switches::default()` is the protocol as the code implements it.
+/// The fixes (of issue 19, issue 27's shortened writes, issue 28's clock margin and replay answer) that
+/// the model can switch back to the behaviour before them, one at a time. `Switches::default()` is the
+/// protocol as the code implements it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Switches {
     /// Defect 1. On: a prepare locks with a fresh token, a commit or roll-forward applies only under
@@ -50,6 +51,24 @@ pub struct Switches {
     /// fix): the refused write is an error, as any other: the decision's fence fails too, the sweeper's
     /// `recover` and `postpone` fail for ever, and lock resolution cannot abort the owner.
     pub shortened_writes: bool,
+    /// Issue 28. On: a resolver (a prepare meeting a lock, the sweeper, a retried key's `abort_expired`)
+    /// acts on a lock or an undecided owner only after `expiry + 2M` by its own clock
+    /// (`clock::resolvable_after`): never while the coordinator's clock is at or before the deadline.
+    /// Off (before the fix): after the plain expiry by its own clock, which with a skew below M may
+    /// already be while the coordinator's clock is before the deadline (phase 0 reads either way), and
+    /// the coordinator could still decide commit.
+    pub resolver_margin: bool,
+    /// Issue 28. On: a participant writes no lock after `deadline + M` by its clock (`clock::lock_cutoff`),
+    /// checked before every attempt of a lock write (prepare, check-only prepare, one-phase commit); a
+    /// refusal then is TIMEOUT. Off (before the fix): checked only when the message arrives, against the
+    /// plain deadline (phase 0 reads either way; later attempts, after a wait or a lock resolution, are
+    /// not checked and may write a lock at any time).
+    pub lock_cutoff: bool,
+    /// Issue 28. On: a retried key answers what the record says (`Reply::answering`): PREPARING is a 503
+    /// with the id, the outcome unknown. Off (before the fix): `Reply::for_record`, which answers
+    /// PREPARING as 202, what the contract reads as "decided commit". (The answer budget is the fixed
+    /// code's in both: the replay may stop waiting or driving at any moment.)
+    pub replay_answers_record: bool,
 }
 
 impl Default for Switches {
@@ -62,6 +81,9 @@ impl Default for Switches {
             fresh_token_per_attempt: true,
             refusal_after_unknown_is_unknown: true,
             shortened_writes: true,
+            resolver_margin: true,
+            lock_cutoff: true,
+            replay_answers_record: true,
         }
     }
 }
@@ -177,6 +199,11 @@ pub struct Config {
     /// has answered, crashed or not started; the sweeper still races participant handlers, late
     /// copies, lock resolution and client retries. True multiplies the state space by about ten.
     pub sweeper_races_coordinators: bool,
+    /// Whether the clock has the margin phases (`state::phase::CUTOFF` and `RESOLVABLE`, issue 28), in
+    /// which a participant's cutoff check, then a resolver's check, may read either way. Off: a deadline
+    /// passes for every clock at once (phase 0 → 3), as before issue 28: smaller, and still checks
+    /// everything else.
+    pub margin: bool,
     pub switches: Switches,
 }
 
@@ -235,6 +262,7 @@ impl Config {
             budget,
             sweep_k: 1,
             sweeper_races_coordinators: true,
+            margin: true,
             switches: Switches::default(),
         }
     }
@@ -293,6 +321,11 @@ impl Config {
 
     pub fn sweeper_races_coordinators(mut self, races: bool) -> Config {
         self.sweeper_races_coordinators = races;
+        self
+    }
+
+    pub fn margin(mut self, margin: bool) -> Config {
+        self.margin = margin;
         self
     }
 

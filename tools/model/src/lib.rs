@@ -1,12 +1,13 @@
 //! An exhaustive model check of the two-phase-commit protocol of `functions/twopc`, as the code
-//! implements it after the fixes of issue 19 (design.md) and issue 27 (records refused for size), with
-//! switches back to the behaviour before each fix.
+//! implements it after the fixes of issue 19 (design.md), issue 27 (records refused for size) and issue
+//! 28 (one clock margin M; a retried key answers what the record says), with switches back to the
+//! behaviour before each fix.
 //!
 //! The model is a [`stateright::Model`]: its state is DynamoDB (participant items, transaction
 //! records), the network (every message in flight), every process (coordinator executions,
-//! participant handlers, the sweeper), the clock (a deadline flag per transaction) and what is left
-//! of each fault budget. Each action is one atomic step of the code, named after the function it
-//! mirrors (see `step.rs`). The properties are in [`TwoPc::properties`].
+//! participant handlers, the sweeper), the clock (the phase of each transaction's deadline,
+//! `state::phase`) and what is left of each fault budget. Each action is one atomic step of the code,
+//! named after the function it mirrors (see `step.rs`). The properties are in [`TwoPc::properties`].
 //!
 //! Run it with `cargo test -p twopc-model`; README.md says what is checked and how to run larger
 //! configurations.
@@ -20,10 +21,11 @@ use stateright::{Model, Property};
 
 pub use config::{Budget, Config, Switches};
 pub use state::State;
-pub use step::{Action, Fault};
+pub use step::{Action, Fault, Late};
 
 use config::Tx;
 use state::*;
+use step::Reading;
 
 /// A property a step can break at the moment it happens (a ghost bit; the `always` properties read them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,11 +105,29 @@ pub enum Event {
     PostponeLostReply,
     /// A postponement refused for size was written shortened and moved the entry back.
     ShortenedPostpone,
+    /// A lock written while its transaction was in the clock margin (issue 28).
+    LockInMargin,
+    /// A lock written in the margin later released or applied (rolled forward or committed).
+    MarginLockEnded,
+    /// A participant's cutoff check in the margin read past `deadline + M`: REFUSED TIMEOUT.
+    RefusedInMargin,
+    /// A resolver's check in the margin read past `expiry + 2M`, and it acted on the lock or record.
+    ResolvedInMargin,
+    /// A retried key answered 503 (outcome unknown) while the record was PREPARING.
+    RetryUndecided,
+    /// A retried key answered 202 or 409 for a decided transaction not finished yet.
+    RetryDecidedUnfinished,
+    /// A lock written once every participant's clock is past the cutoff (only before issue 28's fix,
+    /// `lock_cutoff` off: a prepare that arrived in time and locked after a wait or a lock resolution).
+    LockPastCutoff,
+    /// A prepare refused as late while its coordinator's clock was at or before the deadline (only
+    /// before the fix: the plain deadline by a participant's clock ahead of the coordinator's).
+    RefusedOnTime,
 }
 
 impl Event {
-    pub fn bit(self) -> u32 {
-        1 << (self as u32)
+    pub fn bit(self) -> u64 {
+        1 << (self as u64)
     }
 }
 
@@ -168,14 +188,14 @@ impl TwoPc {
     }
 
     /// No step can happen but a client sending a request it has not sent yet: the network is empty,
-    /// every handler finished, every execution answered, every deadline passed, the sweeper idle
-    /// with nothing to find.
+    /// every handler finished, every execution answered, every deadline and its margins passed, the
+    /// sweeper idle with nothing to find.
     pub fn settled(&self, s: &State) -> bool {
         s.net.is_empty()
             && s.tasks.is_empty()
             && s.sweeper.pc == SPc::Idle
             && s.coords.iter().all(|c| matches!(c.pc, CPc::Start | CPc::Done))
-            && (0..self.cfg.txs.len() as Tx).all(|tx| s.passed(tx) || !self.begun(s, tx))
+            && (0..self.cfg.txs.len() as Tx).all(|tx| s.phase(tx) == phase::PAST || !self.begun(s, tx))
             && !self.sweeper_has_work(s)
     }
 
@@ -241,6 +261,19 @@ impl TwoPc {
         };
         (true, kind)
     }
+
+    /// How many clock checks a participant's lock attempt for `tx` may make that read either way: its
+    /// own cutoff, and whether a lock it meets (another transaction's) reads expired.
+    fn attempt_checks(&self, s: &State, tx: Tx) -> u32 {
+        let own = if self.cfg.switches.lock_cutoff {
+            self.cutoff_reading(s, tx) == Reading::Either
+        } else {
+            // Before issue 28: checked on arrival only, against the plain deadline.
+            s.phase(tx) < phase::RESOLVABLE
+        };
+        let other = (0..self.cfg.txs.len() as Tx).any(|o| o != tx && self.resolvable(s, o) == Reading::Either);
+        own as u32 + other as u32
+    }
 }
 
 /// What a step may write, for its fault variants.
@@ -260,6 +293,12 @@ fn popcount(x: u8) -> u32 {
     x.count_ones()
 }
 
+/// The [`Late`] variants of a step that may make `checks` clock checks that read either way.
+fn lates(checks: u32) -> impl Iterator<Item = Late> {
+    assert!(checks < 8, "a step's clock checks that read either way fit in a Late byte");
+    (0..1u8 << checks).map(Late)
+}
+
 impl Model for TwoPc {
     type State = State;
     type Action = Action;
@@ -274,7 +313,7 @@ impl Model for TwoPc {
         let mut s = State {
             items: cfg.items.iter().map(|i| Item { balance: i.balance, last_tx: None, lock: None }).collect(),
             records: vec![None; cfg.txs.len()],
-            deadline_passed: 0,
+            clock: 0,
             coords: self
                 .execs
                 .iter()
@@ -285,6 +324,7 @@ impl Model for TwoPc {
                     inv: vec![Inv::Idle; nparts(tx)],
                     answer: None,
                     abort_unacked: 0,
+                    replay: false,
                 })
                 .collect(),
             net: vec![],
@@ -306,7 +346,7 @@ impl Model for TwoPc {
         for ci in 0..self.execs.len() {
             let (tx, e) = self.execs[ci];
             if e == 0 && !cfg.txs[tx as usize].keyed {
-                s = self.next_state(&s, Action::Coord(ci as u8, Fault::None)).expect("an unkeyed start sends");
+                s = self.next_state(&s, Action::Coord(ci as u8, Fault::None, Late(0))).expect("an unkeyed start sends");
             }
         }
         vec![s]
@@ -315,25 +355,37 @@ impl Model for TwoPc {
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
         let ntx = self.cfg.txs.len() as Tx;
         for tx in 0..ntx {
-            if !s.passed(tx) && self.begun(s, tx) {
+            if s.phase(tx) != phase::PAST && self.begun(s, tx) {
                 out.push(Action::Deadline(tx));
             }
         }
         for (ci, c) in s.coords.iter().enumerate() {
             let (tx, e) = self.execs[ci];
             let (has_step, kind) = self.coord_kind(ci, c.pc);
+            let mut checks = 0;
             let enabled = match c.pc {
                 // A client's retry is sent after its first request.
                 CPc::Start => {
                     e == 0 || self.execs_of(tx).any(|o| o != ci as u8 && s.coords[o as usize].pc != CPc::Start)
                 }
-                CPc::Replay => s.status(tx).is_some_and(Status::terminal) || s.passed(tx),
+                // It waits until the record ends or its clock is past the deadline and twice the margin.
+                CPc::Replay => {
+                    let terminal = s.status(tx).is_some_and(Status::terminal);
+                    let r = self.resolvable(s, tx);
+                    checks = (!terminal && r == Reading::Either) as u32;
+                    terminal || r != Reading::Before
+                }
                 _ => has_step,
             };
             if enabled {
                 for f in self.fault_variants(s, kind) {
-                    out.push(Action::Coord(ci as u8, f));
+                    for l in lates(checks) {
+                        out.push(Action::Coord(ci as u8, f, l));
+                    }
                 }
+            }
+            if c.replay && matches!(c.pc, CPc::Replay | CPc::DriveAwait { .. } | CPc::TerminalWrite { .. }) {
+                out.push(Action::Budget(ci as u8));
             }
             for (slot, x) in c.inv.iter().enumerate() {
                 let d = Dest { actor: ci as u8, slot: slot as u8 };
@@ -350,10 +402,14 @@ impl Model for TwoPc {
                 continue;
             }
             let i = i as u8;
-            let writes = !matches!(m.req, Req::Prepare { .. } | Req::OnePhase { .. }) || !s.passed(m.req.tx());
+            let locks = matches!(m.req, Req::Prepare { .. } | Req::OnePhase { .. });
+            let writes = !locks || s.phase(m.req.tx()) < phase::RESOLVABLE;
             let answers = m.reply.is_some();
+            let checks = if locks { self.attempt_checks(s, m.req.tx()) } else { 0 };
             for f in self.task_variants(s, writes, None, answers) {
-                out.push(Action::Deliver(i, f));
+                for l in lates(checks) {
+                    out.push(Action::Deliver(i, f, l));
+                }
             }
             if s.budget.dup > 0 && s.budget.total > 0 {
                 out.push(Action::Duplicate(i));
@@ -364,40 +420,57 @@ impl Model for TwoPc {
         }
         for (i, t) in s.tasks.iter().enumerate() {
             let i = i as u8;
+            let tx = t.req.tx();
             match t.pc {
                 TPc::Wait { owner, item } => {
-                    let held = s.items[item as usize].lock.is_some_and(|l| l.tx == owner) && !s.passed(owner);
+                    // Woken when the lock it waits for changes, or when its clock may read it expired.
+                    let held = s.items[item as usize].lock.is_some_and(|l| l.tx == owner)
+                        && self.resolvable(s, owner) == Reading::Before;
                     if !held {
                         for f in self.task_variants(s, true, None, t.reply.is_some()) {
-                            out.push(Action::Task(i, f));
+                            for l in lates(self.attempt_checks(s, tx)) {
+                                out.push(Action::Task(i, f, l));
+                            }
                         }
                     }
                     out.push(Action::TaskGiveUp(i));
                 }
                 TPc::ReadCheck => {
                     for f in self.task_variants(s, false, None, t.reply.is_some()) {
-                        out.push(Action::Task(i, f));
+                        for l in lates(self.attempt_checks(s, tx)) {
+                            out.push(Action::Task(i, f, l));
+                        }
+                    }
+                }
+                TPc::Lock | TPc::OnePhase => {
+                    for f in self.task_variants(s, true, None, t.reply.is_some()) {
+                        for l in lates(self.attempt_checks(s, tx)) {
+                            out.push(Action::Task(i, f, l));
+                        }
                     }
                 }
                 // Lock resolution: reading the owner's record may lead to aborting it (a growing write).
                 TPc::Resolve { owner, stage: RStage::Get | RStage::Transition, .. } => {
                     for f in self.task_variants(s, true, Some(owner), t.reply.is_some()) {
-                        out.push(Action::Task(i, f));
+                        out.push(Action::Task(i, f, Late(0)));
                     }
                 }
                 _ => {
                     for f in self.task_variants(s, true, None, t.reply.is_some()) {
-                        out.push(Action::Task(i, f));
+                        out.push(Action::Task(i, f, Late(0)));
                     }
                 }
             }
         }
+        let sweep_checks = self.sweeper_checks(s);
         match &s.sweeper.pc {
             SPc::Idle => {
                 let may_start = self.cfg.sweeper_races_coordinators
                     || s.coords.iter().all(|c| matches!(c.pc, CPc::Start | CPc::Done));
-                if may_start && self.sweeper_has_work(s) {
-                    out.push(Action::Sweep(Fault::None));
+                if may_start && self.sweeper_may_have_work(s) {
+                    for l in lates(sweep_checks) {
+                        out.push(Action::Sweep(Fault::None, l));
+                    }
                 }
             }
             SPc::DriveAwait { .. } | SPc::LockAwait { .. } => {
@@ -410,21 +483,25 @@ impl Model for TwoPc {
             }
             SPc::Terminal { .. } | SPc::OwnerCreate { .. } => {
                 for f in self.fault_variants(s, Writes { writes: true, ..Writes::default() }) {
-                    out.push(Action::Sweep(f));
+                    out.push(Action::Sweep(f, Late(0)));
                 }
             }
             &SPc::Transition { tx, .. } | &SPc::OwnerTransition { owner: tx, .. } => {
                 for f in self.fault_variants(s, Writes { writes: true, grows: Some(tx), ..Writes::default() }) {
-                    out.push(Action::Sweep(f));
+                    out.push(Action::Sweep(f, Late(0)));
                 }
             }
             &SPc::Postpone { tx, .. } => {
                 let k = Writes { writes: true, refusable: true, grows: Some(tx), ..Writes::default() };
                 for f in self.fault_variants(s, k) {
-                    out.push(Action::Sweep(f));
+                    out.push(Action::Sweep(f, Late(0)));
                 }
             }
-            _ => out.push(Action::Sweep(Fault::None)),
+            _ => {
+                for l in lates(sweep_checks) {
+                    out.push(Action::Sweep(Fault::None, l));
+                }
+            }
         }
     }
 
@@ -602,10 +679,13 @@ impl TwoPc {
                 seen::<{ Event::RolledForward as u32 }>,
             ));
         }
-        // The lock pass finds a lock of a COMMITTING owner: one the run's bounded read (K = 1) of open
-        // transactions did not reach (two two-phase transactions), or one whose commit was lost.
+        // The lock pass finds a lock of a COMMITTING owner: one whose commit was lost, or one the run's
+        // bounded read (K = 1) of open transactions did not reach (two two-phase transactions), in a run
+        // that another transaction's stray lock started before the owner's record was due: a late copy's,
+        // one left by a loss, or (before issue 28's cutoff) one a prepare's retry wrote after the deadline.
         let two_phase_txs = cfg.txs.iter().filter(|t| !t.one_phase()).count();
-        if b.crash > 0 && (two_phase_txs >= 2 || b.loss > 0) {
+        let stray_locks = b.dup > 0 || b.loss > 0 || cfg.sweeper_races_coordinators || !sw.lock_cutoff;
+        if b.crash > 0 && (two_phase_txs >= 2 && stray_locks || b.loss > 0) {
             p.push(Property::<Self>::sometimes(
                 "sometimes the sweeper rolls a lock forward",
                 seen::<{ Event::SweeperRollForward as u32 }>,
@@ -710,12 +790,52 @@ impl TwoPc {
         }
         if keyed {
             p.push(Property::<Self>::sometimes(
+                "sometimes a retried key answers 503 while the transaction is undecided",
+                seen::<{ Event::RetryUndecided as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a retried key answers 202 or 409 for a decided transaction not finished yet",
+                seen::<{ Event::RetryDecidedUnfinished as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
                 "sometimes a retried key replays the first execution",
                 seen::<{ Event::ReplayAnswered as u32 }>,
             ));
             p.push(Property::<Self>::sometimes(
                 "sometimes lock resolution aborts a PREPARING owner",
                 seen::<{ Event::ResolutionAbortedPreparing as u32 }>,
+            ));
+        }
+        if !sw.lock_cutoff && two_phase_txs >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes (old check) a lock is written once every participant is past its cutoff",
+                seen::<{ Event::LockPastCutoff as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes (old check) a prepare is refused as late while its coordinator could still commit",
+                seen::<{ Event::RefusedOnTime as u32 }>,
+            ));
+        }
+        if cfg.margin && sw.lock_cutoff {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a participant's cutoff check in the margin refuses TIMEOUT",
+                seen::<{ Event::RefusedInMargin as u32 }>,
+            ));
+        }
+        if cfg.margin && two_phase_txs > 0 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a lock is written in the margin (past the deadline, before the cutoff)",
+                seen::<{ Event::LockInMargin as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a lock written in the margin is later released or applied",
+                seen::<{ Event::MarginLockEnded as u32 }>,
+            ));
+        }
+        if cfg.margin && sw.resolver_margin && (two_phase_txs >= 2 || keyed || b.crash > 0 || b.loss > 0) {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a resolver's check in the margin reads past expiry + 2M and it acts",
+                seen::<{ Event::ResolvedInMargin as u32 }>,
             ));
         }
         if one_phase {

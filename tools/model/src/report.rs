@@ -70,6 +70,9 @@ fn switches_text(model: &TwoPc) -> String {
         ("fresh_token_per_attempt", s.fresh_token_per_attempt),
         ("refusal_after_unknown_is_unknown", s.refusal_after_unknown_is_unknown),
         ("shortened_writes", s.shortened_writes),
+        ("resolver_margin", s.resolver_margin),
+        ("lock_cutoff", s.lock_cutoff),
+        ("replay_answers_record", s.replay_answers_record),
     ]
     .into_iter()
     .filter(|(_, on)| !on)
@@ -77,7 +80,7 @@ fn switches_text(model: &TwoPc) -> String {
     .collect();
     let b = model.cfg.budget;
     let budget = format!(
-        "faults: at most {} in all, of which crash {} lost-db-reply {} duplicate {} loss {} refused {} oversized {}; sweeper reads {} per run{}",
+        "faults: at most {} in all, of which crash {} lost-db-reply {} duplicate {} loss {} refused {} oversized {}; sweeper reads {} per run{}{}",
         b.total,
         b.crash,
         b.db_reply,
@@ -86,7 +89,8 @@ fn switches_text(model: &TwoPc) -> String {
         b.refused,
         b.oversized,
         model.cfg.sweep_k,
-        if model.cfg.sweeper_races_coordinators { ", races live coordinators" } else { ", runs between coordinators" }
+        if model.cfg.sweeper_races_coordinators { ", races live coordinators" } else { ", runs between coordinators" },
+        if model.cfg.margin { "; clock margin" } else { "; no clock margin" }
     );
     if off.is_empty() { format!("fixed protocol; {budget}") } else { format!("OFF: {}; {budget}", off.join(", ")) }
 }

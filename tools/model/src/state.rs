@@ -34,14 +34,25 @@ impl Status {
     }
 }
 
-/// An item's `lock` map: `{transactionId, token}` (expiresAt is the owner's deadline: the lock is
-/// expired once `State::deadline_passed` says so). `late` is a ghost: the lock was written after this
-/// participant had processed an abort of the same transaction (a stray lock of a late copy).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// An item's `lock` map: `{transactionId, token}` (expiresAt is the owner's deadline: whether a
+/// resolver may take the lock for expired depends on the phase of its owner's clock, `State::phase`).
+/// `late` is a ghost: the lock was written after this participant had processed an abort of the same
+/// transaction (a stray lock of a late copy). `margin` is a ghost for a `sometimes` check only: the lock
+/// was written while its owner was in the clock margin (phase 1); it is left out of the state's identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Lock {
     pub tx: Tx,
     pub token: u8,
     pub late: bool,
+    pub margin: bool,
+}
+
+impl std::hash::Hash for Lock {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.tx.hash(h);
+        self.token.hash(h);
+        self.late.hash(h);
+    }
 }
 
 /// A participant table's item: `data.balance`, `lastTx`, `lock`.
@@ -184,7 +195,7 @@ pub enum RStage {
     Get,
     /// `TransactionStore::abort_if_absent`.
     CreateAborted,
-    /// `TransactionStore::transition` PREPARING → ABORTING (owner past its deadline).
+    /// `TransactionStore::transition` PREPARING → ABORTING (owner past its deadline and twice the margin).
     Transition,
     /// `DataTable::commit_item` for the owner, with the lockToken its record lists.
     RollForward { token: u8 },
@@ -260,9 +271,10 @@ pub enum CPc {
     TerminalWrite {
         to: Status,
     },
-    /// `replay`: another execution of the key runs it; wait for its end or its deadline.
+    /// `replay`: another execution of the key runs it; wait while it may still be at work (until the
+    /// deadline and twice the clock margin by this execution's clock), or until the answer budget runs out.
     Replay,
-    /// `recover`: PREPARING past its deadline → ABORTING.
+    /// `replay` → `abort_expired`: PREPARING past its deadline and twice the margin → ABORTING.
     RecoverTransition,
     /// `run_one_phase`: waiting for the sole participant's answer.
     OnePhaseWait,
@@ -283,6 +295,9 @@ pub struct Coord {
     pub answer: Option<Answer>,
     /// Ghost: bit p = an abort to participant p was not acknowledged.
     pub abort_unacked: u8,
+    /// A retried key (`replay`): it answers within the answer budget, which may run out at any moment
+    /// ([`crate::Action::Budget`]), and answers what the record says.
+    pub replay: bool,
 }
 
 /// Where the sweeper is (sweeper.rs). `rest` is what is left of this run's bounded read.
@@ -294,7 +309,7 @@ pub enum SPc {
         tx: Tx,
         rest: Vec<Tx>,
     },
-    /// `Coordinator::recover`: PREPARING past deadline → ABORTING.
+    /// `Coordinator::recover`: PREPARING past its deadline and twice the margin → ABORTING.
     Transition {
         tx: Tx,
         rest: Vec<Tx>,
@@ -305,10 +320,10 @@ pub enum SPc {
         rest: Vec<Tx>,
     },
     /// `recover_transaction`: `postpone` an entry it could not finish (`sweepAt` later, with the
-    /// attempts and the error), conditional on the record being open and still `status`.
+    /// attempts and the error), conditional on the record being open (`attribute_exists(openShard)`),
+    /// whatever its status: its own recovery may have moved it PREPARING → ABORTING before failing.
     Postpone {
         tx: Tx,
-        status: Status,
         rest: Vec<Tx>,
     },
     /// `drive`: the terminal transition.
@@ -334,7 +349,7 @@ pub enum SPc {
         owner: Tx,
         rest: Vec<ItemId>,
     },
-    /// PREPARING past deadline → ABORTING.
+    /// PREPARING past its deadline and twice the margin → ABORTING.
     OwnerTransition {
         svc: Svc,
         item: ItemId,
@@ -377,7 +392,7 @@ pub struct Ghost {
     /// Bits of [`crate::Violation`]: properties that a step broke (checked at the moment it happened).
     pub violations: u16,
     /// Bits of [`crate::Event`]: things that happened (for the "sometimes" sanity checks).
-    pub seen: u32,
+    pub seen: u64,
 }
 
 /// The events seen (`Ghost::seen`) are left out of a state's identity (its hash, which is what the
@@ -402,8 +417,9 @@ impl std::hash::Hash for Ghost {
 pub struct State {
     pub items: Vec<Item>,
     pub records: Vec<Option<Record>>,
-    /// Bit per tx: its deadline passed (it flips once, at any moment after the transaction began).
-    pub deadline_passed: u8,
+    /// Two bits per tx: the phase of its deadline by its coordinator's clock ([`phase`]; it moves
+    /// forward at any moment after the transaction began).
+    pub clock: u8,
     pub coords: Vec<Coord>,
     /// Messages in flight (a multiset, kept sorted).
     pub net: Vec<Msg>,
@@ -414,18 +430,42 @@ pub struct State {
     pub ghost: Ghost,
 }
 
+/// Phases of a transaction's deadline D, in real time. Clocks differ pairwise by less than M
+/// (`clock.rs` `CLOCK_MARGIN_MS`): at any moment all of them lie in a band narrower than M around the
+/// coordinator's clock c. A participant may lock while its clock is at or before D + M
+/// (`lock_cutoff`), a resolver may act once its clock is past D + 2M (`resolvable_after`); no two
+/// clocks can be on those two sides at the same moment (they would differ by more than M), so a moment
+/// where some participant may still lock comes before every moment where some resolver may act.
+pub mod phase {
+    /// c ≤ D: the coordinator may decide commit; every participant is before its cutoff (its clock
+    /// < D + M), every resolver before D + 2M.
+    pub const ON_TIME: u8 = 0;
+    /// c > D and some participant may still be before its cutoff: the coordinator decides abort; a
+    /// participant's cutoff check reads either way; no resolver is past D + 2M.
+    pub const CUTOFF: u8 = 1;
+    /// Every participant past its cutoff; a resolver's check (its clock past D + 2M?) reads either way.
+    /// (When a resolver acts, the coordinator's clock is past D + M.)
+    pub const RESOLVABLE: u8 = 2;
+    /// Every clock past D + 2M: every resolver acts.
+    pub const PAST: u8 = 3;
+}
+
 impl State {
+    /// The phase of `tx`'s deadline by its coordinator's clock ([`phase`]).
+    pub fn phase(&self, tx: Tx) -> u8 {
+        (self.clock >> (2 * tx)) & 3
+    }
+    pub fn set_phase(&mut self, tx: Tx, p: u8) {
+        self.clock = self.clock & !(3 << (2 * tx)) | p << (2 * tx);
+    }
+    /// The coordinator's clock is past the deadline.
     pub fn passed(&self, tx: Tx) -> bool {
-        self.deadline_passed & (1 << tx) != 0
+        self.phase(tx) != phase::ON_TIME
     }
     pub fn record(&self, tx: Tx) -> Option<&Record> {
         self.records[tx as usize].as_ref()
     }
     pub fn status(&self, tx: Tx) -> Option<Status> {
         self.record(tx).map(|r| r.status)
-    }
-    /// A lock whose owner's deadline passed: eligible for resolution.
-    pub fn expired(&self, lock: &Lock) -> bool {
-        self.passed(lock.tx)
     }
 }

@@ -39,9 +39,36 @@ pub enum Fault {
     DropReply,
 }
 
+/// How the clock checks of one step read in the margin: bit k set = the k-th check of this step that
+/// may read either way ([`Reading::Either`]) reads past its line (a participant past its lock cutoff,
+/// `deadline + M`; a resolver past `expiry + 2M`); clear = before it. Checks that the phase decides take
+/// no bit. Printed `-` when no check reads past.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Late(pub u8);
+
+impl std::fmt::Debug for Late {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 == 0 { write!(f, "-") } else { write!(f, "late:{:b}", self.0) }
+    }
+}
+
+/// What a process's clock check may read, given the phase of the coordinator's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Before the line, whatever the skew.
+    Before,
+    /// Either way: the skew decides (the step's [`Late`] bit).
+    Either,
+    /// Past the line, whatever the skew.
+    Past,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// The clock passes a transaction's deadline (its locks become expired, its prepares refused).
+    /// The coordinator's clock passes the next line of a transaction's deadline D: D itself (the margin
+    /// begins: the coordinator decides abort, each participant's and resolver's check may read either
+    /// way), then D + 3M (every clock past every line). Without the margin (`Config::margin` off): D for
+    /// every clock at once.
     Deadline(Tx),
     /// A coordinator execution crashes: it writes nothing more and never answers.
     Crash(u8),
@@ -51,29 +78,52 @@ pub enum Action {
     Lose(u8),
     /// A message in flight arrives: a request starts a participant handler (its first step runs at
     /// once), an answer reaches the coordinator or sweeper that waits for it.
-    Deliver(u8, Fault),
+    Deliver(u8, Fault, Late),
     /// A participant handler's next step.
-    Task(u8, Fault),
+    Task(u8, Fault, Late),
     /// Wait-die: a waiting (older) prepare's wait budget runs out: REFUSED CONFLICT.
     TaskGiveUp(u8),
     /// A coordinator execution's next step (for a not yet started execution: the client sends it).
-    Coord(u8, Fault),
+    Coord(u8, Fault, Late),
     /// An actor stops waiting for an invocation: free when it can no longer be answered (lost) or
     /// the transaction's deadline passed (prepares), else a timeout fault (the message may still be
     /// delivered later).
     GiveUp(Dest),
     /// The sweeper's next step (when idle and there is work: a scheduled run starts).
-    Sweep(Fault),
+    Sweep(Fault, Late),
+    /// A retried key's answer budget (27 s, which the model cannot measure) runs out: it stops waiting
+    /// or driving and answers what the record said (`replay` → `Reply::answering`).
+    Budget(u8),
 }
 
 /// Per-step context: the fault the action brings, whether a write used it, and a log for traces.
 pub(crate) struct Ctx {
     fault: Fault,
     used: bool,
+    /// The step's [`Late`] bits, and how many checks that read either way it made.
+    late: u8,
+    checks: u8,
+    /// The step does not happen after all (a retried key that keeps waiting).
+    void: bool,
     pub log: Option<Vec<String>>,
 }
 
 impl Ctx {
+    /// A clock check: whether this process's clock reads past its line. In the margin, the step's next
+    /// [`Late`] bit says.
+    fn reads_past(&mut self, r: Reading, what: impl FnOnce() -> String) -> bool {
+        match r {
+            Reading::Before => false,
+            Reading::Past => true,
+            Reading::Either => {
+                let past = self.late & (1 << self.checks) != 0;
+                self.checks += 1;
+                self.note(|| format!("  (the skew decides: {}? {})", what(), if past { "yes" } else { "no" }));
+                past
+            }
+        }
+    }
+
     /// At a write that takes effect: is its reply lost?
     fn lost_reply(&mut self, s: &mut State) -> bool {
         if self.fault == Fault::LostReply && !self.used {
@@ -165,9 +215,10 @@ fn guard(op: &Op, item: &Item) -> bool {
 enum Fate {
     /// No record: create it ABORTED (`abort_if_absent`).
     Absent,
-    /// PREPARING within its deadline: leave the lock.
-    Undecided,
-    /// PREPARING past its deadline: PREPARING → ABORTING.
+    /// PREPARING: PREPARING → ABORTING. (recovery.rs `decide` answers Undecided for a PREPARING owner
+    /// until `deadline + 2M` by the resolver's clock; every resolver reads the owner's record only after it
+    /// found its lock (expiring at that same deadline) or its record resolvable by the same, monotone,
+    /// clock, so the model never meets Undecided.)
     Transition,
     /// COMMITTING: roll forward with the lockToken the record lists for this service.
     Commit(u8),
@@ -179,20 +230,38 @@ impl TwoPc {
     /// Applies an action; `None` when it does not apply (a fault the step cannot use).
     pub(crate) fn apply(&self, s0: &State, action: Action, log: bool) -> Option<(State, Vec<String>)> {
         let mut s = s0.clone();
-        let fault = match action {
-            Action::Deliver(_, f) | Action::Task(_, f) | Action::Coord(_, f) | Action::Sweep(f) => f,
-            _ => Fault::None,
+        let (fault, late) = match action {
+            Action::Deliver(_, f, l) | Action::Task(_, f, l) | Action::Coord(_, f, l) | Action::Sweep(f, l) => (f, l.0),
+            _ => (Fault::None, 0),
         };
-        let mut ctx = Ctx { fault, used: false, log: log.then(Vec::new) };
+        let mut ctx = Ctx { fault, used: false, late, checks: 0, void: false, log: log.then(Vec::new) };
         match action {
             Action::Deadline(tx) => {
-                s.deadline_passed |= bit(tx);
+                let next = if self.cfg.margin { s.phase(tx) + 1 } else { phase::PAST };
+                s.set_phase(tx, next);
                 self.progress(&mut s);
-                ctx.note(|| format!("{}'s deadline passes", self.tx_name(tx)));
+                ctx.note(|| match (self.cfg.margin, next) {
+                    (false, _) => format!("{}'s deadline passes", self.tx_name(tx)),
+                    (_, phase::CUTOFF) => {
+                        format!(
+                            "{}'s deadline passes by its coordinator's clock: participants' cutoffs near",
+                            self.tx_name(tx)
+                        )
+                    }
+                    (_, phase::RESOLVABLE) => format!(
+                        "{}: every participant's clock past deadline + M; resolvers' clocks near deadline + 2M",
+                        self.tx_name(tx)
+                    ),
+                    _ => format!("{}: every clock past deadline + 2M", self.tx_name(tx)),
+                });
                 let deciding = self.execs_of(tx).any(|ci| matches!(s.coords[ci as usize].pc, p if in_progress(p)));
                 if deciding {
                     s.ghost.reason |= bit(tx);
                 }
+            }
+            Action::Budget(ci) => {
+                ctx.note(|| format!("{}: the answer budget runs out", self.coord_name(ci)));
+                self.budget_spent(&mut s, ci, &mut ctx);
             }
             Action::Crash(ci) => {
                 s.budget.crash -= 1;
@@ -224,12 +293,12 @@ impl TwoPc {
                 ctx.note(|| format!("network loses {}", self.msg_name(&m)));
                 s.ghost.reason |= bit(m.req.tx());
             }
-            Action::Deliver(i, _) => {
+            Action::Deliver(i, ..) => {
                 let m = s.net.remove(i as usize);
                 ctx.note(|| format!("deliver {}", self.msg_name(&m)));
                 self.deliver_req(&mut s, m.to, m.req, m.reply, &mut ctx);
             }
-            Action::Task(i, _) => {
+            Action::Task(i, ..) => {
                 let t = s.tasks.remove(i as usize);
                 ctx.note(|| format!("{}: {:?}", self.task_name(&t), t.pc));
                 let t = match t.pc {
@@ -244,7 +313,7 @@ impl TwoPc {
                 ctx.note(|| format!("{}: wait budget spent", self.task_name(&t)));
                 self.refuse(&mut s, t, &mut ctx);
             }
-            Action::Coord(ci, _) => {
+            Action::Coord(ci, ..) => {
                 ctx.note(|| format!("{}: {:?}", self.coord_name(ci), s.coords[ci as usize].pc));
                 self.coord_step(&mut s, ci, &mut ctx);
             }
@@ -266,12 +335,12 @@ impl TwoPc {
                 self.progress(&mut s);
                 self.deliver_rep(&mut s, dest, None, &mut ctx);
             }
-            Action::Sweep(_) => {
+            Action::Sweep(..) => {
                 ctx.note(|| format!("sweeper: {:?}", s.sweeper.pc));
                 self.sweep_step(&mut s, &mut ctx);
             }
         }
-        if ctx.fault != Fault::None && !ctx.used {
+        if ctx.fault != Fault::None && !ctx.used || ctx.late >> ctx.checks != 0 || ctx.void {
             return None;
         }
         self.normalize(&mut s);
@@ -321,7 +390,7 @@ impl TwoPc {
                 }
                 let tx = m.req.tx();
                 match m.req {
-                    Req::Prepare { .. } | Req::OnePhase { .. } => !s.passed(tx),
+                    Req::Prepare { .. } | Req::OnePhase { .. } => s.phase(tx) < phase::RESOLVABLE,
                     Req::Commit { .. } | Req::Abort { .. } => self.may_hold(s, tx, m.to),
                 }
             })
@@ -342,9 +411,10 @@ impl TwoPc {
         }
         // A deadline nothing can observe any more is as good as passed.
         for tx in 0..self.cfg.txs.len() as Tx {
-            if !s.passed(tx) && self.deadline_unobservable(s, tx) {
-                s.deadline_passed |= bit(tx);
+            if s.phase(tx) != phase::PAST && self.deadline_unobservable(s, tx) {
+                s.set_phase(tx, phase::PAST);
             }
+            self.skip_unread_phases(s, tx);
         }
         if s.sweeper.pc == SPc::Idle {
             s.sweeper.votes.clear();
@@ -457,8 +527,15 @@ impl TwoPc {
         if ended {
             self.event(s, Event::StrayLock);
         }
+        let margin = s.phase(tx) == phase::CUTOFF;
+        if margin {
+            self.event(s, Event::LockInMargin);
+        }
+        if s.phase(tx) >= phase::RESOLVABLE {
+            self.event(s, Event::LockPastCutoff);
+        }
         ctx.note(|| format!("  lock {} for {} (token {token})", self.cfg.items[item as usize].name, self.tx_name(tx)));
-        s.items[item as usize].lock = Some(Lock { tx, token, late });
+        s.items[item as usize].lock = Some(Lock { tx, token, late, margin });
         self.progress(s);
     }
 
@@ -479,6 +556,9 @@ impl TwoPc {
             self.violate(s, Violation::BadRelease, ctx);
         }
         ctx.note(|| format!("  release {}'s lock on {}", self.tx_name(tx), self.cfg.items[item as usize].name));
+        if lock.margin {
+            self.event(s, Event::MarginLockEnded);
+        }
         s.items[item as usize].lock = None;
         self.progress(s);
     }
@@ -504,6 +584,9 @@ impl TwoPc {
             }
         }
         if two_phase {
+            if s.items[item as usize].lock.is_some_and(|l| l.margin) {
+                self.event(s, Event::MarginLockEnded);
+            }
             s.items[item as usize].lock = None;
         }
         self.progress(s);
@@ -571,6 +654,60 @@ impl TwoPc {
         self.finish(s, t, Ans::Vote(Vote::Refused), ctx);
     }
 
+    /// participant.rs `Cutoff::passed`, before every attempt of a lock write (prepare, check-only prepare,
+    /// one-phase commit): is the participant's clock past `deadline + M`? (Before issue 28, `lock_cutoff`
+    /// off: only on arrival, in `deliver_req`.)
+    fn past_cutoff(&self, s: &mut State, t: &Task, ctx: &mut Ctx) -> bool {
+        if !self.cfg.switches.lock_cutoff {
+            return false;
+        }
+        let r = self.cutoff_reading(s, t.req.tx());
+        ctx.reads_past(r, || format!("{}'s clock past the lock cutoff", self.cfg.services[t.svc as usize]))
+    }
+
+    /// What a participant's cutoff check may read (`deadline + M` by its clock): before, either way
+    /// (`phase::CUTOFF`), then past.
+    pub(crate) fn cutoff_reading(&self, s: &State, tx: Tx) -> Reading {
+        match s.phase(tx) {
+            phase::ON_TIME => Reading::Before,
+            phase::CUTOFF => Reading::Either,
+            _ => Reading::Past,
+        }
+    }
+
+    /// What a resolver's check of `owner`'s lock or record may read (`expiry + 2M` by its clock): before,
+    /// either way (`phase::RESOLVABLE`), then past. Without the margin (`resolver_margin` off: the plain
+    /// expiry by its clock), either way from the start: a clock ahead of the coordinator's by less than M
+    /// may be past the deadline while the coordinator's is not.
+    pub(crate) fn resolvable(&self, s: &State, owner: Tx) -> Reading {
+        match s.phase(owner) {
+            phase::PAST => Reading::Past,
+            phase::RESOLVABLE => Reading::Either,
+            _ if self.cfg.switches.resolver_margin => Reading::Before,
+            _ => Reading::Either,
+        }
+    }
+
+    /// A resolver's check: may it act on `owner`'s lock or undecided record now?
+    fn resolver_reads_past(&self, s: &mut State, owner: Tx, ctx: &mut Ctx) -> bool {
+        let r = self.resolvable(s, owner);
+        let line = if self.cfg.switches.resolver_margin { "expiry + 2M" } else { "expiry" };
+        let past = ctx.reads_past(r, || format!("the resolver's clock past {}'s {line}", self.tx_name(owner)));
+        if past && r == Reading::Either && s.phase(owner) == phase::RESOLVABLE {
+            self.event(s, Event::ResolvedInMargin);
+        }
+        past
+    }
+
+    /// Refused TIMEOUT: the participant's clock is past the cutoff.
+    fn refuse_late(&self, s: &mut State, t: Task, ctx: &mut Ctx) {
+        ctx.note(|| "  past the lock cutoff: REFUSED TIMEOUT".into());
+        if s.phase(t.req.tx()) == phase::CUTOFF {
+            self.event(s, Event::RefusedInMargin);
+        }
+        self.refuse(s, t, ctx)
+    }
+
     /// Where a prepare (or one-phase commit) goes back to after resolving a lock or waiting.
     fn resume_pc(&self, t: &Task) -> TPc {
         match t.req {
@@ -587,16 +724,16 @@ impl TwoPc {
             None => Fate::Absent,
             Some(Status::Committing) => Fate::Commit(self.voted_token(s, owner, svc).unwrap_or(0)),
             Some(Status::Committed | Status::Aborting | Status::Aborted) => Fate::Release,
-            Some(Status::Preparing) if s.passed(owner) => Fate::Transition,
-            Some(Status::Preparing) => Fate::Undecided,
+            Some(Status::Preparing) => Fate::Transition,
         }
     }
 
     /// What a lock the handler's write met means (items.rs `classify_lock_failure`, the other
-    /// transaction's lock part): resolve an expired one, wait for a younger one's, refuse an older one's.
+    /// transaction's lock part): resolve an expired one (past `expiry + 2M` by this participant's clock),
+    /// wait for a younger one's, refuse an older one's.
     fn met_lock(&self, s: &mut State, mut t: Task, lock: Lock, item: ItemId, ctx: &mut Ctx) {
         let tx = t.req.tx();
-        if s.expired(&lock) {
+        if self.resolver_reads_past(s, lock.tx, ctx) {
             t.pc = TPc::Resolve { owner: lock.tx, item, stage: RStage::Get };
             s.tasks.push(t);
         } else if tx < lock.tx {
@@ -620,11 +757,20 @@ impl TwoPc {
         }
         let mut t = Task { svc, req, reply, pc: TPc::Lock, retrying: false, burned: 0 };
         match req {
-            Req::Prepare { .. } | Req::OnePhase { .. } if s.passed(tx) => {
-                // prepare / commit_one_phase: refused TIMEOUT after the deadline.
-                ctx.note(|| "  after the deadline: REFUSED TIMEOUT".into());
-                return self.refuse(s, t, ctx);
+            Req::Prepare { .. } | Req::OnePhase { .. } if !self.cfg.switches.lock_cutoff => {
+                // Before issue 28: checked once, on arrival, against the plain deadline (a participant's clock
+                // may be past it while the coordinator's is not: phase 0 reads either way); no later check.
+                let r = if s.phase(tx) >= phase::RESOLVABLE { Reading::Past } else { Reading::Either };
+                if ctx.reads_past(r, || format!("{}'s clock past the deadline", self.cfg.services[svc as usize])) {
+                    ctx.note(|| "  after the deadline: REFUSED TIMEOUT".into());
+                    if s.phase(tx) == phase::ON_TIME {
+                        self.event(s, Event::RefusedOnTime);
+                    }
+                    return self.refuse(s, t, ctx);
+                }
+                t.pc = self.resume_pc(&t);
             }
+            // Checked before every attempt (`task_step` → `past_cutoff`).
             Req::Prepare { .. } | Req::OnePhase { .. } => t.pc = self.resume_pc(&t),
             Req::Commit { .. } => t.pc = TPc::Commit { at: 0, all: true },
             Req::Abort { .. } => {
@@ -666,6 +812,11 @@ impl TwoPc {
     fn prepare_lock(&self, s: &mut State, mut t: Task, ctx: &mut Ctx) {
         let Req::Prepare { tx, exec, copy } = t.req else { unreachable!() };
         let sw = self.cfg.switches;
+        // A retry after a write whose reply was lost is a new attempt (a new token), checked again; the
+        // SDK's retry of the same request (`fresh_token_per_attempt` off) is the same attempt.
+        if (sw.fresh_token_per_attempt || !t.retrying) && self.past_cutoff(s, &t, ctx) {
+            return self.refuse_late(s, t, ctx);
+        }
         // The token is per delivery (exec, copy): design.md's "token of this execution", which the
         // SDK's retry and the handler's own next attempt re-send. With `fresh_token_per_attempt`, a
         // token that was written once is never written again: every attempt after a write that took
@@ -719,6 +870,9 @@ impl TwoPc {
     /// participant.rs `prepare_read_only` (items.rs `check_holds`): read, vote, lock nothing.
     fn prepare_read(&self, s: &mut State, t: Task, ctx: &mut Ctx) {
         let tx = t.req.tx();
+        if self.past_cutoff(s, &t, ctx) {
+            return self.refuse_late(s, t, ctx);
+        }
         for op in self.ops(tx, t.svc) {
             let it = s.items[op.item as usize];
             if let Some(l) = it.lock
@@ -737,6 +891,10 @@ impl TwoPc {
     /// `attribute_not_exists(lock) AND guard` + apply; the record Put `attribute_not_exists`.
     fn one_phase_write(&self, s: &mut State, mut t: Task, ctx: &mut Ctx) {
         let Req::OnePhase { tx, exec, .. } = t.req else { unreachable!() };
+        // The SDK's retry of the TransactWriteItems (a lost reply) is the same attempt: not checked again.
+        if !t.retrying && self.past_cutoff(s, &t, ctx) {
+            return self.refuse_late(s, t, ctx);
+        }
         let ops = self.ops(tx, t.svc);
         let item_failed = ops.iter().position(|op| {
             let it = &s.items[op.item as usize];
@@ -781,27 +939,17 @@ impl TwoPc {
     fn resolve_step(&self, s: &mut State, mut t: Task, owner: Tx, item: ItemId, stage: RStage, ctx: &mut Ctx) {
         let retrying = std::mem::take(&mut t.retrying);
         let sw = self.cfg.switches;
-        let next = |me: &Self, s: &State, fate: Fate| -> Option<RStage> {
+        let next = |fate: Fate| -> RStage {
             match fate {
-                Fate::Absent => Some(RStage::CreateAborted),
-                Fate::Undecided => None,
-                Fate::Transition => Some(RStage::Transition),
-                Fate::Commit(token) => Some(RStage::RollForward { token }),
-                Fate::Release => {
-                    let _ = (me, s);
-                    Some(RStage::Release)
-                }
+                Fate::Absent => RStage::CreateAborted,
+                Fate::Transition => RStage::Transition,
+                Fate::Commit(token) => RStage::RollForward { token },
+                Fate::Release => RStage::Release,
             }
         };
-        let goto = |me: &Self, s: &mut State, mut t: Task, stage: Option<RStage>, ctx: &mut Ctx| match stage {
-            Some(stage) => {
-                t.pc = TPc::Resolve { owner, item, stage };
-                s.tasks.push(t);
-            }
-            None => {
-                ctx.note(|| "  owner still deciding: REFUSED CONFLICT".into());
-                me.refuse(s, t, ctx)
-            }
+        let goto = |s: &mut State, mut t: Task, stage: RStage| {
+            t.pc = TPc::Resolve { owner, item, stage };
+            s.tasks.push(t);
         };
         let resume = |me: &Self, s: &mut State, mut t: Task| {
             t.pc = me.resume_pc(&t);
@@ -813,10 +961,7 @@ impl TwoPc {
                 // condition re-checks what the read saw, so nothing can come between that matters.
                 let fate = self.fate(s, owner, t.svc);
                 ctx.note(|| format!("  owner {}'s fate: {fate:?}", self.tx_name(owner)));
-                match next(self, s, fate) {
-                    Some(stage) => self.resolve_step(s, t, owner, item, stage, ctx),
-                    None => goto(self, s, t, None, ctx),
-                }
+                self.resolve_step(s, t, owner, item, next(fate), ctx)
             }
             RStage::CreateAborted => {
                 if s.record(owner).is_none() {
@@ -827,13 +972,13 @@ impl TwoPc {
                         t.retrying = true;
                         return s.tasks.push(t);
                     }
-                    return goto(self, s, t, Some(RStage::Release), ctx);
+                    return goto(s, t, RStage::Release);
                 }
                 if retrying {
                     self.event(s, Event::OwnWriteRecognised);
                 }
                 let fate = self.fate(s, owner, t.svc);
-                goto(self, s, t, next(self, s, fate), ctx);
+                goto(s, t, next(fate));
             }
             RStage::Transition => {
                 if s.status(owner) == Some(Status::Preparing) {
@@ -855,11 +1000,11 @@ impl TwoPc {
                         t.retrying = true;
                         return s.tasks.push(t);
                     }
-                    return goto(self, s, t, Some(RStage::Release), ctx);
+                    return goto(s, t, RStage::Release);
                 }
                 // Lost: follow the winner.
                 let fate = self.fate(s, owner, t.svc);
-                goto(self, s, t, next(self, s, fate), ctx);
+                goto(s, t, next(fate));
             }
             RStage::RollForward { token } => {
                 let it = s.items[item as usize];
@@ -879,7 +1024,7 @@ impl TwoPc {
                 }
                 match it.lock {
                     Some(l) if sw.token_check && l.tx == owner && it.last_tx != Some(owner) => {
-                        goto(self, s, t, Some(RStage::ReleaseStray { token: l.token }), ctx)
+                        goto(s, t, RStage::ReleaseStray { token: l.token })
                     }
                     _ => resume(self, s, t),
                 }
@@ -1055,6 +1200,69 @@ impl TwoPc {
             && (terminal || s.record(tx).is_none() && self.execs_of(tx).all(|ci| s.coords[ci as usize].pc == CPc::Done))
     }
 
+    /// A phase of T's deadline that nothing can tell from the next one is skipped: the next one allows
+    /// everything it allows (a check that reads either way includes the reading of the phase before), and
+    /// follows it anyway. The coordinator's clock (at or before D) is read while an execution of T may
+    /// still decide, wait for prepares, or start; the participants' cutoffs while a prepare or one-phase
+    /// commit of T may still lock; resolvers' checks while T holds a lock or has an open record, or an
+    /// execution of T may still create one or wait in `replay`.
+    fn skip_unread_phases(&self, s: &mut State, tx: Tx) {
+        loop {
+            let p = s.phase(tx);
+            let unread = match p {
+                phase::ON_TIME => !self.coordinator_clock_read(s, tx) && !self.may_still_lock(s, tx),
+                phase::CUTOFF => !self.may_still_lock(s, tx),
+                phase::RESOLVABLE => self.resolvers_idle(s, tx),
+                _ => return,
+            };
+            if !unread {
+                return;
+            }
+            if !self.cfg.margin {
+                // Phase 0 → 3 at once: only when no phase in between would be read either.
+                if self.resolvers_idle(s, tx) {
+                    s.set_phase(tx, phase::PAST);
+                }
+                return;
+            }
+            s.set_phase(tx, p + 1);
+        }
+    }
+
+    /// Whether an execution of T may still read its clock against the deadline (decide, wait for
+    /// prepares or a one-phase answer, or start: a retry may replay and wait).
+    fn coordinator_clock_read(&self, s: &State, tx: Tx) -> bool {
+        self.execs_of(tx).any(|ci| {
+            let pc = s.coords[ci as usize].pc;
+            in_progress(pc) || matches!(pc, CPc::Start | CPc::Replay)
+        })
+    }
+
+    /// Whether no resolver's check of T can matter: T holds no lock and cannot take one, its record is
+    /// not open and no execution may still create it open, and no retry of it waits or may wait.
+    fn resolvers_idle(&self, s: &State, tx: Tx) -> bool {
+        let terminal = s.status(tx).is_some_and(Status::terminal);
+        !self.open(s, tx)
+            && s.items.iter().all(|it| it.lock.is_none_or(|l| l.tx != tx))
+            && (self.cfg.switches.lock_cutoff || !self.may_still_lock(s, tx))
+            && self.execs_of(tx).all(|ci| match s.coords[ci as usize].pc {
+                CPc::Start => terminal,
+                CPc::CreatePreparing | CPc::CollectVotes | CPc::Decide | CPc::WriteDecision { .. } | CPc::Replay => {
+                    false
+                }
+                _ => true,
+            })
+    }
+
+    /// Whether a participant may still check T's lock cutoff: a prepare or one-phase commit of T in
+    /// flight or at work, or an execution of T that may still send one.
+    fn may_still_lock(&self, s: &State, tx: Tx) -> bool {
+        let locks = |r: &Req| matches!(r, Req::Prepare { .. } | Req::OnePhase { .. }) && r.tx() == tx;
+        s.net.iter().any(|m| locks(&m.req))
+            || s.tasks.iter().any(|t| locks(&t.req))
+            || self.execs_of(tx).any(|ci| matches!(s.coords[ci as usize].pc, CPc::Start | CPc::CreatePreparing))
+    }
+
     /// Whether `tx` holds a lock at `svc`, or a prepare of it may still take one there.
     fn may_hold(&self, s: &State, tx: Tx, svc: Svc) -> bool {
         s.items.iter().enumerate().any(|(i, it)| self.cfg.items[i].svc == svc && it.lock.is_some_and(|l| l.tx == tx))
@@ -1093,13 +1301,50 @@ impl TwoPc {
         }
     }
 
+    /// `Reply::answering` (the fix of issue 28): COMMITTED 200, COMMITTING 202, ABORTING/ABORTED 409,
+    /// PREPARING 503 with the id, outcome unknown; `Reply::for_record` (`replay_answers_record` off)
+    /// answers PREPARING 202. Only a retried key whose budget ran out answers a PREPARING record.
     fn answer_for(&self, s: &mut State, ci: u8, status: Status, ctx: &mut Ctx) {
         let a = match status {
             Status::Committed => Answer::Ok,
+            Status::Preparing if self.cfg.switches.replay_answers_record => Answer::Unavailable { aborted: false },
             Status::Committing | Status::Preparing => Answer::Accepted,
             Status::Aborting | Status::Aborted => Answer::Conflict,
         };
         self.answer(s, ci, a, ctx);
+    }
+
+    /// coordinator.rs `replay` within `answer_by`: the budget runs out while it waits (it stops and
+    /// answers the record it last read: `abort_expired` does nothing to a PREPARING record within the
+    /// margin, and `drive_within` has no time left), or while it drives (`drive_within` returns the
+    /// decided record). Whatever the record said: 503 PREPARING, 202 COMMITTING, 409 ABORTING, or its end.
+    fn budget_spent(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let status = match s.coords[ci as usize].pc {
+            CPc::Replay => s.status(tx).expect("replay follows a record"),
+            CPc::DriveAwait { status } => status,
+            CPc::TerminalWrite { to: Status::Committed } => Status::Committing,
+            CPc::TerminalWrite { .. } => Status::Aborting,
+            pc => unreachable!("no answer budget at {pc:?}"),
+        };
+        match status {
+            Status::Preparing => self.event(s, Event::RetryUndecided),
+            Status::Committing | Status::Aborting if !s.status(tx).is_some_and(Status::terminal) => {
+                self.event(s, Event::RetryDecidedUnfinished)
+            }
+            _ => {}
+        }
+        if status == Status::Aborting {
+            // An abort it answers without every participant's acknowledgement: those locks are the first
+            // execution's or the sweeper's to release (as for an unacknowledged abort).
+            let c = &mut s.coords[ci as usize];
+            for (p, x) in c.inv.iter().enumerate() {
+                if c.pc == CPc::Replay || *x != Inv::Acked {
+                    c.abort_unacked |= 1 << p;
+                }
+            }
+        }
+        self.answer_for(s, ci, status, ctx);
     }
 
     /// coordinator.rs `drive` for a decided record: send commit or abort, then wait.
@@ -1185,8 +1430,10 @@ impl TwoPc {
                             self.send_prepares(s, ci, ctx);
                         }
                     }
-                    Some(r) if sw.recognise_own_writes && r.exec == e => {
-                        // The fix (defect 8): my own write whose reply was lost.
+                    Some(r) if sw.recognise_own_writes && r.exec == e && r.status == Status::Preparing => {
+                        // The fix (defect 8): my own write whose reply was lost (`create_own`: this execution's
+                        // id and the status it wrote; a record moved on since, e.g. aborted by a resolver, is
+                        // replayed).
                         self.event(s, Event::OwnWriteRecognised);
                         self.send_prepares(s, ci, ctx);
                     }
@@ -1194,6 +1441,7 @@ impl TwoPc {
                         // Another execution's record (today: also my own): replay it.
                         self.event(s, Event::Replayed);
                         s.coords[me].pc = CPc::Replay;
+                        s.coords[me].replay = true;
                     }
                 }
             }
@@ -1306,11 +1554,19 @@ impl TwoPc {
                 self.answer_for(s, ci, status, ctx);
             }
             CPc::Replay => {
-                // `replay`: the first execution ended, or its deadline passed: answer or `recover`.
+                // `replay`: it waits while the record is open and its clock is at or before the deadline
+                // and twice the margin (the first execution may still be at work); then `abort_expired`
+                // (PREPARING) or `drive_within` (decided). (The answer budget may end the wait first:
+                // `Action::Budget`.)
                 let rec = s.record(tx).cloned().expect("replay follows a record");
                 if rec.status.terminal() {
                     self.event(s, Event::ReplayAnswered);
                     return self.answer_for(s, ci, rec.status, ctx);
+                }
+                if !self.resolver_reads_past(s, tx, ctx) {
+                    // Still waiting: no step.
+                    ctx.void = true;
+                    return;
                 }
                 if rec.status == Status::Preparing {
                     s.coords[me].pc = CPc::RecoverTransition;
@@ -1320,8 +1576,8 @@ impl TwoPc {
                 }
             }
             CPc::RecoverTransition => {
-                // `recover`: PREPARING past its deadline → ABORTING with a reason (the rule lock
-                // resolution uses): a write that makes the record larger.
+                // `abort_expired`: PREPARING past its deadline and twice the margin → ABORTING with a
+                // reason (the rule lock resolution uses): a write that makes the record larger.
                 if s.status(tx) == Some(Status::Preparing) {
                     if ctx.for_size(s, tx) {
                         if !sw.shortened_writes {
@@ -1630,15 +1886,44 @@ impl TwoPc {
 
     // ----- sweeper -------------------------------------------------------------------------------
 
-    /// Whether a scheduled sweeper run has anything to find: an open record past its deadline
-    /// (`open_before`), or an expired lock (`expired_locks`).
+    /// Whether a scheduled sweeper run certainly has something to find, whatever its clock: an open
+    /// record past its deadline and twice the margin (`open_before`), or a lock past its expiry and twice
+    /// the margin (`expired_locks`).
     pub(crate) fn sweeper_has_work(&self, s: &State) -> bool {
-        self.open_due(s).next().is_some() || s.items.iter().any(|it| it.lock.is_some_and(|l| s.expired(&l)))
+        self.sweeper_work(s, Reading::Past)
     }
 
-    fn open_due<'a>(&'a self, s: &'a State) -> impl Iterator<Item = Tx> + 'a {
-        (0..self.cfg.txs.len() as Tx)
-            .filter(move |&tx| s.record(tx).is_some_and(|r| !r.status.terminal()) && s.passed(tx))
+    /// Whether a sweeper run may find something, as its clock reads (also in the margin).
+    pub(crate) fn sweeper_may_have_work(&self, s: &State) -> bool {
+        self.sweeper_work(s, Reading::Either) || self.sweeper_work(s, Reading::Past)
+    }
+
+    fn sweeper_work(&self, s: &State, r: Reading) -> bool {
+        (0..self.cfg.txs.len() as Tx).any(|tx| self.open(s, tx) && self.resolvable(s, tx) == r)
+            || s.items.iter().any(|it| it.lock.is_some_and(|l| self.resolvable(s, l.tx) == r))
+    }
+
+    fn open(&self, s: &State, tx: Tx) -> bool {
+        s.record(tx).is_some_and(|r| !r.status.terminal())
+    }
+
+    /// How many clock checks a sweeper step may make that read either way (the [`Late`] bits it may use).
+    pub(crate) fn sweeper_checks(&self, s: &State) -> u32 {
+        let either = |tx: Tx| self.resolvable(s, tx) == Reading::Either;
+        let locks_from = |svc: Svc| {
+            (0..s.items.len())
+                .filter(|&i| self.cfg.items[i].svc >= svc && s.items[i].lock.is_some_and(|l| either(l.tx)))
+                .count() as u32
+        };
+        match &s.sweeper.pc {
+            SPc::Idle => {
+                (0..self.cfg.txs.len() as Tx).filter(|&tx| self.open(s, tx) && either(tx)).count() as u32
+                    + locks_from(0)
+            }
+            SPc::QueryLocks { svc } => locks_from(*svc),
+            SPc::GetItem { item, .. } => s.items[*item as usize].lock.is_some_and(|l| either(l.tx)) as u32,
+            _ => 0,
+        }
     }
 
     /// `recover_transaction` of the next entry of this run's read, or on to the locks.
@@ -1650,7 +1935,8 @@ impl TwoPc {
     }
 
     /// `recover_transaction`: read the record (folded into the index read for the first entry), then
-    /// `recover`: PREPARING past deadline → ABORTING; COMMITTING/ABORTING → drive.
+    /// `recover`: PREPARING past its deadline and twice the margin (it was listed by the same clock) →
+    /// ABORTING; COMMITTING/ABORTING → drive.
     fn sweep_recover(&self, s: &mut State, tx: Tx, rest: Vec<Tx>, ctx: &mut Ctx) {
         match s.record(tx).cloned() {
             Some(r) if r.status == Status::Preparing => s.sweeper.pc = SPc::Transition { tx, rest },
@@ -1669,13 +1955,21 @@ impl TwoPc {
         self.check_sweeper_drive(s, ctx);
     }
 
-    /// The locks index of a table (`expired_locks`, sorted by lockExpiresAt = the owner's deadline, at
-    /// most K), read together with the first item and its owner's record.
+    /// The locks index of a table (`expired_locks`: expired before `now - 2M` by the sweeper's clock,
+    /// sorted by lockExpiresAt = the owner's deadline, at most K), read together with the first item and
+    /// its owner's record.
     fn sweep_locks(&self, s: &mut State, svc: Svc, ctx: &mut Ctx) {
-        let mut locked: Vec<(Tx, ItemId)> = (0..s.items.len())
-            .filter(|&i| self.cfg.items[i].svc == svc)
-            .filter_map(|i| s.items[i].lock.filter(|l| s.expired(l)).map(|l| (l.tx, i as ItemId)))
-            .collect();
+        let mut locked: Vec<(Tx, ItemId)> = vec![];
+        for i in 0..s.items.len() {
+            if self.cfg.items[i].svc != svc {
+                continue;
+            }
+            if let Some(l) = s.items[i].lock
+                && self.resolver_reads_past(s, l.tx, ctx)
+            {
+                locked.push((l.tx, i as ItemId));
+            }
+        }
         locked.sort();
         locked.truncate(self.cfg.sweep_k as usize);
         match locked.split_first() {
@@ -1706,8 +2000,11 @@ impl TwoPc {
 
     /// sweeper.rs `resolve_lock`: the item (still locked, expired?) and its owner's fate.
     fn sweep_get_item(&self, s: &mut State, svc: Svc, item: ItemId, rest: Vec<ItemId>, ctx: &mut Ctx) {
-        match s.items[item as usize].lock {
-            Some(l) if s.expired(&l) => {
+        let lock = s.items[item as usize].lock;
+        match lock {
+            // Still locked, and past its expiry and twice the margin by the sweeper's clock (read again: a
+            // lock listed already reads past; another transaction's lock since is checked anew).
+            Some(l) if self.resolver_reads_past(s, l.tx, ctx) => {
                 let fate = self.fate(s, l.tx, svc);
                 self.sweep_resolve(s, svc, item, l.tx, rest, fate, ctx)
             }
@@ -1736,7 +2033,6 @@ impl TwoPc {
                 s.sweeper.pc = SPc::OwnerTransition { svc, item, owner, rest };
                 return;
             }
-            Fate::Undecided => return self.sweep_next_item(s, svc, &rest, ctx),
             Fate::Commit(token) => {
                 self.event(s, Event::SweeperRollForward);
                 Req::Commit { tx: owner, token }
@@ -1757,9 +2053,19 @@ impl TwoPc {
         let pc = s.sweeper.pc.clone();
         match pc {
             SPc::Idle => {
-                // A run starts: `open_before` (sorted by sweepAt), at most K; the first one's record.
+                // A run starts: `open_before` (sweepAt before `now - 2M` by its clock: the deadline, or a
+                // postponement's later time; sorted by sweepAt), at most K; the first one's record.
                 s.ghost.seen &= !Event::Progress.bit();
-                let mut due: Vec<Tx> = self.open_due(s).collect();
+                if !self.sweeper_has_work(s) {
+                    // A run whose clock may read nothing due (the margin): nothing is asked of it.
+                    self.progress(s);
+                }
+                let mut due: Vec<Tx> = vec![];
+                for tx in 0..self.cfg.txs.len() as Tx {
+                    if self.open(s, tx) && self.resolver_reads_past(s, tx, ctx) {
+                        due.push(tx);
+                    }
+                }
                 due.sort_by_key(|&tx| (s.record(tx).map(|r| r.sweep_at), tx));
                 due.truncate(self.cfg.sweep_k as usize);
                 match due.split_first() {
@@ -1769,13 +2075,13 @@ impl TwoPc {
             }
             SPc::GetTx { tx, rest } => self.sweep_recover(s, tx, rest, ctx),
             SPc::Transition { tx, rest } => {
-                // `Coordinator::recover`: PREPARING past deadline → ABORTING, with a reason: a write
-                // that makes the record larger.
+                // `Coordinator::recover`: PREPARING past its deadline and twice the margin → ABORTING, with a
+                // reason: a write that makes the record larger.
                 if s.status(tx) == Some(Status::Preparing) {
                     if ctx.for_size(s, tx) {
                         if !self.cfg.switches.shortened_writes {
                             // Before issue 27: `recover` fails; the entry is postponed.
-                            s.sweeper.pc = SPc::Postpone { tx, status: Status::Preparing, rest };
+                            s.sweeper.pc = SPc::Postpone { tx, rest };
                             return;
                         }
                         self.event(s, Event::ShortenedWrite);
@@ -1840,16 +2146,16 @@ impl TwoPc {
                 let fate = self.fate(s, owner, svc);
                 self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
             }
-            SPc::Postpone { tx, status, rest } => {
+            SPc::Postpone { tx, rest } => {
                 // record.rs `postpone`: `sweepAt` later, with the attempts and the error (a write that
-                // makes the record larger), if the record is open and still `status`.
+                // makes the record larger), if the record is open (`attribute_exists(openShard)`), whatever
+                // its status: this run's own recovery may have moved it PREPARING → ABORTING.
                 if ctx.refused(s) {
                     // Not applied; the sweeper logs it and goes on: the entry stays where it is.
                     self.event(s, Event::PostponeRefused);
                     return self.sweep_next_tx(s, &rest);
                 }
-                let open = s.record(tx).is_some_and(|r| r.status == status && !r.status.terminal());
-                if open {
+                if self.open(s, tx) {
                     let shortened = ctx.for_size(s, tx);
                     if shortened && !self.cfg.switches.shortened_writes {
                         // Before issue 27: refused, for ever; the entry never moves back.
@@ -1887,7 +2193,7 @@ impl TwoPc {
         }
         if s.sweeper.inv.contains(&Inv::Failed) {
             // Defect 7's fix: an entry it could not finish is postponed (its own step).
-            s.sweeper.pc = SPc::Postpone { tx, status, rest };
+            s.sweeper.pc = SPc::Postpone { tx, rest };
         } else {
             s.sweeper.pc = SPc::Terminal { tx, to: status.terminal_of(), rest };
         }

@@ -2,8 +2,13 @@
 //! property holds over every reachable state of each configuration, and every `sometimes` check is
 //! met. Each test prints the number of distinct states explored.
 //!
+//! The first configurations pass a deadline for every clock at once (`Config::margin` off: the clock
+//! as before issue 28, which keeps them small); the `_margin` ones have the clock margin of issue 28
+//! (participants' cutoffs, then resolvers' checks, each reading either way in turn).
+//!
 //! `MODEL_BIG=1` checks larger configurations: every fault kind, two in all, and the sweeper racing
-//! live coordinators (records refused for size only in the `_oversized` configurations).
+//! live coordinators (records refused for size only in the `_oversized` configurations); the `_margin`
+//! ones with larger budgets (each test says), the sweeper between coordinators.
 
 use twopc_model::TwoPc;
 use twopc_model::config::{Budget, Config, SMALL, Switches};
@@ -38,7 +43,14 @@ fn run(make: fn(Budget) -> Config, budget: Budget, races: bool) {
     } else {
         make(budget).sweeper_races_coordinators(races)
     };
-    check(TwoPc::new(cfg), None).assert_all_hold();
+    check(TwoPc::new(cfg.margin(false)), None).assert_all_hold();
+}
+
+/// With the clock margin (issue 28): the CI budget as given, or with MODEL_BIG the larger one. The
+/// sweeper runs between coordinators.
+fn run_margin(make: fn(Budget) -> Config, budget: Budget, big_budget: Budget) {
+    let budget = if big() { big_budget } else { budget };
+    check(TwoPc::new(make(budget).sweeper_races_coordinators(false).margin(true)), None).assert_all_hold();
 }
 
 #[test]
@@ -74,7 +86,7 @@ fn run_oversized(make: fn(Budget) -> Config, budget: Budget) {
     } else {
         make(budget).sweeper_races_coordinators(false)
     };
-    check(TwoPc::new(cfg), None).assert_all_hold();
+    check(TwoPc::new(cfg.margin(false)), None).assert_all_hold();
 }
 
 /// A keyed decision, its fence, lock resolution, the sweeper's and a replay's `recover`, and the
@@ -98,12 +110,46 @@ fn check_only() {
     run(Config::check_only, faults("dup,loss,crash", 2), false);
 }
 
+/// Issue 28: a keyed transfer and a one-phase deposit with the clock margin: prepares locking or refused
+/// TIMEOUT as each participant's clock reads its cutoff, resolvers (a prepare meeting a lock, the
+/// sweeper, the retried key) acting or not as each reads `expiry + 2M`, and the retry answering what
+/// the record says (503 while undecided, 202/409 once decided) whenever its answer budget runs out.
+#[test]
+fn keyed_margin() {
+    run_margin(Config::keyed, faults("crash,db_reply,dup,loss,refused", 1), SMALL);
+}
+
+/// The margin with a crash and a loss: locks left to expire, resolved by a prepare or the sweeper in
+/// the margin, a retry waiting on a crashed execution's record.
+#[test]
+fn keyed_margin_crash_loss() {
+    run_margin(Config::keyed, faults("crash,loss", 2), faults("crash,loss,dup", 3));
+}
+
+/// Two transfers against each other with the margin: a prepare meets the other's lock whose clock
+/// reads it expired or not (wait-die or resolution), presumed abort racing resolution's ABORTED.
+#[test]
+fn transfers_margin() {
+    run_margin(Config::transfers, faults("crash,db_reply,dup,loss,refused", 1), SMALL);
+}
+
+#[test]
+fn one_phase_margin() {
+    run_margin(Config::one_phase, faults("crash,db_reply,dup,loss,refused", 2), Budget { total: 3, ..SMALL });
+}
+
+#[test]
+fn check_only_margin() {
+    run_margin(Config::check_only, faults("crash,dup,loss", 1), faults("crash,dup,loss", 2));
+}
+
 /// design.md taken literally: the SDK's retry of a lock write re-sends the same token. The checker
 /// finds an operation applied twice (README.md, "What the model found").
 #[test]
 fn design_literal_same_token_on_sdk_retry_applies_twice() {
     let cfg = Config::keyed(faults("dup,db_reply", 2))
         .sweeper_races_coordinators(false)
+        .margin(false)
         .switches(Switches { fresh_token_per_attempt: false, ..Switches::default() });
     let run = check(TwoPc::new(cfg), Some("each operation applied at most once"));
     let path = run.expect_counterexample("each operation applied at most once");
@@ -117,6 +163,7 @@ fn design_literal_same_token_on_sdk_retry_applies_twice() {
 fn design_literal_refusal_on_sdk_retry_releases_against_commit() {
     let cfg = Config::transfers(faults("db_reply,refused", 2))
         .sweeper_races_coordinators(false)
+        .margin(false)
         .switches(Switches { refusal_after_unknown_is_unknown: false, ..Switches::default() });
     let name = "no lock released or rolled forward against its owner's record";
     let run = check(TwoPc::new(cfg), Some(name));

@@ -1,9 +1,10 @@
-//! Proof that the check is not vacuous: with ONE fix switched back to today's behaviour, the checker
-//! finds the defect of issue 19 it fixes, and prints the trace (breadth first: a shortest one).
+//! Proof that the check is not vacuous: with ONE fix switched back to the behaviour before it, the
+//! checker finds the defect it fixes (issues 19, 27 and 28), and prints the trace (breadth first: a
+//! shortest one).
 
 use twopc_model::config::{Budget, Config, Switches};
 use twopc_model::report::check;
-use twopc_model::state::{Answer, Status};
+use twopc_model::state::{Answer, Status, phase};
 use twopc_model::{TwoPc, Violation};
 
 fn budget(f: impl FnOnce(&mut Budget)) -> Budget {
@@ -23,6 +24,7 @@ fn defect_1_late_duplicate_prepare_applies_twice() {
         b.total = 2;
     }))
     .sweeper_races_coordinators(false)
+    .margin(false)
     .switches(Switches { token_check: false, ..Switches::default() });
     let run = check(TwoPc::new(cfg), Some("each operation applied at most once"));
     let path = run.expect_counterexample("each operation applied at most once");
@@ -39,6 +41,7 @@ fn defect_8_lost_reply_makes_a_keyed_transaction_abort_itself() {
         b.total = 1;
     }))
     .sweeper_races_coordinators(false)
+    .margin(false)
     .switches(Switches { recognise_own_writes: false, ..Switches::default() });
     let run = check(TwoPc::new(cfg), Some("no self-abort"));
     let path = run.expect_counterexample("no self-abort");
@@ -56,6 +59,7 @@ fn defect_9_abort_skips_a_refused_participant_that_holds_a_lock() {
         b.total = 2;
     }))
     .sweeper_races_coordinators(false)
+    .margin(false)
     .switches(Switches { abort_everyone: false, ..Switches::default() });
     let run = check(TwoPc::new(cfg), Some("no lock left behind by an abort"));
     let path = run.expect_counterexample("no lock left behind by an abort");
@@ -72,6 +76,7 @@ fn defect_10_refused_decision_leaves_the_locks() {
         b.total = 1;
     }))
     .sweeper_races_coordinators(false)
+    .margin(false)
     .switches(Switches { release_on_refused_decision: false, ..Switches::default() });
     let run = check(TwoPc::new(cfg), Some("no lock left behind by an abort"));
     let path = run.expect_counterexample("no lock left behind by an abort");
@@ -91,6 +96,7 @@ fn defect_27_a_record_refused_for_size_never_ends() {
         b.total = 1;
     }))
     .sweeper_races_coordinators(false)
+    .margin(false)
     .switches(Switches { shortened_writes: false, ..Switches::default() });
     let name = "once faults stop, every transaction ends and no lock is left";
     let run = check(TwoPc::new(cfg), Some(name));
@@ -101,4 +107,54 @@ fn defect_27_a_record_refused_for_size_never_ends() {
         "an open record refused for size"
     );
     assert!(last.ghost.violations & Violation::SweeperStuck.bit() != 0, "a sweeper run that changed nothing");
+}
+
+/// Issue 28, the resolvers' margin: a resolver acts on a lock once its own clock is past the plain
+/// expiry, and its clock may run ahead of the coordinator's (by less than M here). A prepare of T2 meets
+/// T1's lock while T1's coordinator's clock is still at or before the deadline (it could still decide
+/// commit), takes the lock for expired, and aborts T1 by recording it ABORTED: an abort nothing gave a
+/// reason for (the self-abort a participant whose clock runs 5 s ahead caused).
+#[test]
+fn defect_28_a_resolver_without_the_margin_aborts_a_live_transaction() {
+    let cfg = Config::transfers(Budget::default())
+        .sweeper_races_coordinators(false)
+        .switches(Switches { resolver_margin: false, ..Switches::default() });
+    let run = check(TwoPc::new(cfg), Some("no self-abort"));
+    let path = run.expect_counterexample("no self-abort");
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::SelfAbort.bit() != 0);
+    assert!(last.records.iter().flatten().any(|r| r.status.abort()), "a transaction aborted");
+    assert!((0..2).any(|tx| last.phase(tx) == phase::ON_TIME), "while its coordinator's clock is on time");
+}
+
+/// Issue 28, the replay's answer: a retried key whose answer budget runs out while the first execution
+/// is still deciding answers what `Reply::for_record` says of PREPARING, 202, which the contract reads
+/// as "decided commit": the answer does not agree with the record (which may yet be aborted).
+#[test]
+fn defect_28_a_retry_answers_an_undecided_transaction_202() {
+    let cfg = Config::keyed(Budget::default())
+        .sweeper_races_coordinators(false)
+        .switches(Switches { replay_answers_record: false, ..Switches::default() });
+    let name = "every answer agrees with the record";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.coords.iter().any(|c| c.replay && c.answer == Some(Answer::Accepted)), "the retry answered 202");
+    assert!(!last.status(0).is_some_and(Status::commit), "T1 not decided commit");
+}
+
+/// Issue 28, the participants' cutoff: before the fix a participant checked the plain deadline, by its
+/// own clock, once, when the prepare arrived. That refuses prepares the coordinator could still count
+/// (a clock ahead) and lets a prepare that arrived in time lock after a wait or a lock resolution, once
+/// every clock is past the cutoff. The checker finds both, and no counterexample to any property: a
+/// lock written late is, to every other process, a late copy's lock, which the protocol survives anyway
+/// (aborts go to every participant, commits check the voted token, resolvers go by the record); a
+/// refusal is a reason to abort. What the cutoff buys is that no lock outlives `deadline + M` by more
+/// than a write's flight, so resolvers acting after `expiry + 2M` never race a new lock: time, not safety.
+#[test]
+fn defect_28_the_old_participant_check_breaks_no_property() {
+    let cfg = Config::transfers(Budget::default())
+        .sweeper_races_coordinators(false)
+        .switches(Switches { lock_cutoff: false, ..Switches::default() });
+    check(TwoPc::new(cfg), None).assert_all_hold();
 }
