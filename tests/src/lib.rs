@@ -255,6 +255,8 @@ pub struct TestEnv {
     pub clock: Arc<ShiftedClock>,
     pub invoker: FaultyInvoker,
     pub coordinator: Coordinator,
+    /// The stand-in payment API of the `payments` service (a resource participant), when it has one.
+    pub payment_api: Option<Arc<local_services::payments::PaymentApi>>,
 }
 
 impl TestEnv {
@@ -282,16 +284,23 @@ impl TestEnv {
         let clock = ShiftedClock::new();
         let shared: SharedClock = clock.clone();
         let transactions = TransactionStore::new(store_client.clone(), &transactions_table);
+        let payment_api = match services.contains(&payments::SERVICE) {
+            true => {
+                Some(Arc::new(local_services::payments::PaymentApi::start().await.expect("the payment API starts")))
+            }
+            false => None,
+        };
         let participants: BTreeMap<String, Participant> = services
             .iter()
             .map(|s| {
                 let table = DataTable::new(store_client.clone(), format!("{prefix}-{s}-data"));
                 let participant = Participant::new(*s, table, transactions.clone(), shared.clone());
                 // The example service speaks its own operations, as it is deployed.
-                let participant = if *s == inventory::SERVICE {
-                    participant.with_operations(inventory::Inventory)
-                } else {
-                    participant
+                let participant = match (*s, &payment_api) {
+                    (inventory::SERVICE, _) => participant.with_operations(inventory::Inventory),
+                    // The resource participant, against the stand-in payment API.
+                    (payments::SERVICE, Some(api)) => participant.with_resource(payments::Payments::new(api.url())),
+                    _ => participant,
                 };
                 (s.to_string(), participant)
             })
@@ -317,6 +326,7 @@ impl TestEnv {
             clock,
             invoker,
             coordinator,
+            payment_api,
         }
     }
 

@@ -217,18 +217,21 @@ async fn a_participant_redeployed_between_the_phases_commits_what_it_voted_for()
 }
 
 /// The deployed coordinator learns the services' operations from `SERVICE_OPERATIONS`, which both
-/// templates take from `infra/service-operations.json`: that file is what the inventory declares.
+/// templates take from `infra/service-operations.json`: that file is what the example services declare
+/// (the inventory's own operations, the payments resource's).
 #[test]
-fn the_templates_operations_are_the_inventorys() {
+fn the_templates_operations_are_the_example_services() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/service-operations.json");
-    let declared = serde_json::to_string_pretty(&inventory::catalogs().to_json()).unwrap() + "\n";
+    let mut declared = inventory::catalogs();
+    declared.insert(payments::SERVICE, payments::catalog());
+    let text = serde_json::to_string_pretty(&declared.to_json()).unwrap() + "\n";
     if std::env::var_os("TWOPC_WRITE_SERVICE_OPERATIONS").is_some() {
-        std::fs::write(&path, &declared).unwrap();
+        std::fs::write(&path, &text).unwrap();
     }
     let written = std::fs::read_to_string(&path).unwrap_or_default();
     assert_eq!(
         twopc::custom::Catalogs::parse(&written).ok(),
-        Some(inventory::catalogs()),
-        "infra/service-operations.json is not what the inventory declares: run this test with TWOPC_WRITE_SERVICE_OPERATIONS=1 to write it"
+        Some(declared),
+        "infra/service-operations.json is not what the example services declare: run this test with TWOPC_WRITE_SERVICE_OPERATIONS=1 to write it"
     );
 }

@@ -184,7 +184,7 @@ async fn a_coordinator_decision_that_wins_makes_recovery_commit() {
 
     // The sweeper's rule is the coordinator's recover(): drive the stale view through it.
     let coordinator = env.coordinator_with(&env.fresh_invoker(), Faults::default());
-    let (finished, _) = coordinator.recover(stale).await.unwrap();
+    let finished = coordinator.recover(stale).await.unwrap().record;
 
     assert_eq!(finished.status, Status::Committed);
     assert_eq!(env.balance("service-a", "A").await, "70");

@@ -43,11 +43,13 @@ impl Operations for Inventory {
                 op: "reserve".into(),
                 description: "reserve units of an active SKU: stock down, reserved up; never below zero".into(),
                 fields: [quantity()].into(),
+                resource: false,
             },
             OperationSchema {
                 op: "release".into(),
                 description: "release reserved units: reserved down, stock up; never more than reserved".into(),
                 fields: [quantity()].into(),
+                resource: false,
             },
         ]
     }

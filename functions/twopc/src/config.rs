@@ -33,6 +33,8 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 pub const PARTICIPANT_KEYS: &str = "PARTICIPANT_KEYS";
 /// Participant: its own service's message key, a secret ARN, or `local-development-keys`.
 pub const PARTICIPANT_KEY: &str = "PARTICIPANT_KEY";
+/// The payments example (a resource participant): its payment API's base URL.
+pub const PAYMENT_API_URL: &str = "PAYMENT_API_URL";
 /// Coordinator: each service's own operation kinds, JSON `{"service": [operation schema, ...]}`
 /// ([`crate::custom`]); `{}` when no service has any.
 pub const SERVICE_OPERATIONS: &str = "SERVICE_OPERATIONS";
@@ -153,6 +155,8 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
     // The example service's own participant: the participant library, so the participant's settings.
     ("inventory", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
+    // The example resource participant: the participant library's settings, and its payment API.
+    ("payments", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY, PAYMENT_API_URL]),
     ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES, METRICS_NAMESPACE, PARTICIPANT_KEYS]),
     (
         "stream-processor",

@@ -24,7 +24,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::auth::KeySource;
 use crate::clock::{SharedClock, resolvable_after};
-use crate::custom::Catalogs;
+use crate::custom::{Catalog, Catalogs};
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
 use crate::invoke::{InvokeError, ParticipantInvoker};
 use crate::model::{
@@ -285,7 +285,7 @@ impl Coordinator {
 
     async fn run(&self, record: TransactionRecord, answer_by: std::time::Instant) -> Result<Reply, DriveError> {
         if let [sole] = record.participants.as_slice()
-            && takes_one_phase(&sole.operations)
+            && takes_one_phase(&sole.operations, self.catalogs.of(&sole.service))
         {
             return self.run_one_phase(record, answer_by).await;
         }
@@ -351,7 +351,7 @@ impl Coordinator {
     ) -> Result<TransactionRecord, DriveError> {
         let remaining = answer_by.saturating_duration_since(std::time::Instant::now());
         match tokio::time::timeout(remaining, self.drive(decided.clone())).await {
-            Ok(driven) => Ok(driven?.0),
+            Ok(driven) => Ok(driven?.record),
             Err(_) => {
                 warn!(status = %decided.status, "answer budget spent before the second phase ended; the sweeper finishes it");
                 Ok(decided)
@@ -655,34 +655,37 @@ impl Coordinator {
     /// locks, then the terminal status. A participant that cannot be reached leaves it open for the
     /// sweeper, and the record says so.
     pub async fn finish(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
-        Ok(self.drive(record).await?.0)
+        Ok(self.drive(record).await?.record)
     }
 
-    /// [`Coordinator::finish`], also telling whether this call wrote the terminal status.
-    async fn drive(&self, record: TransactionRecord) -> Result<(TransactionRecord, bool), DriveError> {
+    /// [`Coordinator::finish`], also telling whether this call wrote the terminal status, and which
+    /// participants did not acknowledge and why.
+    async fn drive(&self, record: TransactionRecord) -> Result<Driven, DriveError> {
         let (action, terminal) = match record.status {
             Status::Committing => (Action::Commit, Status::Committed),
             Status::Aborting => (Action::Abort, Status::Aborted),
-            _ => return Ok((record, false)),
+            _ => return Ok(Driven { record, finished_here: false, unacknowledged: vec![] }),
         };
-        let all_acknowledged = match action {
+        let unacknowledged = match action {
             Action::Commit => self.commit_participants(&record).await?,
             _ => self.abort_participants(&record).await?,
         };
-        if !all_acknowledged {
-            return Ok((record, false));
+        if !unacknowledged.is_empty() {
+            return Ok(Driven { record, finished_here: false, unacknowledged });
         }
         self.faults.check(CoordinatorCrash::BeforeTerminal)?;
         let keyed = record.is_keyed();
-        match self.transition_retrying(&record.transaction_id, record.status, terminal, keyed, None, None).await? {
-            Transition::Done(done) => Ok((done, true)),
-            // A sweeper finished it at the same time: the outcome is the same.
-            Transition::Lost(Some(current)) => Ok((current, false)),
-            Transition::Lost(None) => Ok((record, false)),
-        }
+        let (record, finished_here) =
+            match self.transition_retrying(&record.transaction_id, record.status, terminal, keyed, None, None).await? {
+                Transition::Done(done) => (done, true),
+                // A sweeper finished it at the same time: the outcome is the same.
+                Transition::Lost(Some(current)) => (current, false),
+                Transition::Lost(None) => (record, false),
+            };
+        Ok(Driven { record, finished_here, unacknowledged: vec![] })
     }
 
-    async fn commit_participants(&self, record: &TransactionRecord) -> Result<bool, Crashed> {
+    async fn commit_participants(&self, record: &TransactionRecord) -> Result<Vec<String>, Crashed> {
         let targets = record.participants.iter().filter(|p| !p.read_only).collect::<Vec<_>>();
         self.second_phase(record, Action::Commit, &targets).await
     }
@@ -690,7 +693,7 @@ impl Coordinator {
     /// Everyone who may hold a lock: all but those whose PREPARED vote said they only read. A refusal or
     /// no answer proves nothing: an earlier delivery of the same prepare may have taken the lock (and an
     /// abort where nothing was locked is an empty rollback).
-    async fn abort_participants(&self, record: &TransactionRecord) -> Result<bool, Crashed> {
+    async fn abort_participants(&self, record: &TransactionRecord) -> Result<Vec<String>, Crashed> {
         let targets = record.participants.iter().filter(|p| !p.read_only).collect::<Vec<_>>();
         self.second_phase(record, Action::Abort, &targets).await
     }
@@ -700,7 +703,7 @@ impl Coordinator {
         record: &TransactionRecord,
         action: Action,
         targets: &[&ParticipantEntry],
-    ) -> Result<bool, Crashed> {
+    ) -> Result<Vec<String>, Crashed> {
         let mut pending: FuturesUnordered<_> = targets
             .iter()
             .map(|entry| {
@@ -712,40 +715,54 @@ impl Coordinator {
                 async move { (entry.service.as_str(), self.deliver(&entry.service, &request).await) }
             })
             .collect();
-        let mut all = true;
+        let mut unacknowledged = vec![];
         let mut answered = 0;
-        while let Some((service, acknowledged)) = pending.next().await {
-            if !acknowledged {
-                error!(service, action = action.as_str(), "participant did not acknowledge; left for the sweeper");
-                all = false;
+        while let Some((service, delivered)) = pending.next().await {
+            if let Err(why) = delivered {
+                error!(service, action = action.as_str(), why, "participant did not acknowledge; left for the sweeper");
+                unacknowledged.push(format!("{service} did not acknowledge the {}: {why}", action.as_str()));
             }
             answered += 1;
             self.faults.check(CoordinatorCrash::AfterCommits(answered))?;
         }
-        Ok(all)
+        Ok(unacknowledged)
     }
 
-    /// One commit or abort, retried: true once the participant acknowledged it.
-    async fn deliver(&self, service: &str, request: &ParticipantRequest) -> bool {
+    /// One commit or abort, retried until the participant acknowledges it; or why it did not, in words
+    /// fit for the record (the participant's own reason, or the invoke's public one).
+    async fn deliver(&self, service: &str, request: &ParticipantRequest) -> Result<(), String> {
+        let mut why = String::new();
         for attempt in 0..SECOND_PHASE_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
             }
             match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.call(service, request)).await {
-                Ok(Ok(response)) if acknowledged(request.action, &response) => return true,
-                Ok(Ok(response)) => warn!(service, ?response, "unexpected second-phase answer"),
-                Ok(Err(e)) => warn!(service, error = %e, attempt, "second-phase delivery failed"),
-                Err(_) => warn!(service, attempt, "second-phase delivery timed out"),
+                Ok(Ok(response)) if acknowledged(request.action, &response) => return Ok(()),
+                Ok(Ok(response)) => {
+                    warn!(service, ?response, "unexpected second-phase answer");
+                    why = match (&response.status, &response.reason) {
+                        (Some(status), Some(reason)) => format!("{status}: {reason}"),
+                        (status, _) => format!("answered {}", status.as_deref().unwrap_or("no status")),
+                    };
+                }
+                Ok(Err(e)) => {
+                    warn!(service, error = %e, attempt, "second-phase delivery failed");
+                    why = e.public_reason();
+                }
+                Err(_) => {
+                    warn!(service, attempt, "second-phase delivery timed out");
+                    why = format!("no answer within {SECOND_PHASE_TIMEOUT:?}");
+                }
             }
         }
-        false
+        Err(why)
     }
 
     /// Brings an open transaction to its end: the sweeper's rule, and an idempotent retry's when the
     /// first execution stopped. PREPARING past its deadline (and twice the clock margin) is aborted by the
     /// same conditional write that lock resolution uses; a PREPARING one within it is left alone.
     /// Returns the record as it ends up, and whether this call wrote its terminal status.
-    pub async fn recover(&self, record: TransactionRecord) -> Result<(TransactionRecord, bool), DriveError> {
+    pub async fn recover(&self, record: TransactionRecord) -> Result<Driven, DriveError> {
         let record = self.abort_expired(record).await?;
         self.drive(record).await
     }
@@ -843,12 +860,14 @@ where
 /// A sole participant commits in one phase when it writes something and deletes nothing, and its
 /// operations leave room for the record in one `TransactWriteItems` (100 items at most). A delete
 /// stays two-phase: the stream tells a delete by a commit from any other delete only by the lock of
-/// the transaction the removed item carried.
-fn takes_one_phase(operations: &[Value]) -> bool {
+/// the transaction the removed item carried. So does a resource's operation (`catalog` marks it): a
+/// resource beyond DynamoDB cannot commit in the same write as the record.
+fn takes_one_phase(operations: &[Value], catalog: &Catalog) -> bool {
     let ops = || operations.iter().map(|o| o.get("op").and_then(Value::as_str));
+    let resource = |op: Option<&str>| op.and_then(|kind| catalog.schema(kind)).is_some_and(|schema| schema.resource);
     operations.len() < crate::model::MAX_OPERATIONS_PER_PARTICIPANT
         && ops().any(|op| op != Some("check"))
-        && !ops().any(|op| op == Some("delete"))
+        && !ops().any(|op| op == Some("delete") || resource(op))
 }
 
 /// A record another writer decided, shown with the votes this coordinator collected when it has none.
@@ -879,6 +898,17 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
             entry.reason = Some(format!("prepare answered without a vote: {response:?}"));
         }
     }
+}
+
+/// What driving a decided transaction came to.
+#[derive(Debug, Clone)]
+pub struct Driven {
+    /// The record as it then is.
+    pub record: TransactionRecord,
+    /// Whether this call wrote its terminal status.
+    pub finished_here: bool,
+    /// The participants that did not acknowledge, each with why (empty once all did).
+    pub unacknowledged: Vec<String>,
 }
 
 /// Whether an answer completes the second phase for that participant.

@@ -25,6 +25,10 @@ pub struct OperationSchema {
     /// Its fields besides `op` and `key`.
     #[serde(default)]
     pub fields: BTreeMap<String, FieldSchema>,
+    /// An operation of a resource beyond DynamoDB (try, confirm, cancel: `participant::resource`): it
+    /// cannot commit atomically with the record, so a transaction with one is never committed in one phase.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resource: bool,
 }
 
 impl OperationSchema {

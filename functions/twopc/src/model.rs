@@ -848,6 +848,9 @@ impl Vote {
 pub const STATUS_NOT_PREPARED: &str = "NOT_PREPARED";
 pub const STATUS_COMMITTED: &str = "COMMITTED";
 pub const STATUS_ABORTED: &str = "ABORTED";
+/// A resource participant's answer to a commit or an abort its resource did not carry out yet (`reason`
+/// says why): not an acknowledgement; the message is sent again.
+pub const STATUS_FAILED: &str = "FAILED";
 /// Answer of a one-phase commit whose transaction record already exists: nothing was applied.
 pub const STATUS_RECORD_EXISTS: &str = "RECORD_EXISTS";
 

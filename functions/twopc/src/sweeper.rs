@@ -173,7 +173,7 @@ impl Sweeper {
         let before = record.status;
         let attempts = record.sweep_attempts.unwrap_or(0) + 1;
         let failure = match self.coordinator.recover(record).await {
-            Ok((after, finished_here)) => {
+            Ok(crate::coordinator::Driven { record: after, finished_here, unacknowledged }) => {
                 info!(from = %before, to = %after.status, finished_here, "recovered");
                 match after.status {
                     // Finished by someone else meanwhile (its coordinator, another sweeper): not this run's to count.
@@ -182,7 +182,7 @@ impl Sweeper {
                     Status::Aborted => return Ok(TxOutcome::Aborted),
                     // Within its deadline: its coordinator is still at work.
                     Status::Preparing => return Ok(TxOutcome::Stuck),
-                    status => format!("still {status}: a participant did not acknowledge"),
+                    status => format!("still {status}: {}", unacknowledged.join("; ")),
                 }
             }
             Err(e) => e.to_string(),

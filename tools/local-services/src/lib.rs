@@ -9,11 +9,14 @@
 //! - [`sqs::Sqs`]: an SQS queue (AWS JSON 1.0: `SendMessage`, `ReceiveMessage`, `DeleteMessage`,
 //!   `GetQueueAttributes`), the dead-letter queue the stream processor's replay reads.
 //! - [`streams`]: DynamoDB Streams records read through the Streams API, as the Lambda event.
+//! - [`payments::PaymentApi`]: an HTTP payment API (authorize, capture, void) with idempotency keys as
+//!   real payment APIs keep them, and injectable failures, late requests and late answers.
 //!
 //! Servers bind 127.0.0.1 (port 0 unless told otherwise) and stop when dropped.
 
 pub mod apigw;
 pub mod firehose;
+pub mod payments;
 pub mod sqs;
 pub mod streams;
 

@@ -45,10 +45,12 @@
 
 pub mod operations;
 mod protocol;
+pub mod resource;
 pub mod store;
 
 pub use crate::custom::{FieldSchema, FieldType, OperationSchema};
 pub use protocol::{Order, Participant, ParticipantError, parse_operations, parse_operations_for};
+pub use resource::{Resource, ResourceCall, ResourceError};
 pub use store::DataTable;
 
 use serde_json::{Map, Value};

@@ -10,10 +10,10 @@ use super::operations::{self, unrepresentable_result};
 use super::store::{CommitOutcome, DataTable, Lock, LockAttempt, LockSpec, OnePhase, Seen, find};
 use super::{OperationRefusal, Operations, Prepared, Refusal, Rules};
 use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
-use crate::custom::Catalog;
+use crate::custom::{Catalog, OperationSchema};
 use crate::model::{
     Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
-    STATUS_COMMITTED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
+    STATUS_COMMITTED, STATUS_FAILED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
 };
 use crate::record::TransactionStore;
 use crate::recovery::{OwnerFate, owner_fate};
@@ -56,6 +56,8 @@ pub struct Participant {
     /// The service's own operation kinds (none: the built-in ones only), and their schemas.
     operations: Option<std::sync::Arc<dyn Operations>>,
     catalog: Catalog,
+    /// The service's resource beyond DynamoDB, driven through try, confirm and cancel (none: items).
+    resource: Option<super::resource::Driver>,
 }
 
 impl std::fmt::Debug for dyn Operations {
@@ -87,7 +89,33 @@ impl Participant {
             rules: None,
             operations: None,
             catalog: Catalog::default(),
+            resource: None,
         }
+    }
+
+    /// The same participant, driving the service's `resource` (see [`super::resource`]): its operations
+    /// are the resource's kinds, tried at prepare, confirmed at commit, cancelled at abort, behind a
+    /// barrier in the service's table. Panics if the resource's schemas are not valid.
+    pub fn with_resource(self, resource: impl super::resource::Resource) -> Participant {
+        let schemas =
+            resource.schemas().into_iter().map(|schema| OperationSchema { resource: true, ..schema }).collect();
+        let catalog = Catalog::new(schemas)
+            .unwrap_or_else(|e| panic!("service {}: invalid operation schemas: {e}", self.service));
+        let driver = super::resource::Driver {
+            resource: std::sync::Arc::new(resource),
+            barrier: super::resource::Barrier::new(self.table.client().clone(), self.table.name()),
+            try_in_flight_ms: super::resource::TRY_IN_FLIGHT_MS,
+        };
+        Participant { resource: Some(driver), catalog, ..self }
+    }
+
+    /// The same resource participant, taking `in_flight` as the longest a try request may be in flight
+    /// (by default [`super::resource::TRY_IN_FLIGHT_MS`]).
+    pub fn with_try_in_flight(self, in_flight: Duration) -> Participant {
+        let resource = self
+            .resource
+            .map(|driver| super::resource::Driver { try_in_flight_ms: in_flight.as_millis() as u64, ..driver });
+        Participant { resource, ..self }
     }
 
     /// The same participant, speaking the service's own operation kinds (see [`super::Operations`]).
@@ -149,6 +177,12 @@ impl Participant {
             let tx = &request.transaction_id;
             let order = Order { started_at: request.started_at, deadline: request.deadline };
             let principal = request.principal.as_deref();
+            if let Some(driver) = &self.resource {
+                let response = self.drive_resource(driver, request, order, &operations).await?;
+                info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
+                let answered_at = Some(self.clock.now_ms());
+                return Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response });
+            }
             let response = match request.action {
                 Action::Prepare => self.prepare(tx, order, principal, &operations).await?,
                 Action::Commit => match &request.one_phase_record {
@@ -163,6 +197,44 @@ impl Participant {
         }
         .instrument(span)
         .await
+    }
+
+    /// A resource participant's answer: its try, confirm or cancel, behind the barrier.
+    async fn drive_resource(
+        &self,
+        driver: &super::resource::Driver,
+        request: &ParticipantRequest,
+        order: Order,
+        operations: &[Operation],
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let tx = &request.transaction_id;
+        let now = || self.clock.now_ms();
+        match request.action {
+            Action::Prepare => {
+                if let Some(other) = operations.iter().find(|op| !matches!(op, Operation::Custom { .. })) {
+                    return Ok(refused(
+                        RefusalCode::Invalid,
+                        format!("{} speaks only its own operations, not \"{}\"", self.service, other.kind()),
+                    ));
+                }
+                let prepare = super::resource::Prepare {
+                    service: &self.service,
+                    tx,
+                    principal: request.principal.as_deref(),
+                    operations,
+                    deadline: order.deadline,
+                    started_at: order.priority(),
+                };
+                Ok(driver.prepare(prepare, now).await?)
+            }
+            // A resource cannot commit atomically with the record: the coordinator commits it in two
+            // phases (its schemas are marked `resource`), and a one-phase commit is refused unapplied.
+            Action::Commit if request.one_phase_record.is_some() => {
+                Ok(refused(RefusalCode::Invalid, format!("{} is a resource: it commits in two phases", self.service)))
+            }
+            Action::Commit => failed_resource(driver.commit(&self.service, tx, request.lock_token.as_deref()).await),
+            Action::Abort => failed_resource(driver.abort(&self.service, tx, now).await),
+        }
     }
 
     fn keys(&self, operations: &[Operation]) -> Result<Vec<Item>, String> {
@@ -619,6 +691,21 @@ impl Participant {
         let keys: Vec<Item> = operations.iter().filter_map(|op| self.table.key(op.key()).ok()).collect();
         try_join_all(keys.iter().map(|key| self.table.release(tx, key, None, "abort"))).await?;
         Ok(status(STATUS_ABORTED, None))
+    }
+}
+
+/// A resource that did not confirm or cancel is answered FAILED with why (the resource's own words,
+/// kept in the record's `sweepError`), not acknowledged: the coordinator and the sweeper send it again.
+fn failed_resource(
+    outcome: Result<ParticipantResponse, super::resource::ResourceFailedOr>,
+) -> Result<ParticipantResponse, ParticipantError> {
+    match outcome {
+        Ok(response) => Ok(response),
+        Err(super::resource::ResourceFailedOr::Store(e)) => Err(e.into()),
+        Err(super::resource::ResourceFailedOr::Resource(e)) => {
+            warn!(error = %e, "the resource failed; the message is to be sent again");
+            Ok(status(STATUS_FAILED, Some(crate::record::cut(&e.to_string(), 400))))
+        }
     }
 }
 

@@ -84,6 +84,10 @@ impl DataTable {
         &self.name
     }
 
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The operation's key as the table's key, or why it does not fit the table.
     pub fn key(&self, key: &Key) -> Result<Item, String> {
         match key.get(a::KEY) {

@@ -1,0 +1,731 @@
+//! Resources beyond DynamoDB: anything that can reserve and confirm (an external payment API, a
+//! relational database) joins a transaction through [`Resource`]: try at prepare, confirm at commit,
+//! cancel at abort. The library drives them with the guarantees its item participant has:
+//!
+//! - **At most once per transaction.** A barrier entry per transaction and service, in the service's own
+//!   table (`entityId` `barrier#<transaction>`), is written with a condition before the resource is
+//!   called: a try happens only after the entry says TRYING, a confirm only from TRIED with the token the
+//!   vote reported, and every call carries an idempotency key per transaction and phase
+//!   (`<transaction>:<service>:try`, `:confirm`, `:cancel`, `:recheck`), so a call whose answer was lost
+//!   is repeated, never doubled.
+//! - **Empty rollback.** A cancel that finds no entry writes one, CANCELLED, and calls nothing.
+//! - **Late messages.** A try that arrives after its cancel, or after its transaction ended, finds the
+//!   entry and calls nothing.
+//! - **Late calls.** The barrier stops late messages, not late requests: a try request that reaches the
+//!   resource after the cancel (an authorization landing after its void) would leave something held. No
+//!   try is sent after the transaction's cutoff (its deadline and the clock margin), and a request is
+//!   assumed to reach the resource within [`TRY_IN_FLIGHT_MS`] of being sent or never; so a cancel is
+//!   repeated once that long after the cutoff: the repeat first recovers what the try did (it sends the
+//!   try's request again with the try's key, which returns the stored first answer, or does the try now),
+//!   then undoes it with a key of its own (a repeat under the cancel's key would only return the first
+//!   cancel's stored answer).
+//! - **A confirm never turns into an abort.** After a commit decision a confirm that fails is retried
+//!   (by the coordinator, then the sweeper, with backoff), and the transaction stays `COMMITTING`, its
+//!   `sweepError` saying why, the sweeper's `Stuck` metric counting it, until the resource confirms.
+//!
+//! An entry waiting for something (TRYING and TRIED until the deadline; CANCELLED until its recheck is
+//! due) carries a lock like a locked item's, in the locks index: the sweeper finds it there when it is
+//! due and sends the participant the commit or abort its transaction's record says, as for any lock.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::OperationRefusal;
+use crate::attr;
+use crate::expr::{Expr, n, s};
+use crate::model::{
+    Operation, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED,
+};
+use crate::store::{Item, StoreError, get_m, get_n, get_s, shard_of};
+use crate::tables::item_attr as a;
+
+/// How long a try request may be in flight: one sent at `t` reaches the resource before
+/// `t + TRY_IN_FLIGHT_MS` or never. The cancel is repeated once this long after the transaction's cutoff.
+pub const TRY_IN_FLIGHT_MS: u64 = 60_000;
+
+/// A resource the library drives through try, confirm and cancel. Each call gets an idempotency key that
+/// is the same for every attempt of that call in this transaction: send it with the request, so that the
+/// resource does what it asks once, and answers a repeat with the stored first answer.
+pub trait Resource: Send + Sync + 'static {
+    /// The operation kinds the service speaks (custom kinds, [`crate::custom`]): what the coordinator
+    /// validates and the participant parses.
+    fn schemas(&self) -> Vec<super::OperationSchema>;
+
+    /// Reserves what `call.operations` ask (authorize a payment). `Ok`: what was reserved, as the
+    /// confirm and the cancel need it (an authorization id), kept in the barrier. `Refused`: nothing is
+    /// held (a declined card): the transaction aborts with that refusal. `Failed`: the outcome is not
+    /// known (a timeout, a 5xx): the library tries again with the same key while the deadline allows.
+    fn try_reserve<'a>(&'a self, call: &'a ResourceCall<'a>) -> BoxFuture<'a, Result<Value, ResourceError>>;
+
+    /// Makes the reservation final (capture). Called only after a commit decision: `Failed` is retried,
+    /// never turned into an abort; `Refused` is treated as `Failed`.
+    fn confirm<'a>(&'a self, call: &'a ResourceCall<'a>, tried: &'a Value) -> BoxFuture<'a, Result<(), ResourceError>>;
+
+    /// Releases the reservation (void), which `tried` describes. Idempotent under `call.idempotency_key`.
+    fn cancel<'a>(&'a self, call: &'a ResourceCall<'a>, tried: &'a Value) -> BoxFuture<'a, Result<(), ResourceError>>;
+}
+
+/// One call to a resource.
+#[derive(Debug, Clone)]
+pub struct ResourceCall<'a> {
+    pub service: &'a str,
+    pub transaction_id: &'a str,
+    /// The transaction's caller (canonical); None when it had none. Present at prepare only.
+    pub principal: Option<&'a str>,
+    /// The operations of this service in the transaction (its own kinds, as the coordinator validated
+    /// them). Empty for a cancel the sweeper sends, which knows only the transaction.
+    pub operations: &'a [Operation],
+    /// The same for every attempt of this call in this transaction: `<transaction>:<service>:<phase>`.
+    pub idempotency_key: String,
+    /// How long the call may still run (its requests' timeouts must end within it): the time left until
+    /// the transaction's cutoff, at a try; None for a confirm or a cancel, which have no deadline.
+    pub time_left: Option<Duration>,
+}
+
+/// Why a resource call did not do what it asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceError {
+    /// A definite no: nothing is held (a declined card, an invalid request).
+    Refused(OperationRefusal),
+    /// Not known to have happened, or known not to have: the call may be repeated with the same key.
+    Failed(String),
+}
+
+/// Where a transaction's barrier entry stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Written before the first try request; the try's outcome is not recorded yet.
+    Trying,
+    /// The resource reserved; `tried` says what.
+    Tried,
+    /// The resource refused the try: nothing held.
+    Refused,
+    Confirmed,
+    Cancelled,
+}
+
+impl State {
+    fn as_str(self) -> &'static str {
+        match self {
+            State::Trying => "TRYING",
+            State::Tried => "TRIED",
+            State::Refused => "REFUSED",
+            State::Confirmed => "CONFIRMED",
+            State::Cancelled => "CANCELLED",
+        }
+    }
+
+    fn parse(text: &str) -> Option<State> {
+        [State::Trying, State::Tried, State::Refused, State::Confirmed, State::Cancelled]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+/// A barrier entry as read.
+#[derive(Debug, Clone)]
+struct Entry {
+    state: State,
+    /// The token of the prepare that wrote it (the vote reports it; a commit must name it).
+    token: Option<String>,
+    /// The transaction's deadline, as the prepare knew it.
+    deadline: Option<u64>,
+    tried: Option<Value>,
+    /// The try's operations, as it sent them: a repeat of the try sends the same.
+    operations: Vec<Operation>,
+    refusal: Option<(String, String)>,
+    /// CANCELLED: whether the cancel call for `tried` went through.
+    cancelled_call: bool,
+    /// CANCELLED: when the cancel is repeated; done once `rechecked`.
+    recheck_at: Option<u64>,
+    rechecked: bool,
+}
+
+const BARRIER: &str = "barrier";
+
+impl Entry {
+    fn of(item: &Item) -> Option<Entry> {
+        let barrier = get_m(item, BARRIER)?;
+        let state = State::parse(get_s(barrier, "state")?)?;
+        let lock = get_m(item, a::LOCK);
+        let number = |name: &str| get_n(barrier, name).and_then(|v| v.parse::<u64>().ok());
+        Some(Entry {
+            state,
+            token: get_s(barrier, "token").map(str::to_owned),
+            deadline: number("deadline"),
+            tried: barrier.get("tried").map(attr::to_json),
+            operations: barrier
+                .get("operations")
+                .map(attr::to_json)
+                .and_then(|list| {
+                    Operation::parse_list_for(Some(&list), "operations", &crate::custom::Catalog::any()).ok()
+                })
+                .unwrap_or_default(),
+            refusal: get_s(barrier, "refusalCode")
+                .map(|c| (c.to_owned(), get_s(barrier, "reason").unwrap_or("").to_owned())),
+            cancelled_call: barrier.get("cancelledCall").is_some(),
+            recheck_at: number("recheckAt").or_else(|| {
+                lock.and_then(|l| get_n(l, "expiresAt"))
+                    .and_then(|v| v.parse().ok())
+                    .filter(|_| state == State::Cancelled)
+            }),
+            rechecked: barrier.get("rechecked").is_some(),
+        })
+    }
+}
+
+/// The barrier's entries, in the service's own table.
+#[derive(Debug, Clone)]
+pub(crate) struct Barrier {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+/// What writing the first entry found.
+enum Begun {
+    Written,
+    Existing(Box<Entry>),
+}
+
+impl Barrier {
+    pub(crate) fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Barrier {
+        Barrier { client, table: table.into() }
+    }
+
+    fn key(tx: &str) -> Item {
+        HashMap::from([(a::KEY.to_owned(), s(format!("barrier#{tx}")))])
+    }
+
+    async fn get(&self, tx: &str) -> Result<Option<Entry>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(tx)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::new("GetItem", &self.table, e))?;
+        Ok(out.item.as_ref().and_then(Entry::of))
+    }
+
+    /// The lock an entry carries while the sweeper must come back to it: owned by `tx`, due at `due`.
+    fn lock(tx: &str, token: &str, due: u64, started_at: u64) -> Vec<(&'static str, AttributeValue)> {
+        vec![
+            (
+                a::LOCK,
+                AttributeValue::M(HashMap::from([
+                    ("transactionId".to_owned(), s(tx)),
+                    ("status".to_owned(), s("PREPARED")),
+                    ("expiresAt".to_owned(), n(due)),
+                    ("startedAt".to_owned(), n(started_at)),
+                    ("token".to_owned(), s(token)),
+                ])),
+            ),
+            (a::LOCK_SHARD, s(shard_of(tx, "lock"))),
+            (a::LOCK_EXPIRES_AT, n(due)),
+        ]
+    }
+
+    /// TRYING, if there is no entry yet: the only way a try can start.
+    async fn begin(
+        &self,
+        tx: &str,
+        token: &str,
+        operations: &[Operation],
+        (deadline, started_at, now): (u64, u64, u64),
+    ) -> Result<Begun, StoreError> {
+        let mut item = Self::key(tx);
+        let operations = Value::Array(operations.iter().map(Operation::to_json).collect());
+        let barrier = HashMap::from([
+            ("state".to_owned(), s(State::Trying.as_str())),
+            ("operations".to_owned(), attr::to_attribute(&operations)),
+            ("token".to_owned(), s(token)),
+            ("deadline".to_owned(), n(deadline)),
+            ("trySentAt".to_owned(), n(now)),
+        ]);
+        item.insert(BARRIER.to_owned(), AttributeValue::M(barrier));
+        item.extend(Self::lock(tx, token, deadline, started_at).into_iter().map(|(k, v)| (k.to_owned(), v)));
+        self.put_new(item).await
+    }
+
+    async fn put_new(&self, item: Item) -> Result<Begun, StoreError> {
+        let mut e = Expr::new();
+        let key = e.name(a::KEY);
+        let out = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(format!("attribute_not_exists({key})"))
+            .set_expression_attribute_names(e.names())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(Begun::Written),
+            Err(err) => match err.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
+                    match c.item().and_then(Entry::of) {
+                        Some(entry) => Ok(Begun::Existing(Box::new(entry))),
+                        None => {
+                            Err(StoreError::internal("PutItem", &self.table, "an entry that is not a barrier entry"))
+                        }
+                    }
+                }
+                _ => Err(StoreError::new("PutItem", &self.table, err)),
+            },
+        }
+    }
+
+    /// Moves the entry from one of `from` to its next state with `update` (names in `e`); false if the
+    /// entry was not in one of them (or not with `token`, when given).
+    async fn transition(
+        &self,
+        tx: &str,
+        from: &[State],
+        token: Option<&str>,
+        mut e: Expr,
+        update: String,
+    ) -> Result<bool, StoreError> {
+        let barrier = e.name(BARRIER);
+        let state = e.name("state");
+        let states: Vec<String> = from.iter().map(|st| e.value(s(st.as_str()))).collect();
+        let mut condition = format!("{barrier}.{state} IN ({})", states.join(", "));
+        if let Some(token) = token {
+            let token_name = e.name("token");
+            let token_value = e.value(s(token));
+            condition += &format!(" AND {barrier}.{token_name} = {token_value}");
+        }
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(tx)))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values(ReturnValue::None)
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
+        }
+    }
+
+    fn release(e: &mut Expr) -> String {
+        format!("REMOVE {}, {}, {}", e.name(a::LOCK), e.name(a::LOCK_SHARD), e.name(a::LOCK_EXPIRES_AT))
+    }
+
+    async fn tried(&self, tx: &str, token: &str, tried: &Value) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let (barrier, state, field) = (e.name(BARRIER), e.name("state"), e.name("tried"));
+        let (next, value) = (e.value(s(State::Tried.as_str())), e.value(attr::to_attribute(tried)));
+        let update = format!("SET {barrier}.{state} = {next}, {barrier}.{field} = {value}");
+        self.transition(tx, &[State::Trying], Some(token), e, update).await
+    }
+
+    async fn refused(&self, tx: &str, token: &str, code: &str, reason: &str) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let (barrier, state, code_name, reason_name) =
+            (e.name(BARRIER), e.name("state"), e.name("refusalCode"), e.name("reason"));
+        let (next, code, reason) =
+            (e.value(s(State::Refused.as_str())), e.value(s(code)), e.value(s(crate::record::cut(reason, 512))));
+        let release = Self::release(&mut e);
+        let update = format!(
+            "SET {barrier}.{state} = {next}, {barrier}.{code_name} = {code}, {barrier}.{reason_name} = {reason} {release}"
+        );
+        self.transition(tx, &[State::Trying], Some(token), e, update).await
+    }
+
+    async fn confirmed(&self, tx: &str, token: &str) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let (barrier, state) = (e.name(BARRIER), e.name("state"));
+        let next = e.value(s(State::Confirmed.as_str()));
+        let release = Self::release(&mut e);
+        let update = format!("SET {barrier}.{state} = {next} {release}");
+        self.transition(tx, &[State::Tried], Some(token), e, update).await
+    }
+
+    /// CANCELLED from TRYING or TRIED, its lock now due at `recheck_at` (when the cancel is repeated).
+    async fn cancelled(&self, tx: &str, recheck_at: u64) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let (barrier, state, recheck, lock, expires, index) = (
+            e.name(BARRIER),
+            e.name("state"),
+            e.name("recheckAt"),
+            e.name(a::LOCK),
+            e.name("expiresAt"),
+            e.name(a::LOCK_EXPIRES_AT),
+        );
+        let (next, due) = (e.value(s(State::Cancelled.as_str())), e.value(n(recheck_at)));
+        let update = format!(
+            "SET {barrier}.{state} = {next}, {barrier}.{recheck} = {due}, {lock}.{expires} = {due}, {index} = {due}"
+        );
+        self.transition(tx, &[State::Trying, State::Tried], None, e, update).await
+    }
+
+    /// A cancel before any try: CANCELLED with nothing to repeat, so that a try arriving later does nothing.
+    async fn cancel_empty(&self, tx: &str, now: u64) -> Result<Begun, StoreError> {
+        let mut item = Self::key(tx);
+        let barrier = HashMap::from([
+            ("state".to_owned(), s(State::Cancelled.as_str())),
+            ("rechecked".to_owned(), n(now)),
+            ("emptyRollback".to_owned(), AttributeValue::Bool(true)),
+        ]);
+        item.insert(BARRIER.to_owned(), AttributeValue::M(barrier));
+        self.put_new(item).await
+    }
+
+    async fn mark(&self, tx: &str, field: &str, now: u64, release: bool) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let (barrier, name) = (e.name(BARRIER), e.name(field));
+        let value = e.value(n(now));
+        let mut update = format!("SET {barrier}.{name} = {value}");
+        if release {
+            update += &format!(" {}", Self::release(&mut e));
+        }
+        self.transition(tx, &[State::Cancelled], None, e, update).await
+    }
+}
+
+/// The answers a resource participant gives, in the protocol's words.
+fn refused(code: RefusalCode, reason: String) -> ParticipantResponse {
+    ParticipantResponse {
+        vote: Some(crate::model::Vote::Refused),
+        code: Some(code),
+        reason: Some(reason),
+        ..Default::default()
+    }
+}
+
+fn status(status: &str, reason: Option<String>) -> ParticipantResponse {
+    ParticipantResponse { status: Some(status.to_owned()), reason, ..Default::default() }
+}
+
+fn refusal_vote(refusal: OperationRefusal) -> ParticipantResponse {
+    match refusal {
+        OperationRefusal::Invalid(reason) => refused(RefusalCode::Invalid, reason),
+        OperationRefusal::ConditionFailed(reason) => refused(RefusalCode::ConditionFailed, reason),
+        OperationRefusal::Rule(refusal) => ParticipantResponse {
+            service_code: Some(crate::record::cut(&refusal.code, super::MAX_SERVICE_CODE_BYTES)),
+            ..refused(RefusalCode::Rule, refusal.reason)
+        },
+    }
+}
+
+fn stored_refusal(code: &str, reason: &str) -> ParticipantResponse {
+    let parsed: Option<RefusalCode> = serde_json::from_value(Value::String(code.to_owned())).ok();
+    match parsed {
+        Some(code) => refused(code, reason.to_owned()),
+        None => {
+            ParticipantResponse { service_code: Some(code.to_owned()), ..refused(RefusalCode::Rule, reason.to_owned()) }
+        }
+    }
+}
+
+/// A resource call failed in a way that must be repeated: the message is answered with an error, so that
+/// its sender (the coordinator, the sweeper) tries again.
+#[derive(Debug, thiserror::Error)]
+#[error("the resource of {service} did not {what}: {message}")]
+pub struct ResourceFailed {
+    pub service: String,
+    pub what: &'static str,
+    pub message: String,
+}
+
+/// How a participant drives its resource.
+#[derive(Clone)]
+pub(crate) struct Driver {
+    pub resource: std::sync::Arc<dyn Resource>,
+    pub barrier: Barrier,
+    pub try_in_flight_ms: u64,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("barrier", &self.barrier)
+            .field("try_in_flight_ms", &self.try_in_flight_ms)
+            .finish()
+    }
+}
+
+/// What a prepare knows of its transaction.
+pub(crate) struct Prepare<'a> {
+    pub service: &'a str,
+    pub tx: &'a str,
+    pub principal: Option<&'a str>,
+    pub operations: &'a [Operation],
+    pub deadline: Option<u64>,
+    pub started_at: Option<u64>,
+}
+
+/// Pauses between try attempts: 50 ms doubling, to at most 1 s.
+fn pause(attempt: u32) -> Duration {
+    Duration::from_millis((50u64 << attempt.min(5)).min(1_000))
+}
+
+impl Driver {
+    fn call<'a>(&self, service: &'a str, tx: &'a str, operations: &'a [Operation], phase: &str) -> ResourceCall<'a> {
+        ResourceCall {
+            service,
+            transaction_id: tx,
+            principal: None,
+            operations,
+            idempotency_key: format!("{tx}:{service}:{phase}"),
+            time_left: None,
+        }
+    }
+
+    /// When the cancel of a transaction with this deadline is repeated: every try request was sent by
+    /// the cutoff, and reaches the resource within the time in flight or never.
+    fn recheck_at(&self, deadline: Option<u64>, now: u64) -> u64 {
+        deadline.map_or(now, crate::clock::lock_cutoff).max(now) + self.try_in_flight_ms
+    }
+
+    pub(crate) async fn prepare(
+        &self,
+        p: Prepare<'_>,
+        now: impl Fn() -> u64,
+    ) -> Result<ParticipantResponse, StoreError> {
+        let started = now();
+        let deadline = p.deadline.unwrap_or(started + super::protocol::DEFAULT_LOCK_MS);
+        let cutoff = crate::clock::lock_cutoff(deadline);
+        if started > cutoff {
+            return Ok(refused(
+                RefusalCode::Timeout,
+                "the prepare arrived after the deadline and the clock margin".into(),
+            ));
+        }
+        let mut token = uuid::Uuid::new_v4().simple().to_string();
+        let times = (deadline, p.started_at.unwrap_or(started), started);
+        match self.barrier.begin(p.tx, &token, p.operations, times).await? {
+            Begun::Written => {}
+            Begun::Existing(entry) => match entry.state {
+                // A repeated prepare (or the first one's write, whose answer was lost): the same try.
+                State::Trying => token = entry.token.unwrap_or(token),
+                State::Tried => return Ok(prepared(entry.token)),
+                State::Refused => {
+                    let (code, reason) = entry.refusal.unwrap_or_default();
+                    return Ok(stored_refusal(&code, &reason));
+                }
+                State::Cancelled => {
+                    info!("a try after its cancel: nothing done");
+                    return Ok(refused(
+                        RefusalCode::Timeout,
+                        "the transaction was cancelled before this prepare arrived".into(),
+                    ));
+                }
+                State::Confirmed => {
+                    return Ok(refused(
+                        RefusalCode::Timeout,
+                        "the transaction had ended before this prepare arrived".into(),
+                    ));
+                }
+            },
+        }
+        let mut last_failure = String::new();
+        for attempt in 0.. {
+            let at = now();
+            if at > cutoff {
+                break;
+            }
+            let mut call = self.call(p.service, p.tx, p.operations, "try");
+            call.principal = p.principal;
+            call.time_left = Some(Duration::from_millis(cutoff - at + 1));
+            let outcome =
+                match tokio::time::timeout(Duration::from_millis(cutoff - at + 1), self.resource.try_reserve(&call))
+                    .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(ResourceError::Failed("no answer before the deadline".into())),
+                };
+            match outcome {
+                Ok(tried) => {
+                    if self.barrier.tried(p.tx, &token, &tried).await? {
+                        return Ok(prepared(Some(token)));
+                    }
+                    // Not TRYING with this token any more: the write landed and its answer was lost, or a
+                    // cancel came first.
+                    return Ok(match self.barrier.get(p.tx).await? {
+                        Some(entry) if entry.state == State::Tried && entry.token.as_deref() == Some(&token) => {
+                            prepared(Some(token))
+                        }
+                        _ => refused(RefusalCode::Timeout, "the transaction was cancelled while its try ran".into()),
+                    });
+                }
+                Err(ResourceError::Refused(refusal)) => {
+                    let vote = refusal_vote(refusal);
+                    let code = vote
+                        .service_code
+                        .clone()
+                        .or_else(|| {
+                            vote.code
+                                .and_then(|c| serde_json::to_value(c).ok())
+                                .and_then(|c| c.as_str().map(str::to_owned))
+                        })
+                        .unwrap_or_default();
+                    self.barrier.refused(p.tx, &token, &code, vote.reason.as_deref().unwrap_or("")).await?;
+                    return Ok(vote);
+                }
+                Err(ResourceError::Failed(why)) => {
+                    warn!(attempt, error = %why, "the resource's try failed; trying again with the same key");
+                    last_failure = why;
+                    let wait = pause(attempt).min(Duration::from_millis(cutoff.saturating_sub(now()) + 1));
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+        // The entry stays TRYING: the abort that follows cancels it, and repeats the cancel once every
+        // try request sent is known to have landed or never to land.
+        Ok(refused(
+            RefusalCode::Unavailable,
+            format!("the resource did not answer the try: {}", crate::record::cut(&last_failure, 400)),
+        ))
+    }
+
+    pub(crate) async fn commit(
+        &self,
+        service: &str,
+        tx: &str,
+        token: Option<&str>,
+    ) -> Result<ParticipantResponse, ResourceFailedOr> {
+        let Some(entry) = self.barrier.get(tx).await? else {
+            return Ok(status(STATUS_NOT_PREPARED, Some("no try of this transaction".into())));
+        };
+        match entry.state {
+            State::Confirmed => Ok(status(STATUS_COMMITTED, None)),
+            State::Tried if token.is_none() || token == entry.token.as_deref() => {
+                let tried = entry.tried.unwrap_or(Value::Null);
+                let call = self.call(service, tx, &[], "confirm");
+                match self.resource.confirm(&call, &tried).await {
+                    Ok(()) => {}
+                    Err(
+                        ResourceError::Failed(message)
+                        | ResourceError::Refused(
+                            OperationRefusal::Invalid(message) | OperationRefusal::ConditionFailed(message),
+                        ),
+                    ) => {
+                        return Err(ResourceFailed { service: service.to_owned(), what: "confirm", message }.into());
+                    }
+                    Err(ResourceError::Refused(OperationRefusal::Rule(refusal))) => {
+                        return Err(ResourceFailed {
+                            service: service.to_owned(),
+                            what: "confirm",
+                            message: refusal.reason,
+                        }
+                        .into());
+                    }
+                }
+                let token = entry.token.unwrap_or_default();
+                if !self.barrier.confirmed(tx, &token).await? {
+                    let now_state = self.barrier.get(tx).await?.map(|e| e.state);
+                    if now_state != Some(State::Confirmed) {
+                        warn!(state = ?now_state, "confirmed by the resource, but the barrier moved");
+                    }
+                }
+                Ok(status(STATUS_COMMITTED, None))
+            }
+            other => Ok(status(STATUS_NOT_PREPARED, Some(format!("the barrier is {}", other.as_str())))),
+        }
+    }
+
+    pub(crate) async fn abort(
+        &self,
+        service: &str,
+        tx: &str,
+        now: impl Fn() -> u64,
+    ) -> Result<ParticipantResponse, ResourceFailedOr> {
+        let entry = match self.barrier.get(tx).await? {
+            Some(entry) => entry,
+            None => match self.barrier.cancel_empty(tx, now()).await? {
+                Begun::Written => {
+                    info!("cancel before any try: an empty rollback");
+                    return Ok(status(STATUS_ABORTED, None));
+                }
+                // A prepare wrote its entry meanwhile: cancel that.
+                Begun::Existing(entry) => *entry,
+            },
+        };
+        let fail =
+            |what, message| ResourceFailedOr::Resource(ResourceFailed { service: service.to_owned(), what, message });
+        match entry.state {
+            State::Refused => Ok(status(STATUS_ABORTED, None)),
+            State::Confirmed => {
+                warn!("an abort of a confirmed transaction: nothing to cancel");
+                Ok(status(STATUS_ABORTED, None))
+            }
+            State::Trying | State::Tried => {
+                let recheck_at = self.recheck_at(entry.deadline, now());
+                if !self.barrier.cancelled(tx, recheck_at).await? {
+                    // It moved meanwhile (a try recorded, or another abort): judge it again.
+                    return Box::pin(self.abort(service, tx, now)).await;
+                }
+                info!(recheck_at, "cancelled; the cancel is repeated once every try request has landed");
+                if let Some(tried) = entry.tried.filter(|_| entry.state == State::Tried) {
+                    self.cancel_call(service, tx, &tried, &now).await.map_err(|m| fail("cancel", m))?;
+                }
+                Ok(status(STATUS_ABORTED, None))
+            }
+            State::Cancelled => {
+                if let Some(tried) = entry.tried.as_ref().filter(|_| !entry.cancelled_call) {
+                    self.cancel_call(service, tx, tried, &now).await.map_err(|m| fail("cancel", m))?;
+                }
+                let due = entry.recheck_at.is_some_and(|at| now() >= at);
+                if entry.rechecked || !due {
+                    return Ok(status(STATUS_ABORTED, None));
+                }
+                // The repeat: what the try did (its request again, under its key), then undone.
+                let recover = self.call(service, tx, &entry.operations, "try");
+                match self.resource.try_reserve(&recover).await {
+                    Ok(tried) => {
+                        let call = self.call(service, tx, &[], "recheck");
+                        self.resource.cancel(&call, &tried).await.map_err(|e| fail("cancel", describe(e)))?;
+                        info!(%tried, "the repeated cancel undid what the try had reserved");
+                    }
+                    Err(ResourceError::Refused(_)) => info!("the repeated cancel found nothing reserved"),
+                    Err(ResourceError::Failed(message)) => return Err(fail("recover the try", message)),
+                }
+                self.barrier.mark(tx, "rechecked", now(), true).await?;
+                Ok(status(STATUS_ABORTED, None))
+            }
+        }
+    }
+
+    async fn cancel_call(&self, service: &str, tx: &str, tried: &Value, now: &impl Fn() -> u64) -> Result<(), String> {
+        let call = self.call(service, tx, &[], "cancel");
+        self.resource.cancel(&call, tried).await.map_err(describe)?;
+        self.barrier.mark(tx, "cancelledCall", now(), false).await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+fn describe(error: ResourceError) -> String {
+    match error {
+        ResourceError::Failed(message) => message,
+        ResourceError::Refused(OperationRefusal::Invalid(m) | OperationRefusal::ConditionFailed(m)) => m,
+        ResourceError::Refused(OperationRefusal::Rule(r)) => format!("{}: {}", r.code, r.reason),
+    }
+}
+
+fn prepared(token: Option<String>) -> ParticipantResponse {
+    ParticipantResponse { vote: Some(crate::model::Vote::Prepared), lock_token: token, ..Default::default() }
+}
+
+/// A resource participant's failures: its store's, or its resource's (to be repeated).
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceFailedOr {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Resource(#[from] ResourceFailed),
+}
