@@ -17,12 +17,15 @@
 //! balance: a `set` of up to 400 fields, strings of up to 190 KB, nested lists that make the
 //! transaction record near its bound (either side of it), values nested at the limit or one level over.
 //! Among them too are orders: the example inventory (a participant of its own) reserves or releases
-//! units of a SKU with its own operations, and the buyer pays with a transfer, in one transaction.
+//! units of a SKU with its own operations, and the buyer pays with a transfer, in one transaction; half
+//! of them also charge a card at the payments service (a resource participant: authorize, capture, void
+//! at the stand-in payment API, which fails, answers late and receives requests late, at random).
 //!
 //! Checked once everything ended: every record terminal and no lock left; balances, versions and
 //! `lastTx` are exactly what the committed records make (each applied once, nothing of an aborted
 //! transaction), and so is every other field; the total is conserved; each SKU's stock and reserved
-//! units are what its committed orders computed, never below zero, their sum conserved; every answer agrees with its final
+//! units are what its committed orders computed, never below zero, their sum conserved; at the payment
+//! API nothing is held, each committed charge is captured once for its amount and nothing else is; every answer agrees with its final
 //! record as the call itself saw it (a crash before the decision ends aborted, one after it ends as the
 //! record said right after the crash); a 409 says ABORTED; a 5xx quotes no table, DynamoDB operation
 //! or DynamoDB error; a key is prepared by one execution at most, and its replays name one transaction.
@@ -31,7 +34,7 @@
 //! varies); `BANK_TRANSFERS`, `BANK_CLIENTS` size it; `BANK_SOAK_SECS` turns it into a soak that keeps
 //! transferring for that long; `BANK_FAULT_PERCENT` is the chance of a coordinator or edge fault per
 //! call, `BANK_DYNAMO_PERMILLE` the chance of each DynamoDB fault kind per request, `BANK_LIMIT_PERCENT`
-//! the share of writes near DynamoDB's limits, `BANK_ORDER_PERCENT` the share of orders, `BANK_LATE_PERCENT` the chance that a call also has a late
+//! the share of writes near DynamoDB's limits, `BANK_ORDER_PERCENT` the share of orders, `BANK_PAYMENT_PERMILLE` the chance of each payment API fault, `BANK_LATE_PERCENT` the chance that a call also has a late
 //! copy of one of its messages.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -182,7 +185,7 @@ fn transfer_body(from: (&str, &str), to: (&str, &str), amount: u64, timeout_ms: 
 /// An order: the inventory reserves (or, one time in four, releases) units of a SKU with its own
 /// operation, and the buyer pays for them with a transfer (a debit with `min: 0`, a credit), all in one
 /// transaction. The inventory refuses a reserve beyond the stock and a release beyond what is reserved.
-fn order_body(rng: &mut Rng, timeout_ms: u64) -> (Value, Vec<String>) {
+fn order_body(rng: &mut Rng, timeout_ms: u64, reference: &str) -> (Value, Vec<String>) {
     let from = ACCOUNTS[rng.below(10) as usize];
     let mut to = ACCOUNTS[rng.below(10) as usize];
     while to == from {
@@ -199,8 +202,37 @@ fn order_body(rng: &mut Rng, timeout_ms: u64) -> (Value, Vec<String>) {
         .unwrap()
         .push(json!({"service": op::inventory::SERVICE, "operations": [operation]}));
     let mut services = vec![from.0.to_owned(), to.0.to_owned(), op::inventory::SERVICE.to_owned()];
+    // Half the orders are paid by card as well (one in ten declined): the payments resource.
+    if rng.below(2) == 0 {
+        let card = if rng.below(10) == 0 { local_services::payments::DECLINED_CARD } else { "4242424242424242" };
+        let charge = payments::charge(reference, card, 100 + rng.below(5_000));
+        body["participants"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"service": payments::SERVICE, "operations": [charge]}));
+        services.push(payments::SERVICE.to_owned());
+    }
     services.dedup();
     (body, services)
+}
+
+/// Transient faults at the payment API, each at `per_mille` per call of every endpoint: a 500 before or
+/// after the effect, an answer later than the client waits, a request late in the network.
+fn payment_faults(api: &local_services::payments::PaymentApi, per_mille: u64, seed: u64) {
+    use local_services::payments::{Endpoint, PaymentFault};
+    for endpoint in [Endpoint::Authorize, Endpoint::Capture, Endpoint::Void] {
+        for (i, fault) in [
+            PaymentFault::Fail,
+            PaymentFault::FailAfter,
+            PaymentFault::SlowReply(payments::REQUEST_TIMEOUT + Duration::from_millis(300)),
+            PaymentFault::Late(Duration::from_millis(1_200)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            api.inject_random(endpoint, fault, per_mille / (1 + i as u64 / 2), seed ^ (i as u64 + 1));
+        }
+    }
 }
 
 /// Which of DynamoDB's limits a near-limit `set` approaches.
@@ -486,13 +518,17 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let dynamo_per_mille = env_number("BANK_DYNAMO_PERMILLE", 4);
     let limit_percent = env_number("BANK_LIMIT_PERCENT", 6);
     let late_percent = env_number("BANK_LATE_PERCENT", 80);
-    let order_percent = env_number("BANK_ORDER_PERCENT", 20);
+    let order_percent = env_number("BANK_ORDER_PERCENT", 30);
+    let payment_per_mille = env_number("BANK_PAYMENT_PERMILLE", 40);
     println!("bank: seed={seed} (replay with BANK_SEED={seed})");
     let run_started = Instant::now();
 
     let dynamo_faults = DynamoFaults::new(seed ^ 0xD1B5_4A32_D192_ED03);
-    let env =
-        Arc::new(TestEnv::with_dynamo_faults(&["service-a", "service-b", "inventory"], dynamo_faults.clone()).await);
+    let env = Arc::new(
+        TestEnv::with_dynamo_faults(&["service-a", "service-b", "inventory", "payments"], dynamo_faults.clone()).await,
+    );
+    let payment_api = env.payment_api.clone().expect("the payments service's API");
+    payment_faults(&payment_api, payment_per_mille, seed);
     for (service, id) in ACCOUNTS {
         env.put_account(service, id, &OPENING_BALANCE.to_string()).await;
     }
@@ -540,7 +576,7 @@ async fn the_bank_stays_balanced_under_random_faults() {
                     let near_limit = rng.below(100) < limit_percent;
                     let order = !near_limit && rng.below(100) < order_percent;
                     let (body, services) = if order {
-                        order_body(&mut rng, timeout_ms)
+                        order_body(&mut rng, timeout_ms, &format!("pay-{client}-{done}"))
                     } else if near_limit {
                         let body = near_limit_body(&mut rng, timeout_ms);
                         let services: Vec<String> = body["participants"]
@@ -619,8 +655,11 @@ async fn the_bank_stays_balanced_under_random_faults() {
     // everything to an end.
     let dynamo_seen = dynamo_faults.seen();
     dynamo_faults.clear();
+    let payment_calls = payment_api.calls().len();
+    payment_api.heal();
     let settle_started = Instant::now();
     env.settle().await;
+    payment_api.settle().await;
     let settle_ms = settle_started.elapsed().as_millis();
     env.clock.advance(10 * 60_000);
     let (sweeps, quiet) = env.try_sweep_until_quiet(20).await;
@@ -641,6 +680,8 @@ async fn the_bank_stays_balanced_under_random_faults() {
     // SKU → (stock, reserved, committed writes) as the committed orders make them.
     let mut skus: HashMap<String, (i64, i64, u64)> =
         SKUS.iter().map(|sku| (sku.to_string(), (OPENING_STOCK as i64, 0, 0))).collect();
+    // Payment reference → amount, for every committed charge.
+    let mut charged: HashMap<String, u64> = HashMap::new();
     let mut committed_ids = HashSet::new();
     let (mut committed, mut aborted) = (0, 0);
     for record in &records {
@@ -667,6 +708,10 @@ async fn the_bank_stays_balanced_under_random_faults() {
             let service = participant["service"].as_str().unwrap();
             for op in participant["operations"].as_array().unwrap() {
                 let account = op["key"]["entityId"].as_str().unwrap().to_owned();
+                if service == payments::SERVICE {
+                    charged.insert(account, op["amount"].as_u64().expect("a charge's amount"));
+                    continue;
+                }
                 if service == inventory::SERVICE {
                     let quantity = op["quantity"].as_i64().expect("an order's quantity");
                     let sku = skus.get_mut(&account).expect("a known SKU");
@@ -765,6 +810,39 @@ async fn the_bank_stays_balanced_under_random_faults() {
         }
         if version != writes {
             violations.push(("version", format!("{sku} is at version {version} after {writes} committed orders")));
+        }
+    }
+    // The payment API: nothing held once faults stopped and recovery ran; every committed charge captured
+    // once, for its amount; nothing captured for an order that did not commit.
+    let authorizations = payment_api.authorizations();
+    for authorization in &authorizations {
+        let committed_amount = charged.get(&authorization.reference);
+        let fine = match authorization.status.as_str() {
+            "captured" => committed_amount == Some(&authorization.amount),
+            "voided" => committed_amount.is_none(),
+            _ => false,
+        };
+        if !fine {
+            violations.push((
+                "payments",
+                format!(
+                    "{} for {} ({} cents) is {}, its order {}",
+                    authorization.id,
+                    authorization.reference,
+                    authorization.amount,
+                    authorization.status,
+                    if committed_amount.is_some() { "committed" } else { "did not commit" }
+                ),
+            ));
+        }
+    }
+    for (reference, amount) in &charged {
+        let captured = authorizations.iter().filter(|a| &a.reference == reference && a.status == "captured").count();
+        if captured != 1 {
+            violations.push((
+                "payments",
+                format!("the committed charge {reference} ({amount} cents) was captured {captured} times"),
+            ));
         }
     }
     let orders = records
@@ -884,10 +962,12 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let replays = outcomes.iter().filter(|o| !o.replay.is_empty()).count();
     let near_limit = outcomes.iter().filter(|o| o.near_limit).count();
     println!(
-        "bank: seed={seed} calls={} replays={replays} near_limit={near_limit} orders={orders} answers={answers:?} committed={committed} aborted={aborted} \
+        "bank: seed={seed} calls={} replays={replays} near_limit={near_limit} orders={orders} charges_committed={} authorizations={} payment_calls={payment_calls} answers={answers:?} committed={committed} aborted={aborted} \
          faults={} {faults:?} late_copies={late:?} dynamo_requests={} dynamo_faults={} {dynamo:?} background_sweeps={background_runs} (failed {}) \
          final_sweeps={} clients_ms={clients_ms} settle_ms={settle_ms} total_ms={} violations={}",
         outcomes.len(),
+        charged.len(),
+        authorizations.len(),
         faults.values().sum::<u32>(),
         dynamo_seen.len(),
         dynamo.values().sum::<u32>(),

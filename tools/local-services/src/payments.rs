@@ -100,6 +100,8 @@ struct Inner {
     calls: Vec<Call>,
     draws: u64,
     seed: u64,
+    /// Requests being carried out (late ones included).
+    in_flight: usize,
 }
 
 type Shared = Arc<Mutex<Inner>>;
@@ -157,6 +159,13 @@ impl PaymentApi {
     /// Authorizations still holding money: authorized, neither captured nor voided.
     pub fn held(&self) -> Vec<Authorization> {
         self.authorizations().into_iter().filter(|a| a.status == "authorized").collect()
+    }
+
+    /// Waits until no request is being carried out (a late one lands or is answered), polling.
+    pub async fn settle(&self) {
+        while self.inner().in_flight > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -221,7 +230,14 @@ async fn idempotent(
     fingerprint: String,
     effect: impl FnOnce(&mut Inner) -> (StatusCode, Value) + Send + 'static,
 ) -> Response {
-    tokio::spawn(carry_out(shared, endpoint, headers, fingerprint, effect)).await.unwrap_or_else(|e| {
+    shared.lock().expect("not poisoned").in_flight += 1;
+    let done = shared.clone();
+    let carried = tokio::spawn(async move {
+        let response = carry_out(shared, endpoint, headers, fingerprint, effect).await;
+        done.lock().expect("not poisoned").in_flight -= 1;
+        response
+    });
+    carried.await.unwrap_or_else(|e| {
         let (status, body) = error(StatusCode::INTERNAL_SERVER_ERROR, "api_error", format!("the request failed: {e}"));
         answer(status, body, false)
     })
