@@ -161,14 +161,16 @@ test('the lake shows the committed changes, and nothing of the refused ones', as
   assert.ok(!lake.includes('1000'), 'no line of the refused transfer');
 });
 
-async function order(sku, quantity, account, amount) {
+async function order(sku, quantity, account, amount, card = '', cents = '') {
   await page.fill('#order-sku', sku);
   await page.fill('#order-quantity', String(quantity));
   await page.selectOption('#order-service', 'service-a');
   await page.fill('#order-account', account);
   await page.fill('#order-amount', String(amount));
+  await page.fill('#order-card-number', card);
+  await page.fill('#order-cents', cents);
   await page.click('#order');
-  return `order ${quantity} ${sku} for ${amount} from ${account}`;
+  return `order ${quantity} ${sku} for ${amount} from ${account}${card ? ` and ${cents} cents on card ${card.slice(-4)}` : ''}`;
 }
 
 test('an order reserves stock with the inventory\'s own operation and debits the wallet, together or not at all', async () => {
@@ -201,6 +203,21 @@ test('an order reserves stock with the inventory\'s own operation and debits the
   assert.equal(vote.code, 'RULE INACTIVE');
   assert.equal(await lamp.locator('.value-stock').textContent(), '8');
   assert.equal(await balance('service-a', carol).textContent(), '30');
+
+  // With a card: the payments resource authorizes at prepare and captures at commit, at all three or none.
+  label = await order('lamp', 1, carol, 5, '4242424242424242', '1500');
+  const paid = await waitForTransaction((t) => t.label === label && t.status === 'COMMITTED', 'committed');
+  assert.deepEqual(paid.votes.map((v) => [v.service, v.vote]), [['inventory', 'PREPARED'], ['service-a', 'PREPARED'], ['payments', 'PREPARED']]);
+  await lamp.locator('.value-stock').filter({ hasText: /^7$/ }).waitFor();
+  await balance('service-a', carol).filter({ hasText: /^25$/ }).waitFor();
+  await page.locator('#payments tr[data-status="captured"] td.amount', { hasText: '1500 EUR' }).waitFor();
+  label = await order('lamp', 1, carol, 5, '4000000000000002', '900');
+  refused = await waitForTransaction((t) => t.label === label && t.status === 'ABORTED', 'aborted');
+  vote = refused.votes.find((v) => v.service === 'payments');
+  assert.equal(vote.code, 'RULE CARD_DECLINED');
+  assert.equal(await lamp.locator('.value-stock').textContent(), '7');
+  assert.equal(await balance('service-a', carol).textContent(), '25');
+  assert.equal(await page.locator('#payments tr[data-status="authorized"]').count(), 0, 'nothing held');
 });
 
 test('the REST API answers a page of another origin (CORS preflight in a real browser)', async () => {

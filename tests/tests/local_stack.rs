@@ -174,6 +174,23 @@ async fn inventory_orders(stack: &Stack) {
     assert!(account.is_some_and(|a| a.get("lockedBy").is_none()), "{items}");
     let spec = http.get(format!("{}/openapi.yaml", e.api)).send().await.unwrap().text().await.unwrap();
     assert!(spec.contains("inventory.reserve:") && spec.contains("x-service: inventory"), "the served spec");
+
+    // The payments resource, against the stack's stand-in payment API: a charge is authorized at prepare
+    // and captured at commit; a declined card refuses the order and holds nothing.
+    let charge = |card: &str| op::custom("charge", format!("stack-{card}")).field("card", card).field("amount", 1500);
+    let paid = Transaction::new()
+        .participant(op::inventory::SERVICE, [op::inventory::reserve("lamp-t", 1)])
+        .participant("payments", [charge("4242424242424242")]);
+    let answer = api.submit(&paid).await.expect("the REST API answers");
+    assert!(answer.is_committed(), "{answer:?}");
+    let declined = Transaction::new().participant("payments", [charge(local_services::payments::DECLINED_CARD)]);
+    let answer = api.submit(&declined).await.expect("the REST API answers");
+    assert!(answer.state().refused_with(&RefusalCode::Rule), "{answer:?}");
+    let listed = http.get(format!("{}/local/payments", e.api)).send().await.unwrap().bytes().await.unwrap();
+    let listed: Value = serde_json::from_slice(&listed).expect("/local/payments is JSON");
+    let statuses: Vec<&str> =
+        listed["authorizations"].as_array().unwrap().iter().map(|a| a["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["captured"], "{listed}");
 }
 
 /// The live page's own routes: the page, where the WebSocket API is, and the lake's newest files.
@@ -314,8 +331,8 @@ async fn cargo_lambda_watch_runs_the_real_functions() {
     let stack = Stack::start(config).await.expect("the stack starts with every function under cargo lambda watch");
     assert_eq!(
         stack.endpoints().lambda.len(),
-        4,
-        "three participant deployments (the inventory's runs its own binary) and the other functions"
+        5,
+        "four participant deployments (the inventory and the payments run their own binaries) and the other functions"
     );
     drive(&stack).await;
     stack.stop().await;

@@ -19,20 +19,21 @@ fn spec() -> Value {
     yaml_serde::from_str(&text).expect("openapi.yaml is YAML")
 }
 
-/// The spec as the local stack serves it with the example inventory: its `reserve` and `release` in it.
-fn served_spec() -> Value {
-    yaml_serde::from_str(&local_stack::served_openapi(&inventory::catalogs())).expect("the served spec is YAML")
+/// The example services' own operations: the inventory's `reserve` and `release`, the payments' `charge`.
+fn example_catalogs() -> twopc::custom::Catalogs {
+    local_stack::service_operations(SERVICES)
 }
 
-const SERVICES: [&str; 3] = ["service-a", "service-b", "inventory"];
+/// The spec as the local stack serves it with the example services: their operations in it.
+fn served_spec() -> Value {
+    yaml_serde::from_str(&local_stack::served_openapi(&example_catalogs())).expect("the served spec is YAML")
+}
 
-/// The coordinator's parser with the example deployment's registry and the inventory's operations.
+const SERVICES: [&str; 4] = ["service-a", "service-b", "inventory", "payments"];
+
+/// The coordinator's parser with the example deployment's registry and the services' operations.
 fn parse(body: &Value) -> Result<TransactionRequest, twopc::model::Invalid> {
-    twopc::coordinator::parse_request_with(
-        body.to_string().as_bytes(),
-        |s| SERVICES.contains(&s),
-        &inventory::catalogs(),
-    )
+    twopc::coordinator::parse_request_with(body.to_string().as_bytes(), |s| SERVICES.contains(&s), &example_catalogs())
 }
 
 /// The built-in operation kinds the spec lists: `op` → its schema.
@@ -332,7 +333,7 @@ fn the_schema_refuses_what_the_parser_refuses() {
 #[test]
 fn the_served_spec_and_the_client_express_the_services_operations() {
     let spec = served_spec();
-    let declared = inventory::catalogs();
+    let declared = example_catalogs();
     let catalog = declared.of(inventory::SERVICE);
     let custom: BTreeSet<String> = schema(&spec, "CustomOperation")["anyOf"]
         .as_array()
@@ -340,7 +341,9 @@ fn the_served_spec_and_the_client_express_the_services_operations() {
         .iter()
         .map(|kind| kind["$ref"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
         .collect();
-    assert_eq!(custom, catalog.schemas().map(|s| format!("inventory.{}", s.op)).collect());
+    let mut expected: BTreeSet<String> = catalog.schemas().map(|s| format!("inventory.{}", s.op)).collect();
+    expected.insert("payments.charge".to_owned());
+    assert_eq!(custom, expected);
     for operation in catalog.schemas() {
         let documented = schema(&spec, &format!("inventory.{}", operation.op));
         assert_eq!(documented["x-service"], "inventory");

@@ -4,6 +4,7 @@
 
 const state = {
   services: {},            // service → table
+  resources: [],           // services that drive a resource (no items of their own)
   socket: null,
   watched: new Map(),      // topic → {service, table, entity}
   items: new Map(),        // topic → last commit push, or the item as read when the page loaded
@@ -189,13 +190,18 @@ function orderBody(form) {
   const quantity = form.quantity.value.trim();
   if (!/^[1-9]\d*$/.test(quantity)) throw new Error(`quantity ${JSON.stringify(quantity)} is not a whole number of at least 1`);
   const amount = amountOf(form.amount.value);
-  return {
-    participants: [
-      // The inventory's own operation: it says how stock changes, and refuses with its own reasons.
-      { service: 'inventory', operations: [{ op: 'reserve', key: { entityId: form.sku.value.trim() }, quantity: Number(quantity) }] },
-      { service: form.service.value, operations: [{ op: 'add', key: { entityId: form.account.value.trim() }, field: 'balance', delta: `-${amount}`, min: 0 }] },
-    ],
-  };
+  const participants = [
+    // The inventory's own operation: it says how stock changes, and refuses with its own reasons.
+    { service: 'inventory', operations: [{ op: 'reserve', key: { entityId: form.sku.value.trim() }, quantity: Number(quantity) }] },
+    { service: form.service.value, operations: [{ op: 'add', key: { entityId: form.account.value.trim() }, field: 'balance', delta: `-${amount}`, min: 0 }] },
+  ];
+  // The card, when given: the payments resource authorizes it at prepare, captures it at commit.
+  const card = form.card.value.trim(); const cents = form.cents.value.trim();
+  if (card && state.services.payments) {
+    if (!/^[1-9]\d*$/.test(cents)) throw new Error(`card amount ${JSON.stringify(cents)} is not a whole number of cents`);
+    participants.push({ service: 'payments', operations: [{ op: 'charge', key: { entityId: `order-${Date.now().toString(36)}` }, card, amount: Number(cents) }] });
+  }
+  return { participants };
 }
 
 function setUpForms() {
@@ -227,7 +233,8 @@ function setUpForms() {
     event.preventDefault();
     const body = orderBody(orderForm);
     const sku = orderForm.sku.value.trim(); const account = orderForm.account.value.trim();
-    const label = `order ${orderForm.quantity.value.trim()} ${sku} for ${orderForm.amount.value.trim()} from ${account}`;
+    const card = orderForm.card.value.trim() && state.services.payments ? ` and ${orderForm.cents.value.trim()} cents on card ${orderForm.card.value.trim().slice(-4)}` : '';
+    const label = `order ${orderForm.quantity.value.trim()} ${sku} for ${orderForm.amount.value.trim()} from ${account}${card}`;
     await Promise.all([watch('inventory', sku), watch(orderForm.service.value, account)]);
     submit(body, { label });
   });
@@ -283,6 +290,7 @@ function renderItems(changedTopic) {
   const root = $('#items');
   root.replaceChildren();
   for (const [service, table] of Object.entries(state.services)) {
+    if (state.resources.includes(service)) continue;
     const rows = [...state.watched.entries()].filter(([, w]) => w.service === service);
     const body = element('tbody');
     for (const [topic, w] of rows) {
@@ -352,6 +360,17 @@ function renderTransactions() {
   }
 }
 
+async function renderPayments() {
+  let listed;
+  try { listed = await (await fetch('/local/payments')).json(); } catch { return; }
+  const rows = (listed.authorizations || []).slice().reverse().slice(0, 20).map((a) => element('tr', { 'data-authorization': a.id, 'data-reference': a.reference, 'data-status': a.status },
+    element('td', { text: a.id }), element('td', { text: a.reference }), element('td', { class: 'amount', text: `${a.amount} ${a.currency}` }),
+    element('td', { class: 'muted', text: `…${a.card.slice(-4)}` }), element('td', { class: `status ${a.status}`, text: a.status })));
+  $('#payments').replaceChildren(rows.length
+    ? element('table', {}, element('thead', {}, element('tr', {}, ...['authorization', 'reference', 'amount', 'card', 'status'].map((t) => element('th', { text: t })))), element('tbody', {}, ...rows))
+    : element('p', { class: 'muted', text: 'No authorization yet.' }));
+}
+
 async function renderLake() {
   let lake;
   try { lake = await (await fetch('/local/lake?files=5')).json(); } catch { return; }
@@ -394,6 +413,7 @@ const ITEMS_SHOWN = 20;
 async function start() {
   const stack = await (await fetch('/local/stack.json')).json();
   state.services = stack.services;
+  state.resources = stack.resources || [];
   const names = Object.keys(state.services);
   for (const id of ['#open-service', '#from-service', '#to-service', '#watch-service']) {
     $(id).replaceChildren(...names.map((name) => element('option', { value: name, text: name })));
@@ -402,7 +422,13 @@ async function start() {
   // Orders need the example inventory; they are paid from any other service's wallet.
   const wallets = names.filter((name) => name !== 'inventory');
   $('#order-form').hidden = !names.includes('inventory') || wallets.length === 0;
-  $('#order-service').replaceChildren(...wallets.map((name) => element('option', { value: name, text: name })));
+  const walletServices = wallets.filter((name) => !state.resources.includes(name));
+  $('#order-service').replaceChildren(...walletServices.map((name) => element('option', { value: name, text: name })));
+  $('#order-card').hidden = !state.services.payments;
+  $('#payments-section').hidden = !state.services.payments;
+  for (const id of ['#open-service', '#from-service', '#to-service', '#watch-service']) {
+    for (const option of [...$(id).options]) if (state.resources.includes(option.value)) option.remove();
+  }
   try {
     for (const [service, entity] of JSON.parse(localStorage.getItem('twopc.watched') || '[]')) {
       const table = state.services[service];
@@ -417,6 +443,10 @@ async function start() {
   connect(stack.websocket);
   renderLake();
   setInterval(renderLake, 2000);
+  if (state.services.payments) {
+    renderPayments();
+    setInterval(renderPayments, 2000);
+  }
 }
 
 start();

@@ -187,6 +187,10 @@ impl Demo<'_> {
     fn entity_topics(&self, request: &Transaction) -> Vec<String> {
         let mut topics = Vec::new();
         for part in &request.participants {
+            // A resource's changes are at the resource (the payment API), not in its table.
+            if part.service == payments::SERVICE {
+                continue;
+            }
             let table = self.tables.get(&part.service).cloned().unwrap_or_default();
             for op in &part.operations {
                 if let Some(id) = op.key().attributes().get("entityId").and_then(Value::as_str) {
@@ -518,16 +522,25 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
 
     if inventory.is_some() {
         let lamp = demo.lamp.clone();
-        let order = |quantity: u64, price: u64| {
-            Transaction::new()
+        let card_payments = demo.tables.contains_key(payments::SERVICE);
+        let run = demo.run.clone();
+        let order = |quantity: u64, price: u64, card: Option<(&str, u64)>| {
+            let mut order = Transaction::new()
                 .participant(op::inventory::SERVICE, [op::inventory::reserve(&lamp, quantity)])
                 .participant("service-a", [op::add(&alice, "balance", -(price as i64)).min(0)])
-                .participant("service-b", [op::add(&bob, "balance", price)])
+                .participant("service-b", [op::add(&bob, "balance", price)]);
+            if let Some((card, cents)) = card.filter(|_| card_payments) {
+                let charge = op::custom("charge", format!("order-{run}-{quantity}-{card}"))
+                    .field("card", card)
+                    .field("amount", cents);
+                order = order.participant(payments::SERVICE, [charge]);
+            }
+            order
         };
         println!(
-            "\n5. alice buys 2 lamps from bob's shop for 15: the inventory's own `reserve` (its rules: only an active SKU, never below zero), her payment and bob's receipt, in one transaction"
+            "\n5. alice buys 2 lamps from bob's shop for 15, and 9.00 EUR of delivery on her card: the inventory's own `reserve` (its rules: only an active SKU, never below zero), her payment, bob's receipt and the card charge (the payments resource: authorized at prepare, captured at commit), in one transaction"
         );
-        let bought = demo.one("order", order(2, 15)).await?;
+        let bought = demo.one("order", order(2, 15, Some(("4242424242424242", 900)))).await?;
         demo.print_trace(&bought, "   ");
         if !bought.committed() {
             return Err(format!("the order did not commit: {:?}", bought.outcome));
@@ -537,12 +550,32 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         println!(
             "\n6. alice orders 10 more lamps: 3 are left, and the inventory refuses with the numbers; she pays nothing"
         );
-        let refused = demo.one("refused", order(10, 20)).await?;
+        let refused = demo.one("refused", order(10, 20, None)).await?;
         demo.print_trace(&refused, "   ");
         if !refused.outcome.state().refused_with(&RefusalCode::ConditionFailed) {
             return Err(format!("the order beyond the stock was not refused: {:?}", refused.outcome));
         }
         demo.expect_fanout(&[&refused], "   ").await?;
+
+        if card_payments {
+            println!(
+                "\n7. alice buys 1 lamp with a card that is declined: the payments resource refuses, and nothing of the order is applied"
+            );
+            let declined = demo.one("refused", order(1, 5, Some(("4000000000000002", 900)))).await?;
+            demo.print_trace(&declined, "   ");
+            if !declined.outcome.state().refused_with(&RefusalCode::Rule) {
+                return Err(format!("the declined card did not refuse the order: {:?}", declined.outcome));
+            }
+            demo.expect_fanout(&[&declined], "   ").await?;
+            if let Some(api) = stack.payment_api() {
+                let shown: Vec<String> =
+                    api.authorizations().iter().map(|a| format!("{} {} cents {}", a.id, a.amount, a.status)).collect();
+                println!("   payment API  {}; nothing left authorized", shown.join(", "));
+                if !api.held().is_empty() {
+                    return Err("the payment API holds money for an order that did not commit".into());
+                }
+            }
+        }
     }
 
     // Everything committed is in; nothing else may be.

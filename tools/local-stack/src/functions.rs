@@ -35,6 +35,8 @@ pub(crate) struct Wiring {
     pub management_endpoint: String,
     /// The origin the REST API allows (`twopc::cors`); None: no CORS header.
     pub cors_allow_origin: Option<String>,
+    /// The payments service's payment API (the stand-in's URL), when the stack has that service.
+    pub payment_api_url: Option<String>,
     /// The dead-letter queue, a folder: the stream processor's own dead letters (records it gives up on,
     /// with their content) go there beside the pollers' on-failure records.
     pub dead_letter_dir: std::path::PathBuf,
@@ -64,15 +66,21 @@ pub(crate) fn stream_processor(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Clie
 /// The function a service's participant runs: its own crate's for the repository's example service
 /// (the inventory, with its own operations), the generic participant's for any other.
 pub(crate) fn participant_function(service: &str) -> &'static str {
-    if service == inventory::SERVICE { "inventory" } else { "participant" }
+    match service {
+        inventory::SERVICE => "inventory",
+        payments::SERVICE => "payments",
+        _ => "participant",
+    }
 }
 
 /// The configured services' own operation kinds, as the coordinator's `SERVICE_OPERATIONS` gives them.
 pub fn service_operations(services: impl IntoIterator<Item = impl AsRef<str>>) -> twopc::custom::Catalogs {
     let mut catalogs = twopc::custom::Catalogs::default();
     for service in services {
-        if participant_function(service.as_ref()) == "inventory" {
-            catalogs.insert(service.as_ref(), inventory::catalogs().of(inventory::SERVICE).clone());
+        match participant_function(service.as_ref()) {
+            "inventory" => catalogs.insert(service.as_ref(), inventory::catalogs().of(inventory::SERVICE).clone()),
+            "payments" => catalogs.insert(service.as_ref(), payments::catalog()),
+            _ => {}
         }
     }
     catalogs
@@ -119,8 +127,9 @@ impl Functions {
                     transactions.clone(),
                     clock::system(),
                 );
-                match participant_function(service) {
-                    "inventory" => participant.with_operations(inventory::Inventory),
+                match (participant_function(service), &wiring.payment_api_url) {
+                    ("inventory", _) => participant.with_operations(inventory::Inventory),
+                    ("payments", Some(api)) => participant.with_resource(payments::Payments::new(api)),
                     _ => participant,
                 }
             })
@@ -180,6 +189,9 @@ impl Functions {
                 // The local development keys, as in-process: messages are signed and checked all the same.
                 (twopc::config::PARTICIPANT_KEY, twopc::auth::LOCAL_KEYS.to_owned()),
             ]);
+            if let (payments::SERVICE, Some(api)) = (service.as_str(), &wiring.payment_api_url) {
+                env.push((twopc::config::PAYMENT_API_URL, api.clone()));
+            }
             let watch = Watch::spawn(&format!("participant-{service}"), port, &env, options)?;
             participant_ports.insert(service.clone(), (port, participant_function(service)));
             watches.push(watch);

@@ -43,9 +43,10 @@ pub const LAKE_STREAM: &str = "twopc-lake";
 pub const DEFAULT_DYNAMODB_PORT: u16 = 8000;
 pub const DEFAULT_API_PORT: u16 = 3000;
 pub const DEFAULT_WEBSOCKET_PORT: u16 = 3001;
-/// The services of the default stack: two that run the generic participant, and the example
-/// inventory, which runs its own (`functions/inventory`, with its `reserve` and `release`).
-pub const DEFAULT_SERVICES: [&str; 3] = ["service-a", "service-b", "inventory"];
+/// The services of the default stack: two that run the generic participant, the example inventory,
+/// which runs its own (`functions/inventory`, with its `reserve` and `release`), and the example
+/// payments, a resource participant (`functions/payments`) against the stand-in payment API.
+pub const DEFAULT_SERVICES: [&str; 4] = ["service-a", "service-b", "inventory", "payments"];
 /// Region and credentials every local client uses (DynamoDB Local accepts any).
 pub const REGION: &str = "us-east-1";
 
@@ -93,6 +94,8 @@ pub struct Config {
     pub connections_port: u16,
     /// The Firehose endpoint.
     pub firehose_port: u16,
+    /// The stand-in payment API the payments service charges cards at (started when the stack has it).
+    pub payment_api_port: u16,
     pub lake_dir: PathBuf,
     /// Prepended to every table name (tests share one DynamoDB Local).
     pub table_prefix: String,
@@ -134,6 +137,7 @@ impl Default for Config {
             websocket_port: DEFAULT_WEBSOCKET_PORT,
             connections_port: 0,
             firehose_port: 0,
+            payment_api_port: 0,
             lake_dir: local_dir().join("lake"),
             table_prefix: String::new(),
             services: DEFAULT_SERVICES.iter().map(|s| s.to_string()).collect(),
@@ -211,6 +215,8 @@ pub struct Endpoints {
     /// The `@connections` management endpoint, `http://127.0.0.1:PORT/{stage}`.
     pub connections: String,
     pub firehose: String,
+    /// The stand-in payment API, `http://127.0.0.1:PORT` (when the stack has the payments service).
+    pub payment_api: Option<String>,
     pub lake_dir: PathBuf,
     /// The folder of dead letters (on-failure records of what the stream polling gave up on).
     pub dead_letter_dir: PathBuf,
@@ -291,6 +297,7 @@ pub struct Stack {
     /// What the replay of dead letters reads and runs: the folder, the Streams client, the fan-out.
     replay: Replay,
     firehose: Firehose,
+    payment_api: Option<Arc<local_services::payments::PaymentApi>>,
     _management: ManagementApi,
     started_in: Duration,
     // Held for the stack's life: a second stack on the same data folder is refused.
@@ -331,6 +338,9 @@ impl Stack {
             for i in 0..=config.services.len() as u16 {
                 ports::check(options.invoke_port + i, "a cargo lambda watch Invoke API", "--invoke-port")?;
             }
+        }
+        if config.payment_api_port != 0 {
+            ports::check(config.payment_api_port, "the payment API", "--payment-api-port")?;
         }
         if config.firehose_port != 0 {
             ports::check(config.firehose_port, "the Firehose endpoint", "--firehose-port")?;
@@ -386,8 +396,19 @@ impl Stack {
                     port_error(e, config.connections_port, "the @connections endpoint", "--connections-port")
                 })?;
 
+        // The payments service's payment API: a stand-in over HTTP, as an external API would be.
+        let payment_api = match tables.participants.contains_key(payments::SERVICE) {
+            true => Some(Arc::new(
+                local_services::payments::PaymentApi::start_on(&format!("127.0.0.1:{}", config.payment_api_port))
+                    .await
+                    .map_err(|e| port_error(e, config.payment_api_port, "the payment API", "--payment-api-port"))?,
+            )),
+            false => None,
+        };
+
         // 4. The functions.
         let wiring = functions::Wiring {
+            payment_api_url: payment_api.as_ref().map(|api| api.url().to_owned()),
             sdk: sdk.clone(),
             dynamodb_endpoint: dynamodb_endpoint.clone(),
             tables: tables.clone(),
@@ -468,6 +489,7 @@ impl Stack {
             tables: tables.participants.clone(),
             lake_dir: config.lake_dir.clone(),
             dynamodb: ddb.clone(),
+            payment_api: payment_api.as_ref().map(|api| api.url().to_owned()),
         };
         let operations = service_operations(tables.participants.keys());
         let rest = rest::Api::new(
@@ -485,6 +507,7 @@ impl Stack {
             websocket: format!("ws://{websocket_addr}"),
             connections: management.endpoint().to_owned(),
             firehose: firehose.url().to_owned(),
+            payment_api: payment_api.as_ref().map(|api| api.url().to_owned()),
             lake_dir: config.lake_dir.clone(),
             dead_letter_dir: config.dead_letter_dir.clone(),
             tables,
@@ -504,6 +527,7 @@ impl Stack {
             registry,
             replay,
             firehose,
+            payment_api,
             _management: management,
             started_in: started.elapsed(),
             _data_lock: data_lock,
@@ -522,6 +546,11 @@ impl Stack {
     /// The local Firehose endpoint the lake is written through (tests inject its faults).
     pub fn firehose(&self) -> &Firehose {
         &self.firehose
+    }
+
+    /// The stand-in payment API (tests inject its faults and read its authorizations).
+    pub fn payment_api(&self) -> Option<&local_services::payments::PaymentApi> {
+        self.payment_api.as_deref()
     }
 
     /// Replays every dead letter in the dead-letter folder (what the stream polling gave up on)

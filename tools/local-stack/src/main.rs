@@ -82,6 +82,9 @@ struct StackArgs {
     /// Port of the Firehose endpoint [default: a free port].
     #[arg(long, default_value_t = 0, hide_default_value = true)]
     firehose_port: u16,
+    /// Port of the stand-in payment API the payments service charges at [default: a free port].
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
+    payment_api_port: u16,
     /// Folder of the lake (NDJSON files under YYYY/MM/DD/HH/) [default: `up`: .local/lake of the
     /// workspace; `demo`: .local/demo-lake].
     #[arg(long, value_name = "DIR")]
@@ -123,6 +126,7 @@ impl StackArgs {
             websocket_port: self.websocket_port,
             connections_port: self.connections_port,
             firehose_port: self.firehose_port,
+            payment_api_port: self.payment_api_port,
             lake_dir: self.lake_dir.clone().unwrap_or_else(|| {
                 if keep_data_by_default { defaults.lake_dir.clone() } else { local_stack::local_dir().join(DEMO_LAKE) }
             }),
@@ -210,6 +214,9 @@ fn print_endpoints(stack: &Stack, config: &Config) {
         format!("{}/", show(&e.dead_letter_dir))
     );
     println!("  @connections  {:<28} the stream processor pushes here", e.connections);
+    if let Some(api) = &e.payment_api {
+        println!("  payment API   {:<28} the stand-in the payments service authorizes, captures and voids at", api);
+    }
     println!("  services      {}", services.join(", "));
     println!(
         "  tables        {}, {}, {}",

@@ -32,6 +32,8 @@ pub(crate) struct Page {
     pub lake_dir: PathBuf,
     /// The services' tables, read by `/local/items`.
     pub dynamodb: aws_sdk_dynamodb::Client,
+    /// The stand-in payment API, whose authorizations `/local/payments` lists.
+    pub payment_api: Option<String>,
 }
 
 impl Page {
@@ -47,6 +49,8 @@ impl Page {
             "/local/stack.json" => Some(no_store(json!({
                 "websocket": self.websocket,
                 "services": self.tables,
+                // Services whose participant drives a resource: their table holds no items to show.
+                "resources": self.tables.keys().filter(|s| crate::functions::participant_function(s) == "payments").collect::<Vec<_>>(),
             }))),
             "/local/lake" => {
                 let limit = query
@@ -61,6 +65,19 @@ impl Page {
 }
 
 impl Page {
+    /// `GET /local/payments`: the stand-in payment API's authorizations (what the payments service has
+    /// authorized, captured and voided); in AWS, the payment provider's dashboard.
+    pub(crate) async fn payments(&self) -> Response {
+        let Some(api) = &self.payment_api else {
+            return no_store(json!({"authorizations": []}));
+        };
+        let listed = async {
+            let response = reqwest::get(format!("{api}/v1/authorizations")).await.ok()?;
+            response.json::<Value>().await.ok()
+        };
+        no_store(listed.await.unwrap_or_else(|| json!({"error": "the payment API did not answer"})))
+    }
+
     /// `GET /local/items`: every service's items as they are now, each `{key, data, version}` (as the
     /// `entity:` pushes give them) and `lockedBy` while a transaction holds it; `more` when the table
     /// has more than `?limit=` (at most and by default [`ITEMS_PER_SERVICE`]). A service whose table cannot be read says why, alone.
@@ -73,7 +90,9 @@ impl Page {
             let read = self.dynamodb.scan().table_name(table).consistent_read(true).limit(limit).send().await;
             let listed = match read {
                 Ok(page) => {
-                    let items: Vec<Value> = page.items().iter().map(shown_item).collect();
+                    // A resource participant's barrier entries are the library's, not the service's items.
+                    let items: Vec<Value> =
+                        page.items().iter().filter(|item| !item.contains_key("barrier")).map(shown_item).collect();
                     json!({"table": table, "items": items, "more": page.last_evaluated_key().is_some()})
                 }
                 Err(e) => json!({

@@ -142,6 +142,11 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
         response.extensions_mut().insert(LocalOnly);
         return response;
     }
+    if (method, path) == ("GET", "/local/payments") {
+        let mut response = api.page.payments().await;
+        response.extensions_mut().insert(LocalOnly);
+        return response;
+    }
     if (method, path) == ("GET", "/local/items") {
         let mut response = api.page.items(parts.uri.query()).await;
         response.extensions_mut().insert(LocalOnly);
