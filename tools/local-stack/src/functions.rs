@@ -242,14 +242,19 @@ impl Functions {
             "building and starting the functions under `cargo lambda watch` (the first build takes a few minutes)..."
         );
         let started = std::time::Instant::now();
-        let warm_participants = participant_ports.values().map(|(port, function)| {
+        let warm_participants = participant_ports.iter().map(|(service, (port, function))| {
             let client = client(*port);
             async move {
-                // A read-only prepare: it reads one item and locks nothing.
-                let check = json!({"action": "prepare", "transactionId": "warm-up", "operations": [
-                    {"op": "check", "key": {"entityId": "warm-up"}}
-                ]});
-                invoke(&client, function, &check).await
+                // A read-only prepare: it reads one item and locks nothing (a resource participant refuses
+                // it as not its own operation). Signed as the coordinator signs: unsigned, it is refused.
+                let check = twopc::model::ParticipantRequest {
+                    operations: vec![json!({"op": "check", "key": {"entityId": "warm-up"}})],
+                    ..twopc::model::ParticipantRequest::new(twopc::model::Action::Prepare, "warm-up")
+                };
+                let now = twopc::clock::Clock::now_ms(&twopc::clock::SystemClock);
+                let signed = twopc::auth::sign_with(&twopc::auth::LocalKeys::key_set(service), service, &check, now)
+                    .map_err(|e| e.to_string())?;
+                invoke(&client, function, &serde_json::to_value(&signed).map_err(|e| e.to_string())?).await
             }
         });
         let connection = WebSocketConnection {
