@@ -404,6 +404,8 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
         sweep_error: None,
         execution_id: Some("0".repeat(32)),
         principal: None,
+        hold_ms: None,
+        hold_until: None,
     }
     .opened();
     let short = item_size(&record.to_item());

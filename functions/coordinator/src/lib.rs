@@ -20,6 +20,7 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     let invoker = LambdaInvoker::from_registry(&aws, registry);
     let keys = config::keys(&aws, config::PARTICIPANT_KEYS, &config::required(config::PARTICIPANT_KEYS)?)?;
     let operations = config::service_operations()?;
+    let holds = config::hold_policy()?;
     // A schema for a service outside the registry is a deployment that lost a participant or misnames one.
     if let Some((unknown, _)) = operations.iter().find(|(service, _)| !services.contains(service)) {
         return Err(ConfigError::Invalid {
@@ -29,7 +30,8 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     }
     Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
         .with_keys(keys)
-        .with_operations(operations))
+        .with_operations(operations)
+        .with_hold_policy(holds))
 }
 
 /// The caller's principal, in its canonical form (`twopc::principal`), from API Gateway's request
@@ -43,7 +45,8 @@ pub fn principal(request: &Request) -> Option<String> {
     }
 }
 
-/// Routes `POST /transactions` and `GET /transactions/{id}`.
+/// Routes `POST /transactions`, `GET /transactions/{id}`, and a held transaction's decision:
+/// `POST /transactions/{id}/commit` and `POST /transactions/{id}/abort`.
 pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Body> {
     let started = std::time::SystemTime::now();
     // The path without the stage prefix API Gateway adds; a plain HTTP request (the local stack) has none.
@@ -71,6 +74,18 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
                 .unwrap_or_else(|| segments[1].to_owned());
             coordinator.get(&id).await
         }
+        ("POST", ["transactions", _, decision @ ("commit" | "abort")]) => {
+            let id = request
+                .path_parameters_ref()
+                .and_then(|p| p.first("id").map(str::to_owned))
+                .unwrap_or_else(|| segments[1].to_owned());
+            let caller = principal(&request);
+            match *decision {
+                "commit" => coordinator.commit_held(&id, caller.as_deref()).await,
+                _ => coordinator.abort_held(&id, caller.as_deref()).await,
+            }
+        }
+        (_, ["transactions", _, "commit" | "abort"]) => return method_not_allowed(method, &path, "POST"),
         (_, ["transactions"]) => return method_not_allowed(method, &path, "POST"),
         (_, ["transactions", _]) => return method_not_allowed(method, &path, "GET"),
         _ => Reply::error(ErrorCode::NotFound, format!("no route for {method} {path}")),

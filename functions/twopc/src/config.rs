@@ -39,6 +39,25 @@ pub const PAYMENT_API_URL: &str = "PAYMENT_API_URL";
 /// ([`crate::custom`]); `{}` when no service has any.
 pub const SERVICE_OPERATIONS: &str = "SERVICE_OPERATIONS";
 
+/// Coordinator: which services accept held transactions (`holdMs`) and for how long at most, JSON
+/// `{"service": {"accepts"?: bool, "maxHoldMs"?: milliseconds}}` ([`crate::hold`]); a service not named
+/// accepts holds of up to 15 minutes.
+// TODO(issue 32): add HOLD_POLICY and MAX_HOLD_MS to FUNCTION_ENVIRONMENT's coordinator once the templates
+// set them (infra/tests holds the templates to that list exactly).
+pub const HOLD_POLICY: &str = "HOLD_POLICY";
+/// Coordinator: the longest hold of any transaction, in milliseconds (default and ceiling 24 hours).
+pub const MAX_HOLD_MS: &str = "MAX_HOLD_MS";
+
+/// The coordinator's hold policy (`HOLD_POLICY`, `MAX_HOLD_MS`; the defaults when unset or empty).
+pub fn hold_policy() -> Result<crate::hold::HoldPolicy, ConfigError> {
+    let max = std::env::var(MAX_HOLD_MS).ok();
+    let services = std::env::var(HOLD_POLICY).ok();
+    crate::hold::HoldPolicy::parse(None, max.as_deref())
+        .map_err(|message| ConfigError::Invalid { name: MAX_HOLD_MS, message })?;
+    crate::hold::HoldPolicy::parse(services.as_deref(), max.as_deref())
+        .map_err(|message| ConfigError::Invalid { name: HOLD_POLICY, message })
+}
+
 /// The services' own operation kinds (`SERVICE_OPERATIONS`; none when unset or empty).
 pub fn service_operations() -> Result<crate::custom::Catalogs, ConfigError> {
     match std::env::var(SERVICE_OPERATIONS) {

@@ -26,10 +26,11 @@ use crate::auth::KeySource;
 use crate::clock::{SharedClock, resolvable_after};
 use crate::custom::{Catalog, Catalogs};
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
+use crate::hold::HoldPolicy;
 use crate::invoke::{InvokeError, ParticipantInvoker};
 use crate::model::{
     Action, ErrorCode, Invalid, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
-    STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
+    STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
@@ -89,7 +90,7 @@ impl Reply {
     pub fn for_record(record: &TransactionRecord) -> Reply {
         let status = match record.status {
             Status::Committed => 200,
-            Status::Committing | Status::Preparing => 202,
+            Status::Committing | Status::Preparing | Status::Prepared => 202,
             Status::Aborting | Status::Aborted => 409,
         };
         let mut body = record.to_response();
@@ -126,6 +127,8 @@ pub struct Coordinator {
     faults: Faults,
     sequential_prepares: bool,
     answer_budget: Duration,
+    /// Which held transactions are accepted ([`crate::hold`]).
+    holds: Arc<HoldPolicy>,
 }
 
 impl Coordinator {
@@ -145,7 +148,14 @@ impl Coordinator {
             faults: Faults::default(),
             sequential_prepares: false,
             answer_budget: ANSWER_BUDGET,
+            holds: Arc::new(HoldPolicy::default()),
         }
+    }
+
+    /// The same coordinator, accepting held transactions as `policy` says (by default every service
+    /// accepts holds of up to 15 minutes; the function reads `HOLD_POLICY` and `MAX_HOLD_MS`).
+    pub fn with_hold_policy(self, policy: HoldPolicy) -> Coordinator {
+        Coordinator { holds: Arc::new(policy), ..self }
     }
 
     /// The same coordinator, signing participant messages with `keys` (by default the local development
@@ -227,6 +237,10 @@ impl Coordinator {
             Ok(request) => request,
             Err(invalid) => return Reply::invalid(invalid),
         };
+        // Before anything is written or locked: a hold longer than a service (or the deployment) accepts.
+        if let Err(invalid) = self.holds.check(&request) {
+            return Reply::invalid(invalid);
+        }
         let (id, request_hash) = match idempotency_key {
             None => (format!("tx-{}", uuid::Uuid::new_v4().simple()), None),
             Some(key) if key.is_empty() || key.len() > 255 => {
@@ -284,13 +298,16 @@ impl Coordinator {
     }
 
     async fn run(&self, record: TransactionRecord, answer_by: std::time::Instant) -> Result<Reply, DriveError> {
+        // A held transaction never commits in one phase: its decision is the caller's, later.
         if let [sole] = record.participants.as_slice()
+            && !record.is_held()
             && takes_one_phase(&sole.operations, self.catalogs.of(&sole.service))
         {
             return self.run_one_phase(record, answer_by).await;
         }
         let started = std::time::Instant::now();
-        let keyed = record.is_keyed();
+        // A held transaction is recorded first too: its record is what its commit and abort find.
+        let keyed = record.is_keyed() || record.is_held();
         if keyed {
             // A keyed request must never run twice: the record is written first and only the writer prepares.
             if let Some(existing) = self.create_own(&record.clone().opened()).await? {
@@ -305,6 +322,7 @@ impl Coordinator {
         let all_prepared = votes.iter().all(|p| p.vote == Some(Vote::Prepared));
         let in_time = self.clock.now_ms() <= record.deadline;
         let (to, reason) = match (all_prepared, in_time) {
+            (true, true) if record.is_held() => (Status::Prepared, None),
             (true, true) => (Status::Committing, None),
             (true, false) => {
                 (Status::Aborting, Some("the deadline passed before every participant prepared".to_owned()))
@@ -328,6 +346,13 @@ impl Coordinator {
         };
         self.faults.check(CoordinatorCrash::AfterDecision)?;
         telemetry::phase(telemetry::DECISION_LATENCY, deciding.elapsed());
+        if decided.status == Status::Prepared {
+            // Held: the locks now expire at holdUntil. A crash before leaves them their deadline, and whoever
+            // meets one then finds its owner PREPARED, undecided until holdUntil.
+            self.extend_locks(&decided).await;
+            info!(hold_until = decided.hold_until, "transaction held");
+            return Ok(Reply::for_record(&decided));
+        }
         let second_phase = std::time::Instant::now();
         let finished = self.drive_within(decided.clone(), answer_by).await?;
         if decided.status == Status::Committing && finished.status.is_terminal() {
@@ -371,7 +396,17 @@ impl Coordinator {
         reason: Option<String>,
     ) -> Result<TransactionRecord, DriveError> {
         let id = &record.transaction_id;
-        let written = self.transition_retrying(id, Status::Preparing, to, true, Some(&votes), reason.as_deref()).await;
+        let written = match to {
+            Status::Prepared => {
+                let hold_until = self.clock.now_ms() + record.hold_ms.unwrap_or_default();
+                let votes = &votes;
+                retrying("hold write", |_| async move {
+                    self.transactions.hold(id, self.clock.now_ms(), votes, hold_until).await
+                })
+                .await
+            }
+            _ => self.transition_retrying(id, Status::Preparing, to, true, Some(&votes), reason.as_deref()).await,
+        };
         let transition = match written {
             Ok(transition) => transition,
             // Settled by writing the abort over it, conditionally: the record then says which one happened.
@@ -576,7 +611,11 @@ impl Coordinator {
         }
         let mut record = existing;
         let mut wait = Duration::from_millis(20);
-        while !record.status.is_terminal() && self.clock.now_ms() <= resolvable_after(record.deadline) {
+        // A held one answers at once: PREPARED (202 with holdUntil) while the hold lasts.
+        while !record.status.is_terminal()
+            && record.status != Status::Prepared
+            && self.clock.now_ms() <= resolvable_after(record.deadline)
+        {
             let left = answer_by.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 break;
@@ -612,6 +651,7 @@ impl Coordinator {
                     started_at: Some(record.created_at),
                     operations: entry.operations.clone(),
                     principal: record.principal.clone(),
+                    held: record.is_held(),
                     ..ParticipantRequest::new(Action::Prepare, &record.transaction_id)
                 };
                 async move {
@@ -771,17 +811,22 @@ impl Coordinator {
     /// `crate::clock::resolvable_after`) is aborted by the conditional write lock resolution uses; any
     /// other record is returned as it is. Returns the record as it then is.
     async fn abort_expired(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
-        if record.status != Status::Preparing || self.clock.now_ms() <= resolvable_after(record.deadline) {
+        let undecided = matches!(record.status, Status::Preparing | Status::Prepared);
+        if !undecided || self.clock.now_ms() <= resolvable_after(record.expiry()) {
             return Ok(record);
         }
+        let reason = match record.status {
+            Status::Prepared => crate::recovery::HOLD_EXPIRED_REASON,
+            _ => crate::recovery::EXPIRED_REASON,
+        };
         let transition = self
             .transition_retrying(
                 &record.transaction_id,
-                Status::Preparing,
+                record.status,
                 Status::Aborting,
                 record.is_keyed(),
                 None,
-                Some(crate::recovery::EXPIRED_REASON),
+                Some(reason),
             )
             .await?;
         Ok(match transition {
@@ -827,6 +872,193 @@ impl Coordinator {
         .await
     }
 }
+
+/// A held transaction's decision: `POST /transactions/{id}/commit` and `/abort`.
+impl Coordinator {
+    /// `POST /transactions/{id}/commit` from `principal`: a held transaction (PREPARED) commits if the
+    /// coordinator's clock is not past its `holdUntil` (200 COMMITTED, or 202 COMMITTING while a participant
+    /// has not acknowledged); past it, it is aborted (409 ABORTED). Unknown, or created by another
+    /// principal: 404. Not held: 409 NOT_HELD. Repeated after the commit won: the same answer; after an
+    /// abort (the caller's or the expiry's): 409 with the decided body.
+    pub async fn commit_held(&self, id: &str, principal: Option<&str>) -> Reply {
+        self.decide_held_within(id, principal, HeldDecision::Commit).await
+    }
+
+    /// `POST /transactions/{id}/abort` from `principal`: a held transaction aborts (200 ABORTED, once its
+    /// participants released, or the answer budget ran out and the sweeper finishes it). Repeated, or
+    /// after the hold expired: 200 ABORTED again; after a commit: 409 with the committed body.
+    pub async fn abort_held(&self, id: &str, principal: Option<&str>) -> Reply {
+        self.decide_held_within(id, principal, HeldDecision::Abort).await
+    }
+
+    async fn decide_held_within(&self, id: &str, principal: Option<&str>, decision: HeldDecision) -> Reply {
+        let answer_by = std::time::Instant::now() + self.answer_budget;
+        let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
+        let span = info_span!("held", tx = %id, decision = ?decision);
+        let decided = self.decide_held(id, principal, decision, answer_by).instrument(span);
+        let ran = match tokio::time::timeout_at(abandon_at, decided).await {
+            Ok(ran) => ran,
+            Err(_) => {
+                error!(tx = %id, "the answer budget ran out in a step that did not return; abandoned like a crash");
+                Err(DriveError::Store(StoreError::internal(
+                    "UpdateItem",
+                    self.transactions.table(),
+                    "no answer in time",
+                )))
+            }
+        };
+        match ran {
+            Ok(reply) => reply,
+            Err(DriveError::Store(e)) | Err(DriveError::Unrecorded { error: e, .. }) => unavailable(&e, Some(id)),
+            Err(DriveError::Crashed(c)) => {
+                let mut reply = Reply::error(ErrorCode::Crashed, c.to_string());
+                reply.body["transactionId"] = Value::String(id.to_owned());
+                reply
+            }
+        }
+    }
+
+    async fn decide_held(
+        &self,
+        id: &str,
+        principal: Option<&str>,
+        decision: HeldDecision,
+        answer_by: std::time::Instant,
+    ) -> Result<Reply, DriveError> {
+        // Another principal's transaction is answered as an unknown one: its id tells nothing.
+        let record = match self.transactions.get(id).await? {
+            Some(record) if record.principal.as_deref() == principal => record,
+            _ => return Ok(Reply::error(ErrorCode::NotFound, format!("no transaction {id}"))),
+        };
+        if !record.is_held() {
+            let mut reply = Reply::error(
+                ErrorCode::NotHeld,
+                format!(
+                    "transaction {id} was not held (its request had no holdMs): it was decided when it was \
+                     submitted, and is {}",
+                    Reply::for_record(&record).body["status"].as_str().unwrap_or_default()
+                ),
+            );
+            reply.body["transactionId"] = Value::String(id.to_owned());
+            return Ok(reply);
+        }
+        // Past its deadline still preparing (its coordinator stopped), or past its hold: aborted first, as
+        // recovery would.
+        let mut record = self.abort_expired(record).await?;
+        // A status may move on between the read and the write (the first execution recording PREPARED, a
+        // concurrent call, the expiry): each write is conditional on the status read, and a lost one is
+        // followed by another from the status found, until the transaction is decided.
+        for _ in 0..3 {
+            record = match (record.status, decision) {
+                (Status::Preparing, HeldDecision::Commit) => {
+                    let mut reply = Reply::error(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "transaction {id} is still preparing: it can be committed once it is PREPARED \
+                             (GET /transactions/{id} tells)"
+                        ),
+                    );
+                    reply.body["transactionId"] = Value::String(id.to_owned());
+                    return Ok(reply);
+                }
+                (Status::Preparing | Status::Prepared, _) => match self.write_held_decision(&record, decision).await? {
+                    Transition::Done(decided) | Transition::Lost(Some(decided)) => decided,
+                    Transition::Lost(None) => {
+                        return Err(StoreError::internal(
+                            "UpdateItem",
+                            self.transactions.table(),
+                            format!("record {id} disappeared"),
+                        )
+                        .into());
+                    }
+                },
+                _ => break,
+            };
+        }
+        if matches!(record.status, Status::Committing | Status::Aborting) {
+            record = self.drive_within(record, answer_by).await?;
+        }
+        let mut reply = Reply::for_record(&record);
+        reply.status = match (record.status, decision) {
+            (Status::Committed | Status::Committing, HeldDecision::Commit) => reply.status,
+            (Status::Aborting | Status::Aborted, HeldDecision::Abort) => 200,
+            // Not decided yet (the writes kept losing to status changes): as a retried POST would be told.
+            (Status::Preparing | Status::Prepared, _) => return Ok(Reply::answering(&record)),
+            // The other decision won: the decided body.
+            _ => 409,
+        };
+        info!(status = %record.status, http = reply.status, "held transaction answered");
+        Ok(reply)
+    }
+
+    /// The caller's decision, written conditionally on the status read (PREPARED, or PREPARING for an abort
+    /// that comes before the hold is recorded), retried on infrastructure errors. A commit is written only
+    /// while the coordinator's clock is at or before `holdUntil`, checked before every attempt: past it the
+    /// attempt writes the abort instead (which an earlier attempt's commit, its reply lost, defeats: the
+    /// record then says COMMITTING). Resolvers abort a held transaction only after `holdUntil` and twice the
+    /// clock margin by their clocks, and every one of these writes is conditional: exactly one decision wins.
+    async fn write_held_decision(
+        &self,
+        record: &TransactionRecord,
+        decision: HeldDecision,
+    ) -> Result<Transition, StoreError> {
+        let id = &record.transaction_id;
+        let from = record.status;
+        let hold_until = record.hold_until.unwrap_or(0);
+        let keyed = record.is_keyed();
+        retrying("held decision write", |_| async move {
+            let now = self.clock.now_ms();
+            let (to, reason) = match decision {
+                HeldDecision::Commit if from == Status::Prepared && now <= hold_until => (Status::Committing, None),
+                HeldDecision::Commit => (Status::Aborting, Some(crate::recovery::HOLD_EXPIRED_REASON)),
+                HeldDecision::Abort => (Status::Aborting, Some(HELD_ABORT_REASON)),
+            };
+            // Decided: due for the sweeper as a transaction decided now would be (after its timeout), not at
+            // holdUntil any more.
+            let sweep_at = now + record.deadline.saturating_sub(record.created_at);
+            self.transactions.transition_due(id, from, to, keyed, now, reason, sweep_at).await
+        })
+        .await
+    }
+
+    /// Moves the expiry of a held transaction's locks to its `holdUntil`: a hold message to every
+    /// participant that locked something, with the token its vote reported. Best effort: a participant
+    /// that does not answer keeps its locks' deadline, and whoever meets one of them then finds the owner
+    /// PREPARED, undecided until `holdUntil`, as it would anyway.
+    async fn extend_locks(&self, record: &TransactionRecord) {
+        let Some(hold_until) = record.hold_until else { return };
+        let holds: Vec<_> = record
+            .participants
+            .iter()
+            .filter(|p| p.vote == Some(Vote::Prepared) && !p.read_only)
+            .map(|entry| {
+                let request = ParticipantRequest {
+                    operations: entry.operations.clone(),
+                    lock_token: entry.lock_token.clone(),
+                    hold_until: Some(hold_until),
+                    ..ParticipantRequest::new(Action::Hold, &record.transaction_id)
+                };
+                async move {
+                    match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.call(&entry.service, &request)).await {
+                        Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_HELD) => {}
+                        other => warn!(service = %entry.service, answer = ?other.ok(), "locks not extended to holdUntil; they keep their deadline"),
+                    }
+                }
+            })
+            .collect();
+        futures::future::join_all(holds).await;
+    }
+}
+
+/// The decision a caller makes about a held transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeldDecision {
+    Commit,
+    Abort,
+}
+
+/// The reason a held transaction aborted by its caller keeps.
+pub const HELD_ABORT_REASON: &str = "aborted by its caller while held";
 
 /// A conditional write to a transaction record, tried up to three times on infrastructure errors. The
 /// error it ends with says the write may have taken effect if any attempt may have.

@@ -16,6 +16,7 @@ pub mod decimal;
 pub mod expr;
 pub mod fanout;
 pub mod faults;
+pub mod hold;
 pub mod invoke;
 
 pub mod model;

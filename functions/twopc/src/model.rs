@@ -35,10 +35,12 @@ pub enum ErrorCode {
     /// A fault injected for tests stopped the coordinator; never answered in production.
     Crashed,
     Unavailable,
+    /// `POST /transactions/{id}/commit` or `/abort` on a transaction that was not held.
+    NotHeld,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidRequest,
         ErrorCode::MalformedJson,
         ErrorCode::BodyTooLarge,
@@ -55,6 +57,7 @@ impl ErrorCode {
         ErrorCode::IdempotencyKeyReused,
         ErrorCode::Crashed,
         ErrorCode::Unavailable,
+        ErrorCode::NotHeld,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -75,6 +78,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             ErrorCode::Crashed => "CRASHED",
             ErrorCode::Unavailable => "UNAVAILABLE",
+            ErrorCode::NotHeld => "NOT_HELD",
         }
     }
 
@@ -86,6 +90,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyReused => 422,
             ErrorCode::Crashed => 500,
             ErrorCode::Unavailable => 503,
+            ErrorCode::NotHeld => 409,
             _ => 400,
         }
     }
@@ -500,7 +505,17 @@ pub struct ParticipantPart {
 pub struct TransactionRequest {
     pub participants: Vec<ParticipantPart>,
     pub timeout_ms: u64,
+    /// Hold the prepares this long for a caller's commit or abort (`POST /transactions/{id}/commit`,
+    /// `/abort`) instead of deciding at once; None: decide at once.
+    pub hold_ms: Option<u64>,
 }
+
+/// The shortest hold a request may ask for.
+pub const MIN_HOLD_MS: u64 = 1_000;
+/// The longest hold any deployment accepts (the coordinator's `MAX_HOLD_MS` may lower it).
+pub const DEFAULT_MAX_HOLD_MS: u64 = 24 * 60 * 60 * 1_000;
+/// The longest hold a service accepts unless its configuration says otherwise (`HOLD_POLICY`).
+pub const DEFAULT_SERVICE_MAX_HOLD_MS: u64 = 15 * 60 * 1_000;
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 3_000;
 pub const MIN_TIMEOUT_MS: u64 = 100;
@@ -513,7 +528,7 @@ impl ParticipantPart {
 }
 
 impl TransactionRequest {
-    pub const FIELDS: [&'static str; 2] = ["participants", "timeoutMs"];
+    pub const FIELDS: [&'static str; 3] = ["participants", "timeoutMs", "holdMs"];
 
     /// Validates a request body against the registry of services. Nothing is written before this passes.
     pub fn parse(body: &[u8], is_registered: impl Fn(&str) -> bool) -> Result<TransactionRequest, Invalid> {
@@ -597,7 +612,23 @@ impl TransactionRequest {
                     )
                 })?,
         };
-        Ok(TransactionRequest { participants, timeout_ms })
+        let hold_ms = match object.get("holdMs") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_f64()
+                    .filter(|h| h.fract() == 0.0 && (MIN_HOLD_MS as f64..=DEFAULT_MAX_HOLD_MS as f64).contains(h))
+                    .map(|h| h as u64)
+                    .ok_or_else(|| {
+                        Invalid::at(
+                            "holdMs",
+                            format!(
+                                "must be a whole number of milliseconds from {MIN_HOLD_MS} to {DEFAULT_MAX_HOLD_MS}"
+                            ),
+                        )
+                    })?,
+            ),
+        };
+        Ok(TransactionRequest { participants, timeout_ms, hold_ms })
     }
 
     /// A canonical form of the request, hashed for `Idempotency-Key` comparisons: the same request
@@ -620,7 +651,11 @@ impl TransactionRequest {
                 })
             })
             .collect();
-        serde_json::json!({"participants": participants, "timeoutMs": self.timeout_ms})
+        let mut request = serde_json::json!({"participants": participants, "timeoutMs": self.timeout_ms});
+        if let Some(hold_ms) = self.hold_ms {
+            request["holdMs"] = hold_ms.into();
+        }
+        request
     }
 }
 
@@ -643,6 +678,8 @@ pub fn canonical_json(value: &Value) -> String {
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
     Preparing,
+    /// Every participant prepared, and the decision is held (`holdMs`) for a caller to commit or abort.
+    Prepared,
     Committing,
     Committed,
     Aborting,
@@ -650,12 +687,13 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 5] =
-        [Status::Preparing, Status::Committing, Status::Committed, Status::Aborting, Status::Aborted];
+    pub const ALL: [Status; 6] =
+        [Status::Preparing, Status::Prepared, Status::Committing, Status::Committed, Status::Aborting, Status::Aborted];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Preparing => "PREPARING",
+            Status::Prepared => "PREPARED",
             Status::Committing => "COMMITTING",
             Status::Committed => "COMMITTED",
             Status::Aborting => "ABORTING",
@@ -665,6 +703,7 @@ impl Status {
     pub fn parse(text: &str) -> Option<Status> {
         Some(match text {
             "PREPARING" => Status::Preparing,
+            "PREPARED" => Status::Prepared,
             "COMMITTING" => Status::Committing,
             "COMMITTED" => Status::Committed,
             "ABORTING" => Status::Aborting,
@@ -741,6 +780,13 @@ pub struct ParticipantRequest {
     /// canonical form), for the service's rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// Prepare of a held transaction (`holdMs`): `check`s lock their items too (a check means nothing
+    /// over a long hold otherwise), so the participant takes part in the second phase.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+    /// Hold: the new expiry (epoch ms) of the locks this transaction holds with `lockToken`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<u64>,
     /// The sender's signature over the whole message ([`crate::auth`]): a participant acts only on a
     /// message the coordinator or the sweeper signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -764,6 +810,8 @@ impl ParticipantRequest {
             started_at: None,
             lock_token: None,
             principal: None,
+            held: false,
+            hold_until: None,
             signature: None,
         }
     }
@@ -775,6 +823,9 @@ pub enum Action {
     Prepare,
     Commit,
     Abort,
+    /// A held transaction was recorded PREPARED: the locks with the voted `lockToken` now expire at
+    /// `holdUntil` (answered `HELD`; a lock that is gone or carries another token is left alone).
+    Hold,
 }
 
 impl Action {
@@ -783,6 +834,7 @@ impl Action {
             Action::Prepare => "prepare",
             Action::Commit => "commit",
             Action::Abort => "abort",
+            Action::Hold => "hold",
         }
     }
 }
@@ -848,6 +900,8 @@ impl Vote {
 pub const STATUS_NOT_PREPARED: &str = "NOT_PREPARED";
 pub const STATUS_COMMITTED: &str = "COMMITTED";
 pub const STATUS_ABORTED: &str = "ABORTED";
+/// A hold's answer: the locks of the voted token that are still there expire at `holdUntil` now.
+pub const STATUS_HELD: &str = "HELD";
 /// A resource participant's answer to a commit or an abort its resource did not carry out yet (`reason`
 /// says why): not an acknowledgement; the message is sent again.
 pub const STATUS_FAILED: &str = "FAILED";

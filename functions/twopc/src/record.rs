@@ -83,6 +83,13 @@ pub struct TransactionRecord {
     /// Who asked for the transaction (the caller's principal, canonical: [`crate::principal`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// A held transaction: its request's `holdMs` (the prepares are held for the caller's commit or abort).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
+    /// A held transaction recorded PREPARED: the caller may commit it until then (epoch ms, the
+    /// coordinator's clock); past it and twice the clock margin, resolvers abort it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<u64>,
 }
 
 /// One service's part, stored with its operations so that recovery can finish the transaction from
@@ -158,6 +165,23 @@ impl TransactionRecord {
             sweep_error: None,
             execution_id: Some(uuid::Uuid::new_v4().simple().to_string()),
             principal: None,
+            hold_ms: request.hold_ms,
+            hold_until: None,
+        }
+    }
+
+    /// Whether the request asked to hold the prepares (`holdMs`) for a caller's commit or abort.
+    pub fn is_held(&self) -> bool {
+        self.hold_ms.is_some()
+    }
+
+    /// When an undecided transaction may be resolved by someone other than its coordinator (after this and
+    /// twice the clock margin, [`crate::clock::resolvable_after`]): a PREPARED one's `holdUntil`, any
+    /// other's deadline.
+    pub fn expiry(&self) -> u64 {
+        match (self.status, self.hold_until) {
+            (Status::Prepared, Some(hold_until)) => hold_until,
+            _ => self.deadline,
         }
     }
 
@@ -263,6 +287,9 @@ impl TransactionRecord {
             body.insert("reason".into(), Value::String(reason.to_owned()));
         }
         body.insert("participants".into(), Value::Array(participants));
+        if let Some(hold_until) = self.hold_until {
+            body.insert("holdUntil".into(), Value::from(hold_until));
+        }
         body.insert("createdAt".into(), Value::from(self.created_at));
         body.insert("updatedAt".into(), Value::from(self.updated_at));
         Value::Object(body)
@@ -381,7 +408,29 @@ impl TransactionStore {
         participants: Option<&[ParticipantEntry]>,
         reason: Option<&str>,
     ) -> Result<Transition, StoreError> {
-        let full = transition_update(to, keyed, now_ms, participants, reason);
+        self.transition_with(id, from, to, keyed, now_ms, participants, reason, &[]).await
+    }
+
+    /// [`TransactionStore::transition`], setting `extra` attributes too (in the shortened form as well).
+    #[allow(clippy::too_many_arguments)]
+    async fn transition_with(
+        &self,
+        id: &str,
+        from: Status,
+        to: Status,
+        keyed: bool,
+        now_ms: u64,
+        participants: Option<&[ParticipantEntry]>,
+        reason: Option<&str>,
+        extra: &[(&'static str, AttributeValue)],
+    ) -> Result<Transition, StoreError> {
+        let with_extra = |mut update: RecordUpdate| {
+            for (name, value) in extra {
+                update = update.set(name, value.clone());
+            }
+            update
+        };
+        let full = with_extra(transition_update(to, keyed, now_ms, participants, reason));
         match self.update_status(id, from, &full).await {
             Err(e) if e.invalid => {
                 warn!(tx = id, to = %to, error = %e, "status change refused as invalid; writing it shortened");
@@ -389,11 +438,43 @@ impl TransactionStore {
                 if current.status != from {
                     return Ok(Transition::Lost(Some(current)));
                 }
-                let shortened = shortened_transition_update(&current, to, keyed, now_ms, participants);
+                let shortened = with_extra(shortened_transition_update(&current, to, keyed, now_ms, participants));
                 self.update_status(id, from, &shortened).await
             }
             other => other,
         }
+    }
+
+    /// The hold of a transaction whose participants all prepared: PREPARING → PREPARED with the votes,
+    /// `holdUntil`, and its entry in the sweeper's index moved to `holdUntil` (the sweeper's grace adds
+    /// twice the clock margin, as for a deadline). Conditional like every status change.
+    pub async fn hold(
+        &self,
+        id: &str,
+        now_ms: u64,
+        participants: &[ParticipantEntry],
+        hold_until: u64,
+    ) -> Result<Transition, StoreError> {
+        let extra = [(a::HOLD_UNTIL, n(hold_until)), (a::SWEEP_AT, n(hold_until))];
+        self.transition_with(id, Status::Preparing, Status::Prepared, true, now_ms, Some(participants), None, &extra)
+            .await
+    }
+
+    /// [`TransactionStore::transition`] of an open transaction that also moves its entry in the sweeper's
+    /// index to `sweep_at`: a held transaction's decision, whose `sweepAt` was its `holdUntil`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn transition_due(
+        &self,
+        id: &str,
+        from: Status,
+        to: Status,
+        keyed: bool,
+        now_ms: u64,
+        reason: Option<&str>,
+        sweep_at: u64,
+    ) -> Result<Transition, StoreError> {
+        debug_assert!(!to.is_terminal());
+        self.transition_with(id, from, to, keyed, now_ms, None, reason, &[(a::SWEEP_AT, n(sweep_at))]).await
     }
 
     /// One conditional status change: `update` if the record is in `from`.
@@ -457,6 +538,8 @@ impl TransactionStore {
             sweep_error: None,
             execution_id: None,
             principal: None,
+            hold_ms: None,
+            hold_until: None,
         }
         .ended(Status::Aborted, now_ms);
         Ok(self.create(&record).await?.unwrap_or(record))
@@ -621,6 +704,11 @@ pub fn transition_update(
     terminal_fields(update, to, keyed, now_ms)
 }
 
+/// A PREPARED write's hold fields: `holdUntil`, and `sweepAt` moved to it.
+pub fn hold_update(update: RecordUpdate, hold_until: u64) -> RecordUpdate {
+    update.set(a::HOLD_UNTIL, n(hold_until)).set(a::SWEEP_AT, n(hold_until))
+}
+
 fn terminal_fields(mut update: RecordUpdate, to: Status, keyed: bool, now_ms: u64) -> RecordUpdate {
     if to.is_terminal() {
         if !keyed {
@@ -654,7 +742,7 @@ pub fn shortened_transition_update(
     }
     let entries = participants.unwrap_or(&current.participants);
     match to {
-        Status::Committing => {
+        Status::Committing | Status::Prepared => {
             let votes: Vec<ParticipantEntry> = entries
                 .iter()
                 .cloned()
@@ -732,6 +820,8 @@ mod tests {
             sweep_error: None,
             execution_id: Some("0".repeat(32)),
             principal: Some(format!("arn:aws:sts::123456789012:assumed-role/{}", "r".repeat(64))),
+            hold_ms: Some(crate::model::DEFAULT_MAX_HOLD_MS),
+            hold_until: None,
         }
         .opened();
         let short = item_size(&record.to_item());
@@ -792,6 +882,25 @@ mod tests {
                     let bytes = item_size(&item);
                     largest = largest.max(bytes);
                     assert!(bytes <= limit, "{name} to {decision} (keyed {keyed}): {bytes} bytes > {limit}");
+                }
+            }
+            // A held transaction: its hold with the votes, then the caller's (or the expiry's) decision.
+            for decision in [Status::Committing, Status::Aborting] {
+                let terminal = if decision == Status::Committing { Status::Committed } else { Status::Aborted };
+                let hold = hold_update(transition_update(Status::Prepared, keyed, LATEST, Some(&votes), None), LATEST);
+                let writes = [
+                    ("postpone", postpone_update(LATEST, u32::MAX, &long_text)),
+                    ("hold", hold),
+                    ("decision", transition_update(decision, keyed, LATEST, None, Some(&long_text))),
+                    ("postpone again", postpone_update(LATEST, u32::MAX, &long_text)),
+                    ("end", transition_update(terminal, keyed, LATEST, None, None)),
+                ];
+                let mut item = base.to_item();
+                for (name, write) in writes {
+                    item = write.applied_to(&item);
+                    let bytes = item_size(&item);
+                    largest = largest.max(bytes);
+                    assert!(bytes <= limit, "held: {name} to {decision} (keyed {keyed}): {bytes} bytes > {limit}");
                 }
             }
             // Lock resolution's abort of a PREPARING record, with its reason.

@@ -17,12 +17,13 @@ pub enum OwnerFate {
     Committed,
     /// Decided abort, or never recorded (now recorded as aborted): release.
     Abort,
-    /// Still preparing within its deadline: the lock stands.
+    /// Still preparing within its deadline, or held (PREPARED) within its `holdUntil`: the lock stands.
     Undecided,
 }
 
 pub const ABANDONED_REASON: &str = "no transaction record was written before the lock expired";
 pub const EXPIRED_REASON: &str = "the deadline passed before a decision; aborted by recovery";
+pub const HOLD_EXPIRED_REASON: &str = "the hold expired (holdUntil passed) before its caller committed it";
 
 /// Reads (and if need be decides) the fate of `owner`, whose lock was found expired at `now_ms`.
 pub async fn owner_fate(transactions: &TransactionStore, owner: &str, now_ms: u64) -> Result<OwnerFate, StoreError> {
@@ -44,26 +45,32 @@ async fn decide(
         Status::Committing => OwnerFate::Commit(Box::new(record)),
         Status::Committed => OwnerFate::Committed,
         Status::Aborting | Status::Aborted => OwnerFate::Abort,
-        // Resolvers act only past the deadline and twice the clock margin (crate::clock).
-        Status::Preparing if now_ms <= crate::clock::resolvable_after(record.deadline) => OwnerFate::Undecided,
-        Status::Preparing => {
+        // Resolvers act only past the deadline (a held transaction's: its holdUntil) and twice the clock
+        // margin (crate::clock).
+        Status::Preparing | Status::Prepared if now_ms <= crate::clock::resolvable_after(record.expiry()) => {
+            OwnerFate::Undecided
+        }
+        Status::Preparing | Status::Prepared => {
+            let reason = if record.status == Status::Prepared { HOLD_EXPIRED_REASON } else { EXPIRED_REASON };
             match transactions
                 .transition(
                     &record.transaction_id,
-                    Status::Preparing,
+                    record.status,
                     Status::Aborting,
                     record.is_keyed(),
                     now_ms,
                     None,
-                    Some(EXPIRED_REASON),
+                    Some(reason),
                 )
                 .await?
             {
                 Transition::Done(_) => OwnerFate::Abort,
-                // The coordinator decided first: follow its decision.
+                // The coordinator (or a held transaction's caller) decided first: follow its decision. A
+                // PREPARING owner that was held meanwhile (PREPARED) is undecided until its holdUntil.
                 Transition::Lost(Some(now)) => match now.status {
                     Status::Committing => OwnerFate::Commit(Box::new(now)),
                     Status::Committed => OwnerFate::Committed,
+                    Status::Prepared | Status::Preparing => OwnerFate::Undecided,
                     _ => OwnerFate::Abort,
                 },
                 Transition::Lost(None) => OwnerFate::Abort,

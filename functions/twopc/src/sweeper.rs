@@ -182,6 +182,8 @@ impl Sweeper {
                     Status::Aborted => return Ok(TxOutcome::Aborted),
                     // Within its deadline: its coordinator is still at work.
                     Status::Preparing => return Ok(TxOutcome::Stuck),
+                    // Held, and not past its holdUntil yet: its caller decides.
+                    Status::Prepared => return Ok(TxOutcome::Skipped),
                     status => format!("still {status}: {}", unacknowledged.join("; ")),
                 }
             }

@@ -28,6 +28,10 @@ pub mod tx_attr {
     pub const SWEEP_ERROR: &str = "sweepError";
     /// The coordinator execution that wrote the record: a write whose reply was lost is recognised as its own.
     pub const EXECUTION_ID: &str = "executionId";
+    /// A held transaction (`holdMs` of its request): how long its prepares are held for a caller's decision.
+    pub const HOLD_MS: &str = "holdMs";
+    /// A held transaction recorded PREPARED: until when (epoch ms) its caller may commit it.
+    pub const HOLD_UNTIL: &str = "holdUntil";
 }
 
 /// Attribute names of a participant data table.

@@ -37,6 +37,12 @@ pub fn rest_resource(method: &str, path: &str) -> Option<(&'static str, Option<V
         ("GET", ["transactions", id]) if !id.is_empty() => {
             Some(("/transactions/{id}", Some(json!({"id": percent_decode(id)}))))
         }
+        ("POST", ["transactions", id, "commit"]) if !id.is_empty() => {
+            Some(("/transactions/{id}/commit", Some(json!({"id": percent_decode(id)}))))
+        }
+        ("POST", ["transactions", id, "abort"]) if !id.is_empty() => {
+            Some(("/transactions/{id}/abort", Some(json!({"id": percent_decode(id)}))))
+        }
         _ => None,
     }
 }
@@ -283,6 +289,15 @@ mod tests {
             Some(("/transactions/{id}", Some(json!({"id": "tx-1"}))))
         );
         assert_eq!(rest_resource("GET", "/transactions"), None);
+        assert_eq!(
+            rest_resource("POST", "/transactions/tx-1/commit"),
+            Some(("/transactions/{id}/commit", Some(json!({"id": "tx-1"}))))
+        );
+        assert_eq!(
+            rest_resource("POST", "/transactions/tx-1/abort"),
+            Some(("/transactions/{id}/abort", Some(json!({"id": "tx-1"}))))
+        );
+        assert_eq!(rest_resource("GET", "/transactions/tx-1/commit"), None);
         assert_eq!(rest_resource("DELETE", "/transactions/x"), None);
         assert_eq!(rest_resource("GET", "/other"), None);
     }

@@ -177,7 +177,7 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
         return message(
             StatusCode::NOT_FOUND,
             format!(
-                "no route for {method} {path}: the API has POST /transactions and GET /transactions/{{id}} (deployed, API Gateway answers 403 Missing Authentication Token here)"
+                "no route for {method} {path}: the API has POST /transactions, GET /transactions/{{id}}, POST /transactions/{{id}}/commit and POST /transactions/{{id}}/abort (deployed, API Gateway answers 403 Missing Authentication Token here)"
             ),
         );
     };

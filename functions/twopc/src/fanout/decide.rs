@@ -155,12 +155,17 @@ pub fn commit_message(line: &[u8]) -> Vec<u8> {
     message
 }
 
-/// A transaction that ended: `{"type": "transaction", "transactionId", "status"}` to `tx:<id>`.
+/// A transaction that ended, `{"type": "transaction", "transactionId", "status"}`, or that is held for its
+/// caller's decision, `{"type": "transaction", "transactionId", "status": "PREPARED", "holdUntil"}`: to
+/// `tx:<id>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TransactionEnded {
     pub transaction_id: String,
     pub status: String,
+    /// PREPARED: until when its caller may commit it (epoch ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<u64>,
 }
 
 impl TransactionEnded {
@@ -404,15 +409,27 @@ fn decide_transaction(record: &EventRecord) -> Decision {
         Ok(None) => return Decision::Skip(Skip::NotAnOutcome),
         Err(message) => return Decision::Unprocessable(message),
     };
-    if !matches!(status, "COMMITTED" | "ABORTED") {
+    if !matches!(status, "COMMITTED" | "ABORTED" | "PREPARED") {
         return Decision::Skip(Skip::NotAnOutcome);
     }
+    let hold_until = match (status, new.get(tx_attr::HOLD_UNTIL)) {
+        ("PREPARED", Some(AttributeValue::N(text))) => match text.parse::<u64>() {
+            Ok(at) => Some(at),
+            Err(_) => return Decision::Unprocessable(format!("NewImage holdUntil is not epoch milliseconds: {text}")),
+        },
+        ("PREPARED", other) => {
+            return Decision::Unprocessable(format!("a PREPARED record without a numeric holdUntil: {other:?}"));
+        }
+        _ => None,
+    };
     if string(old, tx_attr::STATUS) == Some(status) {
         return Decision::Skip(Skip::NotAnOutcome);
     }
     let id = string(record.change.keys.inner(), tx_attr::ID).or_else(|| string(new, tx_attr::ID));
     match id {
-        Some(id) => Decision::Ended(TransactionEnded { transaction_id: id.to_owned(), status: status.to_owned() }),
+        Some(id) => {
+            Decision::Ended(TransactionEnded { transaction_id: id.to_owned(), status: status.to_owned(), hold_until })
+        }
         None => Decision::Unprocessable("a transaction record without a string transactionId".into()),
     }
 }
@@ -626,11 +643,19 @@ mod tests {
         let aborted = json!({"transactionId": {"S": "T1"}, "status": {"S": "ABORTED"}});
         assert_eq!(
             decide(&c, &record("MODIFY", "transactions", keys.clone(), committing.clone(), committed.clone())),
-            Decision::Ended(TransactionEnded { transaction_id: "T1".into(), status: "COMMITTED".into() })
+            Decision::Ended(TransactionEnded {
+                transaction_id: "T1".into(),
+                status: "COMMITTED".into(),
+                hold_until: None
+            })
         );
         assert_eq!(
             decide(&c, &record("INSERT", "transactions", keys.clone(), Value::Null, aborted.clone())),
-            Decision::Ended(TransactionEnded { transaction_id: "T1".into(), status: "ABORTED".into() })
+            Decision::Ended(TransactionEnded {
+                transaction_id: "T1".into(),
+                status: "ABORTED".into(),
+                hold_until: None
+            })
         );
         assert_eq!(
             decide(&c, &record("MODIFY", "transactions", keys.clone(), committed.clone(), committed.clone())),
@@ -640,11 +665,37 @@ mod tests {
             decide(&c, &record("MODIFY", "transactions", keys.clone(), Value::Null, committing)),
             Decision::Skip(Skip::NotAnOutcome)
         );
-        let ended = TransactionEnded { transaction_id: "T1".into(), status: "ABORTED".into() };
+        let ended = TransactionEnded { transaction_id: "T1".into(), status: "ABORTED".into(), hold_until: None };
         assert_eq!(
             String::from_utf8(ended.to_message()).unwrap(),
             r#"{"type":"transaction","transactionId":"T1","status":"ABORTED"}"#
         );
+        // A held transaction: PREPARED with its holdUntil, once (not again when something else of it changes).
+        let preparing = json!({"transactionId": {"S": "T1"}, "status": {"S": "PREPARING"}});
+        let prepared =
+            json!({"transactionId": {"S": "T1"}, "status": {"S": "PREPARED"}, "holdUntil": {"N": "1714564900000"}});
+        let held = TransactionEnded {
+            transaction_id: "T1".into(),
+            status: "PREPARED".into(),
+            hold_until: Some(1_714_564_900_000),
+        };
+        assert_eq!(
+            decide(&c, &record("MODIFY", "transactions", keys.clone(), preparing, prepared.clone())),
+            Decision::Ended(held.clone())
+        );
+        assert_eq!(
+            decide(&c, &record("MODIFY", "transactions", keys.clone(), prepared.clone(), prepared)),
+            Decision::Skip(Skip::NotAnOutcome)
+        );
+        assert_eq!(
+            String::from_utf8(held.to_message()).unwrap(),
+            r#"{"type":"transaction","transactionId":"T1","status":"PREPARED","holdUntil":1714564900000}"#
+        );
+        let no_hold = json!({"transactionId": {"S": "T1"}, "status": {"S": "PREPARED"}});
+        assert!(matches!(
+            decide(&c, &record("MODIFY", "transactions", keys, Value::Null, no_hold)),
+            Decision::Unprocessable(_)
+        ));
     }
 
     #[test]

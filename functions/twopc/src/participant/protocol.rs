@@ -13,7 +13,7 @@ use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
 use crate::custom::{Catalog, OperationSchema};
 use crate::model::{
     Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
-    STATUS_COMMITTED, STATUS_FAILED, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
+    STATUS_COMMITTED, STATUS_FAILED, STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
 };
 use crate::record::TransactionStore;
 use crate::recovery::{OwnerFate, owner_fate};
@@ -171,7 +171,7 @@ impl Participant {
             let catalog = match request.action {
                 Action::Prepare => &self.catalog,
                 Action::Commit if request.one_phase_record.is_some() => &self.catalog,
-                Action::Commit | Action::Abort => &any,
+                Action::Commit | Action::Abort | Action::Hold => &any,
             };
             let operations = parse_operations_for(&request.operations, catalog)?;
             let tx = &request.transaction_id;
@@ -184,12 +184,16 @@ impl Participant {
                 return Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response });
             }
             let response = match request.action {
-                Action::Prepare => self.prepare(tx, order, principal, &operations).await?,
+                Action::Prepare => self.prepare(tx, order, principal, &operations, request.held).await?,
                 Action::Commit => match &request.one_phase_record {
                     Some(record) => self.commit_one_phase(tx, order, principal, &operations, record).await?,
                     None => self.commit(tx, &operations, request.lock_token.as_deref()).await?,
                 },
                 Action::Abort => self.abort(&request.transaction_id, &operations).await?,
+                Action::Hold => {
+                    let until = hold_until(request)?;
+                    self.hold(tx, &operations, request.lock_token.as_deref(), until).await?
+                }
             };
             info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
             let answered_at = Some(self.clock.now_ms());
@@ -234,6 +238,7 @@ impl Participant {
             }
             Action::Commit => failed_resource(driver.commit(&self.service, tx, request.lock_token.as_deref()).await),
             Action::Abort => failed_resource(driver.abort(&self.service, tx, now).await),
+            Action::Hold => Ok(driver.hold(tx, request.lock_token.as_deref(), hold_until(request)?).await?),
         }
     }
 
@@ -241,12 +246,15 @@ impl Participant {
         operations.iter().map(|op| self.table.key(op.key())).collect()
     }
 
+    /// Locks the items of `operations` for `tx` (a participant whose operations only `check` reads them and
+    /// locks nothing, unless the transaction is `held`: a check means nothing over a long hold otherwise).
     async fn prepare(
         &self,
         tx: &str,
         order: Order,
         principal: Option<&str>,
         operations: &[Operation],
+        held: bool,
     ) -> Result<ParticipantResponse, ParticipantError> {
         let keys = match self.keys(operations) {
             Ok(keys) => keys,
@@ -258,7 +266,7 @@ impl Participant {
             // Locking now would only hold the item for a transaction that can no longer commit.
             return Ok(late);
         }
-        if operations.iter().all(Operation::is_read_only) {
+        if !held && operations.iter().all(Operation::is_read_only) {
             return self.prepare_read_only(tx, order, principal, operations, &keys).await;
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
@@ -684,6 +692,24 @@ impl Participant {
         Ok(status(STATUS_NOT_PREPARED, Some(unproven.join("; "))))
     }
 
+    /// A held transaction's locks with the voted `token` now expire at `until` (a lock that is gone, or
+    /// carries another token, is left alone): answered HELD either way, the coordinator only logs it.
+    async fn hold(
+        &self,
+        tx: &str,
+        operations: &[Operation],
+        token: Option<&str>,
+        until: u64,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let keys: Vec<Item> = operations.iter().filter_map(|op| self.table.key(op.key()).ok()).collect();
+        let extended = try_join_all(keys.iter().map(|key| self.table.extend_lock(tx, key, token, until))).await?;
+        let missing = extended.iter().filter(|done| !**done).count();
+        if missing > 0 {
+            warn!(missing, "hold: some locks of the voted token are not there (already finished, or never taken)");
+        }
+        Ok(status(STATUS_HELD, None))
+    }
+
     /// Releases whatever the transaction holds. A key that does not fit this table (its prepare was
     /// refused as invalid) can hold nothing, so it is skipped rather than failing the abort: an abort that
     /// could never succeed would leave its transaction ABORTING for ever.
@@ -692,6 +718,13 @@ impl Participant {
         try_join_all(keys.iter().map(|key| self.table.release(tx, key, None, "abort"))).await?;
         Ok(status(STATUS_ABORTED, None))
     }
+}
+
+/// A hold message's new expiry: required.
+fn hold_until(request: &ParticipantRequest) -> Result<u64, ParticipantError> {
+    request
+        .hold_until
+        .ok_or_else(|| Invalid::new(ErrorCode::InvalidRequest, "holdUntil: a hold message needs it (epoch ms)").into())
 }
 
 /// A resource that did not confirm or cancel is answered FAILED with why (the resource's own words,

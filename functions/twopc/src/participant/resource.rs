@@ -450,6 +450,29 @@ pub(crate) struct Driver {
     pub try_in_flight_ms: u64,
 }
 
+impl Driver {
+    /// A held transaction: its entry, TRIED with the voted `token`, is due at `until` now, so that it does
+    /// not head the sweeper's index before the hold ends (the sweeper finds its owner PREPARED and leaves
+    /// it anyway). Any other entry is left as it is. Answered HELD either way.
+    pub(crate) async fn hold(
+        &self,
+        tx: &str,
+        token: Option<&str>,
+        until: u64,
+    ) -> Result<ParticipantResponse, StoreError> {
+        if let Some(token) = token {
+            let mut e = Expr::new();
+            let (lock, expires, index) = (e.name(a::LOCK), e.name("expiresAt"), e.name(a::LOCK_EXPIRES_AT));
+            let due = e.value(n(until));
+            let update = format!("SET {lock}.{expires} = {due}, {index} = {due}");
+            if !self.barrier.transition(tx, &[State::Tried], Some(token), e, update).await? {
+                warn!(tx, "hold: the barrier entry is not TRIED with the voted token; left as it is");
+            }
+        }
+        Ok(status(crate::model::STATUS_HELD, None))
+    }
+}
+
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")

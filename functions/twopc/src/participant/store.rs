@@ -445,6 +445,48 @@ impl DataTable {
         Ok(outcome)
     }
 
+    /// Moves the expiry of `tx`'s lock on the item (the one `token` names, when given) to `until`, in the
+    /// lock and in the locks index, if it is earlier: a held transaction's locks expire at its `holdUntil`.
+    /// Returns whether the lock was there.
+    pub async fn extend_lock(&self, tx: &str, key: &Item, token: Option<&str>, until: u64) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let held = lock_held_condition(&mut e, tx, token);
+        let expires = e.path(&[a::LOCK, "expiresAt"]);
+        let index = e.name(a::LOCK_EXPIRES_AT);
+        let due = e.value(n(until));
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.name)
+            .set_key(Some(key.clone()))
+            .update_expression(format!("SET {expires} = {due}, {index} = {due}"))
+            .condition_expression(format!("{held} AND {expires} < {due}"))
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(err) => match err.as_service_error() {
+                // Classified from the item as it was: extended already (a repeated hold), or not ours.
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    let item = match c.item() {
+                        Some(item) => Some(item.clone()),
+                        None => self.get(key).await?,
+                    };
+                    Ok(item.as_ref().and_then(Lock::of).is_some_and(|l| {
+                        l.transaction_id == tx
+                            && (token.is_none() || l.token.as_deref() == token)
+                            && l.expires_at >= until
+                    }))
+                }
+                Some(e) if is_validation(e) => Ok(false),
+                _ => Err(StoreError::new("UpdateItem", &self.name, err)),
+            },
+        }
+    }
+
     /// Releases `tx`'s lock on the item, if it holds one (with `token`, when given): a placeholder made by
     /// the prepare goes away with it. Returns whether a lock was released. A key DynamoDB refuses (too
     /// long to ever have been stored) holds nothing.
