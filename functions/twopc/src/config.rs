@@ -42,8 +42,6 @@ pub const SERVICE_OPERATIONS: &str = "SERVICE_OPERATIONS";
 /// Coordinator: which services accept held transactions (`holdMs`) and for how long at most, JSON
 /// `{"service": {"accepts"?: bool, "maxHoldMs"?: milliseconds}}` ([`crate::hold`]); a service not named
 /// accepts holds of up to 15 minutes.
-// TODO(issue 32): add HOLD_POLICY and MAX_HOLD_MS to FUNCTION_ENVIRONMENT's coordinator once the templates
-// set them (infra/tests holds the templates to that list exactly).
 pub const HOLD_POLICY: &str = "HOLD_POLICY";
 /// Coordinator: the longest hold of any transaction, in milliseconds (default and ceiling 24 hours).
 pub const MAX_HOLD_MS: &str = "MAX_HOLD_MS";
@@ -169,6 +167,8 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             CORS_ALLOW_ORIGIN,
             PARTICIPANT_KEYS,
             SERVICE_OPERATIONS,
+            HOLD_POLICY,
+            MAX_HOLD_MS,
         ],
     ),
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
