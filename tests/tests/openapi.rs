@@ -8,10 +8,11 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 use twopc::model::{
-    ErrorCode, MAX_KEY_BYTES, MAX_KEY_NAME_BYTES, MAX_OPERATIONS_PER_PARTICIPANT, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS,
-    Operation, ParticipantPart, RefusalCode, Status, TransactionRequest, Vote,
+    DEFAULT_MAX_HOLD_MS, DEFAULT_SERVICE_MAX_HOLD_MS, ErrorCode, MAX_KEY_BYTES, MAX_KEY_NAME_BYTES,
+    MAX_OPERATIONS_PER_PARTICIPANT, MAX_TIMEOUT_MS, MIN_HOLD_MS, MIN_TIMEOUT_MS, Operation, ParticipantPart,
+    RefusalCode, Status, TransactionRequest, Vote,
 };
-use twopc_tests::TestEnv;
+use twopc_tests::{TestEnv, rest_event};
 
 fn spec() -> Value {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml"))
@@ -160,6 +161,12 @@ fn operations_and_their_fields_are_the_parsers() {
         MAX_OPERATIONS_PER_PARTICIPANT
     );
     assert_eq!(request["properties"]["participants"]["maxItems"], twopc::model::MAX_PARTICIPANTS);
+    let hold = &request["properties"]["holdMs"];
+    assert_eq!((&hold["minimum"], &hold["maximum"]), (&json!(MIN_HOLD_MS), &json!(DEFAULT_MAX_HOLD_MS)));
+    let described = hold["description"].as_str().unwrap();
+    for bound in [DEFAULT_MAX_HOLD_MS, DEFAULT_SERVICE_MAX_HOLD_MS] {
+        assert!(described.contains(&bound.to_string()), "holdMs names the default maximum {bound}: {described}");
+    }
     let described = request["properties"]["participants"]["description"].as_str().unwrap().replace(',', "");
     assert!(described.contains(&twopc::record::MAX_RECORD_BYTES.to_string()), "the record's bound, in bytes");
     assert_eq!(schema(&spec, "Key")["additionalProperties"]["anyOf"][0]["maxLength"], MAX_KEY_BYTES);
@@ -364,12 +371,21 @@ fn the_served_spec_and_the_client_express_the_services_operations() {
         .participant(op::inventory::SERVICE, [op::inventory::reserve("lamp", 2), op::inventory::release("chair", 1)])
         .participant("service-a", [op::add("alice", "balance", -30).min(0)]);
     let generic = Transaction::new().participant("inventory", [op::custom("reserve", "lamp").field("quantity", 2)]);
-    for request in [order, generic] {
+    let held = order.clone().hold(std::time::Duration::from_secs(600));
+    assert_eq!(held.to_json()["holdMs"], 600_000);
+    for request in [order, generic, held] {
         let body = request.to_json();
         parse(&body).unwrap_or_else(|e| panic!("the parser refuses {body}: {e}"));
         let errors: Vec<String> = request_schema.iter_errors(&body).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "the served schema refuses {body}: {errors:?}");
     }
+}
+
+/// `POST /transactions/{id}/commit` or `/abort` through the coordinator function's handler.
+async fn decide(env: &TestEnv, id: &str, decision: &str) -> (u16, Value) {
+    let path = format!("/transactions/{id}/{decision}");
+    let resource = format!("/transactions/{{id}}/{decision}");
+    env.call(&rest_event("POST", &path, &resource, Some(json!({"id": id})), json!({}), None)).await
 }
 
 /// Real answers of the coordinator, one of every kind a client can meet without injected faults, each
@@ -413,4 +429,55 @@ async fn real_answers_match_the_documented_schemas() {
         assert_eq!(status, expected, "{body}");
         check("/transactions/{id}", "get", status, &body);
     }
+
+    // Decide later: a held transaction's 202, its GET, and every answer of its commit and abort.
+    let held = |amount: &str| {
+        let mut body = TestEnv::transfer(("service-a", "A"), ("service-b", "B"), amount);
+        body["holdMs"] = json!(60_000);
+        body
+    };
+    let (status, approved) = env.post(&held("10"), None).await;
+    assert_eq!((status, approved["status"].as_str()), (202, Some("PREPARED")), "{approved}");
+    check("/transactions", "post", status, &approved);
+    let approved_id = approved["transactionId"].as_str().unwrap();
+    let (status, body) = env.get(approved_id).await;
+    assert_eq!((status, body["status"].as_str()), (202, Some("PREPARED")), "{body}");
+    check("/transactions/{id}", "get", status, &body);
+    for _ in 0..2 {
+        let (status, body) = decide(&env, approved_id, "commit").await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("COMMITTED")), "{body}");
+        check("/transactions/{id}/commit", "post", status, &body);
+    }
+    let (status, body) = decide(&env, approved_id, "abort").await;
+    assert_eq!((status, body["status"].as_str()), (409, Some("COMMITTED")), "{body}");
+    check("/transactions/{id}/abort", "post", status, &body);
+
+    let (status, rejected) = env.post(&held("5"), None).await;
+    assert_eq!(status, 202, "{rejected}");
+    let rejected_id = rejected["transactionId"].as_str().unwrap();
+    for _ in 0..2 {
+        let (status, body) = decide(&env, rejected_id, "abort").await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("ABORTED")), "{body}");
+        check("/transactions/{id}/abort", "post", status, &body);
+    }
+    let (status, body) = decide(&env, rejected_id, "commit").await;
+    assert_eq!((status, body["status"].as_str()), (409, Some("ABORTED")), "{body}");
+    check("/transactions/{id}/commit", "post", status, &body);
+
+    let not_held = committed["transactionId"].as_str().unwrap();
+    for decision in ["commit", "abort"] {
+        let path = format!("/transactions/{{id}}/{decision}");
+        let (status, body) = decide(&env, not_held, decision).await;
+        assert_eq!((status, &body["error"]["code"]), (409, &json!("NOT_HELD")), "{body}");
+        check(&path, "post", status, &body);
+        let (status, body) = decide(&env, "tx-unknown", decision).await;
+        assert_eq!(status, 404, "{body}");
+        check(&path, "post", status, &body);
+    }
+    // Longer than a service accepts (15 minutes by default): refused before anything is locked.
+    let mut too_long = held("1");
+    too_long["holdMs"] = json!(DEFAULT_SERVICE_MAX_HOLD_MS + 1);
+    let (status, body) = env.post(&too_long, None).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("LIMIT_EXCEEDED")), "{body}");
+    check("/transactions", "post", status, &body);
 }

@@ -1,5 +1,7 @@
 //! What the API answers, typed. Every code is an enum with an `Other` fallback: a newer server's new
-//! code reaches an older client as `Other("NEW_CODE")`, never as a decoding error.
+//! code reaches an older client as `Other("NEW_CODE")`, never as a decoding error. The enums are
+//! `#[non_exhaustive]`: a later version may name a code this one reads as `Other` (a match needs a
+//! wildcard arm).
 
 use std::fmt;
 
@@ -13,6 +15,7 @@ macro_rules! code_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)* }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum $name {
             $($(#[$vmeta])* $variant,)*
             /// A code this version of the client does not know.
@@ -66,6 +69,9 @@ code_enum! {
     /// released, so `ABORTING` is seen only in a record read elsewhere.
     Status {
         Preparing = "PREPARING",
+        /// A held transaction ([`Transaction::hold`](crate::Transaction::hold)): every participant
+        /// prepared, and the locks stay until its caller commits or aborts it, or until `holdUntil`.
+        Prepared = "PREPARED",
         Committing = "COMMITTING",
         Committed = "COMMITTED",
         Aborting = "ABORTING",
@@ -123,6 +129,8 @@ code_enum! {
         /// The coordinator stopped while driving the transaction (injected faults in tests only).
         Crashed = "CRASHED",
         Unavailable = "UNAVAILABLE",
+        /// `commit` or `abort` of a transaction that was not held (it was decided when submitted).
+        NotHeld = "NOT_HELD",
     }
 }
 
@@ -155,6 +163,10 @@ pub struct TransactionState {
     /// Epoch milliseconds.
     pub created_at: u64,
     pub updated_at: u64,
+    /// A held transaction's deadline (epoch milliseconds): it must be committed by then, or it aborts.
+    /// Present in every answer about a held transaction once it was held; `None` for any other.
+    #[serde(default)]
+    pub hold_until: Option<u64>,
 }
 
 impl TransactionState {
@@ -169,47 +181,77 @@ impl TransactionState {
     }
 }
 
-/// The outcome of a transaction: every answer that says what happened to it.
+/// The outcome of a transaction: every answer that says what happened to it. A later version may add
+/// variants (a match needs a wildcard arm).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Outcome {
-    /// 200: every participant committed.
+    /// Every participant committed (`COMMITTED`).
     Committed(TransactionState),
-    /// 202: not finished. `status` is `COMMITTING` (decided: the sweeper applies what is left) or, from
+    /// Not finished: `status` is `COMMITTING` (decided: the sweeper applies what is left) or, from
     /// `GET` only, `PREPARING` (not decided yet).
     Pending(TransactionState),
-    /// 409: a participant refused or did not answer; nothing was applied.
+    /// A held transaction ([`Transaction::hold`](crate::Transaction::hold)), `PREPARED`: every
+    /// participant prepared and its locks stay until [`Client::commit`](crate::Client::commit) or
+    /// [`Client::abort`](crate::Client::abort), or until [`hold_until`](Outcome::hold_until), after
+    /// which it aborts.
+    Held(TransactionState),
+    /// A participant refused or did not answer, or a held transaction was aborted or expired; nothing
+    /// was applied (`ABORTED`).
     Aborted(TransactionState),
 }
 
 impl Outcome {
-    /// Decodes an answer of `POST /transactions` or `GET /transactions/{id}`: an outcome for 200, 202
-    /// and 409, the typed [`Error`] for every other status. Also for callers that reach a coordinator
-    /// in-process and hold its status and body.
+    /// Decodes an answer of `POST /transactions`, `GET /transactions/{id}`, and a held transaction's
+    /// `POST /transactions/{id}/commit` and `/abort`: an outcome for 200, 202 and 409, the typed
+    /// [`Error`] for every other status and for a 409 that carries an error (`NOT_HELD`:
+    /// [`Error::NotHeld`]). Also for callers that reach a coordinator in-process and hold its status
+    /// and body.
+    ///
+    /// The variant is the transaction's state, which the body's `status` says: a 202 `PREPARED` is
+    /// [`Outcome::Held`]; a decision route answers the call that won with 200 (an abort's 200 is
+    /// [`Outcome::Aborted`]) and the other decision with 409 (a commit that won, read by `abort`, is
+    /// [`Outcome::Committed`] or [`Outcome::Pending`]). A status this client does not know is read by
+    /// the HTTP status: 200 committed, 202 pending, 409 aborted.
     pub fn from_response(status: u16, body: &[u8]) -> Result<Outcome, Error> {
-        let state = || {
-            serde_json::from_slice::<TransactionState>(body).map_err(|e| Error::Decode {
-                status,
-                message: e.to_string(),
-                body: String::from_utf8_lossy(body).into_owned(),
-            })
-        };
-        match status {
-            200 => Ok(Outcome::Committed(state()?)),
-            202 => Ok(Outcome::Pending(state()?)),
-            409 => Ok(Outcome::Aborted(state()?)),
-            _ => Err(Error::from_status(status, body)),
+        if !matches!(status, 200 | 202 | 409) {
+            return Err(Error::from_status(status, body));
         }
+        let state = match serde_json::from_slice::<TransactionState>(body) {
+            Ok(state) => state,
+            Err(e) => {
+                // A 409 about the call rather than the transaction: `{"error": {"code": "NOT_HELD", ...}}`.
+                let is_error = serde_json::from_slice::<Value>(body).is_ok_and(|v| v.get("error").is_some());
+                if status == 409 && is_error {
+                    return Err(Error::from_status(status, body));
+                }
+                return Err(Error::Decode {
+                    status,
+                    message: e.to_string(),
+                    body: String::from_utf8_lossy(body).into_owned(),
+                });
+            }
+        };
+        Ok(match (&state.status, status) {
+            (Status::Committed, _) => Outcome::Committed(state),
+            (Status::Preparing | Status::Committing, _) => Outcome::Pending(state),
+            (Status::Prepared, _) => Outcome::Held(state),
+            (Status::Aborting | Status::Aborted, _) => Outcome::Aborted(state),
+            (_, 200) => Outcome::Committed(state),
+            (_, 202) => Outcome::Pending(state),
+            _ => Outcome::Aborted(state),
+        })
     }
 
     pub fn state(&self) -> &TransactionState {
         match self {
-            Outcome::Committed(s) | Outcome::Pending(s) | Outcome::Aborted(s) => s,
+            Outcome::Committed(s) | Outcome::Pending(s) | Outcome::Held(s) | Outcome::Aborted(s) => s,
         }
     }
 
     pub fn into_state(self) -> TransactionState {
         match self {
-            Outcome::Committed(s) | Outcome::Pending(s) | Outcome::Aborted(s) => s,
+            Outcome::Committed(s) | Outcome::Pending(s) | Outcome::Held(s) | Outcome::Aborted(s) => s,
         }
     }
 
@@ -217,11 +259,13 @@ impl Outcome {
         &self.state().transaction_id
     }
 
-    /// The HTTP status the outcome was answered with.
+    /// The HTTP status `POST /transactions` and `GET /transactions/{id}` answer this outcome with (a
+    /// held transaction's `commit` or `abort` answers its own call's outcome with 200, and the other
+    /// decision's with 409).
     pub fn http_status(&self) -> u16 {
         match self {
             Outcome::Committed(_) => 200,
-            Outcome::Pending(_) => 202,
+            Outcome::Pending(_) | Outcome::Held(_) => 202,
             Outcome::Aborted(_) => 409,
         }
     }
@@ -232,6 +276,16 @@ impl Outcome {
 
     pub fn is_aborted(&self) -> bool {
         matches!(self, Outcome::Aborted(_))
+    }
+
+    /// Whether the transaction is held, waiting for its caller's commit or abort.
+    pub fn is_held(&self) -> bool {
+        matches!(self, Outcome::Held(_))
+    }
+
+    /// A held transaction's deadline (epoch milliseconds), in every answer about it once it was held.
+    pub fn hold_until(&self) -> Option<u64> {
+        self.state().hold_until
     }
 }
 
@@ -285,6 +339,79 @@ mod tests {
         assert_eq!(state.participants[0].code, Some(RefusalCode::Other("QUOTA".into())));
         assert_eq!(state.participants[1].vote, None);
         assert_eq!(state.refusals().count(), 2);
+    }
+
+    fn body(status: &str, hold_until: Option<u64>) -> Vec<u8> {
+        let mut body = serde_json::json!({"transactionId": "tx-1", "status": status, "participants": [
+            {"service": "inventory", "vote": "PREPARED"}, {"service": "service-a", "vote": "PREPARED"}
+        ], "createdAt": 1, "updatedAt": 2});
+        if let Some(hold_until) = hold_until {
+            body["holdUntil"] = hold_until.into();
+        }
+        body.to_string().into_bytes()
+    }
+
+    #[test]
+    fn a_held_answer_is_its_own_outcome_with_its_hold_until() {
+        let held = Outcome::from_response(202, &body("PREPARED", Some(600_001))).unwrap();
+        assert!(held.is_held() && !held.is_committed() && !held.is_aborted(), "{held:?}");
+        assert_eq!((held.hold_until(), held.http_status(), held.transaction_id()), (Some(600_001), 202, "tx-1"));
+        assert_eq!(held.state().status, Status::Prepared);
+        // A decided commit's 202 is still pending, and a transaction that was never held has no holdUntil.
+        let committing = Outcome::from_response(202, &body("COMMITTING", None)).unwrap();
+        assert!(matches!(&committing, Outcome::Pending(s) if s.status == Status::Committing && s.hold_until.is_none()));
+        assert!(matches!(Outcome::from_response(202, &body("PREPARING", None)), Ok(Outcome::Pending(_))));
+    }
+
+    fn variant(outcome: &Outcome) -> &'static str {
+        match outcome {
+            Outcome::Committed(_) => "Committed",
+            Outcome::Pending(_) => "Pending",
+            Outcome::Held(_) => "Held",
+            Outcome::Aborted(_) => "Aborted",
+        }
+    }
+
+    #[test]
+    fn decisions_are_read_by_the_transactions_status() {
+        let cases = [
+            // commit: 200 COMMITTED, 202 COMMITTING, 409 ABORTED (aborted first, or expired).
+            (200, "COMMITTED", "Committed"),
+            (202, "COMMITTING", "Pending"),
+            (409, "ABORTED", "Aborted"),
+            // abort: 200 ABORTED (its own call won), 409 COMMITTED or COMMITTING (a commit won).
+            (200, "ABORTED", "Aborted"),
+            (409, "COMMITTED", "Committed"),
+            (409, "COMMITTING", "Pending"),
+        ];
+        for (status, state, expected) in cases {
+            let outcome = Outcome::from_response(status, &body(state, Some(600_001))).unwrap();
+            assert_eq!(variant(&outcome), expected, "{status} {state}: {outcome:?}");
+            assert_eq!(outcome.hold_until(), Some(600_001), "a held transaction's answers keep holdUntil");
+        }
+        // A status this client does not know is read by the HTTP status.
+        for (status, expected) in [(200, "Committed"), (202, "Pending"), (409, "Aborted")] {
+            let outcome = Outcome::from_response(status, &body("SETTLING", None)).unwrap();
+            assert_eq!(variant(&outcome), expected, "{status}: {outcome:?}");
+        }
+    }
+
+    #[test]
+    fn a_conflict_with_an_error_is_an_error() {
+        let not_held =
+            br#"{"transactionId":"tx-1","error":{"code":"NOT_HELD","message":"transaction tx-1 was not held"}}"#;
+        match Outcome::from_response(409, not_held) {
+            Err(e @ Error::NotHeld(_)) => {
+                assert_eq!(e.code(), Some(&ErrorCode::NotHeld));
+                assert!(e.to_string().contains("was not held"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A 409 error this client does not know: the status and the body.
+        let other = br#"{"error":{"code":"LATER","message":"m"}}"#;
+        assert!(matches!(Outcome::from_response(409, other), Err(Error::Status { status: 409, .. })));
+        // A 409 that is neither a transaction nor an error stays a decoding error.
+        assert!(matches!(Outcome::from_response(409, b"{}"), Err(Error::Decode { status: 409, .. })));
     }
 
     #[test]

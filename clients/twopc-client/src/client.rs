@@ -1,5 +1,6 @@
 //! The REST API over HTTP: `POST /transactions` with an `Idempotency-Key` and retries that reuse it,
-//! `GET /transactions/{id}`, SigV4-signed when the API is IAM-authorized.
+//! `GET /transactions/{id}`, a held transaction's `POST /transactions/{id}/commit` and `/abort`,
+//! SigV4-signed when the API is IAM-authorized.
 
 use std::time::{Duration, SystemTime};
 
@@ -134,6 +135,34 @@ impl Client {
     pub async fn get(&self, transaction_id: &str) -> Result<Outcome, Error> {
         let (status, answer) =
             self.call(Method::GET, self.url(&["transactions", transaction_id]), None, None, self.retry).await?;
+        Outcome::from_response(status, &answer)
+    }
+
+    /// `POST /transactions/{id}/commit`: commits a held transaction ([`Transaction::hold`]) if its
+    /// `holdUntil` has not passed. [`Outcome::Committed`], or [`Outcome::Pending`] (`COMMITTING`) while
+    /// a participant has not acknowledged (the sweeper applies the rest); [`Outcome::Aborted`] when it
+    /// was aborted first (by [`Client::abort`], or because its hold expired: then its `reason` says so).
+    /// Idempotent, so retried like `submit`: a commit that won answers the same again.
+    ///
+    /// Errors: [`Error::NotFound`] for an unknown id or another principal's transaction,
+    /// [`Error::NotHeld`] for a transaction that was not held, [`Error::Unavailable`] while it is still
+    /// preparing (after the retries).
+    pub async fn commit(&self, transaction_id: &str) -> Result<Outcome, Error> {
+        self.decide(transaction_id, "commit").await
+    }
+
+    /// `POST /transactions/{id}/abort`: aborts a held transaction, releasing its locks; nothing is
+    /// applied. [`Outcome::Aborted`] (also when it was aborted already, by an earlier abort or its
+    /// hold's expiry), or [`Outcome::Committed`] or [`Outcome::Pending`] when a commit won first.
+    /// Idempotent, so retried like `submit`. Errors as [`Client::commit`]'s (an abort before the hold is
+    /// recorded aborts it).
+    pub async fn abort(&self, transaction_id: &str) -> Result<Outcome, Error> {
+        self.decide(transaction_id, "abort").await
+    }
+
+    async fn decide(&self, transaction_id: &str, decision: &str) -> Result<Outcome, Error> {
+        let url = self.url(&["transactions", transaction_id, decision]);
+        let (status, answer) = self.call(Method::POST, url, None, None, self.retry).await?;
         Outcome::from_response(status, &answer)
     }
 

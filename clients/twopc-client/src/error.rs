@@ -1,8 +1,9 @@
 use crate::answer::{ApiError, ErrorCode};
 
 /// Everything that can stop a call short of an [`Outcome`](crate::Outcome). An aborted transaction
-/// is an outcome, not an error.
+/// is an outcome, not an error. A later version may add variants (a match needs a wildcard arm).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// 400: the request is invalid (the message says what is wrong); nothing was written.
     #[error("invalid request: {0}")]
@@ -10,11 +11,17 @@ pub enum Error {
     /// 422: the `Idempotency-Key` was used before with another body.
     #[error("Idempotency-Key reused with another body: {0}")]
     IdempotencyKeyReused(ApiError),
-    /// 404: no such transaction (`GET`), or an unknown route.
+    /// 404: no such transaction (`GET`; for `commit` and `abort` also one another principal created),
+    /// or an unknown route.
     #[error("not found: {0}")]
     NotFound(ApiError),
-    /// 503 on every attempt: the transaction store could not be reached. With a `transaction_id`, the
-    /// message says whether the outcome is known; `GET` it later.
+    /// 409 `NOT_HELD`: `commit` or `abort` of a transaction that was not held (it was decided when it
+    /// was submitted; the message says how). Nothing changed.
+    #[error("not held: {0}")]
+    NotHeld(ApiError),
+    /// 503 on every attempt: the transaction store could not be reached, or (`commit`) the held
+    /// transaction is still preparing. With a `transaction_id`, the message says whether the outcome is
+    /// known; `GET` it later.
     #[error("unavailable{}: {error}", transaction_id.as_ref().map(|id| format!(" ({id})")).unwrap_or_default())]
     Unavailable { transaction_id: Option<String>, error: ApiError },
     /// Any other status (after the retries, for 429, 502 and 504), with the body as text.
@@ -23,7 +30,7 @@ pub enum Error {
     /// The server could not be reached or did not answer in time, on every attempt.
     #[error("transport: {0}")]
     Transport(#[source] reqwest::Error),
-    /// A 200, 202 or 409 whose body is not a transaction.
+    /// A 200, 202 or 409 whose body is not a transaction (nor, for a 409, an error).
     #[error("HTTP {status} answered a body that is not a transaction ({message}): {body}")]
     Decode { status: u16, message: String, body: String },
     /// The URL cannot be called or signed.
@@ -45,12 +52,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// The typed error of a status other than 200, 202 and 409.
+    /// The typed error of a status other than 200, 202 and 409, or of a 409 that carries an error.
     pub(crate) fn from_status(status: u16, body: &[u8]) -> Error {
         let (error, transaction_id) = ApiError::parse(body);
         match status {
             400 => Error::Invalid(error),
             404 => Error::NotFound(error),
+            409 if error.code == ErrorCode::NotHeld => Error::NotHeld(error),
             422 => Error::IdempotencyKeyReused(error),
             503 => Error::Unavailable { transaction_id, error },
             _ => Error::Status { status, body: String::from_utf8_lossy(body).into_owned() },
@@ -60,7 +68,9 @@ impl Error {
     /// The error answer's code, for the errors that carry one.
     pub fn code(&self) -> Option<&ErrorCode> {
         match self {
-            Error::Invalid(e) | Error::IdempotencyKeyReused(e) | Error::NotFound(e) => Some(&e.code),
+            Error::Invalid(e) | Error::IdempotencyKeyReused(e) | Error::NotFound(e) | Error::NotHeld(e) => {
+                Some(&e.code)
+            }
             Error::Unavailable { error, .. } => Some(&error.code),
             _ => None,
         }

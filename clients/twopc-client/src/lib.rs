@@ -5,11 +5,18 @@
 //! - [`Client`] submits it under an `Idempotency-Key` and retries transport errors, timeouts, 429, 502,
 //!   503 and 504 under the same key (the server dedupes: a transaction never runs twice), signs with
 //!   SigV4 for an IAM-authorized API, and answers a typed [`Outcome`] or [`Error`].
+//! - Decide later: a transaction sent with [`Transaction::hold`] is answered [`Outcome::Held`] once every
+//!   participant prepared, and keeps its locks until [`Client::commit`] or [`Client::abort`] (an
+//!   approval, a risk check), or until its `holdUntil`, after which it aborts.
 //! - [`subscribe`] follows entities and transactions over the WebSocket API as a stream of typed
 //!   [`Push`]es; [`presign_websocket_url`] signs the `$connect` of an IAM-authorized one.
 //!
 //! Amounts are exact decimals ([`Decimal`]), written as JSON numbers with their digits: this crate
 //! turns on `serde_json`'s `arbitrary_precision`, which keeps every JSON number as its text.
+//!
+//! The public enums are `#[non_exhaustive]`: a later version may add a variant or a code without a
+//! breaking change, so a `match` on one needs a wildcard arm. The codes also read any code this
+//! version does not know as `Other`.
 //!
 //! A complete example is in the README ("The Rust client"), compiled as a test of this crate.
 

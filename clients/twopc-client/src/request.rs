@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -124,9 +125,11 @@ impl From<&String> for Key {
 
 /// One operation of a participant, as the contract writes it (`{"op": "add", "key": ..., ...}`).
 /// Made with the builders of [`op`](crate::op): the five built-in kinds, and a service's own kinds
-/// ([`op::custom`], or a typed builder such as [`op::inventory`]).
+/// ([`op::custom`], or a typed builder such as [`op::inventory`]). A later version may add variants (a
+/// match needs a wildcard arm).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Operation {
     Put(op::Put),
     Set(op::Set),
@@ -366,6 +369,9 @@ pub struct Transaction {
     pub participants: Vec<Participant>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Hold the prepares this long for a later commit or abort (see [`Transaction::hold`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
 }
 
 impl Transaction {
@@ -392,6 +398,34 @@ impl Transaction {
     /// How long the participants have to prepare (the server's default when not set; at most 25 000).
     pub fn timeout_ms(mut self, timeout_ms: u64) -> Transaction {
         self.timeout_ms = Some(timeout_ms);
+        self
+    }
+
+    /// Decide later: hold the prepares for `hold` instead of deciding at once. When every participant
+    /// prepared, the answer is [`Outcome::Held`](crate::Outcome::Held) (202 `PREPARED`, with `holdUntil`),
+    /// and the locks stay until [`Client::commit`](crate::Client::commit) or
+    /// [`Client::abort`](crate::Client::abort) (the caller that submitted it only), or until `holdUntil`,
+    /// after which it aborts. A refusal aborts at once, as ever. From 1 s to 24 h, and at most what each
+    /// service in the transaction accepts (15 minutes unless it says otherwise): a longer hold is refused
+    /// ([`Error::Invalid`](crate::Error::Invalid), naming the service and its maximum) before anything
+    /// is locked. Sent as `holdMs`, in whole milliseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use twopc_client::{Transaction, op};
+    ///
+    /// let order = Transaction::new()
+    ///     .participant("inventory", [op::inventory::reserve("lamp", 2)])
+    ///     .hold(Duration::from_secs(600));
+    /// assert_eq!(order.to_json()["holdMs"], 600_000);
+    /// ```
+    pub fn hold(self, hold: Duration) -> Transaction {
+        self.hold_ms(u64::try_from(hold.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// [`Transaction::hold`], in milliseconds (`holdMs`).
+    pub fn hold_ms(mut self, hold_ms: u64) -> Transaction {
+        self.hold_ms = Some(hold_ms);
         self
     }
 
@@ -459,6 +493,18 @@ mod tests {
             tx.to_json().to_string(),
             r#"{"participants":[{"service":"s","operations":[{"op":"check","key":{"entityId":"E"}}]}]}"#
         );
+    }
+
+    #[test]
+    fn a_hold_is_written_in_whole_milliseconds() {
+        let tx = Transaction::new().participant("s", [op::check("E")]).timeout_ms(3000).hold(Duration::from_secs(90));
+        assert_eq!(
+            tx.to_json().to_string(),
+            r#"{"participants":[{"service":"s","operations":[{"op":"check","key":{"entityId":"E"}}]}],"timeoutMs":3000,"holdMs":90000}"#
+        );
+        assert_eq!(Transaction::new().hold_ms(1_000).hold_ms, Some(1_000));
+        // Sub-millisecond parts are dropped, never rounded up past what was asked.
+        assert_eq!(Transaction::new().hold(Duration::from_micros(1_500_999)).hold_ms, Some(1_500));
     }
 
     #[test]

@@ -20,7 +20,8 @@ pub mod topic {
     pub fn entity(table: &str, entity_id: &str) -> String {
         format!("entity:{table}:{entity_id}")
     }
-    /// `tx:<transactionId>`: the transaction's outcome when it ends.
+    /// `tx:<transactionId>`: the transaction's outcome when it ends (and, for a held one, first its
+    /// `PREPARED` with `holdUntil`).
     pub fn transaction(transaction_id: &str) -> String {
         format!("tx:{transaction_id}")
     }
@@ -70,15 +71,19 @@ pub struct RefusedTopic {
     pub reason: String,
 }
 
-/// A message of the WebSocket API.
+/// A message of the WebSocket API. A later version may add variants (a match needs a wildcard arm).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Push {
     /// A commit that changed a followed entity (boxed: it is much the largest message).
     Commit(Box<Commit>),
-    /// A followed transaction ended (`COMMITTED` or `ABORTED`).
+    /// A followed transaction ended (`COMMITTED` or `ABORTED`), or, before its end, was held
+    /// (`PREPARED`, with `hold_until`: it waits for its caller's commit or abort until then).
     Transaction {
         transaction_id: String,
         status: Status,
+        /// A held transaction's deadline (epoch milliseconds), in its `PREPARED` push.
+        hold_until: Option<u64>,
     },
     /// Acknowledges a subscription: the connections function's answer, which the `subscribe` route
     /// sends back (its route response), locally and deployed.
@@ -121,7 +126,11 @@ impl Push {
         let push = match value["type"].as_str() {
             Some("commit") => Push::Commit(Box::new(serde_json::from_value(value).map_err(invalid)?)),
             Some("transaction") => match (value["transactionId"].as_str(), value["status"].as_str()) {
-                (Some(id), Some(status)) => Push::Transaction { transaction_id: id.to_owned(), status: status.into() },
+                (Some(id), Some(status)) => Push::Transaction {
+                    transaction_id: id.to_owned(),
+                    status: status.into(),
+                    hold_until: value["holdUntil"].as_u64(),
+                },
                 _ => Push::Other(value),
             },
             _ => {
@@ -264,7 +273,19 @@ mod tests {
         assert_eq!((c.data, c.previous), (Value::Null, Value::Null));
         assert_eq!(
             Push::parse(r#"{"type":"transaction","transactionId":"tx-1","status":"ABORTED"}"#).unwrap(),
-            Push::Transaction { transaction_id: "tx-1".into(), status: Status::Aborted }
+            Push::Transaction { transaction_id: "tx-1".into(), status: Status::Aborted, hold_until: None }
+        );
+        // A held transaction's push, before its end.
+        assert_eq!(
+            Push::parse(
+                r#"{"type":"transaction","transactionId":"tx-1","status":"PREPARED","holdUntil":1795440600000}"#
+            )
+            .unwrap(),
+            Push::Transaction {
+                transaction_id: "tx-1".into(),
+                status: Status::Prepared,
+                hold_until: Some(1_795_440_600_000)
+            }
         );
         assert_eq!(Push::parse(r#"{"subscribed":["tx:1"]}"#).unwrap(), Push::Subscribed(vec!["tx:1".into()]));
         assert_eq!(Push::parse(r#"{"unsubscribed":[]}"#).unwrap(), Push::Unsubscribed(vec![]));

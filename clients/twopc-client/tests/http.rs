@@ -214,12 +214,118 @@ async fn get_reads_a_transaction_or_says_it_is_unknown() {
     assert!(seen[0].headers.get("idempotency-key").is_none() && seen[0].body.is_empty());
 }
 
+/// A held transaction's answer body: `status`, with its `holdUntil`.
+fn held_state(status: &str) -> String {
+    json!({"transactionId": "tx-1", "status": status, "participants": [
+        {"service": "service-a", "vote": "PREPARED"}, {"service": "service-b", "vote": "PREPARED"}
+    ], "holdUntil": 1_795_440_600_000u64, "createdAt": 1, "updatedAt": 2})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_held_transaction_is_sent_with_its_hold_and_answered_held() {
+    let (url, script) = server(vec![Reply::Answer(202, held_state("PREPARED"))]).await;
+    let held = transfer().hold(Duration::from_secs(600));
+    let outcome = client(&url).submit_with_key(&held, "order-9").await.unwrap();
+    let Outcome::Held(state) = &outcome else { panic!("a 202 PREPARED is held: {outcome:?}") };
+    assert_eq!((state.status.clone(), state.hold_until), (Status::Prepared, Some(1_795_440_600_000)));
+    assert_eq!(outcome.hold_until(), Some(1_795_440_600_000));
+    let seen = script.seen();
+    let body: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
+    assert_eq!((body["holdMs"].as_u64(), body["timeoutMs"].as_u64()), (Some(600_000), Some(3000)));
+}
+
+#[tokio::test]
+async fn commit_and_abort_post_to_their_routes_and_read_every_answer() {
+    let not_held = json!({"transactionId": "tx-1", "error": {"code": "NOT_HELD",
+        "message": "transaction tx-1 was not held (its request had no holdMs): it was decided when it was submitted, and is COMMITTED"}})
+    .to_string();
+    let (url, script) = server(vec![
+        // commit: committed, committing, aborted first (or expired), not held, unknown.
+        Reply::Answer(200, held_state("COMMITTED")),
+        Reply::Answer(202, held_state("COMMITTING")),
+        Reply::Answer(409, held_state("ABORTED")),
+        Reply::Answer(409, not_held.clone()),
+        Reply::Answer(404, error("NOT_FOUND", "no transaction tx-2")),
+        // abort: aborted, a commit won (applied, or still applying), not held, unknown.
+        Reply::Answer(200, held_state("ABORTED")),
+        Reply::Answer(409, held_state("COMMITTED")),
+        Reply::Answer(409, held_state("COMMITTING")),
+        Reply::Answer(409, not_held),
+        Reply::Answer(404, error("NOT_FOUND", "no transaction tx-2")),
+    ])
+    .await;
+    let client = client(&url);
+
+    let committed = client.commit("tx-1").await.unwrap();
+    assert!(matches!(&committed, Outcome::Committed(s) if s.status == Status::Committed), "{committed:?}");
+    assert_eq!(committed.hold_until(), Some(1_795_440_600_000));
+    let committing = client.commit("tx-1").await.unwrap();
+    assert!(matches!(&committing, Outcome::Pending(s) if s.status == Status::Committing), "{committing:?}");
+    let too_late = client.commit("tx-1").await.unwrap();
+    assert!(matches!(&too_late, Outcome::Aborted(s) if s.status == Status::Aborted), "{too_late:?}");
+    match client.commit("tx-1").await {
+        Err(e @ Error::NotHeld(_)) => assert_eq!(e.code(), Some(&ErrorCode::NotHeld)),
+        other => panic!("a transaction that was not held: {other:?}"),
+    }
+    assert!(matches!(client.commit("tx-2").await, Err(Error::NotFound(e)) if e.code == ErrorCode::NotFound));
+
+    let aborted = client.abort("tx-1").await.unwrap();
+    assert!(matches!(&aborted, Outcome::Aborted(s) if s.status == Status::Aborted), "an abort's 200: {aborted:?}");
+    let commit_won = client.abort("tx-1").await.unwrap();
+    assert!(matches!(&commit_won, Outcome::Committed(_)), "an abort's 409 after a commit: {commit_won:?}");
+    let commit_applying = client.abort("tx-1").await.unwrap();
+    assert!(matches!(&commit_applying, Outcome::Pending(s) if s.status == Status::Committing), "{commit_applying:?}");
+    assert!(matches!(client.abort("tx-1").await, Err(Error::NotHeld(_))));
+    assert!(matches!(client.abort("tx-2").await, Err(Error::NotFound(_))));
+
+    let seen = script.seen();
+    let routes: Vec<(&str, &str)> = seen.iter().map(|s| (s.method.as_str(), s.path.as_str())).collect();
+    let expected: Vec<(&str, &str)> = [
+        [("POST", "/transactions/tx-1/commit"); 4].as_slice(),
+        &[("POST", "/transactions/tx-2/commit")],
+        &[("POST", "/transactions/tx-1/abort"); 4],
+        &[("POST", "/transactions/tx-2/abort")],
+    ]
+    .concat();
+    assert_eq!(routes, expected, "each answer is final: none is retried");
+    for request in &seen {
+        assert!(request.body.is_empty() && key_of(request).is_none(), "a decision carries no body and no key");
+    }
+}
+
+#[tokio::test]
+async fn a_decision_is_retried_while_the_transaction_is_still_preparing() {
+    let preparing = json!({"transactionId": "tx-1", "error": {"code": "UNAVAILABLE",
+        "message": "transaction tx-1 is still preparing: it can be committed once it is PREPARED"}})
+    .to_string();
+    let (url, script) = server(vec![
+        Reply::Answer(503, preparing.clone()),
+        Reply::Answer(200, held_state("COMMITTED")),
+        Reply::Answer(503, preparing.clone()),
+        Reply::Answer(503, preparing.clone()),
+        Reply::Answer(503, preparing.clone()),
+        Reply::Answer(503, preparing),
+    ])
+    .await;
+    let client = client(&url);
+    assert!(client.commit("tx-1").await.unwrap().is_committed());
+    match client.commit("tx-1").await {
+        Err(Error::Unavailable { transaction_id, error }) => {
+            assert_eq!((transaction_id.as_deref(), &error.code), (Some("tx-1"), &ErrorCode::Unavailable));
+        }
+        other => panic!("still preparing after every attempt: {other:?}"),
+    }
+    assert_eq!(script.seen().len(), 6);
+}
+
 #[tokio::test]
 async fn every_attempt_of_a_signed_client_carries_a_signature_the_server_verifies() {
     let (url, script) = server(vec![
         Reply::Answer(503, error("UNAVAILABLE", "x")),
         Reply::Answer(200, state("COMMITTED")),
         Reply::Answer(200, state("COMMITTED")),
+        Reply::Answer(200, held_state("ABORTED")),
     ])
     .await;
     let url = format!("{url}/prod");
@@ -227,9 +333,10 @@ async fn every_attempt_of_a_signed_client_carries_a_signature_the_server_verifie
     let client = client(&url).with_iam("eu-west-1", credentials);
     client.submit_with_key(&transfer(), "k").await.unwrap();
     client.get("tx-1").await.unwrap();
+    assert!(client.abort("tx-1").await.unwrap().is_aborted());
 
     let seen = script.seen();
-    assert_eq!(seen.len(), 3);
+    assert_eq!(seen.len(), 4);
     for request in &seen {
         let header = |name: &str| request.headers.get(name).map(|v| v.to_str().unwrap().to_owned());
         assert_eq!(header("x-amz-security-token").as_deref(), Some("token"));
@@ -237,6 +344,7 @@ async fn every_attempt_of_a_signed_client_carries_a_signature_the_server_verifie
             .unwrap_or_else(|e| panic!("{} {}: {e}", request.method, request.path));
     }
     assert_eq!(seen[2].path, "/prod/transactions/tx-1");
+    assert_eq!((seen[3].method.as_str(), seen[3].path.as_str()), ("POST", "/prod/transactions/tx-1/abort"));
 
     // A body changed on the way no longer matches its signature.
     let tampered = &seen[0];
@@ -296,7 +404,7 @@ async fn a_subscription_sends_its_topics_and_yields_typed_pushes() {
     assert_eq!(commit.data["balance"].to_string(), "0.3", "exact decimals");
     assert_eq!(
         pushes.next().await.unwrap().unwrap(),
-        Push::Transaction { transaction_id: "tx-1".into(), status: Status::Committed }
+        Push::Transaction { transaction_id: "tx-1".into(), status: Status::Committed, hold_until: None }
     );
 
     pushes.unsubscribe(["tx:tx-1"]).await.unwrap();
