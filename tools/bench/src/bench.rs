@@ -348,7 +348,7 @@ pub fn participant(k: usize, operations: Vec<client::Operation>) -> client::Part
 }
 
 pub fn body(participants: Vec<client::Participant>) -> Vec<u8> {
-    client::Transaction { participants, timeout_ms: None }.body_bytes()
+    client::Transaction { participants, timeout_ms: None, hold_ms: None }.body_bytes()
 }
 
 /// Moves `amount` from one account to another (two participants), guarded by `min: 0`.
