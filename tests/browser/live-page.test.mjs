@@ -220,6 +220,86 @@ test('an order reserves stock with the inventory\'s own operation and debits the
   assert.equal(await page.locator('#payments tr[data-status="authorized"]').count(), 0, 'nothing held');
 });
 
+/// A held transaction's entry under Held, found by its label.
+const heldEntry = (label) => page.locator('#held > li').filter({ has: page.locator('.label', { hasText: label }) });
+
+test('held transactions: placed from the page, counted down, approved, rejected, and one that expires', async () => {
+  const dave = `dave-${run}`;
+  const erin = `erin-${run}`;
+  for (const [entity, service, amount] of [[dave, 'service-a', '50'], [erin, 'service-b', '0']]) {
+    await page.fill('#open-entity', entity);
+    await page.selectOption('#open-service', service);
+    await page.fill('#open-balance', amount);
+    await page.click('#open');
+  }
+  await balance('service-a', dave).filter({ hasText: /^50$/ }).waitFor();
+  await balance('service-b', erin).filter({ hasText: /^0$/ }).waitFor();
+
+  // Decide later, 60 s: answered 202 PREPARED, listed under Held with its holdUntil counting down.
+  await page.check('#transfer-hold');
+  await page.fill('#transfer-hold-seconds', '60');
+  await transfer(dave, erin, 5);
+  let label = `transfer 5 ${dave} → ${erin} (held 60 s)`;
+  const approved = heldEntry(label);
+  const countdown = approved.locator('.countdown');
+  await countdown.waitFor();
+  assert.equal(await approved.getAttribute('data-status'), 'PREPARED');
+  const first = await countdown.textContent();
+  const left = first.match(/(\d+):(\d\d) left$/);
+  assert.ok(left, `a countdown: ${first}`);
+  const seconds = Number(left[1]) * 60 + Number(left[2]);
+  assert.ok(seconds > 45 && seconds <= 60, `about 60 s left: ${first}`);
+  const id = await approved.getAttribute('data-tx');
+  await page.waitForFunction(([selector, text]) => {
+    const node = document.querySelector(selector);
+    return node && node.textContent !== text;
+  }, [`#held li[data-tx="${id}"] .countdown`, first]);
+  const shown = await waitForTransaction((t) => t.id === id && t.status === 'PREPARED', 'held');
+  assert.match(shown.phases, /^prepare → PREPARED$/);
+  assert.equal((await transactions()).find((t) => t.id === id).label, label);
+
+  // Its locks stay: a plain transfer from the same account is refused, naming the holder.
+  await page.uncheck('#transfer-hold');
+  await transfer(dave, erin, 1);
+  const blocked = await waitForTransaction((t) => t.label === `transfer 1 ${dave} → ${erin}` && t.status === 'ABORTED', 'refused by the lock');
+  const lockVote = blocked.votes.find((v) => v.service === 'service-a');
+  assert.equal(lockVote.code, 'CONFLICT');
+  assert.ok(lockVote.reason.includes(id), `the reason names the held transaction: ${lockVote.reason}`);
+
+  // Approve: committed, both balances change.
+  await approved.locator('button.approve').click();
+  await approved.locator('.outcome', { hasText: /^approved → COMMITTED \(HTTP 200\)$/ }).waitFor();
+  await balance('service-a', dave).filter({ hasText: /^45$/ }).waitFor();
+  await balance('service-b', erin).filter({ hasText: /^5$/ }).waitFor();
+  const committed = await waitForTransaction((t) => t.id === id && t.status === 'COMMITTED', 'committed');
+  assert.match(committed.phases, /prepare → held → commit → COMMITTED/);
+
+  // Reject: aborted, nothing applied.
+  await page.check('#transfer-hold');
+  await transfer(dave, erin, 7);
+  label = `transfer 7 ${dave} → ${erin} (held 60 s)`;
+  const rejected = heldEntry(label);
+  await rejected.locator('.countdown').waitFor();
+  await rejected.locator('button.reject').click();
+  await rejected.locator('.outcome', { hasText: /^rejected → ABORTED \(HTTP 200\)$/ }).waitFor();
+  const rejectedId = await rejected.getAttribute('data-tx');
+  const aborted = await waitForTransaction((t) => t.id === rejectedId && t.status === 'ABORTED', 'aborted');
+  assert.match(aborted.phases, /prepare → held → abort → ABORTED/);
+
+  // Nobody decides within 1 s: once holdUntil has passed the sweeper aborts it, and the page shows it expired.
+  await page.fill('#transfer-hold-seconds', '1');
+  await transfer(dave, erin, 3);
+  const expired = heldEntry(`transfer 3 ${dave} → ${erin} (held 1 s)`);
+  await expired.locator('.outcome', { hasText: /^expired → ABORTED$/ }).waitFor();
+  assert.match(await expired.locator('.reason').textContent(), /hold expired/);
+  await page.uncheck('#transfer-hold');
+  await page.fill('#transfer-hold-seconds', '60');
+
+  // Neither the rejected nor the expired one changed anything.
+  assert.equal(await balance('service-a', dave).textContent(), '45');
+  assert.equal(await balance('service-b', erin).textContent(), '5');
+});
+
 test('the REST API answers a page of another origin (CORS preflight in a real browser)', async () => {
   // http://localhost:PORT is another origin than http://127.0.0.1:PORT, in the same (loopback)
   // address space, so the browser applies CORS and nothing else.

@@ -123,9 +123,134 @@ async fn drive(stack: &Stack) {
         assert_eq!(key.components().count(), 5, "S3-like key YYYY/MM/DD/HH/<object>: {}", key.display());
     }
     pushes.close().await.ok();
+    held_transactions(stack).await;
     cross_origin(stack).await;
     page_routes(stack, &id).await;
     inventory_orders(stack).await;
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Issue 32, decide later: the stack serves a held transaction's two routes end to end. A held transfer
+/// answers 202 PREPARED with its holdUntil (its `tx:` topic says so, then the end), holds its locks, and is
+/// approved (`POST /transactions/{id}/commit`: 200 COMMITTED, its changes pushed and in the lake); another is
+/// rejected (`/abort`: 200 ABORTED, nothing applied). The client's calls and raw HTTP, with the errors the
+/// routes answer (404, 409 NOT_HELD, 400 for a hold over a service's maximum).
+async fn held_transactions(stack: &Stack) {
+    let e = stack.endpoints();
+    let (a, b) = (&e.tables.participants["service-a"], &e.tables.participants["service-b"]);
+    let api = Client::new(&e.api).expect("the API's URL");
+    let http = reqwest::Client::new();
+    let open = Transaction::new()
+        .participant("service-a", [op::put("HA", json!({"balance": 100})).if_not_exists()])
+        .participant("service-b", [op::put("HB", json!({"balance": 0})).if_not_exists()]);
+    assert!(api.submit(&open).await.expect("the REST API answers").is_committed());
+
+    // Approved, through the client: its tx:<id> followed before the POST (the id its Idempotency-Key gives).
+    let key = format!("held-approved-{}", uuid::Uuid::new_v4().simple());
+    let id = twopc::coordinator::idempotent_id(&key);
+    let mut pushes = twopc_client::subscribe(
+        &e.websocket,
+        [topic::transaction(&id), topic::entity(a, "HA"), topic::entity(b, "HB")],
+    )
+    .await
+    .expect("WebSocket connects");
+    next_matching(&mut pushes, "acknowledging the subscription", |m| matches!(m, Push::Subscribed(_))).await;
+    let before = now_ms();
+    let held =
+        api.submit_with_key(&transfer("HA", "HB", 30).hold_ms(60_000), &key).await.expect("the REST API answers");
+    let Outcome::Held(state) = &held else { panic!("a held transfer answers 202 PREPARED: {held:?}") };
+    assert_eq!((state.transaction_id.as_str(), held.http_status()), (id.as_str(), 202), "{held:?}");
+    let hold_until = held.hold_until().expect("holdUntil");
+    assert!((before + 60_000..=now_ms() + 60_000).contains(&hold_until), "holdUntil {hold_until} is now + 60 s");
+    let push =
+        next_matching(&mut pushes, "saying the transfer is held", |m| matches!(m, Push::Transaction { .. })).await;
+    assert_eq!(
+        push,
+        Push::Transaction { transaction_id: id.clone(), status: Status::Prepared, hold_until: Some(hold_until) }
+    );
+    let got = api.get(&id).await.expect("the transaction is found");
+    assert!(got.is_held() && got.hold_until() == Some(hold_until), "{got:?}");
+    // Its locks stay: the page's read of the items shows who holds them, and a transfer meeting one is refused.
+    let items = http.get(format!("{}/local/items", e.api)).send().await.unwrap().bytes().await.unwrap();
+    let items: Value = serde_json::from_slice(&items).expect("/local/items is JSON");
+    let ha = items["services"]["service-a"]["items"].as_array().unwrap().iter().find(|i| i["key"]["entityId"] == "HA");
+    assert_eq!(ha.map(|i| &i["lockedBy"]), Some(&json!(id)), "{items}");
+    let blocked = api.submit(&transfer("HA", "HB", 1)).await.expect("the REST API answers");
+    assert!(blocked.is_aborted() && blocked.state().refused_with(&RefusalCode::Conflict), "{blocked:?}");
+
+    let approved = api.commit(&id).await.expect("the commit route answers");
+    assert!(approved.is_committed(), "{approved:?}");
+    let again = api.commit(&id).await.expect("answered again");
+    assert!(again.is_committed() && again.transaction_id() == id, "a repeated commit answers the same: {again:?}");
+    let late = api.abort(&id).await.expect("the abort route answers");
+    assert!(late.is_committed(), "an abort after the commit answers 409 with the committed body: {late:?}");
+    // The end on tx:<id> and the commit of HB, in whichever order the two streams deliver them.
+    let (mut ended, mut commit) = (None, None);
+    while ended.is_none() || commit.is_none() {
+        let push = next_matching(&mut pushes, "saying the held transfer ended and for its commit of HB", |m| {
+            matches!(m, Push::Transaction { .. })
+                || matches!(m, Push::Commit(c) if c.transaction_id == id && c.key["entityId"] == "HB")
+        })
+        .await;
+        match push {
+            Push::Commit(c) => commit = Some(c),
+            other => ended = Some(other),
+        }
+    }
+    let ended = ended.unwrap();
+    assert!(matches!(&ended, Push::Transaction { status: Status::Committed, .. }), "{ended:?}");
+    let commit = commit.unwrap();
+    assert_eq!((&commit.previous["balance"], &commit.data["balance"]), (&json!(0), &json!(30)), "{commit:?}");
+    pushes.close().await.ok();
+    wait_for_lake(&e.lake_dir, std::slice::from_ref(&id), 2).await;
+
+    // Rejected, through raw HTTP: the statuses as the contract writes them.
+    let post = |path: String, body: Option<Vec<u8>>| {
+        let request = http.post(format!("{}{path}", e.api)).header("content-type", "application/json");
+        let request = match body {
+            Some(body) => request.body(body),
+            None => request,
+        };
+        async move {
+            let answer = request.send().await.expect("the REST API answers");
+            let status = answer.status().as_u16();
+            let body: Value = serde_json::from_slice(&answer.bytes().await.unwrap()).expect("a JSON answer");
+            (status, body)
+        }
+    };
+    let (status, body) =
+        post("/transactions".into(), Some(transfer("HA", "HB", 50).hold_ms(60_000).body_bytes())).await;
+    assert_eq!((status, &body["status"]), (202, &json!("PREPARED")), "{body}");
+    assert!(body["holdUntil"].as_u64().is_some_and(|t| t > now_ms() + 50_000), "{body}");
+    let rejected = body["transactionId"].as_str().expect("its id").to_owned();
+    let (status, body) = post(format!("/transactions/{rejected}/abort"), None).await;
+    assert_eq!((status, &body["status"]), (200, &json!("ABORTED")), "{body}");
+    let (status, body) = post(format!("/transactions/{rejected}/abort"), None).await;
+    assert_eq!((status, &body["status"]), (200, &json!("ABORTED")), "an abort repeated: {body}");
+    let (status, body) = post(format!("/transactions/{rejected}/commit"), None).await;
+    assert_eq!((status, &body["status"]), (409, &json!("ABORTED")), "a commit after the abort: {body}");
+    // Nothing of it was applied, and its locks are gone: HA as the approved transfer left it.
+    let items = http.get(format!("{}/local/items", e.api)).send().await.unwrap().bytes().await.unwrap();
+    let items: Value = serde_json::from_slice(&items).expect("/local/items is JSON");
+    let ha = items["services"]["service-a"]["items"].as_array().unwrap().iter().find(|i| i["key"]["entityId"] == "HA");
+    let ha = ha.expect("HA is listed");
+    assert_eq!((&ha["data"]["balance"], ha.get("lockedBy")), (&json!(70), None), "{items}");
+
+    // The routes' errors: an unknown id, a transaction that was not held, a hold over the service's maximum.
+    let (status, body) = post("/transactions/tx-none/commit".into(), None).await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!("NOT_FOUND")), "{body}");
+    let plain = api.submit(&transfer("HA", "HB", 1)).await.expect("the REST API answers");
+    assert!(plain.is_committed(), "{plain:?}");
+    let (status, body) = post(format!("/transactions/{}/abort", plain.transaction_id()), None).await;
+    assert_eq!((status, &body["error"]["code"]), (409, &json!("NOT_HELD")), "{body}");
+    let too_long = transfer("HA", "HB", 1).hold_ms(twopc::model::DEFAULT_SERVICE_MAX_HOLD_MS + 1);
+    match api.submit(&too_long).await {
+        Err(twopc_client::Error::Invalid(error)) => assert!(error.message.contains("service-a"), "{error:?}"),
+        other => panic!("a hold over the service's maximum is a 400 naming it: {other:?}"),
+    }
 }
 
 /// The example inventory, which runs a participant of its own: the coordinator checks its operations

@@ -8,7 +8,7 @@ const state = {
   socket: null,
   watched: new Map(),      // topic → {service, table, entity}
   items: new Map(),        // topic → last commit push, or the item as read when the page loaded
-  transactions: new Map(), // transactionId → {record, httpStatus, source, elapsedMs, sentAt}
+  transactions: new Map(), // transactionId → {record, httpStatus, source, elapsedMs, sentAt, decision?}
   pending: new Set(),      // topics asked for, not yet acknowledged
   waiting: new Map(),      // topic → callbacks to run when the WebSocket API acknowledges it
   refused: new Map(),      // topic → why the WebSocket API refused it (over the per-connection cap)
@@ -145,27 +145,136 @@ async function submit(body, { key, label }) {
   const id = answer.transactionId;
   state.transactions.set(id, { ...(state.transactions.get(id) || {}), record: answer, httpStatus: response.status, source: 'page', label, sentAt, elapsedMs });
   if (!isTerminal(answer.status)) {
-    // Decided but not applied everywhere yet: the push on tx:<id> says when it ends.
+    // Decided but not applied everywhere yet, or held for a decision: the push on tx:<id> says when it ends.
     send({ action: 'subscribe', topics: [`tx:${id}`] });
-    setTimeout(() => refresh(id), 1000);
+    followUp(id, answer);
   }
   renderTransactions();
   return { status: response.status, answer };
 }
 
 const isTerminal = (status) => status === 'COMMITTED' || status === 'ABORTED';
+// How far a status is along: a held transaction is PREPARED before it is decided.
+const progress = (status) => ({ PREPARING: 0, PREPARED: 1, COMMITTING: 2, ABORTING: 2, COMMITTED: 3, ABORTED: 3 })[status] ?? 0;
 
 async function refresh(id) {
   let response;
   try { response = await fetch(`/transactions/${encodeURIComponent(id)}`); } catch { return; }
-  if (!response.ok) return;
-  const record = await response.json();
+  // 200 committed, 202 not ended yet (or held), 409 aborted: each with the record; 404 and 503 without.
+  const record = await response.json().catch(() => ({}));
+  if (!record.transactionId || !record.status) return;
   const entry = state.transactions.get(id) || { source: 'stream', sentAt: Date.now() };
-  // Answers can cross: an older COMMITTING never replaces a COMMITTED already shown.
-  if (entry.record && isTerminal(entry.record.status) && !isTerminal(record.status)) return;
+  // Answers can cross: an older COMMITTING never replaces a COMMITTED already shown, nor PREPARED a decision.
+  if (entry.record && progress(record.status) < progress(entry.record.status)) return;
   state.transactions.set(id, { ...entry, record });
   renderTransactions();
-  if (!isTerminal(record.status)) setTimeout(() => refresh(id), 1000);
+  followUp(id, record);
+}
+
+// A transaction not ended yet is read again: a held one once its hold has passed (its caller's decision
+// or its end arrives on tx:<id> before that), any other in a second.
+function followUp(id, record) {
+  if (isTerminal(record.status)) return;
+  const wait = record.status === 'PREPARED' && record.holdUntil ? Math.max(1000, record.holdUntil - Date.now() + 1000) : 1000;
+  setTimeout(() => refresh(id), wait);
+}
+
+// ---- held transactions ("decide later") ------------------------------------------------------
+
+const isHeld = (entry) => Boolean(entry.record && entry.record.holdUntil);
+
+// A form's hold in milliseconds, when "Decide later" is ticked.
+function holdMsOf(form) {
+  if (!form.hold.checked) return undefined;
+  const seconds = form.holdSeconds.value.trim();
+  if (!/^\d+(\.\d+)?$/.test(seconds)) throw new Error(`hold ${JSON.stringify(seconds)} is not a number of seconds`);
+  return Math.round(Number(seconds) * 1000);
+}
+
+// Approve (`commit`) or Reject (`abort`) a held transaction: POST /transactions/{id}/commit or /abort.
+async function decide(id, route) {
+  const entry = state.transactions.get(id);
+  if (!entry) return;
+  state.transactions.set(id, { ...entry, deciding: route, decisionError: undefined });
+  renderTransactions();
+  let response; let answer;
+  try {
+    response = await fetch(`/transactions/${encodeURIComponent(id)}/${route}`, { method: 'POST' });
+    answer = await response.json().catch(() => ({}));
+  } catch (error) {
+    state.transactions.set(id, { ...state.transactions.get(id), deciding: undefined, decisionError: `the REST API did not answer: ${error}` });
+    renderTransactions();
+    return;
+  }
+  const current = state.transactions.get(id);
+  const decision = { route, httpStatus: response.status };
+  if (answer.transactionId && answer.status) {
+    // A push may have brought the end first: what is further along stays.
+    const record = current.record && progress(answer.status) < progress(current.record.status) ? current.record : answer;
+    state.transactions.set(id, { ...current, record, decision, deciding: undefined });
+    followUp(id, record);
+  } else {
+    // 404 (unknown, or another principal's), 409 NOT_HELD, 503 still preparing: the error, as the API says it.
+    const error = answer.error ? `${answer.error.code}: ${answer.error.message}` : answer.message || JSON.stringify(answer);
+    state.transactions.set(id, { ...current, decision, deciding: undefined, decisionError: `HTTP ${response.status} ${error}` });
+  }
+  renderTransactions();
+}
+
+const clockTime = (epochMs) => new Date(epochMs).toLocaleTimeString([], { hour12: false });
+
+// "0:42 left" until holdUntil, then that it has passed.
+function countdown(holdUntil) {
+  const left = holdUntil - Date.now();
+  if (left <= 0) return `holdUntil ${clockTime(holdUntil)} · passed: it aborts (the sweeper ends it)`;
+  const seconds = Math.ceil(left / 1000);
+  return `holdUntil ${clockTime(holdUntil)} · ${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, '0')} left`;
+}
+
+// The countdowns, between renders (a render would replace the buttons under the pointer).
+function tickCountdowns() {
+  for (const node of document.querySelectorAll('#held [data-hold-until]')) {
+    const holdUntil = Number(node.dataset.holdUntil);
+    node.textContent = countdown(holdUntil);
+    node.classList.toggle('expired', holdUntil <= Date.now());
+  }
+}
+
+// How a held transaction ended: approved, rejected or expired, and its status.
+function heldOutcome(entry) {
+  const { record, decision } = entry;
+  const expired = /hold expired/.test(record.reason || '');
+  const how = expired ? 'expired' : decision ? (decision.route === 'commit' ? 'approved' : 'rejected') : 'decided elsewhere';
+  return `${how} → ${record.status}${decision ? ` (HTTP ${decision.httpStatus})` : ''}`;
+}
+
+function renderHeld() {
+  const held = [...state.transactions.entries()].filter(([, entry]) => isHeld(entry))
+    .sort((a, b) => b[1].sentAt - a[1].sentAt).slice(0, 20);
+  $('#held-empty').hidden = held.length > 0;
+  $('#held').replaceChildren(...held.map(([id, entry]) => {
+    const { record } = entry;
+    const item = element('li', { class: 'card held', 'data-tx': id, 'data-status': record.status },
+      element('div', { class: 'head' },
+        element('span', { class: `badge ${record.status.toLowerCase()}`, text: record.status }),
+        element('span', { class: 'label', text: entry.label || 'seen on the stream' }),
+        element('code', { class: 'muted', text: id })));
+    if (record.status === 'PREPARED') {
+      const expired = record.holdUntil <= Date.now();
+      item.append(element('p', { class: `countdown${expired ? ' expired' : ''}`, 'data-hold-until': String(record.holdUntil), text: countdown(record.holdUntil) }));
+      const approve = element('button', { type: 'button', class: 'approve', text: entry.deciding === 'commit' ? 'Approving…' : 'Approve' });
+      const reject = element('button', { type: 'button', class: 'reject', text: entry.deciding === 'abort' ? 'Rejecting…' : 'Reject' });
+      approve.disabled = reject.disabled = Boolean(entry.deciding);
+      approve.addEventListener('click', () => decide(id, 'commit'));
+      reject.addEventListener('click', () => decide(id, 'abort'));
+      item.append(element('div', { class: 'actions' }, approve, reject));
+    } else {
+      item.append(element('p', { class: 'outcome', text: heldOutcome(entry) }));
+      if (record.reason) item.append(element('p', { class: 'reason', text: record.reason }));
+    }
+    if (entry.decisionError) item.append(element('p', { class: 'error', text: entry.decisionError }));
+    return item;
+  }));
 }
 
 // ---- forms ---------------------------------------------------------------------------------
@@ -183,8 +292,12 @@ function transferBody(form) {
       { service: form.fromService.value, operations: [{ op: 'add', key: { entityId: form.from.value.trim() }, field: 'balance', delta: `-${amount}`, min: 0 }] },
       { service: form.toService.value, operations: [{ op: 'add', key: { entityId: form.to.value.trim() }, field: 'balance', delta: amount }] },
     ],
+    holdMs: holdMsOf(form),
   };
 }
+
+// " (held 60 s)" when the form holds its transaction.
+const heldLabel = (form) => (form.hold.checked ? ` (held ${form.holdSeconds.value.trim()} s)` : '');
 
 function orderBody(form) {
   const quantity = form.quantity.value.trim();
@@ -201,7 +314,7 @@ function orderBody(form) {
     if (!/^[1-9]\d*$/.test(cents)) throw new Error(`card amount ${JSON.stringify(cents)} is not a whole number of cents`);
     participants.push({ service: 'payments', operations: [{ op: 'charge', key: { entityId: `order-${Date.now().toString(36)}` }, card, amount: Number(cents) }] });
   }
-  return { participants };
+  return { participants, holdMs: holdMsOf(form) };
 }
 
 function setUpForms() {
@@ -218,7 +331,7 @@ function setUpForms() {
   const transferForm = $('#transfer-form');
   const transfer = async (times) => {
     const body = transferBody(transferForm);
-    const label = `transfer ${transferForm.amount.value} ${transferForm.from.value} → ${transferForm.to.value}`;
+    const label = `transfer ${transferForm.amount.value} ${transferForm.from.value} → ${transferForm.to.value}${heldLabel(transferForm)}`;
     await Promise.all([
       watch(transferForm.fromService.value, transferForm.from.value.trim()),
       watch(transferForm.toService.value, transferForm.to.value.trim()),
@@ -234,7 +347,7 @@ function setUpForms() {
     const body = orderBody(orderForm);
     const sku = orderForm.sku.value.trim(); const account = orderForm.account.value.trim();
     const card = orderForm.card.value.trim() && state.services.payments ? ` and ${orderForm.cents.value.trim()} cents on card ${orderForm.card.value.trim().slice(-4)}` : '';
-    const label = `order ${orderForm.quantity.value.trim()} ${sku} for ${orderForm.amount.value.trim()} from ${account}${card}`;
+    const label = `order ${orderForm.quantity.value.trim()} ${sku} for ${orderForm.amount.value.trim()} from ${account}${card}${heldLabel(orderForm)}`;
     await Promise.all([watch('inventory', sku), watch(orderForm.service.value, account)]);
     submit(body, { label });
   });
@@ -324,6 +437,7 @@ function phases(record) {
   const votes = record.participants || [];
   const refused = votes.some((p) => p.vote === 'REFUSED' || p.code);
   const steps = ['prepare'];
+  if (record.holdUntil && record.status !== 'PREPARED') steps.push('held');
   if (record.status === 'COMMITTING' || record.status === 'COMMITTED') steps.push('commit');
   if (record.status === 'ABORTING' || record.status === 'ABORTED') steps.push(refused ? 'abort (refused)' : 'abort');
   steps.push(record.status);
@@ -358,6 +472,7 @@ function renderTransactions() {
     }
     root.append(item);
   }
+  renderHeld();
 }
 
 async function renderPayments() {
@@ -443,6 +558,7 @@ async function start() {
   connect(stack.websocket);
   renderLake();
   setInterval(renderLake, 2000);
+  setInterval(tickCountdowns, 250);
   if (state.services.payments) {
     renderPayments();
     setInterval(renderPayments, 2000);

@@ -1,12 +1,14 @@
 //! The demo: the Rust client (`twopc-client`: real HTTP and a real WebSocket) against the local stack. Opens two
 //! accounts and a SKU of the example inventory, makes a transfer that commits, one that is refused, two
 //! that conflict, an order (the inventory's own `reserve` and a payment, together) and one the
-//! inventory refuses, and shows for each the phases and their timings, the votes and the outcome, what
+//! inventory refuses, then three held orders ("decide later": 202 `PREPARED` with `holdUntil`), one
+//! approved (`POST /transactions/{id}/commit`), one rejected (`/abort`) and one left to expire (the
+//! sweeper aborts it), and shows for each the phases and their timings, the votes and the outcome, what
 //! the WebSocket client received and what reached the lake.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use local_stack::trace::{TraceRecorder, TransactionTrace};
@@ -15,7 +17,9 @@ use serde_json::{Value, json};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use twopc_client::{Client, Outcome, ParticipantState, Push, RefusalCode, Subscription, Transaction, op, topic};
+use twopc_client::{
+    Client, Outcome, ParticipantState, Push, RefusalCode, Status, Subscription, Transaction, op, topic,
+};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -48,7 +52,7 @@ pub async fn run(config: Config) -> Result<(), String> {
 
     let demo_started = Instant::now();
     let result = tokio::select! {
-        result = scenario(&stack, &recorder, matches!(config.mode, Mode::Lambda(_))) => result,
+        result = scenario(&stack, &recorder, matches!(config.mode, Mode::Lambda(_)), config.sweep_interval) => result,
         _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
     };
     let demo_took = demo_started.elapsed();
@@ -84,6 +88,26 @@ fn clip(text: &str) -> String {
 
 fn short(id: &str) -> String {
     format!("{}…", &id[..id.len().min(11)])
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A `holdUntil` (epoch ms) as a time of day.
+fn clock_time(epoch_ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(epoch_ms as i64)
+        .map_or_else(|| epoch_ms.to_string(), |t| t.format("%H:%M:%S%.3f UTC").to_string())
+}
+
+/// How long from now until `epoch_ms`, in seconds.
+fn from_now(epoch_ms: u64) -> String {
+    format!("{:.1} s", (epoch_ms as f64 - now_ms() as f64) / 1000.0)
+}
+
+/// Whether a transaction has ended (a held one is `PREPARED` before it ends).
+fn ended(status: &Status) -> bool {
+    matches!(status, Status::Committed | Status::Aborted)
 }
 
 /// A WebSocket client: pushes are kept until taken.
@@ -165,6 +189,8 @@ struct Demo<'a> {
     ws: WsClient,
     recorder: &'a TraceRecorder,
     lambda: bool,
+    /// How often the stack's sweeper runs.
+    sweep_every: Duration,
     run: String,
     count: u32,
     tables: BTreeMap<String, String>,
@@ -243,23 +269,158 @@ impl Demo<'_> {
             eprintln!("note: the coordinator no longer derives ids from Idempotency-Key as this demo expects");
         }
         let submitted = Submitted { label, id, outcome, elapsed, entities };
+        // A held transaction is counted once it is decided (`decide`, `await_expiry`).
         if submitted.committed() {
             self.committed.push(submitted.id.clone());
-        } else {
+        } else if !submitted.outcome.is_held() {
             self.aborted.push(submitted.id.clone());
         }
         submitted
     }
 
+    /// A held transaction's decision: `POST /transactions/{id}/commit` (approve) or `/abort` (reject), the
+    /// answer and the phase it ran. The outcome replaces the held one.
+    async fn decide(&mut self, s: &mut Submitted, approve: bool, indent: &str) -> Result<(), String> {
+        let (route, verb) = if approve { ("commit", "Approved") } else { ("abort", "Rejected") };
+        let started = Instant::now();
+        let outcome = if approve { self.api.commit(&s.id).await } else { self.api.abort(&s.id).await }
+            .map_err(|e| format!("POST /transactions/{}/{route}: {e}", s.id))?;
+        let elapsed = started.elapsed();
+        println!(
+            "{indent}{verb}: POST /transactions/{}/{route} → {} {} in {} ms",
+            short(&s.id),
+            decision_http_status(approve, &outcome),
+            outcome.state().status,
+            elapsed.as_millis()
+        );
+        s.outcome = outcome;
+        self.print_phases(s, indent, &[route], false);
+        self.decided(s);
+        Ok(())
+    }
+
+    /// Counts a held transaction once it is decided.
+    fn decided(&mut self, s: &Submitted) {
+        if s.committed() {
+            self.committed.push(s.id.clone());
+        } else if s.outcome.is_aborted() {
+            self.aborted.push(s.id.clone());
+        }
+    }
+
+    /// Waits for the `PREPARED` push of a held transaction on `tx:<id>` and prints it.
+    async fn expect_held_push(&mut self, s: &Submitted, indent: &str) -> Result<(), String> {
+        let id = s.id.clone();
+        let is_held = move |m: &Push| matches!(m, Push::Transaction { transaction_id, status: Status::Prepared, .. } if *transaction_id == id);
+        if !self.ws.wait_for(|buffer| buffer.iter().any(&is_held)).await {
+            return Err(format!("the WebSocket client got no PREPARED message of {} within {WAIT:?}", s.id));
+        }
+        for m in self.ws.take(is_held) {
+            if let Push::Transaction { hold_until, .. } = m {
+                let until = hold_until.map_or("no holdUntil".to_owned(), |t| format!("holdUntil {}", clock_time(t)));
+                println!("{indent}{:<10}transaction PREPARED, {until}", "WebSocket");
+            }
+        }
+        Ok(())
+    }
+
+    /// A hold nobody decides: `GET /transactions/{id}` until it has ended. The stack's sweeper aborts it at
+    /// its first run after `holdUntil` and twice the clock margin; the demo runs that sweep itself as soon as
+    /// it is due (then at most once a second), rather than waiting up to a sweeper period for the timer.
+    async fn await_expiry(&mut self, stack: &Stack, s: &mut Submitted, indent: &str) -> Result<(), String> {
+        let hold_until =
+            s.outcome.hold_until().ok_or_else(|| format!("a held answer without holdUntil: {:?}", s.outcome))?;
+        let due = hold_until + 2 * twopc::clock::CLOCK_MARGIN_MS;
+        println!(
+            "{indent}Nobody decides. The sweeper aborts a hold at its first run after holdUntil + {} ms (twice the clock margin): it runs every {} s here (every minute deployed), and the demo runs one itself as soon as it is due, polling GET /transactions/{{id}} meanwhile",
+            2 * twopc::clock::CLOCK_MARGIN_MS,
+            self.sweep_every.as_secs()
+        );
+        let posted = Instant::now() - s.elapsed;
+        let deadline = Instant::now() + Duration::from_millis(due.saturating_sub(now_ms())) + self.sweep_every + WAIT;
+        let mut last_sweep: Option<Instant> = None;
+        let mut aborted_by_demo = false;
+        let mut seen_held = false;
+        let got = loop {
+            let got = self.api.get(&s.id).await.map_err(|e| format!("GET /transactions/{}: {e}", s.id))?;
+            if got.is_held() && !seen_held {
+                seen_held = true;
+                println!(
+                    "{indent}GET /transactions/{} → {} PREPARED (holdUntil in {})",
+                    short(&s.id),
+                    got.http_status(),
+                    from_now(hold_until)
+                );
+            }
+            if ended(&got.state().status) {
+                if !aborted_by_demo {
+                    println!("{indent}sweep     the stack's own sweeper (its timer) ended it");
+                }
+                break got;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the expired hold {} did not end by the sweeper's second run: {got:?}", s.id));
+            }
+            if now_ms() > due && last_sweep.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                last_sweep = Some(Instant::now());
+                let report = stack.sweep().await.map_err(|e| e.to_string())?;
+                if report["aborted"].as_u64().unwrap_or(0) > 0 {
+                    aborted_by_demo = true;
+                    println!(
+                        "{indent}sweep     run by the demo {:.1} s after holdUntil: aborted {}",
+                        (now_ms().saturating_sub(hold_until)) as f64 / 1000.0,
+                        report["aborted"]
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        println!(
+            "{indent}GET /transactions/{} → {} {} {:.1} s after the POST: {}",
+            short(&s.id),
+            got.http_status(),
+            got.state().status,
+            posted.elapsed().as_secs_f64(),
+            got.state().reason.as_deref().map_or("(no reason)".to_owned(), clip)
+        );
+        s.outcome = got;
+        self.print_phases(s, indent, &["abort"], false);
+        self.decided(s);
+        // Too late to approve: the commit finds it aborted.
+        let late = self.api.commit(&s.id).await.map_err(|e| format!("POST /transactions/{}/commit: {e}", s.id))?;
+        println!(
+            "{indent}Too late: POST /transactions/{}/commit → {} {}",
+            short(&s.id),
+            decision_http_status(true, &late),
+            late.state().status
+        );
+        if !late.is_aborted() {
+            return Err(format!("a commit after holdUntil did not find the transaction aborted: {late:?}"));
+        }
+        Ok(())
+    }
+
     /// The answer, the phases with their timings and votes.
     fn print_trace(&self, s: &Submitted, indent: &str) {
+        let held = match s.outcome.hold_until() {
+            Some(until) if s.outcome.is_held() => {
+                format!("   holdUntil {} (in {})", clock_time(until), from_now(until))
+            }
+            _ => String::new(),
+        };
         println!(
-            "{indent}POST /transactions → {} {} in {} ms   {}",
+            "{indent}POST /transactions → {} {} in {} ms   {}{held}",
             s.outcome.http_status(),
             s.outcome(),
             s.elapsed.as_millis(),
             short(&s.id)
         );
+        self.print_phases(s, indent, &["prepare", "hold", "commit", "abort"], true);
+    }
+
+    /// The phases `actions` of a transaction with their timings and answers (a prepare's: the vote), and the
+    /// coordinator's own timings when `coordinator`.
+    fn print_phases(&self, s: &Submitted, indent: &str, actions: &[&str], coordinator: bool) {
         let votes: BTreeMap<String, &ParticipantState> =
             s.outcome.state().participants.iter().map(|p| (p.service.clone(), p)).collect();
         let vote_text = |service: &str| {
@@ -274,7 +435,7 @@ impl Demo<'_> {
         let trace: Option<TransactionTrace> = self.recorder.get(&s.id);
         match trace {
             Some(trace) if !trace.calls.is_empty() => {
-                for action in ["prepare", "commit", "abort"] {
+                for &action in actions {
                     let calls = trace.phase(action);
                     if calls.is_empty() {
                         continue;
@@ -293,10 +454,11 @@ impl Demo<'_> {
                         .collect();
                     println!("{indent}  {action:<8}{:>4} ms  {}", phase.as_millis(), parts.join(" · "));
                 }
-                if let (Some(prepare), Some(total)) = (trace.prepare_ms, trace.total_ms) {
+                if coordinator && let (Some(prepare), Some(total)) = (trace.prepare_ms, trace.total_ms) {
                     println!("{indent}  coordinator: votes in {prepare} ms, answered after {total} ms");
                 }
             }
+            _ if !coordinator => {}
             _ => {
                 let services: Vec<String> = votes.keys().map(|s| format!("{s} {}", vote_text(s))).collect();
                 println!("{indent}  votes    {}", services.join(" · "));
@@ -316,9 +478,12 @@ impl Demo<'_> {
             .wait_for(|buffer| {
                 expected.iter().all(|(id, committed, entities)| {
                     let of_tx = |m: &&Push| m.transaction_id() == Some(id.as_str());
-                    let ended = buffer.iter().filter(of_tx).any(|m| matches!(m, Push::Transaction { .. }));
+                    let finished = buffer
+                        .iter()
+                        .filter(of_tx)
+                        .any(|m| matches!(m, Push::Transaction { status, .. } if ended(status)));
                     let commits = buffer.iter().filter(of_tx).filter(|m| matches!(m, Push::Commit(_))).count();
-                    ended && (!committed || commits >= entities.len())
+                    finished && (!committed || commits >= entities.len())
                 })
             })
             .await;
@@ -374,7 +539,12 @@ impl Demo<'_> {
             return Err(format!("the lake got {} of the {wanted} expected lines within {WAIT:?}", lines.len()));
         }
         if lines.is_empty() {
-            println!("{indent}lake      nothing: a refused transaction changes nothing, so nothing is emitted");
+            let why = if transactions.iter().all(|s| s.outcome.hold_until().is_some()) {
+                "a held transaction that aborts changes nothing"
+            } else {
+                "a refused transaction changes nothing"
+            };
+            println!("{indent}lake      nothing: {why}, so nothing is emitted");
         }
         for (i, (file, line)) in lines.iter().enumerate() {
             let head = if i == 0 { "lake" } else { "" };
@@ -396,7 +566,17 @@ impl Demo<'_> {
     }
 }
 
-async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Result<(), String> {
+/// The HTTP status a held transaction's `commit` (`approve`) or `abort` answers `outcome` with: 200 (or 202
+/// `COMMITTING`) for the decision that won, 409 with the decided body for the other.
+fn decision_http_status(approve: bool, outcome: &Outcome) -> u16 {
+    match (approve, outcome) {
+        (true, Outcome::Committed(_)) | (false, Outcome::Aborted(_)) => 200,
+        (true, Outcome::Pending(_)) => 202,
+        _ => 409,
+    }
+}
+
+async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool, sweep_every: Duration) -> Result<(), String> {
     let endpoints = stack.endpoints();
     let tables = endpoints.tables.participants.clone();
     let (a, b) = (tables["service-a"].clone(), tables["service-b"].clone());
@@ -414,6 +594,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         ws,
         recorder,
         lambda,
+        sweep_every,
         run: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
         count: 0,
         tables,
@@ -520,27 +701,29 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         demo.expect_fanout(&[&again], "   ").await?;
     }
 
+    let lamp = demo.lamp.clone();
+    let card_payments = inventory.is_some() && demo.tables.contains_key(payments::SERVICE);
+    let run = demo.run.clone();
+    // An order: the inventory's `reserve`, alice's payment, bob's receipt and, with a card, its charge
+    // (`tag` tells apart charges that would otherwise have the same reference).
+    let order = |quantity: u64, price: u64, card: Option<(&str, u64)>, tag: &str| {
+        let mut order = Transaction::new()
+            .participant(op::inventory::SERVICE, [op::inventory::reserve(&lamp, quantity)])
+            .participant("service-a", [op::add(&alice, "balance", -(price as i64)).min(0)])
+            .participant("service-b", [op::add(&bob, "balance", price)]);
+        if let Some((card, cents)) = card.filter(|_| card_payments) {
+            let charge = op::custom("charge", format!("order-{run}-{quantity}-{card}{tag}"))
+                .field("card", card)
+                .field("amount", cents);
+            order = order.participant(payments::SERVICE, [charge]);
+        }
+        order
+    };
     if inventory.is_some() {
-        let lamp = demo.lamp.clone();
-        let card_payments = demo.tables.contains_key(payments::SERVICE);
-        let run = demo.run.clone();
-        let order = |quantity: u64, price: u64, card: Option<(&str, u64)>| {
-            let mut order = Transaction::new()
-                .participant(op::inventory::SERVICE, [op::inventory::reserve(&lamp, quantity)])
-                .participant("service-a", [op::add(&alice, "balance", -(price as i64)).min(0)])
-                .participant("service-b", [op::add(&bob, "balance", price)]);
-            if let Some((card, cents)) = card.filter(|_| card_payments) {
-                let charge = op::custom("charge", format!("order-{run}-{quantity}-{card}"))
-                    .field("card", card)
-                    .field("amount", cents);
-                order = order.participant(payments::SERVICE, [charge]);
-            }
-            order
-        };
         println!(
             "\n5. alice buys 2 lamps from bob's shop for 15, and 9.00 EUR of delivery on her card: the inventory's own `reserve` (its rules: only an active SKU, never below zero), her payment, bob's receipt and the card charge (the payments resource: authorized at prepare, captured at commit), in one transaction"
         );
-        let bought = demo.one("order", order(2, 15, Some(("4242424242424242", 900)))).await?;
+        let bought = demo.one("order", order(2, 15, Some(("4242424242424242", 900)), "")).await?;
         demo.print_trace(&bought, "   ");
         if !bought.committed() {
             return Err(format!("the order did not commit: {:?}", bought.outcome));
@@ -550,7 +733,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         println!(
             "\n6. alice orders 10 more lamps: 3 are left, and the inventory refuses with the numbers; she pays nothing"
         );
-        let refused = demo.one("refused", order(10, 20, None)).await?;
+        let refused = demo.one("refused", order(10, 20, None, "")).await?;
         demo.print_trace(&refused, "   ");
         if !refused.outcome.state().refused_with(&RefusalCode::ConditionFailed) {
             return Err(format!("the order beyond the stock was not refused: {:?}", refused.outcome));
@@ -561,7 +744,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
             println!(
                 "\n7. alice buys 1 lamp with a card that is declined: the payments resource refuses, and nothing of the order is applied"
             );
-            let declined = demo.one("refused", order(1, 5, Some(("4000000000000002", 900)))).await?;
+            let declined = demo.one("refused", order(1, 5, Some(("4000000000000002", 900)), "")).await?;
             demo.print_trace(&declined, "   ");
             if !declined.outcome.state().refused_with(&RefusalCode::Rule) {
                 return Err(format!("the declined card did not refuse the order: {:?}", declined.outcome));
@@ -575,6 +758,89 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
                     return Err("the payment API holds money for an order that did not commit".into());
                 }
             }
+        }
+    }
+
+    // Decide later: held transactions (an order, or a transfer without the inventory), one approved, one
+    // rejected, one left to expire.
+    let mut step = match (inventory.is_some(), card_payments) {
+        (true, true) => 8,
+        (true, false) => 7,
+        _ => 5,
+    };
+    let held = |hold_ms: u64, tag: &str| {
+        let request = match inventory {
+            Some(_) => order(1, 5, Some(("4242424242424242", 900)), tag),
+            None => transfer(&alice, &bob, 5),
+        };
+        request.hold_ms(hold_ms)
+    };
+    let (what, card) = match (inventory.is_some(), card_payments) {
+        (true, true) => ("orders 1 lamp for 5 and 9.00 EUR of delivery on her card", ", the card is authorized"),
+        (true, false) => ("orders 1 lamp for 5", ""),
+        _ => ("sends 5 to bob", ""),
+    };
+    println!(
+        "\n{step}. Decide later: alice {what}, held for an approval (\"holdMs\": 60000). Every participant prepares and keeps its locks{card}; the answer is 202 PREPARED with holdUntil. Then it is approved: POST /transactions/{{id}}/commit"
+    );
+    let mut approved = demo.one("held", held(60_000, "-approved")).await?;
+    demo.print_trace(&approved, "   ");
+    if !approved.outcome.is_held() {
+        return Err(format!("the held request was not held: {:?}", approved.outcome));
+    }
+    demo.expect_held_push(&approved, "   ").await?;
+    demo.decide(&mut approved, true, "   ").await?;
+    if !approved.committed() {
+        return Err(format!("the approved transaction did not commit: {:?}", approved.outcome));
+    }
+    demo.expect_fanout(&[&approved], "   ").await?;
+
+    step += 1;
+    println!(
+        "\n{step}. alice {what} again, held the same way, and it is rejected: POST /transactions/{{id}}/abort releases every lock{}; nothing is applied",
+        if card_payments { " and voids the card's authorization" } else { "" }
+    );
+    let mut rejected = demo.one("held", held(60_000, "-rejected")).await?;
+    demo.print_trace(&rejected, "   ");
+    if !rejected.outcome.is_held() {
+        return Err(format!("the held request was not held: {:?}", rejected.outcome));
+    }
+    demo.expect_held_push(&rejected, "   ").await?;
+    demo.decide(&mut rejected, false, "   ").await?;
+    if !rejected.outcome.is_aborted() {
+        return Err(format!("the rejected transaction did not abort: {:?}", rejected.outcome));
+    }
+    demo.expect_fanout(&[&rejected], "   ").await?;
+
+    step += 1;
+    println!(
+        "\n{step}. alice {what} once more, held for 1.5 s (\"holdMs\": 1500), and nobody decides: past holdUntil it aborts, and its locks are released"
+    );
+    let mut expired = demo.one("held", held(1_500, "-expired")).await?;
+    demo.print_trace(&expired, "   ");
+    if !expired.outcome.is_held() {
+        return Err(format!("the held request was not held: {:?}", expired.outcome));
+    }
+    demo.expect_held_push(&expired, "   ").await?;
+    demo.await_expiry(stack, &mut expired, "   ").await?;
+    if !expired.outcome.is_aborted() {
+        return Err(format!("the expired hold did not abort: {:?}", expired.outcome));
+    }
+    demo.expect_fanout(&[&expired], "   ").await?;
+    if card_payments && let Some(api) = stack.payment_api() {
+        let shown: Vec<String> = api
+            .authorizations()
+            .iter()
+            .filter(|a| {
+                a.reference.ends_with("-approved")
+                    || a.reference.ends_with("-rejected")
+                    || a.reference.ends_with("-expired")
+            })
+            .map(|a| format!("{} {} cents {}", a.id, a.amount, a.status))
+            .collect();
+        println!("   payment API  held orders: {}; nothing left authorized", shown.join(", "));
+        if !api.held().is_empty() {
+            return Err("the payment API holds money for an order that did not commit".into());
         }
     }
 
@@ -605,7 +871,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool) -> Resu
         total.map_or(String::new(), |t| format!("; total {t}, as opened (100 + 20)"))
     );
     println!(
-        "   lake      {committed_lines} lines, all from the {} committed transactions; {aborted_lines} from the {} refused",
+        "   lake      {committed_lines} lines, all from the {} committed transactions; {aborted_lines} from the {} refused, rejected or expired",
         demo.committed.len(),
         demo.aborted.len()
     );

@@ -246,6 +246,8 @@ pub enum Error {
         dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
     )]
     DataInUse { dir: PathBuf, pid: Option<u32> },
+    #[error("the sweep failed: {0}")]
+    Sweep(String),
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
@@ -561,6 +563,13 @@ impl Stack {
         let source = twopc::fanout::replay::DirectoryDeadLetters::new(&self.replay.dir);
         let max = source.files().map_err(io_error(format!("listing {}", self.replay.dir.display())))?.len();
         Ok(twopc::fanout::replay::replay(&source, &self.replay.streams, &self.replay.processor, max.max(1)).await?)
+    }
+
+    /// Runs one sweep now, as the sweeper's timer (the deployed EventBridge schedule) would, and returns
+    /// its report (`{"committed", "aborted", "stuck", "locksReleased", ...}`): the demo ends an expired
+    /// hold without waiting for the next tick.
+    pub async fn sweep(&self) -> Result<serde_json::Value, Error> {
+        self.functions.sweep().await.map_err(Error::Sweep)
     }
 
     /// Whether this stack started DynamoDB Local itself.

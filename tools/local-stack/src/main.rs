@@ -1,8 +1,8 @@
 //! `twopc-local`: the whole system on one machine.
 //!
 //! - `twopc-local up`: start it and keep it running until Ctrl-C.
-//! - `twopc-local demo`: start it, run a few transfers with a WebSocket client watching, show what
-//!   happened (phases, votes, outcomes, pushes, lake lines), stop.
+//! - `twopc-local demo`: start it, run a few transfers, orders and held orders with a WebSocket client
+//!   watching, show what happened (phases, votes, outcomes, pushes, lake lines), stop.
 //! - `twopc-local replay`: start it on the kept data as `up` does, replay the dead letters (what the
 //!   stream polling gave up on, under .local/dead-letters/) through the stream processor's core, print
 //!   the answer, stop.
@@ -32,7 +32,8 @@ struct Cli {
 enum Command {
     /// Start the stack and keep it running; Ctrl-C stops everything it started.
     Up(StackArgs),
-    /// Start the stack, run a committed, a refused and two conflicting transfers, show what happened, stop.
+    /// Start the stack, run a committed, a refused and two conflicting transfers, orders, and held orders
+    /// (one approved, one rejected, one that expires), show what happened, stop.
     Demo(StackArgs),
     /// Start the stack on the kept data (as `up`), replay the dead letters of .local/dead-letters/
     /// (ranges of the streams the polling gave up on) through the stream processor, print the answer, stop.
