@@ -39,12 +39,16 @@ impl Status {
 /// `late` is a ghost: the lock was written after this participant had processed an abort of the same
 /// transaction (a stray lock of a late copy). `margin` is a ghost for a `sometimes` check only: the lock
 /// was written while its owner was in the clock margin (phase 1); it is left out of the state's identity.
+/// `pending` is the item's `pending` written with the lock (issue 30): the new value a service's own
+/// operation computed at prepare, which its vote stands for and its commit applies (with `apply_pending`
+/// off, the code before the fix kept nothing: then it is a ghost, the value the vote stood for).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Lock {
     pub tx: Tx,
     pub token: u8,
     pub late: bool,
     pub margin: bool,
+    pub pending: Option<i8>,
 }
 
 impl std::hash::Hash for Lock {
@@ -52,15 +56,71 @@ impl std::hash::Hash for Lock {
         self.tx.hash(h);
         self.token.hash(h);
         self.late.hash(h);
+        self.pending.hash(h);
     }
 }
 
-/// A participant table's item: `data.balance`, `lastTx`, `lock`.
+/// A participant table's item: `data.balance`, `version` (every commit moves it, issue 29), `lastTx`,
+/// `lock`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Item {
     pub balance: i8,
+    pub version: u8,
     pub last_tx: Option<Tx>,
     pub lock: Option<Lock>,
+}
+
+/// Where a resource participant's barrier entry stands (participant/resource.rs `State`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BState {
+    /// Written before the first try request (`begin`, `attribute_not_exists`); the try's outcome unknown.
+    Trying,
+    /// The resource reserved; the entry knows what (`tried`).
+    Tried,
+    /// The resource refused the try: nothing held.
+    Refused,
+    Confirmed,
+    Cancelled,
+}
+
+/// A resource participant's barrier entry of one transaction (`barrier#<transaction>` in its table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Entry {
+    pub state: BState,
+    /// The token of the prepare that wrote it (its vote reports it; a commit must name it).
+    pub token: u8,
+    /// `tried` is recorded: the reservation the try answered (TRIED, or CANCELLED from TRIED).
+    pub tried: bool,
+    /// CANCELLED: the cancel call for `tried` went through (`cancelledCall`).
+    pub cancelled_call: bool,
+    /// CANCELLED: the repeat of the cancel is done (`rechecked`; an empty rollback is born rechecked).
+    pub rechecked: bool,
+    /// The entry carries a lock, in the locks index, for the sweeper: TRYING and TRIED until the
+    /// deadline, CANCELLED until its recheck is due.
+    pub lock: bool,
+}
+
+/// What the resource (the payment API) did under a transaction's try key: nothing yet, or its stored
+/// first answer (declined, or an authorization, with what became of it). Capture and void are kept per
+/// authorization: a second capture of a captured one or void of a voided one is answered OK; a capture of
+/// a voided one or a void of a captured one is refused (409).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Res {
+    Unused,
+    Declined,
+    /// Authorized: money held.
+    Held,
+    Captured,
+    Voided,
+}
+
+/// A try request on its way to the resource: it may land late (after its sender gave up, after the
+/// abort and the cancel), twice, or never. `from` is the prepare handler waiting for its answer (its
+/// request, which names the delivery), None once nobody waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TryMsg {
+    pub tx: Tx,
+    pub from: Option<Req>,
 }
 
 /// A participant entry's vote, as the coordinator collected it or the record stores it.
@@ -145,6 +205,9 @@ pub enum Ans {
     NotPrepared,
     Aborted,
     RecordExists,
+    /// A resource participant's FAILED: the confirm or cancel its resource did not carry out (not an
+    /// acknowledgement: the message is sent again).
+    Failed,
 }
 
 /// A request in flight to a participant, and where its answer goes. (An answer reaches its caller in
@@ -186,6 +249,30 @@ pub enum TPc {
     ReleaseStray { at: u8, token: u8 },
     /// `Participant::abort`: `release` of the `at`-th item.
     Abort { at: u8 },
+    /// Issues 29, 30: `judge`: read the item and judge it (a rule; a service's own operation computes the
+    /// new value), before the lock write (two-phase) or the one-phase write.
+    Judge,
+    /// The lock write after `judge`, conditioned on the item's version being `seen`; `value` is what a
+    /// service's own operation computed (kept in `pending`).
+    LockSeen { seen: u8, value: i8 },
+    /// `apply_one_phase` after `judge`, conditioned on the version `seen`, applying `value` (custom) or the delta.
+    OnePhaseSeen { seen: u8, value: i8 },
+    /// Issue 31, a resource participant's prepare (`Driver::prepare`): waiting for the answer of its try
+    /// request (it gives up at its cutoff, or earlier on a timeout, and then sends the request again).
+    /// `token`: its own, or the one of the TRYING entry an earlier delivery wrote (the same try).
+    RTryAwait { token: u8 },
+    /// The try's answer came: record it (TRYING → TRIED, or REFUSED) and vote.
+    RTried { reserved: bool, token: u8 },
+    /// `Driver::abort` read TRYING or TRIED (`seen_tried`): the `cancelled` write, conditioned on the entry
+    /// being TRYING or TRIED (either: what it was when read is not part of the condition).
+    RCancel { seen_tried: bool },
+    /// `cancel_call`: void the reservation the entry knows, under the cancel's key, and mark `cancelledCall`.
+    RVoid,
+    /// `Driver::abort`, (again) from the read of the entry.
+    RAbort,
+    /// `Driver::commit`: the entry was TRIED with the voted token and the resource captured: TRIED →
+    /// CONFIRMED (token), releasing its lock.
+    RConfirmed,
 }
 
 /// Stages of lock resolution (recovery.rs `owner_fate`, participant `resolve`).
@@ -416,6 +503,16 @@ impl std::hash::Hash for Ghost {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub items: Vec<Item>,
+    /// Issue 31: the resource participant's barrier entries, per transaction (empty without a resource).
+    pub barriers: Vec<Option<Entry>>,
+    /// Issue 31: what the resource did under each transaction's try key (empty without a resource).
+    pub res: Vec<Res>,
+    /// Issue 31: try requests in flight to the resource (a multiset, kept sorted).
+    pub rnet: Vec<TryMsg>,
+    /// Issue 31: bit per tx: its card is declined (the resource refuses its try), chosen at the start.
+    pub declined: u8,
+    /// Issue 30: bit per service: it was redeployed (its own operation computes `balance - 2q`).
+    pub deployed: u8,
     pub records: Vec<Option<Record>>,
     /// Two bits per tx: the phase of its deadline by its coordinator's clock ([`phase`]; it moves
     /// forward at any moment after the transaction began).

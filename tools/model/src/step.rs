@@ -20,6 +20,9 @@ use crate::config::{ItemId, Op, OpKind, Svc, Tx};
 use crate::state::*;
 use crate::{Event, TwoPc, Violation};
 
+mod judged;
+mod resource;
+
 /// A fault that may come with a step: a DynamoDB write that takes effect but whose reply is lost, a
 /// write DynamoDB refuses (4xx, not applied), or the first write of a record refused for its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,6 +97,20 @@ pub enum Action {
     /// A retried key's answer budget (27 s, which the model cannot measure) runs out: it stops waiting
     /// or driving and answers what the record said (`replay` → `Reply::answering`).
     Budget(u8),
+    /// Issue 30: a service is redeployed with another version of its own operation (`balance - 2q`).
+    Redeploy(Svc),
+    /// Issue 31: a try request lands at the resource, which does the try under its key the first time and
+    /// answers any repeat with the stored first answer; the answer reaches the prepare waiting for it (the
+    /// fault: it is lost on its way back).
+    TryLand(u8, Fault),
+    /// Issue 31: the network delivers a second copy of a try request.
+    TryDup(u8),
+    /// Issue 31: the network loses a try request (it never lands).
+    TryLose(u8),
+    /// Issue 31: a resource prepare stops waiting for its try's answer: at its cutoff (its call's timeout:
+    /// it refuses UNAVAILABLE, the entry stays TRYING), or before it on a timeout (a fault while the
+    /// request is still in flight: it may land later) or once no answer can come, and sends the try again.
+    TryTimeout(u8, Late),
 }
 
 /// Per-step context: the fault the action brings, whether a write used it, and a log for traces.
@@ -206,7 +223,8 @@ fn bit(tx: Tx) -> u8 {
 fn guard(op: &Op, item: &Item) -> bool {
     match op.kind {
         OpKind::Add { delta, min } => min.is_none_or(|m| item.balance + delta >= m),
-        OpKind::Check => true,
+        // A rule and a service's own operation are judged on the item as read (`judge`), not in the write.
+        OpKind::Check | OpKind::Ruled { .. } | OpKind::Custom { .. } | OpKind::Charge => true,
     }
 }
 
@@ -232,6 +250,8 @@ impl TwoPc {
         let mut s = s0.clone();
         let (fault, late) = match action {
             Action::Deliver(_, f, l) | Action::Task(_, f, l) | Action::Coord(_, f, l) | Action::Sweep(f, l) => (f, l.0),
+            Action::TryLand(_, f) => (f, 0),
+            Action::TryTimeout(_, l) => (Fault::None, l.0),
             _ => (Fault::None, 0),
         };
         let mut ctx = Ctx { fault, used: false, late, checks: 0, void: false, log: log.then(Vec::new) };
@@ -262,6 +282,38 @@ impl TwoPc {
             Action::Budget(ci) => {
                 ctx.note(|| format!("{}: the answer budget runs out", self.coord_name(ci)));
                 self.budget_spent(&mut s, ci, &mut ctx);
+            }
+            Action::Redeploy(svc) => {
+                s.deployed |= 1 << svc;
+                self.event(&mut s, Event::Redeployed);
+                ctx.note(|| {
+                    format!("{} is redeployed: its operation now computes stock - 2q", self.cfg.services[svc as usize])
+                });
+            }
+            Action::TryLand(i, _) => {
+                let m = s.rnet.remove(i as usize);
+                ctx.note(|| format!("a try request of {} lands at the resource", self.tx_name(m.tx)));
+                self.try_land(&mut s, m, &mut ctx);
+            }
+            Action::TryDup(i) => {
+                let m = s.rnet[i as usize];
+                s.budget.dup -= 1;
+                s.budget.total -= 1;
+                self.progress(&mut s);
+                ctx.note(|| format!("network duplicates a try request of {}", self.tx_name(m.tx)));
+                s.rnet.push(m);
+            }
+            Action::TryLose(i) => {
+                let m = s.rnet.remove(i as usize);
+                s.budget.loss -= 1;
+                s.budget.total -= 1;
+                self.progress(&mut s);
+                ctx.note(|| format!("network loses a try request of {}", self.tx_name(m.tx)));
+            }
+            Action::TryTimeout(i, _) => {
+                let t = s.tasks.remove(i as usize);
+                ctx.note(|| format!("{}: waiting for the try's answer", self.task_name(&t)));
+                self.try_timeout(&mut s, t, &mut ctx);
             }
             Action::Crash(ci) => {
                 s.budget.crash -= 1;
@@ -397,6 +449,11 @@ impl TwoPc {
             .collect();
         s.net.sort_unstable();
         s.tasks.sort_unstable();
+        // A try request nobody waits for, landing once its key was used, changes nothing (the stored answer).
+        let res = std::mem::take(&mut s.res);
+        s.rnet.retain(|m| m.from.is_some() || res[m.tx as usize] == Res::Unused);
+        s.res = res;
+        s.rnet.sort_unstable();
         // A reason to abort matters until the transaction is decided.
         s.ghost.reason |= s.ghost.decided_commit | s.ghost.decided_abort;
         // "This participant processed T's abort" matters while a prepare of T may still lock there.
@@ -520,7 +577,8 @@ impl TwoPc {
         self.write_record(s, tx, rec, ctx);
     }
 
-    fn take_lock(&self, s: &mut State, item: ItemId, tx: Tx, svc: Svc, token: u8, ctx: &mut Ctx) {
+    #[allow(clippy::too_many_arguments)]
+    fn take_lock(&self, s: &mut State, item: ItemId, tx: Tx, svc: Svc, token: u8, pending: Option<i8>, ctx: &mut Ctx) {
         let late = s.ghost.abort_processed & (1 << (tx as u32 * 8 + svc as u32)) != 0;
         let ended = s.status(tx).is_some_and(Status::terminal)
             || self.execs_of(tx).any(|ci| s.coords[ci as usize].answer.is_some());
@@ -535,7 +593,7 @@ impl TwoPc {
             self.event(s, Event::LockPastCutoff);
         }
         ctx.note(|| format!("  lock {} for {} (token {token})", self.cfg.items[item as usize].name, self.tx_name(tx)));
-        s.items[item as usize].lock = Some(Lock { tx, token, late, margin });
+        s.items[item as usize].lock = Some(Lock { tx, token, late, margin, pending });
         self.progress(s);
     }
 
@@ -563,8 +621,21 @@ impl TwoPc {
         self.progress(s);
     }
 
-    /// Applies `tx`'s operation on `item` (a commit or a roll-forward): it must be decided commit.
-    fn apply_op(&self, s: &mut State, tx: Tx, svc: Svc, item: ItemId, two_phase: bool, ctx: &mut Ctx) {
+    /// Applies `tx`'s operation on `item` (a commit or a roll-forward): it must be decided commit. Every
+    /// commit moves the item's version. A service's own operation applies, in two phases, the value its
+    /// prepare kept in `pending` (`apply_pending`; off: computed again by the operation as deployed now),
+    /// in one phase the value it computed in this attempt (`computed`).
+    #[allow(clippy::too_many_arguments)]
+    fn apply_op(
+        &self,
+        s: &mut State,
+        tx: Tx,
+        svc: Svc,
+        item: ItemId,
+        two_phase: bool,
+        computed: Option<i8>,
+        ctx: &mut Ctx,
+    ) {
         if two_phase && !s.status(tx).is_some_and(Status::commit) {
             self.violate(s, Violation::BadRollForward, ctx);
         }
@@ -573,15 +644,26 @@ impl TwoPc {
             if op.item != item {
                 continue;
             }
-            if let OpKind::Add { delta, .. } = op.kind {
-                let it = &mut s.items[item as usize];
-                it.balance += delta;
-                it.last_tx = Some(tx);
-                s.ghost.applied[self.cfg.op_index(tx, p, o)] += 1;
-                ctx.note(|| {
-                    format!("  apply {}'s {delta:+} to {}", self.tx_name(tx), self.cfg.items[item as usize].name)
-                });
-            }
+            let it = s.items[item as usize];
+            let new = match op.kind {
+                OpKind::Add { delta, .. } | OpKind::Ruled { delta } => it.balance + delta,
+                OpKind::Custom { q } => self.custom_value(s, tx, svc, q, &it, two_phase, computed, ctx),
+                OpKind::Check | OpKind::Charge => continue,
+            };
+            let it = &mut s.items[item as usize];
+            let old = it.balance;
+            it.balance = new;
+            it.version += 1;
+            it.last_tx = Some(tx);
+            s.ghost.applied[self.cfg.op_index(tx, p, o)] += 1;
+            ctx.note(|| {
+                format!(
+                    "  apply {}'s {:?} to {}: {old} -> {new}",
+                    self.tx_name(tx),
+                    op.kind,
+                    self.cfg.items[item as usize].name
+                )
+            });
         }
         if two_phase {
             if s.items[item as usize].lock.is_some_and(|l| l.margin) {
@@ -710,6 +792,11 @@ impl TwoPc {
 
     /// Where a prepare (or one-phase commit) goes back to after resolving a lock or waiting.
     fn resume_pc(&self, t: &Task) -> TPc {
+        let tx = t.req.tx();
+        if matches!(t.req, Req::Prepare { .. } | Req::OnePhase { .. }) && self.ops(tx, t.svc).iter().any(Op::judged) {
+            // Read and judged again, then locked on condition of the version read (issues 29, 30).
+            return TPc::Judge;
+        }
         match t.req {
             Req::OnePhase { .. } => TPc::OnePhase,
             Req::Prepare { tx, .. } if self.cfg.txs[tx as usize].parts[self.part_of(tx, t.svc)].read_only() => {
@@ -754,6 +841,9 @@ impl TwoPc {
         let tx = req.tx();
         if s.status(tx).is_some_and(Status::terminal) {
             self.event(s, Event::LateDelivery);
+        }
+        if self.cfg.is_resource(svc) {
+            return self.res_deliver(s, svc, req, reply, ctx);
         }
         let mut t = Task { svc, req, reply, pc: TPc::Lock, retrying: false, burned: 0 };
         match req {
@@ -801,6 +891,15 @@ impl TwoPc {
                 self.commit_next(s, t, at + 1, false, ctx);
             }
             TPc::Abort { at } => self.abort_step(s, t, at, ctx),
+            TPc::Judge => self.judge(s, t, ctx),
+            TPc::LockSeen { seen, value } => self.lock_seen(s, t, seen, value, ctx),
+            TPc::OnePhaseSeen { seen, value } => self.one_phase_seen(s, t, seen, value, ctx),
+            TPc::RTryAwait { .. } => unreachable!("a try's answer comes with Action::TryLand"),
+            TPc::RTried { reserved, token } => self.res_tried(s, t, reserved, token, ctx),
+            TPc::RCancel { seen_tried } => self.res_cancel(s, t, seen_tried, ctx),
+            TPc::RVoid => self.res_void(s, t, ctx),
+            TPc::RAbort => self.res_abort(s, t, ctx),
+            TPc::RConfirmed => self.res_confirmed(s, t, ctx),
         }
     }
 
@@ -835,7 +934,7 @@ impl TwoPc {
         let retrying = std::mem::take(&mut t.retrying);
         let Some(i) = failed else {
             for op in ops {
-                self.take_lock(s, op.item, tx, t.svc, token, ctx);
+                self.take_lock(s, op.item, tx, t.svc, token, None, ctx);
             }
             if ctx.lost_reply(s) {
                 t.retrying = true;
@@ -904,7 +1003,7 @@ impl TwoPc {
         match item_failed {
             None if s.record(tx).is_none() => {
                 for op in ops {
-                    self.apply_op(s, tx, t.svc, op.item, false, ctx);
+                    self.apply_op(s, tx, t.svc, op.item, false, None, ctx);
                 }
                 s.ghost.executed_by[tx as usize] |= 1 << exec;
                 let votes = vec![Vote::Prepared { token: 0, read_only: false }];
@@ -1014,7 +1113,7 @@ impl TwoPc {
                     it.lock.is_some_and(|l| l.tx == owner) && it.last_tx != Some(owner)
                 };
                 if held {
-                    self.apply_op(s, owner, t.svc, item, true, ctx);
+                    self.apply_op(s, owner, t.svc, item, true, None, ctx);
                     self.event(s, Event::RolledForward);
                     if ctx.lost_reply(s) {
                         t.retrying = true;
@@ -1070,7 +1169,7 @@ impl TwoPc {
             it.lock.is_some_and(|l| l.tx == tx) && it.last_tx != Some(tx)
         };
         if held {
-            self.apply_op(s, tx, t.svc, op.item, true, ctx);
+            self.apply_op(s, tx, t.svc, op.item, true, None, ctx);
             if ctx.lost_reply(s) {
                 t.retrying = true;
                 s.tasks.push(t);
@@ -1191,7 +1290,7 @@ impl TwoPc {
         let terminal = s.status(tx).is_some_and(Status::terminal);
         s.net.iter().all(|m| m.req.tx() != tx)
             && s.tasks.iter().all(|t| t.req.tx() != tx)
-            && s.items.iter().all(|it| it.lock.is_none_or(|l| l.tx != tx))
+            && !self.holds_lock(s, tx)
             && self.execs_of(tx).all(|ci| match s.coords[ci as usize].pc {
                 CPc::Done => true,
                 CPc::Start => terminal,
@@ -1243,7 +1342,7 @@ impl TwoPc {
     fn resolvers_idle(&self, s: &State, tx: Tx) -> bool {
         let terminal = s.status(tx).is_some_and(Status::terminal);
         !self.open(s, tx)
-            && s.items.iter().all(|it| it.lock.is_none_or(|l| l.tx != tx))
+            && !self.holds_lock(s, tx)
             && (self.cfg.switches.lock_cutoff || !self.may_still_lock(s, tx))
             && self.execs_of(tx).all(|ci| match s.coords[ci as usize].pc {
                 CPc::Start => terminal,
@@ -1263,8 +1362,19 @@ impl TwoPc {
             || self.execs_of(tx).any(|ci| matches!(s.coords[ci as usize].pc, CPc::Start | CPc::CreatePreparing))
     }
 
-    /// Whether `tx` holds a lock at `svc`, or a prepare of it may still take one there.
+    /// Whether `tx` holds a lock at `svc`, or a prepare of it may still take one there. At a resource: a
+    /// prepare of it may still come or is at work there, or its barrier entry is one an abort or commit
+    /// acts on (TRYING, TRIED, a CANCELLED one with its lock or a reservation not voided yet).
     fn may_hold(&self, s: &State, tx: Tx, svc: Svc) -> bool {
+        if self.cfg.is_resource(svc) {
+            return s.net.iter().any(|m| m.to == svc && matches!(m.req, Req::Prepare { tx: t, .. } if t == tx))
+                || s.tasks.iter().any(|t| t.svc == svc && matches!(t.req, Req::Prepare { tx: x, .. } if x == tx))
+                || s.barriers[tx as usize].is_some_and(|e| {
+                    e.lock
+                        || matches!(e.state, BState::Trying | BState::Tried)
+                        || e.state == BState::Cancelled && e.tried && !e.cancelled_call
+                });
+        }
         s.items.iter().enumerate().any(|(i, it)| self.cfg.items[i].svc == svc && it.lock.is_some_and(|l| l.tx == tx))
             || s.net.iter().any(|m| m.to == svc && matches!(m.req, Req::Prepare { tx: t, .. } if t == tx))
             || s.tasks.iter().any(|t| t.svc == svc && matches!(t.req, Req::Prepare { tx: x, .. } if x == tx))
@@ -1900,7 +2010,7 @@ impl TwoPc {
 
     fn sweeper_work(&self, s: &State, r: Reading) -> bool {
         (0..self.cfg.txs.len() as Tx).any(|tx| self.open(s, tx) && self.resolvable(s, tx) == r)
-            || s.items.iter().any(|it| it.lock.is_some_and(|l| self.resolvable(s, l.tx) == r))
+            || self.slots().any(|i| self.slot_lock(s, i).is_some_and(|_| self.slot_reading(s, i) == r))
     }
 
     fn open(&self, s: &State, tx: Tx) -> bool {
@@ -1911,8 +2021,12 @@ impl TwoPc {
     pub(crate) fn sweeper_checks(&self, s: &State) -> u32 {
         let either = |tx: Tx| self.resolvable(s, tx) == Reading::Either;
         let locks_from = |svc: Svc| {
-            (0..s.items.len())
-                .filter(|&i| self.cfg.items[i].svc >= svc && s.items[i].lock.is_some_and(|l| either(l.tx)))
+            self.slots()
+                .filter(|&i| {
+                    self.slot_svc(i) >= svc
+                        && self.slot_lock(s, i).is_some()
+                        && self.slot_reading(s, i) == Reading::Either
+                })
                 .count() as u32
         };
         match &s.sweeper.pc {
@@ -1921,7 +2035,9 @@ impl TwoPc {
                     + locks_from(0)
             }
             SPc::QueryLocks { svc } => locks_from(*svc),
-            SPc::GetItem { item, .. } => s.items[*item as usize].lock.is_some_and(|l| either(l.tx)) as u32,
+            SPc::GetItem { item, .. } => {
+                (self.slot_lock(s, *item).is_some() && self.slot_reading(s, *item) == Reading::Either) as u32
+            }
             _ => 0,
         }
     }
@@ -1960,14 +2076,14 @@ impl TwoPc {
     /// its owner's record.
     fn sweep_locks(&self, s: &mut State, svc: Svc, ctx: &mut Ctx) {
         let mut locked: Vec<(Tx, ItemId)> = vec![];
-        for i in 0..s.items.len() {
-            if self.cfg.items[i].svc != svc {
+        for i in self.slots() {
+            if self.slot_svc(i) != svc {
                 continue;
             }
-            if let Some(l) = s.items[i].lock
-                && self.resolver_reads_past(s, l.tx, ctx)
+            if let Some(l) = self.slot_lock(s, i)
+                && self.slot_reads_past(s, i, ctx)
             {
-                locked.push((l.tx, i as ItemId));
+                locked.push((l.tx, i));
             }
         }
         locked.sort();
@@ -2000,11 +2116,11 @@ impl TwoPc {
 
     /// sweeper.rs `resolve_lock`: the item (still locked, expired?) and its owner's fate.
     fn sweep_get_item(&self, s: &mut State, svc: Svc, item: ItemId, rest: Vec<ItemId>, ctx: &mut Ctx) {
-        let lock = s.items[item as usize].lock;
+        let lock = self.slot_lock(s, item);
         match lock {
             // Still locked, and past its expiry and twice the margin by the sweeper's clock (read again: a
             // lock listed already reads past; another transaction's lock since is checked anew).
-            Some(l) if self.resolver_reads_past(s, l.tx, ctx) => {
+            Some(l) if self.slot_reads_past(s, item, ctx) => {
                 let fate = self.fate(s, l.tx, svc);
                 self.sweep_resolve(s, svc, item, l.tx, rest, fate, ctx)
             }
