@@ -140,6 +140,72 @@ def set_rest_authorization(stack: Stack, authorization: str) -> None:
 
 
 
+# --- one REST method, in either form (a Method resource of CDK, an operation of SAM's OpenAPI body),
+# named by its verb and the last part of its path ("commit": POST /transactions/{id}/commit) ----------
+
+
+def _path_part(stack: Stack, method: str) -> str | None:
+    resource_id = ref_id(stack.props(method).get("ResourceId"))
+    if resource_id in stack.template["Resources"]:
+        return props(stack, resource_id).get("PathPart")
+    return None
+
+
+def rest_method_parts(stack: Stack, verb: str, last_part: str) -> list[tuple[dict, str]]:
+    """(the raw Method properties or OpenAPI operation, "method" or "body") of each REST method of
+    `verb` on a path ending in `last_part`."""
+    out: list[tuple[dict, str]] = []
+    for name in _method_resources(stack, verb.upper()):
+        if _path_part(stack, name) == last_part:
+            out.append((props(stack, name), "method"))
+    for operations, path in _body_operations(stack, verb):
+        if path.rsplit("/", 1)[-1] == last_part:
+            out.append((operations[verb.lower()], "body"))
+    assert out, f"no REST {verb} on a path ending in {last_part}"
+    return out
+
+
+def remove_rest_method(stack: Stack, verb: str, last_part: str) -> None:
+    """Removes the REST method (its Method resource, or its operation of the OpenAPI body)."""
+    for name in _method_resources(stack, verb.upper()):
+        if _path_part(stack, name) == last_part:
+            del stack.template["Resources"][name]
+    for operations, path in _body_operations(stack, verb):
+        if path.rsplit("/", 1)[-1] == last_part:
+            del operations[verb.lower()]
+
+
+def set_rest_method_authorization(stack: Stack, verb: str, last_part: str, authorization: str) -> None:
+    """One REST method's authorization: NONE, AWS_IAM, or CUSTOM (an authorizer of its own)."""
+    for part, form in rest_method_parts(stack, verb, last_part):
+        if form == "method":
+            part["AuthorizationType"] = authorization
+            if authorization == "CUSTOM":
+                part["AuthorizerId"] = ref("OtherAuthorizer")
+        else:
+            part["security"] = {"NONE": [], "AWS_IAM": [{"AWS_IAM": []}], "CUSTOM": [{"OtherAuthorizer": []}]}[authorization]
+
+
+def set_rest_method_target(stack: Stack, verb: str, last_part: str, old: str, new: str) -> None:
+    """Points one REST method's integration elsewhere (`old` replaced by `new` in its integration)."""
+    for part, form in rest_method_parts(stack, verb, last_part):
+        key = "Integration" if form == "method" else "x-amazon-apigateway-integration"
+        part[key] = replace_in_strings(part[key], old, new)
+
+
+def remove_rest_invoke_permissions(stack: Stack, verb: str, last_part: str) -> None:
+    """Removes the Lambda permissions that let API Gateway invoke a function for that REST method."""
+    for name in sorted(stack.resources("AWS::Lambda::Permission")):
+        resolved = stack.props(name)
+        source = str(resolved.get("SourceArn"))
+        if (
+            resolved.get("Principal") == "apigateway.amazonaws.com"
+            and f"/{verb.upper()}/" in source
+            and source.rsplit("/", 1)[-1] == last_part
+        ):
+            del stack.template["Resources"][name]
+
+
 # --- the REST API's preflight and gateway responses, in either form (Method and GatewayResponse
 # resources of CDK, the OpenAPI body of SAM) ------------------------------------------------------
 

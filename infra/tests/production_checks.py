@@ -3,7 +3,7 @@ concurrency, deletion protection, the lake's compression and Glue table, logging
 participants' `live` aliases, the REST API's CORS, the WebSocket API's answers to subscribe and
 unsubscribe, the connections function's cap on topics, the fan-out's ride through an outage and its
 replay of what it gave up on, who may invoke a participant: the message keys and the participants'
-resource policies), on a deployed template (SAM after the transform, or CDK), found by
+resource policies, held transactions: their routes and the coordinator's hold policy), on a deployed template (SAM after the transform, or CDK), found by
 meaning as in template_checks.py. Each returns a list of problems (empty: fine).
 
 Where a property is wired to a parameter, the check evaluates the template with other values of that
@@ -12,6 +12,7 @@ parameter too, so a hard-coded value that happens to equal the default does not 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from system import (
     role_of,
     table_ids,
 )
-from template_checks import METRICS_NAMESPACE, SDK_CALLS, rest_methods
+from template_checks import CREATE_ROUTE, HOLD_ROUTES, METRICS_NAMESPACE, SDK_CALLS, rest_methods
 
 # ----------------------------------------------------------------------------------------------
 # Parameters every template offers (the same deploy-time interface for SAM and CDK)
@@ -1692,4 +1693,161 @@ def check_resource_participants(stack: Stack) -> list[str]:
             problems.append(f"{where}: its role {role} may not {action} on its table; the barrier calls it")
         for action in sorted(on_own - barrier):
             problems.append(f"{where}: its role {role} may {action} on its table; the barrier never calls it")
+    return sorted(set(problems), key=problems.index)
+
+
+# 15. Held transactions: their two routes, and the coordinator's hold policy
+# ----------------------------------------------------------------------------------------------
+
+# The bounds and defaults of a hold (`twopc::model`), and the coordinator's variables (`twopc::config`).
+MODEL_SOURCE = REPO / "functions" / "twopc" / "src" / "model.rs"
+HOLD_POLICY_PARAMETER = "HoldPolicy"
+MAX_HOLD_PARAMETER = "MaxHoldMs"
+# `{}`: no service named, so every service accepts holds up to the code's default (15 minutes).
+HOLD_POLICY_DEFAULT = "{}"
+# Values the parameters may take besides their defaults: the variables must follow them (the policy is
+# the example of functions/twopc/src/hold.rs).
+HOLD_POLICY_OTHER_VALUE = '{"service-a": {"maxHoldMs": 600000}, "service-b": {"accepts": false}}'
+MAX_HOLD_OTHER_VALUE = "3600000"
+# Values no other part of the template could hold by chance: where they show up, the parameter went.
+HOLD_POLICY_MARKER = '{"hold-marker-service": {"maxHoldMs": 4321}}'
+MAX_HOLD_MARKER = "4321987"
+
+
+def hold_contract(config: Path = CONFIG_SOURCE, model: Path = MODEL_SOURCE) -> dict[str, Any]:
+    """The coordinator's hold variables (`twopc::config`) and the bounds of a hold (`twopc::model`)."""
+    names, bounds = rust_constants(config), rust_constants(model)
+    missing = [n for n in ["HOLD_POLICY", "MAX_HOLD_MS"] if n not in names] + [
+        n for n in ["MIN_HOLD_MS", "DEFAULT_MAX_HOLD_MS", "DEFAULT_SERVICE_MAX_HOLD_MS"] if n not in bounds
+    ]
+    if missing:
+        raise AssertionError(f"no constant {missing} in {config} / {model}")
+    return {
+        "policyVariable": str(names["HOLD_POLICY"]),
+        "maxVariable": str(names["MAX_HOLD_MS"]),
+        "minHoldMs": int(bounds["MIN_HOLD_MS"]),
+        "maxHoldMs": int(bounds["DEFAULT_MAX_HOLD_MS"]),
+        "serviceMaxHoldMs": int(bounds["DEFAULT_SERVICE_MAX_HOLD_MS"]),
+    }
+
+
+def _route_arn_tail(route: tuple[str, str]) -> str:
+    """The part of a route's execute-api ARN after the stage: `POST/transactions/x/commit`."""
+    verb, path = route
+    return verb + re.sub(r"\{[^}/]+\}", "x", path)
+
+
+def _invoke_permitted(stack: Stack, function: str, api: str, route: tuple[str, str]) -> bool:
+    """Whether a permission on the function lets API Gateway invoke it for the route of that API (its
+    SourceArn `…:${api}/<stage>/<verb>/<path>`, `*` matching any text, as Lambda matches it)."""
+    for name in stack.resources("AWS::Lambda::Permission"):
+        props = stack.props(name)
+        if function_target(stack, props.get("FunctionName")) != function:
+            continue
+        if props.get("Principal") != "apigateway.amazonaws.com" or props.get("Action") != "lambda:InvokeFunction":
+            continue
+        source = str(props.get("SourceArn"))
+        marker = ":${%s}/" % api
+        if marker not in source:
+            continue
+        _, _, after_stage = source.split(marker, 1)[1].partition("/")
+        if fnmatch.fnmatchcase(_route_arn_tail(route), after_stage):
+            return True
+    return False
+
+
+def check_hold_routes(stack: Stack) -> list[str]:
+    """POST /transactions/{id}/commit and /abort (a held transaction's decision): on the API of POST
+    /transactions, authorized exactly as it is (AWS_IAM: the coordinator lets only the principal that
+    created a held transaction decide it, and reads that principal from the signed request), proxied
+    to the coordinator, which API Gateway may invoke for that route."""
+    problems: list[str] = []
+    methods = rest_methods(stack)
+    create = methods.get(CREATE_ROUTE)
+    if create is None:
+        return [f"REST route {' '.join(CREATE_ROUTE)} is missing"]
+    if create["authorization"] != "AWS_IAM":
+        problems.append(f"REST {' '.join(CREATE_ROUTE)}: authorization {create['authorization']!r}, not AWS_IAM")
+    coordinators = functions_of(stack, "coordinator")
+    if not coordinators:
+        problems.append("no coordinator")
+    for route in HOLD_ROUTES:
+        where = f"REST {' '.join(route)}"
+        method = methods.get(route)
+        if method is None:
+            problems.append(f"{where} is missing (a held transaction could not be decided before its holdUntil)")
+            continue
+        if method["api"] != create["api"]:
+            problems.append(f"{where}: on the API {method['api']}, not on POST /transactions' ({create['api']})")
+        if method["authorizer"] != create["authorizer"]:
+            problems.append(
+                f"{where}: authorized as {method['authorizer']}, not as POST /transactions ({create['authorizer']})"
+            )
+        if method["integration_type"] != create["integration_type"]:
+            problems.append(f"{where}: integration {method['integration_type']!r}, not POST /transactions' {create['integration_type']!r}")
+        reached = [c for c in coordinators if "${%s.Arn}" % c in method["uri"]]
+        if not reached:
+            problems.append(f"{where} does not reach the coordinator: {method['uri']}")
+        for coordinator in reached:
+            if not _invoke_permitted(stack, coordinator, str(method["api"]), route):
+                problems.append(f"{where}: no permission lets API Gateway invoke {coordinator} for it")
+    return problems
+
+
+def check_hold_policy(stack: Stack) -> list[str]:
+    """HoldPolicy (String, default `{}`: every service accepts holds up to the code's 15 minutes) and
+    MaxHoldMs (Number, default and MaxValue the code's 24 h, MinValue its shortest hold) reach the
+    coordinator as HOLD_POLICY and MAX_HOLD_MS, with any value; no other function gets either variable
+    or either parameter's value."""
+    contract = hold_contract()
+    policy_variable, max_variable = contract["policyVariable"], contract["maxVariable"]
+    parameters = stack.template.get("Parameters", {})
+    problems = _parameter(stack, HOLD_POLICY_PARAMETER, HOLD_POLICY_DEFAULT)
+    policy = parameters.get(HOLD_POLICY_PARAMETER)
+    if policy is not None:
+        if policy.get("Type") != "String":
+            problems.append(f"parameter {HOLD_POLICY_PARAMETER}: type {policy.get('Type')!r}, not String")
+        pattern = policy.get("AllowedPattern")
+        for value in [HOLD_POLICY_DEFAULT, HOLD_POLICY_OTHER_VALUE]:
+            if pattern is not None and not re.fullmatch(str(pattern), value):
+                problems.append(f"parameter {HOLD_POLICY_PARAMETER}: its AllowedPattern {pattern!r} refuses {value!r}")
+    problems += _parameter(stack, MAX_HOLD_PARAMETER, contract["maxHoldMs"])
+    maximum = parameters.get(MAX_HOLD_PARAMETER)
+    if maximum is not None:
+        if maximum.get("Type") != "Number":
+            problems.append(f"parameter {MAX_HOLD_PARAMETER}: type {maximum.get('Type')!r}, not Number")
+        for bound, want in [("MinValue", contract["minHoldMs"]), ("MaxValue", contract["maxHoldMs"])]:
+            if number(maximum.get(bound)) != want:
+                problems.append(f"parameter {MAX_HOLD_PARAMETER}: {bound} {maximum.get(bound)!r}, not {want} (the code's bound)")
+    if policy is None or maximum is None:
+        return problems
+    for policy_value, max_value in [
+        (stack.parameter(HOLD_POLICY_PARAMETER), stack.parameter(MAX_HOLD_PARAMETER)),
+        (HOLD_POLICY_OTHER_VALUE, MAX_HOLD_OTHER_VALUE),
+        (HOLD_POLICY_MARKER, MAX_HOLD_MARKER),
+    ]:
+        evaluated = stack.with_parameters(**{HOLD_POLICY_PARAMETER: policy_value, MAX_HOLD_PARAMETER: max_value})
+        coordinators = functions_of(evaluated, "coordinator")
+        if not coordinators:
+            problems.append("no coordinator")
+        for function in coordinators:
+            env = environment(evaluated, function)
+            if env.get(policy_variable) != policy_value:
+                problems.append(
+                    f"{function}: {policy_variable} is {env.get(policy_variable)!r} with {HOLD_POLICY_PARAMETER}={policy_value!r}"
+                )
+            if not _same_number(env.get(max_variable), max_value):
+                problems.append(f"{function}: {max_variable} is {env.get(max_variable)!r} with {MAX_HOLD_PARAMETER}={max_value}")
+        for function in functions(evaluated):
+            if function in coordinators:
+                continue
+            env = environment(evaluated, function)
+            for variable in [policy_variable, max_variable]:
+                if variable in env:
+                    problems.append(f"{function}: sets {variable}, which only the coordinator reads")
+            text = json.dumps(env)
+            if (policy_value, max_value) == (HOLD_POLICY_MARKER, MAX_HOLD_MARKER):
+                for parameter, marker in [(HOLD_POLICY_PARAMETER, HOLD_POLICY_MARKER), (MAX_HOLD_PARAMETER, MAX_HOLD_MARKER)]:
+                    if marker in text or json.dumps(marker)[1:-1] in text:
+                        problems.append(f"{function}: its environment carries the {parameter} parameter, which is the coordinator's")
     return sorted(set(problems), key=problems.index)

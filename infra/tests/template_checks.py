@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -193,11 +194,60 @@ def telemetry_names(source: Path = TELEMETRY_SOURCE) -> dict[str, list[str]]:
     return out
 
 
-def with_source_facts(code: dict, functions_dir: Path = REPO / "functions") -> dict:
+# twopc::config, where every variable a function reads is named, and read by a `pub fn` of the file.
+CONFIG_SOURCE = REPO / "functions" / "twopc" / "src" / "config.rs"
+
+
+def config_readers(source: Path = CONFIG_SOURCE) -> dict[str, list[str]]:
+    """The `pub fn`s of `twopc::config` that read variables named by constants of the file
+    (`std::env::var(NAME)`, NAME a `pub const NAME: &str = "..."`), with the variables each reads.
+    Functions that read the variable their caller names (`required(name)`) are not among them: their
+    callers name it, and FUNCTION_ENVIRONMENT lists it."""
+    text = source.read_text()
+    names = dict(re.findall(r'^\s*pub const (\w+): &str = "([^"]*)";', text, re.M))
+    readers: dict[str, list[str]] = {}
+    # Each top-level `pub fn`, up to its closing brace (the first `}` alone at the start of a line).
+    for match in re.finditer(r"^pub (?:async )?fn (\w+)\b(.*?)^\}", text, re.M | re.S):
+        read = [names[c] for c in re.findall(r"std::env::var\((\w+)\)", match.group(2)) if c in names]
+        if read:
+            readers[match.group(1)] = sorted(set(read))
+    return readers
+
+
+def variables_read_through_config(
+    binaries: list[str], functions_dir: Path = REPO / "functions", config: Path = CONFIG_SOURCE
+) -> dict[str, list[str]]:
+    """binary -> the variables it reads through the readers of `twopc::config` its sources call
+    (`config::hold_policy()` reads HOLD_POLICY and MAX_HOLD_MS)."""
+    readers = config_readers(config)
+    out: dict[str, list[str]] = {}
+    for binary in binaries:
+        sources = sorted((functions_dir / binary / "src").rglob("*.rs"))
+        text = "\n".join(s.read_text() for s in sources)
+        called = set(re.findall(r"\bconfig::(\w+)\s*\(", text))
+        read = sorted({v for reader in called & set(readers) for v in readers[reader]})
+        if read:
+            out[binary] = read
+    return out
+
+
+def with_source_facts(code: dict, functions_dir: Path = REPO / "functions", config: Path = CONFIG_SOURCE) -> dict:
     """The contract, held to what the sources show: each binary whose `main.rs` calls
     `install_emf_from_env` must list METRICS_NAMESPACE, and each metric list of `twopc::telemetry` must be
-    printed, as the source declares it. A difference fails: the contract is what the templates follow."""
+    printed, as the source declares it (a difference fails: the contract is what the templates follow).
+    A variable a binary reads through a reader of `twopc::config` (`config::hold_policy()`) that
+    FUNCTION_ENVIRONMENT does not list yet is added to the binary's variables, with a warning: the
+    templates must set what the code reads, whether or not the list says so yet."""
     environment = code.get("functionEnvironment", {})
+    for binary, read in variables_read_through_config(sorted(environment), functions_dir, config).items():
+        missing = [v for v in read if v not in environment[binary]]
+        if missing:
+            warnings.warn(
+                f"{binary} reads {missing} through twopc::config (functions/{binary}/src), which "
+                "twopc::config::FUNCTION_ENVIRONMENT does not list: the templates are held to them all the same",
+                stacklevel=2,
+            )
+            environment[binary] = [*environment[binary], *missing]
     for main in sorted(functions_dir.glob("*/src/main.rs")):
         binary = main.parent.parent.name
         if binary in environment and EMF_FROM_ENVIRONMENT in main.read_text():
@@ -858,6 +908,8 @@ def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
         methods[(str(props.get("HttpMethod")).upper(), path or "?")] = {
             "api": api,
             "authorization": props.get("AuthorizationType"),
+            # Everything that decides who may call it (to compare two methods' authorization).
+            "authorizer": {k: props.get(k) for k in ["AuthorizationType", "AuthorizerId", "AuthorizationScopes", "ApiKeyRequired"]},
             "uri": str(integration.get("Uri")),
             "integration_type": str(integration.get("Type")).lower(),
             "integration_responses": [
@@ -888,6 +940,7 @@ def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
                 methods[(verb.upper(), path)] = {
                     "api": api,
                     "authorization": "AWS_IAM" if names and names <= sigv4 else "NONE",
+                    "authorizer": {"security": operation.get("security")},
                     "uri": str(integration.get("uri")),
                     "integration_type": str(integration.get("type")).lower(),
                     "integration_responses": [
@@ -907,14 +960,20 @@ def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
     return methods
 
 
+# The REST routes of the coordinator (functions/coordinator/src/lib.rs).
+CREATE_ROUTE = ("POST", "/transactions")
+HOLD_ROUTES = [("POST", "/transactions/{id}/commit"), ("POST", "/transactions/{id}/abort")]
+COORDINATOR_ROUTES = [CREATE_ROUTE, ("GET", "/transactions/{id}"), *HOLD_ROUTES]
+
+
 def check_apis(stack: Stack) -> list[str]:
-    """REST: POST /transactions and GET /transactions/{id} reach the coordinator, every method is
-    IAM-authorized. WebSocket: the four routes, $connect authorized, routed by `action`, integrated
+    """REST: POST /transactions, GET /transactions/{id} and a held transaction's POST
+    /transactions/{id}/commit and /abort reach the coordinator, every method is IAM-authorized. WebSocket: the four routes, $connect authorized, routed by `action`, integrated
     with the connections function."""
     problems = []
     coordinators = ["${%s.Arn}" % f for f in functions_of(stack, "coordinator")]
     methods = rest_methods(stack)
-    for route in [("POST", "/transactions"), ("GET", "/transactions/{id}")]:
+    for route in COORDINATOR_ROUTES:
         method = methods.get(route)
         if method is None:
             problems.append(f"REST route {route[0]} {route[1]} is missing")

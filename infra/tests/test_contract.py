@@ -2,7 +2,9 @@
 
 The code's side comes from `cargo run -q -p twopc --example contract` (functions/twopc/examples/
 contract.rs), which prints `twopc::tables` and `twopc::config::FUNCTION_ENVIRONMENT` as JSON. Every
-test runs on the SAM template (after the transform) and on the CDK template. The coordinator's
+test runs on the SAM template (after the transform) and on the CDK template. A variable a binary reads
+through a reader of `twopc::config` (the coordinator's `config::hold_policy()`: HOLD_POLICY and
+MAX_HOLD_MS) is part of its environment even before FUNCTION_ENVIRONMENT lists it (with a warning). The coordinator's
 SERVICE_OPERATIONS (the services' own operation schemas) is infra/service-operations.json, and names
 only registered services that run a participant of their own (the example inventory; the example
 payments, a resource participant, whose operations are a resource's)."""
@@ -78,6 +80,35 @@ def test_a_binary_that_writes_metrics_must_list_the_namespace(tmp_path):
         with_source_facts({**listed, "metrics": unprinted}, tmp_path)
     with pytest.raises(AssertionError):
         with_source_facts({**listed, "metrics": {**telemetry_names(), "sweeperCounts": ["StuckTransactions"]}}, tmp_path)
+
+
+def test_a_variable_read_through_config_is_part_of_the_environment(tmp_path):
+    # A reader of twopc::config named by a binary's sources (config::hold_policy()) reads its variables:
+    # the contract gets them, with a warning while FUNCTION_ENVIRONMENT does not list them. A function
+    # that reads the variable its caller names (required(name)) adds nothing: the caller names it.
+    config = tmp_path / "config.rs"
+    config.write_text(
+        'pub const HOLDS: &str = "HOLDS";\npub const LIMIT: &str = "LIMIT";\npub const OTHER: &str = "OTHER";\n'
+        "pub fn holds(\n    x: u8,\n) -> Option<String> {\n    let _ = std::env::var(LIMIT);\n"
+        "    std::env::var(HOLDS).ok()\n}\n\n"
+        "pub fn required(name: &'static str) -> String {\n    std::env::var(name).unwrap()\n}\n"
+    )
+    functions_dir = tmp_path / "functions"
+    for binary, source in [("reader", "let h = config::holds(1);"), ("other", "let o = config::required(config::OTHER);")]:
+        (functions_dir / binary / "src").mkdir(parents=True)
+        (functions_dir / binary / "src" / "lib.rs").write_text(f"fn run() {{ {source} }}\n")
+    listed = {"functionEnvironment": {"reader": ["HOLDS", "LIMIT"], "other": ["OTHER"]}, "metrics": telemetry_names()}
+    assert with_source_facts(copy.deepcopy(listed), functions_dir, config) == listed
+    unlisted = {"functionEnvironment": {"reader": ["X"], "other": ["OTHER"]}, "metrics": telemetry_names()}
+    with pytest.warns(UserWarning, match="reader reads"):
+        completed = with_source_facts(unlisted, functions_dir, config)
+    assert completed["functionEnvironment"] == {"reader": ["X", "HOLDS", "LIMIT"], "other": ["OTHER"]}
+
+
+def test_only_the_coordinator_reads_the_hold_policy(contract):
+    environment = contract["functionEnvironment"]
+    assert {"HOLD_POLICY", "MAX_HOLD_MS"} <= set(environment["coordinator"])
+    assert [b for b, names in environment.items() if b != "coordinator" and {"HOLD_POLICY", "MAX_HOLD_MS"} & set(names)] == []
 
 
 def test_tables_match_the_code(stack):
@@ -196,6 +227,13 @@ def _break_environment(stack, breakage: str) -> None:
         del b.variables(stack, "stream-processor")["METRICS_NAMESPACE"]
     elif breakage == "stream-processor-metrics-namespace":
         b.variables(stack, "stream-processor")["METRICS_NAMESPACE"] = "TwoPhaseCommit"
+    elif breakage == "hold-policy-missing":
+        # The coordinator would accept holds of up to 15 minutes from every service, whatever the policy.
+        del b.variables(stack, "coordinator")["HOLD_POLICY"]
+    elif breakage == "max-hold-missing":
+        del b.variables(stack, "coordinator")["MAX_HOLD_MS"]
+    elif breakage == "hold-policy-on-the-sweeper":
+        b.variables(stack, "sweeper")["HOLD_POLICY"] = "{}"
 
 
 @pytest.mark.parametrize(
@@ -221,6 +259,9 @@ def _break_environment(stack, breakage: str) -> None:
         "payment-api-url-on-the-inventory",
         "payments-runs-the-generic-participant",
         "payments-runs-the-inventory",
+        "hold-policy-missing",
+        "max-hold-missing",
+        "hold-policy-on-the-sweeper",
     ],
 )
 def test_environment_check_catches(breakage, stack):

@@ -9,10 +9,12 @@ stream processor's own dead letters: its grant to send there, the queue's messag
 on the participants' clock skew and on the records the stream processor dead-letters itself; who may
 invoke a participant: each service's message key (a secret of its own, generated, read by its
 participant, the coordinator and the sweeper only, named by PARTICIPANT_KEY and PARTICIPANT_KEYS),
-each participant's resource policy (the coordinator's and the sweeper's roles, nobody else), and the
+each participant's resource policy (the coordinator's and the sweeper's roles, nobody else), the
 local development keys nowhere in a template; the resource participants (the example payments): their
 resource's address from its parameter, a timeout longer than a prepare retrying until the deadline, no
-VPC, their role on their own barrier entries only."""
+VPC, their role on their own barrier entries only; held transactions: POST /transactions/{id}/commit and
+/abort authorized exactly as POST /transactions and reaching the coordinator, and its HOLD_POLICY and
+MAX_HOLD_MS from the HoldPolicy and MaxHoldMs parameters, on no other function."""
 
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ from production_checks import (
     check_deletion_protection,
     check_fanout_alarms,
     check_fanout_retries,
+    check_hold_policy,
+    check_hold_routes,
     check_lake_catalog,
     check_logging,
     check_max_topics,
@@ -50,6 +54,7 @@ from production_checks import (
     check_websocket_answers,
     clock_margin_ms,
     cors_contract,
+    hold_contract,
     lake_record_fields,
     max_topics_contract,
     queue_actions_of_code,
@@ -79,6 +84,8 @@ CHECKS = {
     "participant-invokers": check_participant_invokers,
     "no-local-keys": check_no_local_keys,
     "resource-participants": check_resource_participants,
+    "hold-routes": check_hold_routes,
+    "hold-policy": check_hold_policy,
 }
 
 
@@ -114,6 +121,22 @@ def test_the_cors_values_are_read_from_the_code():
 
 def test_the_topic_cap_is_read_from_the_code():
     assert max_topics_contract() == {"variable": "MAX_TOPICS_PER_CONNECTION", "default": 50}
+
+
+def test_the_hold_policy_is_read_from_the_code():
+    assert hold_contract() == {
+        "policyVariable": "HOLD_POLICY",
+        "maxVariable": "MAX_HOLD_MS",
+        "minHoldMs": 1_000,
+        "maxHoldMs": 86_400_000,
+        "serviceMaxHoldMs": 900_000,
+    }
+
+
+def test_the_hold_parameters_are_the_same_in_both_templates(sam, cdk):
+    # The same deploy-time interface: name, type, default, bounds, pattern and description.
+    for name in ["HoldPolicy", "MaxHoldMs"]:
+        assert sam.template["Parameters"][name] == cdk.template["Parameters"][name], name
 
 
 def test_the_clock_margin_and_the_dead_letters_are_read_from_the_code():
@@ -922,6 +945,10 @@ def _parameter_description(stack, text: str) -> None:
     stack.template["Parameters"]["PaymentApiUrl"]["Description"] = text
 
 
+def _decision_to_the_sweeper(stack, decision: str) -> None:
+    b.set_rest_method_target(stack, "POST", decision, b.function(stack, "coordinator"), b.function(stack, "sweeper"))
+
+
 BREAKAGES.update(
     {
         # PAYMENT_API_URL from PaymentApiUrl, on the payments function alone
@@ -986,6 +1013,47 @@ BREAKAGES.update(
             lambda s: b.props(s, b.alarm_on(s, "StuckTransactions")).update(
                 AlarmDescription="The sweeper could not finish open transactions for 5 minutes."
             ),
+        ),
+        # a held transaction's two routes, authorized exactly as POST /transactions
+        "commit-route-missing": ("hold-routes", lambda s: b.remove_rest_method(s, "POST", "commit")),
+        "abort-route-missing": ("hold-routes", lambda s: b.remove_rest_method(s, "POST", "abort")),
+        "abort-route-unauthorized": ("hold-routes", lambda s: b.set_rest_method_authorization(s, "POST", "abort", "NONE")),
+        "commit-route-unauthorized": ("hold-routes", lambda s: b.set_rest_method_authorization(s, "POST", "commit", "NONE")),
+        "commit-route-another-authorizer": (
+            "hold-routes",
+            lambda s: b.set_rest_method_authorization(s, "POST", "commit", "CUSTOM"),
+        ),
+        # the same authorization as POST /transactions, but none at all
+        "every-route-unauthorized": ("hold-routes", lambda s: b.set_rest_authorization(s, "NONE")),
+        "commit-route-to-the-sweeper": ("hold-routes", lambda s: _decision_to_the_sweeper(s, "commit")),
+        "abort-route-not-permitted": ("hold-routes", lambda s: b.remove_rest_invoke_permissions(s, "POST", "abort")),
+        # the coordinator's hold policy, from its parameters and on nothing else
+        "no-hold-policy-parameter": ("hold-policy", lambda s: s.template["Parameters"].pop("HoldPolicy")),
+        "no-max-hold-parameter": ("hold-policy", lambda s: s.template["Parameters"].pop("MaxHoldMs")),
+        "hold-policy-default": (
+            "hold-policy",
+            lambda s: s.template["Parameters"]["HoldPolicy"].update(Default='{"service-b": {"accepts": false}}'),
+        ),
+        "hold-policy-pattern-refuses-a-policy": (
+            "hold-policy",
+            lambda s: s.template["Parameters"]["HoldPolicy"].update(AllowedPattern="\\{\\}"),
+        ),
+        "hold-policy-missing": ("hold-policy", lambda s: b.variables(s, "coordinator").pop("HOLD_POLICY")),
+        "hold-policy-hard-coded": ("hold-policy", lambda s: b.variables(s, "coordinator").update(HOLD_POLICY="{}")),
+        "max-hold-hard-coded": ("hold-policy", lambda s: b.variables(s, "coordinator").update(MAX_HOLD_MS="86400000")),
+        "max-hold-from-the-policy": ("hold-policy", lambda s: b.variables(s, "coordinator").update(MAX_HOLD_MS=b.ref("HoldPolicy"))),
+        "max-hold-default": ("hold-policy", lambda s: s.template["Parameters"]["MaxHoldMs"].update(Default=900000)),
+        "max-hold-above-the-code": ("hold-policy", lambda s: s.template["Parameters"]["MaxHoldMs"].update(MaxValue=172800000)),
+        "max-hold-unbounded": ("hold-policy", lambda s: s.template["Parameters"]["MaxHoldMs"].pop("MaxValue")),
+        "max-hold-zero-allowed": ("hold-policy", lambda s: s.template["Parameters"]["MaxHoldMs"].update(MinValue=0)),
+        "max-hold-a-string": ("hold-policy", lambda s: s.template["Parameters"]["MaxHoldMs"].update(Type="String")),
+        "hold-policy-on-the-sweeper": (
+            "hold-policy",
+            lambda s: b.variables(s, "sweeper").update(HOLD_POLICY=b.ref("HoldPolicy")),
+        ),
+        "max-hold-in-another-variable": (
+            "hold-policy",
+            lambda s: b.variables(s, "connections").update(MAX_TOPICS_PER_CONNECTION=b.ref("MaxHoldMs")),
         ),
     }
 )

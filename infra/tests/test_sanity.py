@@ -133,6 +133,18 @@ def test_api_check_catches_a_route_to_another_function(stack):
     assert check_apis(stack) != []
 
 
+@pytest.mark.parametrize("decision", ["commit", "abort"])
+def test_api_check_catches_a_missing_decision_route(decision, stack):
+    # POST /transactions/{id}/commit or /abort: a held transaction could not be decided.
+    b.remove_rest_method(stack, "POST", decision)
+    assert check_apis(stack) != []
+
+
+def test_api_check_catches_an_unauthenticated_decision_route(stack):
+    b.set_rest_method_authorization(stack, "POST", "commit", "NONE")
+    assert check_apis(stack) != []
+
+
 def test_lake_check_catches_an_unpartitioned_prefix(stack):
     stream = b.only(stack, "AWS::KinesisFirehose::DeliveryStream")
     b.props(stack, stream)["ExtendedS3DestinationConfiguration"]["Prefix"] = "data/"

@@ -261,6 +261,33 @@ export class TwoPhaseCommitStack extends Stack {
         "How many topics one WebSocket connection may follow at once (the connections function's " +
         'MAX_TOPICS_PER_CONNECTION); a subscribe beyond it is refused topic by topic, with the reason.',
     });
+    // Held transactions (`holdMs`, README "Decide later: held transactions"): the coordinator's
+    // HOLD_POLICY and MAX_HOLD_MS (functions/twopc/src/hold.rs; infra/tests reads the bounds and the
+    // defaults in functions/twopc/src/model.rs).
+    const holdPolicy = parameter('HoldPolicy', {
+      type: 'String',
+      default: '{}',
+      // A JSON object; the coordinator checks the rest and refuses to start on a bad one.
+      allowedPattern: '\\s*\\{.*\\}\\s*',
+      constraintDescription:
+        'must be a JSON object such as {"service-a": {"maxHoldMs": 600000}, "service-b": {"accepts": false}}',
+      description:
+        'Which services accept held transactions (holdMs) and the longest hold each accepts, as JSON ' +
+        '{"<service>": {"accepts"?: true|false, "maxHoldMs"?: milliseconds}} (the coordinator\'s ' +
+        'HOLD_POLICY), for example {"service-a": {"maxHoldMs": 600000}, "service-b": {"accepts": false}}. ' +
+        'A service not named accepts holds of up to 15 minutes; {} (the default): every service does. ' +
+        'A held transaction keeps its locks until its caller commits or aborts it, or the hold expires.',
+    });
+    const maxHoldMs = parameter('MaxHoldMs', {
+      type: 'Number',
+      // functions/twopc/src/model.rs: DEFAULT_MAX_HOLD_MS (24 h, the default and the ceiling), MIN_HOLD_MS.
+      default: 86400000,
+      minValue: 1000,
+      maxValue: 86400000,
+      description:
+        "The longest hold of any held transaction, in milliseconds (the coordinator's MAX_HOLD_MS), 1000 " +
+        "to 86400000 (24 h); each service's own maximum (HoldPolicy) applies below it.",
+    });
 
     const hasAlarmAction = new CfnCondition(this, 'HasAlarmAction', {
       expression: Fn.conditionNot(Fn.conditionEquals(alarmActionArn.valueAsString, '')),
@@ -570,7 +597,7 @@ export class TwoPhaseCommitStack extends Stack {
       readParticipantKeys,
     ]);
     const coordinator = rust('CoordinatorFunction', 'coordinator', coordinatorRole, coordinatorLogGroup, {
-      description: '2PC coordinator (POST /transactions, GET /transactions/{id})',
+      description: '2PC coordinator (POST /transactions, GET /transactions/{id}, POST /transactions/{id}/commit and /abort)',
       // Longer than the largest transaction timeout the coordinator accepts (MAX_TIMEOUT_MS, 25 s)
       // plus the commit phase (checked by infra/tests against the code); it answers within 27 s.
       timeout: 45,
@@ -586,6 +613,10 @@ export class TwoPhaseCommitStack extends Stack {
         // coordinator validates of their operations. Every service it names must be in PARTICIPANTS
         // (the coordinator refuses to start otherwise).
         SERVICE_OPERATIONS: operations,
+        // Held transactions: which services accept a hold and for how long (JSON, `{}`: every service
+        // up to 15 minutes), and the longest hold of any transaction.
+        HOLD_POLICY: holdPolicy.valueAsString,
+        MAX_HOLD_MS: maxHoldMs.valueAsString,
       },
       // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
       // stream processor need (it also caps the coordinator); 0 reserves nothing.
@@ -1039,7 +1070,7 @@ export class TwoPhaseCommitStack extends Stack {
     restApi.node.tryRemoveChild('Endpoint');
     // Permissions scoped to each method of the stage; none for the console's test invocations.
     const coordinatorIntegration = new apigateway.LambdaIntegration(coordinator, { proxy: true, allowTestInvoke: false });
-    // The preflight: an OPTIONS mock on /transactions and on /transactions/{id} (the options are
+    // The preflight: an OPTIONS mock on /transactions and on each path below it (the options are
     // inherited), answered by API Gateway with the values of functions/twopc/src/cors.rs (SAM: the
     // Api's Cors, on the paths it serves). CDK gives these methods no authorization whatever the
     // default above (browsers never sign a preflight). One origin, the parameter: a plain header (CDK
@@ -1055,7 +1086,12 @@ export class TwoPhaseCommitStack extends Stack {
       },
     });
     transactions.addMethod('POST', coordinatorIntegration);
-    transactions.addResource('{id}').addMethod('GET', coordinatorIntegration);
+    const transaction = transactions.addResource('{id}');
+    transaction.addMethod('GET', coordinatorIntegration);
+    // A held transaction's decision (holdMs): authorized as POST /transactions (the API's default,
+    // IAM); only the principal that created it may commit or abort it. Their preflight is inherited.
+    transaction.addResource('commit').addMethod('POST', coordinatorIntegration);
+    transaction.addResource('abort').addMethod('POST', coordinatorIntegration);
     // API Gateway's own errors (403 of a bad signature, 413, 429 of throttling, 5xx) carry the origin
     // too, so that a browser may read them (SAM: the Api's GatewayResponses).
     for (const [logicalId, type] of [
@@ -1097,7 +1133,8 @@ export class TwoPhaseCommitStack extends Stack {
       new CfnOutput(this, `${name}Output`, { description, value }).overrideLogicalId(name);
     output(
       'RestApiUrl',
-      'REST API base URL (POST /transactions, GET /transactions/{id}); requests are SigV4-signed (execute-api)',
+      'REST API base URL (POST /transactions, GET /transactions/{id}, POST /transactions/{id}/commit and /abort); ' +
+        'requests are SigV4-signed (execute-api)',
       `https://${restApi.restApiId}.execute-api.${Aws.REGION}.${Aws.URL_SUFFIX}/${apiStageName.valueAsString}`,
     );
     output('WebSocketUrl', 'WebSocket URL for clients (SigV4-signed $connect)', `wss://${webSocketHost}`);

@@ -130,8 +130,9 @@ test('the SAM template logical ids of the main resources', () => {
 test('CORS: an unsigned preflight on each path, the origin from CorsAllowOrigin everywhere', () => {
   const origin = { 'Fn::Join': ['', ["'", { Ref: 'CorsAllowOrigin' }, "'"]] };
   const preflights = ofType(template, 'AWS::ApiGateway::Method').filter(([, m]) => m.Properties?.HttpMethod === 'OPTIONS');
-  // /transactions and /transactions/{id}, as SAM's Cors: not the root, which serves nothing.
-  assert.equal(preflights.length, 2);
+  // /transactions, /transactions/{id} and its /commit and /abort, as SAM's Cors: not the root, which
+  // serves nothing.
+  assert.equal(preflights.length, 4);
   for (const [id, method] of preflights) {
     assert.ok(!JSON.stringify(method.Properties?.ResourceId).includes('RootResourceId'), `${id} is on the root`);
     // The API's default (AWS_IAM) must not reach the preflight: browsers never sign it.
@@ -156,6 +157,31 @@ test('CORS: an unsigned preflight on each path, the origin from CorsAllowOrigin 
   const coordinatorEnv = (template.Resources.CoordinatorFunction.Properties?.Environment as { Variables: Record<string, unknown> })
     .Variables;
   assert.deepEqual(coordinatorEnv.CORS_ALLOW_ORIGIN, { Ref: 'CorsAllowOrigin' });
+});
+
+test('a held transaction: commit and abort authorized as POST /transactions, the hold policy from its parameters', () => {
+  const methods = ofType(template, 'AWS::ApiGateway::Method').filter(([, m]) => m.Properties?.HttpMethod === 'POST');
+  const pathPart = (method: (typeof methods)[number][1]) => {
+    const resource = (method.Properties?.ResourceId as { Ref: string }).Ref;
+    return template.Resources[resource].Properties?.PathPart;
+  };
+  const create = methods.find(([, m]) => pathPart(m) === 'transactions');
+  assert.ok(create, 'no POST /transactions');
+  assert.equal(create[1].Properties?.AuthorizationType, 'AWS_IAM');
+  for (const decision of ['commit', 'abort']) {
+    const method = methods.find(([, m]) => pathPart(m) === decision);
+    assert.ok(method, `no POST /transactions/{id}/${decision}`);
+    for (const key of ['AuthorizationType', 'AuthorizerId', 'AuthorizationScopes', 'ApiKeyRequired', 'RestApiId']) {
+      assert.deepEqual(method[1].Properties?.[key], create[1].Properties?.[key], `${decision}: ${key}`);
+    }
+    assert.deepEqual(method[1].Properties?.Integration, create[1].Properties?.Integration, decision);
+  }
+  const variables = (template.Resources.CoordinatorFunction.Properties?.Environment as { Variables: Record<string, unknown> })
+    .Variables;
+  assert.deepEqual(variables.HOLD_POLICY, { Ref: 'HoldPolicy' });
+  assert.deepEqual(variables.MAX_HOLD_MS, { Ref: 'MaxHoldMs' });
+  assert.equal((template.Parameters.HoldPolicy as { Default: string }).Default, '{}');
+  assert.equal((template.Parameters.MaxHoldMs as { Default: number }).Default, 86400000);
 });
 
 test('subscribe and unsubscribe answer the client, $connect and $disconnect do not', () => {
