@@ -20,6 +20,13 @@
 //! units of a SKU with its own operations, and the buyer pays with a transfer, in one transaction; half
 //! of them also charge a card at the payments service (a resource participant: authorize, capture, void
 //! at the stand-in payment API, which fails, answers late and receives requests late, at random).
+//! Some transfers and orders are HELD (`holdMs`, 1 to 3 s, so that many expire during the run): once the
+//! POST answers (202 PREPARED with `holdUntil`, or only an id, or a refusal), a task of the client's
+//! approves (`POST /transactions/{id}/commit`), rejects (`/abort`), approves twice, approves and rejects
+//! at once, or does nothing; now, later within the hold, or after `holdUntil` (where a commit aborts
+//! it, or finds it expired). Their hold messages and decisions meet the same faults as every call
+//! (crashes in the decision's second phase, lost, failed, duplicated and late messages, DynamoDB faults),
+//! and the sweeper aborts the expired ones alongside, as prepares meeting their locks do.
 //!
 //! Checked once everything ended: every record terminal and no lock left; balances, versions and
 //! `lastTx` are exactly what the committed records make (each applied once, nothing of an aborted
@@ -29,13 +36,18 @@
 //! record as the call itself saw it (a crash before the decision ends aborted, one after it ends as the
 //! record said right after the crash); a 409 says ABORTED; a 5xx quotes no table, DynamoDB operation
 //! or DynamoDB error; a key is prepared by one execution at most, and its replays name one transaction.
+//! A held transaction's decisions agree with its record as well (a commit's 200 or 202 COMMITTING:
+//! committed; its 409: the decided body, ABORTED; an abort's 200: aborted; its 409: committed); it ends
+//! committed only if a commit was sent by its `holdUntil` (by the clock every coordinator here shares),
+//! and aborted for the expiry, or for its client's reject if it sent one; recovery runs past the last
+//! `holdUntil`, so none is left PREPARED.
 //!
 //! `BANK_SEED` replays a run's draws (the interleaving, and so which request a DynamoDB fault strikes,
 //! varies); `BANK_TRANSFERS`, `BANK_CLIENTS` size it; `BANK_SOAK_SECS` turns it into a soak that keeps
 //! transferring for that long; `BANK_FAULT_PERCENT` is the chance of a coordinator or edge fault per
 //! call, `BANK_DYNAMO_PERMILLE` the chance of each DynamoDB fault kind per request, `BANK_LIMIT_PERCENT`
 //! the share of writes near DynamoDB's limits, `BANK_ORDER_PERCENT` the share of orders, `BANK_PAYMENT_PERMILLE` the chance of each payment API fault, `BANK_LATE_PERCENT` the chance that a call also has a late
-//! copy of one of its messages.
+//! copy of one of its messages, `BANK_HOLD_PERCENT` the share of transfers and orders that are held.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -45,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use bigdecimal::BigDecimal;
 use serde_json::{Value, json};
+use twopc::clock::CLOCK_MARGIN_MS;
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::model::Action;
 use twopc_client::{Transaction, op};
@@ -98,7 +111,7 @@ impl Fault {
     }
 }
 
-fn draw_fault(rng: &mut Rng, rate_percent: u64, timeout: Duration) -> Fault {
+fn draw_fault(rng: &mut Rng, rate_percent: u64, timeout: Duration, held: bool) -> Fault {
     if rng.below(100) >= rate_percent {
         return Fault::None;
     }
@@ -110,16 +123,44 @@ fn draw_fault(rng: &mut Rng, rate_percent: u64, timeout: Duration) -> Fault {
         CoordinatorCrash::AfterCommits(1),
         CoordinatorCrash::BeforeTerminal,
     ];
-    let actions = [Action::Prepare, Action::Commit, Action::Abort];
+    // A held transaction's hold messages (the locks' new expiry) meet the same faults as the others.
+    let actions: &[Action] = match held {
+        true => &[Action::Prepare, Action::Commit, Action::Abort, Action::Hold],
+        false => &[Action::Prepare, Action::Commit, Action::Abort],
+    };
+    let action = |rng: &mut Rng| actions[rng.below(actions.len() as u64) as usize];
     match rng.below(6) {
         0 | 1 => Fault::Crash(crashes[rng.below(crashes.len() as u64) as usize]),
         2 => {
             let edges = [EdgeFault::LoseReply, EdgeFault::Duplicate, EdgeFault::Fail];
             let edge = edges[rng.below(3) as usize];
-            Fault::Edge(edge, actions[rng.below(3) as usize])
+            Fault::Edge(edge, action(rng))
         }
         3 => Fault::Edge(EdgeFault::DelayReply(timeout + Duration::from_millis(300)), Action::Prepare),
-        _ => Fault::Edge(late_copy(rng, timeout), actions[rng.below(3) as usize]),
+        _ => {
+            let action = action(rng);
+            Fault::Edge(late_copy(rng, timeout), action)
+        }
+    }
+}
+
+/// The fault of a held transaction's decision (`POST /transactions/{id}/commit` or `/abort`): a crash
+/// in its second phase (the only crash points it passes), or a lost, failed, duplicated or late copy of
+/// its commit or abort messages.
+fn draw_decision_fault(rng: &mut Rng, rate_percent: u64, timeout: Duration) -> Fault {
+    if rng.below(100) >= rate_percent {
+        return Fault::None;
+    }
+    let crashes =
+        [CoordinatorCrash::AfterCommits(1), CoordinatorCrash::AfterCommits(2), CoordinatorCrash::BeforeTerminal];
+    let action = [Action::Commit, Action::Abort][rng.below(2) as usize];
+    match rng.below(4) {
+        0 => Fault::Crash(crashes[rng.below(crashes.len() as u64) as usize]),
+        1 | 2 => {
+            let edges = [EdgeFault::LoseReply, EdgeFault::Duplicate, EdgeFault::Fail];
+            Fault::Edge(edges[rng.below(3) as usize], action)
+        }
+        _ => Fault::Edge(late_copy(rng, timeout), action),
     }
 }
 
@@ -133,13 +174,22 @@ fn late_copy(rng: &mut Rng, timeout: Duration) -> EdgeFault {
 
 /// Besides its fault, a call may have a late copy of one of its messages (a prepare half the time):
 /// (service index, action, copy).
-fn draw_late(rng: &mut Rng, late_percent: u64, timeout: Duration) -> Option<(u64, Action, EdgeFault)> {
+fn draw_late(
+    rng: &mut Rng,
+    late_percent: u64,
+    timeout: Duration,
+    actions: &[Action],
+) -> Option<(u64, Action, EdgeFault)> {
     if rng.below(100) >= late_percent {
         return None;
     }
-    let actions = [Action::Prepare, Action::Prepare, Action::Commit, Action::Abort];
-    Some((rng.below(2), actions[rng.below(4) as usize], late_copy(rng, timeout)))
+    Some((rng.below(2), actions[rng.below(actions.len() as u64) as usize], late_copy(rng, timeout)))
 }
+
+/// The messages a call's late copy may be of: a POST's (a held one's hold messages too), a decision's.
+const LATE_POST: &[Action] = &[Action::Prepare, Action::Prepare, Action::Commit, Action::Abort];
+const LATE_HELD_POST: &[Action] = &[Action::Prepare, Action::Prepare, Action::Commit, Action::Abort, Action::Hold];
+const LATE_DECISION: &[Action] = &[Action::Commit, Action::Abort];
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -322,6 +372,8 @@ struct Transfer {
     services: Vec<String>,
     near_limit: bool,
     timeout: Duration,
+    /// A held transfer's `holdMs`.
+    hold_ms: Option<u64>,
 }
 
 /// The faults of one call: a crash or an edge fault, and maybe a late copy of one of its messages.
@@ -334,11 +386,22 @@ struct Plan {
 
 impl Plan {
     fn draw(rng: &mut Rng, transfer: &Transfer, fault_rate: u64, late_percent: u64) -> Plan {
+        let held = transfer.hold_ms.is_some();
+        let fault = draw_fault(rng, fault_rate, transfer.timeout, held);
+        Plan::around(rng, transfer, fault, late_percent, if held { LATE_HELD_POST } else { LATE_POST })
+    }
+
+    /// The faults of a held transaction's decision call.
+    fn draw_decision(rng: &mut Rng, transfer: &Transfer, fault_rate: u64, late_percent: u64) -> Plan {
+        let fault = draw_decision_fault(rng, fault_rate, transfer.timeout);
+        Plan::around(rng, transfer, fault, late_percent, LATE_DECISION)
+    }
+
+    fn around(rng: &mut Rng, transfer: &Transfer, fault: Fault, late_percent: u64, late_actions: &[Action]) -> Plan {
         let timeout = transfer.timeout;
-        let fault = draw_fault(rng, fault_rate, timeout);
         let services = &transfer.services;
         let edge_service = services[rng.below(services.len() as u64) as usize].clone();
-        let late = draw_late(rng, late_percent, timeout)
+        let late = draw_late(rng, late_percent, timeout, late_actions)
             .map(|(service, action, copy)| (services[(service % services.len() as u64) as usize].clone(), action, copy))
             // One fault per (service, action): the edge fault drawn first keeps its place.
             .filter(
@@ -355,11 +418,36 @@ impl Plan {
     }
 }
 
+/// Which route a call took: the transfer's POST, or a held transaction's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Post,
+    Commit,
+    Abort,
+}
+
+impl Route {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Route::Post => "post",
+            Route::Commit => "commit",
+            Route::Abort => "abort",
+        }
+    }
+}
+
 /// One answer of the coordinator to one call.
 #[derive(Clone)]
 struct Outcome {
-    /// Which transfer (the same for a keyed transfer's replays).
+    /// Which transfer (the same for a keyed transfer's replays and a held one's decisions).
     transfer: usize,
+    route: Route,
+    /// The transfer was sent with `holdMs`.
+    held: bool,
+    /// A decision's path ("approve:late", ...); empty for a POST.
+    path: String,
+    /// The world's clock (every coordinator's) when the call was sent.
+    sent_at: u64,
     plan: Plan,
     keyed: bool,
     key: Option<String>,
@@ -380,6 +468,34 @@ struct Outcome {
 
 /// One call to the coordinator function, through a coordinator and invoker of its own with its faults.
 async fn call(env: &TestEnv, transfer: &Transfer, plan: Plan, replay: &'static str) -> Outcome {
+    let headers = transfer.key.as_ref().map_or(json!({}), |key| json!({"Idempotency-Key": key}));
+    let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&transfer.body));
+    Outcome { replay, ..send(env, transfer, plan, &event, Route::Post, "", None).await }
+}
+
+/// A held transaction's decision, `POST /transactions/{id}/commit` or `/abort`, under its own faults.
+async fn decide(env: &TestEnv, transfer: &Transfer, plan: Plan, id: &str, route: Route, path: &str) -> Outcome {
+    let decision = route.as_str();
+    let event = rest_event(
+        "POST",
+        &format!("/transactions/{id}/{decision}"),
+        &format!("/transactions/{{id}}/{decision}"),
+        Some(json!({"id": id})),
+        json!({}),
+        None,
+    );
+    send(env, transfer, plan, &event, route, path, Some(id)).await
+}
+
+async fn send(
+    env: &TestEnv,
+    transfer: &Transfer,
+    plan: Plan,
+    event: &Value,
+    route: Route,
+    path: &str,
+    id: Option<&str>,
+) -> Outcome {
     let invoker = env.fresh_invoker();
     let crash = match plan.fault {
         Fault::Crash(c) => Faults::crash_at(c),
@@ -393,18 +509,23 @@ async fn call(env: &TestEnv, transfer: &Transfer, plan: Plan, replay: &'static s
         invoker.set(service, *action, *copy);
     }
     let coordinator = env.coordinator_with(&invoker, crash);
-    let headers = transfer.key.as_ref().map_or(json!({}), |key| json!({"Idempotency-Key": key}));
-    let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&transfer.body));
-    let (status, answer) = call_coordinator(&coordinator, &event).await;
-    let id = answer["transactionId"].as_str().unwrap_or_default().to_owned();
+    let sent_at = env.clock_now();
+    let (status, answer) = call_coordinator(&coordinator, event).await;
+    // A decision's answer may name no transaction (a 404): it is about the one it was sent for.
+    let id = id.unwrap_or_else(|| answer["transactionId"].as_str().unwrap_or_default()).to_owned();
     let at_crash = if status == 500 { Some(record_status(env, &id).await) } else { None };
     let calls: Vec<_> = invoker.calls().into_iter().filter(|c| c.transaction_id == id && !c.late_copy).collect();
+    let post = route == Route::Post;
     Outcome {
         transfer: transfer.index,
+        route,
+        held: transfer.hold_ms.is_some(),
+        path: path.to_owned(),
+        sent_at,
         plan,
-        keyed: transfer.key.is_some(),
-        key: transfer.key.clone(),
-        replay,
+        keyed: post && transfer.key.is_some(),
+        key: transfer.key.clone().filter(|_| post),
+        replay: "",
         near_limit: transfer.near_limit,
         status,
         answer,
@@ -415,6 +536,103 @@ async fn call(env: &TestEnv, transfer: &Transfer, plan: Plan, replay: &'static s
         at_crash,
         invoker,
     }
+}
+
+/// What a held transfer's client does about it once its POST answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Approve,
+    Reject,
+    ApproveTwice,
+    /// Approve and reject at once: exactly one decision wins.
+    ApproveAndReject,
+    /// Nothing: the hold expires, and the sweeper (or a prepare meeting a held lock) aborts it.
+    Nothing,
+}
+
+impl Path {
+    fn draw(rng: &mut Rng) -> Path {
+        match rng.below(20) {
+            0..5 => Path::Approve,
+            5..9 => Path::Reject,
+            9..12 => Path::ApproveTwice,
+            12..16 => Path::ApproveAndReject,
+            _ => Path::Nothing,
+        }
+    }
+
+    fn as_str(&self) -> &'static str {
+        match self {
+            Path::Approve => "approve",
+            Path::Reject => "reject",
+            Path::ApproveTwice => "approve-twice",
+            Path::ApproveAndReject => "approve+reject",
+            Path::Nothing => "nothing",
+        }
+    }
+}
+
+/// What a held transfer's POST told its client: the transaction, and its `holdUntil` if it was held
+/// (202 PREPARED). A client told only the id (a crash, a 503) or a refusal decides all the same, blind.
+fn held_answer(calls: &[Outcome]) -> Option<(String, Option<u64>)> {
+    let prepared = calls.iter().find(|o| o.status == 202 && o.answer["status"] == "PREPARED");
+    match prepared {
+        Some(o) => Some((o.id.clone(), Some(o.answer["holdUntil"].as_u64().unwrap_or(0)))),
+        None => calls.iter().find(|o| !o.id.is_empty()).map(|o| (o.id.clone(), None)),
+    }
+}
+
+/// A held transfer's decision, in a task of its own while its client goes on with other transfers: the
+/// client approves, rejects, approves twice, approves and rejects at once, or does nothing; now, later
+/// within the hold, or after `holdUntil` (within twice the clock margin, where its own commit aborts it,
+/// or after, where expiry may have come first). Returns its path and the answers.
+async fn decide_later(
+    env: Arc<TestEnv>,
+    transfer: Transfer,
+    (id, hold_until): (String, Option<u64>),
+    mut rng: Rng,
+    fault_rate: u64,
+    late_percent: u64,
+) -> (String, Vec<Outcome>) {
+    let path = Path::draw(&mut rng);
+    let timing = match hold_until {
+        None => "blind",
+        Some(_) => ["now", "now", "in-time", "late"][rng.below(4) as usize],
+    };
+    if path == Path::Nothing {
+        return (if timing == "blind" { "nothing:blind" } else { "nothing" }.to_owned(), vec![]);
+    }
+    let label = format!("{}:{timing}", path.as_str());
+    let wait_until = match (timing, hold_until) {
+        ("in-time", Some(until)) => env.clock_now() + rng.below(until.saturating_sub(env.clock_now() + 300) + 1),
+        ("late", Some(until)) => until + rng.between(1, 4 * CLOCK_MARGIN_MS),
+        _ => 0,
+    };
+    // The world's clock is the system's (nothing moves it until the clients are done): wait until it
+    // reads `wait_until`.
+    while env.clock_now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(wait_until - env.clock_now())).await;
+    }
+    let mut plan = || Plan::draw_decision(&mut rng, &transfer, fault_rate, late_percent);
+    let env = &env;
+    let answers = match path {
+        Path::Approve => vec![decide(env, &transfer, plan(), &id, Route::Commit, &label).await],
+        Path::Reject => vec![decide(env, &transfer, plan(), &id, Route::Abort, &label).await],
+        Path::ApproveTwice => {
+            let first = decide(env, &transfer, plan(), &id, Route::Commit, &label).await;
+            vec![first, decide(env, &transfer, plan(), &id, Route::Commit, &label).await]
+        }
+        Path::ApproveAndReject => {
+            let (commit, abort) = (plan(), plan());
+            let (commit, abort) = futures::join!(
+                decide(env, &transfer, commit, &id, Route::Commit, &label),
+                decide(env, &transfer, abort, &id, Route::Abort, &label)
+            );
+            vec![commit, abort]
+        }
+        Path::Nothing => vec![],
+    };
+    (label, answers)
 }
 
 /// A transaction's status as recorded now, read with the test's own client (no fault touches it).
@@ -432,9 +650,31 @@ fn expected_records(outcome: &Outcome) -> Result<&'static [Option<&'static str>]
     const ABORTED: &[Option<&str>] = &[Some("ABORTED")];
     const ABORTED_OR_NONE: &[Option<&str>] = &[Some("ABORTED"), None];
     const TERMINAL_OR_NONE: &[Option<&str>] = &[Some("COMMITTED"), Some("ABORTED"), None];
+    const TERMINAL: &[Option<&str>] = &[Some("COMMITTED"), Some("ABORTED")];
     const NONE: &[Option<&str>] = &[None];
     let answer = &outcome.answer;
+    let said = answer["status"].as_str();
+    // A held transaction's decision: the call that won answers its decision, the other one 409 with the
+    // decided body (an expired hold's: ABORTED); a 404 means there is no such transaction (its POST never
+    // wrote the record); a crash in its second phase leaves the record decided.
+    match (outcome.route, outcome.status, said) {
+        (Route::Post, ..) => {}
+        (Route::Commit, 200, Some("COMMITTED")) | (Route::Commit, 202, Some("COMMITTING")) => return Ok(COMMITTED),
+        (Route::Commit, 409, Some("ABORTED")) | (Route::Abort, 200, Some("ABORTED")) => return Ok(ABORTED),
+        (Route::Abort, 409, Some("COMMITTED" | "COMMITTING")) => return Ok(COMMITTED),
+        // Not decided yet (its writes kept losing to others'): the transaction is told as a retried POST's.
+        (_, 202, Some("PREPARED")) => return Ok(TERMINAL),
+        (_, 404, _) => return Ok(NONE),
+        (_, 503, _) => return Ok(TERMINAL_OR_NONE),
+        (_, 500, _) if answer["error"]["code"] == "CRASHED" => {}
+        (route, status, said) => {
+            return Err(format!("a {} answered {status} {said:?}, which the contract does not allow", route.as_str()));
+        }
+    }
     match outcome.status {
+        // A held transaction: decided later, by its client or by expiry.
+        202 if said == Some("PREPARED") && outcome.held => Ok(TERMINAL),
+        202 if said == Some("PREPARED") => Err("a transaction sent without holdMs answered PREPARED".to_owned()),
         200 => Ok(COMMITTED),
         202 if answer["status"] == "COMMITTING" => Ok(COMMITTED),
         202 if answer["status"] == "PREPARING" => Ok(TERMINAL_OR_NONE),
@@ -457,6 +697,8 @@ fn expected_records(outcome: &Outcome) -> Result<&'static [Option<&'static str>]
                     let committed = match at_crash.as_deref() {
                         Some("COMMITTING" | "COMMITTED") => true,
                         Some("ABORTING" | "ABORTED") => false,
+                        // A held one crashed after recording PREPARED: its client or expiry decides.
+                        Some("PREPARED") if outcome.held && outcome.route == Route::Post => return Ok(TERMINAL),
                         other => {
                             return Err(format!("it crashed after its decision, yet its record then was {other:?}"));
                         }
@@ -509,6 +751,7 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let limit_percent = env_number("BANK_LIMIT_PERCENT", 6);
     let late_percent = env_number("BANK_LATE_PERCENT", 80);
     let order_percent = env_number("BANK_ORDER_PERCENT", 30);
+    let hold_percent = env_number("BANK_HOLD_PERCENT", 20);
     let payment_per_mille = env_number("BANK_PAYMENT_PERMILLE", 40);
     println!("bank: seed={seed} (replay with BANK_SEED={seed})");
     let run_started = Instant::now();
@@ -547,13 +790,17 @@ async fn the_bank_stays_balanced_under_random_faults() {
     };
 
     let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    // Each held transaction's decision path, by transaction.
+    let held_paths: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
         .map(|client| {
-            let (env, outcomes) = (env.clone(), outcomes.clone());
+            let (env, outcomes, held_paths) = (env.clone(), outcomes.clone(), held_paths.clone());
             tokio::spawn(async move {
                 let mut rng = Rng(seed ^ (client + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
                 let mut deferred: Vec<Transfer> = vec![];
+                // Held transfers' decisions, each in a task of its own (some wait past holdUntil).
+                let mut deciding = vec![];
                 let mut done = 0;
                 let record = |outcome: Outcome| outcomes.lock().unwrap().push(outcome);
                 let plan = |rng: &mut Rng, transfer: &Transfer| Plan::draw(rng, transfer, fault_rate, late_percent);
@@ -565,7 +812,7 @@ async fn the_bank_stays_balanced_under_random_faults() {
                     let timeout_ms = timeout.as_millis() as u64;
                     let near_limit = rng.below(100) < limit_percent;
                     let order = !near_limit && rng.below(100) < order_percent;
-                    let (body, services) = if order {
+                    let (mut body, services) = if order {
                         order_body(&mut rng, timeout_ms, &format!("pay-{client}-{done}"))
                     } else if near_limit {
                         let body = near_limit_body(&mut rng, timeout_ms);
@@ -586,8 +833,16 @@ async fn the_bank_stays_balanced_under_random_faults() {
                         let amount = 1 + rng.below(120);
                         (transfer_body(from, to, amount, timeout_ms), vec![from.0.to_owned(), to.0.to_owned()])
                     };
+                    // Some transfers and orders are held for a decision their client makes later; the holds
+                    // are short, so that some expire during the run (every service accepts holds of up to 15
+                    // minutes by default).
+                    let hold_ms = (!near_limit && rng.below(100) < hold_percent).then(|| rng.between(1_000, 3_000));
+                    if let Some(hold_ms) = hold_ms {
+                        body["holdMs"] = json!(hold_ms);
+                    }
                     // One transfer in four is keyed: its record is written before the prepares (PREPARING),
-                    // the others' only at the decision (presumed abort). Most keyed ones are replayed.
+                    // the others' only at the decision (presumed abort), but a held one's first too. Most
+                    // keyed ones are replayed.
                     let keyed = rng.below(4) == 0;
                     let transfer = Transfer {
                         index: (client * 1_000_000 + done) as usize,
@@ -596,15 +851,16 @@ async fn the_bank_stays_balanced_under_random_faults() {
                         services,
                         near_limit,
                         timeout,
+                        hold_ms,
                     };
                     let first = plan(&mut rng, &transfer);
                     let replay = if keyed { rng.below(4) } else { 0 };
-                    match replay {
-                        0 => record(call(&env, &transfer, first, "").await),
+                    let calls = match replay {
+                        0 => vec![call(&env, &transfer, first, "").await],
                         1 => {
-                            record(call(&env, &transfer, first, "").await);
+                            let first = call(&env, &transfer, first, "").await;
                             let again = plan(&mut rng, &transfer);
-                            record(call(&env, &transfer, again, "at once").await);
+                            vec![first, call(&env, &transfer, again, "at once").await]
                         }
                         2 => {
                             let again = plan(&mut rng, &transfer);
@@ -612,13 +868,28 @@ async fn the_bank_stays_balanced_under_random_faults() {
                                 call(&env, &transfer, first, ""),
                                 call(&env, &transfer, again, "concurrent")
                             );
-                            record(first);
-                            record(again);
+                            vec![first, again]
                         }
                         _ => {
-                            record(call(&env, &transfer, first, "").await);
-                            deferred.push(transfer);
+                            deferred.push(transfer.clone());
+                            vec![call(&env, &transfer, first, "").await]
                         }
+                    };
+                    if transfer.hold_ms.is_some()
+                        && let Some(answer) = held_answer(&calls)
+                    {
+                        let (env, outcomes, held_paths) = (env.clone(), outcomes.clone(), held_paths.clone());
+                        let rng = Rng(rng.next());
+                        deciding.push(tokio::spawn(async move {
+                            let id = answer.0.clone();
+                            let (path, answers) =
+                                decide_later(env, transfer, answer, rng, fault_rate, late_percent).await;
+                            held_paths.lock().unwrap().push((id, path));
+                            outcomes.lock().unwrap().extend(answers);
+                        }));
+                    }
+                    for outcome in calls {
+                        record(outcome);
                     }
                     // A replay "later": after a few other transfers touched the accounts.
                     if deferred.len() > 2 {
@@ -630,6 +901,9 @@ async fn the_bank_stays_balanced_under_random_faults() {
                 for transfer in deferred {
                     let again = plan(&mut rng, &transfer);
                     record(call(&env, &transfer, again, "later").await);
+                }
+                for decision in deciding {
+                    decision.await.expect("a held transfer's decision");
                 }
             })
         })
@@ -651,8 +925,31 @@ async fn the_bank_stays_balanced_under_random_faults() {
     env.settle().await;
     payment_api.settle().await;
     let settle_ms = settle_started.elapsed().as_millis();
+    // Every hold ends too: the final recovery runs past the last holdUntil and twice the clock margin (the
+    // clients, and their decisions, are done: nothing writes a holdUntil any more).
+    let last_hold_until = env.records().await.iter().filter_map(|r| r["holdUntil"].as_u64()).max().unwrap_or(0);
     env.clock.advance(10 * 60_000);
-    let (sweeps, quiet) = env.try_sweep_until_quiet(20).await;
+    env.clock.advance((last_hold_until + 2 * CLOCK_MARGIN_MS + 1).saturating_sub(env.clock_now()));
+    let (mut sweeps, mut quiet) = env.try_sweep_until_quiet(20).await;
+    // A resource participant cancelling during these sweeps (an expired hold's order aborted only now)
+    // repeats its cancel once every try request has landed (`TRY_IN_FLIGHT_MS` later): its entry keeps a
+    // lock due then, which the sweeper leaves until it is due. Recovery runs on past every such lock's
+    // expiry (polled from the tables); a lock that was already due is not waited for, and is reported.
+    for _ in 0..3 {
+        let now = env.clock_now();
+        let due = env
+            .locked_items()
+            .await
+            .iter()
+            .filter_map(|(_, item)| item["lock"]["expiresAt"].as_u64())
+            .filter(|expires| *expires + 2 * CLOCK_MARGIN_MS >= now)
+            .max();
+        let Some(due) = due else { break };
+        env.clock.advance(due + 2 * CLOCK_MARGIN_MS + 1 - now);
+        let (more, settled) = env.try_sweep_until_quiet(20).await;
+        sweeps.extend(more);
+        quiet = settled;
+    }
 
     let mut violations: Vec<(&'static str, String)> = vec![];
     if !quiet {
@@ -857,11 +1154,17 @@ async fn the_bank_stays_balanced_under_random_faults() {
     for outcome in outcomes.iter() {
         let recorded = statuses.get(outcome.id.as_str()).copied();
         let what = format!(
-            "answer {} ({}{}{}) for {:?}",
+            "{} answer {} ({}{}{}{}) for {:?}",
+            outcome.route.as_str(),
             outcome.status,
             outcome.plan.kind(),
             if outcome.keyed { ", keyed" } else { "" },
             if outcome.replay.is_empty() { String::new() } else { format!(", replay {}", outcome.replay) },
+            match (outcome.held, outcome.path.as_str()) {
+                (false, _) => String::new(),
+                (true, "") => ", held".to_owned(),
+                (true, path) => format!(", held, {path} sent at {}", outcome.sent_at),
+            },
             outcome.id
         );
         // A write refused at validation (near DynamoDB's limits) has no transaction; a keyed one's id is
@@ -893,6 +1196,47 @@ async fn the_bank_stays_balanced_under_random_faults() {
             if !leaked.is_empty() {
                 violations.push(("answer leaks", format!("{what} quotes {leaked:?}: {}", outcome.answer)));
             }
+        }
+    }
+    // Held transactions. The coordinator commits one only while its clock is at or before holdUntil (and
+    // every coordinator here shares the world's clock): a committed one had a commit sent by then. One
+    // that was held and ended aborted was aborted by its client or by expiry, by expiry alone if its
+    // client never rejected it.
+    let records_by_id: HashMap<&str, &Value> =
+        records.iter().map(|r| (r["transactionId"].as_str().unwrap_or_default(), r)).collect();
+    let mut decisions: BTreeMap<&str, Vec<&Outcome>> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| o.held && !o.id.is_empty()) {
+        decisions.entry(outcome.id.as_str()).or_default().push(outcome);
+    }
+    for (id, calls) in &decisions {
+        let Some(record) = records_by_id.get(id) else { continue };
+        let (status, hold_until) = (record["status"].as_str(), record["holdUntil"].as_u64());
+        let commits: Vec<u64> = calls.iter().filter(|o| o.route == Route::Commit).map(|o| o.sent_at).collect();
+        let rejected = calls.iter().any(|o| o.route == Route::Abort);
+        match (status, hold_until) {
+            (Some("COMMITTED"), None) => {
+                violations.push(("held", format!("held transaction {id} committed without being held (no holdUntil)")))
+            }
+            (Some("COMMITTED"), Some(until)) if !commits.iter().any(|sent| *sent <= until) => violations.push((
+                "held",
+                format!(
+                    "held transaction {id} committed, yet no commit was sent by its holdUntil {until}: {commits:?}"
+                ),
+            )),
+            (Some("ABORTED"), Some(until)) => {
+                let reason = record["reason"].as_str().unwrap_or_default();
+                let by_client = rejected && reason == twopc::coordinator::HELD_ABORT_REASON;
+                if reason != twopc::recovery::HOLD_EXPIRED_REASON && !by_client {
+                    violations.push((
+                        "held",
+                        format!(
+                            "held transaction {id} (until {until}) ended aborted for {reason:?}; its client {}",
+                            if rejected { "rejected it" } else { "never rejected it" }
+                        ),
+                    ));
+                }
+            }
+            _ => {}
         }
     }
     // A key never executes twice: one call at most prepares its transaction.
@@ -965,6 +1309,30 @@ async fn the_bank_stays_balanced_under_random_faults() {
         sweeps.len(),
         run_started.elapsed().as_millis(),
         violations.len()
+    );
+    // What the held transfers did: their paths, how each ended, and the decisions' answers.
+    let held_transfers = outcomes.iter().filter(|o| o.held).map(|o| o.transfer).collect::<HashSet<_>>().len();
+    let prepared = decisions
+        .values()
+        .filter(|calls| {
+            calls.iter().any(|o| o.route == Route::Post && o.status == 202 && o.answer["status"] == "PREPARED")
+        })
+        .count();
+    let mut held_ends: BTreeMap<String, u32> = BTreeMap::new();
+    for (id, path) in held_paths.lock().unwrap().iter() {
+        let end = statuses.get(id.as_str()).copied().unwrap_or("none");
+        *held_ends.entry(format!("{path}:{end}")).or_default() += 1;
+    }
+    let mut decision_answers: BTreeMap<String, u32> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| o.route != Route::Post) {
+        let said = outcome.answer["status"].as_str().or(outcome.answer["error"]["code"].as_str()).unwrap_or_default();
+        *decision_answers.entry(format!("{} {} {said}", outcome.route.as_str(), outcome.status)).or_default() += 1;
+    }
+    let expired = records.iter().filter(|r| r["reason"] == twopc::recovery::HOLD_EXPIRED_REASON).count();
+    let held_committed = decisions.keys().filter(|id| statuses.get(*id) == Some(&"COMMITTED")).count();
+    println!(
+        "bank holds: held_transfers={held_transfers} prepared={prepared} committed={held_committed} expired={expired} \
+         ends={held_ends:?} decision_answers={decision_answers:?}"
     );
     let mut by_kind: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
     for (kind, message) in &violations {

@@ -17,8 +17,12 @@ pub enum OwnerFate {
     Committed,
     /// Decided abort, or never recorded (now recorded as aborted): release.
     Abort,
-    /// Still preparing within its deadline, or held (PREPARED) within its `holdUntil`: the lock stands.
+    /// Still preparing within its deadline: the lock stands.
     Undecided,
+    /// Held (PREPARED) within its `holdUntil`: the lock stands, and its expiry belongs at `holdUntil` (the
+    /// hold message that moves it there may have been lost: a resolver that meets the lock moves it, so
+    /// that it stops heading the sweeper's index for the whole hold).
+    Held(Box<TransactionRecord>),
 }
 
 pub const ABANDONED_REASON: &str = "no transaction record was written before the lock expired";
@@ -47,9 +51,10 @@ async fn decide(
         Status::Aborting | Status::Aborted => OwnerFate::Abort,
         // Resolvers act only past the deadline (a held transaction's: its holdUntil) and twice the clock
         // margin (crate::clock).
-        Status::Preparing | Status::Prepared if now_ms <= crate::clock::resolvable_after(record.expiry()) => {
-            OwnerFate::Undecided
+        Status::Prepared if now_ms <= crate::clock::resolvable_after(record.expiry()) => {
+            OwnerFate::Held(Box::new(record))
         }
+        Status::Preparing if now_ms <= crate::clock::resolvable_after(record.expiry()) => OwnerFate::Undecided,
         Status::Preparing | Status::Prepared => {
             let reason = if record.status == Status::Prepared { HOLD_EXPIRED_REASON } else { EXPIRED_REASON };
             match transactions
@@ -70,7 +75,8 @@ async fn decide(
                 Transition::Lost(Some(now)) => match now.status {
                     Status::Committing => OwnerFate::Commit(Box::new(now)),
                     Status::Committed => OwnerFate::Committed,
-                    Status::Prepared | Status::Preparing => OwnerFate::Undecided,
+                    Status::Prepared => OwnerFate::Held(Box::new(now)),
+                    Status::Preparing => OwnerFate::Undecided,
                     _ => OwnerFate::Abort,
                 },
                 Transition::Lost(None) => OwnerFate::Abort,

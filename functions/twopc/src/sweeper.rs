@@ -215,6 +215,21 @@ impl Sweeper {
             let key_only = json!({"op": "check", "key": key_json(key)});
             let (action, operations, lock_token, outcome) = match fate {
                 OwnerFate::Undecided => return Ok(LockOutcome::Waiting),
+                // Its hold message was lost (or this lock is the first the sweeper meets): the hold it
+                // missed, so that the lock leaves the head of the index until holdUntil.
+                OwnerFate::Held(record) => {
+                    let Some(entry) = record.participants.into_iter().find(|p| p.service == service) else {
+                        return Err(format!("record {owner} lists no operations for {service}"));
+                    };
+                    let request = ParticipantRequest {
+                        operations: entry.operations,
+                        lock_token: entry.lock_token,
+                        hold_until: record.hold_until,
+                        ..ParticipantRequest::new(Action::Hold, owner.clone())
+                    };
+                    self.coordinator.call(service, &request).await.map_err(|e| e.to_string())?;
+                    return Ok(LockOutcome::Waiting);
+                }
                 OwnerFate::Commit(record) => {
                     let Some(entry) = record.participants.into_iter().find(|p| p.service == service) else {
                         return Err(format!("record {owner} lists no operations for {service}"));

@@ -576,6 +576,18 @@ impl Participant {
                     format!("entity is locked by transaction {owner}, which is still deciding"),
                 )));
             }
+            OwnerFate::Held(record) => {
+                // Its hold message may have been lost: the lock belongs at holdUntil, with the voted token.
+                let token =
+                    record.participants.iter().find(|p| p.service == self.service).and_then(|p| p.lock_token.clone());
+                if let (Some(until), Some(token)) = (record.hold_until, token) {
+                    self.table.extend_lock(owner, key, Some(&token), until).await?;
+                }
+                return Ok(Some(refused(
+                    RefusalCode::Conflict,
+                    format!("entity is locked by transaction {owner}, which is held for its caller's decision"),
+                )));
+            }
             OwnerFate::Abort | OwnerFate::Committed => {
                 self.table.release(owner, key, None, "lock resolution").await?;
             }
@@ -822,6 +834,7 @@ fn fate_name(fate: &OwnerFate) -> &'static str {
         OwnerFate::Committed => "release (owner finished)",
         OwnerFate::Abort => "release (owner aborted)",
         OwnerFate::Undecided => "conflict (owner deciding)",
+        OwnerFate::Held(_) => "conflict (owner held; its lock moved to holdUntil)",
     }
 }
 
