@@ -10,8 +10,8 @@ pub type ItemId = u8;
 
 /// The fixes (of issue 19, issue 27's shortened writes, issue 28's clock margin and replay answer, issue
 /// 29's version condition, issue 30's pending value, issue 31's barrier and recheck, issue 32's held owner
-/// left undecided until its `holdUntil`) that the model can switch back to the behaviour before them, one at
-/// a time. `Switches::default()` is the protocol as the
+/// left undecided until its `holdUntil` and its lock moved there by the resolver) that the model can switch
+/// back to the behaviour before them, one at a time. `Switches::default()` is the protocol as the
 /// code implements it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Switches {
@@ -93,10 +93,18 @@ pub struct Switches {
     pub recheck: bool,
     /// Issue 32. On: lock resolution (recovery.rs `decide`) treats a PREPARED owner (a held transaction) as
     /// undecided until `holdUntil + 2M` by the resolver's clock (a prepare meeting its lock is refused
-    /// CONFLICT, the sweeper leaves it), then aborts it. Off: a PREPARED owner is taken like a PREPARING one
+    /// CONFLICT, the sweeper counts it as waiting; each moves the lock to `holdUntil`: `resolver_extends_hold`),
+    /// then aborts it. Off: a PREPARED owner is taken like a PREPARING one
     /// past its deadline: a resolver that found its lock expired (its deadline, when the hold message did not
     /// extend it) aborts it, while its caller may still commit.
     pub held_undecided: bool,
+    /// Issue 32 (`git show e14f8bd`). On: a resolver that finds a lock of a PREPARED owner within its hold
+    /// (recovery.rs `OwnerFate::Held`) moves the lock to `holdUntil` with the record's voted lockToken: the
+    /// sweeper's `resolve_lock` sends the participant the hold message (`Action::Hold`) and counts the lock as
+    /// waiting; a prepare that resolves it extends it itself (`extend_lock`) and is refused CONFLICT. Off
+    /// (before the fix): the lock is left at its deadline (its hold message lost): every sweeper run lists
+    /// it, finds the owner held and leaves it, changing nothing, for the whole hold.
+    pub resolver_extends_hold: bool,
 }
 
 impl Default for Switches {
@@ -117,6 +125,7 @@ impl Default for Switches {
             barrier: true,
             recheck: true,
             held_undecided: true,
+            resolver_extends_hold: true,
         }
     }
 }

@@ -194,8 +194,15 @@ pub enum Event {
     /// Issue 32: a prepare (or one-phase commit) met a lock of a PREPARED owner and was refused CONFLICT.
     HeldLockRefused,
     /// Issue 32: a resolver found a lock of a PREPARED owner expired by its deadline (its hold message lost
-    /// or not there yet) and left it: the owner undecided until `holdUntil + 2M`.
+    /// or not there yet) and left it: the owner undecided until `holdUntil + 2M` (before the fix,
+    /// `resolver_extends_hold` off).
     UndecidedHeldLock,
+    /// Issue 32: a prepare's lock resolution found a lock of a PREPARED owner within its hold that no hold
+    /// message extended, and goes on to move it to `holdUntil` (`extend_lock` with the voted token).
+    PrepareMovesHeldLock,
+    /// Issue 32: the sweeper found a lock of a PREPARED owner within its hold that no hold message extended,
+    /// and sent the hold it missed (`resolve_lock`).
+    SweeperMovesHeldLock,
 }
 
 impl Event {
@@ -624,6 +631,12 @@ impl Model for TwoPc {
                 }
                 // Lock resolution: reading the owner's record may lead to aborting it (a growing write); a
                 // PREPARED owner's `holdUntil + 2M` may read either way (issue 32).
+                // Issue 32: `extend_lock`'s lost reply is folded (its retry meets the lock extended): no write fault.
+                TPc::Resolve { stage: RStage::Extend { .. }, .. } => {
+                    for f in self.task_variants(s, false, None, t.reply.is_some()) {
+                        out.push(Action::Task(i, f, Late(0)));
+                    }
+                }
                 TPc::Resolve {
                     owner, stage: RStage::Get | RStage::Transition { .. } | RStage::CreateAborted, ..
                 } => {
@@ -982,7 +995,18 @@ impl TwoPc {
                 "sometimes a prepare meets a held transaction's lock and is refused CONFLICT",
                 seen::<{ Event::HeldLockRefused as u32 }>,
             ));
-            if sw.held_undecided {
+            if sw.held_undecided && sw.resolver_extends_hold {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a prepare finds a lock its hold message did not extend expired, its owner held, and \
+                     moves it to holdUntil",
+                    seen::<{ Event::PrepareMovesHeldLock as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the sweeper finds a lock its hold message did not extend expired, its owner held, and \
+                     sends the hold it missed",
+                    seen::<{ Event::SweeperMovesHeldLock as u32 }>,
+                ));
+            } else if sw.held_undecided {
                 p.push(Property::<Self>::sometimes(
                     "sometimes a lock its hold message did not extend is found expired and left to its owner",
                     seen::<{ Event::UndecidedHeldLock as u32 }>,

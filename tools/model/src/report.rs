@@ -78,6 +78,7 @@ fn switches_text(model: &TwoPc) -> String {
         ("barrier", s.barrier),
         ("recheck", s.recheck),
         ("held_undecided", s.held_undecided),
+        ("resolver_extends_hold", s.resolver_extends_hold),
     ]
     .into_iter()
     .filter(|(_, on)| !on)

@@ -222,6 +222,8 @@ pub enum Ans {
     /// A resource participant's FAILED: the confirm or cancel its resource did not carry out (not an
     /// acknowledgement: the message is sent again).
     Failed,
+    /// Issue 32: the answer to a hold message (HELD), which only the sweeper waits for.
+    Held,
 }
 
 /// A request in flight to a participant, and where its answer goes. (An answer reaches its caller in
@@ -305,6 +307,9 @@ pub enum RStage {
     Release,
     /// commit_item met a stray lock of the owner (another token): release it.
     ReleaseStray { token: u8 },
+    /// Issue 32: the owner is held (PREPARED within its `holdUntil + 2M`): `DataTable::extend_lock` of the
+    /// lock met, with the lockToken its record lists for this service, to `holdUntil`; then refused CONFLICT.
+    Extend { token: u8 },
 }
 
 /// A participant handler at work on one delivered request.
@@ -512,7 +517,8 @@ pub struct Ghost {
 /// The events seen (`Ghost::seen`) are left out of a state's identity (its hash, which is what the
 /// checker deduplicates on): they are history for the `sometimes` checks only, and keeping them
 /// would multiply the state space by the histories that lead to one and the same state. Only the
-/// sweeper's progress bit, which the liveness check reads, and issue 32's undecided held lock are kept.
+/// sweeper's progress bit, which the liveness check reads, and issue 32's undecided held lock (met only
+/// with `resolver_extends_hold` off: the fix moves the lock, which a state shows) are kept.
 impl std::hash::Hash for Ghost {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.applied.hash(h);

@@ -244,8 +244,12 @@ enum Fate {
     Transition(Status),
     /// Issue 32: PREPARED, the resolver's clock at or before `holdUntil + 2M` (its lock expires at the
     /// deadline when no hold message extended it): the lock stands (a prepare is refused CONFLICT, the sweeper
-    /// leaves it).
+    /// leaves it). With `resolver_extends_hold` (the fix), only before it: [`Fate::Held`] now.
     Undecided,
+    /// Issue 32 (`OwnerFate::Held`): PREPARED within its hold: the lock stands, and belongs at `holdUntil`
+    /// (its hold message may have been lost): moved there with the lockToken the record lists for this
+    /// service (a prepare's `extend_lock`, the sweeper's hold message).
+    Held(u8),
     /// COMMITTING: roll forward with the lockToken the record lists for this service.
     Commit(u8),
     /// COMMITTED (a lock left is a late copy's), ABORTING, ABORTED: release.
@@ -973,7 +977,16 @@ impl TwoPc {
             Some(Status::Prepared) if self.hold_resolver_reads_past(s, owner, ctx) => {
                 Fate::Transition(Status::Prepared)
             }
-            Some(Status::Prepared) => Fate::Undecided,
+            Some(Status::Prepared) => self.held_fate(s, owner, svc),
+        }
+    }
+
+    /// Issue 32: a PREPARED owner within its hold (`OwnerFate::Held`, also a `Transition::Lost` to a hold
+    /// recorded meanwhile): its lock moved to `holdUntil` with the voted token; before the fix, Undecided.
+    fn held_fate(&self, s: &State, owner: Tx, svc: Svc) -> Fate {
+        match self.voted_token(s, owner, svc) {
+            Some(token) if self.cfg.switches.resolver_extends_hold => Fate::Held(token),
+            _ => Fate::Undecided,
         }
     }
 
@@ -982,6 +995,16 @@ impl TwoPc {
         ctx.note(|| format!("  owner {} is held (PREPARED): the lock stands", self.tx_name(owner)));
         if s.items[item as usize].lock.is_some_and(|l| l.tx == owner && !l.held) {
             self.event(s, Event::UndecidedHeldLock);
+        }
+    }
+
+    /// Issue 32 (the fix): a resolver found a lock of a held owner that no hold message extended, and moves it
+    /// (its `extend_lock`, the next step; the sweeper's hold message, in flight). The event is set here, where
+    /// the state shows the move under way (a task, a message), not where it lands: a hold message of the
+    /// coordinator landing first leads to the same state without it.
+    fn moves_held_lock(&self, s: &mut State, owner: Tx, item: ItemId, e: Event) {
+        if s.items[item as usize].lock.is_some_and(|l| l.tx == owner && !l.held) {
+            self.event(s, e);
         }
     }
 
@@ -1025,26 +1048,15 @@ impl TwoPc {
         if let Req::Hold { tx, token } = req
             && !self.cfg.is_resource(svc)
         {
-            // Issue 32: participant.rs `hold` / store.rs `extend_lock`, per item: `lock.transactionId = T AND
-            // lock.token = lockToken AND expiresAt < holdUntil` → `expiresAt = holdUntil` (a lock gone, of
-            // another token, or extended already is left alone; its lost reply's retry changes nothing: folded).
-            // Answered HELD, which nobody waits for.
-            for op in self.ops(tx, svc) {
-                if let Some(l) = s.items[op.item as usize].lock.as_mut()
-                    && l.tx == tx
-                    && l.token == token
-                    && !l.held
-                {
-                    l.held = true;
-                    ctx.note(|| {
-                        format!(
-                            "  {}'s lock on {} now expires at its holdUntil",
-                            self.tx_name(tx),
-                            self.cfg.items[op.item as usize].name
-                        )
-                    });
-                    self.progress(s);
-                }
+            // Issue 32: participant.rs `hold` / store.rs `extend_lock`, per item (its lost reply's retry changes
+            // nothing: folded). Answered HELD, which only the sweeper waits for (`resolve_lock`'s hold).
+            for i in 0..self.ops(tx, svc).len() {
+                let item = self.ops(tx, svc)[i].item;
+                self.extend_lock(s, tx, item, token, ctx);
+            }
+            if reply.is_some() {
+                let t = Task { svc, req, reply, pc: TPc::Lock, retrying: false, burned: 0 };
+                self.finish(s, t, Ans::Held, ctx);
             }
             return;
         }
@@ -1251,12 +1263,20 @@ impl TwoPc {
                 Fate::Transition(from) => RStage::Transition { from },
                 Fate::Commit(token) => RStage::RollForward { token },
                 Fate::Release => RStage::Release,
+                Fate::Held(token) => RStage::Extend { token },
                 Fate::Undecided => return None,
             })
         };
-        // Undecided (issue 32, a PREPARED owner within its hold): refused CONFLICT, naming the holder.
+        // Undecided (issue 32, a PREPARED owner within its hold, before the fix): refused CONFLICT, naming the
+        // holder.
         let goto = |me: &Self, s: &mut State, mut t: Task, stage: Option<RStage>, ctx: &mut Ctx| match stage {
             Some(stage) => {
+                if matches!(stage, RStage::Extend { .. }) {
+                    // Its refusal CONFLICT is certain now (the next step): marked where the state shows it (the
+                    // state after the refusal may be reached first by a refusal for another reason).
+                    me.event(s, Event::HeldLockRefused);
+                    me.moves_held_lock(s, owner, item, Event::PrepareMovesHeldLock);
+                }
                 t.pc = TPc::Resolve { owner, item, stage };
                 s.tasks.push(t);
             }
@@ -1277,6 +1297,9 @@ impl TwoPc {
                 let fate = self.fate(s, owner, t.svc, ctx);
                 ctx.note(|| format!("  owner {}'s fate: {fate:?}", self.tx_name(owner)));
                 match next(fate) {
+                    // Issue 32: `extend_lock` is a write of its own, conditioned on the lock, not the record
+                    // (the owner may be decided by the time it lands): a step of its own.
+                    Some(stage @ RStage::Extend { .. }) => goto(self, s, t, Some(stage), ctx),
                     Some(stage) => self.resolve_step(s, t, owner, item, stage, ctx),
                     None => goto(self, s, t, None, ctx),
                 }
@@ -1324,9 +1347,10 @@ impl TwoPc {
                     }
                     return goto(self, s, t, Some(RStage::Release), ctx);
                 }
-                // Lost: follow the winner (a PREPARING owner held meanwhile is undecided: `Transition::Lost`).
+                // Lost: follow the winner (a PREPARING owner held meanwhile: `Transition::Lost`, Held).
                 let fate = match s.status(owner) {
-                    Some(Status::Preparing | Status::Prepared) => Fate::Undecided,
+                    Some(Status::Preparing) => Fate::Undecided,
+                    Some(Status::Prepared) => self.held_fate(s, owner, t.svc),
                     _ => self.fate(s, owner, t.svc, ctx),
                 };
                 goto(self, s, t, next(fate), ctx);
@@ -1371,6 +1395,35 @@ impl TwoPc {
                 }
                 resume(self, s, t)
             }
+            RStage::Extend { token } => {
+                // Issue 32, participant/protocol.rs `resolve`, `OwnerFate::Held`: `extend_lock(owner, key, voted
+                // token, holdUntil)` (its lost reply's retry meets the lock extended and changes nothing: folded),
+                // then refused CONFLICT, naming the holder.
+                self.extend_lock(s, owner, item, token, ctx);
+                ctx.note(|| format!("  owner {} is held (PREPARED): refused CONFLICT", self.tx_name(owner)));
+                self.event(s, Event::HeldLockRefused);
+                self.refuse(s, t, ctx)
+            }
+        }
+    }
+
+    /// Issue 32: store.rs `extend_lock`: `lock.transactionId = T AND lock.token = lockToken AND expiresAt <
+    /// holdUntil` → `expiresAt = holdUntil` (a lock gone, of another token, or extended already is left
+    /// alone).
+    fn extend_lock(&self, s: &mut State, tx: Tx, item: ItemId, token: u8, ctx: &mut Ctx) {
+        match s.items[item as usize].lock.as_mut() {
+            Some(l) if l.tx == tx && l.token == token && !l.held => {
+                l.held = true;
+                ctx.note(|| {
+                    format!(
+                        "  {}'s lock on {} now expires at its holdUntil",
+                        self.tx_name(tx),
+                        self.cfg.items[item as usize].name
+                    )
+                });
+                self.progress(s);
+            }
+            _ => {}
         }
     }
 
@@ -2377,23 +2430,12 @@ impl TwoPc {
         self.sweeper_work(s, Reading::Either) || self.sweeper_work(s, Reading::Past)
     }
 
+    /// (Issue 32: a lock of a PREPARED owner within its hold, expired at its deadline because its hold message
+    /// was lost or is late, is work too: the run sends the hold it missed, which moves the lock to `holdUntil`.
+    /// Before the fix, `resolver_extends_hold` off, the run left it, changing nothing: `SweeperStuck`.)
     fn sweeper_work(&self, s: &State, r: Reading) -> bool {
         (0..self.cfg.txs.len() as Tx).any(|tx| self.open(s, tx) && self.record_reading(s, tx) == r)
-            || self.slots().any(|i| {
-                self.slot_lock(s, i).is_some_and(|l| {
-                    self.slot_reading(s, i) == r && (r != Reading::Past || !self.undecided_held(s, l.tx))
-                })
-            })
-    }
-
-    /// Issue 32: a PREPARED owner a resolver may still find within its hold (`holdUntil + 2M` not certainly
-    /// past): a lock of it the sweeper lists (expired at its deadline: its hold message lost or late) is left
-    /// (`LockOutcome::Waiting`), and stays listed until then: a run that finds only such locks is asked for no
-    /// progress. (It takes one of the run's K places per table meanwhile: README.md, issue 32.)
-    fn undecided_held(&self, s: &State, tx: Tx) -> bool {
-        self.cfg.switches.held_undecided
-            && s.status(tx) == Some(Status::Prepared)
-            && self.hold_resolvable(s, tx) != Reading::Past
+            || self.slots().any(|i| self.slot_lock(s, i).is_some_and(|_| self.slot_reading(s, i) == r))
     }
 
     fn open(&self, s: &State, tx: Tx) -> bool {
@@ -2543,10 +2585,18 @@ impl TwoPc {
                 s.sweeper.pc = SPc::OwnerTransition { svc, item, owner, from, rest };
                 return;
             }
-            // Issue 32: a PREPARED owner within its hold: `LockOutcome::Waiting`, on to the next lock.
+            // Issue 32: a PREPARED owner within its hold: `LockOutcome::Waiting`, on to the next lock (before
+            // the fix; with it, Held).
             Fate::Undecided => {
                 self.left_undecided(s, owner, item, ctx);
                 return self.sweep_next_item(s, svc, &rest, ctx);
+            }
+            // Issue 32 (the fix): the hold it missed, so that the lock leaves the head of the index until
+            // `holdUntil` (`Action::Hold` with the voted lockToken); awaited, then `LockOutcome::Waiting`.
+            Fate::Held(token) => {
+                ctx.note(|| format!("  owner {} is held (PREPARED): the hold it missed", self.tx_name(owner)));
+                self.moves_held_lock(s, owner, item, Event::SweeperMovesHeldLock);
+                Req::Hold { tx: owner, token }
             }
             Fate::Commit(token) => {
                 self.event(s, Event::SweeperRollForward);
@@ -2664,10 +2714,13 @@ impl TwoPc {
                         s.sweeper.retrying = true;
                         return;
                     }
-                } else if matches!(s.status(owner), Some(Status::Preparing | Status::Prepared)) {
-                    // Issue 32, `Transition::Lost` to a hold recorded meanwhile: undecided.
+                } else if s.status(owner) == Some(Status::Preparing) {
                     self.left_undecided(s, owner, item, ctx);
                     return self.sweep_next_item(s, svc, &rest, ctx);
+                } else if s.status(owner) == Some(Status::Prepared) {
+                    // Issue 32, `Transition::Lost` to a hold recorded meanwhile: Held (before the fix, undecided).
+                    let fate = self.held_fate(s, owner, svc);
+                    return self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
                 }
                 let fate = self.fate(s, owner, svc, ctx);
                 self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
