@@ -9,8 +9,9 @@ pub type Svc = u8;
 pub type ItemId = u8;
 
 /// The fixes (of issue 19, issue 27's shortened writes, issue 28's clock margin and replay answer, issue
-/// 29's version condition, issue 30's pending value, issue 31's barrier and recheck) that the model can
-/// switch back to the behaviour before them, one at a time. `Switches::default()` is the protocol as the
+/// 29's version condition, issue 30's pending value, issue 31's barrier and recheck, issue 32's held owner
+/// left undecided until its `holdUntil` and its lock moved there by the resolver) that the model can switch
+/// back to the behaviour before them, one at a time. `Switches::default()` is the protocol as the
 /// code implements it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Switches {
@@ -90,6 +91,20 @@ pub struct Switches {
     /// again under its key (the stored first answer), then a void of what it reserved. Off: the cancel is
     /// not repeated (the entry's lock is released with the cancel).
     pub recheck: bool,
+    /// Issue 32. On: lock resolution (recovery.rs `decide`) treats a PREPARED owner (a held transaction) as
+    /// undecided until `holdUntil + 2M` by the resolver's clock (a prepare meeting its lock is refused
+    /// CONFLICT, the sweeper counts it as waiting; each moves the lock to `holdUntil`: `resolver_extends_hold`),
+    /// then aborts it. Off: a PREPARED owner is taken like a PREPARING one
+    /// past its deadline: a resolver that found its lock expired (its deadline, when the hold message did not
+    /// extend it) aborts it, while its caller may still commit.
+    pub held_undecided: bool,
+    /// Issue 32 (`git show e14f8bd`). On: a resolver that finds a lock of a PREPARED owner within its hold
+    /// (recovery.rs `OwnerFate::Held`) moves the lock to `holdUntil` with the record's voted lockToken: the
+    /// sweeper's `resolve_lock` sends the participant the hold message (`Action::Hold`) and counts the lock as
+    /// waiting; a prepare that resolves it extends it itself (`extend_lock`) and is refused CONFLICT. Off
+    /// (before the fix): the lock is left at its deadline (its hold message lost): every sweeper run lists
+    /// it, finds the owner held and leaves it, changing nothing, for the whole hold.
+    pub resolver_extends_hold: bool,
 }
 
 impl Default for Switches {
@@ -109,6 +124,8 @@ impl Default for Switches {
             apply_pending: true,
             barrier: true,
             recheck: true,
+            held_undecided: true,
+            resolver_extends_hold: true,
         }
     }
 }
@@ -162,6 +179,10 @@ pub enum OpKind {
     Charge,
 }
 
+/// The execution number of the first route call (issue 32): a coordinator at work on
+/// `POST /transactions/{id}/commit` or `/abort`, not an execution of the transaction's POST.
+pub const ROUTE: u8 = 0x40;
+
 /// The item of an operation that has none (a resource's charge).
 pub const NO_ITEM: ItemId = 0xFF;
 
@@ -188,6 +209,7 @@ pub struct Part {
 
 impl Part {
     /// Only `check`s: the participant reads, votes and locks nothing (`prepare_read_only`).
+    /// (A held transaction's check-only participant locks all the same: `TxSpec::held`.)
     pub fn read_only(&self) -> bool {
         self.ops.iter().all(|o| o.kind == OpKind::Check)
     }
@@ -202,13 +224,18 @@ pub struct TxSpec {
     /// (at any moment, also while the first execution runs).
     pub executions: u8,
     pub parts: Vec<Part>,
+    /// Issue 32: a held transaction (`holdMs`): recorded first (the model's `keyed` is set with it), never one
+    /// phase, its check-only participants lock what they check; all prepared in time → PREPARED (202), and its
+    /// caller commits or aborts it later (`Config::routes`), or the hold expires.
+    pub held: bool,
 }
 
 impl TxSpec {
     /// coordinator.rs `takes_one_phase`: a sole participant that writes something (no deletes in the model)
     /// and is not a resource (a resource cannot commit in the same write as the record).
     pub fn one_phase(&self) -> bool {
-        self.parts.len() == 1
+        !self.held
+            && self.parts.len() == 1
             && !self.parts[0].read_only()
             && !self.parts[0].ops.iter().any(|o| o.kind == OpKind::Charge)
     }
@@ -264,7 +291,19 @@ pub struct Config {
     pub redeploy: bool,
     /// Issue 31: the service that is a resource participant (its operations are [`OpKind::Charge`]), if any.
     pub resource: Option<Svc>,
+    /// Issue 32: the caller's calls on held transactions, each sent at most once, at any moment once it may
+    /// be (a commit once the caller has the 202; an abort once the record exists, also before the hold is
+    /// recorded), or never: `POST /transactions/{id}/commit` and `/abort`. Two calls race each other and
+    /// the expiry; the same route twice is a repeated call.
+    pub routes: Vec<(Tx, Route)>,
     pub switches: Switches,
+}
+
+/// Issue 32: the caller's decision of a held transaction (coordinator.rs `commit_held`, `abort_held`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Route {
+    Commit,
+    Abort,
 }
 
 fn add(item: ItemId, delta: i8) -> Op {
@@ -299,12 +338,18 @@ fn transfer(
     (sf, from): (Svc, ItemId),
     (st, to): (Svc, ItemId),
 ) -> TxSpec {
-    TxSpec { name, keyed, executions, parts: vec![part(sf, vec![add(from, -1)]), part(st, vec![add(to, 1)])] }
+    TxSpec {
+        name,
+        keyed,
+        executions,
+        parts: vec![part(sf, vec![add(from, -1)]), part(st, vec![add(to, 1)])],
+        held: false,
+    }
 }
 
 /// A deposit of 1 into `item` (on service `svc`): a sole participant, so one phase.
 fn deposit(name: &'static str, keyed: bool, executions: u8, (svc, item): (Svc, ItemId)) -> TxSpec {
-    TxSpec { name, keyed, executions, parts: vec![part(svc, vec![add(item, 1)])] }
+    TxSpec { name, keyed, executions, parts: vec![part(svc, vec![add(item, 1)])], held: false }
 }
 
 const A: ItemId = 0;
@@ -337,6 +382,7 @@ impl Config {
             margin: true,
             redeploy: false,
             resource: None,
+            routes: vec![],
             switches: Switches::default(),
         }
     }
@@ -377,6 +423,7 @@ impl Config {
                     keyed: false,
                     executions: 1,
                     parts: vec![part(SA, vec![add(A, 1)]), part(SB, vec![check(B)])],
+                    held: false,
                 },
             ],
             budget,
@@ -396,8 +443,15 @@ impl Config {
                     keyed: false,
                     executions: 1,
                     parts: vec![part(SA, vec![ruled(A, -1)]), part(SB, vec![add(B, 1)])],
+                    held: false,
                 },
-                TxSpec { name: "T2", keyed: false, executions: 1, parts: vec![part(SA, vec![ruled(A, 1)])] },
+                TxSpec {
+                    name: "T2",
+                    keyed: false,
+                    executions: 1,
+                    parts: vec![part(SA, vec![ruled(A, 1)])],
+                    held: false,
+                },
             ],
             budget,
         )
@@ -415,8 +469,15 @@ impl Config {
                     keyed: false,
                     executions: 1,
                     parts: vec![part(SA, vec![custom(A, 1)]), part(SB, vec![add(B, -1)])],
+                    held: false,
                 },
-                TxSpec { name: "T2", keyed: false, executions: 1, parts: vec![part(SA, vec![custom(A, 1)])] },
+                TxSpec {
+                    name: "T2",
+                    keyed: false,
+                    executions: 1,
+                    parts: vec![part(SA, vec![custom(A, 1)])],
+                    held: false,
+                },
             ],
             budget,
         );
@@ -441,6 +502,7 @@ impl Config {
                 keyed: false,
                 executions: 1,
                 parts: vec![part(SA, vec![add(A, -1)]), part(SB, vec![charge()])],
+                held: false,
             }],
             budget,
             sweep_k: 1,
@@ -448,8 +510,21 @@ impl Config {
             margin: false,
             redeploy: false,
             resource: Some(SB),
+            routes: vec![],
             switches: Switches::default(),
         }
+    }
+
+    /// Issue 32: T1 is a held transfer A→B (recorded first, PREPARED and answered 202 once both prepared in
+    /// time, then hold messages extend its locks' expiry to `holdUntil`); its caller may commit it and may
+    /// abort it, each call once at any moment (neither: the hold expires; both: they race). T2 deposits 1 into
+    /// A in one phase: it meets T1's held lock, refused CONFLICT while the hold lasts, resolving it after.
+    pub fn held(budget: Budget) -> Config {
+        let mut t1 = transfer("T1", true, 1, (SA, A), (SB, B));
+        t1.held = true;
+        let mut cfg = Config::with("held", vec![t1, deposit("T2", false, 1, (SA, A))], budget);
+        cfg.routes = vec![(0, Route::Commit), (0, Route::Abort)];
+        cfg
     }
 
     pub fn switches(mut self, switches: Switches) -> Config {
@@ -472,9 +547,11 @@ impl Config {
         self
     }
 
-    /// Coordinator executions in order: (transaction, execution number).
+    /// Coordinator executions in order: (transaction, execution number), then the caller's route calls
+    /// (issue 32), numbered from [`ROUTE`].
     pub fn executions(&self) -> Vec<(Tx, u8)> {
-        self.txs.iter().enumerate().flat_map(|(t, spec)| (0..spec.executions).map(move |e| (t as Tx, e))).collect()
+        let posts = self.txs.iter().enumerate().flat_map(|(t, spec)| (0..spec.executions).map(move |e| (t as Tx, e)));
+        posts.chain(self.routes.iter().enumerate().map(|(k, &(tx, _))| (tx, ROUTE + k as u8))).collect()
     }
 
     /// Index of the first op of each transaction in the flattened op list (ghost `applied`).

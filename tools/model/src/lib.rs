@@ -48,6 +48,13 @@ pub enum Violation {
     CommittedNotVoted,
     /// Issue 31: the resource was asked to capture a voided reservation or to void a captured one.
     ResourceMisuse,
+    /// Issue 32: a commit decision of a held transaction written while every coordinator's clock is past its
+    /// `holdUntil`.
+    CommitAfterHold,
+    /// Issue 32: a held (PREPARED) transaction aborted by a resolver (lock resolution, the sweeper, a route's
+    /// or a retried key's `abort_expired`) while some coordinator's clock may still be at or before its
+    /// `holdUntil` (its caller may still commit).
+    HeldAbortedEarly,
 }
 
 impl Violation {
@@ -65,6 +72,8 @@ impl Violation {
             Violation::StaleJudgement => "a rule judged a stale item (locked at another version than it judged)",
             Violation::CommittedNotVoted => "a commit applied another value than its prepare voted for",
             Violation::ResourceMisuse => "a voided reservation confirmed, or a confirmed one voided",
+            Violation::CommitAfterHold => "a held transaction's commit written after its holdUntil",
+            Violation::HeldAbortedEarly => "a held transaction aborted by a resolver before holdUntil + 2M",
         }
     }
 }
@@ -168,6 +177,32 @@ pub enum Event {
     Rechecked,
     /// Issue 31: a recheck voided a reservation that was still held (a late try's, or one a cancel missed).
     RecheckReleased,
+    /// Issue 32: the caller's commit route wrote PREPARED → COMMITTING.
+    HeldCommitted,
+    /// Issue 32: the caller's abort route wrote PREPARED → ABORTING.
+    HeldAborted,
+    /// Issue 32: the caller's abort route wrote PREPARING → ABORTING, before the hold was recorded.
+    AbortBeforeHold,
+    /// Issue 32: a resolver (lock resolution, the sweeper, a route's or retry's `abort_expired`) aborted a
+    /// PREPARED transaction past its `holdUntil` and twice the margin.
+    HoldExpired,
+    /// Issue 32: the commit route read its clock past `holdUntil` and wrote the abort instead (409).
+    CommitRouteExpired,
+    /// Issue 32: a resolver past `holdUntil + 2M` found a held owner decided commit by its caller (the commit
+    /// won the race with the expiry) and rolled its lock forward.
+    CommitBeatExpiry,
+    /// Issue 32: a prepare (or one-phase commit) met a lock of a PREPARED owner and was refused CONFLICT.
+    HeldLockRefused,
+    /// Issue 32: a resolver found a lock of a PREPARED owner expired by its deadline (its hold message lost
+    /// or not there yet) and left it: the owner undecided until `holdUntil + 2M` (before the fix,
+    /// `resolver_extends_hold` off).
+    UndecidedHeldLock,
+    /// Issue 32: a prepare's lock resolution found a lock of a PREPARED owner within its hold that no hold
+    /// message extended, and goes on to move it to `holdUntil` (`extend_lock` with the voted token).
+    PrepareMovesHeldLock,
+    /// Issue 32: the sweeper found a lock of a PREPARED owner within its hold that no hold message extended,
+    /// and sent the hold it missed (`resolve_lock`).
+    SweeperMovesHeldLock,
 }
 
 impl Event {
@@ -180,8 +215,11 @@ impl Event {
 #[derive(Clone, Debug)]
 pub struct TwoPc {
     pub cfg: Config,
-    /// Coordinator executions: (transaction, execution number), by coordinator index.
+    /// Coordinator executions: (transaction, execution number), by coordinator index; the route calls of
+    /// issue 32 last ([`config::ROUTE`]).
     pub execs: Vec<(Tx, u8)>,
+    /// Issue 32: the route a coordinator is at work on (None: an execution of the transaction's POST).
+    pub route_of: Vec<Option<config::Route>>,
 }
 
 impl TwoPc {
@@ -209,8 +247,15 @@ impl TwoPc {
             }
         }
         assert!(cfg.txs.len() <= 4 && cfg.items.len() + cfg.txs.len() < 0xFF, "lock slots fit an ItemId");
+        for (t, spec) in cfg.txs.iter().enumerate() {
+            // A held request is recorded first: the model's `keyed`; its routes need its record.
+            assert!(!spec.held || spec.keyed, "a held transaction is recorded first (keyed)");
+            assert!(cfg.routes.iter().all(|&(tx, _)| cfg.txs[tx as usize].held) || t > 0, "routes of held txs only");
+        }
         let execs = cfg.executions();
-        TwoPc { cfg, execs }
+        let route_of =
+            execs.iter().map(|&(_, e)| e.checked_sub(config::ROUTE).map(|k| cfg.routes[k as usize].1)).collect();
+        TwoPc { cfg, execs, route_of }
     }
 
     pub fn tx_name(&self, tx: Tx) -> &'static str {
@@ -219,6 +264,10 @@ impl TwoPc {
 
     pub fn coord_name(&self, ci: u8) -> String {
         let (tx, e) = self.execs[ci as usize];
+        if let Some(route) = self.route_of[ci as usize] {
+            let what = if route == config::Route::Commit { "commit" } else { "abort" };
+            return format!("caller's {what} of {}", self.tx_name(tx));
+        }
         if self.cfg.txs[tx as usize].executions > 1 {
             format!("coordinator {}#{}", self.tx_name(tx), e + 1)
         } else {
@@ -257,6 +306,7 @@ impl TwoPc {
             && s.sweeper.pc == SPc::Idle
             && s.coords.iter().all(|c| matches!(c.pc, CPc::Start | CPc::Done))
             && (0..self.cfg.txs.len() as Tx).all(|tx| s.phase(tx) == phase::PAST || !self.begun(s, tx))
+            && (0..self.cfg.txs.len() as Tx).all(|tx| s.hold_phase(tx) == phase::PAST || !self.hold_live(s, tx))
             && !self.sweeper_has_work(s)
     }
 
@@ -315,7 +365,7 @@ impl TwoPc {
             CPc::AbortCreate | CPc::OnePhaseAbort => decision,
             CPc::TerminalWrite { .. } => plain,
             CPc::RecoverTransition => Writes { grows, ..plain },
-            CPc::Replay | CPc::OnePhaseGet => Writes::default(),
+            CPc::Replay | CPc::OnePhaseGet | CPc::HeldRetry => Writes::default(),
             CPc::CollectVotes | CPc::AbortAwait { .. } | CPc::DriveAwait { .. } | CPc::OnePhaseWait | CPc::Done => {
                 return (false, Writes::default());
             }
@@ -332,7 +382,9 @@ impl TwoPc {
             // Before issue 28: checked on arrival only, against the plain deadline.
             s.phase(tx) < phase::RESOLVABLE
         };
-        let other = (0..self.cfg.txs.len() as Tx).any(|o| o != tx && self.resolvable(s, o) == Reading::Either);
+        let other = (0..self.cfg.txs.len() as Tx).any(|o| {
+            o != tx && (self.resolvable(s, o) == Reading::Either || self.hold_resolvable(s, o) == Reading::Either)
+        });
         own as u32 + other as u32
     }
 }
@@ -386,6 +438,7 @@ impl Model for TwoPc {
             deployed: 0,
             records: vec![None; cfg.txs.len()],
             clock: 0,
+            hold: 0,
             coords: self
                 .execs
                 .iter()
@@ -443,15 +496,33 @@ impl Model for TwoPc {
             if s.phase(tx) != phase::PAST && self.begun(s, tx) {
                 out.push(Action::Deadline(tx));
             }
+            if s.hold_phase(tx) != phase::PAST && self.hold_live(s, tx) {
+                out.push(Action::HoldExpiry(tx));
+            }
         }
         for (ci, c) in s.coords.iter().enumerate() {
             let (tx, e) = self.execs[ci];
             let (has_step, kind) = self.coord_kind(ci, c.pc);
             let mut checks = 0;
             let enabled = match c.pc {
+                // Issue 32: the caller commits once it has the 202; it may abort once the record exists.
+                CPc::Start if self.route_of[ci].is_some() => {
+                    checks = self.route_checks(s, tx);
+                    match self.route_of[ci] {
+                        Some(config::Route::Commit) => {
+                            self.execs_of(tx).any(|o| s.coords[o as usize].answer == Some(Answer::Held))
+                        }
+                        _ => s.record(tx).is_some(),
+                    }
+                }
                 // A client's retry is sent after its first request.
                 CPc::Start => {
                     e == 0 || self.execs_of(tx).any(|o| o != ci as u8 && s.coords[o as usize].pc != CPc::Start)
+                }
+                // Issue 32: a held (PREPARED) record is answered at once, or aborted past its hold.
+                CPc::Replay if s.status(tx) == Some(Status::Prepared) => {
+                    checks = (self.hold_resolvable(s, tx) == Reading::Either) as u32;
+                    true
                 }
                 // It waits until the record ends or its clock is past the deadline and twice the margin.
                 CPc::Replay => {
@@ -488,7 +559,9 @@ impl Model for TwoPc {
             }
             let i = i as u8;
             let locks = matches!(m.req, Req::Prepare { .. } | Req::OnePhase { .. });
-            let writes = !locks || s.phase(m.req.tx()) < phase::RESOLVABLE;
+            // (A hold's lost reply is folded: its retry changes nothing.)
+            let hold = matches!(m.req, Req::Hold { .. });
+            let writes = !hold && (!locks || s.phase(m.req.tx()) < phase::RESOLVABLE);
             let answers = m.reply.is_some();
             let checks = if locks { self.attempt_checks(s, m.req.tx()) } else { 0 };
             for f in self.task_variants(s, writes, None, answers) {
@@ -556,10 +629,21 @@ impl Model for TwoPc {
                         out.push(Action::Task(i, f, Late(0)));
                     }
                 }
-                // Lock resolution: reading the owner's record may lead to aborting it (a growing write).
-                TPc::Resolve { owner, stage: RStage::Get | RStage::Transition, .. } => {
-                    for f in self.task_variants(s, true, Some(owner), t.reply.is_some()) {
+                // Lock resolution: reading the owner's record may lead to aborting it (a growing write); a
+                // PREPARED owner's `holdUntil + 2M` may read either way (issue 32).
+                // Issue 32: `extend_lock`'s lost reply is folded (its retry meets the lock extended): no write fault.
+                TPc::Resolve { stage: RStage::Extend { .. }, .. } => {
+                    for f in self.task_variants(s, false, None, t.reply.is_some()) {
                         out.push(Action::Task(i, f, Late(0)));
+                    }
+                }
+                TPc::Resolve {
+                    owner, stage: RStage::Get | RStage::Transition { .. } | RStage::CreateAborted, ..
+                } => {
+                    for f in self.task_variants(s, true, Some(owner), t.reply.is_some()) {
+                        for l in lates(self.hold_checks(s)) {
+                            out.push(Action::Task(i, f, l));
+                        }
                     }
                 }
                 _ => {
@@ -623,14 +707,23 @@ impl Model for TwoPc {
                     }
                 }
             }
-            SPc::Terminal { .. } | SPc::OwnerCreate { .. } => {
+            SPc::Terminal { .. } => {
                 for f in self.fault_variants(s, Writes { writes: true, ..Writes::default() }) {
                     out.push(Action::Sweep(f, Late(0)));
                 }
             }
+            SPc::OwnerCreate { .. } => {
+                for f in self.fault_variants(s, Writes { writes: true, ..Writes::default() }) {
+                    for l in lates(self.hold_checks(s)) {
+                        out.push(Action::Sweep(f, l));
+                    }
+                }
+            }
             &SPc::Transition { tx, .. } | &SPc::OwnerTransition { owner: tx, .. } => {
                 for f in self.fault_variants(s, Writes { writes: true, grows: Some(tx), ..Writes::default() }) {
-                    out.push(Action::Sweep(f, Late(0)));
+                    for l in lates(self.hold_checks(s)) {
+                        out.push(Action::Sweep(f, l));
+                    }
                 }
             }
             &SPc::Postpone { tx, .. } => {
@@ -707,7 +800,8 @@ impl Model for TwoPc {
                 s.items.iter().enumerate().all(|(i, it)| {
                     it.lock.is_none_or(|l| {
                         let spec = &m.cfg.txs[l.tx as usize];
-                        !spec.part_of(m.cfg.items[i].svc).is_some_and(|p| spec.parts[p].read_only())
+                        // (Issue 32: a held transaction's check-only participants lock what they check.)
+                        spec.held || !spec.part_of(m.cfg.items[i].svc).is_some_and(|p| spec.parts[p].read_only())
                     })
                 })
             }),
@@ -718,7 +812,11 @@ impl Model for TwoPc {
                 !m.settled(s) || m.clean(s)
             }),
             Property::<Self>::eventually("every transaction ends", |m, s| {
-                m.clean(s) && s.coords.iter().all(|c| c.pc == CPc::Done)
+                m.clean(s)
+                    && s.coords
+                        .iter()
+                        .enumerate()
+                        .all(|(ci, c)| c.pc == CPc::Done || m.route_of[ci].is_some() && c.pc == CPc::Start)
             }),
         ];
         p.extend(self.feature_properties());
@@ -753,10 +851,16 @@ impl TwoPc {
 
     /// 200 ⇒ COMMITTED, 202 ⇒ COMMITTING/COMMITTED, 409 ⇒ ABORTING/ABORTED, a 503 after a refused
     /// decision ⇒ never a commit; and `settled`: 202 ⇒ COMMITTED, 409 ⇒ ABORTED.
+    /// Issue 32: a held POST's 202 PREPARED ⇒ PREPARED or later; the commit route's 200/202/409 as a POST's;
+    /// the abort route's 200 ⇒ ABORTING/ABORTED, its 409 ⇒ COMMITTING/COMMITTED (once settled COMMITTED).
     fn answers_agree(&self, s: &State, settled: bool) -> bool {
         s.coords.iter().enumerate().all(|(ci, c)| {
             let status = s.status(self.execs[ci].0);
             match c.answer {
+                Some(Answer::Held) => status.is_some_and(|st| st != Status::Preparing),
+                Some(Answer::AbortOk) => status.is_some_and(Status::abort),
+                Some(Answer::AbortLost) if settled => status == Some(Status::Committed),
+                Some(Answer::AbortLost) => status.is_some_and(Status::commit),
                 Some(Answer::Ok) => status == Some(Status::Committed),
                 Some(Answer::Accepted) if settled => status == Some(Status::Committed),
                 Some(Answer::Accepted) => status.is_some_and(Status::commit),
@@ -788,9 +892,28 @@ impl TwoPc {
         Some(self.cfg.op_index(tx, part, 0))
     }
 
-    /// The properties of issues 29 to 31, in the configurations that have what they are about.
+    /// The properties of issues 29 to 32, in the configurations that have what they are about.
     fn feature_properties(&self) -> Vec<Property<Self>> {
         let mut p = vec![];
+        if self.cfg.txs.iter().any(|t| t.held) {
+            p.push(Property::<Self>::always(
+                "no commit decision written after holdUntil by the coordinator's clock",
+                |_, s| s.ghost.violations & Violation::CommitAfterHold.bit() == 0,
+            ));
+            p.push(Property::<Self>::always(
+                "a held transaction is never aborted by a resolver before holdUntil + 2M",
+                |_, s| s.ghost.violations & Violation::HeldAbortedEarly.bit() == 0,
+            ));
+            p.push(Property::<Self>::always(
+                "once everything settles, every held transaction is decided and its locks released",
+                |m, s| {
+                    !m.settled(s)
+                        || (0..m.cfg.txs.len() as Tx)
+                            .filter(|&tx| m.cfg.txs[tx as usize].held)
+                            .all(|tx| s.status(tx).is_none_or(Status::terminal) && !m.holds_lock(s, tx))
+                },
+            ));
+        }
         if self.has_op(|k| matches!(k, config::OpKind::Ruled { .. } | config::OpKind::Custom { .. })) {
             p.push(Property::<Self>::always("a rule never judged a stale item", |_, s| {
                 s.ghost.violations & Violation::StaleJudgement.bit() == 0
@@ -830,12 +953,66 @@ impl TwoPc {
         p
     }
 
-    /// `sometimes` properties of issues 29 to 31.
+    /// `sometimes` properties of issues 29 to 32.
     fn feature_sanity_checks(&self) -> Vec<Property<Self>> {
         let cfg = &self.cfg;
         let sw = cfg.switches;
         let b = cfg.budget;
         let mut p = vec![];
+        if cfg.txs.iter().any(|t| t.held) {
+            let routes = |r: config::Route| cfg.routes.iter().any(|&(_, x)| x == r);
+            if routes(config::Route::Commit) {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a held transaction is committed by its caller",
+                    seen::<{ Event::HeldCommitted as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a commit and the expiry race and the expiry wins (the commit route past holdUntil \
+                     writes the abort)",
+                    seen::<{ Event::CommitRouteExpired as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a commit and the expiry race and the commit wins (a resolver past holdUntil + 2M \
+                     rolls the caller's commit forward)",
+                    seen::<{ Event::CommitBeatExpiry as u32 }>,
+                ));
+            }
+            if routes(config::Route::Abort) {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a held transaction is aborted by its caller",
+                    seen::<{ Event::HeldAborted as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the caller's abort comes before the hold is recorded",
+                    seen::<{ Event::AbortBeforeHold as u32 }>,
+                ));
+            }
+            p.push(Property::<Self>::sometimes(
+                "sometimes a hold expires and a resolver or the sweeper aborts it",
+                seen::<{ Event::HoldExpired as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a prepare meets a held transaction's lock and is refused CONFLICT",
+                seen::<{ Event::HeldLockRefused as u32 }>,
+            ));
+            if sw.held_undecided && sw.resolver_extends_hold {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a prepare finds a lock its hold message did not extend expired, its owner held, and \
+                     moves it to holdUntil",
+                    seen::<{ Event::PrepareMovesHeldLock as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the sweeper finds a lock its hold message did not extend expired, its owner held, and \
+                     sends the hold it missed",
+                    seen::<{ Event::SweeperMovesHeldLock as u32 }>,
+                ));
+            } else if sw.held_undecided {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a lock its hold message did not extend is found expired and left to its owner",
+                    seen::<{ Event::UndecidedHeldLock as u32 }>,
+                ));
+            }
+        }
         let judged = self.has_op(|k| matches!(k, config::OpKind::Ruled { .. } | config::OpKind::Custom { .. }));
         if judged && sw.rule_version_condition {
             p.push(Property::<Self>::sometimes(

@@ -77,6 +77,8 @@ fn switches_text(model: &TwoPc) -> String {
         ("apply_pending", s.apply_pending),
         ("barrier", s.barrier),
         ("recheck", s.recheck),
+        ("held_undecided", s.held_undecided),
+        ("resolver_extends_hold", s.resolver_extends_hold),
     ]
     .into_iter()
     .filter(|(_, on)| !on)
@@ -96,6 +98,13 @@ fn switches_text(model: &TwoPc) -> String {
         if model.cfg.sweeper_races_coordinators { ", races live coordinators" } else { ", runs between coordinators" },
         if model.cfg.margin { "; clock margin" } else { "; no clock margin" }
     );
+    let budget = if model.cfg.routes.is_empty() {
+        budget
+    } else {
+        let routes: Vec<String> =
+            model.cfg.routes.iter().map(|&(tx, r)| format!("{} {}", route_name(r), model.tx_name(tx))).collect();
+        format!("{budget}; the caller may {} (each once, at any moment)", routes.join(", "))
+    };
     let budget = match (model.cfg.redeploy, model.cfg.resource) {
         (true, _) => format!("{budget}; a service redeployed once at any moment"),
         (_, Some(svc)) => {
@@ -104,6 +113,13 @@ fn switches_text(model: &TwoPc) -> String {
         _ => budget,
     };
     if off.is_empty() { format!("fixed protocol; {budget}") } else { format!("OFF: {}; {budget}", off.join(", ")) }
+}
+
+fn route_name(r: crate::config::Route) -> &'static str {
+    match r {
+        crate::config::Route::Commit => "commit",
+        crate::config::Route::Abort => "abort",
+    }
 }
 
 impl Run {
@@ -172,9 +188,10 @@ pub fn summary(model: &TwoPc, s: &State) -> String {
                 it.last_tx.map(|t| format!(" lastTx={}", model.tx_name(t))).unwrap_or_default(),
                 it.lock
                     .map(|l| format!(
-                        " lock={}/{}{}",
+                        " lock={}/{}{}{}",
                         model.tx_name(l.tx),
                         l.token,
+                        if l.held { " held" } else { "" },
                         l.pending.map(|p| format!(" pending={p}")).unwrap_or_default()
                     ))
                     .unwrap_or_default()

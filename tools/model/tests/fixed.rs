@@ -223,3 +223,27 @@ fn resource_margin() {
         faults("crash,db_reply,dup,loss,refused", 2),
     );
 }
+
+/// Issue 32: a held transfer (recorded first; PREPARED and 202 once both prepared in time; hold messages
+/// extending its locks to `holdUntil`, late or twice) whose caller commits, aborts, both (racing) or neither
+/// (the hold expires), against a one-phase deposit that meets its lock: refused CONFLICT while the hold lasts,
+/// resolving it (aborting the expired hold, or rolling the caller's commit forward) after. Crashes, lost
+/// DynamoDB replies (the hold write's, a route's decision write's), duplicates and refused writes, one in all.
+#[test]
+fn held() {
+    run(Config::held, faults("crash,db_reply,dup,refused", 1), false);
+}
+
+/// Issue 32 with a crash and a loss: hold messages lost (locks left at their deadline, found expired and left
+/// to their held owner), a route's coordinator crashing after its decision, the sweeper finishing it.
+#[test]
+fn held_crash_loss() {
+    run(Config::held, faults("crash,loss", 2), false);
+}
+
+/// Issue 32 with the clock margin, on `holdUntil` as on the deadline: the commit route's check reading either
+/// way once some coordinator's clock is past `holdUntil`, resolvers' checks once every coordinator's is.
+#[test]
+fn held_margin() {
+    run_margin(Config::held, faults("crash", 1), faults("crash,loss", 1));
+}

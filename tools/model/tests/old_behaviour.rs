@@ -1,5 +1,5 @@
 //! Proof that the check is not vacuous: with ONE fix switched back to the behaviour before it, the
-//! checker finds the defect it fixes (issues 19, 27, 28, 29, 30 and 31), and prints the trace (breadth first: a
+//! checker finds the defect it fixes (issues 19, 27, 28, 29, 30, 31 and 32), and prints the trace (breadth first: a
 //! shortest one).
 
 use twopc_model::config::{Budget, Config, Switches};
@@ -223,4 +223,46 @@ fn defect_31_without_the_recheck_a_reservation_made_during_the_cancel_stays_held
     let last = path.last_state();
     assert_eq!(last.res[0], Res::Held, "T1's authorization still held");
     assert!(last.barriers[0].is_some_and(|e| e.state == BState::Cancelled), "under a cancelled entry");
+}
+
+/// Issue 32, a held owner undecided until its `holdUntil`: T1 is held (PREPARED, answered 202) and its hold
+/// messages have not extended its locks yet (lost, or still on their way), so its locks still expire at its
+/// deadline. Once that passes, T2's deposit meets T1's lock on A and resolves it; a resolver that takes a
+/// PREPARED owner like a PREPARING one past its deadline aborts T1, whose caller may still commit it until
+/// `holdUntil`.
+#[test]
+fn defect_32_a_resolver_that_ignores_the_hold_aborts_a_held_transaction() {
+    let cfg = Config::held(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { held_undecided: false, ..Switches::default() });
+    let name = "a held transaction is never aborted by a resolver before holdUntil + 2M";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::HeldAbortedEarly.bit() != 0);
+    assert!(last.status(0).is_some_and(Status::abort), "T1 aborted");
+    assert_eq!(last.hold_phase(0), phase::ON_TIME, "while its caller may still commit it");
+    assert!(last.coords.iter().any(|c| c.answer == Some(Answer::Held)), "after T1 was answered 202 PREPARED");
+}
+
+/// Issue 32, the lock of a held owner left at its deadline (`git show e14f8bd`): T1 is held (PREPARED, answered
+/// 202) and its hold messages have not extended its locks (lost, or still on their way), so they expire at
+/// its deadline. Once it passes, a sweeper run lists them (`expired_locks`), finds their owner PREPARED within
+/// its hold and leaves them (`LockOutcome::Waiting`): the run changes nothing, and every later run until
+/// `holdUntil + 2M` lists the same locks in its K places. With the fix the run sends the hold they missed.
+#[test]
+fn defect_32_a_sweeper_run_that_leaves_a_held_owners_lock_changes_nothing() {
+    let cfg = Config::held(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { resolver_extends_hold: false, ..Switches::default() });
+    let name = "once faults stop, every transaction ends and no lock is left";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::SweeperStuck.bit() != 0, "a sweeper run that changed nothing");
+    assert_eq!(last.status(0), Some(Status::Prepared), "T1 held");
+    assert!(last.items.iter().any(|it| it.lock.is_some_and(|l| l.tx == 0 && !l.held)), "a lock at its deadline");
+    assert_eq!(last.hold_phase(0), phase::ON_TIME, "within the hold");
 }

@@ -63,6 +63,7 @@ impl TwoPc {
                 late: false,
                 margin: false,
                 pending: None,
+                held: false,
             }),
         }
     }
@@ -84,7 +85,7 @@ impl TwoPc {
         match self.recheck_lock(s, slot) {
             Some(tx) if self.recheck_due(s, tx) => Reading::Past,
             Some(_) => Reading::Before,
-            None => self.resolvable(s, l.tx),
+            None => self.lock_reading(s, &l),
         }
     }
 
@@ -93,7 +94,7 @@ impl TwoPc {
         let Some(l) = self.slot_lock(s, slot) else { return false };
         match self.recheck_lock(s, slot) {
             Some(tx) => self.recheck_due(s, tx),
-            None => self.resolver_reads_past(s, l.tx, ctx),
+            None => self.lock_reads_past(s, l, ctx),
         }
     }
 
@@ -121,6 +122,7 @@ impl TwoPc {
             Req::Commit { .. } => self.res_commit(s, t, ctx),
             Req::Abort { .. } => self.res_abort(s, t, ctx),
             Req::OnePhase { .. } => unreachable!("a resource commits in two phases"),
+            Req::Hold { .. } => unreachable!("no held transaction charges a resource in the model"),
         }
     }
 
