@@ -22,6 +22,7 @@ from typing import Any, Callable
 from cfn import REPO, Stack, as_list, att_id, number, ref_id
 from system import (
     ALIAS_NAME,
+    PARTICIPANT_BINARY,
     alias_references,
     aliases,
     allow_statements,
@@ -34,7 +35,9 @@ from system import (
     log_group_of,
     participant_deployments,
     participant_functions,
+    resource_binaries,
     role_of,
+    table_ids,
 )
 from template_checks import CREATE_ROUTE, HOLD_ROUTES, METRICS_NAMESPACE, SDK_CALLS, rest_methods
 
@@ -78,6 +81,8 @@ CLOCK_SKEW_METRIC = "ClockSkew"
 CLOCK_SKEW_ALARM_FRACTION = 5
 # The stream processor's count of the records it gave up on and dead-lettered itself.
 UNPROCESSABLE_METRIC = "UnprocessableRecords"
+# The sweeper's count of the open transactions it could not finish (twopc::telemetry::STUCK_TRANSACTIONS).
+STUCK_METRIC = "StuckTransactions"
 # The stream processor's action that replays its dead-letter queue (`twopc::fanout::replay::ACTION`).
 REPLAY_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "replay.rs"
 
@@ -361,12 +366,16 @@ def _description(alarm: Alarm) -> str:
 def alarm_description_problems(stack: Stack, found: list[Alarm]) -> list[str]:
     """The alarms whose answer is not in their metric say what to do: the ClockSkew alarm names the
     margin M and the clocks to compare; the UnprocessableRecords alarm the log line to read and the
-    replay to run after the fix."""
+    replay to run after the fix; the StuckTransactions alarm (also a confirm that fails for good) the
+    record's sweepError and that a commit decision is never aborted by hand."""
     problems = []
     margin = clock_margin_ms()
     wanted = {
         CLOCK_SKEW_METRIC: [f"{margin} ms", "clock", "abort"],
         UNPROCESSABLE_METRIC: ["dead-letter", "log", replay_contract()["action"]],
+        # What an operator sees for a resource participant's confirm that fails for good: the record's
+        # sweepError says why, and a transaction decided to commit is never aborted by hand.
+        STUCK_METRIC: ["sweepError", "confirm", "never abort"],
     }
     for metric, words in wanted.items():
         for alarm in [a for a in found if a.on(METRICS_NAMESPACE, metric)]:
@@ -1559,7 +1568,135 @@ def check_no_local_keys(stack: Stack) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# 14. Held transactions: their two routes, and the coordinator's hold policy
+# 14. Resource participants: where their resource is, how long they run, what they may touch
+# ----------------------------------------------------------------------------------------------
+
+# Each variable a resource participant's binary reads beyond the participant library's (the generic
+# participant's variables): the parameter that sets it (the same in both templates), the placeholder
+# default (nothing answers there: the deployer gives the real address) and what its description says.
+RESOURCE_PARAMETERS = {
+    "PAYMENT_API_URL": {
+        "parameter": "PaymentApiUrl",
+        "default": "https://payments.example.com",
+        "description": ["placeholder", "idempotency keys", "authorizations", "capture", "void", "HTTPS", "VPC"],
+    },
+}
+# Another value the parameters are evaluated with, so that a hard-coded default does not pass.
+RESOURCE_PARAMETER_OTHER_VALUE = "https://api.payments.test/v2"
+# A resource participant's prepare retries its resource until the transaction's deadline (at most the
+# contract's maxTransactionTimeoutMs) and the clock margin, then writes its barrier entry: its
+# function's timeout exceeds the longest transaction by at least this much (as the coordinator's).
+RESOURCE_PREPARE_MARGIN_MS = 10_000
+# The barrier: a resource participant's entries in its own table (twopc::participant::resource).
+BARRIER_SOURCE = REPO / "functions" / "twopc" / "src" / "participant" / "resource.rs"
+
+
+def barrier_actions(source: Path = BARRIER_SOURCE) -> set[str]:
+    """The DynamoDB actions the barrier calls (through template_checks.SDK_CALLS): all a resource
+    participant's role needs of DynamoDB, on its own table."""
+    text = source.read_text()
+    actions = {action for call, action in SDK_CALLS.items() if action.startswith("dynamodb:") and call in text}
+    if not actions:
+        raise AssertionError(f"{source} calls no DynamoDB action: is the barrier elsewhere now?")
+    return actions
+
+
+def _resource_parameter_problems(stack: Stack) -> list[str]:
+    """Each resource variable is set from its parameter on every function of a binary that reads it,
+    and on no other function; the parameter is a String whose default is the placeholder."""
+    problems: list[str] = []
+    contract = stack.code["functionEnvironment"]
+    library = set(contract.get(PARTICIPANT_BINARY, []))
+    for binary in resource_binaries(stack):
+        for variable in sorted(set(contract[binary]) - library):
+            if variable not in RESOURCE_PARAMETERS:
+                problems.append(f"{binary} reads {variable}, which no parameter of RESOURCE_PARAMETERS sets")
+    for variable, spec in RESOURCE_PARAMETERS.items():
+        parameter, default = spec["parameter"], spec["default"]
+        readers = sorted(binary for binary, names in contract.items() if variable in names)
+        if not readers:
+            problems.append(f"no binary of the code reads {variable} (RESOURCE_PARAMETERS is stale)")
+            continue
+        problems += _parameter(stack, parameter, default)
+        definition = stack.template.get("Parameters", {}).get(parameter)
+        if definition is not None:
+            if definition.get("Type") != "String":
+                problems.append(f"parameter {parameter}: type {definition.get('Type')!r}, not String")
+            description = " ".join(str(definition.get("Description", "")).split())
+            missing = [w for w in spec["description"] if w.lower() not in description.lower()]
+            if missing:
+                problems.append(f"parameter {parameter}: its description does not say {missing}")
+        for value in [default, RESOURCE_PARAMETER_OTHER_VALUE]:
+            evaluated = stack.with_parameters(**{parameter: value})
+            found = [f for binary in readers for f in functions_of(evaluated, binary)]
+            if not found:
+                problems.append(f"no function runs {readers} (which read {variable})")
+            for function in functions(evaluated):
+                env = environment(evaluated, function)
+                if function in found and env.get(variable) != value:
+                    problems.append(f"{function}: {variable} is {env.get(variable)!r} with {parameter}={value}")
+                elif function not in found and variable in env:
+                    problems.append(f"{function} sets {variable}, which only {readers} read")
+    return problems
+
+
+def check_resource_participants(stack: Stack) -> list[str]:
+    """Every resource participant (a participant binary that drives a resource: the example payments)
+    gets its resource's address from its parameter (RESOURCE_PARAMETERS: PAYMENT_API_URL from
+    PaymentApiUrl, on it alone); its function runs longer than its slowest path (a prepare retrying
+    the resource until the latest deadline) and no shorter than any other participant's, outside any
+    VPC (it calls its resource over the internet); its role may call on DynamoDB exactly what the
+    barrier calls, on its own table only (no item, no transaction record)."""
+    problems = _resource_parameter_problems(stack)
+    deployments = participant_deployments(stack)
+    resources = {service: d for service, d in deployments.items() if d["resource"]}
+    if resource_binaries(stack) and not resources:
+        problems.append(f"no participant deployment runs a resource participant {resource_binaries(stack)}")
+    maximum_ms = stack.code["maxTransactionTimeoutMs"]
+    needed_ms = maximum_ms + RESOURCE_PREPARE_MARGIN_MS
+    others = {
+        d["function"]: number(stack.props(d["function"]).get("Timeout", 3)) for d in deployments.values() if not d["resource"]
+    }
+    longest_other = max((t for t in others.values() if t is not None), default=0)
+    barrier = barrier_actions()
+    ids = table_ids(stack)
+    for service, deployment in sorted(resources.items()):
+        function = deployment["function"]
+        where = f"resource participant {service} ({function})"
+        props = stack.props(function)
+        timeout = number(props.get("Timeout", 3))
+        if timeout is None or timeout * 1000 < needed_ms:
+            problems.append(
+                f"{where}: timeout {timeout} s; a prepare may retry its resource for {maximum_ms} ms (the longest "
+                f"transaction), so it needs at least {needed_ms // 1000} s"
+            )
+        if timeout is not None and timeout < longest_other:
+            problems.append(f"{where}: timeout {timeout} s, shorter than another participant's {longest_other} s")
+        if props.get("VpcConfig"):
+            problems.append(f"{where}: in a VPC ({props['VpcConfig']!r}); it calls its resource over the internet")
+        role = role_of(stack, function)
+        own = "${%s.Arn}" % ids.get(deployment["table"])
+        on_own: set[str] = set()
+        for statement in allow_statements(stack, role):
+            actions = sorted(str(a) for a in statement["Action"] if str(a).startswith("dynamodb:"))
+            if not actions:
+                continue
+            for resource in statement["Resource"]:
+                if resource != own:
+                    problems.append(
+                        f"{where}: its role {role} may {actions} on {resource}; a resource participant touches "
+                        f"its own table's barrier entries only ({own})"
+                    )
+                else:
+                    on_own.update(actions)
+        for action in sorted(barrier - on_own):
+            problems.append(f"{where}: its role {role} may not {action} on its table; the barrier calls it")
+        for action in sorted(on_own - barrier):
+            problems.append(f"{where}: its role {role} may {action} on its table; the barrier never calls it")
+    return sorted(set(problems), key=problems.index)
+
+
+# 15. Held transactions: their two routes, and the coordinator's hold policy
 # ----------------------------------------------------------------------------------------------
 
 # The bounds and defaults of a hold (`twopc::model`), and the coordinator's variables (`twopc::config`).

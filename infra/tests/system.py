@@ -13,16 +13,20 @@ test_cdk_code.py holds to the staged code).
 
 The participant functions are those of every binary built on the participant library (it reads
 SERVICE_NAME and DATA_TABLE_NAME: the service it serves and the table it owns), whichever binary that
-is: each is one participant deployment.
+is: each is one participant deployment. Among them, a resource participant's binary (the example
+payments) drives a resource beyond DynamoDB through the library (its `main.rs` calls `with_resource`):
+its table holds the library's barrier entries, not items.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from pathlib import Path
 from typing import Any
 
-from cfn import Stack, as_list, att_id, placeholder, ref_id
+from cfn import REPO, Stack, as_list, att_id, placeholder, ref_id
 
 ALIAS_NAME = "live"
 # The generic participant (functions/participant: the built-in operations only).
@@ -31,6 +35,10 @@ PARTICIPANT_BINARY = "participant"
 PARTICIPANT_VARIABLES = {"SERVICE_NAME", "DATA_TABLE_NAME"}
 # The CDK app's metadata entry naming a function's binary (infra/cdk/lib/code.ts, BINARY_METADATA).
 CDK_BINARY_METADATA = "twopc:binary"
+# What a resource participant's main calls: the participant library driving a resource
+# (twopc::participant::Participant::with_resource).
+RESOURCE_CALL = ".with_resource("
+FUNCTIONS_DIR = REPO / "functions"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,6 +241,18 @@ def participant_binaries(stack: Stack) -> list[str]:
     ]
 
 
+@functools.lru_cache(maxsize=None)
+def _drives_a_resource(binary: str, functions_dir: Path = FUNCTIONS_DIR) -> bool:
+    main = functions_dir / binary / "src" / "main.rs"
+    return main.is_file() and RESOURCE_CALL in main.read_text()
+
+
+def resource_binaries(stack: Stack) -> list[str]:
+    """The participant binaries that drive a resource beyond DynamoDB (their `main.rs` calls
+    `with_resource`: the example payments): their tables hold the library's barrier entries."""
+    return [binary for binary in participant_binaries(stack) if _drives_a_resource(binary)]
+
+
 def participant_functions(stack: Stack) -> list[str]:
     """The functions of every participant binary."""
     by_binary = functions_by_binary(stack)
@@ -240,14 +260,17 @@ def participant_functions(stack: Stack) -> list[str]:
 
 
 def participant_deployments(stack: Stack) -> dict[str, dict]:
-    """Service name -> {function, binary, table, alias} of each participant deployment (a function
-    of any participant binary)."""
+    """Service name -> {function, binary, resource, table, alias} of each participant deployment (a
+    function of any participant binary; `resource`: its binary drives a resource)."""
     deployments = {}
+    resources = set(resource_binaries(stack))
     for function in participant_functions(stack):
         env = environment(stack, function)
+        binary = binary_of(stack, function)
         deployments[str(env.get("SERVICE_NAME"))] = {
             "function": function,
-            "binary": binary_of(stack, function),
+            "binary": binary,
+            "resource": binary in resources,
             "table": str(env.get("DATA_TABLE_NAME")),
             "alias": aliases(stack, function).get(ALIAS_NAME),
         }

@@ -71,6 +71,9 @@ COMMIT_PHASE_MARGIN_MS = 10_000
 CODE_TABLE_STORES = {
     "twopc/src/record.rs": "transactions",  # TransactionStore
     "twopc/src/participant/store.rs": "participant",  # DataTable, every participant data table
+    # Barrier, a resource participant's entries in its own table (the example payments' payments-data):
+    # the tables of resource participants only.
+    "twopc/src/participant/resource.rs": "barrier",
     "twopc/src/fanout/connections.rs": "connections",  # ConnectionStore
 }
 # Calls of a store that go to another table: (file, call) -> table group.
@@ -363,11 +366,18 @@ def check_environment(stack: Stack) -> list[str]:
             problems.append(f"{function}: its variables {sorted(variables)} match no binary of the code")
             continue
         candidates = binary_candidates(stack, function)
-        if len(candidates) > 1 and declared_binary(stack, function) not in candidates:
+        declared = declared_binary(stack, function)
+        if len(candidates) > 1 and declared not in candidates:
             # Binaries that read the same variables are told apart by the code the function runs.
             problems.append(
                 f"{function}: its variables are those of {candidates}, and its code names none of them "
-                f"({declared_binary(stack, function)!r}: SAM's BuildProperties.Binary, CDK's twopc:binary)"
+                f"({declared!r}: SAM's BuildProperties.Binary, CDK's twopc:binary)"
+            )
+        elif declared is not None and declared != binary:
+            # Its code is another binary's (the payments' environment, the generic participant's code).
+            problems.append(
+                f"{function}: its code is {declared!r} (SAM's BuildProperties.Binary, CDK's twopc:binary), "
+                f"its variables are those of {binary!r}"
             )
         for variable in sorted(wanted[binary] - variables):
             problems.append(f"{function} ({binary}) does not set {variable}")
@@ -487,6 +497,16 @@ def check_service_operations(stack: Stack, expected: Any = None) -> list[str]:
                 problems.append(
                     f"{function}: {variable} names {service!r}, whose participant {deployment['function']} runs the "
                     f"generic {PARTICIPANT_BINARY!r} binary, which knows none of those operations"
+                )
+            # A resource's operations (`"resource": true`: never committed in one phase) are a resource
+            # participant's, and a resource participant's operations are all a resource's.
+            schemas = operations[service] if isinstance(operations[service], list) else []
+            marked = {bool(s.get("resource")) for s in schemas if isinstance(s, dict)}
+            if deployment is not None and marked and marked != {deployment["resource"]}:
+                kind = "drives a resource" if deployment["resource"] else "drives no resource"
+                problems.append(
+                    f"{function}: {variable} gives {service!r} operations with resource {sorted(marked)}, and its "
+                    f"participant {deployment['function']} ({deployment['binary']!r}) {kind}"
                 )
     return problems
 
@@ -658,14 +678,25 @@ def code_calls(functions_dir: Path = REPO / "functions") -> tuple[dict[str, set[
 def check_grants_match_code(stack: Stack, functions_dir: Path = REPO / "functions") -> list[str]:
     """The actions granted on each table (over all roles) are exactly what the code's store for that
     table calls, and the other services' actions exactly what the code calls: a grant the code never
-    uses is not least privilege, a call nobody may make fails in AWS only."""
+    uses is not least privilege, a call nobody may make fails in AWS only. The participant tables are
+    DataTable's (participant/store.rs); the barrier's calls (participant/resource.rs) are granted on
+    every resource participant's table and on no item participant's."""
     per_table, other, problems = code_calls(functions_dir)
     ids = table_ids(stack)
+    deployments = participant_deployments(stack).values()
     groups = {
         "transactions": {ids[n] for n in ["transactions"] if n in ids},
         "connections": {ids[n] for n in ["connections"] if n in ids},
-        "participant": {ids[d["table"]] for d in participant_deployments(stack).values() if d["table"] in ids},
+        # Every participant table: DataTable's (the participant's own on an item table, the sweeper's
+        # lock listing and reading on any), and the barrier's where a resource participant is deployed.
+        "participant": {ids[d["table"]] for d in deployments if d["table"] in ids},
     }
+    barrier_tables = {ids[d["table"]] for d in deployments if d["table"] in ids and d["resource"]}
+    item_tables = groups["participant"] - barrier_tables
+    barrier_calls = per_table.pop("barrier", set())
+    item_calls = set(per_table.get("participant", set()))
+    per_table["participant"] = item_calls | (barrier_calls if barrier_tables else set())
+    granted_per_table: dict[str, set[str]] = {}
     granted_per_group: dict[str, set[str]] = {group: set() for group in groups}
     granted_other: set[str] = set()
     for role in stack.resources("AWS::IAM::Role"):
@@ -680,6 +711,7 @@ def check_grants_match_code(stack: Stack, functions_dir: Path = REPO / "function
                         if table is None:
                             problems.append(f"{role}: {action} on {resource}, which is no table or index of the template")
                             continue
+                        granted_per_table.setdefault(table, set()).add(action)
                         for group, members in groups.items():
                             if table in members:
                                 granted_per_group[group].add(action)
@@ -691,6 +723,17 @@ def check_grants_match_code(stack: Stack, functions_dir: Path = REPO / "function
             problems.append(f"the code calls {action} on the {group} table(s), no role may")
         for action in sorted(grant - code):
             problems.append(f"{action} is granted on the {group} table(s), the code never calls it")
+    # The barrier's calls (a resource participant's entries) on the resource participants' tables, and
+    # only there: an item participant's table is written by DataTable alone.
+    for table in sorted(item_tables):
+        for action in sorted(granted_per_table.get(table, set()) - item_calls):
+            problems.append(
+                f"{action} is granted on the item participant table {table}, which DataTable never calls "
+                "(the barrier's calls belong on a resource participant's table only)"
+            )
+    for table in sorted(barrier_tables):
+        for action in sorted(barrier_calls - granted_per_table.get(table, set())):
+            problems.append(f"the barrier calls {action} on the resource participant table {table}, no role may")
     for action in sorted(other - granted_other):
         problems.append(f"the code calls {action}, no role may")
     for action in sorted(granted_other - other - LAMBDA_ALSO_USES):

@@ -16,6 +16,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import pytest
 
 import breaking as b
 from cfn import CDK_TEMPLATE, REPO, Stack
@@ -82,11 +83,12 @@ def test_cdk_code_check_catches_swapped_code(cdk):
     assert check_cdk_code(cdk, CDK_TEMPLATE.parent, build_dirs()) != []
 
 
-def test_cdk_code_check_catches_the_generic_participant_deployed_for_the_inventory(cdk):
-    # Both read the same environment: the inventory's function with the generic participant's code.
-    inventory, generic = b.function(cdk, "inventory"), b.function(cdk, "participant")
+@pytest.mark.parametrize("own", ["inventory", "payments"])
+def test_cdk_code_check_catches_the_generic_participant_deployed_for_a_services_own(cdk, own):
+    # The inventory's (or the payments') function with the generic participant's code.
+    function, generic = b.function(cdk, own), b.function(cdk, "participant")
     resources = cdk.template["Resources"]
-    resources[inventory]["Metadata"]["aws:asset:path"] = resources[generic]["Metadata"]["aws:asset:path"]
+    resources[function]["Metadata"]["aws:asset:path"] = resources[generic]["Metadata"]["aws:asset:path"]
     assert check_cdk_code(cdk, CDK_TEMPLATE.parent, build_dirs()) != []
 
 

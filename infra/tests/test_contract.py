@@ -6,7 +6,8 @@ test runs on the SAM template (after the transform) and on the CDK template. A v
 through a reader of `twopc::config` (the coordinator's `config::hold_policy()`: HOLD_POLICY and
 MAX_HOLD_MS) is part of its environment even before FUNCTION_ENVIRONMENT lists it (with a warning). The coordinator's
 SERVICE_OPERATIONS (the services' own operation schemas) is infra/service-operations.json, and names
-only registered services that run a participant of their own (the example inventory)."""
+only registered services that run a participant of their own (the example inventory; the example
+payments, a resource participant, whose operations are a resource's)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import json
 import pytest
 
 import breaking as b
-from system import CDK_BINARY_METADATA, participant_binaries, participant_deployments
+from system import CDK_BINARY_METADATA, participant_binaries, participant_deployments, resource_binaries
 from template_checks import (
     SERVICE_OPERATIONS_FILE,
     check_environment,
@@ -39,23 +40,28 @@ def test_contract_lists_the_expected_tables(contract):
         "coordinator",
         "participant",
         "inventory",
+        "payments",
         "sweeper",
         "stream-processor",
         "connections",
     }
 
 
-def test_the_participant_binaries_are_the_generic_one_and_the_inventory(stack):
-    # Both are built on the participant library and read its variables; the inventory is told apart
-    # by the code its function runs (SAM's build metadata, CDK's twopc:binary).
-    assert participant_binaries(stack) == ["participant", "inventory"]
+def test_the_participant_binaries_are_the_generic_one_the_inventory_and_the_payments(stack):
+    # All are built on the participant library and read its variables; the inventory is told apart
+    # by the code its function runs (SAM's build metadata, CDK's twopc:binary), the payments also by
+    # its PAYMENT_API_URL. The payments drives a resource (its main calls with_resource).
+    assert participant_binaries(stack) == ["participant", "inventory", "payments"]
+    assert resource_binaries(stack) == ["payments"]
     deployments = participant_deployments(stack)
-    assert {service: d["binary"] for service, d in deployments.items()} == {
-        "service-a": "participant",
-        "service-b": "participant",
-        "inventory": "inventory",
+    assert {service: (d["binary"], d["resource"]) for service, d in deployments.items()} == {
+        "service-a": ("participant", False),
+        "service-b": ("participant", False),
+        "inventory": ("inventory", False),
+        "payments": ("payments", True),
     }
     assert deployments["inventory"]["table"] == "inventory-data"
+    assert deployments["payments"]["table"] == "payments-data"
 
 
 def test_a_binary_that_writes_metrics_must_list_the_namespace(tmp_path):
@@ -189,6 +195,27 @@ def _break_environment(stack, breakage: str) -> None:
     elif breakage == "inventory-runs-nothing-known":
         # The inventory's function names no binary: its environment is both participants'.
         _undeclare_binary(stack, participant_deployments(stack)["inventory"]["function"])
+    elif breakage == "registry-misses-the-payments":
+        # The sweeper's registry leaves out the resource participant: a capture that failed is never retried.
+        b.variables(stack, "sweeper")["PARTICIPANTS"] = _registry_without(stack, "payments")
+    elif breakage == "coordinator-registry-misses-the-payments":
+        b.variables(stack, "coordinator")["PARTICIPANTS"] = _registry_without(stack, "payments")
+    elif breakage == "participant-tables-miss-the-payments":
+        # The sweeper never looks for the payments' barrier entries that are due.
+        tables = b.variables(stack, "sweeper")["PARTICIPANT_TABLES"]
+        for entry in [', "payments": "${ServicePayments}"', ', "payments": "${ServicePaymentsTable}"']:
+            tables = b.replace_in_strings(tables, entry, "")
+        assert tables != b.variables(stack, "sweeper")["PARTICIPANT_TABLES"], "no payments entry found"
+        b.variables(stack, "sweeper")["PARTICIPANT_TABLES"] = tables
+    elif breakage == "payments-without-its-api-url":
+        del b.variables_of(stack, participant_deployments(stack)["payments"]["function"])["PAYMENT_API_URL"]
+    elif breakage == "payment-api-url-on-the-inventory":
+        b.variables_of(stack, participant_deployments(stack)["inventory"]["function"])["PAYMENT_API_URL"] = b.ref("PaymentApiUrl")
+    elif breakage == "payments-runs-the-generic-participant":
+        # The payments' environment, the generic participant's code: it knows no charge.
+        _declare_binary(stack, participant_deployments(stack)["payments"]["function"], "participant")
+    elif breakage == "payments-runs-the-inventory":
+        _declare_binary(stack, participant_deployments(stack)["payments"]["function"], "inventory")
     elif breakage == "participant-tables":
         b.variables(stack, "stream-processor")["PARTICIPANT_TABLES"] = '{"service-a": "service-a-data"}'
     elif breakage == "metrics-namespace":
@@ -225,6 +252,13 @@ def _break_environment(stack, breakage: str) -> None:
         "registry-misses-the-inventory",
         "inventory-without-its-table",
         "inventory-runs-nothing-known",
+        "registry-misses-the-payments",
+        "coordinator-registry-misses-the-payments",
+        "participant-tables-miss-the-payments",
+        "payments-without-its-api-url",
+        "payment-api-url-on-the-inventory",
+        "payments-runs-the-generic-participant",
+        "payments-runs-the-inventory",
         "hold-policy-missing",
         "max-hold-missing",
         "hold-policy-on-the-sweeper",
@@ -264,10 +298,13 @@ def _declare_binary(stack, function: str, binary: str) -> None:
 # --- SERVICE_OPERATIONS: the services' own operations, as infra/service-operations.json ----------
 
 
-def test_the_service_operations_file_names_the_inventory():
+def test_the_service_operations_file_names_the_inventory_and_the_payments():
     operations = service_operations_file()
-    assert sorted(operations) == ["inventory"]
+    assert sorted(operations) == ["inventory", "payments"]
     assert sorted(schema["op"] for schema in operations["inventory"]) == ["release", "reserve"]
+    assert not any(schema.get("resource") for schema in operations["inventory"])
+    # The payments' charge is a resource's (authorize, capture, void): never committed in one phase.
+    assert [(schema["op"], schema.get("resource")) for schema in operations["payments"]] == [("charge", True)]
 
 
 def test_service_operations_are_the_file(stack):
@@ -319,6 +356,19 @@ def _break_service_operations(stack, breakage: str) -> None:
     elif breakage == "service-runs-the-generic-participant":
         # The inventory's function runs the generic participant, which knows neither reserve nor release.
         _declare_binary(stack, participant_deployments(stack)["inventory"]["function"], "participant")
+    elif breakage == "payments-not-registered":
+        # The coordinator's PARTICIPANTS leaves the payments out: it refuses to start.
+        b.variables(stack, "coordinator")["PARTICIPANTS"] = _registry_without(stack, "payments")
+    elif breakage == "payments-charge-left-out":
+        operations = _operations(stack)
+        del operations["payments"]
+        _set_operations(stack, operations)
+    elif breakage == "payments-charge-not-a-resource":
+        # Without "resource": the coordinator would commit a charge alone in one phase, which the
+        # payments refuses unapplied.
+        operations = _operations(stack)
+        del operations["payments"][0]["resource"]
+        _set_operations(stack, operations)
 
 
 SERVICE_OPERATIONS_BREAKAGES = [
@@ -329,6 +379,9 @@ SERVICE_OPERATIONS_BREAKAGES = [
     "an-operation-left-out",
     "service-not-registered",
     "service-runs-the-generic-participant",
+    "payments-not-registered",
+    "payments-charge-left-out",
+    "payments-charge-not-a-resource",
 ]
 
 
@@ -336,6 +389,20 @@ SERVICE_OPERATIONS_BREAKAGES = [
 def test_service_operations_check_catches(breakage, stack):
     _break_service_operations(stack, breakage)
     assert check_service_operations(stack) != []
+
+
+@pytest.mark.parametrize("service,other", [("inventory", "payments"), ("payments", "inventory")])
+def test_service_operations_check_catches_resource_operations_of_the_wrong_participant(stack, service, other):
+    # The file and the template agree, yet the inventory's operations are marked a resource's (its
+    # participant drives none), or the payments' are not (its participant drives one).
+    operations = _operations(stack)
+    for schema in operations[service]:
+        schema["resource"] = service == "inventory"
+        if service == "payments":
+            del schema["resource"]
+    _set_operations(stack, operations)
+    problems = check_service_operations(stack, expected=operations)
+    assert problems and all(repr(service) in p and other not in p for p in problems), problems
 
 
 def test_service_operations_check_catches_a_service_outside_the_registry(stack):

@@ -145,10 +145,13 @@ def test_invoke_check_catches_a_registered_participant_it_cannot_invoke(stack):
     assert check_invoke_only_registered(stack) != []
 
 
-@pytest.mark.parametrize("binary", ["participant", "inventory"])
-def test_isolation_check_catches_a_participant_reaching_another_table(stack, binary):
-    # The generic participant, or a service's own (the inventory), reaching another service's table.
-    statement = b.statement(stack, binary, "dynamodb:BatchGetItem")
+@pytest.mark.parametrize(
+    "binary,action", [("participant", "dynamodb:BatchGetItem"), ("inventory", "dynamodb:BatchGetItem"), ("payments", "dynamodb:PutItem")]
+)
+def test_isolation_check_catches_a_participant_reaching_another_table(stack, binary, action):
+    # The generic participant, a service's own (the inventory) or a resource participant (the
+    # payments), reaching another service's table.
+    statement = b.statement(stack, binary, action)
     other = b.other_participant(stack, b.function(stack, binary))
     statement["Resource"].append(b.getatt(b.table(stack, other["table"]), "Arn"))
     assert check_participant_isolation(stack) != []
@@ -194,6 +197,33 @@ def test_grant_check_catches_a_grant_the_code_never_uses(stack):
     statement = b.statement(stack, "participant", "dynamodb:BatchGetItem")
     statement["Action"] = [*as_list(statement["Action"]), "dynamodb:PutItem"]
     assert check_grants_match_code(stack) != []
+
+
+@pytest.mark.parametrize("binary", ["participant", "inventory"])
+def test_grant_check_catches_the_barriers_put_on_an_item_participants_table(stack, binary):
+    # PutItem is the barrier's (a resource participant's entries): an item participant never puts.
+    statement = b.statement(stack, binary, "dynamodb:BatchGetItem")
+    statement["Action"] = [*as_list(statement["Action"]), "dynamodb:PutItem"]
+    problems = check_grants_match_code(stack)
+    assert any("dynamodb:PutItem is granted on the item participant table" in p for p in problems), problems
+
+
+def test_grant_check_catches_a_barrier_call_no_role_may(stack):
+    # The payments' role loses PutItem: no first barrier entry, no try, every charge refused.
+    statement = b.statement(stack, "payments", "dynamodb:PutItem")
+    statement["Action"] = [a for a in as_list(statement["Action"]) if a != "dynamodb:PutItem"]
+    problems = check_grants_match_code(stack)
+    assert any("the barrier calls dynamodb:PutItem" in p for p in problems), problems
+
+
+def test_grant_check_reads_the_barrier_as_a_resource_participants_store(tmp_path, stack):
+    # The barrier starts deleting its entries: no role may (and on no item participant's table).
+    functions_dir = tmp_path / "functions"
+    shutil.copytree(REPO / "functions", functions_dir, ignore=shutil.ignore_patterns("target", "*.zip"))
+    with open(functions_dir / "twopc" / "src" / "participant" / "resource.rs", "a") as source:
+        source.write("\n// added by the test\nfn _probe() { client.delete_item(); }\n")
+    problems = check_grants_match_code(stack, functions_dir)
+    assert any("the barrier calls dynamodb:DeleteItem" in p for p in problems), problems
 
 
 @pytest.mark.parametrize(

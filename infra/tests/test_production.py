@@ -10,7 +10,9 @@ on the participants' clock skew and on the records the stream processor dead-let
 invoke a participant: each service's message key (a secret of its own, generated, read by its
 participant, the coordinator and the sweeper only, named by PARTICIPANT_KEY and PARTICIPANT_KEYS),
 each participant's resource policy (the coordinator's and the sweeper's roles, nobody else), the
-local development keys nowhere in a template; held transactions: POST /transactions/{id}/commit and
+local development keys nowhere in a template; the resource participants (the example payments): their
+resource's address from its parameter, a timeout longer than a prepare retrying until the deadline, no
+VPC, their role on their own barrier entries only; held transactions: POST /transactions/{id}/commit and
 /abort authorized exactly as POST /transactions and reaching the coordinator, and its HOLD_POLICY and
 MAX_HOLD_MS from the HoldPolicy and MaxHoldMs parameters, on no other function."""
 
@@ -46,6 +48,7 @@ from production_checks import (
     check_participant_invokers,
     check_participant_keys,
     check_reserved_concurrency,
+    check_resource_participants,
     check_throttling,
     check_tracing,
     check_websocket_answers,
@@ -80,6 +83,7 @@ CHECKS = {
     "participant-keys": check_participant_keys,
     "participant-invokers": check_participant_invokers,
     "no-local-keys": check_no_local_keys,
+    "resource-participants": check_resource_participants,
     "hold-routes": check_hold_routes,
     "hold-policy": check_hold_policy,
 }
@@ -748,6 +752,33 @@ BREAKAGES.update(
             "participant-invokers",
             lambda s: _add_permission(s, _services(s).index("inventory"), b.ref("AWS::AccountId")),
         ),
+        # a resource participant (the payments): the same rules
+        "payments-reads-another-services-key": (
+            "participant-keys",
+            lambda s: _read_another_services_key(s, "payments"),
+        ),
+        "payments-key-of-another-service": (
+            "participant-keys",
+            lambda s: b.variables_of(s, b.deployment_of(s, "payments")["function"]).update(
+                PARTICIPANT_KEY=b.ref(b.key_secret_of(s, b.deployment_of(s, "inventory")["function"]))
+            ),
+        ),
+        "keys-registry-misses-the-payments": (
+            "participant-keys",
+            lambda s: b.variables(s, "coordinator").update(
+                PARTICIPANT_KEYS=_keys_value(s, [(service, i) for i, service in enumerate(_services(s)) if service != "payments"])
+            ),
+        ),
+        "payments-resource-policy-without-the-sweeper": (
+            "participant-invokers",
+            lambda s: [
+                s.template["Resources"].pop(p) for p in b.participant_permissions(s, _services(s).index("payments"), "sweeper")
+            ],
+        ),
+        "payments-resource-policy-for-the-payment-provider-too": (
+            "participant-invokers",
+            lambda s: _add_permission(s, _services(s).index("payments"), "123456789012"),
+        ),
         "participant-reads-another-secret": (
             "participant-keys",
             lambda s: b.statement(s, "participant", "secretsmanager:GetSecretValue", index=1)["Resource"].append(OTHER_SECRET),
@@ -902,12 +933,87 @@ BREAKAGES.update(
 )
 
 
+def _payments(stack) -> str:
+    return b.deployment_of(stack, "payments")["function"]
+
+
+def _payments_statement(stack, action: str) -> dict:
+    return b.statement(stack, "payments", action)
+
+
+def _parameter_description(stack, text: str) -> None:
+    stack.template["Parameters"]["PaymentApiUrl"]["Description"] = text
+
+
 def _decision_to_the_sweeper(stack, decision: str) -> None:
     b.set_rest_method_target(stack, "POST", decision, b.function(stack, "coordinator"), b.function(stack, "sweeper"))
 
 
 BREAKAGES.update(
     {
+        # PAYMENT_API_URL from PaymentApiUrl, on the payments function alone
+        "payments-without-its-api-url": ("resource-participants", lambda s: b.variables_of(s, _payments(s)).pop("PAYMENT_API_URL")),
+        "payments-api-url-hard-coded": (
+            "resource-participants",
+            lambda s: b.variables_of(s, _payments(s)).update(PAYMENT_API_URL="https://payments.example.com"),
+        ),
+        "payments-api-url-from-another-parameter": (
+            "resource-participants",
+            lambda s: b.variables_of(s, _payments(s)).update(PAYMENT_API_URL=b.ref("CorsAllowOrigin")),
+        ),
+        "payment-api-url-on-the-inventory-too": (
+            "resource-participants",
+            lambda s: b.variables_of(s, b.deployment_of(s, "inventory")["function"]).update(PAYMENT_API_URL=b.ref("PaymentApiUrl")),
+        ),
+        "payment-api-url-on-the-coordinator-too": (
+            "resource-participants",
+            lambda s: b.variables(s, "coordinator").update(PAYMENT_API_URL=b.ref("PaymentApiUrl")),
+        ),
+        "payment-api-url-parameter-missing": ("resource-participants", lambda s: s.template["Parameters"].pop("PaymentApiUrl")),
+        "payment-api-url-a-real-looking-default": (
+            "resource-participants",
+            lambda s: s.template["Parameters"]["PaymentApiUrl"].update(Default="https://api.stripe.com"),
+        ),
+        "payment-api-url-description-silent-on-idempotency": (
+            "resource-participants",
+            lambda s: _parameter_description(s, "Base URL of the payment API (a placeholder); HTTPS, no VPC."),
+        ),
+        # its timeout: longer than a prepare retrying until the latest deadline, and than the others'
+        "payments-timeout-of-the-other-participants": ("resource-participants", lambda s: b.props(s, _payments(s)).update(Timeout=10)),
+        "payments-timeout-the-longest-transaction": ("resource-participants", lambda s: b.props(s, _payments(s)).update(Timeout=25)),
+        "payments-shorter-than-another-participant": (
+            "resource-participants",
+            lambda s: b.props(s, b.deployment_of(s, "service-a")["function"]).update(Timeout=60),
+        ),
+        # outside any VPC: it calls the payment API over the internet
+        "payments-in-a-vpc": (
+            "resource-participants",
+            lambda s: b.props(s, _payments(s)).update(VpcConfig={"SubnetIds": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}),
+        ),
+        # its role: the barrier's calls on its own table, nothing else of DynamoDB
+        "payments-may-not-put-its-barrier-entries": (
+            "resource-participants",
+            lambda s: _remove_grant(s, "payments", "dynamodb:PutItem"),
+        ),
+        "payments-may-batch-read-its-table": (
+            "resource-participants",
+            lambda s: _add_action(s, "payments", "dynamodb:GetItem", "dynamodb:BatchGetItem"),
+        ),
+        "payments-reaches-the-transactions-table": (
+            "resource-participants",
+            lambda s: _payments_statement(s, "dynamodb:GetItem")["Resource"].append(b.getatt(b.table(s, "transactions"), "Arn")),
+        ),
+        "payments-reaches-the-inventory-table": (
+            "resource-participants",
+            lambda s: _payments_statement(s, "dynamodb:UpdateItem")["Resource"].append(b.getatt(b.table(s, "inventory-data"), "Arn")),
+        ),
+        # the alarm an operator sees for a confirm that fails for good says what to do
+        "stuck-alarm-silent-on-the-sweep-error": (
+            "alarms",
+            lambda s: b.props(s, b.alarm_on(s, "StuckTransactions")).update(
+                AlarmDescription="The sweeper could not finish open transactions for 5 minutes."
+            ),
+        ),
         # a held transaction's two routes, authorized exactly as POST /transactions
         "commit-route-missing": ("hold-routes", lambda s: b.remove_rest_method(s, "POST", "commit")),
         "abort-route-missing": ("hold-routes", lambda s: b.remove_rest_method(s, "POST", "abort")),

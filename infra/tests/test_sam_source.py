@@ -30,7 +30,10 @@ def test_build_metadata(raw, sam):
     assert check_build_metadata(raw, sam) == []
 
 
-@pytest.mark.parametrize("breakage", ["build-method", "wrong-binary", "no-binary", "inventory-as-the-generic-participant"])
+@pytest.mark.parametrize(
+    "breakage",
+    ["build-method", "wrong-binary", "no-binary", "inventory-as-the-generic-participant", "payments-as-the-generic-participant"],
+)
 def test_build_metadata_check_catches(breakage, raw, sam):
     metadata = lambda name: raw["Resources"][name]["Metadata"]  # noqa: E731
     if breakage == "build-method":
@@ -43,6 +46,9 @@ def test_build_metadata_check_catches(breakage, raw, sam):
     elif breakage == "inventory-as-the-generic-participant":
         # The same environment, the generic participant's code: it knows neither reserve nor release.
         metadata("ParticipantInventoryFunction")["BuildProperties"]["Binary"] = "participant"
+    elif breakage == "payments-as-the-generic-participant":
+        # The payments' environment, the generic participant's code: it knows no charge.
+        metadata("ParticipantPaymentsFunction")["BuildProperties"]["Binary"] = "participant"
     assert check_build_metadata(raw, sam) != []
 
 

@@ -465,6 +465,20 @@ impl TestEnv {
         self.client.put_item().table_name(self.table(service)).set_item(Some(item)).send().await.expect("put");
     }
 
+    /// A transaction's record as stored now (a consistent read with the test's own client, which no fault
+    /// touches), or None.
+    pub async fn raw_record(&self, id: &str) -> Option<HashMap<String, AttributeValue>> {
+        self.client
+            .get_item()
+            .table_name(self.transactions.table())
+            .key("transactionId", AttributeValue::S(id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get")
+            .item
+    }
+
     /// The item as JSON, or None.
     pub async fn item(&self, service: &str, id: &str) -> Option<Value> {
         let out = self

@@ -55,7 +55,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use bigdecimal::BigDecimal;
 use serde_json::{Value, json};
 use twopc::clock::CLOCK_MARGIN_MS;
@@ -641,16 +640,7 @@ async fn record_status(env: &TestEnv, id: &str) -> Option<String> {
     if id.is_empty() {
         return None;
     }
-    let out = env
-        .client
-        .get_item()
-        .table_name(env.transactions.table())
-        .key("transactionId", AttributeValue::S(id.to_owned()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("get");
-    out.item.and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
+    env.raw_record(id).await.and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
 }
 
 /// What the final record of a call's transaction may be, derived from what the call itself saw; or

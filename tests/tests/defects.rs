@@ -47,21 +47,6 @@ fn message(value: Value) -> ParticipantRequest {
     serde_json::from_value(value).expect("a participant message")
 }
 
-/// Writes an item as committed data (version 0, no lastTx), outside the protocol.
-async fn put_item(env: &TestEnv, service: &str, id: &str, data: Value) {
-    let mut item = serde_json::Map::new();
-    item.insert("entityId".into(), json!(id));
-    item.insert("data".into(), data);
-    item.insert("version".into(), json!(0));
-    env.client
-        .put_item()
-        .table_name(env.table(service))
-        .set_item(Some(twopc::attr::to_item(&item)))
-        .send()
-        .await
-        .expect("put");
-}
-
 async fn assert_no_locks(env: &TestEnv) {
     let locked = env.locked_items().await;
     assert!(locked.is_empty(), "locks left: {locked:#?}");
@@ -220,7 +205,7 @@ async fn a_late_duplicate_prepare_does_not_overwrite_a_later_put_or_set() {
     env.put_account("service-b", "C", "0").await;
     for form in ["put", "set"] {
         let id = format!("{form}-item");
-        put_item(&env, "service-a", &id, json!({"owner": "nobody"})).await;
+        env.put_data("service-a", &id, &json!({"owner": "nobody"})).await;
         let write = |owner: &str| match form {
             "put" => json!({"op": "put", "key": {"entityId": id}, "data": {"owner": owner}}),
             _ => json!({"op": "set", "key": {"entityId": id}, "set": {"owner": owner}}),
@@ -606,7 +591,7 @@ async fn a_set_of_400_fields_is_refused_at_validation_or_commits_never_stays_com
 #[tokio::test]
 async fn a_set_that_would_grow_an_item_past_400_kb_is_refused_and_locks_nothing() {
     let env = TestEnv::new().await;
-    put_item(&env, "service-a", "A", json!({"blob": "x".repeat(300_000)})).await;
+    env.put_data("service-a", "A", &json!({"blob": "x".repeat(300_000)})).await;
     env.put_account("service-b", "B", "0").await;
     let body = two_services(
         json!([{"op": "set", "key": {"entityId": "A"}, "set": {"more": "y".repeat(150_000)}}]),

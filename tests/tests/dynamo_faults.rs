@@ -103,16 +103,7 @@ async fn conditional_put(env: &TestEnv, id: &str) -> Result<(), String> {
 }
 
 async fn exists(env: &TestEnv, id: &str) -> bool {
-    let out = env
-        .client
-        .get_item()
-        .table_name(env.transactions.table())
-        .key("transactionId", AttributeValue::S(id.to_owned()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    out.item.is_some()
+    env.raw_record(id).await.is_some()
 }
 
 #[tokio::test]
@@ -182,7 +173,9 @@ async fn with_lost_reply(what: &str, key: Option<&str>, rule: impl Fn(&TestEnv, 
         env.dynamo_faults.add(rule(&env, fault));
         let started = Instant::now();
         let key = key.map(|k| format!("{k}-{}", fault.name()));
-        let (status, answer) = env.post(&transfer(&[("A", 30)], ("B", 30), 2_000), key.as_deref()).await;
+        // 5 s: the SDK's retry after a lost reply waits its backoff (up to a second) before the
+        // transaction's own work starts, and a loaded machine must not make that a timeout.
+        let (status, answer) = env.post(&transfer(&[("A", 30)], ("B", 30), 5_000), key.as_deref()).await;
         let took = started.elapsed();
         let what = format!("{what} ({})", fault.name());
         println!("{what}: {status} after {} ms: {answer}", took.as_millis());

@@ -14,25 +14,11 @@ use twopc_tests::{TestEnv, call_coordinator, rest_event};
 
 async fn world() -> TestEnv {
     let env = TestEnv::with_services(&["service-a", "inventory"]).await;
-    put(&env, "inventory", "SKU-1", inventory::sku("Lamp", 10, true)).await;
-    put(&env, "inventory", "SKU-OLD", inventory::sku("Old lamp", 10, false)).await;
-    put(&env, "inventory", "NOT-A-SKU", json!({"name": "a note"})).await;
+    env.put_data("inventory", "SKU-1", &inventory::sku("Lamp", 10, true)).await;
+    env.put_data("inventory", "SKU-OLD", &inventory::sku("Old lamp", 10, false)).await;
+    env.put_data("inventory", "NOT-A-SKU", &json!({"name": "a note"})).await;
     env.put_account("service-a", "W", "100").await;
     env
-}
-
-async fn put(env: &TestEnv, service: &str, id: &str, data: Value) {
-    let mut item = Map::new();
-    item.insert("entityId".into(), json!(id));
-    item.insert("data".into(), data);
-    item.insert("version".into(), json!(0));
-    env.client
-        .put_item()
-        .table_name(env.table(service))
-        .set_item(Some(twopc::attr::to_item(&item)))
-        .send()
-        .await
-        .unwrap();
 }
 
 /// An order: `operation` at the inventory, and a debit of `amount` from wallet W (min 0).

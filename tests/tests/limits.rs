@@ -98,18 +98,6 @@ async fn assert_no_locks(env: &TestEnv) {
     assert!(locked.is_empty(), "locks left: {}", locked.len());
 }
 
-async fn raw_record(env: &TestEnv, id: &str) -> Option<Item> {
-    env.client
-        .get_item()
-        .table_name(env.transactions.table())
-        .key("transactionId", AttributeValue::S(id.to_owned()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("get")
-        .item
-}
-
 /// Every answer of a record agrees with GET, and GET with the record.
 async fn assert_get_says(env: &TestEnv, id: &str, status: u16, body_status: &str) -> Value {
     let (got, answer) = env.get(id).await;
@@ -196,7 +184,7 @@ async fn values_at_the_nesting_limit_commit_and_one_level_more_is_refused() {
             let stored = env.item("service-a", &id).await.unwrap();
             assert_eq!(stored["data"]["x"], nested(deepest, list));
             let tx = answer["transactionId"].as_str().unwrap();
-            let record = raw_record(&env, tx).await.expect("the record");
+            let record = env.raw_record(tx).await.expect("the record");
             let record = Value::Object(twopc::attr::item_to_json(&record));
             assert_eq!(record["participants"][0]["operations"][0]["data"]["x"], nested(deepest, list));
             env.records().await.iter().for_each(|r| assert_eq!(r["status"], "COMMITTED"));

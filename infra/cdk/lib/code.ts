@@ -20,8 +20,17 @@ import { RustFunction } from 'cargo-lambda-cdk';
 import { Construct } from 'constructs';
 
 /** The workspace's Lambda binaries (functions/<binary>, each a package of the same name); `inventory` is
- * the example service with its own participant (the participant library with its own operations). */
-export const BINARIES = ['coordinator', 'participant', 'inventory', 'sweeper', 'stream-processor', 'connections'] as const;
+ * the example service with its own participant (the participant library with its own operations),
+ * `payments` the example resource participant (the participant library driving a payment API). */
+export const BINARIES = [
+  'coordinator',
+  'participant',
+  'inventory',
+  'payments',
+  'sweeper',
+  'stream-processor',
+  'connections',
+] as const;
 export type Binary = (typeof BINARIES)[number];
 
 export type CodeSource =

@@ -14,7 +14,10 @@
 // own crate under functions/, built on the participant library with its own operations, as the
 // example inventory) names its binary (lib/code.ts, BINARIES), has a fixed name (its operation
 // schemas in SERVICE_OPERATIONS, infra/service-operations.json, are keyed by it), and its schemas go
-// into infra/service-operations.json (infra/DEPLOY.md, "A service with its own participant").
+// into infra/service-operations.json (infra/DEPLOY.md, "A service with its own participant"). A
+// resource participant (the participant library driving a resource beyond DynamoDB, as the example
+// payments) also says where its resource is (`resource`: a parameter passed as one variable) and how
+// long its function may run (infra/DEPLOY.md, "A resource participant").
 
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
@@ -41,6 +44,30 @@ export interface ParticipantService {
    * at deploy time.
    */
   readonly fixedName?: boolean;
+  /**
+   * A resource participant (functions/<binary> calls `with_resource`: try, confirm and cancel of an
+   * external resource behind the library's barrier entries in its table). Its role may read and write
+   * its barrier entries only (functions/twopc/src/participant/resource.rs), nothing of the
+   * transactions table.
+   */
+  readonly resource?: ResourceSettings;
+}
+
+/** What a resource participant needs beyond a participant's settings. */
+export interface ResourceSettings {
+  /** The stack parameter (SAM's too) holding the resource's address. */
+  readonly parameter: string;
+  /** The function's variable that gets the parameter's value (what its binary reads). */
+  readonly variable: string;
+  readonly default: string;
+  readonly allowedPattern: string;
+  readonly constraintDescription: string;
+  readonly description: string;
+  /**
+   * The function's timeout, in seconds: longer than its slowest path (a prepare retries the resource
+   * until the transaction's deadline, at most MAX_TIMEOUT_MS = 25 s, and the clock margin).
+   */
+  readonly timeout: number;
 }
 
 export const SERVICES: readonly ParticipantService[] = [
@@ -54,6 +81,32 @@ export const SERVICES: readonly ParticipantService[] = [
     ordinal: 'inventory',
     binary: 'inventory',
     fixedName: true,
+  },
+  // The example resource participant (functions/payments: charge = authorize, capture, void through a
+  // payment API over HTTPS, from outside any VPC). Its table holds the library's barrier entries.
+  {
+    key: 'Payments',
+    defaultName: 'payments',
+    defaultTableName: 'payments-data',
+    ordinal: 'payments',
+    binary: 'payments',
+    fixedName: true,
+    resource: {
+      parameter: 'PaymentApiUrl',
+      variable: 'PAYMENT_API_URL',
+      // A placeholder: nothing answers there. Give your payment API's base URL.
+      default: 'https://payments.example.com',
+      allowedPattern: 'https://[^\\s]+',
+      constraintDescription: 'an https:// URL',
+      description:
+        'Base URL of the payment API the example payments participant charges cards through (its ' +
+        'PAYMENT_API_URL). The default is a placeholder: the example needs a real payment API with ' +
+        'idempotency keys (POST /v1/authorizations, /v1/authorizations/{id}/capture and /void) to work. ' +
+        'The payments function calls it over HTTPS from outside any VPC (no VPC configuration needed).',
+      // A prepare may retry the payment API until the deadline and the clock margin (25.25 s at most),
+      // then records the outcome; a confirm or a cancel makes one 2 s request per charge.
+      timeout: 40,
+    },
   },
 ];
 

@@ -153,6 +153,16 @@ export class TwoPhaseCommitStack extends Stack {
         allowedPattern: '[a-zA-Z0-9_.-]{3,255}',
         description: `Data table owned by the ${service.ordinal} participant service.`,
       }),
+      // A resource participant's resource (the example payments: its payment API's URL).
+      resourceAddress: service.resource
+        ? parameter(service.resource.parameter, {
+            type: 'String',
+            default: service.resource.default,
+            allowedPattern: service.resource.allowedPattern,
+            constraintDescription: service.resource.constraintDescription,
+            description: service.resource.description,
+          })
+        : undefined,
     }));
     const apiStageName = parameter('ApiStageName', {
       type: 'String',
@@ -464,8 +474,8 @@ export class TwoPhaseCommitStack extends Stack {
 
     // --- participants: one deployment (function + role + log group + table + key) per service, each
     // running the generic participant or the service's own (the participant library with its own
-    // operations, as the example inventory) ---------------------------------------------------------
-    const participants: Participant[] = serviceParameters.map(({ service, name }, i) => {
+    // operations, as the example inventory, or driving a resource, as the example payments) ----------
+    const participants: Participant[] = serviceParameters.map(({ service, name, resourceAddress }, i) => {
       const own = dataTables[i];
       // The service's message key (functions/twopc/src/auth.rs): the coordinator and the sweeper sign
       // every message to this participant with HMAC-SHA-256 under it, the participant verifies it before
@@ -483,37 +493,59 @@ export class TwoPhaseCommitStack extends Stack {
         },
       });
       const group = functionLogGroup(`Participant${service.key}LogGroup`, `participant-${name}`);
+      const tables: Statement[] = service.resource
+        ? [
+            // A resource participant touches no item and no transaction record: what
+            // functions/twopc/src/participant/resource.rs (the barrier) calls: GetItem (read an entry),
+            // PutItem (the first entry of a transaction, conditional), UpdateItem (its moves).
+            {
+              Sid: 'OwnDataTable',
+              Effect: 'Allow',
+              Action: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+              Resource: own.attrArn,
+            },
+          ]
+        : [
+            // What functions/twopc/src/participant/store.rs calls: GetItem, BatchGetItem (prepare reads),
+            // UpdateItem (locks, commits, releases), DeleteItem (commit of a delete), ConditionCheckItem (a
+            // `check` in a one-phase commit). TransactWriteItems is authorized per item.
+            {
+              Sid: 'OwnDataTable',
+              Effect: 'Allow',
+              Action: [
+                'dynamodb:GetItem',
+                'dynamodb:BatchGetItem',
+                'dynamodb:UpdateItem',
+                'dynamodb:DeleteItem',
+                'dynamodb:ConditionCheckItem',
+              ],
+              Resource: own.attrArn,
+            },
+            // Lock resolution (read the owner, abort an absent one) and the one-phase commit (the
+            // COMMITTED record, put in the same TransactWriteItems as the items).
+            transactionRecords,
+          ];
       const role = lambdaRole(`Participant${service.key}Role`, 'participant', group, [
-        // What functions/twopc/src/participant/store.rs calls: GetItem, BatchGetItem (prepare reads), UpdateItem
-        // (locks, commits, releases), DeleteItem (commit of a delete), ConditionCheckItem (a `check`
-        // in a one-phase commit). TransactWriteItems is authorized per item.
-        {
-          Sid: 'OwnDataTable',
-          Effect: 'Allow',
-          Action: [
-            'dynamodb:GetItem',
-            'dynamodb:BatchGetItem',
-            'dynamodb:UpdateItem',
-            'dynamodb:DeleteItem',
-            'dynamodb:ConditionCheckItem',
-          ],
-          Resource: own.attrArn,
-        },
-        // Lock resolution (read the owner, abort an absent one) and the one-phase commit (the
-        // COMMITTED record, put in the same TransactWriteItems as the items).
-        transactionRecords,
+        ...tables,
         // Its own service's message key, to verify the messages it receives (no other service's).
         { Sid: 'OwnMessageKey', Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: key.ref },
       ]);
       // No reserved concurrency: the coordinator calls participants, a cap would refuse its bursts.
       const f = rust(`Participant${service.key}Function`, binaryOf(service), role, group, {
         description: `2PC participant for ${name}`,
+        // A resource participant's slowest path (a prepare retrying its resource until the deadline)
+        // is longer than the other participants' (10 s).
+        timeout: service.resource?.timeout,
         environment: {
           SERVICE_NAME: name,
           DATA_TABLE_NAME: own.ref,
           TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
           // Its own service's message key (the ARN of its secret): every message must be signed with it.
           PARTICIPANT_KEY: key.ref,
+          // Its resource's address (the payments: PAYMENT_API_URL, HTTPS over the internet, no VPC).
+          ...(service.resource && resourceAddress
+            ? { [service.resource.variable]: resourceAddress.valueAsString }
+            : {}),
         },
       });
       // Each deploy publishes a version and moves the alias `live` to it (SAM: AutoPublishAlias).
@@ -1237,7 +1269,12 @@ class Monitoring {
     this.alarm('StuckTransactionsAlarm', {
       alarmDescription:
         'The sweeper has found open transactions past their deadline that it could not finish in ' +
-        'every run for 5 minutes: recovery is not making progress (participant down, throttling, a bug).',
+        'every run for 5 minutes: recovery is not making progress (participant down, throttling, a ' +
+        "bug, or a resource participant's confirm failing for good, such as a capture the payment API " +
+        "keeps refusing). Each stuck record's sweepError says why (for a confirm, the resource's " +
+        'answer); the sweeper keeps retrying with backoff. Never abort by hand after a commit decision ' +
+        '(COMMITTING): fix the cause and the next sweep commits; an authorization stays held until its ' +
+        'capture succeeds (infra/DEPLOY.md, A resource participant).',
       // Emitted by the sweeper as CloudWatch embedded metric format lines, no dimensions, in the
       // stack's namespace (its METRICS_NAMESPACE).
       metric: this.protocol('StuckTransactions', 'Minimum'),
@@ -1300,7 +1337,11 @@ class Monitoring {
           'refusals as votes, so a function error is a bug, a timeout, an out-of-memory, or a message it ' +
           'refused as not signed with its key (its log says "message refused" and why: an unsigned, forged ' +
           'or stale message, or a key it could not read); the coordinator aborts (or the sweeper retries) ' +
-          'the transactions concerned.',
+          'the transactions concerned.' +
+          (p.service.resource
+            ? ' A failing resource (a payment API) is no function error: a try is answered as a vote, a ' +
+              'confirm or a cancel as FAILED and retried (StuckTransactionsAlarm when a confirm keeps failing).'
+            : ''),
       ]),
       [
         'StreamProcessor',

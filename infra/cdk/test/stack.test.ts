@@ -1,9 +1,10 @@
 // Unit tests of the CDK app (node --test build/test/, run by infra/cdk/synth.sh). The contract checks
 // of infra/tests run on the synthesized template; these cover what only the app can show: the code
 // source switch, that no construct slips in a policy, a custom resource or a managed policy, that
-// one more entry in lib/services.ts is a whole participant deployment, and that the example inventory
+// one more entry in lib/services.ts is a whole participant deployment, that the example inventory
 // is one running its own binary, its operations reaching the coordinator from
-// infra/service-operations.json.
+// infra/service-operations.json, and that the example payments is a resource participant: its own
+// binary, its payment API's URL a parameter, its role on its barrier entries only.
 
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -77,9 +78,9 @@ test('no policy resources, managed policies, custom resources or CDK metadata', 
   assert.equal(template.Parameters.BootstrapVersion, undefined);
 });
 
-test('one role per function, seven functions on arm64 provided.al2023 with their own log group', () => {
+test('one role per function, eight functions on arm64 provided.al2023 with their own log group', () => {
   const functions = ofType(template, 'AWS::Lambda::Function');
-  assert.equal(functions.length, 7);
+  assert.equal(functions.length, 8);
   const roles = functions.map(([, f]) => JSON.stringify(f.Properties?.Role));
   assert.equal(new Set(roles).size, functions.length);
   const groups = functions.map(([, f]) => JSON.stringify((f.Properties?.LoggingConfig as Record<string, unknown>).LogGroup));
@@ -204,8 +205,8 @@ test('subscribe and unsubscribe answer the client, $connect and $disconnect do n
 
 test('the fan-out retries until the stream drops a record, then the queue its replay reads', () => {
   const mappings = ofType(template, 'AWS::Lambda::EventSourceMapping');
-  // The transactions table and the three participant tables.
-  assert.equal(mappings.length, 4);
+  // The transactions table and the four participant tables.
+  assert.equal(mappings.length, 5);
   for (const [id, mapping] of mappings) {
     assert.equal(mapping.Properties?.MaximumRetryAttempts, -1, id);
     assert.equal(mapping.Properties?.MaximumRecordAgeInSeconds, 79200, id);
@@ -240,7 +241,12 @@ test('participants: a message key each, read by the coordinator, the sweeper and
   // The templates never name the local stack's fixed development keys.
   assert.ok(!JSON.stringify(template).includes('local-development-keys'));
   const secrets = ofType(template, 'AWS::SecretsManager::Secret');
-  assert.deepEqual(secrets.map(([id]) => id).sort(), ['ServiceAMessageKey', 'ServiceBMessageKey', 'ServiceInventoryMessageKey']);
+  assert.deepEqual(secrets.map(([id]) => id).sort(), [
+    'ServiceAMessageKey',
+    'ServiceBMessageKey',
+    'ServiceInventoryMessageKey',
+    'ServicePaymentsMessageKey',
+  ]);
   for (const [id, secret] of secrets) {
     assert.deepEqual(
       secret.Properties?.GenerateSecretString,
@@ -251,7 +257,7 @@ test('participants: a message key each, read by the coordinator, the sweeper and
     assert.equal(secret.Properties?.KmsKeyId, undefined, id);
     assert.match(JSON.stringify(secret.Properties?.Description), /notBefore/, id);
   }
-  const keys = ['A', 'B', 'Inventory'];
+  const keys = ['A', 'B', 'Inventory', 'Payments'];
   for (const key of keys) {
     assert.deepEqual(variables(`Participant${key}Function`).PARTICIPANT_KEY, { Ref: `Service${key}MessageKey` });
     const statements = JSON.stringify(template.Resources[`Participant${key}Role`].Properties);
@@ -264,7 +270,8 @@ test('participants: a message key each, read by the coordinator, the sweeper and
     const [text, named] = (variables(id).PARTICIPANT_KEYS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
     assert.equal(
       text,
-      '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "inventory": "${ServiceInventory}"}',
+      '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "inventory": "${ServiceInventory}", ' +
+        '"payments": "${ServicePayments}"}',
       id,
     );
     assert.deepEqual(
@@ -273,6 +280,7 @@ test('participants: a message key each, read by the coordinator, the sweeper and
         ServiceA: { Ref: 'ServiceAMessageKey' },
         ServiceB: { Ref: 'ServiceBMessageKey' },
         ServiceInventory: { Ref: 'ServiceInventoryMessageKey' },
+        ServicePayments: { Ref: 'ServicePaymentsMessageKey' },
       },
       id,
     );
@@ -321,7 +329,7 @@ test('one more service is one more participant deployment', () => {
   assert.equal(
     text,
     '{"${ServiceAName}": "${ServiceA}", "${ServiceBName}": "${ServiceB}", "inventory": "${ServiceInventory}", ' +
-      '"${ServiceCName}": "${ServiceC}"}',
+      '"payments": "${ServicePayments}", "${ServiceCName}": "${ServiceC}"}',
   );
   assert.deepEqual(variables.ServiceC, { Ref: 'ParticipantCFunctionAliaslive' });
   const [keysText, keys] = (coordinatorEnv.PARTICIPANT_KEYS as { 'Fn::Sub': [string, Record<string, unknown>] })['Fn::Sub'];
@@ -376,6 +384,68 @@ test('the inventory: a participant deployment of its own binary, its name fixed,
     assert.match(tables['Fn::Sub'][0], /"inventory": "\$\{ServiceInventory\}"/, id);
     assert.deepEqual(tables['Fn::Sub'][1].ServiceInventory, { Ref: 'ServiceInventoryTable' }, id);
   }
+});
+
+test('the payments: a resource participant of its own binary, its payment API a parameter, its role on its barrier only', () => {
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  for (const id of [
+    'ServicePaymentsTable',
+    'ServicePaymentsMessageKey',
+    'ParticipantPaymentsFunction',
+    'ParticipantPaymentsRole',
+    'ParticipantPaymentsLogGroup',
+    'ParticipantPaymentsFunctionAliaslive',
+    'ParticipantPaymentsInvokeByCoordinator',
+    'ParticipantPaymentsInvokeBySweeper',
+    'StreamProcessorFunctionServicePaymentsStream',
+    'ParticipantPaymentsErrorsAlarm',
+    'ParticipantPaymentsThrottlesAlarm',
+    'ServicePaymentsTableThrottlesAlarm',
+  ]) {
+    assert.ok(template.Resources[id], `no ${id}`);
+  }
+  assert.equal(template.Parameters.ServicePaymentsName, undefined);
+  assert.equal((template.Parameters.ServicePaymentsTableName as { Default: string }).Default, 'payments-data');
+  const url = template.Parameters.PaymentApiUrl as { Type: string; Default: string; Description: string };
+  assert.equal(url.Type, 'String');
+  assert.equal(url.Default, 'https://payments.example.com');
+  assert.match(url.Description, /idempotency keys/);
+  assert.match(url.Description, /VPC/);
+  assert.deepEqual(variables('ParticipantPaymentsFunction'), {
+    SERVICE_NAME: 'payments',
+    DATA_TABLE_NAME: { Ref: 'ServicePaymentsTable' },
+    TRANSACTIONS_TABLE_NAME: { Ref: 'TransactionsTable' },
+    PARTICIPANT_KEY: { Ref: 'ServicePaymentsMessageKey' },
+    PAYMENT_API_URL: { Ref: 'PaymentApiUrl' },
+  });
+  // PAYMENT_API_URL on the payments function only.
+  for (const [id] of ofType(template, 'AWS::Lambda::Function').filter(([id]) => id !== 'ParticipantPaymentsFunction')) {
+    assert.equal(variables(id).PAYMENT_API_URL, undefined, id);
+  }
+  assert.equal(template.Resources.ParticipantPaymentsFunction.Metadata?.[BINARY_METADATA], 'payments');
+  // Longer than a prepare retrying the payment API until the latest deadline (25 s), and than the others.
+  const timeout = (id: string) => template.Resources[id].Properties?.Timeout as number;
+  assert.ok(timeout('ParticipantPaymentsFunction') >= 35);
+  assert.ok(timeout('ParticipantPaymentsFunction') >= timeout('ParticipantAFunction'));
+  // Its barrier entries (GetItem, PutItem, UpdateItem) on its own table, nothing of the transactions table.
+  const role = JSON.stringify(template.Resources.ParticipantPaymentsRole.Properties);
+  assert.ok(!role.includes('TransactionsTable'), 'the payments role reaches the transactions table');
+  const statements = (
+    template.Resources.ParticipantPaymentsRole.Properties?.Policies as Array<{
+      PolicyDocument: { Statement: Array<Record<string, unknown>> };
+    }>
+  )[0].PolicyDocument.Statement;
+  const own = statements.find((s) => s.Sid === 'OwnDataTable');
+  assert.deepEqual(own?.Action, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem']);
+  assert.deepEqual(own?.Resource, { 'Fn::GetAtt': ['ServicePaymentsTable', 'Arn'] });
+  for (const id of ['SweeperFunction', 'StreamProcessorFunction']) {
+    const tables = variables(id).PARTICIPANT_TABLES as { 'Fn::Sub': [string, Record<string, unknown>] };
+    assert.match(tables['Fn::Sub'][0], /"payments": "\$\{ServicePayments\}"/, id);
+    assert.deepEqual(tables['Fn::Sub'][1].ServicePayments, { Ref: 'ServicePaymentsTable' }, id);
+  }
+  // The alarm an operator sees for a confirm that fails for good says what to do.
+  assert.match(String(template.Resources.StuckTransactionsAlarm.Properties?.AlarmDescription), /sweepError/);
 });
 
 test('the coordinator gets SERVICE_OPERATIONS: infra/service-operations.json, compact', () => {

@@ -901,7 +901,10 @@ mod tests {
         // Every 10 ms, 3 s would be ~300 polls; backing off to 320 ms, 5 to reach the cap and ~8 at it.
         assert!(gets.len() <= 20, "{} polls of an idle stream in 3 s, the first apart: {:?}", gets.len(), &gaps[..12]);
         assert!(gaps.len() >= 8, "the stream is still polled: {gaps:?}");
-        assert!(gaps.windows(2).all(|w| w[1] + BASE >= w[0]), "the gaps never shrink while idle: {gaps:?}");
+        // A poll may wake a little late (the timer, a loaded machine): its gap is longer and the next one
+        // shorter by as much. A shrink within 60 ms is that; a reset of the backoff would drop to 10 ms.
+        const JITTER: Duration = Duration::from_millis(60);
+        assert!(gaps.windows(2).all(|w| w[1] + JITTER >= w[0]), "the gaps never shrink while idle: {gaps:?}");
         for gap in &gaps[gaps.len() - 3..] {
             assert!(*gap >= CAP - BASE && *gap <= CAP + Duration::from_millis(150), "at the cap: {gaps:?}");
         }

@@ -8,9 +8,11 @@ pub type Svc = u8;
 /// An item, by its index in [`Config::items`].
 pub type ItemId = u8;
 
-/// The fixes (of issue 19, issue 27's shortened writes, issue 28's clock margin and replay answer) that
-/// the model can switch back to the behaviour before them, one at a time. `Switches::default()` is the
-/// protocol as the code implements it.
+/// The fixes (of issue 19, issue 27's shortened writes, issue 28's clock margin and replay answer, issue
+/// 29's version condition, issue 30's pending value, issue 31's barrier and recheck, issue 32's held owner
+/// left undecided until its `holdUntil` and its lock moved there by the resolver) that the model can switch
+/// back to the behaviour before them, one at a time. `Switches::default()` is the protocol as the
+/// code implements it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Switches {
     /// Defect 1. On: a prepare locks with a fresh token, a commit or roll-forward applies only under
@@ -69,6 +71,40 @@ pub struct Switches {
     /// PREPARING as 202, what the contract reads as "decided commit". (The answer budget is the fixed
     /// code's in both: the replay may stop waiting or driving at any moment.)
     pub replay_answers_record: bool,
+    /// Issue 29. On: a judged operation (a service's rule, or its own operation, reads the item and judges
+    /// it: participant/protocol.rs `judge`) is locked by a write conditioned on the item's `version` being
+    /// the one read (store.rs `Seen::Version`): an item changed in between fails the write, and the prepare
+    /// reads and judges again. Off: the lock write carries no such condition, and a rule may have judged an
+    /// item another commit changed since.
+    pub rule_version_condition: bool,
+    /// Issue 30. On: a service's own operation computes the item's new value at prepare, keeps it in
+    /// `pending` beside the lock, and its commit (and every roll-forward) applies exactly that (`SET data =
+    /// pending`). Off: the commit computes the value again with the operation as deployed at commit time.
+    pub apply_pending: bool,
+    /// Issue 31. On: a resource participant writes its barrier entry TRYING (`attribute_not_exists`) before
+    /// it sends a try, and an abort that finds no entry writes one CANCELLED (empty rollback). Off: the try
+    /// is sent first and its answer recorded after (TRIED if no entry), and an abort that finds no entry
+    /// writes nothing.
+    pub barrier: bool,
+    /// Issue 31. On: an abort that cancels a TRYING or TRIED entry keeps its lock, due once every try
+    /// request has landed or never will, and the sweeper's abort then repeats the cancel: the try's request
+    /// again under its key (the stored first answer), then a void of what it reserved. Off: the cancel is
+    /// not repeated (the entry's lock is released with the cancel).
+    pub recheck: bool,
+    /// Issue 32. On: lock resolution (recovery.rs `decide`) treats a PREPARED owner (a held transaction) as
+    /// undecided until `holdUntil + 2M` by the resolver's clock (a prepare meeting its lock is refused
+    /// CONFLICT, the sweeper counts it as waiting; each moves the lock to `holdUntil`: `resolver_extends_hold`),
+    /// then aborts it. Off: a PREPARED owner is taken like a PREPARING one
+    /// past its deadline: a resolver that found its lock expired (its deadline, when the hold message did not
+    /// extend it) aborts it, while its caller may still commit.
+    pub held_undecided: bool,
+    /// Issue 32 (`git show e14f8bd`). On: a resolver that finds a lock of a PREPARED owner within its hold
+    /// (recovery.rs `OwnerFate::Held`) moves the lock to `holdUntil` with the record's voted lockToken: the
+    /// sweeper's `resolve_lock` sends the participant the hold message (`Action::Hold`) and counts the lock as
+    /// waiting; a prepare that resolves it extends it itself (`extend_lock`) and is refused CONFLICT. Off
+    /// (before the fix): the lock is left at its deadline (its hold message lost): every sweeper run lists
+    /// it, finds the owner held and leaves it, changing nothing, for the whole hold.
+    pub resolver_extends_hold: bool,
 }
 
 impl Default for Switches {
@@ -84,6 +120,12 @@ impl Default for Switches {
             resolver_margin: true,
             lock_cutoff: true,
             replay_answers_record: true,
+            rule_version_condition: true,
+            apply_pending: true,
+            barrier: true,
+            recheck: true,
+            held_undecided: true,
+            resolver_extends_hold: true,
         }
     }
 }
@@ -113,19 +155,49 @@ pub struct Budget {
 }
 
 /// One operation of a participant. The model's workload is a bank: `add` with an optional
-/// minimum (a transfer's debit carries `min: 0`), and read-only `check`s.
+/// minimum (a transfer's debit carries `min: 0`), and read-only `check`s; and for issues 29 to 31 an
+/// `add` a service's rule judges, a service's own operation, and a resource's charge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpKind {
     /// `add` `delta` to the item's balance; prepare's guard is `balance + delta >= min`.
     Add { delta: i8, min: Option<i8> },
     /// `check` `exists: true`: read-only, locks nothing when it is all a participant does.
     Check,
+    /// Issue 29: `add` `delta` at a service with rules. The rule (no overdraft: `balance + delta >= 0`) is
+    /// judged on the item as read (`Rules::check`), which the lock write cannot repeat: it holds the item to
+    /// the version the rule saw (`rule_version_condition`). A refusal is REFUSED with code RULE.
+    Ruled { delta: i8 },
+    /// Issue 30: a service's own operation (`Operation::Custom`, the inventory's `reserve`): at prepare it
+    /// computes the item's new value from the value as read, `balance - q * k`, where k is the operation's
+    /// code as deployed (1; 2 once the service is redeployed, `Config::redeploy`), refused
+    /// (CONDITION_FAILED) below zero; the lock write keeps it in `pending` (version-conditioned as a
+    /// rule's), and the commit applies it.
+    Custom { q: i8 },
+    /// Issue 31: a resource's operation (the payments' `charge`): authorized by the try at prepare,
+    /// captured by the confirm at commit, voided by the cancel at abort. Its `item` is [`NO_ITEM`]: the
+    /// participant keeps a barrier entry per transaction instead (`State::barriers`).
+    Charge,
 }
+
+/// The execution number of the first route call (issue 32): a coordinator at work on
+/// `POST /transactions/{id}/commit` or `/abort`, not an execution of the transaction's POST.
+pub const ROUTE: u8 = 0x40;
+
+/// The item of an operation that has none (a resource's charge).
+pub const NO_ITEM: ItemId = 0xFF;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Op {
     pub item: ItemId,
     pub kind: OpKind,
+}
+
+impl Op {
+    /// Judged at prepare on the item as read (a rule, or a service's own operation): the prepare reads,
+    /// then locks on condition of the version it read (participant/protocol.rs `judge`).
+    pub fn judged(&self) -> bool {
+        matches!(self.kind, OpKind::Ruled { .. } | OpKind::Custom { .. })
+    }
 }
 
 /// One participant entry of a transaction: a service and its operations.
@@ -137,6 +209,7 @@ pub struct Part {
 
 impl Part {
     /// Only `check`s: the participant reads, votes and locks nothing (`prepare_read_only`).
+    /// (A held transaction's check-only participant locks all the same: `TxSpec::held`.)
     pub fn read_only(&self) -> bool {
         self.ops.iter().all(|o| o.kind == OpKind::Check)
     }
@@ -151,12 +224,20 @@ pub struct TxSpec {
     /// (at any moment, also while the first execution runs).
     pub executions: u8,
     pub parts: Vec<Part>,
+    /// Issue 32: a held transaction (`holdMs`): recorded first (the model's `keyed` is set with it), never one
+    /// phase, its check-only participants lock what they check; all prepared in time → PREPARED (202), and its
+    /// caller commits or aborts it later (`Config::routes`), or the hold expires.
+    pub held: bool,
 }
 
 impl TxSpec {
-    /// coordinator.rs `takes_one_phase`: a sole participant that writes something (no deletes in the model).
+    /// coordinator.rs `takes_one_phase`: a sole participant that writes something (no deletes in the model)
+    /// and is not a resource (a resource cannot commit in the same write as the record).
     pub fn one_phase(&self) -> bool {
-        self.parts.len() == 1 && !self.parts[0].read_only()
+        !self.held
+            && self.parts.len() == 1
+            && !self.parts[0].read_only()
+            && !self.parts[0].ops.iter().any(|o| o.kind == OpKind::Charge)
     }
 
     /// The participant entry of a service, by index.
@@ -164,14 +245,15 @@ impl TxSpec {
         self.parts.iter().position(|p| p.svc == svc)
     }
 
-    /// What a commit adds to the sum of all balances.
+    /// What a commit adds to the sum of the balances of the items a service's own operation never
+    /// touches (`Config::money_item`; a custom operation's effect is its own, checked otherwise).
     pub fn net_delta(&self) -> i32 {
         self.parts
             .iter()
             .flat_map(|p| &p.ops)
             .map(|o| match o.kind {
-                OpKind::Add { delta, .. } => delta as i32,
-                OpKind::Check => 0,
+                OpKind::Add { delta, .. } | OpKind::Ruled { delta } => delta as i32,
+                OpKind::Check | OpKind::Custom { .. } | OpKind::Charge => 0,
             })
             .sum()
     }
@@ -204,7 +286,24 @@ pub struct Config {
     /// passes for every clock at once (phase 0 → 3), as before issue 28: smaller, and still checks
     /// everything else.
     pub margin: bool,
+    /// Issue 30: the service of the custom operations may be redeployed once, at any moment, with another
+    /// version of its operation (`balance - 2q` instead of `balance - q`): [`crate::Action::Redeploy`].
+    pub redeploy: bool,
+    /// Issue 31: the service that is a resource participant (its operations are [`OpKind::Charge`]), if any.
+    pub resource: Option<Svc>,
+    /// Issue 32: the caller's calls on held transactions, each sent at most once, at any moment once it may
+    /// be (a commit once the caller has the 202; an abort once the record exists, also before the hold is
+    /// recorded), or never: `POST /transactions/{id}/commit` and `/abort`. Two calls race each other and
+    /// the expiry; the same route twice is a repeated call.
+    pub routes: Vec<(Tx, Route)>,
     pub switches: Switches,
+}
+
+/// Issue 32: the caller's decision of a held transaction (coordinator.rs `commit_held`, `abort_held`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Route {
+    Commit,
+    Abort,
 }
 
 fn add(item: ItemId, delta: i8) -> Op {
@@ -213,6 +312,18 @@ fn add(item: ItemId, delta: i8) -> Op {
 
 fn check(item: ItemId) -> Op {
     Op { item, kind: OpKind::Check }
+}
+
+fn ruled(item: ItemId, delta: i8) -> Op {
+    Op { item, kind: OpKind::Ruled { delta } }
+}
+
+fn custom(item: ItemId, q: i8) -> Op {
+    Op { item, kind: OpKind::Custom { q } }
+}
+
+fn charge() -> Op {
+    Op { item: NO_ITEM, kind: OpKind::Charge }
 }
 
 fn part(svc: Svc, ops: Vec<Op>) -> Part {
@@ -227,12 +338,18 @@ fn transfer(
     (sf, from): (Svc, ItemId),
     (st, to): (Svc, ItemId),
 ) -> TxSpec {
-    TxSpec { name, keyed, executions, parts: vec![part(sf, vec![add(from, -1)]), part(st, vec![add(to, 1)])] }
+    TxSpec {
+        name,
+        keyed,
+        executions,
+        parts: vec![part(sf, vec![add(from, -1)]), part(st, vec![add(to, 1)])],
+        held: false,
+    }
 }
 
 /// A deposit of 1 into `item` (on service `svc`): a sole participant, so one phase.
 fn deposit(name: &'static str, keyed: bool, executions: u8, (svc, item): (Svc, ItemId)) -> TxSpec {
-    TxSpec { name, keyed, executions, parts: vec![part(svc, vec![add(item, 1)])] }
+    TxSpec { name, keyed, executions, parts: vec![part(svc, vec![add(item, 1)])], held: false }
 }
 
 const A: ItemId = 0;
@@ -263,6 +380,9 @@ impl Config {
             sweep_k: 1,
             sweeper_races_coordinators: true,
             margin: true,
+            redeploy: false,
+            resource: None,
+            routes: vec![],
             switches: Switches::default(),
         }
     }
@@ -303,10 +423,108 @@ impl Config {
                     keyed: false,
                     executions: 1,
                     parts: vec![part(SA, vec![add(A, 1)]), part(SB, vec![check(B)])],
+                    held: false,
                 },
             ],
             budget,
         )
+    }
+
+    /// Issue 29: service-a has rules (no overdraft, judged on the item as read). T1 moves 1 from A to B, its
+    /// debit of A judged by the rule; T2 deposits 1 into A in one phase, judged too (every operation of a
+    /// service with rules is). A commit of either between the other's read and its lock write changes A's
+    /// version: the write fails and the prepare judges again.
+    pub fn rules(budget: Budget) -> Config {
+        Config::with(
+            "rules",
+            vec![
+                TxSpec {
+                    name: "T1",
+                    keyed: false,
+                    executions: 1,
+                    parts: vec![part(SA, vec![ruled(A, -1)]), part(SB, vec![add(B, 1)])],
+                    held: false,
+                },
+                TxSpec {
+                    name: "T2",
+                    keyed: false,
+                    executions: 1,
+                    parts: vec![part(SA, vec![ruled(A, 1)])],
+                    held: false,
+                },
+            ],
+            budget,
+        )
+    }
+
+    /// Issue 30: A is an inventory item (stock 2) of service-a, which has its own operation, reserve q
+    /// (`stock - q`, computed at prepare; `stock - 2q` once service-a is redeployed, at any moment). T1
+    /// reserves 1 from A and debits B by 1 in two phases; T2 reserves 1 from A in one phase.
+    pub fn custom(budget: Budget) -> Config {
+        let mut cfg = Config::with(
+            "custom",
+            vec![
+                TxSpec {
+                    name: "T1",
+                    keyed: false,
+                    executions: 1,
+                    parts: vec![part(SA, vec![custom(A, 1)]), part(SB, vec![add(B, -1)])],
+                    held: false,
+                },
+                TxSpec {
+                    name: "T2",
+                    keyed: false,
+                    executions: 1,
+                    parts: vec![part(SA, vec![custom(A, 1)])],
+                    held: false,
+                },
+            ],
+            budget,
+        );
+        cfg.items[A as usize].balance = 2;
+        cfg.redeploy = true;
+        cfg
+    }
+
+    /// Issue 31: payments is a resource participant (an external payment API behind try, confirm, cancel,
+    /// with a barrier entry per transaction); service-a's item A is the stock of an order. T1 takes 1 from
+    /// A and charges a card through payments. Whether the card is declined is chosen at the start (both
+    /// are explored).
+    pub fn resource(budget: Budget) -> Config {
+        let (mut services, items) = two_items();
+        services[1] = "payments";
+        Config {
+            name: "resource",
+            services,
+            items: vec![items[0].clone()],
+            txs: vec![TxSpec {
+                name: "T1",
+                keyed: false,
+                executions: 1,
+                parts: vec![part(SA, vec![add(A, -1)]), part(SB, vec![charge()])],
+                held: false,
+            }],
+            budget,
+            sweep_k: 1,
+            sweeper_races_coordinators: false,
+            margin: false,
+            redeploy: false,
+            resource: Some(SB),
+            routes: vec![],
+            switches: Switches::default(),
+        }
+    }
+
+    /// Issue 32: T1 is a held transfer A→B (recorded first, PREPARED and answered 202 once both prepared in
+    /// time, then hold messages extend its locks' expiry to `holdUntil`); its caller may commit it and may
+    /// abort it, each call once at any moment (neither: the hold expires; both: they race). T2 deposits 1 into
+    /// A in one phase: it meets T1's held lock, refused CONFLICT while the hold lasts, resolving it after.
+    pub fn held(budget: Budget) -> Config {
+        let mut t1 = transfer("T1", true, 1, (SA, A), (SB, B));
+        t1.held = true;
+        let mut cfg = Config::with("held", vec![t1, deposit("T2", false, 1, (SA, A))], budget);
+        cfg.routes = vec![(0, Route::Commit), (0, Route::Abort)];
+        cfg
     }
 
     pub fn switches(mut self, switches: Switches) -> Config {
@@ -329,9 +547,11 @@ impl Config {
         self
     }
 
-    /// Coordinator executions in order: (transaction, execution number).
+    /// Coordinator executions in order: (transaction, execution number), then the caller's route calls
+    /// (issue 32), numbered from [`ROUTE`].
     pub fn executions(&self) -> Vec<(Tx, u8)> {
-        self.txs.iter().enumerate().flat_map(|(t, spec)| (0..spec.executions).map(move |e| (t as Tx, e))).collect()
+        let posts = self.txs.iter().enumerate().flat_map(|(t, spec)| (0..spec.executions).map(move |e| (t as Tx, e)));
+        posts.chain(self.routes.iter().enumerate().map(|(k, &(tx, _))| (tx, ROUTE + k as u8))).collect()
     }
 
     /// Index of the first op of each transaction in the flattened op list (ghost `applied`).
@@ -345,7 +565,22 @@ impl Config {
         self.txs.iter().map(|t| t.parts.iter().map(|p| p.ops.len()).sum::<usize>()).sum()
     }
 
+    /// An item no service's own operation touches: its balance is money, conserved by transfers.
+    pub fn money_item(&self, item: ItemId) -> bool {
+        !self
+            .txs
+            .iter()
+            .flat_map(|t| &t.parts)
+            .flat_map(|p| &p.ops)
+            .any(|o| o.item == item && matches!(o.kind, OpKind::Custom { .. }))
+    }
+
     pub fn initial_sum(&self) -> i32 {
-        self.items.iter().map(|i| i.balance as i32).sum()
+        (0..self.items.len()).filter(|&i| self.money_item(i as ItemId)).map(|i| self.items[i].balance as i32).sum()
+    }
+
+    /// Whether the service is a resource participant.
+    pub fn is_resource(&self, svc: Svc) -> bool {
+        self.resource == Some(svc)
     }
 }

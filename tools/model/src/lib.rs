@@ -23,7 +23,7 @@ pub use config::{Budget, Config, Switches};
 pub use state::State;
 pub use step::{Action, Fault, Late};
 
-use config::Tx;
+use config::{Svc, Tx};
 use state::*;
 use step::Reading;
 
@@ -42,6 +42,19 @@ pub enum Violation {
     LockLeftByAbort,
     /// A sweeper run that had work to do ended with nothing changed anywhere.
     SweeperStuck,
+    /// Issue 29: a lock (or one-phase write) taken on an item whose version moved since its rule judged it.
+    StaleJudgement,
+    /// Issue 30: a commit wrote another value than the one its prepare computed and voted for.
+    CommittedNotVoted,
+    /// Issue 31: the resource was asked to capture a voided reservation or to void a captured one.
+    ResourceMisuse,
+    /// Issue 32: a commit decision of a held transaction written while every coordinator's clock is past its
+    /// `holdUntil`.
+    CommitAfterHold,
+    /// Issue 32: a held (PREPARED) transaction aborted by a resolver (lock resolution, the sweeper, a route's
+    /// or a retried key's `abort_expired`) while some coordinator's clock may still be at or before its
+    /// `holdUntil` (its caller may still commit).
+    HeldAbortedEarly,
 }
 
 impl Violation {
@@ -56,6 +69,11 @@ impl Violation {
             Violation::StatusBackwards => "status moved backwards",
             Violation::LockLeftByAbort => "lock left behind by an answered abort",
             Violation::SweeperStuck => "sweeper run with work to do changed nothing",
+            Violation::StaleJudgement => "a rule judged a stale item (locked at another version than it judged)",
+            Violation::CommittedNotVoted => "a commit applied another value than its prepare voted for",
+            Violation::ResourceMisuse => "a voided reservation confirmed, or a confirmed one voided",
+            Violation::CommitAfterHold => "a held transaction's commit written after its holdUntil",
+            Violation::HeldAbortedEarly => "a held transaction aborted by a resolver before holdUntil + 2M",
         }
     }
 }
@@ -123,6 +141,68 @@ pub enum Event {
     /// A prepare refused as late while its coordinator's clock was at or before the deadline (only
     /// before the fix: the plain deadline by a participant's clock ahead of the coordinator's).
     RefusedOnTime,
+    /// Issue 29: a rule refused the item as read.
+    RuleRefused,
+    /// Issues 29, 30: a judged lock (or one-phase) write found the item changed since it was judged, and
+    /// the prepare judged it again.
+    Rejudged,
+    /// Issue 30: a service's own operation refused the item as read (below zero).
+    CustomRefused,
+    /// Issue 30: the service was redeployed.
+    Redeployed,
+    /// Issue 30: a commit applied a pending value that the operation as deployed now would not compute.
+    PendingAfterRedeploy,
+    /// Issue 31: an abort found no entry and wrote CANCELLED (empty rollback).
+    EmptyRollback,
+    /// Issue 31: a prepare found its entry CANCELLED (or CONFIRMED): no try.
+    TryAfterCancel,
+    /// Issue 31: the try's TRIED write found the entry cancelled while the try ran.
+    TriedAfterCancel,
+    /// Issue 31: a try request landed and reserved after its transaction was decided abort or its entry
+    /// cancelled.
+    TryLandedLate,
+    /// Issue 31: a try request got the stored first answer of its key.
+    TryAnsweredFromStore,
+    /// Issue 31: a prepare's try call timed out (or lost its answer) and it sent the try again.
+    TryResent,
+    /// Issue 31: the resource captured a reservation.
+    ResourceConfirmed,
+    /// Issue 31: the resource voided a reservation.
+    ResourceVoided,
+    /// Issue 31: an abort voided the reservation its entry knew (the cancel's key).
+    CancelVoided,
+    /// Issue 31: an abort read TRYING and cancelled an entry that had become TRIED (no void till the recheck).
+    CancelMissedTried,
+    /// Issue 31: a recheck was done.
+    Rechecked,
+    /// Issue 31: a recheck voided a reservation that was still held (a late try's, or one a cancel missed).
+    RecheckReleased,
+    /// Issue 32: the caller's commit route wrote PREPARED → COMMITTING.
+    HeldCommitted,
+    /// Issue 32: the caller's abort route wrote PREPARED → ABORTING.
+    HeldAborted,
+    /// Issue 32: the caller's abort route wrote PREPARING → ABORTING, before the hold was recorded.
+    AbortBeforeHold,
+    /// Issue 32: a resolver (lock resolution, the sweeper, a route's or retry's `abort_expired`) aborted a
+    /// PREPARED transaction past its `holdUntil` and twice the margin.
+    HoldExpired,
+    /// Issue 32: the commit route read its clock past `holdUntil` and wrote the abort instead (409).
+    CommitRouteExpired,
+    /// Issue 32: a resolver past `holdUntil + 2M` found a held owner decided commit by its caller (the commit
+    /// won the race with the expiry) and rolled its lock forward.
+    CommitBeatExpiry,
+    /// Issue 32: a prepare (or one-phase commit) met a lock of a PREPARED owner and was refused CONFLICT.
+    HeldLockRefused,
+    /// Issue 32: a resolver found a lock of a PREPARED owner expired by its deadline (its hold message lost
+    /// or not there yet) and left it: the owner undecided until `holdUntil + 2M` (before the fix,
+    /// `resolver_extends_hold` off).
+    UndecidedHeldLock,
+    /// Issue 32: a prepare's lock resolution found a lock of a PREPARED owner within its hold that no hold
+    /// message extended, and goes on to move it to `holdUntil` (`extend_lock` with the voted token).
+    PrepareMovesHeldLock,
+    /// Issue 32: the sweeper found a lock of a PREPARED owner within its hold that no hold message extended,
+    /// and sent the hold it missed (`resolve_lock`).
+    SweeperMovesHeldLock,
 }
 
 impl Event {
@@ -135,8 +215,11 @@ impl Event {
 #[derive(Clone, Debug)]
 pub struct TwoPc {
     pub cfg: Config,
-    /// Coordinator executions: (transaction, execution number), by coordinator index.
+    /// Coordinator executions: (transaction, execution number), by coordinator index; the route calls of
+    /// issue 32 last ([`config::ROUTE`]).
     pub execs: Vec<(Tx, u8)>,
+    /// Issue 32: the route a coordinator is at work on (None: an execution of the transaction's POST).
+    pub route_of: Vec<Option<config::Route>>,
 }
 
 impl TwoPc {
@@ -149,8 +232,30 @@ impl TwoPc {
             cfg.budget.dup <= 1 && cfg.budget.db_reply <= 3,
             "lock tokens are distinct per delivery only with dup <= 1 and db_reply <= 3 (step.rs, prepare_lock)"
         );
+        for t in &cfg.txs {
+            for p in &t.parts {
+                // `LockSeen` and `OnePhaseSeen` carry the version and value of one item.
+                assert!(
+                    !p.ops.iter().any(config::Op::judged) || p.ops.len() == 1,
+                    "a judged operation (rule, custom) is the only one of its participant"
+                );
+                let charges = p.ops.iter().filter(|o| o.kind == config::OpKind::Charge).count();
+                assert!(
+                    (charges > 0) == cfg.is_resource(p.svc) && charges <= 1 && (charges == 0 || p.ops.len() == 1),
+                    "a resource participant has one charge, and only a resource charges"
+                );
+            }
+        }
+        assert!(cfg.txs.len() <= 4 && cfg.items.len() + cfg.txs.len() < 0xFF, "lock slots fit an ItemId");
+        for (t, spec) in cfg.txs.iter().enumerate() {
+            // A held request is recorded first: the model's `keyed`; its routes need its record.
+            assert!(!spec.held || spec.keyed, "a held transaction is recorded first (keyed)");
+            assert!(cfg.routes.iter().all(|&(tx, _)| cfg.txs[tx as usize].held) || t > 0, "routes of held txs only");
+        }
         let execs = cfg.executions();
-        TwoPc { cfg, execs }
+        let route_of =
+            execs.iter().map(|&(_, e)| e.checked_sub(config::ROUTE).map(|k| cfg.routes[k as usize].1)).collect();
+        TwoPc { cfg, execs, route_of }
     }
 
     pub fn tx_name(&self, tx: Tx) -> &'static str {
@@ -159,6 +264,10 @@ impl TwoPc {
 
     pub fn coord_name(&self, ci: u8) -> String {
         let (tx, e) = self.execs[ci as usize];
+        if let Some(route) = self.route_of[ci as usize] {
+            let what = if route == config::Route::Commit { "commit" } else { "abort" };
+            return format!("caller's {what} of {}", self.tx_name(tx));
+        }
         if self.cfg.txs[tx as usize].executions > 1 {
             format!("coordinator {}#{}", self.tx_name(tx), e + 1)
         } else {
@@ -192,10 +301,12 @@ impl TwoPc {
     /// sweeper idle with nothing to find.
     pub fn settled(&self, s: &State) -> bool {
         s.net.is_empty()
+            && s.rnet.is_empty()
             && s.tasks.is_empty()
             && s.sweeper.pc == SPc::Idle
             && s.coords.iter().all(|c| matches!(c.pc, CPc::Start | CPc::Done))
             && (0..self.cfg.txs.len() as Tx).all(|tx| s.phase(tx) == phase::PAST || !self.begun(s, tx))
+            && (0..self.cfg.txs.len() as Tx).all(|tx| s.hold_phase(tx) == phase::PAST || !self.hold_live(s, tx))
             && !self.sweeper_has_work(s)
     }
 
@@ -254,7 +365,7 @@ impl TwoPc {
             CPc::AbortCreate | CPc::OnePhaseAbort => decision,
             CPc::TerminalWrite { .. } => plain,
             CPc::RecoverTransition => Writes { grows, ..plain },
-            CPc::Replay | CPc::OnePhaseGet => Writes::default(),
+            CPc::Replay | CPc::OnePhaseGet | CPc::HeldRetry => Writes::default(),
             CPc::CollectVotes | CPc::AbortAwait { .. } | CPc::DriveAwait { .. } | CPc::OnePhaseWait | CPc::Done => {
                 return (false, Writes::default());
             }
@@ -271,7 +382,9 @@ impl TwoPc {
             // Before issue 28: checked on arrival only, against the plain deadline.
             s.phase(tx) < phase::RESOLVABLE
         };
-        let other = (0..self.cfg.txs.len() as Tx).any(|o| o != tx && self.resolvable(s, o) == Reading::Either);
+        let other = (0..self.cfg.txs.len() as Tx).any(|o| {
+            o != tx && (self.resolvable(s, o) == Reading::Either || self.hold_resolvable(s, o) == Reading::Either)
+        });
         own as u32 + other as u32
     }
 }
@@ -310,10 +423,22 @@ impl Model for TwoPc {
         let cfg = &self.cfg;
         let nparts = |tx: Tx| cfg.txs[tx as usize].parts.len();
         let maxparts = cfg.txs.iter().map(|t| t.parts.len()).max().unwrap_or(1);
+        let ntx = cfg.txs.len();
+        let resource = cfg.resource.is_some();
         let mut s = State {
-            items: cfg.items.iter().map(|i| Item { balance: i.balance, last_tx: None, lock: None }).collect(),
+            items: cfg
+                .items
+                .iter()
+                .map(|i| Item { balance: i.balance, version: 0, last_tx: None, lock: None })
+                .collect(),
+            barriers: if resource { vec![None; ntx] } else { vec![] },
+            res: if resource { vec![Res::Unused; ntx] } else { vec![] },
+            rnet: vec![],
+            declined: 0,
+            deployed: 0,
             records: vec![None; cfg.txs.len()],
             clock: 0,
+            hold: 0,
             coords: self
                 .execs
                 .iter()
@@ -349,7 +474,20 @@ impl Model for TwoPc {
                 s = self.next_state(&s, Action::Coord(ci as u8, Fault::None, Late(0))).expect("an unkeyed start sends");
             }
         }
-        vec![s]
+        // Issue 31: each transaction that charges a card has a good or a declined one.
+        let charging: Vec<Tx> =
+            (0..ntx as Tx).filter(|&tx| cfg.txs[tx as usize].parts.iter().any(|p| cfg.is_resource(p.svc))).collect();
+        (0..1u8 << charging.len())
+            .map(|choice| {
+                let mut s = s.clone();
+                for (k, &tx) in charging.iter().enumerate() {
+                    if choice & (1 << k) != 0 {
+                        s.declined |= 1 << tx;
+                    }
+                }
+                s
+            })
+            .collect()
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
@@ -358,15 +496,33 @@ impl Model for TwoPc {
             if s.phase(tx) != phase::PAST && self.begun(s, tx) {
                 out.push(Action::Deadline(tx));
             }
+            if s.hold_phase(tx) != phase::PAST && self.hold_live(s, tx) {
+                out.push(Action::HoldExpiry(tx));
+            }
         }
         for (ci, c) in s.coords.iter().enumerate() {
             let (tx, e) = self.execs[ci];
             let (has_step, kind) = self.coord_kind(ci, c.pc);
             let mut checks = 0;
             let enabled = match c.pc {
+                // Issue 32: the caller commits once it has the 202; it may abort once the record exists.
+                CPc::Start if self.route_of[ci].is_some() => {
+                    checks = self.route_checks(s, tx);
+                    match self.route_of[ci] {
+                        Some(config::Route::Commit) => {
+                            self.execs_of(tx).any(|o| s.coords[o as usize].answer == Some(Answer::Held))
+                        }
+                        _ => s.record(tx).is_some(),
+                    }
+                }
                 // A client's retry is sent after its first request.
                 CPc::Start => {
                     e == 0 || self.execs_of(tx).any(|o| o != ci as u8 && s.coords[o as usize].pc != CPc::Start)
+                }
+                // Issue 32: a held (PREPARED) record is answered at once, or aborted past its hold.
+                CPc::Replay if s.status(tx) == Some(Status::Prepared) => {
+                    checks = (self.hold_resolvable(s, tx) == Reading::Either) as u32;
+                    true
                 }
                 // It waits until the record ends or its clock is past the deadline and twice the margin.
                 CPc::Replay => {
@@ -403,7 +559,9 @@ impl Model for TwoPc {
             }
             let i = i as u8;
             let locks = matches!(m.req, Req::Prepare { .. } | Req::OnePhase { .. });
-            let writes = !locks || s.phase(m.req.tx()) < phase::RESOLVABLE;
+            // (A hold's lost reply is folded: its retry changes nothing.)
+            let hold = matches!(m.req, Req::Hold { .. });
+            let writes = !hold && (!locks || s.phase(m.req.tx()) < phase::RESOLVABLE);
             let answers = m.reply.is_some();
             let checks = if locks { self.attempt_checks(s, m.req.tx()) } else { 0 };
             for f in self.task_variants(s, writes, None, answers) {
@@ -442,23 +600,91 @@ impl Model for TwoPc {
                         }
                     }
                 }
-                TPc::Lock | TPc::OnePhase => {
+                TPc::Lock | TPc::OnePhase | TPc::LockSeen { .. } | TPc::OnePhaseSeen { .. } => {
                     for f in self.task_variants(s, true, None, t.reply.is_some()) {
                         for l in lates(self.attempt_checks(s, tx)) {
                             out.push(Action::Task(i, f, l));
                         }
                     }
                 }
-                // Lock resolution: reading the owner's record may lead to aborting it (a growing write).
-                TPc::Resolve { owner, stage: RStage::Get | RStage::Transition, .. } => {
-                    for f in self.task_variants(s, true, Some(owner), t.reply.is_some()) {
+                // The read and the judgement: no write (its cutoff check, a lock it may meet).
+                TPc::Judge => {
+                    for f in self.task_variants(s, false, None, t.reply.is_some()) {
+                        for l in lates(self.attempt_checks(s, tx)) {
+                            out.push(Action::Task(i, f, l));
+                        }
+                    }
+                }
+                // A resource prepare waits for its try's answer (`Action::TryLand`), or stops waiting.
+                TPc::RTryAwait { .. } => {
+                    let r = self.cutoff_reading(s, tx);
+                    for l in lates((r == Reading::Either) as u32) {
+                        out.push(Action::TryTimeout(i, l));
+                    }
+                }
+                // A resource participant's steps: their barrier writes' lost replies are folded (the SDK's
+                // retry meets its own write, which the code reads as the same outcome); the answer may be lost.
+                TPc::RTried { .. } | TPc::RCancel { .. } | TPc::RVoid | TPc::RAbort | TPc::RConfirmed => {
+                    for f in self.task_variants(s, false, None, t.reply.is_some()) {
                         out.push(Action::Task(i, f, Late(0)));
+                    }
+                }
+                // Lock resolution: reading the owner's record may lead to aborting it (a growing write); a
+                // PREPARED owner's `holdUntil + 2M` may read either way (issue 32).
+                // Issue 32: `extend_lock`'s lost reply is folded (its retry meets the lock extended): no write fault.
+                TPc::Resolve { stage: RStage::Extend { .. }, .. } => {
+                    for f in self.task_variants(s, false, None, t.reply.is_some()) {
+                        out.push(Action::Task(i, f, Late(0)));
+                    }
+                }
+                TPc::Resolve {
+                    owner, stage: RStage::Get | RStage::Transition { .. } | RStage::CreateAborted, ..
+                } => {
+                    for f in self.task_variants(s, true, Some(owner), t.reply.is_some()) {
+                        for l in lates(self.hold_checks(s)) {
+                            out.push(Action::Task(i, f, l));
+                        }
                     }
                 }
                 _ => {
                     for f in self.task_variants(s, true, None, t.reply.is_some()) {
                         out.push(Action::Task(i, f, Late(0)));
                     }
+                }
+            }
+        }
+        // Issue 31: try requests in flight to the resource.
+        for (i, m) in s.rnet.iter().enumerate() {
+            if i > 0 && s.rnet[i - 1] == *m {
+                continue;
+            }
+            let i = i as u8;
+            out.push(Action::TryLand(i, Fault::None));
+            let svc = self.cfg.resource.expect("try requests go to a resource");
+            let answered = m.from.is_some_and(|req| {
+                s.tasks.iter().any(|t| t.svc == svc && t.req == req && matches!(t.pc, TPc::RTryAwait { .. }))
+            });
+            if answered && s.budget.loss > 0 && s.budget.total > 0 {
+                out.push(Action::TryLand(i, Fault::DropReply));
+            }
+            if s.budget.dup > 0 && s.budget.total > 0 {
+                out.push(Action::TryDup(i));
+            }
+            if s.budget.loss > 0 && s.budget.total > 0 {
+                out.push(Action::TryLose(i));
+            }
+        }
+        // Issue 30: a service with its own operations is redeployed (once) at any moment.
+        if self.cfg.redeploy {
+            for svc in 0..self.cfg.services.len() as Svc {
+                let custom = self
+                    .cfg
+                    .txs
+                    .iter()
+                    .flat_map(|t| &t.parts)
+                    .any(|p| p.svc == svc && p.ops.iter().any(|o| matches!(o.kind, config::OpKind::Custom { .. })));
+                if custom && s.deployed & (1 << svc) == 0 {
+                    out.push(Action::Redeploy(svc));
                 }
             }
         }
@@ -481,14 +707,23 @@ impl Model for TwoPc {
                     }
                 }
             }
-            SPc::Terminal { .. } | SPc::OwnerCreate { .. } => {
+            SPc::Terminal { .. } => {
                 for f in self.fault_variants(s, Writes { writes: true, ..Writes::default() }) {
                     out.push(Action::Sweep(f, Late(0)));
                 }
             }
+            SPc::OwnerCreate { .. } => {
+                for f in self.fault_variants(s, Writes { writes: true, ..Writes::default() }) {
+                    for l in lates(self.hold_checks(s)) {
+                        out.push(Action::Sweep(f, l));
+                    }
+                }
+            }
             &SPc::Transition { tx, .. } | &SPc::OwnerTransition { owner: tx, .. } => {
                 for f in self.fault_variants(s, Writes { writes: true, grows: Some(tx), ..Writes::default() }) {
-                    out.push(Action::Sweep(f, Late(0)));
+                    for l in lates(self.hold_checks(s)) {
+                        out.push(Action::Sweep(f, l));
+                    }
                 }
             }
             &SPc::Postpone { tx, .. } => {
@@ -543,7 +778,10 @@ impl Model for TwoPc {
                 if s.records.iter().flatten().any(|r| r.status == Status::Committing) {
                     return true;
                 }
-                let sum: i32 = s.items.iter().map(|i| i.balance as i32).sum();
+                let sum: i32 = (0..s.items.len())
+                    .filter(|&i| m.cfg.money_item(i as config::ItemId))
+                    .map(|i| s.items[i].balance as i32)
+                    .sum();
                 let committed: i32 = (0..m.cfg.txs.len())
                     .filter(|&tx| s.status(tx as Tx) == Some(Status::Committed))
                     .map(|tx| m.cfg.txs[tx].net_delta())
@@ -562,7 +800,8 @@ impl Model for TwoPc {
                 s.items.iter().enumerate().all(|(i, it)| {
                     it.lock.is_none_or(|l| {
                         let spec = &m.cfg.txs[l.tx as usize];
-                        !spec.part_of(m.cfg.items[i].svc).is_some_and(|p| spec.parts[p].read_only())
+                        // (Issue 32: a held transaction's check-only participants lock what they check.)
+                        spec.held || !spec.part_of(m.cfg.items[i].svc).is_some_and(|p| spec.parts[p].read_only())
                     })
                 })
             }),
@@ -573,9 +812,14 @@ impl Model for TwoPc {
                 !m.settled(s) || m.clean(s)
             }),
             Property::<Self>::eventually("every transaction ends", |m, s| {
-                m.clean(s) && s.coords.iter().all(|c| c.pc == CPc::Done)
+                m.clean(s)
+                    && s.coords
+                        .iter()
+                        .enumerate()
+                        .all(|(ci, c)| c.pc == CPc::Done || m.route_of[ci].is_some() && c.pc == CPc::Start)
             }),
         ];
+        p.extend(self.feature_properties());
         p.extend(self.sanity_checks());
         p
     }
@@ -607,10 +851,16 @@ impl TwoPc {
 
     /// 200 ⇒ COMMITTED, 202 ⇒ COMMITTING/COMMITTED, 409 ⇒ ABORTING/ABORTED, a 503 after a refused
     /// decision ⇒ never a commit; and `settled`: 202 ⇒ COMMITTED, 409 ⇒ ABORTED.
+    /// Issue 32: a held POST's 202 PREPARED ⇒ PREPARED or later; the commit route's 200/202/409 as a POST's;
+    /// the abort route's 200 ⇒ ABORTING/ABORTED, its 409 ⇒ COMMITTING/COMMITTED (once settled COMMITTED).
     fn answers_agree(&self, s: &State, settled: bool) -> bool {
         s.coords.iter().enumerate().all(|(ci, c)| {
             let status = s.status(self.execs[ci].0);
             match c.answer {
+                Some(Answer::Held) => status.is_some_and(|st| st != Status::Preparing),
+                Some(Answer::AbortOk) => status.is_some_and(Status::abort),
+                Some(Answer::AbortLost) if settled => status == Some(Status::Committed),
+                Some(Answer::AbortLost) => status.is_some_and(Status::commit),
                 Some(Answer::Ok) => status == Some(Status::Committed),
                 Some(Answer::Accepted) if settled => status == Some(Status::Committed),
                 Some(Answer::Accepted) => status.is_some_and(Status::commit),
@@ -622,12 +872,224 @@ impl TwoPc {
         })
     }
 
-    /// Every record terminal (or absent: presumed abort), no lock, every answer final and right.
+    /// Every record terminal (or absent: presumed abort), no lock (an item's, a barrier entry's), every
+    /// answer final and right.
     fn clean(&self, s: &State) -> bool {
         s.records.iter().all(|r| r.as_ref().is_none_or(|r| r.status.terminal()))
-            && s.items.iter().all(|i| i.lock.is_none())
+            && self.slots().all(|i| self.slot_lock(s, i).is_none())
             && self.answers_agree(s, true)
             && s.coords.iter().all(|c| c.pc == CPc::Start || c.answer.is_some())
+    }
+
+    fn has_op(&self, f: impl Fn(&config::OpKind) -> bool) -> bool {
+        self.cfg.txs.iter().flat_map(|t| &t.parts).flat_map(|p| &p.ops).any(|o| f(&o.kind))
+    }
+
+    /// The ghost index of `tx`'s charge (its resource participant's operation).
+    fn charge_op(&self, tx: Tx) -> Option<usize> {
+        let spec = &self.cfg.txs[tx as usize];
+        let part = spec.parts.iter().position(|p| self.cfg.is_resource(p.svc))?;
+        Some(self.cfg.op_index(tx, part, 0))
+    }
+
+    /// The properties of issues 29 to 32, in the configurations that have what they are about.
+    fn feature_properties(&self) -> Vec<Property<Self>> {
+        let mut p = vec![];
+        if self.cfg.txs.iter().any(|t| t.held) {
+            p.push(Property::<Self>::always(
+                "no commit decision written after holdUntil by the coordinator's clock",
+                |_, s| s.ghost.violations & Violation::CommitAfterHold.bit() == 0,
+            ));
+            p.push(Property::<Self>::always(
+                "a held transaction is never aborted by a resolver before holdUntil + 2M",
+                |_, s| s.ghost.violations & Violation::HeldAbortedEarly.bit() == 0,
+            ));
+            p.push(Property::<Self>::always(
+                "once everything settles, every held transaction is decided and its locks released",
+                |m, s| {
+                    !m.settled(s)
+                        || (0..m.cfg.txs.len() as Tx)
+                            .filter(|&tx| m.cfg.txs[tx as usize].held)
+                            .all(|tx| s.status(tx).is_none_or(Status::terminal) && !m.holds_lock(s, tx))
+                },
+            ));
+        }
+        if self.has_op(|k| matches!(k, config::OpKind::Ruled { .. } | config::OpKind::Custom { .. })) {
+            p.push(Property::<Self>::always("a rule never judged a stale item", |_, s| {
+                s.ghost.violations & Violation::StaleJudgement.bit() == 0
+            }));
+        }
+        if self.has_op(|k| matches!(k, config::OpKind::Custom { .. })) {
+            p.push(Property::<Self>::always("a commit applies the value its prepare voted for", |_, s| {
+                s.ghost.violations & Violation::CommittedNotVoted.bit() == 0
+            }));
+        }
+        if self.cfg.resource.is_some() {
+            p.push(Property::<Self>::always("nothing is confirmed for a transaction not decided commit", |m, s| {
+                (0..m.cfg.txs.len() as Tx)
+                    .all(|tx| s.res[tx as usize] != Res::Captured || s.status(tx).is_some_and(Status::commit))
+            }));
+            p.push(Property::<Self>::always("never both confirmed and voided", |_, s| {
+                s.ghost.violations & Violation::ResourceMisuse.bit() == 0
+            }));
+            p.push(Property::<Self>::always(
+                "a committed transaction's reservation is confirmed exactly once",
+                |m, s| {
+                    let settled = m.settled(s);
+                    (0..m.cfg.txs.len() as Tx).all(|tx| {
+                        m.charge_op(tx).is_none_or(|o| {
+                            s.ghost.applied[o] <= 1
+                                && (!settled
+                                    || s.status(tx) != Some(Status::Committed)
+                                    || s.res[tx as usize] == Res::Captured && s.ghost.applied[o] == 1)
+                        })
+                    })
+                },
+            ));
+            p.push(Property::<Self>::always("once everything settles, no reservation is held", |m, s| {
+                !m.settled(s) || s.res.iter().all(|&r| r != Res::Held)
+            }));
+        }
+        p
+    }
+
+    /// `sometimes` properties of issues 29 to 32.
+    fn feature_sanity_checks(&self) -> Vec<Property<Self>> {
+        let cfg = &self.cfg;
+        let sw = cfg.switches;
+        let b = cfg.budget;
+        let mut p = vec![];
+        if cfg.txs.iter().any(|t| t.held) {
+            let routes = |r: config::Route| cfg.routes.iter().any(|&(_, x)| x == r);
+            if routes(config::Route::Commit) {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a held transaction is committed by its caller",
+                    seen::<{ Event::HeldCommitted as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a commit and the expiry race and the expiry wins (the commit route past holdUntil \
+                     writes the abort)",
+                    seen::<{ Event::CommitRouteExpired as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a commit and the expiry race and the commit wins (a resolver past holdUntil + 2M \
+                     rolls the caller's commit forward)",
+                    seen::<{ Event::CommitBeatExpiry as u32 }>,
+                ));
+            }
+            if routes(config::Route::Abort) {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a held transaction is aborted by its caller",
+                    seen::<{ Event::HeldAborted as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the caller's abort comes before the hold is recorded",
+                    seen::<{ Event::AbortBeforeHold as u32 }>,
+                ));
+            }
+            p.push(Property::<Self>::sometimes(
+                "sometimes a hold expires and a resolver or the sweeper aborts it",
+                seen::<{ Event::HoldExpired as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a prepare meets a held transaction's lock and is refused CONFLICT",
+                seen::<{ Event::HeldLockRefused as u32 }>,
+            ));
+            if sw.held_undecided && sw.resolver_extends_hold {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a prepare finds a lock its hold message did not extend expired, its owner held, and \
+                     moves it to holdUntil",
+                    seen::<{ Event::PrepareMovesHeldLock as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the sweeper finds a lock its hold message did not extend expired, its owner held, and \
+                     sends the hold it missed",
+                    seen::<{ Event::SweeperMovesHeldLock as u32 }>,
+                ));
+            } else if sw.held_undecided {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a lock its hold message did not extend is found expired and left to its owner",
+                    seen::<{ Event::UndecidedHeldLock as u32 }>,
+                ));
+            }
+        }
+        let judged = self.has_op(|k| matches!(k, config::OpKind::Ruled { .. } | config::OpKind::Custom { .. }));
+        if judged && sw.rule_version_condition {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a judged write finds the item changed since it was judged, and judges it again",
+                seen::<{ Event::Rejudged as u32 }>,
+            ));
+        }
+        if self.has_op(|k| matches!(k, config::OpKind::Ruled { .. })) {
+            p.push(Property::<Self>::sometimes("sometimes every transaction a rule judged commits", |m, s| {
+                (0..m.cfg.txs.len()).all(|tx| s.status(tx as Tx) == Some(Status::Committed))
+            }));
+        }
+        if self.has_op(|k| matches!(k, config::OpKind::Custom { .. })) {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a service's own operation refuses the item as read",
+                seen::<{ Event::CustomRefused as u32 }>,
+            ));
+            if cfg.redeploy {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a commit after a redeploy applies what its prepare computed before it",
+                    seen::<{ Event::PendingAfterRedeploy as u32 }>,
+                ));
+            }
+        }
+        if cfg.resource.is_some() {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a reservation is confirmed",
+                seen::<{ Event::ResourceConfirmed as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes a reservation is voided",
+                seen::<{ Event::ResourceVoided as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes("sometimes a declined card aborts the transaction", |m, s| {
+                (0..m.cfg.txs.len() as Tx)
+                    .any(|tx| s.res[tx as usize] == Res::Declined && s.status(tx) == Some(Status::Aborted))
+            }));
+            if sw.barrier && (b.loss > 0 || b.dup > 0 || b.crash > 0) {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes an abort finds no entry and writes it CANCELLED (empty rollback)",
+                    seen::<{ Event::EmptyRollback as u32 }>,
+                ));
+            }
+            if sw.barrier && b.dup > 0 {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a prepare finds its entry cancelled and sends no try",
+                    seen::<{ Event::TryAfterCancel as u32 }>,
+                ));
+            }
+            p.push(Property::<Self>::sometimes(
+                "sometimes a try request lands after its transaction was decided abort or cancelled",
+                seen::<{ Event::TryLandedLate as u32 }>,
+            ));
+            if sw.barrier {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a try's TRIED write finds the entry cancelled while the try ran",
+                    seen::<{ Event::TriedAfterCancel as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes an abort that read TRYING cancels an entry that became TRIED",
+                    seen::<{ Event::CancelMissedTried as u32 }>,
+                ));
+            }
+            if sw.barrier && sw.recheck {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a recheck voids a reservation still held",
+                    seen::<{ Event::RecheckReleased as u32 }>,
+                ));
+            }
+            if b.dup > 0 || b.loss > 0 {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a repeated try request gets the stored first answer",
+                    seen::<{ Event::TryAnsweredFromStore as u32 }>,
+                ));
+            }
+        }
+        p
     }
 
     /// `sometimes` properties: each thing the safety properties are about does happen.
@@ -640,15 +1102,19 @@ impl TwoPc {
         let read_only = cfg.txs.iter().any(|t| t.parts.iter().any(|p| p.read_only()));
         let unkeyed_2pc = cfg.txs.iter().any(|t| !t.keyed && !t.one_phase());
         let keyed_2pc = cfg.txs.iter().any(|t| t.keyed && !t.one_phase());
-        let mut p = vec![
-            Property::<Self>::sometimes("sometimes both commit", |_, s| {
-                s.records.iter().all(|r| r.as_ref().is_some_and(|r| r.status == Status::Committed))
-            }),
-            Property::<Self>::sometimes("sometimes one commits and the other aborts", |_, s| {
+        // Two transactions with an operation on the same item (one may meet the other's lock).
+        let shared = cfg.items.iter().enumerate().any(|(i, _)| {
+            cfg.txs.iter().filter(|t| t.parts.iter().flat_map(|p| &p.ops).any(|o| o.item as usize == i)).count() >= 2
+        });
+        let mut p = vec![Property::<Self>::sometimes("sometimes both commit", |_, s| {
+            s.records.iter().all(|r| r.as_ref().is_some_and(|r| r.status == Status::Committed))
+        })];
+        if cfg.txs.len() >= 2 {
+            p.push(Property::<Self>::sometimes("sometimes one commits and the other aborts", |_, s| {
                 s.records.iter().flatten().any(|r| r.status == Status::Committed)
                     && s.records.iter().flatten().any(|r| r.status == Status::Aborted)
-            }),
-        ];
+            }));
+        }
         if b.crash > 0 || b.loss > 0 || cfg.sweeper_races_coordinators {
             p.push(Property::<Self>::sometimes(
                 "sometimes the sweeper finishes a transaction",
@@ -673,7 +1139,8 @@ impl TwoPc {
                 seen::<{ Event::StrayLock as u32 }>,
             ));
         }
-        if b.crash > 0 || b.loss > 0 {
+        // A prepare meets another transaction's expired lock (of an owner decided commit).
+        if (b.crash > 0 || b.loss > 0) && shared {
             p.push(Property::<Self>::sometimes(
                 "sometimes an expired lock is rolled forward",
                 seen::<{ Event::RolledForward as u32 }>,
@@ -848,7 +1315,7 @@ impl TwoPc {
                 seen::<{ Event::OnePhaseRecordExists as u32 }>,
             ));
         }
-        if !one_phase && !read_only {
+        if !one_phase && !read_only && (shared || cfg.sweeper_races_coordinators) {
             p.push(Property::<Self>::sometimes(
                 "sometimes a commit loses to lock resolution",
                 seen::<{ Event::CommitLostToResolution as u32 }>,
@@ -865,6 +1332,7 @@ impl TwoPc {
                 },
             ));
         }
+        p.extend(self.feature_sanity_checks());
         p
     }
 }

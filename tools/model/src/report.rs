@@ -73,6 +73,12 @@ fn switches_text(model: &TwoPc) -> String {
         ("resolver_margin", s.resolver_margin),
         ("lock_cutoff", s.lock_cutoff),
         ("replay_answers_record", s.replay_answers_record),
+        ("rule_version_condition", s.rule_version_condition),
+        ("apply_pending", s.apply_pending),
+        ("barrier", s.barrier),
+        ("recheck", s.recheck),
+        ("held_undecided", s.held_undecided),
+        ("resolver_extends_hold", s.resolver_extends_hold),
     ]
     .into_iter()
     .filter(|(_, on)| !on)
@@ -92,7 +98,28 @@ fn switches_text(model: &TwoPc) -> String {
         if model.cfg.sweeper_races_coordinators { ", races live coordinators" } else { ", runs between coordinators" },
         if model.cfg.margin { "; clock margin" } else { "; no clock margin" }
     );
+    let budget = if model.cfg.routes.is_empty() {
+        budget
+    } else {
+        let routes: Vec<String> =
+            model.cfg.routes.iter().map(|&(tx, r)| format!("{} {}", route_name(r), model.tx_name(tx))).collect();
+        format!("{budget}; the caller may {} (each once, at any moment)", routes.join(", "))
+    };
+    let budget = match (model.cfg.redeploy, model.cfg.resource) {
+        (true, _) => format!("{budget}; a service redeployed once at any moment"),
+        (_, Some(svc)) => {
+            format!("{budget}; {} is a resource (cards good or declined)", model.cfg.services[svc as usize])
+        }
+        _ => budget,
+    };
     if off.is_empty() { format!("fixed protocol; {budget}") } else { format!("OFF: {}; {budget}", off.join(", ")) }
+}
+
+fn route_name(r: crate::config::Route) -> &'static str {
+    match r {
+        crate::config::Route::Commit => "commit",
+        crate::config::Route::Abort => "abort",
+    }
 }
 
 impl Run {
@@ -154,11 +181,20 @@ pub fn summary(model: &TwoPc, s: &State) -> String {
         .enumerate()
         .map(|(i, it)| {
             format!(
-                "{}={}{}{}",
+                "{}={}{}{}{}",
                 model.cfg.items[i].name,
                 it.balance,
+                if it.version > 0 { format!(" v{}", it.version) } else { String::new() },
                 it.last_tx.map(|t| format!(" lastTx={}", model.tx_name(t))).unwrap_or_default(),
-                it.lock.map(|l| format!(" lock={}/{}", model.tx_name(l.tx), l.token)).unwrap_or_default()
+                it.lock
+                    .map(|l| format!(
+                        " lock={}/{}{}{}",
+                        model.tx_name(l.tx),
+                        l.token,
+                        if l.held { " held" } else { "" },
+                        l.pending.map(|p| format!(" pending={p}")).unwrap_or_default()
+                    ))
+                    .unwrap_or_default()
             )
         })
         .collect();
@@ -172,5 +208,18 @@ pub fn summary(model: &TwoPc, s: &State) -> String {
         .collect();
     let answers: Vec<String> =
         (0..s.coords.len()).map(|ci| format!("{}→{:?}", model.coord_name(ci as u8), s.coords[ci].answer)).collect();
-    format!("items [{}]; records [{}]; answers [{}]", items.join(", "), records.join(", "), answers.join(", "))
+    let resource: Vec<String> = (0..s.res.len())
+        .map(|t| {
+            let e =
+                s.barriers[t].map_or("-".to_owned(), |e| format!("{:?}{}", e.state, if e.lock { "+lock" } else { "" }));
+            format!("{}: barrier {e}, resource {:?}", model.tx_name(t as u8), s.res[t])
+        })
+        .collect();
+    let resource = if resource.is_empty() { String::new() } else { format!("; {}", resource.join(", ")) };
+    format!(
+        "items [{}]; records [{}]; answers [{}]{resource}",
+        items.join(", "),
+        records.join(", "),
+        answers.join(", ")
+    )
 }

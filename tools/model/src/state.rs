@@ -9,6 +9,9 @@ use crate::config::{Budget, ItemId, Svc, Tx};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Status {
     Preparing,
+    /// Issue 32: a held transaction whose participants all prepared in time: its caller commits or aborts
+    /// it (or the hold expires, past `holdUntil`).
+    Prepared,
     Committing,
     Committed,
     Aborting,
@@ -39,12 +42,19 @@ impl Status {
 /// `late` is a ghost: the lock was written after this participant had processed an abort of the same
 /// transaction (a stray lock of a late copy). `margin` is a ghost for a `sometimes` check only: the lock
 /// was written while its owner was in the clock margin (phase 1); it is left out of the state's identity.
+/// `held` (issue 32): a hold message moved the lock's expiry to its owner's `holdUntil` (the later of the
+/// deadline and `holdUntil`: `extend_lock` only moves it later).
+/// `pending` is the item's `pending` written with the lock (issue 30): the new value a service's own
+/// operation computed at prepare, which its vote stands for and its commit applies (with `apply_pending`
+/// off, the code before the fix kept nothing: then it is a ghost, the value the vote stood for).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Lock {
     pub tx: Tx,
     pub token: u8,
     pub late: bool,
     pub margin: bool,
+    pub pending: Option<i8>,
+    pub held: bool,
 }
 
 impl std::hash::Hash for Lock {
@@ -52,15 +62,72 @@ impl std::hash::Hash for Lock {
         self.tx.hash(h);
         self.token.hash(h);
         self.late.hash(h);
+        self.pending.hash(h);
+        self.held.hash(h);
     }
 }
 
-/// A participant table's item: `data.balance`, `lastTx`, `lock`.
+/// A participant table's item: `data.balance`, `version` (every commit moves it, issue 29), `lastTx`,
+/// `lock`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Item {
     pub balance: i8,
+    pub version: u8,
     pub last_tx: Option<Tx>,
     pub lock: Option<Lock>,
+}
+
+/// Where a resource participant's barrier entry stands (participant/resource.rs `State`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BState {
+    /// Written before the first try request (`begin`, `attribute_not_exists`); the try's outcome unknown.
+    Trying,
+    /// The resource reserved; the entry knows what (`tried`).
+    Tried,
+    /// The resource refused the try: nothing held.
+    Refused,
+    Confirmed,
+    Cancelled,
+}
+
+/// A resource participant's barrier entry of one transaction (`barrier#<transaction>` in its table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Entry {
+    pub state: BState,
+    /// The token of the prepare that wrote it (its vote reports it; a commit must name it).
+    pub token: u8,
+    /// `tried` is recorded: the reservation the try answered (TRIED, or CANCELLED from TRIED).
+    pub tried: bool,
+    /// CANCELLED: the cancel call for `tried` went through (`cancelledCall`).
+    pub cancelled_call: bool,
+    /// CANCELLED: the repeat of the cancel is done (`rechecked`; an empty rollback is born rechecked).
+    pub rechecked: bool,
+    /// The entry carries a lock, in the locks index, for the sweeper: TRYING and TRIED until the
+    /// deadline, CANCELLED until its recheck is due.
+    pub lock: bool,
+}
+
+/// What the resource (the payment API) did under a transaction's try key: nothing yet, or its stored
+/// first answer (declined, or an authorization, with what became of it). Capture and void are kept per
+/// authorization: a second capture of a captured one or void of a voided one is answered OK; a capture of
+/// a voided one or a void of a captured one is refused (409).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Res {
+    Unused,
+    Declined,
+    /// Authorized: money held.
+    Held,
+    Captured,
+    Voided,
+}
+
+/// A try request on its way to the resource: it may land late (after its sender gave up, after the
+/// abort and the cancel), twice, or never. `from` is the prepare handler waiting for its answer (its
+/// request, which names the delivery), None once nobody waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TryMsg {
+    pub tx: Tx,
+    pub from: Option<Req>,
 }
 
 /// A participant entry's vote, as the coordinator collected it or the record stores it.
@@ -127,12 +194,19 @@ pub enum Req {
     Commit { tx: Tx, token: u8 },
     /// abort{transactionId, operations}; `item` = Some: the sweeper's key-only abort of one lock.
     Abort { tx: Tx, item: Option<ItemId> },
+    /// Issue 32: hold{transactionId, operations, lockToken, holdUntil}: the locks of T with `token` expire at
+    /// `holdUntil` now (best effort: nobody waits for the answer).
+    Hold { tx: Tx, token: u8 },
 }
 
 impl Req {
     pub fn tx(&self) -> Tx {
         match *self {
-            Req::Prepare { tx, .. } | Req::OnePhase { tx, .. } | Req::Commit { tx, .. } | Req::Abort { tx, .. } => tx,
+            Req::Prepare { tx, .. }
+            | Req::OnePhase { tx, .. }
+            | Req::Commit { tx, .. }
+            | Req::Abort { tx, .. }
+            | Req::Hold { tx, .. } => tx,
         }
     }
 }
@@ -145,6 +219,11 @@ pub enum Ans {
     NotPrepared,
     Aborted,
     RecordExists,
+    /// A resource participant's FAILED: the confirm or cancel its resource did not carry out (not an
+    /// acknowledgement: the message is sent again).
+    Failed,
+    /// Issue 32: the answer to a hold message (HELD), which only the sweeper waits for.
+    Held,
 }
 
 /// A request in flight to a participant, and where its answer goes. (An answer reaches its caller in
@@ -186,6 +265,30 @@ pub enum TPc {
     ReleaseStray { at: u8, token: u8 },
     /// `Participant::abort`: `release` of the `at`-th item.
     Abort { at: u8 },
+    /// Issues 29, 30: `judge`: read the item and judge it (a rule; a service's own operation computes the
+    /// new value), before the lock write (two-phase) or the one-phase write.
+    Judge,
+    /// The lock write after `judge`, conditioned on the item's version being `seen`; `value` is what a
+    /// service's own operation computed (kept in `pending`).
+    LockSeen { seen: u8, value: i8 },
+    /// `apply_one_phase` after `judge`, conditioned on the version `seen`, applying `value` (custom) or the delta.
+    OnePhaseSeen { seen: u8, value: i8 },
+    /// Issue 31, a resource participant's prepare (`Driver::prepare`): waiting for the answer of its try
+    /// request (it gives up at its cutoff, or earlier on a timeout, and then sends the request again).
+    /// `token`: its own, or the one of the TRYING entry an earlier delivery wrote (the same try).
+    RTryAwait { token: u8 },
+    /// The try's answer came: record it (TRYING → TRIED, or REFUSED) and vote.
+    RTried { reserved: bool, token: u8 },
+    /// `Driver::abort` read TRYING or TRIED (`seen_tried`): the `cancelled` write, conditioned on the entry
+    /// being TRYING or TRIED (either: what it was when read is not part of the condition).
+    RCancel { seen_tried: bool },
+    /// `cancel_call`: void the reservation the entry knows, under the cancel's key, and mark `cancelledCall`.
+    RVoid,
+    /// `Driver::abort`, (again) from the read of the entry.
+    RAbort,
+    /// `Driver::commit`: the entry was TRIED with the voted token and the resource captured: TRIED →
+    /// CONFIRMED (token), releasing its lock.
+    RConfirmed,
 }
 
 /// Stages of lock resolution (recovery.rs `owner_fate`, participant `resolve`).
@@ -195,14 +298,18 @@ pub enum RStage {
     Get,
     /// `TransactionStore::abort_if_absent`.
     CreateAborted,
-    /// `TransactionStore::transition` PREPARING → ABORTING (owner past its deadline and twice the margin).
-    Transition,
+    /// `TransactionStore::transition` `from` (PREPARING, or PREPARED) → ABORTING (owner past its deadline,
+    /// or its `holdUntil`, and twice the margin).
+    Transition { from: Status },
     /// `DataTable::commit_item` for the owner, with the lockToken its record lists.
     RollForward { token: u8 },
     /// `DataTable::release` of the owner's lock.
     Release,
     /// commit_item met a stray lock of the owner (another token): release it.
     ReleaseStray { token: u8 },
+    /// Issue 32: the owner is held (PREPARED within its `holdUntil + 2M`): `DataTable::extend_lock` of the
+    /// lock met, with the lockToken its record lists for this service, to `holdUntil`; then refused CONFLICT.
+    Extend { token: u8 },
 }
 
 /// A participant handler at work on one delivered request.
@@ -232,6 +339,12 @@ pub enum Answer {
     Unavailable { aborted: bool },
     /// The coordinator crashed: no answer (500 / a dropped connection).
     Crashed,
+    /// Issue 32: a held POST's 202 PREPARED (with `holdUntil`).
+    Held,
+    /// Issue 32: the abort route's 200 ABORTED.
+    AbortOk,
+    /// Issue 32: the abort route's 409 with the committed body (the commit won).
+    AbortLost,
 }
 
 /// Where a coordinator execution is (coordinator.rs).
@@ -282,6 +395,9 @@ pub enum CPc {
     OnePhaseGet,
     /// `run_one_phase`: no commit: create the ABORTED record conditionally.
     OnePhaseAbort,
+    /// Issue 32, a route call (`decide_held`): the SDK's retry of its decision write whose reply was lost: the
+    /// write's condition (the status it read) fails, and it follows the record.
+    HeldRetry,
     Done,
 }
 
@@ -309,9 +425,11 @@ pub enum SPc {
         tx: Tx,
         rest: Vec<Tx>,
     },
-    /// `Coordinator::recover`: PREPARING past its deadline and twice the margin → ABORTING.
+    /// `Coordinator::recover` (`abort_expired`): PREPARING past its deadline and twice the margin, or PREPARED
+    /// past its `holdUntil` and twice the margin → ABORTING, conditional on the status `from` it read.
     Transition {
         tx: Tx,
+        from: Status,
         rest: Vec<Tx>,
     },
     DriveAwait {
@@ -349,11 +467,12 @@ pub enum SPc {
         owner: Tx,
         rest: Vec<ItemId>,
     },
-    /// PREPARING past its deadline and twice the margin → ABORTING.
+    /// PREPARING past its deadline (PREPARED past its `holdUntil`) and twice the margin → ABORTING.
     OwnerTransition {
         svc: Svc,
         item: ItemId,
         owner: Tx,
+        from: Status,
         rest: Vec<ItemId>,
     },
     /// Waiting for the participant's answer to the commit or abort it sent.
@@ -398,7 +517,8 @@ pub struct Ghost {
 /// The events seen (`Ghost::seen`) are left out of a state's identity (its hash, which is what the
 /// checker deduplicates on): they are history for the `sometimes` checks only, and keeping them
 /// would multiply the state space by the histories that lead to one and the same state. Only the
-/// sweeper's progress bit, which the liveness check reads, is kept.
+/// sweeper's progress bit, which the liveness check reads, and issue 32's undecided held lock (met only
+/// with `resolver_extends_hold` off: the fix moves the lock, which a state shows) are kept.
 impl std::hash::Hash for Ghost {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.applied.hash(h);
@@ -410,16 +530,35 @@ impl std::hash::Hash for Ghost {
         self.abort_processed.hash(h);
         self.violations.hash(h);
         (self.seen & crate::Event::Progress.bit()).hash(h);
+        // Issue 32: a resolver leaving a held owner's lock changes nothing else a state shows (the prepare is
+        // refused as it would be by wait-die): kept, so that its `sometimes` check sees it.
+        (self.seen & crate::Event::UndecidedHeldLock.bit()).hash(h);
     }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub items: Vec<Item>,
+    /// Issue 31: the resource participant's barrier entries, per transaction (empty without a resource).
+    pub barriers: Vec<Option<Entry>>,
+    /// Issue 31: what the resource did under each transaction's try key (empty without a resource).
+    pub res: Vec<Res>,
+    /// Issue 31: try requests in flight to the resource (a multiset, kept sorted).
+    pub rnet: Vec<TryMsg>,
+    /// Issue 31: bit per tx: its card is declined (the resource refuses its try), chosen at the start.
+    pub declined: u8,
+    /// Issue 30: bit per service: it was redeployed (its own operation computes `balance - 2q`).
+    pub deployed: u8,
     pub records: Vec<Option<Record>>,
     /// Two bits per tx: the phase of its deadline by its coordinator's clock ([`phase`]; it moves
     /// forward at any moment after the transaction began).
     pub clock: u8,
+    /// Issue 32: two bits per tx: the phase of its `holdUntil` H ([`phase`] read with H for D: 0 every
+    /// coordinator's clock at or before H, 1 a coordinator's check reads either way, 2 every coordinator past
+    /// H and a resolver's check of H + 2M reads either way, 3 every clock past H + 2M). It starts at 0 when
+    /// PREPARED is written (H is the coordinator's clock then, plus `holdMs` ≥ 1 s > 2M) and moves forward at
+    /// any moment while the record is PREPARED or a lock extended to H is held.
+    pub hold: u8,
     pub coords: Vec<Coord>,
     /// Messages in flight (a multiset, kept sorted).
     pub net: Vec<Msg>,
@@ -457,6 +596,13 @@ impl State {
     }
     pub fn set_phase(&mut self, tx: Tx, p: u8) {
         self.clock = self.clock & !(3 << (2 * tx)) | p << (2 * tx);
+    }
+    /// The phase of `tx`'s `holdUntil` (issue 32).
+    pub fn hold_phase(&self, tx: Tx) -> u8 {
+        (self.hold >> (2 * tx)) & 3
+    }
+    pub fn set_hold_phase(&mut self, tx: Tx, p: u8) {
+        self.hold = self.hold & !(3 << (2 * tx)) | p << (2 * tx);
     }
     /// The coordinator's clock is past the deadline.
     pub fn passed(&self, tx: Tx) -> bool {

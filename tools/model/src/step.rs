@@ -20,6 +20,9 @@ use crate::config::{ItemId, Op, OpKind, Svc, Tx};
 use crate::state::*;
 use crate::{Event, TwoPc, Violation};
 
+mod judged;
+mod resource;
+
 /// A fault that may come with a step: a DynamoDB write that takes effect but whose reply is lost, a
 /// write DynamoDB refuses (4xx, not applied), or the first write of a record refused for its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,6 +73,10 @@ pub enum Action {
     /// way), then D + 3M (every clock past every line). Without the margin (`Config::margin` off): D for
     /// every clock at once.
     Deadline(Tx),
+    /// Issue 32: the clocks pass the next line of a held transaction's `holdUntil` H: H by some coordinator's
+    /// clock (its commit route's check may read either way), then every coordinator's (a resolver's check of
+    /// H + 2M may read either way), then H + 2M by every clock. Without the margin: all at once.
+    HoldExpiry(Tx),
     /// A coordinator execution crashes: it writes nothing more and never answers.
     Crash(u8),
     /// The network delivers a second copy of a request (the SDK re-sends a timed-out Invoke).
@@ -94,6 +101,20 @@ pub enum Action {
     /// A retried key's answer budget (27 s, which the model cannot measure) runs out: it stops waiting
     /// or driving and answers what the record said (`replay` → `Reply::answering`).
     Budget(u8),
+    /// Issue 30: a service is redeployed with another version of its own operation (`balance - 2q`).
+    Redeploy(Svc),
+    /// Issue 31: a try request lands at the resource, which does the try under its key the first time and
+    /// answers any repeat with the stored first answer; the answer reaches the prepare waiting for it (the
+    /// fault: it is lost on its way back).
+    TryLand(u8, Fault),
+    /// Issue 31: the network delivers a second copy of a try request.
+    TryDup(u8),
+    /// Issue 31: the network loses a try request (it never lands).
+    TryLose(u8),
+    /// Issue 31: a resource prepare stops waiting for its try's answer: at its cutoff (its call's timeout:
+    /// it refuses UNAVAILABLE, the entry stays TRYING), or before it on a timeout (a fault while the
+    /// request is still in flight: it may land later) or once no answer can come, and sends the try again.
+    TryTimeout(u8, Late),
 }
 
 /// Per-step context: the fault the action brings, whether a write used it, and a log for traces.
@@ -206,7 +227,8 @@ fn bit(tx: Tx) -> u8 {
 fn guard(op: &Op, item: &Item) -> bool {
     match op.kind {
         OpKind::Add { delta, min } => min.is_none_or(|m| item.balance + delta >= m),
-        OpKind::Check => true,
+        // A rule and a service's own operation are judged on the item as read (`judge`), not in the write.
+        OpKind::Check | OpKind::Ruled { .. } | OpKind::Custom { .. } | OpKind::Charge => true,
     }
 }
 
@@ -215,11 +237,19 @@ fn guard(op: &Op, item: &Item) -> bool {
 enum Fate {
     /// No record: create it ABORTED (`abort_if_absent`).
     Absent,
-    /// PREPARING: PREPARING → ABORTING. (recovery.rs `decide` answers Undecided for a PREPARING owner
-    /// until `deadline + 2M` by the resolver's clock; every resolver reads the owner's record only after it
-    /// found its lock (expiring at that same deadline) or its record resolvable by the same, monotone,
-    /// clock, so the model never meets Undecided.)
-    Transition,
+    /// PREPARING, or PREPARED past `holdUntil + 2M` (issue 32): `from` → ABORTING. (recovery.rs `decide`
+    /// answers Undecided for a PREPARING owner until `deadline + 2M` by the resolver's clock; every resolver
+    /// reads the owner's record only after it found its lock (expiring at that same deadline) or its record
+    /// resolvable by the same, monotone, clock, so the model never meets Undecided for PREPARING.)
+    Transition(Status),
+    /// Issue 32: PREPARED, the resolver's clock at or before `holdUntil + 2M` (its lock expires at the
+    /// deadline when no hold message extended it): the lock stands (a prepare is refused CONFLICT, the sweeper
+    /// leaves it). With `resolver_extends_hold` (the fix), only before it: [`Fate::Held`] now.
+    Undecided,
+    /// Issue 32 (`OwnerFate::Held`): PREPARED within its hold: the lock stands, and belongs at `holdUntil`
+    /// (its hold message may have been lost): moved there with the lockToken the record lists for this
+    /// service (a prepare's `extend_lock`, the sweeper's hold message).
+    Held(u8),
     /// COMMITTING: roll forward with the lockToken the record lists for this service.
     Commit(u8),
     /// COMMITTED (a lock left is a late copy's), ABORTING, ABORTED: release.
@@ -232,10 +262,32 @@ impl TwoPc {
         let mut s = s0.clone();
         let (fault, late) = match action {
             Action::Deliver(_, f, l) | Action::Task(_, f, l) | Action::Coord(_, f, l) | Action::Sweep(f, l) => (f, l.0),
+            Action::TryLand(_, f) => (f, 0),
+            Action::TryTimeout(_, l) => (Fault::None, l.0),
             _ => (Fault::None, 0),
         };
         let mut ctx = Ctx { fault, used: false, late, checks: 0, void: false, log: log.then(Vec::new) };
         match action {
+            Action::HoldExpiry(tx) => {
+                let next = if self.cfg.margin { s.hold_phase(tx) + 1 } else { phase::PAST };
+                s.set_hold_phase(tx, next);
+                self.progress(&mut s);
+                ctx.note(|| match (self.cfg.margin, next) {
+                    (false, _) => format!("{}'s hold expires (holdUntil passes for every clock)", self.tx_name(tx)),
+                    (_, phase::CUTOFF) => {
+                        format!("{}'s holdUntil passes by some coordinator's clock", self.tx_name(tx))
+                    }
+                    (_, phase::RESOLVABLE) => format!(
+                        "{}: every coordinator's clock past holdUntil; resolvers' clocks near holdUntil + 2M",
+                        self.tx_name(tx)
+                    ),
+                    _ => format!("{}: every clock past holdUntil + 2M", self.tx_name(tx)),
+                });
+                // The hold expiring is a reason to abort a transaction still held.
+                if s.status(tx) == Some(Status::Prepared) {
+                    s.ghost.reason |= bit(tx);
+                }
+            }
             Action::Deadline(tx) => {
                 let next = if self.cfg.margin { s.phase(tx) + 1 } else { phase::PAST };
                 s.set_phase(tx, next);
@@ -262,6 +314,38 @@ impl TwoPc {
             Action::Budget(ci) => {
                 ctx.note(|| format!("{}: the answer budget runs out", self.coord_name(ci)));
                 self.budget_spent(&mut s, ci, &mut ctx);
+            }
+            Action::Redeploy(svc) => {
+                s.deployed |= 1 << svc;
+                self.event(&mut s, Event::Redeployed);
+                ctx.note(|| {
+                    format!("{} is redeployed: its operation now computes stock - 2q", self.cfg.services[svc as usize])
+                });
+            }
+            Action::TryLand(i, _) => {
+                let m = s.rnet.remove(i as usize);
+                ctx.note(|| format!("a try request of {} lands at the resource", self.tx_name(m.tx)));
+                self.try_land(&mut s, m, &mut ctx);
+            }
+            Action::TryDup(i) => {
+                let m = s.rnet[i as usize];
+                s.budget.dup -= 1;
+                s.budget.total -= 1;
+                self.progress(&mut s);
+                ctx.note(|| format!("network duplicates a try request of {}", self.tx_name(m.tx)));
+                s.rnet.push(m);
+            }
+            Action::TryLose(i) => {
+                let m = s.rnet.remove(i as usize);
+                s.budget.loss -= 1;
+                s.budget.total -= 1;
+                self.progress(&mut s);
+                ctx.note(|| format!("network loses a try request of {}", self.tx_name(m.tx)));
+            }
+            Action::TryTimeout(i, _) => {
+                let t = s.tasks.remove(i as usize);
+                ctx.note(|| format!("{}: waiting for the try's answer", self.task_name(&t)));
+                self.try_timeout(&mut s, t, &mut ctx);
             }
             Action::Crash(ci) => {
                 s.budget.crash -= 1;
@@ -392,11 +476,17 @@ impl TwoPc {
                 match m.req {
                     Req::Prepare { .. } | Req::OnePhase { .. } => s.phase(tx) < phase::RESOLVABLE,
                     Req::Commit { .. } | Req::Abort { .. } => self.may_hold(s, tx, m.to),
+                    Req::Hold { token, .. } => self.extends(s, tx, m.to, token),
                 }
             })
             .collect();
         s.net.sort_unstable();
         s.tasks.sort_unstable();
+        // A try request nobody waits for, landing once its key was used, changes nothing (the stored answer).
+        let res = std::mem::take(&mut s.res);
+        s.rnet.retain(|m| m.from.is_some() || res[m.tx as usize] == Res::Unused);
+        s.res = res;
+        s.rnet.sort_unstable();
         // A reason to abort matters until the transaction is decided.
         s.ghost.reason |= s.ghost.decided_commit | s.ghost.decided_abort;
         // "This participant processed T's abort" matters while a prepare of T may still lock there.
@@ -415,6 +505,14 @@ impl TwoPc {
                 s.set_phase(tx, phase::PAST);
             }
             self.skip_unread_phases(s, tx);
+            // Issue 32: a `holdUntil` nothing reads any more (decided, no lock extended to it, no hold message
+            // that may still extend one) is as good as passed.
+            if s.hold_phase(tx) != phase::PAST
+                && s.status(tx).is_some_and(|st| st != Status::Preparing && st != Status::Prepared)
+                && !self.hold_live(s, tx)
+            {
+                s.set_hold_phase(tx, phase::PAST);
+            }
         }
         if s.sweeper.pc == SPc::Idle {
             s.sweeper.votes.clear();
@@ -434,8 +532,30 @@ impl TwoPc {
         }
     }
 
+    /// The executions of `tx`'s POST (not its route calls).
     pub(crate) fn execs_of(&self, tx: Tx) -> impl Iterator<Item = u8> + '_ {
-        self.execs.iter().enumerate().filter(move |(_, (t, _))| *t == tx).map(|(i, _)| i as u8)
+        self.execs
+            .iter()
+            .enumerate()
+            .filter(move |(i, (t, _))| *t == tx && self.route_of[*i].is_none())
+            .map(|(i, _)| i as u8)
+    }
+
+    /// Issue 32: whether `tx`'s `holdUntil` may still be read: its record is PREPARED, a lock of it was
+    /// extended to it, or a hold message in flight may still extend one.
+    pub(crate) fn hold_live(&self, s: &State, tx: Tx) -> bool {
+        s.status(tx) == Some(Status::Prepared)
+            || s.items.iter().any(|it| it.lock.is_some_and(|l| l.tx == tx && l.held))
+            || s.net
+                .iter()
+                .any(|m| matches!(m.req, Req::Hold { tx: t, token } if t == tx && self.extends(s, tx, m.to, token)))
+    }
+
+    /// Issue 32: whether a hold message of `tx` with `token` to `svc` would extend a lock there.
+    fn extends(&self, s: &State, tx: Tx, svc: Svc, token: u8) -> bool {
+        s.items.iter().enumerate().any(|(i, it)| {
+            self.cfg.items[i].svc == svc && it.lock.is_some_and(|l| l.tx == tx && l.token == token && !l.held)
+        })
     }
 
     fn part_of(&self, tx: Tx, svc: Svc) -> usize {
@@ -490,7 +610,8 @@ impl TwoPc {
         let legal = matches!(
             (old, rec.status),
             (None, _)
-                | (Some(Status::Preparing), Status::Committing | Status::Aborting)
+                | (Some(Status::Preparing), Status::Prepared | Status::Committing | Status::Aborting)
+                | (Some(Status::Prepared), Status::Committing | Status::Aborting)
                 | (Some(Status::Committing), Status::Committed)
                 | (Some(Status::Aborting), Status::Aborted)
         );
@@ -520,7 +641,8 @@ impl TwoPc {
         self.write_record(s, tx, rec, ctx);
     }
 
-    fn take_lock(&self, s: &mut State, item: ItemId, tx: Tx, svc: Svc, token: u8, ctx: &mut Ctx) {
+    #[allow(clippy::too_many_arguments)]
+    fn take_lock(&self, s: &mut State, item: ItemId, tx: Tx, svc: Svc, token: u8, pending: Option<i8>, ctx: &mut Ctx) {
         let late = s.ghost.abort_processed & (1 << (tx as u32 * 8 + svc as u32)) != 0;
         let ended = s.status(tx).is_some_and(Status::terminal)
             || self.execs_of(tx).any(|ci| s.coords[ci as usize].answer.is_some());
@@ -535,7 +657,7 @@ impl TwoPc {
             self.event(s, Event::LockPastCutoff);
         }
         ctx.note(|| format!("  lock {} for {} (token {token})", self.cfg.items[item as usize].name, self.tx_name(tx)));
-        s.items[item as usize].lock = Some(Lock { tx, token, late, margin });
+        s.items[item as usize].lock = Some(Lock { tx, token, late, margin, pending, held: false });
         self.progress(s);
     }
 
@@ -563,8 +685,21 @@ impl TwoPc {
         self.progress(s);
     }
 
-    /// Applies `tx`'s operation on `item` (a commit or a roll-forward): it must be decided commit.
-    fn apply_op(&self, s: &mut State, tx: Tx, svc: Svc, item: ItemId, two_phase: bool, ctx: &mut Ctx) {
+    /// Applies `tx`'s operation on `item` (a commit or a roll-forward): it must be decided commit. Every
+    /// commit moves the item's version. A service's own operation applies, in two phases, the value its
+    /// prepare kept in `pending` (`apply_pending`; off: computed again by the operation as deployed now),
+    /// in one phase the value it computed in this attempt (`computed`).
+    #[allow(clippy::too_many_arguments)]
+    fn apply_op(
+        &self,
+        s: &mut State,
+        tx: Tx,
+        svc: Svc,
+        item: ItemId,
+        two_phase: bool,
+        computed: Option<i8>,
+        ctx: &mut Ctx,
+    ) {
         if two_phase && !s.status(tx).is_some_and(Status::commit) {
             self.violate(s, Violation::BadRollForward, ctx);
         }
@@ -573,15 +708,26 @@ impl TwoPc {
             if op.item != item {
                 continue;
             }
-            if let OpKind::Add { delta, .. } = op.kind {
-                let it = &mut s.items[item as usize];
-                it.balance += delta;
-                it.last_tx = Some(tx);
-                s.ghost.applied[self.cfg.op_index(tx, p, o)] += 1;
-                ctx.note(|| {
-                    format!("  apply {}'s {delta:+} to {}", self.tx_name(tx), self.cfg.items[item as usize].name)
-                });
-            }
+            let it = s.items[item as usize];
+            let new = match op.kind {
+                OpKind::Add { delta, .. } | OpKind::Ruled { delta } => it.balance + delta,
+                OpKind::Custom { q } => self.custom_value(s, tx, svc, q, &it, two_phase, computed, ctx),
+                OpKind::Check | OpKind::Charge => continue,
+            };
+            let it = &mut s.items[item as usize];
+            let old = it.balance;
+            it.balance = new;
+            it.version += 1;
+            it.last_tx = Some(tx);
+            s.ghost.applied[self.cfg.op_index(tx, p, o)] += 1;
+            ctx.note(|| {
+                format!(
+                    "  apply {}'s {:?} to {}: {old} -> {new}",
+                    self.tx_name(tx),
+                    op.kind,
+                    self.cfg.items[item as usize].name
+                )
+            });
         }
         if two_phase {
             if s.items[item as usize].lock.is_some_and(|l| l.margin) {
@@ -699,6 +845,93 @@ impl TwoPc {
         past
     }
 
+    /// Issue 32: what a coordinator's check of `tx`'s `holdUntil` H may read (the commit route: its clock
+    /// past H?): before, either way (hold phase 1), then past.
+    pub(crate) fn hold_coord_reading(&self, s: &State, tx: Tx) -> Reading {
+        match s.hold_phase(tx) {
+            phase::ON_TIME => Reading::Before,
+            phase::CUTOFF => Reading::Either,
+            _ => Reading::Past,
+        }
+    }
+
+    /// Issue 32: what a resolver's check of a PREPARED owner's `holdUntil + 2M` may read: before, either way
+    /// (hold phase 2), then past.
+    pub(crate) fn hold_resolvable(&self, s: &State, tx: Tx) -> Reading {
+        match s.hold_phase(tx) {
+            phase::PAST => Reading::Past,
+            phase::RESOLVABLE => Reading::Either,
+            _ => Reading::Before,
+        }
+    }
+
+    /// Issue 32: a resolver's check of a PREPARED owner: past its `holdUntil + 2M`?
+    fn hold_resolver_reads_past(&self, s: &mut State, tx: Tx, ctx: &mut Ctx) -> bool {
+        let r = self.hold_resolvable(s, tx);
+        ctx.reads_past(r, || format!("the resolver's clock past {}'s holdUntil + 2M", self.tx_name(tx)))
+    }
+
+    /// What a resolver's check of a lock may read: its expiry is its owner's deadline, or (extended by a
+    /// hold message, issue 32) the later of the deadline and `holdUntil`: past only once past both.
+    pub(crate) fn lock_reading(&self, s: &State, l: &Lock) -> Reading {
+        let d = self.resolvable(s, l.tx);
+        if !l.held {
+            return d;
+        }
+        match (d, self.hold_resolvable(s, l.tx)) {
+            (Reading::Before, _) | (_, Reading::Before) => Reading::Before,
+            (Reading::Past, Reading::Past) => Reading::Past,
+            _ => Reading::Either,
+        }
+    }
+
+    /// A resolver's check of a lock it met (a prepare, the sweeper): expired and twice the margin?
+    pub(crate) fn lock_reads_past(&self, s: &mut State, l: Lock, ctx: &mut Ctx) -> bool {
+        if !l.held {
+            return self.resolver_reads_past(s, l.tx, ctx);
+        }
+        let r = self.lock_reading(s, &l);
+        ctx.reads_past(r, || format!("the resolver's clock past {}'s extended lock expiry + 2M", self.tx_name(l.tx)))
+    }
+
+    /// What a resolver's check of an open record may read: a PREPARED one's `holdUntil + 2M` (its `sweepAt`
+    /// moved to `holdUntil`), another's deadline + 2M.
+    pub(crate) fn record_reading(&self, s: &State, tx: Tx) -> Reading {
+        if s.status(tx) == Some(Status::Prepared) { self.hold_resolvable(s, tx) } else { self.resolvable(s, tx) }
+    }
+
+    fn record_reads_past(&self, s: &mut State, tx: Tx, ctx: &mut Ctx) -> bool {
+        if s.status(tx) == Some(Status::Prepared) {
+            self.hold_resolver_reads_past(s, tx, ctx)
+        } else {
+            self.resolver_reads_past(s, tx, ctx)
+        }
+    }
+
+    /// Issue 32: Late bits a resolver's step may need for the `holdUntil + 2M` checks of PREPARED owners
+    /// (generous: bits a step does not use make its variant void).
+    pub(crate) fn hold_checks(&self, s: &State) -> u32 {
+        2 * (0..self.cfg.txs.len() as Tx).filter(|&tx| self.hold_resolvable(s, tx) == Reading::Either).count() as u32
+    }
+
+    /// Issue 32: Late bits of a route call's first step: `abort_expired` (the deadline's or the hold's line)
+    /// and the commit route's check of `holdUntil`.
+    pub(crate) fn route_checks(&self, s: &State, tx: Tx) -> u32 {
+        [self.resolvable(s, tx), self.hold_resolvable(s, tx), self.hold_coord_reading(s, tx)]
+            .iter()
+            .filter(|&&r| r == Reading::Either)
+            .count() as u32
+    }
+
+    /// Issue 32: a resolver aborts a PREPARED owner (the hold expired): it must be past `holdUntil + 2M` by
+    /// the resolver's clock, which no coordinator's clock at or before `holdUntil` can be at the same moment.
+    fn held_expiry_abort(&self, s: &mut State, tx: Tx, ctx: &mut Ctx) {
+        if s.hold_phase(tx) < phase::RESOLVABLE {
+            self.violate(s, Violation::HeldAbortedEarly, ctx);
+        }
+        self.event(s, Event::HoldExpired);
+    }
+
     /// Refused TIMEOUT: the participant's clock is past the cutoff.
     fn refuse_late(&self, s: &mut State, t: Task, ctx: &mut Ctx) {
         ctx.note(|| "  past the lock cutoff: REFUSED TIMEOUT".into());
@@ -710,21 +943,68 @@ impl TwoPc {
 
     /// Where a prepare (or one-phase commit) goes back to after resolving a lock or waiting.
     fn resume_pc(&self, t: &Task) -> TPc {
+        let tx = t.req.tx();
+        if matches!(t.req, Req::Prepare { .. } | Req::OnePhase { .. }) && self.ops(tx, t.svc).iter().any(Op::judged) {
+            // Read and judged again, then locked on condition of the version read (issues 29, 30).
+            return TPc::Judge;
+        }
         match t.req {
             Req::OnePhase { .. } => TPc::OnePhase,
-            Req::Prepare { tx, .. } if self.cfg.txs[tx as usize].parts[self.part_of(tx, t.svc)].read_only() => {
+            Req::Prepare { tx, .. }
+                if self.cfg.txs[tx as usize].parts[self.part_of(tx, t.svc)].read_only()
+                    && !self.cfg.txs[tx as usize].held =>
+            {
                 TPc::ReadCheck
             }
             _ => TPc::Lock,
         }
     }
 
-    fn fate(&self, s: &State, owner: Tx, svc: Svc) -> Fate {
+    /// recovery.rs `decide`, read by a resolver (a PREPARED owner's `holdUntil + 2M` checked by its clock).
+    fn fate(&self, s: &mut State, owner: Tx, svc: Svc, ctx: &mut Ctx) -> Fate {
         match s.status(owner) {
             None => Fate::Absent,
-            Some(Status::Committing) => Fate::Commit(self.voted_token(s, owner, svc).unwrap_or(0)),
+            Some(Status::Committing) => {
+                if self.cfg.txs[owner as usize].held && s.hold_phase(owner) >= phase::RESOLVABLE {
+                    self.event(s, Event::CommitBeatExpiry);
+                }
+                Fate::Commit(self.voted_token(s, owner, svc).unwrap_or(0))
+            }
             Some(Status::Committed | Status::Aborting | Status::Aborted) => Fate::Release,
-            Some(Status::Preparing) => Fate::Transition,
+            Some(Status::Preparing) => Fate::Transition(Status::Preparing),
+            // Before the fix: a PREPARED owner taken like a PREPARING one past its deadline.
+            Some(Status::Prepared) if !self.cfg.switches.held_undecided => Fate::Transition(Status::Prepared),
+            Some(Status::Prepared) if self.hold_resolver_reads_past(s, owner, ctx) => {
+                Fate::Transition(Status::Prepared)
+            }
+            Some(Status::Prepared) => self.held_fate(s, owner, svc),
+        }
+    }
+
+    /// Issue 32: a PREPARED owner within its hold (`OwnerFate::Held`, also a `Transition::Lost` to a hold
+    /// recorded meanwhile): its lock moved to `holdUntil` with the voted token; before the fix, Undecided.
+    fn held_fate(&self, s: &State, owner: Tx, svc: Svc) -> Fate {
+        match self.voted_token(s, owner, svc) {
+            Some(token) if self.cfg.switches.resolver_extends_hold => Fate::Held(token),
+            _ => Fate::Undecided,
+        }
+    }
+
+    /// Issue 32: lock resolution left a lock of a PREPARED owner (undecided until `holdUntil + 2M`).
+    fn left_undecided(&self, s: &mut State, owner: Tx, item: ItemId, ctx: &mut Ctx) {
+        ctx.note(|| format!("  owner {} is held (PREPARED): the lock stands", self.tx_name(owner)));
+        if s.items[item as usize].lock.is_some_and(|l| l.tx == owner && !l.held) {
+            self.event(s, Event::UndecidedHeldLock);
+        }
+    }
+
+    /// Issue 32 (the fix): a resolver found a lock of a held owner that no hold message extended, and moves it
+    /// (its `extend_lock`, the next step; the sweeper's hold message, in flight). The event is set here, where
+    /// the state shows the move under way (a task, a message), not where it lands: a hold message of the
+    /// coordinator landing first leads to the same state without it.
+    fn moves_held_lock(&self, s: &mut State, owner: Tx, item: ItemId, e: Event) {
+        if s.items[item as usize].lock.is_some_and(|l| l.tx == owner && !l.held) {
+            self.event(s, e);
         }
     }
 
@@ -733,7 +1013,14 @@ impl TwoPc {
     /// wait for a younger one's, refuse an older one's.
     fn met_lock(&self, s: &mut State, mut t: Task, lock: Lock, item: ItemId, ctx: &mut Ctx) {
         let tx = t.req.tx();
-        if self.resolver_reads_past(s, lock.tx, ctx) {
+        if self.lock_reads_past(s, lock, ctx) {
+            ctx.note(|| {
+                format!(
+                    "  meets {}'s lock on {}, expired: lock resolution",
+                    self.tx_name(lock.tx),
+                    self.cfg.items[item as usize].name
+                )
+            });
             t.pc = TPc::Resolve { owner: lock.tx, item, stage: RStage::Get };
             s.tasks.push(t);
         } else if tx < lock.tx {
@@ -743,6 +1030,9 @@ impl TwoPc {
             s.tasks.push(t);
         } else {
             ctx.note(|| "  younger: dies".into());
+            if s.status(lock.tx) == Some(Status::Prepared) {
+                self.event(s, Event::HeldLockRefused);
+            }
             self.refuse(s, t, ctx);
         }
     }
@@ -754,6 +1044,24 @@ impl TwoPc {
         let tx = req.tx();
         if s.status(tx).is_some_and(Status::terminal) {
             self.event(s, Event::LateDelivery);
+        }
+        if let Req::Hold { tx, token } = req
+            && !self.cfg.is_resource(svc)
+        {
+            // Issue 32: participant.rs `hold` / store.rs `extend_lock`, per item (its lost reply's retry changes
+            // nothing: folded). Answered HELD, which only the sweeper waits for (`resolve_lock`'s hold).
+            for i in 0..self.ops(tx, svc).len() {
+                let item = self.ops(tx, svc)[i].item;
+                self.extend_lock(s, tx, item, token, ctx);
+            }
+            if reply.is_some() {
+                let t = Task { svc, req, reply, pc: TPc::Lock, retrying: false, burned: 0 };
+                self.finish(s, t, Ans::Held, ctx);
+            }
+            return;
+        }
+        if self.cfg.is_resource(svc) {
+            return self.res_deliver(s, svc, req, reply, ctx);
         }
         let mut t = Task { svc, req, reply, pc: TPc::Lock, retrying: false, burned: 0 };
         match req {
@@ -777,6 +1085,7 @@ impl TwoPc {
                 s.ghost.abort_processed |= 1 << (tx as u32 * 8 + svc as u32);
                 t.pc = TPc::Abort { at: 0 };
             }
+            Req::Hold { .. } => unreachable!("a hold is done on delivery"),
         }
         self.task_step(s, t, ctx);
     }
@@ -801,6 +1110,15 @@ impl TwoPc {
                 self.commit_next(s, t, at + 1, false, ctx);
             }
             TPc::Abort { at } => self.abort_step(s, t, at, ctx),
+            TPc::Judge => self.judge(s, t, ctx),
+            TPc::LockSeen { seen, value } => self.lock_seen(s, t, seen, value, ctx),
+            TPc::OnePhaseSeen { seen, value } => self.one_phase_seen(s, t, seen, value, ctx),
+            TPc::RTryAwait { .. } => unreachable!("a try's answer comes with Action::TryLand"),
+            TPc::RTried { reserved, token } => self.res_tried(s, t, reserved, token, ctx),
+            TPc::RCancel { seen_tried } => self.res_cancel(s, t, seen_tried, ctx),
+            TPc::RVoid => self.res_void(s, t, ctx),
+            TPc::RAbort => self.res_abort(s, t, ctx),
+            TPc::RConfirmed => self.res_confirmed(s, t, ctx),
         }
     }
 
@@ -835,7 +1153,7 @@ impl TwoPc {
         let retrying = std::mem::take(&mut t.retrying);
         let Some(i) = failed else {
             for op in ops {
-                self.take_lock(s, op.item, tx, t.svc, token, ctx);
+                self.take_lock(s, op.item, tx, t.svc, token, None, ctx);
             }
             if ctx.lost_reply(s) {
                 t.retrying = true;
@@ -904,7 +1222,7 @@ impl TwoPc {
         match item_failed {
             None if s.record(tx).is_none() => {
                 for op in ops {
-                    self.apply_op(s, tx, t.svc, op.item, false, ctx);
+                    self.apply_op(s, tx, t.svc, op.item, false, None, ctx);
                 }
                 s.ghost.executed_by[tx as usize] |= 1 << exec;
                 let votes = vec![Vote::Prepared { token: 0, read_only: false }];
@@ -939,17 +1257,34 @@ impl TwoPc {
     fn resolve_step(&self, s: &mut State, mut t: Task, owner: Tx, item: ItemId, stage: RStage, ctx: &mut Ctx) {
         let retrying = std::mem::take(&mut t.retrying);
         let sw = self.cfg.switches;
-        let next = |fate: Fate| -> RStage {
-            match fate {
+        let next = |fate: Fate| -> Option<RStage> {
+            Some(match fate {
                 Fate::Absent => RStage::CreateAborted,
-                Fate::Transition => RStage::Transition,
+                Fate::Transition(from) => RStage::Transition { from },
                 Fate::Commit(token) => RStage::RollForward { token },
                 Fate::Release => RStage::Release,
-            }
+                Fate::Held(token) => RStage::Extend { token },
+                Fate::Undecided => return None,
+            })
         };
-        let goto = |s: &mut State, mut t: Task, stage: RStage| {
-            t.pc = TPc::Resolve { owner, item, stage };
-            s.tasks.push(t);
+        // Undecided (issue 32, a PREPARED owner within its hold, before the fix): refused CONFLICT, naming the
+        // holder.
+        let goto = |me: &Self, s: &mut State, mut t: Task, stage: Option<RStage>, ctx: &mut Ctx| match stage {
+            Some(stage) => {
+                if matches!(stage, RStage::Extend { .. }) {
+                    // Its refusal CONFLICT is certain now (the next step): marked where the state shows it (the
+                    // state after the refusal may be reached first by a refusal for another reason).
+                    me.event(s, Event::HeldLockRefused);
+                    me.moves_held_lock(s, owner, item, Event::PrepareMovesHeldLock);
+                }
+                t.pc = TPc::Resolve { owner, item, stage };
+                s.tasks.push(t);
+            }
+            None => {
+                me.left_undecided(s, owner, item, ctx);
+                me.event(s, Event::HeldLockRefused);
+                me.refuse(s, t, ctx);
+            }
         };
         let resume = |me: &Self, s: &mut State, mut t: Task| {
             t.pc = me.resume_pc(&t);
@@ -959,9 +1294,15 @@ impl TwoPc {
             RStage::Get => {
                 // The read of the owner's record is folded into the write it leads to: that write's
                 // condition re-checks what the read saw, so nothing can come between that matters.
-                let fate = self.fate(s, owner, t.svc);
+                let fate = self.fate(s, owner, t.svc, ctx);
                 ctx.note(|| format!("  owner {}'s fate: {fate:?}", self.tx_name(owner)));
-                self.resolve_step(s, t, owner, item, next(fate), ctx)
+                match next(fate) {
+                    // Issue 32: `extend_lock` is a write of its own, conditioned on the lock, not the record
+                    // (the owner may be decided by the time it lands): a step of its own.
+                    Some(stage @ RStage::Extend { .. }) => goto(self, s, t, Some(stage), ctx),
+                    Some(stage) => self.resolve_step(s, t, owner, item, stage, ctx),
+                    None => goto(self, s, t, None, ctx),
+                }
             }
             RStage::CreateAborted => {
                 if s.record(owner).is_none() {
@@ -972,16 +1313,16 @@ impl TwoPc {
                         t.retrying = true;
                         return s.tasks.push(t);
                     }
-                    return goto(s, t, RStage::Release);
+                    return goto(self, s, t, Some(RStage::Release), ctx);
                 }
                 if retrying {
                     self.event(s, Event::OwnWriteRecognised);
                 }
-                let fate = self.fate(s, owner, t.svc);
-                goto(s, t, next(fate));
+                let fate = self.fate(s, owner, t.svc, ctx);
+                goto(self, s, t, next(fate), ctx);
             }
-            RStage::Transition => {
-                if s.status(owner) == Some(Status::Preparing) {
+            RStage::Transition { from } => {
+                if s.status(owner) == Some(from) {
                     // With its reason (EXPIRED_REASON): a write that makes the record larger.
                     if ctx.for_size(s, owner) {
                         if !sw.shortened_writes {
@@ -994,17 +1335,25 @@ impl TwoPc {
                         // the refused write changed nothing anyone could see in between.
                         self.event(s, Event::ShortenedWrite);
                     }
-                    self.event(s, Event::ResolutionAbortedPreparing);
+                    if from == Status::Prepared {
+                        self.held_expiry_abort(s, owner, ctx);
+                    } else {
+                        self.event(s, Event::ResolutionAbortedPreparing);
+                    }
                     self.set_status(s, owner, Status::Aborting, None, ctx);
                     if ctx.lost_reply(s) {
                         t.retrying = true;
                         return s.tasks.push(t);
                     }
-                    return goto(s, t, RStage::Release);
+                    return goto(self, s, t, Some(RStage::Release), ctx);
                 }
-                // Lost: follow the winner.
-                let fate = self.fate(s, owner, t.svc);
-                goto(s, t, next(fate));
+                // Lost: follow the winner (a PREPARING owner held meanwhile: `Transition::Lost`, Held).
+                let fate = match s.status(owner) {
+                    Some(Status::Preparing) => Fate::Undecided,
+                    Some(Status::Prepared) => self.held_fate(s, owner, t.svc),
+                    _ => self.fate(s, owner, t.svc, ctx),
+                };
+                goto(self, s, t, next(fate), ctx);
             }
             RStage::RollForward { token } => {
                 let it = s.items[item as usize];
@@ -1014,7 +1363,7 @@ impl TwoPc {
                     it.lock.is_some_and(|l| l.tx == owner) && it.last_tx != Some(owner)
                 };
                 if held {
-                    self.apply_op(s, owner, t.svc, item, true, ctx);
+                    self.apply_op(s, owner, t.svc, item, true, None, ctx);
                     self.event(s, Event::RolledForward);
                     if ctx.lost_reply(s) {
                         t.retrying = true;
@@ -1024,7 +1373,7 @@ impl TwoPc {
                 }
                 match it.lock {
                     Some(l) if sw.token_check && l.tx == owner && it.last_tx != Some(owner) => {
-                        goto(s, t, RStage::ReleaseStray { token: l.token })
+                        goto(self, s, t, Some(RStage::ReleaseStray { token: l.token }), ctx)
                     }
                     _ => resume(self, s, t),
                 }
@@ -1046,6 +1395,35 @@ impl TwoPc {
                 }
                 resume(self, s, t)
             }
+            RStage::Extend { token } => {
+                // Issue 32, participant/protocol.rs `resolve`, `OwnerFate::Held`: `extend_lock(owner, key, voted
+                // token, holdUntil)` (its lost reply's retry meets the lock extended and changes nothing: folded),
+                // then refused CONFLICT, naming the holder.
+                self.extend_lock(s, owner, item, token, ctx);
+                ctx.note(|| format!("  owner {} is held (PREPARED): refused CONFLICT", self.tx_name(owner)));
+                self.event(s, Event::HeldLockRefused);
+                self.refuse(s, t, ctx)
+            }
+        }
+    }
+
+    /// Issue 32: store.rs `extend_lock`: `lock.transactionId = T AND lock.token = lockToken AND expiresAt <
+    /// holdUntil` → `expiresAt = holdUntil` (a lock gone, of another token, or extended already is left
+    /// alone).
+    fn extend_lock(&self, s: &mut State, tx: Tx, item: ItemId, token: u8, ctx: &mut Ctx) {
+        match s.items[item as usize].lock.as_mut() {
+            Some(l) if l.tx == tx && l.token == token && !l.held => {
+                l.held = true;
+                ctx.note(|| {
+                    format!(
+                        "  {}'s lock on {} now expires at its holdUntil",
+                        self.tx_name(tx),
+                        self.cfg.items[item as usize].name
+                    )
+                });
+                self.progress(s);
+            }
+            _ => {}
         }
     }
 
@@ -1070,7 +1448,7 @@ impl TwoPc {
             it.lock.is_some_and(|l| l.tx == tx) && it.last_tx != Some(tx)
         };
         if held {
-            self.apply_op(s, tx, t.svc, op.item, true, ctx);
+            self.apply_op(s, tx, t.svc, op.item, true, None, ctx);
             if ctx.lost_reply(s) {
                 t.retrying = true;
                 s.tasks.push(t);
@@ -1191,7 +1569,7 @@ impl TwoPc {
         let terminal = s.status(tx).is_some_and(Status::terminal);
         s.net.iter().all(|m| m.req.tx() != tx)
             && s.tasks.iter().all(|t| t.req.tx() != tx)
-            && s.items.iter().all(|it| it.lock.is_none_or(|l| l.tx != tx))
+            && !self.holds_lock(s, tx)
             && self.execs_of(tx).all(|ci| match s.coords[ci as usize].pc {
                 CPc::Done => true,
                 CPc::Start => terminal,
@@ -1243,7 +1621,7 @@ impl TwoPc {
     fn resolvers_idle(&self, s: &State, tx: Tx) -> bool {
         let terminal = s.status(tx).is_some_and(Status::terminal);
         !self.open(s, tx)
-            && s.items.iter().all(|it| it.lock.is_none_or(|l| l.tx != tx))
+            && !self.holds_lock(s, tx)
             && (self.cfg.switches.lock_cutoff || !self.may_still_lock(s, tx))
             && self.execs_of(tx).all(|ci| match s.coords[ci as usize].pc {
                 CPc::Start => terminal,
@@ -1263,8 +1641,19 @@ impl TwoPc {
             || self.execs_of(tx).any(|ci| matches!(s.coords[ci as usize].pc, CPc::Start | CPc::CreatePreparing))
     }
 
-    /// Whether `tx` holds a lock at `svc`, or a prepare of it may still take one there.
+    /// Whether `tx` holds a lock at `svc`, or a prepare of it may still take one there. At a resource: a
+    /// prepare of it may still come or is at work there, or its barrier entry is one an abort or commit
+    /// acts on (TRYING, TRIED, a CANCELLED one with its lock or a reservation not voided yet).
     fn may_hold(&self, s: &State, tx: Tx, svc: Svc) -> bool {
+        if self.cfg.is_resource(svc) {
+            return s.net.iter().any(|m| m.to == svc && matches!(m.req, Req::Prepare { tx: t, .. } if t == tx))
+                || s.tasks.iter().any(|t| t.svc == svc && matches!(t.req, Req::Prepare { tx: x, .. } if x == tx))
+                || s.barriers[tx as usize].is_some_and(|e| {
+                    e.lock
+                        || matches!(e.state, BState::Trying | BState::Tried)
+                        || e.state == BState::Cancelled && e.tried && !e.cancelled_call
+                });
+        }
         s.items.iter().enumerate().any(|(i, it)| self.cfg.items[i].svc == svc && it.lock.is_some_and(|l| l.tx == tx))
             || s.net.iter().any(|m| m.to == svc && matches!(m.req, Req::Prepare { tx: t, .. } if t == tx))
             || s.tasks.iter().any(|t| t.svc == svc && matches!(t.req, Req::Prepare { tx: x, .. } if x == tx))
@@ -1288,7 +1677,7 @@ impl TwoPc {
         let unacked = c.abort_unacked;
         ctx.note(|| format!("  {} answers {:?}", self.coord_name(ci), a));
         self.progress(s);
-        if matches!(a, Answer::Conflict | Answer::Unavailable { aborted: true }) {
+        if matches!(a, Answer::Conflict | Answer::Unavailable { aborted: true } | Answer::AbortOk) {
             let left = s.items.iter().enumerate().any(|(i, it)| {
                 it.lock.is_some_and(|l| {
                     let svc = self.cfg.items[i].svc;
@@ -1304,10 +1693,26 @@ impl TwoPc {
     /// `Reply::answering` (the fix of issue 28): COMMITTED 200, COMMITTING 202, ABORTING/ABORTED 409,
     /// PREPARING 503 with the id, outcome unknown; `Reply::for_record` (`replay_answers_record` off)
     /// answers PREPARING 202. Only a retried key whose budget ran out answers a PREPARING record.
+    /// Issue 32: a held POST answers PREPARED 202 (`Answer::Held`); the abort route answers an abort 200 and
+    /// a commit 409; the commit route as a POST (a record still undecided: 503).
     fn answer_for(&self, s: &mut State, ci: u8, status: Status, ctx: &mut Ctx) {
+        let route = self.route_of[ci as usize];
         let a = match status {
+            _ if route == Some(crate::config::Route::Abort) => {
+                if status.commit() {
+                    Answer::AbortLost
+                } else if status.abort() {
+                    Answer::AbortOk
+                } else {
+                    Answer::Unavailable { aborted: false }
+                }
+            }
             Status::Committed => Answer::Ok,
-            Status::Preparing if self.cfg.switches.replay_answers_record => Answer::Unavailable { aborted: false },
+            Status::Prepared if route.is_none() => Answer::Held,
+            Status::Prepared => Answer::Unavailable { aborted: false },
+            Status::Preparing if self.cfg.switches.replay_answers_record || route.is_some() => {
+                Answer::Unavailable { aborted: false }
+            }
             Status::Committing | Status::Preparing => Answer::Accepted,
             Status::Aborting | Status::Aborted => Answer::Conflict,
         };
@@ -1347,13 +1752,99 @@ impl TwoPc {
         self.answer_for(s, ci, status, ctx);
     }
 
-    /// coordinator.rs `drive` for a decided record: send commit or abort, then wait.
+    /// coordinator.rs `drive` for a decided record: send commit or abort, then wait. (Issue 32: a PREPARED
+    /// record is not driven: held.)
     fn drive(&self, s: &mut State, ci: u8, status: Status, ctx: &mut Ctx) {
+        if status == Status::Prepared {
+            return self.hold_and_answer(s, ci, ctx);
+        }
         let (tx, _) = self.execs[ci as usize];
         let votes = s.coords[ci as usize].votes.clone();
         self.invoke_all(s, ci, tx, status == Status::Committing, &votes, ctx);
         s.coords[ci as usize].pc = CPc::DriveAwait { status };
         self.check_drive_done(s, ci, ctx);
+    }
+
+    /// Issue 32, `run` once PREPARED is recorded: `extend_locks` (a hold message, with the voted token, to every
+    /// participant that locked something; best effort, its answer only logged) and the 202 PREPARED. (The code
+    /// answers once the holds are answered or timed out; answering first adds only interleavings: a hold
+    /// message may be late anyway.) A retried key answers the 202 and sends nothing.
+    fn hold_and_answer(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        if !s.coords[ci as usize].replay {
+            let votes = s.coords[ci as usize].votes.clone();
+            for (p, v) in votes.iter().enumerate() {
+                if let Vote::Prepared { token, read_only: false } = *v {
+                    self.send(s, self.svc_of(tx, p), Req::Hold { tx, token }, None, ctx);
+                }
+            }
+        }
+        self.answer(s, ci, Answer::Held, ctx);
+    }
+
+    /// Issue 32, coordinator.rs `decide_held` (`POST /transactions/{id}/commit` or `/abort`): the record read
+    /// (folded into the write it leads to: each write is conditional on the status read, and a write that
+    /// loses is followed from the status found); `abort_expired` first (PREPARING past its deadline, PREPARED
+    /// past its `holdUntil`, and twice the margin, by this coordinator's clock: ABORTING); then the caller's
+    /// decision, conditional on the status read: a commit only from PREPARED and while this coordinator's clock
+    /// is at or before `holdUntil` (past it: the abort instead), 503 from PREPARING; an abort from PREPARED or
+    /// PREPARING. A decided record is driven (`drive_within`), a terminal one answered.
+    fn route_step(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let me = ci as usize;
+        let route = self.route_of[me].expect("a route call");
+        let rec = s.record(tx).cloned().expect("a route call finds its record");
+        if let Some(v) = rec.votes.clone() {
+            s.coords[me].votes = v;
+        }
+        let from = rec.status;
+        if !matches!(from, Status::Preparing | Status::Prepared) {
+            return self.follow(s, ci, ctx);
+        }
+        let expired = if from == Status::Prepared {
+            self.hold_resolver_reads_past(s, tx, ctx)
+        } else {
+            self.resolver_reads_past(s, tx, ctx)
+        };
+        let commit = !expired && route == crate::config::Route::Commit;
+        if commit && from == Status::Preparing {
+            ctx.note(|| "  still preparing: 503".into());
+            return self.answer(s, ci, Answer::Unavailable { aborted: false }, ctx);
+        }
+        let in_time = commit
+            && !ctx.reads_past(self.hold_coord_reading(s, tx), || "the coordinator's clock past holdUntil".into());
+        if in_time {
+            if s.hold_phase(tx) >= phase::RESOLVABLE {
+                self.violate(s, Violation::CommitAfterHold, ctx);
+            }
+            self.event(s, Event::HeldCommitted);
+            self.set_status(s, tx, Status::Committing, None, ctx);
+        } else {
+            // The caller's abort, or its hold expired: a reason to abort.
+            s.ghost.reason |= bit(tx);
+            if expired && from == Status::Prepared {
+                self.held_expiry_abort(s, tx, ctx);
+                if route == crate::config::Route::Commit {
+                    // The commit came after the expiry: 409.
+                    self.event(s, Event::CommitRouteExpired);
+                }
+            } else if commit {
+                ctx.note(|| "  past holdUntil: the abort instead".into());
+                self.event(s, Event::CommitRouteExpired);
+            } else if !expired && from == Status::Prepared {
+                self.event(s, Event::HeldAborted);
+            } else if !expired {
+                self.event(s, Event::AbortBeforeHold);
+            }
+            self.set_status(s, tx, Status::Aborting, None, ctx);
+        }
+        if ctx.lost_reply(s) {
+            s.coords[me].retrying = true;
+            s.coords[me].pc = CPc::HeldRetry;
+            return;
+        }
+        let status = s.status(tx).expect("decided");
+        self.drive(s, ci, status, ctx);
     }
 
     /// Abort everyone it may have locked, then answer (409 if `recorded`, else 503).
@@ -1375,7 +1866,7 @@ impl TwoPc {
             c.votes = v;
         }
         match rec.status {
-            Status::Committing | Status::Aborting => self.drive(s, ci, rec.status, ctx),
+            Status::Committing | Status::Aborting | Status::Prepared => self.drive(s, ci, rec.status, ctx),
             status => self.answer_for(s, ci, status, ctx),
         }
     }
@@ -1401,6 +1892,12 @@ impl TwoPc {
         let pc = s.coords[me].pc;
         let retrying = std::mem::take(&mut s.coords[me].retrying);
         match pc {
+            CPc::Start if self.route_of[me].is_some() => self.route_step(s, ci, ctx),
+            CPc::HeldRetry => {
+                // The retry's condition (the status it read) fails on its own write: follow the record.
+                self.event(s, Event::OwnWriteRecognised);
+                self.follow(s, ci, ctx);
+            }
             CPc::Start => {
                 // coordinator.rs `submit` → `run`.
                 self.progress(s);
@@ -1473,7 +1970,8 @@ impl TwoPc {
                             if to == Status::Committing {
                                 self.event(s, Event::ShortenedCommit);
                             }
-                            let kept = if to == Status::Committing { Some(votes) } else { None };
+                            // (A hold's shortened form keeps the votes too, as a commit's.)
+                            let kept = if to != Status::Aborting { Some(votes) } else { None };
                             self.set_status(s, tx, to, kept, ctx);
                         } else {
                             self.set_status(s, tx, to, Some(votes), ctx);
@@ -1562,6 +2060,26 @@ impl TwoPc {
                 if rec.status.terminal() {
                     self.event(s, Event::ReplayAnswered);
                     return self.answer_for(s, ci, rec.status, ctx);
+                }
+                if rec.status == Status::Prepared {
+                    // Issue 32: held: the 202 PREPARED at once; past `holdUntil + 2M`, `abort_expired` first
+                    // (the read folded into its conditional write).
+                    if !self.hold_resolver_reads_past(s, tx, ctx) {
+                        self.event(s, Event::ReplayAnswered);
+                        return self.answer_for(s, ci, Status::Prepared, ctx);
+                    }
+                    s.ghost.reason |= bit(tx);
+                    self.held_expiry_abort(s, tx, ctx);
+                    self.set_status(s, tx, Status::Aborting, None, ctx);
+                    if let Some(v) = rec.votes {
+                        s.coords[me].votes = v;
+                    }
+                    if ctx.lost_reply(s) {
+                        s.coords[me].retrying = true;
+                        s.coords[me].pc = CPc::HeldRetry;
+                        return;
+                    }
+                    return self.drive(s, ci, Status::Aborting, ctx);
                 }
                 if !self.resolver_reads_past(s, tx, ctx) {
                     // Still waiting: no step.
@@ -1757,7 +2275,7 @@ impl TwoPc {
         self.abort_decided(s, tx, ctx);
         self.event(s, Event::RefusedDecisionReleased);
         if self.cfg.txs[tx as usize].keyed {
-            if to == Status::Committing {
+            if to != Status::Aborting {
                 // Record the abort (PREPARING → ABORTING), then drive it as any abort.
                 s.coords[ci as usize].pc = CPc::WriteDecision { to: Status::Aborting };
             } else {
@@ -1777,9 +2295,23 @@ impl TwoPc {
         let me = ci as usize;
         let all_prepared = s.coords[me].votes.iter().all(|v| matches!(v, Vote::Prepared { .. }));
         let commit = all_prepared && !s.passed(tx);
-        ctx.note(|| format!("  decide: {}", if commit { "commit" } else { "abort" }));
+        let held = self.cfg.txs[tx as usize].held;
+        ctx.note(|| {
+            format!(
+                "  decide: {}",
+                if !commit {
+                    "abort"
+                } else if held {
+                    "hold"
+                } else {
+                    "commit"
+                }
+            )
+        });
         if commit {
-            s.coords[me].pc = CPc::WriteDecision { to: Status::Committing };
+            // Issue 32: a held transaction is recorded PREPARED (its `hold` write) instead.
+            let to = if held { Status::Prepared } else { Status::Committing };
+            s.coords[me].pc = CPc::WriteDecision { to };
             return;
         }
         s.ghost.no_commit |= bit(tx);
@@ -1898,9 +2430,12 @@ impl TwoPc {
         self.sweeper_work(s, Reading::Either) || self.sweeper_work(s, Reading::Past)
     }
 
+    /// (Issue 32: a lock of a PREPARED owner within its hold, expired at its deadline because its hold message
+    /// was lost or is late, is work too: the run sends the hold it missed, which moves the lock to `holdUntil`.
+    /// Before the fix, `resolver_extends_hold` off, the run left it, changing nothing: `SweeperStuck`.)
     fn sweeper_work(&self, s: &State, r: Reading) -> bool {
-        (0..self.cfg.txs.len() as Tx).any(|tx| self.open(s, tx) && self.resolvable(s, tx) == r)
-            || s.items.iter().any(|it| it.lock.is_some_and(|l| self.resolvable(s, l.tx) == r))
+        (0..self.cfg.txs.len() as Tx).any(|tx| self.open(s, tx) && self.record_reading(s, tx) == r)
+            || self.slots().any(|i| self.slot_lock(s, i).is_some_and(|_| self.slot_reading(s, i) == r))
     }
 
     fn open(&self, s: &State, tx: Tx) -> bool {
@@ -1909,21 +2444,28 @@ impl TwoPc {
 
     /// How many clock checks a sweeper step may make that read either way (the [`Late`] bits it may use).
     pub(crate) fn sweeper_checks(&self, s: &State) -> u32 {
-        let either = |tx: Tx| self.resolvable(s, tx) == Reading::Either;
+        let either = |tx: Tx| self.record_reading(s, tx) == Reading::Either;
         let locks_from = |svc: Svc| {
-            (0..s.items.len())
-                .filter(|&i| self.cfg.items[i].svc >= svc && s.items[i].lock.is_some_and(|l| either(l.tx)))
+            self.slots()
+                .filter(|&i| {
+                    self.slot_svc(i) >= svc
+                        && self.slot_lock(s, i).is_some()
+                        && self.slot_reading(s, i) == Reading::Either
+                })
                 .count() as u32
         };
-        match &s.sweeper.pc {
-            SPc::Idle => {
-                (0..self.cfg.txs.len() as Tx).filter(|&tx| self.open(s, tx) && either(tx)).count() as u32
-                    + locks_from(0)
+        self.hold_checks(s)
+            + match &s.sweeper.pc {
+                SPc::Idle => {
+                    (0..self.cfg.txs.len() as Tx).filter(|&tx| self.open(s, tx) && either(tx)).count() as u32
+                        + locks_from(0)
+                }
+                SPc::QueryLocks { svc } => locks_from(*svc),
+                SPc::GetItem { item, .. } => {
+                    (self.slot_lock(s, *item).is_some() && self.slot_reading(s, *item) == Reading::Either) as u32
+                }
+                _ => 0,
             }
-            SPc::QueryLocks { svc } => locks_from(*svc),
-            SPc::GetItem { item, .. } => s.items[*item as usize].lock.is_some_and(|l| either(l.tx)) as u32,
-            _ => 0,
-        }
     }
 
     /// `recover_transaction` of the next entry of this run's read, or on to the locks.
@@ -1939,7 +2481,17 @@ impl TwoPc {
     /// ABORTING; COMMITTING/ABORTING → drive.
     fn sweep_recover(&self, s: &mut State, tx: Tx, rest: Vec<Tx>, ctx: &mut Ctx) {
         match s.record(tx).cloned() {
-            Some(r) if r.status == Status::Preparing => s.sweeper.pc = SPc::Transition { tx, rest },
+            Some(r) if r.status == Status::Preparing => {
+                s.sweeper.pc = SPc::Transition { tx, from: Status::Preparing, rest }
+            }
+            // Issue 32: held (`abort_expired` by `holdUntil + 2M`), else its caller decides (`Skipped`).
+            Some(r) if r.status == Status::Prepared => {
+                if self.hold_resolver_reads_past(s, tx, ctx) {
+                    s.sweeper.pc = SPc::Transition { tx, from: Status::Prepared, rest }
+                } else {
+                    self.sweep_next_tx(s, &rest)
+                }
+            }
             Some(r) if !r.status.terminal() => {
                 s.sweeper.votes = r.votes.unwrap_or_else(|| vec![Vote::Unknown; self.nparts(tx)]);
                 self.sweep_drive(s, tx, r.status, rest, ctx);
@@ -1960,14 +2512,14 @@ impl TwoPc {
     /// its owner's record.
     fn sweep_locks(&self, s: &mut State, svc: Svc, ctx: &mut Ctx) {
         let mut locked: Vec<(Tx, ItemId)> = vec![];
-        for i in 0..s.items.len() {
-            if self.cfg.items[i].svc != svc {
+        for i in self.slots() {
+            if self.slot_svc(i) != svc {
                 continue;
             }
-            if let Some(l) = s.items[i].lock
-                && self.resolver_reads_past(s, l.tx, ctx)
+            if let Some(l) = self.slot_lock(s, i)
+                && self.slot_reads_past(s, i, ctx)
             {
-                locked.push((l.tx, i as ItemId));
+                locked.push((l.tx, i));
             }
         }
         locked.sort();
@@ -2000,12 +2552,12 @@ impl TwoPc {
 
     /// sweeper.rs `resolve_lock`: the item (still locked, expired?) and its owner's fate.
     fn sweep_get_item(&self, s: &mut State, svc: Svc, item: ItemId, rest: Vec<ItemId>, ctx: &mut Ctx) {
-        let lock = s.items[item as usize].lock;
+        let lock = self.slot_lock(s, item);
         match lock {
             // Still locked, and past its expiry and twice the margin by the sweeper's clock (read again: a
             // lock listed already reads past; another transaction's lock since is checked anew).
-            Some(l) if self.resolver_reads_past(s, l.tx, ctx) => {
-                let fate = self.fate(s, l.tx, svc);
+            Some(l) if self.slot_reads_past(s, item, ctx) => {
+                let fate = self.fate(s, l.tx, svc, ctx);
                 self.sweep_resolve(s, svc, item, l.tx, rest, fate, ctx)
             }
             _ => self.sweep_next_item(s, svc, &rest, ctx),
@@ -2029,9 +2581,22 @@ impl TwoPc {
                 s.sweeper.pc = SPc::OwnerCreate { svc, item, owner, rest };
                 return;
             }
-            Fate::Transition => {
-                s.sweeper.pc = SPc::OwnerTransition { svc, item, owner, rest };
+            Fate::Transition(from) => {
+                s.sweeper.pc = SPc::OwnerTransition { svc, item, owner, from, rest };
                 return;
+            }
+            // Issue 32: a PREPARED owner within its hold: `LockOutcome::Waiting`, on to the next lock (before
+            // the fix; with it, Held).
+            Fate::Undecided => {
+                self.left_undecided(s, owner, item, ctx);
+                return self.sweep_next_item(s, svc, &rest, ctx);
+            }
+            // Issue 32 (the fix): the hold it missed, so that the lock leaves the head of the index until
+            // `holdUntil` (`Action::Hold` with the voted lockToken); awaited, then `LockOutcome::Waiting`.
+            Fate::Held(token) => {
+                ctx.note(|| format!("  owner {} is held (PREPARED): the hold it missed", self.tx_name(owner)));
+                self.moves_held_lock(s, owner, item, Event::SweeperMovesHeldLock);
+                Req::Hold { tx: owner, token }
             }
             Fate::Commit(token) => {
                 self.event(s, Event::SweeperRollForward);
@@ -2062,7 +2627,7 @@ impl TwoPc {
                 }
                 let mut due: Vec<Tx> = vec![];
                 for tx in 0..self.cfg.txs.len() as Tx {
-                    if self.open(s, tx) && self.resolver_reads_past(s, tx, ctx) {
+                    if self.open(s, tx) && self.record_reads_past(s, tx, ctx) {
                         due.push(tx);
                     }
                 }
@@ -2074,10 +2639,10 @@ impl TwoPc {
                 }
             }
             SPc::GetTx { tx, rest } => self.sweep_recover(s, tx, rest, ctx),
-            SPc::Transition { tx, rest } => {
-                // `Coordinator::recover`: PREPARING past its deadline and twice the margin → ABORTING, with a
-                // reason: a write that makes the record larger.
-                if s.status(tx) == Some(Status::Preparing) {
+            SPc::Transition { tx, from, rest } => {
+                // `Coordinator::recover`: PREPARING past its deadline (PREPARED past its `holdUntil`) and twice
+                // the margin → ABORTING, with a reason: a write that makes the record larger.
+                if s.status(tx) == Some(from) {
                     if ctx.for_size(s, tx) {
                         if !self.cfg.switches.shortened_writes {
                             // Before issue 27: `recover` fails; the entry is postponed.
@@ -2085,6 +2650,9 @@ impl TwoPc {
                             return;
                         }
                         self.event(s, Event::ShortenedWrite);
+                    }
+                    if from == Status::Prepared {
+                        self.held_expiry_abort(s, tx, ctx);
                     }
                     self.set_status(s, tx, Status::Aborting, None, ctx);
                     if ctx.lost_reply(s) {
@@ -2124,11 +2692,11 @@ impl TwoPc {
                 } else if retrying {
                     self.event(s, Event::OwnWriteRecognised);
                 }
-                let fate = self.fate(s, owner, svc);
+                let fate = self.fate(s, owner, svc, ctx);
                 self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
             }
-            SPc::OwnerTransition { svc, item, owner, rest } => {
-                if s.status(owner) == Some(Status::Preparing) {
+            SPc::OwnerTransition { svc, item, owner, from, rest } => {
+                if s.status(owner) == Some(from) {
                     if ctx.for_size(s, owner) {
                         if !self.cfg.switches.shortened_writes {
                             // Before issue 27: `owner_fate` fails; on to the next lock.
@@ -2136,14 +2704,25 @@ impl TwoPc {
                         }
                         self.event(s, Event::ShortenedWrite);
                     }
-                    self.event(s, Event::ResolutionAbortedPreparing);
+                    if from == Status::Prepared {
+                        self.held_expiry_abort(s, owner, ctx);
+                    } else {
+                        self.event(s, Event::ResolutionAbortedPreparing);
+                    }
                     self.set_status(s, owner, Status::Aborting, None, ctx);
                     if ctx.lost_reply(s) {
                         s.sweeper.retrying = true;
                         return;
                     }
+                } else if s.status(owner) == Some(Status::Preparing) {
+                    self.left_undecided(s, owner, item, ctx);
+                    return self.sweep_next_item(s, svc, &rest, ctx);
+                } else if s.status(owner) == Some(Status::Prepared) {
+                    // Issue 32, `Transition::Lost` to a hold recorded meanwhile: Held (before the fix, undecided).
+                    let fate = self.held_fate(s, owner, svc);
+                    return self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
                 }
-                let fate = self.fate(s, owner, svc);
+                let fate = self.fate(s, owner, svc, ctx);
                 self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
             }
             SPc::Postpone { tx, rest } => {

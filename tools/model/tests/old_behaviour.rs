@@ -1,10 +1,10 @@
 //! Proof that the check is not vacuous: with ONE fix switched back to the behaviour before it, the
-//! checker finds the defect it fixes (issues 19, 27 and 28), and prints the trace (breadth first: a
+//! checker finds the defect it fixes (issues 19, 27, 28, 29, 30, 31 and 32), and prints the trace (breadth first: a
 //! shortest one).
 
 use twopc_model::config::{Budget, Config, Switches};
 use twopc_model::report::check;
-use twopc_model::state::{Answer, Status, phase};
+use twopc_model::state::{Answer, BState, Res, Status, phase};
 use twopc_model::{TwoPc, Violation};
 
 fn budget(f: impl FnOnce(&mut Budget)) -> Budget {
@@ -157,4 +157,112 @@ fn defect_28_the_old_participant_check_breaks_no_property() {
         .sweeper_races_coordinators(false)
         .switches(Switches { lock_cutoff: false, ..Switches::default() });
     check(TwoPc::new(cfg), None).assert_all_hold();
+}
+
+/// Issue 29, the rule's version condition: a transfer's debit is judged by the service's rule on A as
+/// read; a deposit commits on A in between; without the condition the lock write still succeeds, and the
+/// vote stands for a judgement of a value A no longer has.
+#[test]
+fn defect_29_a_lock_without_the_version_condition_keeps_a_stale_judgement() {
+    let cfg = Config::rules(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { rule_version_condition: false, ..Switches::default() });
+    let name = "a rule never judged a stale item";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    assert!(path.last_state().ghost.violations & Violation::StaleJudgement.bit() != 0);
+}
+
+/// Issue 30, the pending value: the service is redeployed between a reserve's prepare and its commit;
+/// a commit that computes the value again applies the new code's result, not the one the prepare voted for.
+#[test]
+fn defect_30_a_commit_that_computes_again_applies_what_no_prepare_voted_for() {
+    let cfg = Config::custom(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { apply_pending: false, ..Switches::default() });
+    let name = "a commit applies the value its prepare voted for";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::CommittedNotVoted.bit() != 0);
+    assert!(last.deployed != 0, "after a redeploy");
+}
+
+/// Issue 31, the barrier: without an entry written before the try, a prepare that gives up on its try
+/// leaves nothing for the abort to find; the abort writes nothing, and the try request that lands late
+/// authorizes money that nothing ever voids.
+#[test]
+fn defect_31_without_the_barrier_a_late_try_holds_money_for_ever() {
+    let cfg = Config::resource(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { barrier: false, ..Switches::default() });
+    let name = "once everything settles, no reservation is held";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.status(0).is_some_and(Status::abort), "T1 aborted");
+    assert_eq!(last.res[0], Res::Held, "its authorization still held");
+    assert!(last.barriers[0].is_none(), "with no barrier entry to say so");
+}
+
+/// Issue 31, the recheck: an abort reads the entry TRYING while the try's answer is on its way; the
+/// cancel then finds it TRIED and cancels it without voiding what the late try authorized. Without the
+/// repeated cancel nothing voids it.
+#[test]
+fn defect_31_without_the_recheck_a_reservation_made_during_the_cancel_stays_held() {
+    let cfg = Config::resource(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { recheck: false, ..Switches::default() });
+    let name = "once everything settles, no reservation is held";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert_eq!(last.res[0], Res::Held, "T1's authorization still held");
+    assert!(last.barriers[0].is_some_and(|e| e.state == BState::Cancelled), "under a cancelled entry");
+}
+
+/// Issue 32, a held owner undecided until its `holdUntil`: T1 is held (PREPARED, answered 202) and its hold
+/// messages have not extended its locks yet (lost, or still on their way), so its locks still expire at its
+/// deadline. Once that passes, T2's deposit meets T1's lock on A and resolves it; a resolver that takes a
+/// PREPARED owner like a PREPARING one past its deadline aborts T1, whose caller may still commit it until
+/// `holdUntil`.
+#[test]
+fn defect_32_a_resolver_that_ignores_the_hold_aborts_a_held_transaction() {
+    let cfg = Config::held(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { held_undecided: false, ..Switches::default() });
+    let name = "a held transaction is never aborted by a resolver before holdUntil + 2M";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::HeldAbortedEarly.bit() != 0);
+    assert!(last.status(0).is_some_and(Status::abort), "T1 aborted");
+    assert_eq!(last.hold_phase(0), phase::ON_TIME, "while its caller may still commit it");
+    assert!(last.coords.iter().any(|c| c.answer == Some(Answer::Held)), "after T1 was answered 202 PREPARED");
+}
+
+/// Issue 32, the lock of a held owner left at its deadline (`git show e14f8bd`): T1 is held (PREPARED, answered
+/// 202) and its hold messages have not extended its locks (lost, or still on their way), so they expire at
+/// its deadline. Once it passes, a sweeper run lists them (`expired_locks`), finds their owner PREPARED within
+/// its hold and leaves them (`LockOutcome::Waiting`): the run changes nothing, and every later run until
+/// `holdUntil + 2M` lists the same locks in its K places. With the fix the run sends the hold they missed.
+#[test]
+fn defect_32_a_sweeper_run_that_leaves_a_held_owners_lock_changes_nothing() {
+    let cfg = Config::held(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { resolver_extends_hold: false, ..Switches::default() });
+    let name = "once faults stop, every transaction ends and no lock is left";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::SweeperStuck.bit() != 0, "a sweeper run that changed nothing");
+    assert_eq!(last.status(0), Some(Status::Prepared), "T1 held");
+    assert!(last.items.iter().any(|it| it.lock.is_some_and(|l| l.tx == 0 && !l.held)), "a lock at its deadline");
+    assert_eq!(last.hold_phase(0), phase::ON_TIME, "within the hold");
 }

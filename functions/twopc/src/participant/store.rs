@@ -213,31 +213,13 @@ impl DataTable {
     /// Keys of items whose lock expired before `now_ms`, through the sparse locks index (no scan): at most
     /// `limit` from each shard.
     pub async fn expired_locks(&self, now_ms: u64, limit: i32) -> Result<Vec<Item>, StoreError> {
-        let entries = crate::store::page_shards(limit, |shard, limit, start| {
-            let mut e = Expr::new();
-            let condition = format!(
-                "{} = {} AND {} < {}",
-                e.name(a::LOCK_SHARD),
-                e.value(s(format!("lock#{shard}"))),
-                e.name(a::LOCK_EXPIRES_AT),
-                e.value(n(now_ms))
-            );
-            let query = self
-                .client
-                .query()
-                .table_name(&self.name)
-                .index_name(crate::tables::LOCKS_INDEX)
-                .key_condition_expression(condition)
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .limit(limit)
-                .set_exclusive_start_key(start);
-            async move {
-                let out = query.send().await.map_err(|err| StoreError::new("Query", &self.name, err))?;
-                Ok((out.items.unwrap_or_default(), out.last_evaluated_key))
-            }
-        })
-        .await?;
+        let index = crate::store::DueIndex {
+            name: crate::tables::LOCKS_INDEX,
+            shard_attr: a::LOCK_SHARD,
+            shard_prefix: "lock",
+            due_attr: a::LOCK_EXPIRES_AT,
+        };
+        let entries = crate::store::due_entries(&self.client, &self.name, &index, now_ms, limit).await?;
         Ok(entries
             .iter()
             .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())])))
@@ -385,48 +367,9 @@ impl DataTable {
             return self.release(tx, key, None, "commit").await.map(|_| CommitOutcome::Applied);
         }
         let (update, condition, e) = commit_expressions(tx, token, op);
-        let returned = match update {
-            None => {
-                let out = self
-                    .client
-                    .delete_item()
-                    .table_name(&self.name)
-                    .set_key(Some(key.clone()))
-                    .condition_expression(condition)
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                    .send()
-                    .await;
-                match out {
-                    Ok(_) => return Ok(CommitOutcome::Applied),
-                    Err(err) => match err.as_service_error() {
-                        Some(DeleteItemError::ConditionalCheckFailedException(c)) => c.item().cloned(),
-                        _ => return Err(StoreError::new("DeleteItem", &self.name, err)),
-                    },
-                }
-            }
-            Some(update) => {
-                let out = self
-                    .client
-                    .update_item()
-                    .table_name(&self.name)
-                    .set_key(Some(key.clone()))
-                    .update_expression(update)
-                    .condition_expression(condition)
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                    .send()
-                    .await;
-                match out {
-                    Ok(_) => return Ok(CommitOutcome::Applied),
-                    Err(err) => match err.as_service_error() {
-                        Some(UpdateItemError::ConditionalCheckFailedException(c)) => c.item().cloned(),
-                        _ => return Err(StoreError::new("UpdateItem", &self.name, err)),
-                    },
-                }
-            }
+        let returned = match self.update_or_delete(key, update, condition, e).await? {
+            None => return Ok(CommitOutcome::Applied),
+            Some(old) => old,
         };
         // The endpoint may not return the item (DynamoDB Local before 2.x did not): read it.
         let item = match returned {
@@ -482,6 +425,56 @@ impl DataTable {
                     }))
                 }
                 Some(e) if is_validation(e) => Ok(false),
+                _ => Err(StoreError::new("UpdateItem", &self.name, err)),
+            },
+        }
+    }
+
+    /// One conditional write of an item: `update`, or a delete when there is none. None: written; Some:
+    /// refused by its condition, with the item as it was when the endpoint returns it.
+    async fn update_or_delete(
+        &self,
+        key: &Item,
+        update: Option<String>,
+        condition: String,
+        e: Expr,
+    ) -> Result<Option<Option<Item>>, StoreError> {
+        let Some(update) = update else {
+            let out = self
+                .client
+                .delete_item()
+                .table_name(&self.name)
+                .set_key(Some(key.clone()))
+                .condition_expression(condition)
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .send()
+                .await;
+            return match out {
+                Ok(_) => Ok(None),
+                Err(err) => match err.as_service_error() {
+                    Some(DeleteItemError::ConditionalCheckFailedException(c)) => Ok(Some(c.item().cloned())),
+                    _ => Err(StoreError::new("DeleteItem", &self.name, err)),
+                },
+            };
+        };
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.name)
+            .set_key(Some(key.clone()))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(None),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => Ok(Some(c.item().cloned())),
                 _ => Err(StoreError::new("UpdateItem", &self.name, err)),
             },
         }
