@@ -606,6 +606,18 @@ pub async fn call_coordinator(coordinator: &Coordinator, event: &Value) -> (u16,
     (status, body)
 }
 
+/// `POST /transactions/{id}/commit` or `/abort` (`decision`) as API Gateway sends it, unsigned.
+pub fn decision_event(id: &str, decision: &str) -> Value {
+    rest_event(
+        "POST",
+        &format!("/transactions/{id}/{decision}"),
+        &format!("/transactions/{{id}}/{decision}"),
+        Some(json!({"id": id})),
+        json!({}),
+        None,
+    )
+}
+
 /// An API Gateway REST API proxy event.
 pub fn rest_event(
     method: &str,

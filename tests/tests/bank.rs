@@ -475,15 +475,7 @@ async fn call(env: &TestEnv, transfer: &Transfer, plan: Plan, replay: &'static s
 
 /// A held transaction's decision, `POST /transactions/{id}/commit` or `/abort`, under its own faults.
 async fn decide(env: &TestEnv, transfer: &Transfer, plan: Plan, id: &str, route: Route, path: &str) -> Outcome {
-    let decision = route.as_str();
-    let event = rest_event(
-        "POST",
-        &format!("/transactions/{id}/{decision}"),
-        &format!("/transactions/{{id}}/{decision}"),
-        Some(json!({"id": id})),
-        json!({}),
-        None,
-    );
+    let event = twopc_tests::decision_event(id, route.as_str());
     send(env, transfer, plan, &event, route, path, Some(id)).await
 }
 

@@ -56,15 +56,7 @@ async fn post_as(env: &TestEnv, body: &Value, key: Option<&str>, principal: Opti
 
 /// `POST /transactions/{id}/{decision}` ("commit" or "abort") from `principal`.
 fn decision_event(id: &str, decision: &str, principal: Option<&str>) -> Value {
-    let event = rest_event(
-        "POST",
-        &format!("/transactions/{id}/{decision}"),
-        &format!("/transactions/{{id}}/{decision}"),
-        Some(json!({"id": id})),
-        json!({}),
-        None,
-    );
-    as_caller(event, principal)
+    as_caller(twopc_tests::decision_event(id, decision), principal)
 }
 
 async fn decide(env: &TestEnv, id: &str, decision: &str, principal: Option<&str>) -> (u16, Value) {

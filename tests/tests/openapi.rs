@@ -12,7 +12,7 @@ use twopc::model::{
     MAX_OPERATIONS_PER_PARTICIPANT, MAX_TIMEOUT_MS, MIN_HOLD_MS, MIN_TIMEOUT_MS, Operation, ParticipantPart,
     RefusalCode, Status, TransactionRequest, Vote,
 };
-use twopc_tests::{TestEnv, rest_event};
+use twopc_tests::TestEnv;
 
 fn spec() -> Value {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml"))
@@ -383,9 +383,7 @@ fn the_served_spec_and_the_client_express_the_services_operations() {
 
 /// `POST /transactions/{id}/commit` or `/abort` through the coordinator function's handler.
 async fn decide(env: &TestEnv, id: &str, decision: &str) -> (u16, Value) {
-    let path = format!("/transactions/{id}/{decision}");
-    let resource = format!("/transactions/{{id}}/{decision}");
-    env.call(&rest_event("POST", &path, &resource, Some(json!({"id": id})), json!({}), None)).await
+    env.call(&twopc_tests::decision_event(id, decision)).await
 }
 
 /// Real answers of the coordinator, one of every kind a client can meet without injected faults, each

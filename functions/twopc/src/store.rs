@@ -136,52 +136,25 @@ pub fn shard_of(id: &str, prefix: &str) -> String {
     format!("{prefix}#{}", hash % crate::tables::INDEX_SHARDS)
 }
 
-/// A sparse index of due entries: its partition attribute (`<prefix>#<shard>` values, [`shard_of`]) and
-/// the attribute it sorts by, when the entry is due.
-pub struct DueIndex {
-    pub name: &'static str,
-    pub shard_attr: &'static str,
-    pub shard_prefix: &'static str,
-    pub due_attr: &'static str,
-}
+/// One page of a sparse-index query: the items and where the next page starts.
+pub type Page = (Vec<Item>, Option<Item>);
 
-/// The entries of `index` in `table` due before `before_ms`: every shard, oldest first, following
-/// `LastEvaluatedKey` until each shard's budget of `per_shard` items is spent (bounded work per call).
-pub async fn due_entries(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    index: &DueIndex,
-    before_ms: u64,
-    per_shard: i32,
-) -> Result<Vec<Item>, StoreError> {
+/// Every shard of a sparse index, oldest first, following `LastEvaluatedKey` until each shard's budget
+/// of `per_shard` items is spent: bounded work per call. `page(shard, limit, start)` runs one query; it
+/// is written by the store that owns the table.
+pub async fn page_shards<F, Fut>(per_shard: i32, mut page: F) -> Result<Vec<Item>, StoreError>
+where
+    F: FnMut(u32, i32, Option<Item>) -> Fut,
+    Fut: std::future::Future<Output = Result<Page, StoreError>>,
+{
     let mut items = Vec::new();
     for shard in 0..crate::tables::INDEX_SHARDS {
         let (mut found, mut start) = (0, None);
         loop {
-            let mut e = crate::expr::Expr::new();
-            let condition = format!(
-                "{} = {} AND {} < {}",
-                e.name(index.shard_attr),
-                e.value(crate::expr::s(format!("{}#{shard}", index.shard_prefix))),
-                e.name(index.due_attr),
-                e.value(crate::expr::n(before_ms))
-            );
-            let out = client
-                .query()
-                .table_name(table)
-                .index_name(index.name)
-                .key_condition_expression(condition)
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .limit(per_shard - found)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|err| StoreError::new("Query", table, err))?;
-            let page = out.items.unwrap_or_default();
-            found += page.len() as i32;
-            items.extend(page);
-            start = out.last_evaluated_key;
+            let (page_items, next) = page(shard, per_shard - found, start).await?;
+            found += page_items.len() as i32;
+            items.extend(page_items);
+            start = next;
             if start.is_none() || found >= per_shard {
                 break;
             }

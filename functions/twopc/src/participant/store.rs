@@ -213,13 +213,31 @@ impl DataTable {
     /// Keys of items whose lock expired before `now_ms`, through the sparse locks index (no scan): at most
     /// `limit` from each shard.
     pub async fn expired_locks(&self, now_ms: u64, limit: i32) -> Result<Vec<Item>, StoreError> {
-        let index = crate::store::DueIndex {
-            name: crate::tables::LOCKS_INDEX,
-            shard_attr: a::LOCK_SHARD,
-            shard_prefix: "lock",
-            due_attr: a::LOCK_EXPIRES_AT,
-        };
-        let entries = crate::store::due_entries(&self.client, &self.name, &index, now_ms, limit).await?;
+        let entries = crate::store::page_shards(limit, |shard, limit, start| {
+            let mut e = Expr::new();
+            let condition = format!(
+                "{} = {} AND {} < {}",
+                e.name(a::LOCK_SHARD),
+                e.value(s(format!("lock#{shard}"))),
+                e.name(a::LOCK_EXPIRES_AT),
+                e.value(n(now_ms))
+            );
+            let query = self
+                .client
+                .query()
+                .table_name(&self.name)
+                .index_name(crate::tables::LOCKS_INDEX)
+                .key_condition_expression(condition)
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .limit(limit)
+                .set_exclusive_start_key(start);
+            async move {
+                let out = query.send().await.map_err(|err| StoreError::new("Query", &self.name, err))?;
+                Ok((out.items.unwrap_or_default(), out.last_evaluated_key))
+            }
+        })
+        .await?;
         Ok(entries
             .iter()
             .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())])))
