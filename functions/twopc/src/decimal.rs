@@ -62,6 +62,22 @@ fn check_range(value: &BigDecimal) -> Result<(), String> {
     Ok(())
 }
 
+/// For a decimal written with an exponent that does not fit i64: whether its digits are all zero.
+/// None for any other text.
+fn beyond_any_exponent(text: &str) -> Option<bool> {
+    let (mantissa, exponent) = text.split_once(['e', 'E'])?;
+    let exponent_digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+    let fits = exponent.parse::<i64>().is_ok();
+    if fits || exponent_digits.is_empty() || !exponent_digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if mantissa.contains(['e', 'E', 'x', 'X', '_']) {
+        return None;
+    }
+    let mantissa = BigDecimal::from_str(mantissa).ok()?;
+    Some(mantissa.is_zero())
+}
+
 /// Decimal text without an exponent when it is short enough, which DynamoDB and people both read.
 fn plain_text(value: &BigDecimal) -> String {
     let text = value.to_plain_string();
@@ -72,7 +88,16 @@ impl FromStr for Decimal {
     type Err = String;
     fn from_str(text: &str) -> Result<Decimal, String> {
         let trimmed = text.trim();
-        let value = BigDecimal::from_str(trimmed).map_err(|_| format!("\"{text}\" is not a number"))?;
+        let value = match BigDecimal::from_str(trimmed) {
+            Ok(value) => value,
+            // An exponent past i64 (which BigDecimal cannot read) on a well-formed decimal: zero, or far
+            // outside DynamoDB's range, which is what the caller must be told.
+            Err(_) => match beyond_any_exponent(trimmed) {
+                Some(true) => return "0".parse(),
+                Some(false) => return Err("is outside DynamoDB's range of 1E-130 to 9.9E125".to_owned()),
+                None => return Err(format!("\"{text}\" is not a number")),
+            },
+        };
         if trimmed.is_empty() || trimmed.contains(['x', 'X', '_']) {
             return Err(format!("\"{text}\" is not a number"));
         }
@@ -157,6 +182,20 @@ mod tests {
             assert!(err.contains("outside DynamoDB's range"), "{text}: {err}");
         }
         assert_eq!("0e9223372036854775807".parse::<Decimal>().unwrap().value(), &BigDecimal::zero());
+    }
+
+    /// An exponent past i64, which the spec's pattern allows: out of range (or zero), never "not a number".
+    #[test]
+    fn an_exponent_past_i64_is_out_of_range() {
+        for text in ["88980910.8208570e33264317469094994473571", "1e-99999999999999999999", "-5E+99999999999999999999"]
+        {
+            let err = text.parse::<Decimal>().unwrap_err();
+            assert!(err.contains("outside DynamoDB's range"), "{text}: {err}");
+        }
+        assert_eq!("0.0e99999999999999999999".parse::<Decimal>().unwrap().to_string(), "0");
+        for text in ["1e", "1e+", "1ee99999999999999999999", "x1e99999999999999999999"] {
+            assert!(text.parse::<Decimal>().unwrap_err().contains("is not a number"), "{text}");
+        }
     }
 
     /// Same class again: a zero is in range whatever its exponent, and `0e-999999999` kept its scale,
