@@ -868,39 +868,32 @@ mod tests {
         for keyed in [true, false] {
             let base = record_at_the_bound(keyed);
             let votes = worst_votes(&base);
-            for decision in [Status::Committing, Status::Aborting] {
+            // Decided at once (the decision carries the votes), or held first (the hold carries them, then
+            // the caller's or the expiry's decision).
+            for (held, decision) in
+                [false, true].into_iter().flat_map(|h| [(h, Status::Committing), (h, Status::Aborting)])
+            {
                 let terminal = if decision == Status::Committing { Status::Committed } else { Status::Aborted };
-                let writes = [
-                    ("postpone", postpone_update(LATEST, u32::MAX, &long_text)),
-                    ("decision", transition_update(decision, keyed, LATEST, Some(&votes), Some(&long_text))),
-                    ("postpone again", postpone_update(LATEST, u32::MAX, &long_text)),
-                    ("end", transition_update(terminal, keyed, LATEST, None, None)),
-                ];
-                let mut item = base.to_item();
-                for (name, write) in writes {
-                    item = write.applied_to(&item);
-                    let bytes = item_size(&item);
-                    largest = largest.max(bytes);
-                    assert!(bytes <= limit, "{name} to {decision} (keyed {keyed}): {bytes} bytes > {limit}");
+                let mut writes = vec![("postpone", postpone_update(LATEST, u32::MAX, &long_text))];
+                if held {
+                    let hold = transition_update(Status::Prepared, keyed, LATEST, Some(&votes), None);
+                    writes.push(("hold", hold_update(hold, LATEST)));
                 }
-            }
-            // A held transaction: its hold with the votes, then the caller's (or the expiry's) decision.
-            for decision in [Status::Committing, Status::Aborting] {
-                let terminal = if decision == Status::Committing { Status::Committed } else { Status::Aborted };
-                let hold = hold_update(transition_update(Status::Prepared, keyed, LATEST, Some(&votes), None), LATEST);
-                let writes = [
-                    ("postpone", postpone_update(LATEST, u32::MAX, &long_text)),
-                    ("hold", hold),
-                    ("decision", transition_update(decision, keyed, LATEST, None, Some(&long_text))),
+                let decision_votes = if held { None } else { Some(&votes[..]) };
+                writes.extend([
+                    ("decision", transition_update(decision, keyed, LATEST, decision_votes, Some(&long_text))),
                     ("postpone again", postpone_update(LATEST, u32::MAX, &long_text)),
                     ("end", transition_update(terminal, keyed, LATEST, None, None)),
-                ];
+                ]);
                 let mut item = base.to_item();
                 for (name, write) in writes {
                     item = write.applied_to(&item);
                     let bytes = item_size(&item);
                     largest = largest.max(bytes);
-                    assert!(bytes <= limit, "held: {name} to {decision} (keyed {keyed}): {bytes} bytes > {limit}");
+                    assert!(
+                        bytes <= limit,
+                        "{name} to {decision} (keyed {keyed}, held {held}): {bytes} bytes > {limit}"
+                    );
                 }
             }
             // Lock resolution's abort of a PREPARING record, with its reason.
