@@ -656,6 +656,28 @@ pub fn rest_event(
     })
 }
 
+/// The next push of `pushes` matching `wanted`, skipping others; panics after `wait` or when the
+/// connection closes.
+pub async fn next_push(
+    pushes: &mut twopc_client::Subscription,
+    wait: Duration,
+    what: &str,
+    wanted: impl Fn(&twopc_client::Push) -> bool,
+) -> twopc_client::Push {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let push = tokio::time::timeout_at(deadline, pushes.next())
+            .await
+            .unwrap_or_else(|_| panic!("no WebSocket message {what} within {wait:?}"))
+            .expect("the connection stays open")
+            .expect("a message in the contract's shape");
+        if wanted(&push) {
+            return push;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,7 +34,27 @@ fn samples(prefix: &str) -> Vec<(String, String)> {
     found
 }
 
-const FUNCTIONS: [&str; 5] = ["coordinator-", "participant-", "sweeper-", "stream-processor-", "connections-"];
+const FUNCTIONS: [&str; 6] =
+    ["coordinator-", "participant-", "sweeper-", "stream-processor-", "connections-", "authorizer-"];
+
+/// Authorizer: REQUEST authorizer events (REST method, WebSocket `$connect`) parse and are judged; their
+/// tokens are placeholders (a key nobody has), so the answer is the 401 or, with the issuer out of
+/// reach, the function error, never an Allow.
+#[tokio::test]
+async fn authorizer_samples_are_served() {
+    let files = samples("authorizer-");
+    assert!(files.len() >= 2, "a REST and a $connect sample");
+    let settings = twopc::jwt::JwtSettings::new("http://127.0.0.1:9/issuer", "app", None);
+    let verifier = twopc::jwt::Verifier::new(settings, twopc::access::Policy::default());
+    for (name, text) in files {
+        let event: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
+        let denied = authorizer::handle(&verifier, event).await.expect_err("a placeholder token is never allowed");
+        assert!(
+            matches!(denied, authorizer::Denied::Unauthorized | authorizer::Denied::Unavailable),
+            "{name}: {denied:?}"
+        );
+    }
+}
 
 #[test]
 fn every_sample_belongs_to_a_function() {

@@ -7,7 +7,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use local_stack::{Config, LambdaOptions, Mode, Stack};
 use serde_json::{Value, json};
 use twopc_client::{Client, Outcome, Push, RefusalCode, Status, Subscription, Transaction, op, topic};
@@ -35,17 +34,7 @@ fn transfer(from: &str, to: &str, amount: i64) -> Transaction {
 
 /// The next push matching `wanted`, skipping others; panics after `WAIT`.
 async fn next_matching(pushes: &mut Subscription, what: &str, wanted: impl Fn(&Push) -> bool) -> Push {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let push = tokio::time::timeout_at(deadline, pushes.next())
-            .await
-            .unwrap_or_else(|_| panic!("no WebSocket message {what} within {WAIT:?}"))
-            .expect("the connection stays open")
-            .expect("a message in the contract's shape");
-        if wanted(&push) {
-            return push;
-        }
-    }
+    twopc_tests::next_push(pushes, WAIT, what, wanted).await
 }
 
 /// What a user does: subscribe, open two accounts, make a transfer that is refused and one that

@@ -131,6 +131,10 @@ code_enum! {
         Unavailable = "UNAVAILABLE",
         /// `commit` or `abort` of a transaction that was not held (it was decided when submitted).
         NotHeld = "NOT_HELD",
+        /// The access policy does not let this caller write an item of the request (403).
+        Forbidden = "FORBIDDEN",
+        /// A guard (`min`, `max`, `check`) on an item this caller may not read (400).
+        GuardNotAllowed = "GUARD_NOT_ALLOWED",
     }
 }
 

@@ -55,6 +55,7 @@ pub struct Client {
     http: reqwest::Client,
     base: Url,
     signer: Option<Signer>,
+    bearer: Option<String>,
     retry: Retry,
 }
 
@@ -77,13 +78,20 @@ impl Client {
             http = http.no_proxy();
         }
         let http = http.build().map_err(Error::Transport)?;
-        Ok(Client { http, base, signer: None, retry: Retry::default() })
+        Ok(Client { http, base, signer: None, bearer: None, retry: Retry::default() })
     }
 
     /// Signs every request with SigV4 for an IAM-authorized API in `region`, with credentials from
     /// `credentials` (a provider, or fixed `Credentials`).
     pub fn with_iam(self, region: impl Into<String>, credentials: impl ProvideCredentials + 'static) -> Client {
         self.with_signer(Signer::new(region, credentials))
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request, for an API deployed with a JWT issuer
+    /// (`JwtIssuer`), or the local stack with `--auth jwt` (`twopc-local token --sub alice`).
+    pub fn with_bearer(mut self, token: impl Into<String>) -> Client {
+        self.bearer = Some(format!("Bearer {}", token.into()));
+        self
     }
 
     pub fn with_signer(mut self, signer: Signer) -> Client {
@@ -209,6 +217,9 @@ impl Client {
         }
         if let Some(key) = key {
             headers.push(("idempotency-key", key));
+        }
+        if let Some(bearer) = &self.bearer {
+            headers.push(("authorization", bearer));
         }
         let mut request = self.http.request(method.clone(), url.clone());
         for (name, value) in &headers {

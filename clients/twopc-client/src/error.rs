@@ -15,6 +15,10 @@ pub enum Error {
     /// or an unknown route.
     #[error("not found: {0}")]
     NotFound(ApiError),
+    /// 403 `FORBIDDEN`: the access policy does not let this caller write an item of the request (the
+    /// message says which and why). Nothing was written.
+    #[error("forbidden: {0}")]
+    Forbidden(ApiError),
     /// 409 `NOT_HELD`: `commit` or `abort` of a transaction that was not held (it was decided when it
     /// was submitted; the message says how). Nothing changed.
     #[error("not held: {0}")]
@@ -58,6 +62,7 @@ impl Error {
         match status {
             400 => Error::Invalid(error),
             404 => Error::NotFound(error),
+            403 if error.code == ErrorCode::Forbidden => Error::Forbidden(error),
             409 if error.code == ErrorCode::NotHeld => Error::NotHeld(error),
             422 => Error::IdempotencyKeyReused(error),
             503 => Error::Unavailable { transaction_id, error },
@@ -68,9 +73,11 @@ impl Error {
     /// The error answer's code, for the errors that carry one.
     pub fn code(&self) -> Option<&ErrorCode> {
         match self {
-            Error::Invalid(e) | Error::IdempotencyKeyReused(e) | Error::NotFound(e) | Error::NotHeld(e) => {
-                Some(&e.code)
-            }
+            Error::Invalid(e)
+            | Error::IdempotencyKeyReused(e)
+            | Error::NotFound(e)
+            | Error::NotHeld(e)
+            | Error::Forbidden(e) => Some(&e.code),
             Error::Unavailable { error, .. } => Some(&error.code),
             _ => None,
         }

@@ -177,8 +177,26 @@ impl Subscription {
     /// Connects to `ws://…` or `wss://…`; an IAM-authorized API needs the URL presigned
     /// ([`presign_websocket_url`](crate::presign_websocket_url)).
     pub async fn connect(url: &str) -> Result<Subscription, Error> {
+        Self::connect_request(url, None).await
+    }
+
+    /// Connects with `Authorization: Bearer <token>`, for an API deployed with a JWT issuer (a browser,
+    /// which cannot set the header, puts the token in the `token` query parameter instead).
+    pub async fn connect_with_token(url: &str, token: &str) -> Result<Subscription, Error> {
+        Self::connect_request(url, Some(token)).await
+    }
+
+    async fn connect_request(url: &str, token: Option<&str>) -> Result<Subscription, Error> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         let connector = if url.starts_with("wss://") { Some(Connector::Rustls(tls_config()?)) } else { None };
-        let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(url, None, false, connector)
+        let mut request = url.into_client_request().map_err(Error::WebSocket)?;
+        if let Some(token) = token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| Error::Url { url: url.to_owned(), message: "the token is not a header value".into() })?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector)
             .await
             .map_err(Error::WebSocket)?;
         Ok(Subscription { socket, pending: Default::default() })

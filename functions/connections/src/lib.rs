@@ -6,16 +6,41 @@ use std::time::SystemTime;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use aws_lambda_events::encodings::Body;
+use twopc::access::{Caller, Policy};
 use twopc::config;
 use twopc::fanout::connections::{self, ConnectionRequest, ConnectionResponse, ConnectionStore};
+use twopc::record::TransactionStore;
 
-/// `CONNECTIONS_TABLE_NAME` and `MAX_TOPICS_PER_CONNECTION` (default 50; anything but a whole
-/// number of at least 1 is a configuration error, so the function does not start).
+/// `CONNECTIONS_TABLE_NAME`, `MAX_TOPICS_PER_CONNECTION` (default 50) and
+/// `MAX_CONNECTIONS_PER_PRINCIPAL` (default 10; anything but a whole number of at least 1 is a
+/// configuration error, so the function does not start), `ACCESS_POLICY`, and the transactions table
+/// (`TRANSACTIONS_TABLE_NAME`), where a `tx:` topic's owner is read.
 pub async fn from_env() -> Result<ConnectionStore, config::ConfigError> {
     let table = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
     let max_topics =
         config::positive_or_default(config::MAX_TOPICS_PER_CONNECTION, config::DEFAULT_MAX_TOPICS_PER_CONNECTION)?;
-    Ok(ConnectionStore::from_config(&config::aws().await, table).with_max_topics(max_topics))
+    let max_connections = config::positive_or_default(
+        config::MAX_CONNECTIONS_PER_PRINCIPAL,
+        config::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+    )?;
+    let aws = config::aws().await;
+    let transactions = TransactionStore::new(
+        aws_sdk_dynamodb::Client::new(&aws),
+        config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE),
+    );
+    Ok(ConnectionStore::from_config(&aws, table)
+        .with_max_topics(max_topics)
+        .with_max_connections_per_principal(max_connections)
+        .with_access(Policy::from_env()?, Some(transactions)))
+}
+
+/// The caller of a `$connect`: the JWT principal the authorizer established, else the IAM-signed
+/// caller's ARN, else none (no authorization ran).
+pub fn caller(store: &ConnectionStore, request: &ApiGatewayWebsocketProxyRequest) -> Caller {
+    let context = &request.request_context;
+    twopc::jwt::caller_from_context(&context.authorizer.fields).unwrap_or_else(|| {
+        store.access().iam(twopc::principal::of_identity(context.identity.user_arn.as_deref()).as_deref())
+    })
 }
 
 /// The route and its message, from the proxy event.
@@ -36,7 +61,9 @@ fn to_api_gateway(response: ConnectionResponse) -> ApiGatewayProxyResponse {
 pub async fn handle(store: &ConnectionStore, request: &ApiGatewayWebsocketProxyRequest) -> ApiGatewayProxyResponse {
     let connection_id = request.request_context.connection_id.as_deref();
     let response = match parse(request) {
-        Ok(parsed) => connections::serve(store, connection_id, &parsed, SystemTime::now()).await,
+        Ok(parsed) => {
+            connections::serve_as(store, connection_id, &parsed, SystemTime::now(), &caller(store, request)).await
+        }
         Err(err) => {
             tracing::info!(connection_id, error = %err, "refused a WebSocket message");
             ConnectionResponse::error(400, err.code, &err.message)

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use lambda_http::{Body, Request, RequestExt, Response};
+use twopc::access::{Caller, Policy};
 use twopc::clock;
 use twopc::config::{self, ConfigError};
 use twopc::coordinator::{Coordinator, Reply};
@@ -31,17 +32,23 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
         .with_keys(keys)
         .with_operations(operations)
-        .with_hold_policy(holds))
+        .with_hold_policy(holds)
+        .with_access(twopc::access::Policy::from_env()?))
 }
 
-/// The caller's principal, in its canonical form (`twopc::principal`), from API Gateway's request
-/// context (an IAM-signed caller's ARN); None for a request without one.
-pub fn principal(request: &Request) -> Option<String> {
-    match request.request_context_ref()? {
-        lambda_http::request::RequestContext::ApiGatewayV1(context) => {
-            twopc::principal::of_identity(context.identity.user_arn.as_deref())
+/// The caller, from API Gateway's request context: the JWT principal the authorizer established
+/// (`requestContext.authorizer`, which only API Gateway writes), else the IAM-signed caller's ARN
+/// (`twopc::principal`), else a request without identity (no authorization ran: the local stack
+/// without `--auth`).
+pub fn caller(access: &Policy, request: &Request) -> Caller {
+    match request.request_context_ref() {
+        Some(lambda_http::request::RequestContext::ApiGatewayV1(context)) => {
+            match twopc::jwt::caller_from_context(&context.authorizer.fields) {
+                Some(caller) => caller,
+                None => access.iam(twopc::principal::of_identity(context.identity.user_arn.as_deref()).as_deref()),
+            }
         }
-        _ => None,
+        _ => access.iam(None),
     }
 }
 
@@ -56,14 +63,14 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
     };
     let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let method = request.method().as_str();
+    let caller = caller(coordinator.access(), &request);
     let reply = match (method, segments.as_slice()) {
         ("POST", ["transactions"]) => {
             let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_owned));
-            let caller = principal(&request);
             match key {
                 Some(Err(_)) => Reply::error(ErrorCode::InvalidIdempotencyKey, "Idempotency-Key must be visible ASCII"),
-                Some(Ok(key)) => coordinator.submit_as(request.body().as_ref(), Some(&key), caller.as_deref()).await,
-                None => coordinator.submit_as(request.body().as_ref(), None, caller.as_deref()).await,
+                Some(Ok(key)) => coordinator.submit_by(request.body().as_ref(), Some(&key), &caller).await,
+                None => coordinator.submit_by(request.body().as_ref(), None, &caller).await,
             }
         }
         ("GET", ["transactions", _]) => {
@@ -72,17 +79,16 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
                 .path_parameters_ref()
                 .and_then(|p| p.first("id").map(str::to_owned))
                 .unwrap_or_else(|| segments[1].to_owned());
-            coordinator.get(&id).await
+            coordinator.get_by(&id, &caller).await
         }
         ("POST", ["transactions", _, decision @ ("commit" | "abort")]) => {
             let id = request
                 .path_parameters_ref()
                 .and_then(|p| p.first("id").map(str::to_owned))
                 .unwrap_or_else(|| segments[1].to_owned());
-            let caller = principal(&request);
             match *decision {
-                "commit" => coordinator.commit_held(&id, caller.as_deref()).await,
-                _ => coordinator.abort_held(&id, caller.as_deref()).await,
+                "commit" => coordinator.commit_held_by(&id, &caller).await,
+                _ => coordinator.abort_held_by(&id, &caller).await,
             }
         }
         (_, ["transactions", _, "commit" | "abort"]) => return method_not_allowed(method, &path, "POST"),

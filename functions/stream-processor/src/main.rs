@@ -59,12 +59,14 @@ async fn main() -> Result<(), Error> {
     let websocket = config::required(config::WEBSOCKET_ENDPOINT)?;
     let connections = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
     let sdk = config::aws().await;
+    let access = twopc::access::Policy::from_env()?;
     let processor = StreamProcessor::new(
         fanout,
         FirehoseSink::from_config(&sdk, stream),
         ApiGatewayPoster::from_config(&sdk, &websocket),
-        ConnectionStore::from_config(&sdk, connections),
-    );
+        ConnectionStore::from_config(&sdk, connections).with_access(access.clone(), None),
+    )
+    .with_access(access);
     let dead_letters = config::required(config::DEAD_LETTER_QUEUE_URL).ok().filter(|url| !url.is_empty()).map(|url| {
         match url.strip_prefix("file://") {
             Some(dir) => Queue::Directory(Arc::new(DirectoryDeadLetters::new(dir))),

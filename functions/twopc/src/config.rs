@@ -24,6 +24,9 @@ pub const CORS_ALLOW_ORIGIN: &str = "CORS_ALLOW_ORIGIN";
 /// [`DEFAULT_MAX_TOPICS_PER_CONNECTION`]); topics over it are refused, each with the reason.
 pub const MAX_TOPICS_PER_CONNECTION: &str = "MAX_TOPICS_PER_CONNECTION";
 pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = 50;
+/// Connections: open WebSocket connections one principal may have (a whole number, at least 1).
+pub const MAX_CONNECTIONS_PER_PRINCIPAL: &str = "MAX_CONNECTIONS_PER_PRINCIPAL";
+pub const DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL: usize = 10;
 /// Stream processor: the queue its event source mappings send what they give up on (Lambda's
 /// on-failure records: shard and sequence ranges), which its `replay-dead-letters` action reads back.
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
@@ -169,6 +172,7 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             SERVICE_OPERATIONS,
             HOLD_POLICY,
             MAX_HOLD_MS,
+            crate::access::ACCESS_POLICY,
         ],
     ),
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
@@ -187,9 +191,23 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             WEBSOCKET_ENDPOINT,
             DEAD_LETTER_QUEUE_URL,
             METRICS_NAMESPACE,
+            crate::access::ACCESS_POLICY,
         ],
     ),
-    ("connections", &[CONNECTIONS_TABLE_NAME, MAX_TOPICS_PER_CONNECTION]),
+    (
+        "connections",
+        &[
+            CONNECTIONS_TABLE_NAME,
+            MAX_TOPICS_PER_CONNECTION,
+            TRANSACTIONS_TABLE_NAME,
+            crate::access::ACCESS_POLICY,
+            MAX_CONNECTIONS_PER_PRINCIPAL,
+        ],
+    ),
+    (
+        "authorizer",
+        &[crate::jwt::JWT_ISSUER, crate::jwt::JWT_AUDIENCE, crate::jwt::JWKS_URL, crate::access::ACCESS_POLICY],
+    ),
 ];
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
+use crate::access::{Caller, Policy, entity_ids};
 use crate::auth::KeySource;
 use crate::clock::{SharedClock, resolvable_after};
 use crate::custom::{Catalog, Catalogs};
@@ -129,6 +130,8 @@ pub struct Coordinator {
     answer_budget: Duration,
     /// Which held transactions are accepted ([`crate::hold`]).
     holds: Arc<HoldPolicy>,
+    /// Who may do what ([`crate::access`]).
+    access: Arc<Policy>,
 }
 
 impl Coordinator {
@@ -149,7 +152,17 @@ impl Coordinator {
             sequential_prepares: false,
             answer_budget: ANSWER_BUDGET,
             holds: Arc::new(HoldPolicy::default()),
+            access: Arc::new(Policy::default()),
         }
+    }
+
+    /// The same coordinator, authorizing callers as `policy` says (the function reads `ACCESS_POLICY`).
+    pub fn with_access(self, policy: Policy) -> Coordinator {
+        Coordinator { access: Arc::new(policy), ..self }
+    }
+
+    pub fn access(&self) -> &Policy {
+        &self.access
     }
 
     /// The same coordinator, accepting held transactions as `policy` says (by default every service
@@ -209,13 +222,28 @@ impl Coordinator {
         &self.clock
     }
 
-    /// `GET /transactions/{id}`.
+    /// `GET /transactions/{id}` from a caller without a principal.
     pub async fn get(&self, id: &str) -> Reply {
+        self.get_by(id, &self.access.iam(None)).await
+    }
+
+    /// `GET /transactions/{id}` from `caller`: a transaction it may not see ([`Policy::may_see`]) is
+    /// answered as an unknown one, so its id tells nothing.
+    pub async fn get_by(&self, id: &str, caller: &Caller) -> Reply {
         match self.transactions.get(id).await {
-            Ok(Some(record)) => Reply::for_record(&record),
-            Ok(None) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
+            Ok(Some(record)) if self.access.may_see(caller, record.principal.as_deref()) => {
+                self.as_seen_by(caller, Reply::for_record(&record), &record)
+            }
+            Ok(_) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
             Err(e) => unavailable(&e, None),
         }
+    }
+
+    /// A record's answer as `caller` may see it ([`Policy::redact_answer`]).
+    fn as_seen_by(&self, caller: &Caller, mut reply: Reply, record: &TransactionRecord) -> Reply {
+        let items: Vec<Vec<String>> = record.participants.iter().map(|p| entity_ids(&p.operations)).collect();
+        self.access.redact_answer(caller, &mut reply.body, &items);
+        reply
     }
 
     /// `POST /transactions` from a caller without a principal.
@@ -223,24 +251,52 @@ impl Coordinator {
         self.submit_as(body, idempotency_key, None).await
     }
 
-    /// `POST /transactions` from `principal` (its canonical form, [`crate::principal`]): recorded on the
-    /// transaction and passed to every participant.
+    /// `POST /transactions` from the IAM principal `principal` (its canonical form, [`crate::principal`]).
     pub async fn submit_as(&self, body: &[u8], idempotency_key: Option<&str>, principal: Option<&str>) -> Reply {
+        self.submit_by(body, idempotency_key, &self.access.iam(principal)).await
+    }
+
+    /// `POST /transactions` from `caller`: authorized by the access policy before anything is written;
+    /// its principal is recorded on the transaction and passed to every participant, and its key is its
+    /// own (the same key from another caller is another transaction).
+    pub async fn submit_by(&self, body: &[u8], idempotency_key: Option<&str>, caller: &Caller) -> Reply {
         let started = std::time::Instant::now();
-        let reply = self.answer(body, idempotency_key, principal).await;
+        let reply = self.answer(body, idempotency_key, caller).await;
         telemetry::answered(reply.status, &reply.body, started.elapsed());
         reply
     }
 
-    async fn answer(&self, body: &[u8], idempotency_key: Option<&str>, principal: Option<&str>) -> Reply {
+    async fn answer(&self, body: &[u8], idempotency_key: Option<&str>, caller: &Caller) -> Reply {
         let request = match parse_request_with(body, |s| self.services.contains(s), &self.catalogs) {
             Ok(request) => request,
             Err(invalid) => return Reply::invalid(invalid),
         };
-        // Before anything is written or locked: a hold longer than a service (or the deployment) accepts.
+        // Before anything is written or locked: what this caller may not do, and a hold longer than a
+        // service (or the deployment) accepts.
+        if let Err(refused) = self.access.check_request(caller, &request) {
+            info!(principal = caller.principal.as_deref().unwrap_or("-"), code = %refused.code, reason = %refused.message, "request refused by the access policy");
+            return Reply::invalid(refused);
+        }
         if let Err(invalid) = self.holds.check(&request) {
             return Reply::invalid(invalid);
         }
+        let items: Vec<Vec<String>> = request
+            .participants
+            .iter()
+            .map(|p| entity_ids(p.operations.iter().map(crate::model::Operation::to_json).collect::<Vec<_>>().iter()))
+            .collect();
+        let mut reply = self.answer_authorized(request, idempotency_key, caller).await;
+        self.access.redact_answer(caller, &mut reply.body, &items);
+        reply
+    }
+
+    async fn answer_authorized(
+        &self,
+        request: TransactionRequest,
+        idempotency_key: Option<&str>,
+        caller: &Caller,
+    ) -> Reply {
+        let answer_by = std::time::Instant::now() + self.answer_budget;
         let (id, request_hash) = match idempotency_key {
             None => (format!("tx-{}", uuid::Uuid::new_v4().simple()), None),
             Some(key) if key.is_empty() || key.len() > 255 => {
@@ -249,12 +305,25 @@ impl Coordinator {
                     "Idempotency-Key must be 1 to 255 characters",
                 ));
             }
-            Some(key) => (idempotent_id(key), Some(request.canonical_hash())),
+            Some(key) => {
+                let hash = request.canonical_hash();
+                match self.first_execution_before_scoping(key, caller).await {
+                    Ok(Some(existing)) => {
+                        let id = existing.transaction_id.clone();
+                        return match self.replay(existing, Some(&hash), answer_by).await {
+                            Ok(reply) => reply,
+                            Err(e) => drive_error_reply(e, &id),
+                        };
+                    }
+                    Ok(None) => {}
+                    Err(e) => return unavailable(&e, None),
+                }
+                (caller_idempotent_id(caller.principal.as_deref(), key), Some(hash))
+            }
         };
-        let answer_by = std::time::Instant::now() + self.answer_budget;
         let now = self.clock.now_ms();
         let mut record = TransactionRecord::preparing(id.clone(), &request, request_hash, now);
-        record.principal = principal.map(str::to_owned);
+        record.principal = caller.principal.clone();
         if let Err(invalid) = record.check_first_write() {
             return Reply::invalid(invalid);
         }
@@ -277,24 +346,28 @@ impl Coordinator {
         };
         match ran {
             Ok(reply) => reply,
-            Err(DriveError::Store(e)) => unavailable(&e, Some(&id)),
-            Err(DriveError::Unrecorded { error, released: true }) => {
-                error!(error = %error, "answering 503: aborted, decision refused");
-                let mut reply = Reply::error(
-                    ErrorCode::Unavailable,
-                    "the transaction store refused to record the decision, so the transaction was aborted: \
-                     nothing was applied and its locks are released",
-                );
-                reply.body["transactionId"] = Value::String(id);
-                reply
-            }
-            Err(DriveError::Unrecorded { error, released: false }) => unavailable(&error, Some(&id)),
-            Err(DriveError::Crashed(c)) => {
-                let mut reply = Reply::error(ErrorCode::Crashed, c.to_string());
-                reply.body["transactionId"] = Value::String(id);
-                reply
-            }
+            Err(e) => drive_error_reply(e, &id),
         }
+    }
+
+    /// A key's first execution from before keys were scoped per caller: recorded under the key's id
+    /// alone ([`idempotent_id`]), found only by its own caller (its recorded principal, or, for a record
+    /// without one, any IAM caller: the only kind there was). Another caller's record there is none of
+    /// this caller's business: its key is its own.
+    async fn first_execution_before_scoping(
+        &self,
+        key: &str,
+        caller: &Caller,
+    ) -> Result<Option<TransactionRecord>, StoreError> {
+        if caller.principal.is_none() {
+            // Unscoped already: the ordinary path finds it.
+            return Ok(None);
+        }
+        let existing = self.transactions.get(&idempotent_id(key)).await?;
+        Ok(existing.filter(|record| match record.principal.as_deref() {
+            Some(principal) => caller.principal.as_deref() == Some(principal),
+            None => caller.is_iam(),
+        }))
     }
 
     async fn run(&self, record: TransactionRecord, answer_by: std::time::Instant) -> Result<Reply, DriveError> {
@@ -881,21 +954,31 @@ impl Coordinator {
     /// principal: 404. Not held: 409 NOT_HELD. Repeated after the commit won: the same answer; after an
     /// abort (the caller's or the expiry's): 409 with the decided body.
     pub async fn commit_held(&self, id: &str, principal: Option<&str>) -> Reply {
-        self.decide_held_within(id, principal, HeldDecision::Commit).await
+        self.decide_held_within(id, &self.access.iam(principal), HeldDecision::Commit).await
+    }
+
+    /// [`Coordinator::commit_held`] from `caller`: only the principal that created it, or an admin.
+    pub async fn commit_held_by(&self, id: &str, caller: &Caller) -> Reply {
+        self.decide_held_within(id, caller, HeldDecision::Commit).await
+    }
+
+    /// [`Coordinator::abort_held`] from `caller`: only the principal that created it, or an admin.
+    pub async fn abort_held_by(&self, id: &str, caller: &Caller) -> Reply {
+        self.decide_held_within(id, caller, HeldDecision::Abort).await
     }
 
     /// `POST /transactions/{id}/abort` from `principal`: a held transaction aborts (200 ABORTED, once its
     /// participants released, or the answer budget ran out and the sweeper finishes it). Repeated, or
     /// after the hold expired: 200 ABORTED again; after a commit: 409 with the committed body.
     pub async fn abort_held(&self, id: &str, principal: Option<&str>) -> Reply {
-        self.decide_held_within(id, principal, HeldDecision::Abort).await
+        self.decide_held_within(id, &self.access.iam(principal), HeldDecision::Abort).await
     }
 
-    async fn decide_held_within(&self, id: &str, principal: Option<&str>, decision: HeldDecision) -> Reply {
+    async fn decide_held_within(&self, id: &str, caller: &Caller, decision: HeldDecision) -> Reply {
         let answer_by = std::time::Instant::now() + self.answer_budget;
         let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
         let span = info_span!("held", tx = %id, decision = ?decision);
-        let decided = self.decide_held(id, principal, decision, answer_by).instrument(span);
+        let decided = self.decide_held(id, caller, decision, answer_by).instrument(span);
         let ran = match tokio::time::timeout_at(abandon_at, decided).await {
             Ok(ran) => ran,
             Err(_) => {
@@ -921,13 +1004,13 @@ impl Coordinator {
     async fn decide_held(
         &self,
         id: &str,
-        principal: Option<&str>,
+        caller: &Caller,
         decision: HeldDecision,
         answer_by: std::time::Instant,
     ) -> Result<Reply, DriveError> {
         // Another principal's transaction is answered as an unknown one: its id tells nothing.
         let record = match self.transactions.get(id).await? {
-            Some(record) if record.principal.as_deref() == principal => record,
+            Some(record) if self.access.may_see(caller, record.principal.as_deref()) => record,
             _ => return Ok(Reply::error(ErrorCode::NotFound, format!("no transaction {id}"))),
         };
         if !record.is_held() {
@@ -988,7 +1071,7 @@ impl Coordinator {
             _ => 409,
         };
         info!(status = %record.status, http = reply.status, "held transaction answered");
-        Ok(reply)
+        Ok(self.as_seen_by(caller, reply, &record))
     }
 
     /// The caller's decision, written conditionally on the status read (PREPARED, or PREPARING for an abort
@@ -1188,7 +1271,49 @@ pub fn parse_request_with(
     Ok(request)
 }
 
-/// The transaction id of a keyed request: the same key always names the same transaction.
+/// The answer for a drive that stopped short: a 503 (or the injected crash) with the transaction's id.
+fn drive_error_reply(error: DriveError, id: &str) -> Reply {
+    match error {
+        DriveError::Store(e) => unavailable(&e, Some(id)),
+        DriveError::Unrecorded { error, released: true } => {
+            error!(error = %error, "answering 503: aborted, decision refused");
+            let mut reply = Reply::error(
+                ErrorCode::Unavailable,
+                "the transaction store refused to record the decision, so the transaction was aborted: \
+                 nothing was applied and its locks are released",
+            );
+            reply.body["transactionId"] = Value::String(id.to_owned());
+            reply
+        }
+        DriveError::Unrecorded { error, released: false } => unavailable(&error, Some(id)),
+        DriveError::Crashed(c) => {
+            let mut reply = Reply::error(ErrorCode::Crashed, c.to_string());
+            reply.body["transactionId"] = Value::String(id.to_owned());
+            reply
+        }
+    }
+}
+
+/// The transaction id of `principal`'s keyed request: the same key from the same caller always names the
+/// same transaction, and from another caller another one. A request without a principal (no authorizer
+/// ran) keeps the key's own id.
+pub fn caller_idempotent_id(principal: Option<&str>, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    match principal {
+        None => idempotent_id(key),
+        Some(principal) => {
+            let mut hash = Sha256::new();
+            hash.update(b"twopc/idempotency-key/v2\0");
+            hash.update(principal.as_bytes());
+            hash.update(b"\0");
+            hash.update(key.as_bytes());
+            format!("tx-{}", &hex::encode(hash.finalize())[..32])
+        }
+    }
+}
+
+/// The transaction id of a keyed request before keys were scoped per caller (and still, for a request
+/// without a principal): the key alone names it.
 pub fn idempotent_id(key: &str) -> String {
     use sha2::{Digest, Sha256};
     format!("tx-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32])

@@ -143,12 +143,10 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                         .in_scope(|| debug!(status = %ended.status, "transaction ended"));
                 }
                 batch.outcomes += 1;
-                batch.messages.push(Message::new(
-                    ended.topic(),
-                    ended.to_message(),
-                    record.event_id.clone(),
-                    ended.transaction_id,
-                ));
+                batch.messages.push(
+                    Message::new(ended.topic(), ended.to_message(), record.event_id.clone(), ended.transaction_id)
+                        .owned_by(ended.principal),
+                );
             }
             Decision::Skip(skip) => {
                 batch.skipped += 1;
@@ -219,6 +217,8 @@ pub struct StreamProcessor<S, P, L> {
     /// Where a record that can never be delivered (unprocessable, too large for Firehose) goes with its
     /// content, so that the records behind it flow; without one it is reported as a batch item failure.
     pub dead_letters: Option<std::sync::Arc<dyn replay::RecordDeadLetters>>,
+    /// Who may receive what: every push is authorized when it is sent ([`realtime::push`]).
+    pub access: crate::access::Policy,
 }
 
 impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P, L> {
@@ -231,7 +231,14 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             options: Options::default(),
             rotation: realtime::Rotation::default(),
             dead_letters: None,
+            access: crate::access::Policy::default(),
         }
+    }
+
+    /// The same processor, authorizing pushes as `policy` says (the function reads `ACCESS_POLICY`).
+    pub fn with_access(mut self, policy: crate::access::Policy) -> Self {
+        self.access = policy;
+        self
     }
 
     pub fn with_options(mut self, options: Options) -> Self {
@@ -266,6 +273,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
                 &self.poster,
                 &self.subscriptions,
                 &batch.messages,
+                &self.access,
                 self.options.push_concurrency,
                 self.rotation.next(),
             ),

@@ -5,6 +5,7 @@
 //! ([`invoke::ParticipantInvoker`], [`fanout`] sinks and notifiers, [`clock::Clock`]); DynamoDB is
 //! used for real, because its condition expressions are the protocol.
 
+pub mod access;
 pub mod attr;
 pub mod auth;
 pub mod clock;
@@ -18,6 +19,7 @@ pub mod fanout;
 pub mod faults;
 pub mod hold;
 pub mod invoke;
+pub mod jwt;
 
 pub mod model;
 pub mod participant;

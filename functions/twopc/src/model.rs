@@ -37,10 +37,14 @@ pub enum ErrorCode {
     Unavailable,
     /// `POST /transactions/{id}/commit` or `/abort` on a transaction that was not held.
     NotHeld,
+    /// The access policy does not let this caller write an item of the request (403).
+    Forbidden,
+    /// A guard (`min`, `max`, `check`) on an item the caller may not read (400).
+    GuardNotAllowed,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::InvalidRequest,
         ErrorCode::MalformedJson,
         ErrorCode::BodyTooLarge,
@@ -58,6 +62,8 @@ impl ErrorCode {
         ErrorCode::Crashed,
         ErrorCode::Unavailable,
         ErrorCode::NotHeld,
+        ErrorCode::Forbidden,
+        ErrorCode::GuardNotAllowed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -79,6 +85,8 @@ impl ErrorCode {
             ErrorCode::Crashed => "CRASHED",
             ErrorCode::Unavailable => "UNAVAILABLE",
             ErrorCode::NotHeld => "NOT_HELD",
+            ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::GuardNotAllowed => "GUARD_NOT_ALLOWED",
         }
     }
 
@@ -91,6 +99,7 @@ impl ErrorCode {
             ErrorCode::Crashed => 500,
             ErrorCode::Unavailable => 503,
             ErrorCode::NotHeld => 409,
+            ErrorCode::Forbidden => 403,
             _ => 400,
         }
     }

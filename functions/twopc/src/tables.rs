@@ -28,6 +28,8 @@ pub mod tx_attr {
     pub const SWEEP_ERROR: &str = "sweepError";
     /// The coordinator execution that wrote the record: a write whose reply was lost is recognised as its own.
     pub const EXECUTION_ID: &str = "executionId";
+    /// Who created the transaction (canonical, [`crate::principal`] / [`crate::access`]).
+    pub const PRINCIPAL: &str = "principal";
     /// A held transaction (`holdMs` of its request): how long its prepares are held for a caller's decision.
     pub const HOLD_MS: &str = "holdMs";
     /// A held transaction recorded PREPARED: until when (epoch ms) its caller may commit it.
@@ -62,6 +64,18 @@ pub mod connection_attr {
     /// with a conditional ADD that keeps it at most the cap; see `fanout::connections`.
     pub const TOPIC_COUNT: &str = "topicCount";
     pub const EXPIRE_AT: &str = "expireAt";
+    /// On the connection's own item: its caller, as `$connect` established it ([`crate::access`]).
+    pub const PRINCIPAL: &str = "principal";
+    pub const CALLER_KIND: &str = "callerKind";
+    pub const SUB: &str = "sub";
+    pub const ADMIN: &str = "admin";
+    /// One item per principal, `connectionId = principal#<principal>`, under this topic: its open
+    /// connections (`connections`, connection id → until when it counts) and a `version` for the
+    /// conditional writes that keep it under the per-principal cap.
+    pub const PRINCIPAL_PREFIX: &str = "principal#";
+    pub const PRINCIPAL_TOPIC: &str = "$principal";
+    pub const CONNECTIONS: &str = "connections";
+    pub const VERSION: &str = "version";
 }
 
 pub const OPEN_TRANSACTIONS_INDEX: &str = "open-transactions";

@@ -41,6 +41,8 @@ use tracing::{info, warn};
 use super::lake::RetryPolicy;
 use super::realtime::{StoreError, Subscriptions};
 use super::topic::Topic;
+use crate::access::{Caller, CallerKind, Policy};
+use crate::record::TransactionStore;
 use crate::tables::{TOPIC_INDEX, connection_attr};
 
 /// Topics one subscribe or unsubscribe message may name.
@@ -49,6 +51,13 @@ pub const MAX_TOPICS_PER_MESSAGE: usize = 100;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Topics one connection may follow unless configured otherwise (`MAX_TOPICS_PER_CONNECTION`).
 pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = crate::config::DEFAULT_MAX_TOPICS_PER_CONNECTION;
+/// Open connections one principal may have unless configured otherwise (`MAX_CONNECTIONS_PER_PRINCIPAL`).
+pub const DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL: usize = crate::config::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL;
+/// How long a connection counts against its principal's cap without a `$disconnect`: API Gateway
+/// closes every WebSocket connection after two hours, so a lost `$disconnect` frees its place then.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(2 * 60 * 60 + 5 * 60);
+/// BatchGetItem takes 100 keys per call.
+const BATCH_GET_LIMIT: usize = 100;
 /// BatchWriteItem takes 25 requests per call.
 const BATCH_WRITE_LIMIT: usize = 25;
 /// `BatchWriteItem` calls of one `$disconnect` in flight at once.
@@ -75,6 +84,18 @@ pub struct ConnectionStore {
     ttl: Duration,
     retry: RetryPolicy,
     max_topics: usize,
+    max_connections_per_principal: usize,
+    access: Policy,
+    /// Where a `tx:` topic's owner is looked up at subscribe (None: authorized only when pushed).
+    transactions: Option<TransactionStore>,
+}
+
+/// What `$connect` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connected {
+    Open,
+    /// The principal has this many open connections already, the cap.
+    OverCap(usize),
 }
 
 /// Which way a topic change goes (an added topic expires a TTL after `now`).
@@ -130,7 +151,27 @@ impl ConnectionStore {
             ttl: DEFAULT_TTL,
             retry: connection_retry(),
             max_topics: DEFAULT_MAX_TOPICS_PER_CONNECTION,
+            max_connections_per_principal: DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+            access: Policy::default(),
+            transactions: None,
         }
+    }
+
+    /// At most `max` open connections per principal (at least 1).
+    pub fn with_max_connections_per_principal(mut self, max: usize) -> Self {
+        self.max_connections_per_principal = max.max(1);
+        self
+    }
+
+    /// Authorizes subscribes as `policy` says; `transactions` tells a `tx:` topic's owner.
+    pub fn with_access(mut self, policy: Policy, transactions: Option<TransactionStore>) -> Self {
+        self.access = policy;
+        self.transactions = transactions;
+        self
+    }
+
+    pub fn access(&self) -> &Policy {
+        &self.access
     }
 
     /// At most `max_topics` topics per connection (at least 1).
@@ -164,23 +205,226 @@ impl ConnectionStore {
         ])
     }
 
-    /// `$connect`: the item that records the connection.
-    /// An update (not a put) so that a late `$connect` never resets the topic counter.
+    /// `$connect` of a caller without identity (no authorizer ran).
     pub async fn connect(&self, connection_id: &str, now: SystemTime) -> Result<(), StoreError> {
+        self.connect_as(connection_id, now, &self.access.iam(None)).await.map(|_| ())
+    }
+
+    /// `$connect`: the item that records the connection and its caller, once the caller's principal has
+    /// room under its cap. An update (not a put) so that a late `$connect` never resets the topic counter.
+    pub async fn connect_as(
+        &self,
+        connection_id: &str,
+        now: SystemTime,
+        caller: &Caller,
+    ) -> Result<Connected, StoreError> {
+        if let Some(principal) = &caller.principal
+            && let Connected::OverCap(open) = self.claim_place(principal, connection_id, now).await?
+        {
+            info!(
+                connection_id,
+                principal,
+                open,
+                max = self.max_connections_per_principal,
+                "connection refused: the principal's cap"
+            );
+            return Ok(Connected::OverCap(open));
+        }
         let millis = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        self.client
+        let kind = match caller.kind {
+            CallerKind::Iam => "iam",
+            CallerKind::Jwt => "jwt",
+        };
+        let mut update = self
+            .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
-            .update_expression("SET #at = :at, #e = :e")
+            .update_expression("SET #at = :at, #e = :e, #k = :k, #a = :a")
             .expression_attribute_names("#at", connection_attr::CONNECTED_AT)
             .expression_attribute_names("#e", connection_attr::EXPIRE_AT)
+            .expression_attribute_names("#k", connection_attr::CALLER_KIND)
+            .expression_attribute_names("#a", connection_attr::ADMIN)
             .expression_attribute_values(":at", AttributeValue::N(millis.to_string()))
             .expression_attribute_values(":e", self.expire_at(now))
+            .expression_attribute_values(":k", AttributeValue::S(kind.to_owned()))
+            .expression_attribute_values(":a", AttributeValue::Bool(caller.admin));
+        let mut set = Vec::new();
+        for (name, value, placeholder) in
+            [(connection_attr::PRINCIPAL, &caller.principal, ":p"), (connection_attr::SUB, &caller.sub, ":s")]
+        {
+            if let Some(value) = value {
+                let attribute = format!("#{}", &placeholder[1..]);
+                set.push(format!("{attribute} = {placeholder}"));
+                update = update
+                    .expression_attribute_names(attribute, name)
+                    .expression_attribute_values(placeholder, AttributeValue::S(value.clone()));
+            }
+        }
+        if !set.is_empty() {
+            update = update.update_expression(format!("SET #at = :at, #e = :e, #k = :k, #a = :a, {}", set.join(", ")));
+        }
+        update.send().await.map_err(|e| StoreError::new("UpdateItem", &self.table, e))?;
+        Ok(Connected::Open)
+    }
+
+    /// A place for `connection_id` among `principal`'s open connections, if there is room: read the
+    /// principal's item, drop the places whose time is up, add this one, and write it back on condition
+    /// that nobody wrote it in between (`version`). A write whose reply was lost, tried again, finds its
+    /// own place taken already; a `$connect` that comes twice takes one place.
+    async fn claim_place(
+        &self,
+        principal: &str,
+        connection_id: &str,
+        now: SystemTime,
+    ) -> Result<Connected, StoreError> {
+        let key =
+            Self::key(&format!("{}{principal}", connection_attr::PRINCIPAL_PREFIX), connection_attr::PRINCIPAL_TOPIC);
+        let now_secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        let mut busy = 0;
+        loop {
+            let item = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(key.clone()))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| StoreError::new("GetItem", &self.table, e))?
+                .item;
+            let version = item.as_ref().and_then(|i| number(i.get(connection_attr::VERSION)));
+            let mut places: HashMap<String, AttributeValue> = item
+                .as_ref()
+                .and_then(|i| i.get(connection_attr::CONNECTIONS))
+                .and_then(|c| c.as_m().ok())
+                .cloned()
+                .unwrap_or_default();
+            places.retain(|_, until| number(Some(until)).is_some_and(|until| until as u64 > now_secs));
+            if places.contains_key(connection_id) {
+                return Ok(Connected::Open);
+            }
+            if places.len() >= self.max_connections_per_principal {
+                return Ok(Connected::OverCap(places.len()));
+            }
+            let until = now_secs + CONNECTION_LIFETIME.as_secs();
+            places.insert(connection_id.to_owned(), AttributeValue::N(until.to_string()));
+            let last = places.values().filter_map(|u| number(Some(u))).max().unwrap_or(0) as u64;
+            let mut put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(key.clone()))
+                .item(connection_attr::CONNECTIONS, AttributeValue::M(places))
+                .item(connection_attr::VERSION, AttributeValue::N((version.unwrap_or(0) + 1).to_string()))
+                .item(connection_attr::EXPIRE_AT, AttributeValue::N(last.max(until).to_string()));
+            put = match version {
+                Some(v) => put
+                    .condition_expression("#v = :v")
+                    .expression_attribute_names("#v", connection_attr::VERSION)
+                    .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
+                None => put
+                    .condition_expression("attribute_not_exists(#c)")
+                    .expression_attribute_names("#c", connection_attr::CONNECTION_ID),
+            };
+            match put.send().await {
+                Ok(_) => return Ok(Connected::Open),
+                Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+                    busy += 1;
+                    self.wait_out_conflict(busy, "PutItem").await?;
+                }
+                Err(err) => return Err(StoreError::new("PutItem", &self.table, err)),
+            }
+        }
+    }
+
+    /// Gives back a connection's place under its principal's cap. Raises `version` too, so that a place
+    /// claimed at the same time from what it read before cannot write this one back.
+    async fn release_place(&self, principal: &str, connection_id: &str) -> Result<(), StoreError> {
+        let key =
+            Self::key(&format!("{}{principal}", connection_attr::PRINCIPAL_PREFIX), connection_attr::PRINCIPAL_TOPIC);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
+            .update_expression("REMOVE #c.#id ADD #v :one")
+            .condition_expression("attribute_exists(#c)")
+            .expression_attribute_names("#c", connection_attr::CONNECTIONS)
+            .expression_attribute_names("#id", connection_id)
+            .expression_attribute_names("#v", connection_attr::VERSION)
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // No item: the principal has no place to give back (its item expired, or no cap was kept).
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
+        }
+    }
+
+    /// The caller a connection's `$connect` recorded; a connection recorded without one (before callers
+    /// were recorded) is a caller without identity, as it then was. None: no such connection.
+    pub async fn caller_of(&self, connection_id: &str) -> Result<Option<Caller>, StoreError> {
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
+            .consistent_read(true)
             .send()
             .await
-            .map_err(|e| StoreError::new("UpdateItem", &self.table, e))?;
-        Ok(())
+            .map_err(|e| StoreError::new("GetItem", &self.table, e))?
+            .item;
+        Ok(item.map(|item| self.caller_in(&item)))
+    }
+
+    fn caller_in(&self, item: &HashMap<String, AttributeValue>) -> Caller {
+        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        match text(connection_attr::CALLER_KIND).as_deref() {
+            Some("jwt") => Caller {
+                principal: text(connection_attr::PRINCIPAL),
+                kind: CallerKind::Jwt,
+                sub: text(connection_attr::SUB),
+                admin: item.get(connection_attr::ADMIN).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false),
+            },
+            // An IAM caller is judged by the policy in force now, as it is at the REST API.
+            _ => self.access.iam(text(connection_attr::PRINCIPAL).as_deref()),
+        }
+    }
+
+    /// The topics `caller` may follow, and the others with the reason. A `tx:` topic whose record does
+    /// not exist yet is taken (a transaction may be followed before it starts); it is authorized again
+    /// when its outcome is pushed.
+    pub async fn authorize(&self, caller: &Caller, topics: &[Topic]) -> Result<(Vec<Topic>, Vec<Refused>), StoreError> {
+        let mut allowed = Vec::new();
+        let mut refused = Vec::new();
+        for topic in topics {
+            let denial = match topic {
+                _ if caller.admin => None,
+                Topic::Entity { table, entity_id } => (!self.access.may_read(caller, table, entity_id)).then(|| {
+                    format!(
+                        "not allowed: you may follow only items you own (entityId {}) in the tables the access policy lets you read",
+                        caller.sub.as_deref().map(|s| format!("{s:?} or \"{s}#...\"")).unwrap_or_else(|| "of your own".into())
+                    )
+                }),
+                Topic::Transaction(id) => match &self.transactions {
+                    Some(transactions) => match transactions.get(id).await? {
+                        Some(record) if !self.access.may_see(caller, record.principal.as_deref()) => {
+                            Some("not allowed: you may follow only the transactions you created".to_owned())
+                        }
+                        _ => None,
+                    },
+                    None => None,
+                },
+            };
+            match denial {
+                None => allowed.push(topic.clone()),
+                Some(reason) => refused.push(Refused { topic: topic.to_string(), reason }),
+            }
+        }
+        Ok((allowed, refused))
     }
 
     /// One item per (connection, topic), up to the connection's cap; subscribing twice is harmless
@@ -451,6 +695,9 @@ impl ConnectionStore {
     /// `$disconnect`: the connection item and every subscription (at most the cap and one), in
     /// BatchWriteItem calls of 25 sent side by side. Answers how many items went.
     pub async fn disconnect(&self, connection_id: &str) -> Result<usize, StoreError> {
+        if let Some(Caller { principal: Some(principal), .. }) = self.caller_of(connection_id).await? {
+            self.release_place(&principal, connection_id).await?;
+        }
         let topics = self.topics_of(connection_id).await?;
         let count = topics.len();
         let requests = topics.iter().map(|topic| delete_request(connection_id, topic)).collect();
@@ -563,6 +810,50 @@ impl Subscriptions for ConnectionStore {
     async fn remove_connection(&self, connection_id: &str) -> Result<usize, StoreError> {
         self.disconnect(connection_id).await
     }
+
+    async fn callers(&self, connection_ids: &[String]) -> Result<HashMap<String, Caller>, StoreError> {
+        let mut callers = HashMap::new();
+        for chunk in connection_ids.chunks(BATCH_GET_LIMIT) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> =
+                chunk.iter().map(|id| Self::key(id, connection_attr::CONNECTION_TOPIC)).collect();
+            let mut attempt = 0;
+            while !keys.is_empty() {
+                attempt += 1;
+                if attempt > 1 {
+                    if attempt > self.retry.max_attempts.max(1) {
+                        return Err(StoreError::internal(
+                            "BatchGetItem",
+                            &self.table,
+                            format!("{} keys still unprocessed after {} tries", keys.len(), attempt - 1),
+                        ));
+                    }
+                    tokio::time::sleep(self.retry.delay(attempt - 1)).await;
+                }
+                let request = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .build()
+                    .expect("keys are set");
+                let output = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| StoreError::new("BatchGetItem", &self.table, e))?;
+                for item in output.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
+                    if let Some(AttributeValue::S(id)) = item.get(connection_attr::CONNECTION_ID) {
+                        callers.insert(id.clone(), self.caller_in(item));
+                    }
+                }
+                keys = output
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.table))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+        }
+        Ok(callers)
+    }
 }
 
 /// What a WebSocket route asks for.
@@ -673,6 +964,18 @@ pub async fn serve(
     request: &ConnectionRequest,
     now: SystemTime,
 ) -> ConnectionResponse {
+    serve_as(store, connection_id, request, now, &store.access.iam(None)).await
+}
+
+/// One route of a connection whose `$connect` came from `caller` (the authorizer's, or the IAM
+/// identity's): `$connect` records it, and every later message is judged by what it recorded.
+pub async fn serve_as(
+    store: &ConnectionStore,
+    connection_id: Option<&str>,
+    request: &ConnectionRequest,
+    now: SystemTime,
+    caller: &Caller,
+) -> ConnectionResponse {
     let Some(connection_id) = connection_id.filter(|id| !id.is_empty()) else {
         return ConnectionResponse::error(400, "INVALID_REQUEST", "the request has no connectionId");
     };
@@ -683,12 +986,22 @@ pub async fn serve(
         ConnectionRequest::Unsubscribe(_) => "unsubscribe",
     };
     let result = match request {
-        ConnectionRequest::Connect => store.connect(connection_id, now).await.map(|()| None),
+        ConnectionRequest::Connect => match store.connect_as(connection_id, now, caller).await {
+            Ok(Connected::Open) => Ok(None),
+            Ok(Connected::OverCap(open)) => {
+                return ConnectionResponse::error(
+                    429,
+                    "TOO_MANY_CONNECTIONS",
+                    &format!(
+                        "this principal has {open} open connections, at most {} (MAX_CONNECTIONS_PER_PRINCIPAL); close one first",
+                        store.max_connections_per_principal
+                    ),
+                );
+            }
+            Err(e) => Err(e),
+        },
         ConnectionRequest::Disconnect => store.disconnect(connection_id).await.map(|_| None),
-        ConnectionRequest::Subscribe(topics) => store
-            .subscribe(connection_id, topics, now)
-            .await
-            .map(|outcome| Some(json!({"subscribed": outcome.subscribed, "refused": outcome.refused}))),
+        ConnectionRequest::Subscribe(topics) => subscribe_authorized(store, connection_id, topics, now).await,
         ConnectionRequest::Unsubscribe(topics) => store
             .unsubscribe(connection_id, topics)
             .await
@@ -701,6 +1014,36 @@ pub async fn serve(
             ConnectionResponse::error(500, "INTERNAL", "the subscription could not be recorded; try again")
         }
     }
+}
+
+/// A subscribe judged by the caller the connection's `$connect` recorded: the topics it may not follow are
+/// refused with the reason, beside those over the cap.
+async fn subscribe_authorized(
+    store: &ConnectionStore,
+    connection_id: &str,
+    topics: &[Topic],
+    now: SystemTime,
+) -> Result<Option<Value>, StoreError> {
+    // A connection without its own item (it never connected, or is gone) is nobody: it may follow nothing
+    // the policy keeps for someone.
+    let nobody = Caller { principal: None, kind: CallerKind::Jwt, sub: None, admin: false };
+    let caller = store.caller_of(connection_id).await?.unwrap_or(nobody);
+    let (allowed, mut refused) = store.authorize(&caller, topics).await?;
+    if !refused.is_empty() {
+        info!(
+            connection_id,
+            principal = caller.principal.as_deref().unwrap_or("-"),
+            refused = refused.len(),
+            "subscribe: topics not allowed"
+        );
+    }
+    let mut outcome = if allowed.is_empty() {
+        SubscribeOutcome::default()
+    } else {
+        store.subscribe(connection_id, &allowed, now).await?
+    };
+    outcome.refused.append(&mut refused);
+    Ok(Some(json!({"subscribed": outcome.subscribed, "refused": outcome.refused})))
 }
 
 #[cfg(test)]

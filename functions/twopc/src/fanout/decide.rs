@@ -166,6 +166,9 @@ pub struct TransactionEnded {
     /// PREPARED: until when its caller may commit it (epoch ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<u64>,
+    /// Who created it: who may follow it ([`crate::access::Policy::may_see`]); never in the message.
+    #[serde(skip)]
+    pub principal: Option<String>,
 }
 
 impl TransactionEnded {
@@ -428,7 +431,13 @@ fn decide_transaction(record: &EventRecord) -> Decision {
     let id = string(record.change.keys.inner(), tx_attr::ID).or_else(|| string(new, tx_attr::ID));
     match id {
         Some(id) => {
-            Decision::Ended(TransactionEnded { transaction_id: id.to_owned(), status: status.to_owned(), hold_until })
+            let principal = string(new, tx_attr::PRINCIPAL).map(str::to_owned);
+            Decision::Ended(TransactionEnded {
+                transaction_id: id.to_owned(),
+                status: status.to_owned(),
+                hold_until,
+                principal,
+            })
         }
         None => Decision::Unprocessable("a transaction record without a string transactionId".into()),
     }
@@ -646,7 +655,8 @@ mod tests {
             Decision::Ended(TransactionEnded {
                 transaction_id: "T1".into(),
                 status: "COMMITTED".into(),
-                hold_until: None
+                hold_until: None,
+                principal: None,
             })
         );
         assert_eq!(
@@ -654,7 +664,8 @@ mod tests {
             Decision::Ended(TransactionEnded {
                 transaction_id: "T1".into(),
                 status: "ABORTED".into(),
-                hold_until: None
+                hold_until: None,
+                principal: None,
             })
         );
         assert_eq!(
@@ -665,7 +676,12 @@ mod tests {
             decide(&c, &record("MODIFY", "transactions", keys.clone(), Value::Null, committing)),
             Decision::Skip(Skip::NotAnOutcome)
         );
-        let ended = TransactionEnded { transaction_id: "T1".into(), status: "ABORTED".into(), hold_until: None };
+        let ended = TransactionEnded {
+            transaction_id: "T1".into(),
+            status: "ABORTED".into(),
+            hold_until: None,
+            principal: None,
+        };
         assert_eq!(
             String::from_utf8(ended.to_message()).unwrap(),
             r#"{"type":"transaction","transactionId":"T1","status":"ABORTED"}"#
@@ -678,6 +694,7 @@ mod tests {
             transaction_id: "T1".into(),
             status: "PREPARED".into(),
             hold_until: Some(1_714_564_900_000),
+            principal: None,
         };
         assert_eq!(
             decide(&c, &record("MODIFY", "transactions", keys.clone(), preparing, prepared.clone())),

@@ -1,12 +1,13 @@
 //! In-memory edges for unit tests, examples and event checks: a sink that keeps what it accepts,
 //! a poster that records posts (and answers Gone for ids it is told are gone), subscriptions in a map.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use super::lake::{ChangeSink, EntryResult, SinkError};
 use super::realtime::{ConnectionPoster, PostError, StoreError, Subscriptions};
 use super::topic::Topic;
+use crate::access::{Caller, Policy};
 
 /// Accepts every record and keeps it.
 #[derive(Debug, Default)]
@@ -65,9 +66,15 @@ impl ConnectionPoster for MemoryPoster {
 #[derive(Debug, Default)]
 pub struct MemorySubscriptions {
     pairs: Mutex<BTreeSet<(String, String)>>,
+    callers: Mutex<HashMap<String, Caller>>,
 }
 
 impl MemorySubscriptions {
+    /// The caller of `connection_id` from now on.
+    pub fn connect_as(&self, connection_id: &str, caller: Caller) {
+        self.callers.lock().expect("not poisoned").insert(connection_id.to_owned(), caller);
+    }
+
     pub fn subscribe(&self, connection_id: &str, topic: &Topic) {
         self.pairs.lock().expect("not poisoned").insert((topic.to_string(), connection_id.to_owned()));
     }
@@ -95,5 +102,17 @@ impl Subscriptions for MemorySubscriptions {
         let before = pairs.len();
         pairs.retain(|(_, c)| c != connection_id);
         Ok(before - pairs.len())
+    }
+
+    /// Every connection it knows, as a caller with no identity (an admin under the default policy),
+    /// unless [`MemorySubscriptions::connect_as`] named another.
+    async fn callers(&self, connection_ids: &[String]) -> Result<HashMap<String, Caller>, StoreError> {
+        let known = self.connections();
+        let named = self.callers.lock().expect("not poisoned");
+        Ok(connection_ids
+            .iter()
+            .filter(|id| known.contains(*id))
+            .map(|id| (id.clone(), named.get(id).cloned().unwrap_or_else(|| Policy::default().iam(None))))
+            .collect())
     }
 }

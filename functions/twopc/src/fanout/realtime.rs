@@ -12,6 +12,7 @@ use futures::StreamExt;
 use tracing::{Instrument, Span, debug, warn};
 
 use super::topic::Topic;
+use crate::access::{Caller, Policy};
 
 /// Why a post did not reach its connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +41,12 @@ pub trait Subscriptions: Send + Sync {
     fn subscribers(&self, topic: &Topic) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
     /// Forgets a connection and all its subscriptions; answers how many items went.
     fn remove_connection(&self, connection_id: &str) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    /// Who each connection's caller is, as its `$connect` recorded it (a connection without a record of
+    /// its own is not in the map: it is gone, and receives nothing).
+    fn callers(
+        &self,
+        connection_ids: &[String],
+    ) -> impl Future<Output = Result<HashMap<String, Caller>, StoreError>> + Send;
 }
 
 /// API Gateway's limit on one WebSocket message (PostToConnection answers 413 over it): 128 KiB.
@@ -58,12 +65,28 @@ pub struct Message {
     /// For a commit sent whole: the same commit without its images, posted instead when the
     /// connection refuses `payload` as too large (413).
     pub without_images: Option<Vec<u8>>,
+    /// A transaction's outcome: the principal that created it (who, besides admins, may receive it).
+    pub owner: Option<String>,
 }
 
 impl Message {
     /// A message that is the same for every reader and has no smaller form (a transaction's outcome).
     pub fn new(topic: Topic, payload: Vec<u8>, event_id: String, transaction_id: String) -> Self {
-        Message { topic, payload, event_id, transaction_id, images_omitted: false, without_images: None }
+        Message { topic, payload, event_id, transaction_id, images_omitted: false, without_images: None, owner: None }
+    }
+
+    /// The same message, for its owner (and admins) only.
+    pub fn owned_by(self, owner: Option<String>) -> Self {
+        Message { owner, ..self }
+    }
+
+    /// Whether `caller` may receive it: an item's commit if it may read the item, a transaction's
+    /// outcome if it may see the transaction.
+    pub fn may_reach(&self, access: &Policy, caller: &Caller) -> bool {
+        match &self.topic {
+            Topic::Entity { table, entity_id } => access.may_read(caller, table, entity_id),
+            Topic::Transaction(_) => access.may_see(caller, self.owner.as_deref()),
+        }
     }
 
     /// A commit: the full message when it fits in [`MAX_MESSAGE_BYTES`] (keeping the small one for a
@@ -83,6 +106,7 @@ impl Message {
                 transaction_id,
                 images_omitted: false,
                 without_images: Some(without_images),
+                owner: None,
             }
         } else {
             Message {
@@ -92,6 +116,7 @@ impl Message {
                 transaction_id,
                 images_omitted: true,
                 without_images: None,
+                owner: None,
             }
         }
     }
@@ -167,6 +192,7 @@ pub async fn push<P, L>(
     poster: &P,
     subscriptions: &L,
     messages: &[Message],
+    access: &Policy,
     concurrency: usize,
     turn: usize,
 ) -> RealtimeReport
@@ -216,6 +242,25 @@ where
         }
     }
 
+    // Authorized when sent, not only when subscribed: a `tx:` topic may be followed before its record
+    // (and so its owner) exists. A connection whose caller cannot be looked up receives nothing.
+    let ids: Vec<String> = per_connection.keys().cloned().collect();
+    let callers = if ids.is_empty() { Ok(HashMap::new()) } else { subscriptions.callers(&ids).await };
+    let callers = match callers {
+        Ok(callers) => callers,
+        Err(err) => {
+            report.lookup_failed += 1;
+            warn!(connections = ids.len(), error = %err, "subscribers' callers could not be looked up; nothing pushed");
+            HashMap::new()
+        }
+    };
+    per_connection.retain(|id, queue| match callers.get(id) {
+        Some(caller) => {
+            queue.retain(|&index| messages[index].may_reach(access, caller));
+            !queue.is_empty()
+        }
+        None => false,
+    });
     let mut per_connection: Vec<(String, Vec<usize>)> = per_connection.into_iter().collect();
     rotate(&mut per_connection, turn);
     let outcomes: Vec<(String, Served)> = futures::stream::iter(per_connection)

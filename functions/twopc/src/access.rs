@@ -1,0 +1,426 @@
+//! Who may do what: the caller of either API and the deployment's access policy (`ACCESS_POLICY`).
+//!
+//! A caller is an IAM principal (a backend service, signed with SigV4: its canonical ARN,
+//! [`crate::principal`]) or a JWT principal (a browser or app user, from the authorizer:
+//! `jwt:<iss>#<sub>`). Admins may do everything. Any other caller *owns* the items whose `entityId` is
+//! its `sub` or starts with `<sub>#`, and may:
+//! - follow `entity:<table>:<id>` and guard (`min`, `max`, `check`) an item only when it owns it: a
+//!   guard is a read, and a refusal an answer about the item's value;
+//! - write only the items it owns, plus credits to others (`add` with a positive `delta` and no guard),
+//!   when the policy allows credits;
+//! - see (GET, follow `tx:<id>`, commit or abort a held one) only the transactions it created.
+//!
+//! IAM principals are admins unless the policy lists which are (`iamAdmins`); one not listed is held to
+//! the same rules as a JWT user whose `sub` is its ARN (it owns no item, and sees its own transactions).
+//! A request with no identity at all (only where no authorizer runs: the local stack without `--auth`)
+//! is taken as an IAM caller without an ARN.
+//!
+//! The policy is configuration, not code:
+//! ```json
+//! {"adminGroups": ["admins"], "adminClaim": "twopc:admin", "iamAdmins": ["*"],
+//!  "allowCredits": true, "readTables": null, "writeServices": null}
+//! ```
+//! every field optional, with these defaults. `readTables` (when a list) narrows the tables whose owned
+//! items a non-admin may follow; `writeServices` the services whose owned items it may write or guard.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{ErrorCode, Invalid, Operation, TransactionRequest};
+use crate::tables::item_attr;
+
+/// The policy's setting: `ACCESS_POLICY`, JSON (unset or empty: the defaults).
+pub const ACCESS_POLICY: &str = "ACCESS_POLICY";
+/// What a JWT principal's canonical form starts with.
+pub const JWT_PREFIX: &str = "jwt:";
+
+/// Which kind of credentials a caller came with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallerKind {
+    Iam,
+    Jwt,
+}
+
+/// The caller of a request, as the deployment's authorization established it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    /// Canonical: an IAM ARN ([`crate::principal`]) or `jwt:<iss>#<sub>`; None for a request that came
+    /// with no identity (no authorizer ran).
+    pub principal: Option<String>,
+    pub kind: CallerKind,
+    /// The id its owned items start with: a JWT's `sub`, an IAM principal's ARN.
+    pub sub: Option<String>,
+    pub admin: bool,
+}
+
+impl Caller {
+    /// A JWT principal, as the authorizer established it (its claims checked, `admin` per the policy).
+    pub fn jwt(issuer: &str, sub: &str, admin: bool) -> Caller {
+        Caller { principal: Some(jwt_principal(issuer, sub)), kind: CallerKind::Jwt, sub: Some(sub.to_owned()), admin }
+    }
+
+    pub fn is_iam(&self) -> bool {
+        self.kind == CallerKind::Iam
+    }
+
+    /// Whether it owns the item with this `entityId`: its `sub`, or `<sub>#...`.
+    pub fn owns(&self, entity_id: &str) -> bool {
+        match &self.sub {
+            Some(sub) if !sub.is_empty() => {
+                entity_id == sub || entity_id.strip_prefix(sub.as_str()).is_some_and(|rest| rest.starts_with('#'))
+            }
+            _ => false,
+        }
+    }
+
+    /// The caller for the authorizer's context fields (`principal`, `sub`, `admin`).
+    pub fn from_context(principal: &str, sub: Option<&str>, admin: Option<&str>) -> Option<Caller> {
+        let rest = principal.strip_prefix(JWT_PREFIX)?;
+        let (_, sub_in_principal) = rest.split_once('#')?;
+        let sub = sub.unwrap_or(sub_in_principal);
+        if sub != sub_in_principal || sub.is_empty() {
+            return None;
+        }
+        Some(Caller {
+            principal: Some(principal.to_owned()),
+            kind: CallerKind::Jwt,
+            sub: Some(sub.to_owned()),
+            admin: admin == Some("true"),
+        })
+    }
+}
+
+/// `jwt:<iss>#<sub>`: an OIDC issuer URL has no fragment, so the first `#` ends it.
+pub fn jwt_principal(issuer: &str, sub: &str) -> String {
+    format!("{JWT_PREFIX}{issuer}#{sub}")
+}
+
+/// The access policy of a deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Policy {
+    /// A JWT whose `cognito:groups` or `groups` claim holds one of these is an admin.
+    pub admin_groups: Vec<String>,
+    /// A JWT whose claim of this name is `true` (or `"true"`) is an admin.
+    pub admin_claim: String,
+    /// IAM principals that are admins: `*` for all, else role names or canonical ARNs.
+    pub iam_admins: Vec<String>,
+    /// Non-admins may credit items they do not own (`add`, positive `delta`, no guard).
+    pub allow_credits: bool,
+    /// Tables whose owned items non-admins may follow (None: every table).
+    pub read_tables: Option<Vec<String>>,
+    /// Services whose owned items non-admins may write or guard (None: every service).
+    pub write_services: Option<Vec<String>>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            admin_groups: vec!["admins".to_owned()],
+            admin_claim: "twopc:admin".to_owned(),
+            iam_admins: vec!["*".to_owned()],
+            allow_credits: true,
+            read_tables: None,
+            write_services: None,
+        }
+    }
+}
+
+/// What a caller may not do, as the answer says it: `code` decides the status (403 `FORBIDDEN`, 400
+/// `GUARD_NOT_ALLOWED`).
+pub type Refusal = Invalid;
+
+impl Policy {
+    /// The policy a setting names: unset or blank is the default one.
+    pub fn parse(text: Option<&str>) -> Result<Policy, String> {
+        match text.map(str::trim) {
+            None | Some("") => Ok(Policy::default()),
+            Some(text) => serde_json::from_str(text).map_err(|e| format!("expected the access policy's JSON: {e}")),
+        }
+    }
+
+    /// `ACCESS_POLICY` from the environment.
+    pub fn from_env() -> Result<Policy, crate::config::ConfigError> {
+        Policy::parse(std::env::var(ACCESS_POLICY).ok().as_deref())
+            .map_err(|message| crate::config::ConfigError::Invalid { name: ACCESS_POLICY, message })
+    }
+
+    /// An IAM caller: its canonical ARN (None: no identity at all).
+    pub fn iam(&self, principal: Option<&str>) -> Caller {
+        let admin = self.iam_admins.iter().any(|entry| match principal {
+            _ if entry == "*" => true,
+            Some(arn) => entry == arn || role_name(arn) == Some(entry.as_str()),
+            None => false,
+        });
+        Caller {
+            principal: principal.map(str::to_owned),
+            kind: CallerKind::Iam,
+            sub: principal.map(str::to_owned),
+            admin,
+        }
+    }
+
+    /// Whether a token's claims make its holder an admin.
+    pub fn is_admin_claims(&self, claims: &Value) -> bool {
+        let in_group = ["cognito:groups", "groups"].iter().any(|name| match &claims[*name] {
+            Value::Array(groups) => {
+                groups.iter().any(|g| g.as_str().is_some_and(|g| self.admin_groups.iter().any(|a| a == g)))
+            }
+            Value::String(group) => self.admin_groups.iter().any(|a| a == group),
+            _ => false,
+        });
+        let flag = &claims[self.admin_claim.as_str()];
+        let flagged = !self.admin_claim.is_empty() && (flag == &Value::Bool(true) || flag.as_str() == Some("true"));
+        in_group || flagged
+    }
+
+    /// Whether `caller` may follow, or read through a refusal, the item `entityId = id` of `table`.
+    pub fn may_read(&self, caller: &Caller, table: &str, id: &str) -> bool {
+        caller.admin || (caller.owns(id) && self.read_tables.as_ref().is_none_or(|t| t.iter().any(|t| t == table)))
+    }
+
+    /// Whether `caller` may see a transaction recorded with `principal` (GET, `tx:` topic, its held routes).
+    pub fn may_see(&self, caller: &Caller, principal: Option<&str>) -> bool {
+        caller.admin || (caller.principal.is_some() && caller.principal.as_deref() == principal)
+    }
+
+    fn may_write_service(&self, service: &str) -> bool {
+        self.write_services.as_ref().is_none_or(|s| s.iter().any(|s| s == service))
+    }
+
+    /// Whether `caller` may write or guard `operation` on `service`'s item; `Err` says why not. A
+    /// service's own operation kinds are its participant's to judge (it gets the caller's principal).
+    pub fn check_operation(
+        &self,
+        caller: &Caller,
+        service: &str,
+        operation: &Operation,
+        path: &str,
+    ) -> Result<(), Refusal> {
+        if caller.admin || matches!(operation, Operation::Custom { .. }) {
+            return Ok(());
+        }
+        let id = operation.key().get(item_attr::KEY).and_then(Value::as_str).unwrap_or_default();
+        let owned = caller.owns(id) && self.may_write_service(service);
+        if owned {
+            return Ok(());
+        }
+        let guarded = match operation {
+            Operation::Check { .. } => true,
+            Operation::Add { min, max, .. } => min.is_some() || max.is_some(),
+            _ => false,
+        };
+        if guarded {
+            return Err(Invalid::new(
+                ErrorCode::GuardNotAllowed,
+                format!(
+                    "{path}: a guard ({}) on an item you may not read; only the item's owner may guard it",
+                    guard_names(operation)
+                ),
+            ));
+        }
+        if let Operation::Add { delta, .. } = operation
+            && self.allow_credits
+            && delta.value() > &bigdecimal::BigDecimal::from(0)
+        {
+            return Ok(());
+        }
+        Err(Invalid::new(
+            ErrorCode::Forbidden,
+            format!(
+                "{path}: {} on {service}'s item {id:?} is not allowed for you: you may write only the items \
+                 you own (entityId {owned_ids}){credits}",
+                operation.kind(),
+                owned_ids = match &caller.sub {
+                    Some(sub) => format!("{sub:?} or \"{sub}#...\""),
+                    None => "of your own; this request has no identity".to_owned(),
+                },
+                credits = if self.allow_credits { ", and credit others (add with a positive delta)" } else { "" },
+            ),
+        ))
+    }
+
+    /// Every operation of a request, before anything is written.
+    pub fn check_request(&self, caller: &Caller, request: &TransactionRequest) -> Result<(), Refusal> {
+        if caller.admin {
+            return Ok(());
+        }
+        for (p, part) in request.participants.iter().enumerate() {
+            for (o, operation) in part.operations.iter().enumerate() {
+                self.check_operation(caller, &part.service, operation, &format!("participants[{p}].operations[{o}]"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a caller who may not read a refusing participant's items is told in place of its reason.
+pub const HIDDEN_REASON: &str = "refused; the reason is shown only to callers who may read the items";
+
+impl Policy {
+    /// A transaction's answer as `caller` may see it: the codes always, but a participant's reason (free
+    /// text that may quote the items' values) only when the caller may read every item it touched
+    /// (`items`: per participant, in the answer's order, the `entityId`s of its operations). The
+    /// transaction's own reason, built from those, is rebuilt from what is shown.
+    pub fn redact_answer(&self, caller: &Caller, body: &mut Value, items: &[Vec<String>]) {
+        if caller.admin {
+            return;
+        }
+        let Some(participants) = body.get_mut("participants").and_then(Value::as_array_mut) else {
+            return;
+        };
+        let mut hidden = false;
+        for (entry, ids) in participants.iter_mut().zip(items) {
+            if entry.get("reason").is_some() && !ids.iter().all(|id| caller.owns(id)) {
+                entry["reason"] = Value::String(HIDDEN_REASON.to_owned());
+                hidden = true;
+            }
+        }
+        let shown: Vec<String> = participants
+            .iter()
+            .filter_map(|p| Some(format!("{}: {}", p["service"].as_str()?, p.get("reason")?.as_str()?)))
+            .collect();
+        if hidden && body.get("reason").is_some() {
+            body["reason"] = Value::String(if shown.is_empty() { HIDDEN_REASON.to_owned() } else { shown.join("; ") });
+        }
+    }
+}
+
+/// The `entityId`s an operation list (as JSON) touches.
+pub fn entity_ids<'a>(operations: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
+    operations.into_iter().map(|op| op["key"][item_attr::KEY].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+fn guard_names(operation: &Operation) -> String {
+    match operation {
+        Operation::Check { .. } => "check".to_owned(),
+        Operation::Add { min, max, .. } => [min.as_ref().map(|_| "min"), max.as_ref().map(|_| "max")]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => String::new(),
+    }
+}
+
+/// The role an IAM ARN names: `...:assumed-role/<role>` or `...:role/<path>/<role>`.
+fn role_name(arn: &str) -> Option<&str> {
+    let (_, rest) = arn.split_once(":assumed-role/").or_else(|| arn.split_once(":role/"))?;
+    Some(rest.split('/').next_back().unwrap_or(rest)).filter(|r| !r.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn op(value: Value) -> Operation {
+        Operation::parse(&value, "op").unwrap()
+    }
+
+    fn alice() -> Caller {
+        Caller::jwt("https://issuer", "alice", false)
+    }
+
+    #[test]
+    fn owners_are_the_sub_and_its_hash_prefixed_ids() {
+        let alice = alice();
+        assert!(alice.owns("alice") && alice.owns("alice#savings"));
+        assert!(!alice.owns("alicex") && !alice.owns("bob") && !alice.owns("") && !alice.owns("#alice"));
+        assert_eq!(alice.principal.as_deref(), Some("jwt:https://issuer#alice"));
+        assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("alice"), Some("false")), Some(alice));
+        assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("bob"), None), None);
+        assert_eq!(Caller::from_context("arn:aws:iam::1:role/x", None, None), None);
+    }
+
+    #[test]
+    fn the_default_policy_lets_a_user_write_its_own_items_and_credit_others() {
+        let policy = Policy::default();
+        let alice = alice();
+        let own = op(json!({"op": "add", "key": {"entityId": "alice"}, "field": "balance", "delta": -5, "min": 0}));
+        assert!(policy.check_operation(&alice, "service-a", &own, "p").is_ok());
+        let credit = op(json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": 5}));
+        assert!(policy.check_operation(&alice, "service-a", &credit, "p").is_ok());
+        let debit = op(json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": -5}));
+        assert_eq!(policy.check_operation(&alice, "service-a", &debit, "p").unwrap_err().code, ErrorCode::Forbidden);
+        let zero = op(json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": 0}));
+        assert_eq!(policy.check_operation(&alice, "service-a", &zero, "p").unwrap_err().code, ErrorCode::Forbidden);
+        let put = op(json!({"op": "put", "key": {"entityId": "bob"}, "data": {"x": 1}}));
+        assert_eq!(policy.check_operation(&alice, "service-a", &put, "p").unwrap_err().code, ErrorCode::Forbidden);
+        for guard in [
+            json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": 0, "max": 100}),
+            json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": 1, "min": 0}),
+            json!({"op": "check", "key": {"entityId": "bob"}, "exists": true}),
+        ] {
+            let refused = policy.check_operation(&alice, "service-a", &op(guard), "p").unwrap_err();
+            assert_eq!(refused.code, ErrorCode::GuardNotAllowed, "{refused}");
+        }
+        let admin = Caller::jwt("https://issuer", "root", true);
+        assert!(policy.check_operation(&admin, "service-a", &debit, "p").is_ok());
+    }
+
+    #[test]
+    fn narrowed_policies_refuse_credits_services_and_tables() {
+        let policy = Policy::parse(Some(
+            r#"{"allowCredits": false, "writeServices": ["service-a"], "readTables": ["service-a-data"]}"#,
+        ))
+        .unwrap();
+        let alice = alice();
+        let credit = op(json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": 5}));
+        assert_eq!(policy.check_operation(&alice, "service-a", &credit, "p").unwrap_err().code, ErrorCode::Forbidden);
+        let own = op(json!({"op": "put", "key": {"entityId": "alice"}, "data": {}}));
+        assert!(policy.check_operation(&alice, "service-a", &own, "p").is_ok());
+        assert!(policy.check_operation(&alice, "service-b", &own, "p").is_err());
+        assert!(policy.may_read(&alice, "service-a-data", "alice#1"));
+        assert!(!policy.may_read(&alice, "service-b-data", "alice"));
+        assert!(Policy::parse(Some(r#"{"adminGroup": []}"#)).unwrap_err().contains("adminGroup"));
+    }
+
+    #[test]
+    fn iam_principals_are_admins_unless_the_policy_lists_them() {
+        let arn = "arn:aws:sts::123456789012:assumed-role/Orders";
+        assert!(Policy::default().iam(Some(arn)).admin);
+        assert!(Policy::default().iam(None).admin);
+        let narrowed = Policy::parse(Some(r#"{"iamAdmins": ["Orders"]}"#)).unwrap();
+        assert!(narrowed.iam(Some(arn)).admin);
+        assert!(narrowed.iam(Some("arn:aws:iam::123456789012:role/ops/Orders")).admin);
+        let other = narrowed.iam(Some("arn:aws:sts::123456789012:assumed-role/Billing"));
+        assert!(!other.admin && !narrowed.iam(None).admin);
+        assert!(narrowed.may_see(&other, Some("arn:aws:sts::123456789012:assumed-role/Billing")));
+        assert!(!narrowed.may_see(&other, Some(arn)) && !narrowed.may_see(&other, None));
+    }
+
+    #[test]
+    fn refusals_show_their_reasons_only_to_who_may_read_the_items() {
+        let policy = Policy::default();
+        let answer = json!({
+            "status": "ABORTED",
+            "reason": "service-a: balance 40 is below min 50; service-b: rule says 7",
+            "participants": [
+                {"service": "service-a", "vote": "REFUSED", "code": "CONDITION_FAILED", "reason": "balance 40 is below min 50"},
+                {"service": "service-b", "vote": "REFUSED", "code": "RULE", "reason": "rule says 7"},
+            ],
+        });
+        let items = [vec!["bob".to_owned()], vec!["alice#1".to_owned()]];
+        let mut seen = answer.clone();
+        policy.redact_answer(&alice(), &mut seen, &items);
+        assert_eq!(seen["participants"][0]["reason"], HIDDEN_REASON);
+        assert_eq!(seen["participants"][0]["code"], "CONDITION_FAILED");
+        assert_eq!(seen["participants"][1]["reason"], "rule says 7");
+        assert!(!seen.to_string().contains("40"), "{seen}");
+        let mut admin_view = answer.clone();
+        policy.redact_answer(&Caller::jwt("https://issuer", "root", true), &mut admin_view, &items);
+        assert_eq!(admin_view, answer);
+    }
+
+    #[test]
+    fn admin_claims_are_groups_or_a_flag() {
+        let policy = Policy::default();
+        assert!(policy.is_admin_claims(&json!({"cognito:groups": ["users", "admins"]})));
+        assert!(policy.is_admin_claims(&json!({"groups": "admins"})));
+        assert!(policy.is_admin_claims(&json!({"twopc:admin": true})));
+        assert!(!policy.is_admin_claims(&json!({"twopc:admin": false, "groups": ["users"]})));
+        assert!(!policy.is_admin_claims(&json!({})));
+    }
+}

@@ -1,0 +1,347 @@
+//! Who may do what: two users (alice and bob) and an admin against the local stack started with
+//! `--auth jwt` (its development issuer, its authorizer fetching the JWKS over HTTP, the default access
+//! policy), through the typed client (bearer tokens, real HTTP and a real WebSocket); and the
+//! idempotency keys of callers from before keys were scoped, against the coordinator's core.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use local_stack::{Auth, Config, Stack};
+use serde_json::{Value, json};
+use twopc::access::{Caller, HIDDEN_REASON};
+use twopc::coordinator::{caller_idempotent_id, idempotent_id};
+use twopc_client::{Client, Error, ErrorCode, Outcome, Push, RefusalCode, Subscription, Transaction, op, topic};
+use twopc_tests::TestEnv;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn lake_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("lake-access-{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]))
+}
+
+async fn stack(name: &str, max_connections: usize) -> Stack {
+    let mut config = Config::isolated(dynamodb_local::shared().endpoint(), lake_dir(name));
+    config.auth = Auth::Jwt;
+    config.max_connections_per_principal = max_connections;
+    Stack::start(config).await.expect("the stack starts with --auth jwt")
+}
+
+struct Users {
+    alice: Client,
+    bob: Client,
+    admin: Client,
+    tokens: [String; 3],
+}
+
+fn users(stack: &Stack) -> Users {
+    let issuer = stack.issuer().expect("--auth jwt runs an issuer");
+    let ttl = Duration::from_secs(600);
+    let tokens = [issuer.token("alice", false, ttl), issuer.token("bob", false, ttl), issuer.token("root", true, ttl)];
+    let client = |token: &str| Client::new(&stack.endpoints().api).expect("the API's URL").with_bearer(token);
+    Users { alice: client(&tokens[0]), bob: client(&tokens[1]), admin: client(&tokens[2]), tokens }
+}
+
+/// The admin opens alice's and bob's accounts on both services.
+async fn open_accounts(users: &Users) {
+    let open = Transaction::new()
+        .participant("service-a", [op::put("alice", json!({"balance": 100})), op::put("bob", json!({"balance": 70}))])
+        .participant("service-b", [op::put("alice", json!({"balance": 0})), op::put("bob", json!({"balance": 0}))]);
+    let opened = users.admin.submit(&open).await.expect("the admin may write anything");
+    assert!(opened.is_committed(), "{opened:?}");
+}
+
+fn credit(service: &str, to: &str, amount: i64) -> Transaction {
+    Transaction::new().participant(service, [op::add(to, "balance", amount)])
+}
+
+#[tokio::test]
+async fn users_write_only_their_items_and_guard_nothing_they_cannot_read() {
+    let stack = stack("writes", 10).await;
+    let users = users(&stack);
+    open_accounts(&users).await;
+
+    // Her own debit (guarded) and a credit to bob: allowed.
+    let pay = Transaction::new()
+        .participant("service-a", [op::add("alice", "balance", -10).min(0)])
+        .participant("service-b", [op::add("bob", "balance", 10)]);
+    assert!(users.alice.submit(&pay).await.expect("allowed").is_committed());
+
+    // Bob's items: no debit, no put, no guard (a guard is a read: its refusal would tell his balance).
+    let debit = Transaction::new().participant("service-a", [op::add("bob", "balance", -5)]);
+    let refused = users.alice.submit(&debit).await.expect_err("a debit of bob's account is refused");
+    assert!(matches!(&refused, Error::Forbidden(e) if e.code == ErrorCode::Forbidden), "{refused:?}");
+    let put = Transaction::new().participant("service-a", [op::put("bob", json!({"balance": 1_000_000}))]);
+    assert!(matches!(users.alice.submit(&put).await, Err(Error::Forbidden(_))));
+    for probe in [
+        Transaction::new().participant("service-a", [op::add("bob", "balance", 0).max(50)]),
+        Transaction::new().participant("service-a", [op::add("bob", "balance", 1).min(75)]),
+        Transaction::new().participant("service-a", [op::check("bob").exists(true)]),
+    ] {
+        let refused = users.alice.submit(&probe).await.expect_err("a guard on bob's item is refused");
+        assert!(matches!(&refused, Error::Invalid(e) if e.code == ErrorCode::GuardNotAllowed), "{refused:?}");
+    }
+    // Nothing of those was written: bob's balance is what the admin and alice's credit made it.
+    let mine = Transaction::new().participant("service-a", [op::add("bob", "balance", 0).min(70).max(70)]);
+    assert!(users.bob.submit(&mine).await.expect("bob may guard his own").is_committed());
+
+    // The admin may do all of it.
+    assert!(users.admin.submit(&debit).await.expect("the admin debits bob").is_committed());
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn refusals_tell_a_user_only_about_items_it_may_read() {
+    let stack = stack("refusals", 10).await;
+    let users = users(&stack);
+    open_accounts(&users).await;
+
+    // Her own overdraft: she may read her account, so she is told why, numbers included.
+    let overdraft = Transaction::new().participant("service-a", [op::add("alice", "balance", -500).min(0)]);
+    let Outcome::Aborted(own) = users.alice.submit(&overdraft).await.expect("answered") else {
+        panic!("the overdraft is refused")
+    };
+    assert_eq!(own.participants[0].code, Some(RefusalCode::ConditionFailed));
+    let reason = own.participants[0].reason.as_deref().unwrap_or_default();
+    assert!(reason != HIDDEN_REASON && reason.chars().any(|c| c.is_ascii_digit()), "{own:?}");
+
+    // Bob holds a transaction on his account: alice's credit meets his lock. She is told the code (the
+    // item is busy), never the reason, which names bob's transaction.
+    let held = Transaction::new().participant("service-a", [op::add("bob", "balance", -1).min(0)]).hold_ms(60_000);
+    let held = users.bob.submit(&held).await.expect("bob holds");
+    let held_id = held.transaction_id().to_owned();
+    let Outcome::Aborted(busy) = users.alice.submit(&credit("service-a", "bob", 5)).await.expect("answered") else {
+        panic!("the credit meets bob's lock")
+    };
+    assert_eq!(busy.participants[0].code, Some(RefusalCode::Conflict), "{busy:?}");
+    assert_eq!(busy.participants[0].reason.as_deref(), Some(HIDDEN_REASON), "{busy:?}");
+    let shown = serde_json::to_string(&busy.reason).unwrap();
+    assert!(!shown.contains(&held_id), "{shown}");
+    // The admin reads the whole answer.
+    let Outcome::Aborted(whole) = users.admin.get(&busy.transaction_id).await.expect("the admin sees it") else {
+        panic!("aborted")
+    };
+    assert_ne!(whole.participants[0].reason.as_deref(), Some(HIDDEN_REASON), "{whole:?}");
+
+    // Bob's transaction: nobody else may see, commit or abort it (answered as unknown); bob and the admin may.
+    assert!(matches!(users.alice.get(&held_id).await, Err(Error::NotFound(_))));
+    assert!(matches!(users.alice.commit(&held_id).await, Err(Error::NotFound(_))));
+    assert!(matches!(users.alice.abort(&held_id).await, Err(Error::NotFound(_))));
+    assert!(users.admin.get(&held_id).await.is_ok());
+    assert!(users.bob.commit(&held_id).await.expect("bob commits his own").is_committed());
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn idempotency_keys_are_each_callers_own() {
+    let stack = stack("keys", 10).await;
+    let users = users(&stack);
+    open_accounts(&users).await;
+    let alices = users.alice.submit_with_key(&credit("service-b", "bob", 1), "order-1").await.expect("answered");
+    let bobs = users.bob.submit_with_key(&credit("service-b", "alice", 2), "order-1").await.expect("answered");
+    assert!(alices.is_committed() && bobs.is_committed(), "{alices:?} {bobs:?}");
+    assert_ne!(alices.transaction_id(), bobs.transaction_id());
+    // Each key still names its caller's transaction: the same answer again, never a second run.
+    let again = users.alice.submit_with_key(&credit("service-b", "bob", 1), "order-1").await.expect("answered");
+    assert_eq!(again.transaction_id(), alices.transaction_id());
+    let reused = users.alice.submit_with_key(&credit("service-b", "bob", 3), "order-1").await;
+    assert!(matches!(reused, Err(Error::IdempotencyKeyReused(_))), "{reused:?}");
+    stack.stop().await;
+}
+
+/// The next push matching `wanted`; panics after `WAIT`.
+async fn next_matching(pushes: &mut Subscription, what: &str, wanted: impl Fn(&Push) -> bool) -> Push {
+    twopc_tests::next_push(pushes, WAIT, what, wanted).await
+}
+
+#[tokio::test]
+async fn users_follow_only_their_items_and_transactions() {
+    let stack = stack("follow", 10).await;
+    let e = stack.endpoints();
+    let users = users(&stack);
+    open_accounts(&users).await;
+    let table = &e.tables.participants["service-a"];
+
+    // Bob's next transaction, keyed: its id is known before it exists (as anyone who learnt it would).
+    let issuer = &stack.endpoints().issuer.clone().expect("an issuer");
+    let bob = twopc::access::jwt_principal(issuer, "bob");
+    let bobs_future = caller_idempotent_id(Some(&bob), "bob-1");
+    let alice = twopc::access::jwt_principal(issuer, "alice");
+    let alices_future = caller_idempotent_id(Some(&alice), "alice-1");
+
+    let mut pushes = Subscription::connect_with_token(&e.websocket, &users.tokens[0]).await.expect("alice connects");
+    pushes
+        .subscribe([
+            topic::entity(table, "alice"),
+            topic::entity(table, "bob"),
+            topic::transaction(&bobs_future),
+            topic::transaction(&alices_future),
+        ])
+        .await
+        .expect("sent");
+    let subscribed =
+        next_matching(&mut pushes, "acknowledging the subscription", |p| matches!(p, Push::Subscribed(_))).await;
+    let Push::Subscribed(topics) = subscribed else { unreachable!() };
+    assert_eq!(topics.len(), 3, "{topics:?}");
+    let refused = next_matching(&mut pushes, "refusing a topic", |p| matches!(p, Push::Refused(_))).await;
+    let Push::Refused(refused) = refused else { unreachable!() };
+    let refused: Vec<&str> = refused.iter().map(|r| r.topic.as_str()).collect();
+    assert_eq!(refused, vec![topic::entity(table, "bob")], "only bob's item is refused at once");
+
+    // Bob's keyed transaction, then alice's: hers reaches her, his never does (authorized when pushed).
+    let bobs = users.bob.submit_with_key(&credit("service-b", "bob", 1), "bob-1").await.expect("answered");
+    assert_eq!(bobs.transaction_id(), bobs_future);
+    let alices = users.alice.submit_with_key(&credit("service-a", "alice", 1), "alice-1").await.expect("answered");
+    assert_eq!(alices.transaction_id(), alices_future);
+    let seen_bobs = std::cell::Cell::new(false);
+    let mine = next_matching(&mut pushes, "of alice's transaction", |push| {
+        seen_bobs.set(seen_bobs.get() || push.transaction_id() == Some(bobs_future.as_str()));
+        matches!(push, Push::Transaction { transaction_id, .. } if *transaction_id == alices_future)
+    })
+    .await;
+    assert!(!seen_bobs.get(), "bob's outcome reached alice: {mine:?}");
+
+    // Now that it exists, bob's transaction is refused at subscribe too.
+    pushes.subscribe([topic::transaction(bobs.transaction_id())]).await.expect("sent");
+    next_matching(&mut pushes, "refusing bob's transaction", |push| {
+        matches!(push, Push::Refused(refused) if refused.iter().any(|r| r.topic == topic::transaction(bobs.transaction_id())))
+    })
+    .await;
+    pushes.close().await.ok();
+
+    // The admin follows anything.
+    let mut admin = Subscription::connect_with_token(&e.websocket, &users.tokens[2]).await.expect("admin connects");
+    admin.subscribe([topic::entity(table, "bob")]).await.expect("sent");
+    let ack = next_matching(&mut admin, "acknowledging", |p| matches!(p, Push::Subscribed(_))).await;
+    assert_eq!(ack, Push::Subscribed(vec![topic::entity(table, "bob")]));
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn bad_tokens_are_refused_at_both_apis_and_connections_are_capped() {
+    let stack = stack("tokens", 2).await;
+    let e = stack.endpoints();
+    let issuer = stack.issuer().expect("an issuer");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = |changes: Value| {
+        let mut claims = json!({"iss": issuer.issuer, "aud": issuer.audience, "sub": "alice", "exp": now + 600});
+        claims.as_object_mut().unwrap().extend(changes.as_object().unwrap().clone());
+        claims
+    };
+    let other = local_stack::issuer::DevIssuer::create(&lake_dir("other-issuer"), &issuer.issuer).unwrap();
+    let bad = [
+        ("expired", issuer.sign(&claims(json!({"exp": now - 120})))),
+        ("wrong audience", issuer.sign(&claims(json!({"aud": "someone-else"})))),
+        ("wrong issuer", issuer.sign(&claims(json!({"iss": "https://elsewhere.example"})))),
+        ("badly signed", other.sign(&claims(json!({})))),
+        ("not a token", "abc.def.ghi".to_owned()),
+    ];
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for (what, token) in &bad {
+        let answer =
+            http.get(format!("{}/transactions/tx-1", e.api)).bearer_auth(token).send().await.expect("the API answers");
+        assert_eq!(answer.status().as_u16(), 401, "{what}");
+        let refused = Subscription::connect_with_token(&e.websocket, token).await.err();
+        assert!(matches!(refused, Some(Error::WebSocket(_))), "{what}: connected");
+    }
+    // No token at all: the same.
+    let answer = http.get(format!("{}/transactions/tx-1", e.api)).send().await.expect("the API answers");
+    assert_eq!(answer.status().as_u16(), 401);
+    assert!(Subscription::connect(&e.websocket).await.is_err());
+
+    // A good token in the query, as a browser sends it; at most two connections per principal.
+    let token = issuer.token("alice", false, Duration::from_secs(600));
+    let url = format!("{}/?token={token}", e.websocket);
+    let first = Subscription::connect(&url).await.expect("one");
+    let _second = Subscription::connect_with_token(&e.websocket, &token).await.expect("two");
+    let third = Subscription::connect(&url).await.err();
+    assert!(matches!(third, Some(Error::WebSocket(_))), "a third connection is refused");
+    let bob = issuer.token("bob", false, Duration::from_secs(600));
+    let _bobs = Subscription::connect_with_token(&e.websocket, &bob).await.expect("another principal has room");
+    // One closed, its place is free again (once its $disconnect has run).
+    first.close().await.ok();
+    let started = Instant::now();
+    loop {
+        match Subscription::connect(&url).await {
+            Ok(_) => break,
+            Err(_) if started.elapsed() < WAIT => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("no place after a close: {e}"),
+        }
+    }
+    stack.stop().await;
+}
+
+/// Keys used before they were scoped per caller: the first execution is found by its own caller (its
+/// recorded principal, or any IAM caller for a record without one), and by nobody else.
+#[tokio::test]
+async fn a_key_from_before_scoping_finds_its_first_execution_for_its_own_caller_only() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    let body = json!({"participants": [{"service": "service-a", "operations": [
+        {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1}]}]});
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let access = env.coordinator.access().clone();
+    // Before the upgrade: recorded under the key's own id.
+    let first = env.coordinator.submit_by(&bytes, Some("k-old"), &access.iam(None)).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let legacy = idempotent_id("k-old");
+    assert_eq!(first.body["transactionId"], legacy.as_str());
+
+    // An IAM caller finds it (a record without a principal was an IAM caller's): no second run.
+    let role = "arn:aws:sts::123456789012:assumed-role/Orders";
+    let again = env.coordinator.submit_as(&bytes, Some("k-old"), Some(role)).await;
+    assert_eq!((again.status, &again.body["transactionId"]), (200, &json!(legacy)), "{}", again.body);
+    assert_eq!(env.balance("service-a", "A").await, "101");
+
+    // A JWT user does not: its key is its own, a transaction of its own.
+    let alice = Caller::jwt("https://issuer.example", "A", false);
+    let hers = env.coordinator.submit_by(&bytes, Some("k-old"), &alice).await;
+    assert_eq!(hers.status, 200, "{}", hers.body);
+    assert_eq!(hers.body["transactionId"], caller_idempotent_id(alice.principal.as_deref(), "k-old").as_str());
+    assert_eq!(env.balance("service-a", "A").await, "102");
+
+    // A record with a principal: found by that principal only.
+    let first = env.coordinator.submit_by(&bytes, Some("k-mine"), &access.iam(None)).await;
+    let id = first.body["transactionId"].as_str().unwrap().to_owned();
+    env.client
+        .update_item()
+        .table_name(env.transactions.table())
+        .key("transactionId", aws_sdk_dynamodb::types::AttributeValue::S(id.clone()))
+        .update_expression("SET principal = :p")
+        .expression_attribute_values(":p", aws_sdk_dynamodb::types::AttributeValue::S(role.to_owned()))
+        .send()
+        .await
+        .unwrap();
+    let same = env.coordinator.submit_as(&bytes, Some("k-mine"), Some(role)).await;
+    assert_eq!(same.body["transactionId"], id.as_str(), "{}", same.body);
+    let other = env.coordinator.submit_as(&bytes, Some("k-mine"), Some("arn:aws:iam::123456789012:user/ops")).await;
+    assert_ne!(other.body["transactionId"], id.as_str(), "{}", other.body);
+    assert_eq!(env.balance("service-a", "A").await, "104");
+}
+
+/// What the live page does with `--auth jwt`: it learns that the stack authorizes, takes a token for
+/// the user chosen (`POST /local/token`) and calls the API with it.
+#[tokio::test]
+async fn the_live_page_signs_in_as_a_chosen_local_user() {
+    let stack = stack("page", 10).await;
+    let api = &stack.endpoints().api;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let described: Value = http.get(format!("{api}/local/stack.json")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(described["auth"], "jwt");
+    let signed_in: Value = http
+        .post(format!("{api}/local/token"))
+        .json(&json!({"sub": "carol"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = signed_in["token"].as_str().expect("a token");
+    let carol = Client::new(api).unwrap().with_bearer(token);
+    let own = Transaction::new().participant("service-a", [op::put("carol", json!({"balance": 5}))]);
+    assert!(carol.submit(&own).await.expect("carol writes her own item").is_committed());
+    let bad = http.post(format!("{api}/local/token")).json(&json!({"sub": "a#b"})).send().await.unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    stack.stop().await;
+}
