@@ -11,8 +11,32 @@ const state = {
   transactions: new Map(), // transactionId → {record, httpStatus, source, elapsedMs, sentAt, decision?}
   pending: new Set(),      // topics asked for, not yet acknowledged
   waiting: new Map(),      // topic → callbacks to run when the WebSocket API acknowledges it
-  refused: new Map(),      // topic → why the WebSocket API refused it (over the per-connection cap)
+  refused: new Map(),      // topic → why the WebSocket API refused it (over the cap, or not this user's)
+  auth: null,              // 'jwt' when the stack runs with --auth jwt
+  token: null,             // the signed-in user's token (--auth jwt)
+  websocket: null,         // the WebSocket API's URL
 };
+
+// With --auth jwt every call carries the signed-in user's token: `Authorization: Bearer` on the REST
+// API, the `token` query parameter on the WebSocket (a browser cannot set headers on one).
+const authorized = (headers = {}) => (state.token ? { ...headers, authorization: `Bearer ${state.token}` } : headers);
+const socketUrl = () => (state.token ? `${state.websocket}/?token=${encodeURIComponent(state.token)}` : state.websocket);
+
+// Signs in as a local user: a token of the stack's development issuer (POST /local/token), then the
+// WebSocket again as that user.
+async function signIn(sub, admin) {
+  const response = await fetch('/local/token', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sub, admin }) });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok || !answer.token) {
+    $('#user-status').textContent = `sign-in refused: ${answer.message || response.status}`;
+    return;
+  }
+  state.token = answer.token;
+  localStorage.setItem('twopc.user', JSON.stringify({ sub, admin }));
+  $('#user-status').textContent = `signed in as ${sub}${admin ? ' (admin)' : ''}`;
+  $('#user-status').dataset.user = sub;
+  if (state.socket) state.socket.close();
+}
 
 const $ = (selector) => document.querySelector(selector);
 const element = (tag, attributes = {}, ...children) => {
@@ -47,7 +71,8 @@ function connect(url) {
   socket.addEventListener('close', () => {
     status.textContent = 'disconnected, reconnecting';
     status.className = 'badge aborted';
-    setTimeout(() => connect(url), 1000);
+    // Again as whoever is signed in then.
+    setTimeout(() => connect(socketUrl()), state.socket === socket ? 1000 : 0);
   });
 }
 
@@ -127,7 +152,7 @@ async function submit(body, { key, label }) {
   renderTransactions();
   let response; let answer;
   try {
-    response = await fetch('/transactions', { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    response = await fetch('/transactions', { method: 'POST', headers: authorized(headers), body: typeof body === 'string' ? body : JSON.stringify(body) });
     answer = await response.json().catch(() => ({}));
   } catch (error) {
     state.transactions.set(local, { source: 'page', label, sentAt, failure: `the REST API did not answer: ${error}` });
@@ -159,7 +184,7 @@ const progress = (status) => ({ PREPARING: 0, PREPARED: 1, COMMITTING: 2, ABORTI
 
 async function refresh(id) {
   let response;
-  try { response = await fetch(`/transactions/${encodeURIComponent(id)}`); } catch { return; }
+  try { response = await fetch(`/transactions/${encodeURIComponent(id)}`, { headers: authorized() }); } catch { return; }
   // 200 committed, 202 not ended yet (or held), 409 aborted: each with the record; 404 and 503 without.
   const record = await response.json().catch(() => ({}));
   if (!record.transactionId || !record.status) return;
@@ -199,7 +224,7 @@ async function decide(id, route) {
   renderTransactions();
   let response; let answer;
   try {
-    response = await fetch(`/transactions/${encodeURIComponent(id)}/${route}`, { method: 'POST' });
+    response = await fetch(`/transactions/${encodeURIComponent(id)}/${route}`, { method: 'POST', headers: authorized() });
     answer = await response.json().catch(() => ({}));
   } catch (error) {
     state.transactions.set(id, { ...state.transactions.get(id), deciding: undefined, decisionError: `the REST API did not answer: ${error}` });
@@ -551,11 +576,25 @@ async function start() {
     }
   } catch { /* a stale list: start with none */ }
   $('#ws-url').textContent = stack.websocket;
+  state.websocket = stack.websocket;
+  state.auth = stack.auth || null;
+  $('#sign-in').hidden = state.auth !== 'jwt';
+  if (state.auth === 'jwt') {
+    let user = { sub: 'admin', admin: true };
+    try { user = JSON.parse(localStorage.getItem('twopc.user')) || user; } catch { /* the default user */ }
+    $('#user-sub').value = user.sub;
+    $('#user-admin').checked = !!user.admin;
+    $('#sign-in').addEventListener('submit', (event) => {
+      event.preventDefault();
+      signIn($('#user-sub').value.trim(), $('#user-admin').checked);
+    });
+    await signIn(user.sub, !!user.admin);
+  }
   await loadItems();
   setUpForms();
   renderItems();
   renderTransactions();
-  connect(stack.websocket);
+  connect(socketUrl());
   renderLake();
   setInterval(renderLake, 2000);
   setInterval(tickCountdowns, 250);

@@ -136,6 +136,27 @@ pub fn rest_proxy_event(
     })
 }
 
+/// The ARN API Gateway gives a method in an authorizer's event: `.../<stage>/<METHOD>/<path>`, or
+/// `.../<stage>/$connect` for the WebSocket's.
+pub fn method_arn(stage: &str, method: &str, path: &str) -> String {
+    let resource = if method == "$connect" { "$connect".to_owned() } else { format!("{method}{path}") };
+    format!("arn:aws:execute-api:{}:{ACCOUNT_ID}:{API_ID}/{stage}/{resource}", crate::REGION)
+}
+
+/// The REQUEST authorizer's event for a method (or the WebSocket `$connect`): its headers and query.
+pub fn authorizer_event(method_arn: &str, headers: &[(String, String)], query: Option<&str>) -> Value {
+    let (query, multi_query) = query_parameters(query);
+    let single: Map<String, Value> = headers.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    json!({
+        "type": "REQUEST",
+        "methodArn": method_arn,
+        "headers": single,
+        "queryStringParameters": query,
+        "multiValueQueryStringParameters": multi_query,
+        "requestContext": {"accountId": ACCOUNT_ID, "apiId": API_ID},
+    })
+}
+
 /// What a WebSocket event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WebSocketEvent<'a> {
@@ -154,6 +175,9 @@ pub struct WebSocketConnection {
     pub user_agent: Option<String>,
     pub domain: String,
     pub stage: String,
+    /// What the authorizer gave `$connect` (`principalId` and its context): API Gateway passes it in
+    /// the request context of every event of the connection.
+    pub authorizer: Option<Value>,
 }
 
 /// The route a message takes, by the API's route selection expression `$request.body.action`:
@@ -210,6 +234,9 @@ pub fn websocket_event(connection: &WebSocketConnection, event: &WebSocketEvent<
             context["disconnectStatusCode"] = json!(status_code);
             context["disconnectReason"] = json!(reason);
         }
+    }
+    if let Some(authorizer) = &connection.authorizer {
+        context["authorizer"] = authorizer.clone();
     }
     out["requestContext"] = context;
     out
@@ -331,6 +358,7 @@ mod tests {
             user_agent: None,
             domain: "127.0.0.1:3001".into(),
             stage: "local".into(),
+            authorizer: None,
         };
         let body = r#"{"action": "subscribe", "topics": ["tx:1"]}"#;
         let route = route_for_message(body, &["subscribe", "unsubscribe"]);

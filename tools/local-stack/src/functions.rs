@@ -40,6 +40,23 @@ pub(crate) struct Wiring {
     /// The dead-letter queue, a folder: the stream processor's own dead letters (records it gives up on,
     /// with their content) go there beside the pollers' on-failure records.
     pub dead_letter_dir: std::path::PathBuf,
+    /// Who may do what (`ACCESS_POLICY`).
+    pub access: twopc::access::Policy,
+    /// `--auth jwt`: the issuer and audience the authorizer accepts; None: no authorizer runs.
+    pub jwt: Option<twopc::jwt::JwtSettings>,
+    /// `MAX_CONNECTIONS_PER_PRINCIPAL`.
+    pub max_connections_per_principal: usize,
+}
+
+/// What the authorizer answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Authorized {
+    /// Allowed: the fields API Gateway puts in `requestContext.authorizer` (`principalId` and the context).
+    Allow(Value),
+    /// No valid token: API Gateway answers 401.
+    Unauthorized,
+    /// A policy that does not allow the method: 403.
+    Deny,
 }
 
 pub(crate) type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
@@ -56,11 +73,12 @@ pub(crate) fn stream_processor(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Clie
         fanout,
         FirehoseSink::from_config(&firehose, &wiring.stream_name),
         ApiGatewayPoster::from_config(&wiring.sdk, &wiring.management_endpoint),
-        ConnectionStore::new(dynamodb, &tables.connections),
+        ConnectionStore::new(dynamodb, &tables.connections).with_access(wiring.access.clone(), None),
     )
     .with_dead_letters(std::sync::Arc::new(twopc::fanout::replay::DirectoryDeadLetters::new(
         wiring.dead_letter_dir.clone(),
     )))
+    .with_access(wiring.access.clone())
 }
 
 /// The function a service's participant runs: its own crate's for the repository's example service
@@ -93,6 +111,7 @@ pub enum Functions {
 }
 
 pub struct InProcess {
+    authorizer: Option<twopc::jwt::Verifier>,
     coordinator: Coordinator,
     cors_allow_origin: Option<String>,
     connections: ConnectionStore,
@@ -111,7 +130,7 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// The deployment running every function but the participants.
 const SYSTEM: &str = "functions";
-const SYSTEM_FUNCTIONS: [&str; 4] = ["coordinator", "connections", "stream-processor", "sweeper"];
+const SYSTEM_FUNCTIONS: [&str; 5] = ["coordinator", "connections", "stream-processor", "sweeper", "authorizer"];
 
 impl Functions {
     pub(crate) fn in_process(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Client) -> Functions {
@@ -136,17 +155,22 @@ impl Functions {
             .collect();
         let invoker: Arc<dyn ParticipantInvoker> = Arc::new(InProcessInvoker::new(participants));
         let services: Vec<String> = tables.participants.keys().cloned().collect();
-        let coordinator = Coordinator::new(transactions, invoker, services.clone(), clock::system())
-            .with_operations(service_operations(&services));
+        let coordinator = Coordinator::new(transactions.clone(), invoker, services.clone(), clock::system())
+            .with_operations(service_operations(&services))
+            .with_access(wiring.access.clone());
         let data_tables: BTreeMap<String, DataTable> = tables
             .participants
             .iter()
             .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
             .collect();
         let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default());
-        let connections = ConnectionStore::new(dynamodb.clone(), &tables.connections);
+        let connections = ConnectionStore::new(dynamodb.clone(), &tables.connections)
+            .with_access(wiring.access.clone(), Some(transactions))
+            .with_max_connections_per_principal(wiring.max_connections_per_principal);
         let processor = stream_processor(wiring, dynamodb);
+        let authorizer = wiring.jwt.clone().map(|settings| twopc::jwt::Verifier::new(settings, wiring.access.clone()));
         Functions::InProcess(Box::new(InProcess {
+            authorizer,
             coordinator,
             cors_allow_origin: wiring.cors_allow_origin.clone(),
             connections,
@@ -215,11 +239,20 @@ impl Functions {
             (twopc::config::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
             (twopc::config::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
             (twopc::config::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
+            (twopc::access::ACCESS_POLICY, serde_json::to_string(&wiring.access).expect("a policy serializes")),
+            (twopc::config::MAX_CONNECTIONS_PER_PRINCIPAL, wiring.max_connections_per_principal.to_string()),
             // The folder the in-process stack uses, as a `file://` queue: the function dead-letters there.
             (twopc::config::DEAD_LETTER_QUEUE_URL, format!("file://{}", wiring.dead_letter_dir.display())),
         ]);
         if let Some(origin) = &wiring.cors_allow_origin {
             env.push((twopc::config::CORS_ALLOW_ORIGIN, origin.clone()));
+        }
+        if let Some(jwt) = &wiring.jwt {
+            env.extend([
+                (twopc::jwt::JWT_ISSUER, jwt.issuer.clone()),
+                (twopc::jwt::JWT_AUDIENCE, jwt.audience.clone()),
+                (twopc::jwt::JWKS_URL, jwt.jwks_url.clone()),
+            ]);
         }
         watches.push(Watch::spawn(SYSTEM, system_port, &env, options)?);
         for watch in &watches {
@@ -264,6 +297,7 @@ impl Functions {
             user_agent: None,
             domain: "127.0.0.1".into(),
             stage: "local".into(),
+            authorizer: None,
         };
         let get = HttpRequest {
             method: "GET",
@@ -305,6 +339,24 @@ impl Functions {
                 )));
             }
         }
+        if wiring.jwt.is_some() {
+            // The authorizer, with a call that has no token: its answer is the 401 error.
+            let event =
+                events::authorizer_event(&events::method_arn("local", "GET", "/transactions/warm-up"), &[], None);
+            let warm = tokio::time::timeout(WARM_UP_TIMEOUT, invoke(&lambda.client, "authorizer", &event)).await;
+            match warm {
+                Ok(Err(e)) if e.contains(r#""errorMessage":"Unauthorized""#) => {}
+                Ok(other) => {
+                    return Err(Error::Lambda(format!(
+                        "the authorizer did not start under cargo lambda watch: {other:?}\n{}",
+                        lambda.output_tail()
+                    )));
+                }
+                Err(_) => {
+                    return Err(Error::Lambda(format!("the authorizer did not answer:\n{}", lambda.output_tail())));
+                }
+            }
+        }
         eprintln!("functions ready in {:.1} s", started.elapsed().as_secs_f64());
         info!(after_ms = started.elapsed().as_millis() as u64, "every function answered under cargo lambda watch");
 
@@ -341,6 +393,40 @@ impl Functions {
             }
             Functions::Lambda(f) => ProxyResponse::from_json(&invoke(&f.client, "coordinator", event).await?),
         }
+    }
+
+    /// The authorizer with a REQUEST authorizer event (REST method or WebSocket `$connect`).
+    pub async fn authorize(&self, event: &Value) -> Result<Authorized, String> {
+        let answer = match self {
+            Functions::InProcess(f) => {
+                let Some(verifier) = &f.authorizer else {
+                    return Err("no authorizer: the stack runs without --auth".into());
+                };
+                match ::authorizer::handle(verifier, event.clone()).await {
+                    Ok(answer) => answer,
+                    Err(::authorizer::Denied::Unauthorized) => return Ok(Authorized::Unauthorized),
+                    Err(other) => return Err(other.to_string()),
+                }
+            }
+            Functions::Lambda(f) => match invoke(&f.client, "authorizer", event).await {
+                Ok(answer) => answer,
+                // API Gateway's rule: a function error whose message is `Unauthorized` is a 401.
+                Err(e) if e.contains(r#""errorMessage":"Unauthorized""#) => return Ok(Authorized::Unauthorized),
+                Err(e) => return Err(e),
+            },
+        };
+        let allowed = answer["policyDocument"]["Statement"]
+            .as_array()
+            .is_some_and(|statements| statements.iter().any(|s| s["Effect"] == "Allow"));
+        if !allowed {
+            return Ok(Authorized::Deny);
+        }
+        let mut fields = answer["context"].clone();
+        if !fields.is_object() {
+            fields = json!({});
+        }
+        fields["principalId"] = answer["principalId"].clone();
+        Ok(Authorized::Allow(fields))
     }
 
     /// The connections function with an API Gateway WebSocket proxy event: its status code and body.

@@ -15,6 +15,7 @@
 
 pub mod events;
 mod functions;
+pub mod issuer;
 mod page;
 mod ports;
 mod rest;
@@ -123,6 +124,25 @@ pub struct Config {
     /// Put [`example_items`] in the tables (once: a kept stack that has them, or any of them, is left as
     /// it is) before the REST API answers, so that the live page has items from its first load.
     pub example_items: bool,
+    /// `--auth jwt`: a development issuer, and both APIs behind the authorizer; `None`: no authorization
+    /// (every caller is one without identity, as before).
+    pub auth: Auth,
+    /// Who may do what (`ACCESS_POLICY`; the default policy unless given).
+    pub access: twopc::access::Policy,
+    /// Open WebSocket connections per principal (`MAX_CONNECTIONS_PER_PRINCIPAL`).
+    pub max_connections_per_principal: usize,
+    /// Where the development issuer keeps its key (`twopc-local token` reads it there).
+    pub auth_dir: PathBuf,
+}
+
+/// How the local APIs authorize their callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Auth {
+    /// No authorizer: as the stack always was.
+    #[default]
+    None,
+    /// JWTs of a development issuer the stack runs (`twopc-local token` prints one).
+    Jwt,
 }
 
 impl Default for Config {
@@ -149,6 +169,10 @@ impl Default for Config {
             cors_allow_origin: None,
             mode: Mode::InProcess,
             example_items: false,
+            auth: Auth::None,
+            access: twopc::access::Policy::default(),
+            max_connections_per_principal: twopc::config::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+            auth_dir: local_dir().join("auth"),
         }
     }
 }
@@ -164,6 +188,7 @@ impl Config {
             api_port: 0,
             websocket_port: 0,
             dead_letter_dir: lake_dir.with_extension("dead-letters"),
+            auth_dir: lake_dir.with_extension("auth"),
             lake_dir,
             table_prefix: format!("s{}-", &uuid::Uuid::new_v4().simple().to_string()[..10]),
             poll_interval: Duration::from_millis(50),
@@ -223,6 +248,8 @@ pub struct Endpoints {
     pub tables: Tables,
     /// Lambda mode: each `cargo lambda watch` (deployment name, Invoke API URL, its functions).
     pub lambda: Vec<(String, String, Vec<String>)>,
+    /// `--auth jwt`: the development issuer's URL (its JWKS under `/.well-known/jwks.json`).
+    pub issuer: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -300,6 +327,7 @@ pub struct Stack {
     replay: Replay,
     firehose: Firehose,
     payment_api: Option<Arc<local_services::payments::PaymentApi>>,
+    issuer: Option<issuer::DevIssuer>,
     _management: ManagementApi,
     started_in: Duration,
     // Held for the stack's life: a second stack on the same data folder is refused.
@@ -408,8 +436,20 @@ impl Stack {
             false => None,
         };
 
-        // 4. The functions.
+        // 4. The functions, and with `--auth jwt` the development issuer their authorizer trusts (named
+        //    by the REST API's own address, which serves its JWKS).
+        let api_addr = local_addr(&api)?;
+        let issuer = match config.auth {
+            Auth::None => None,
+            Auth::Jwt => Some(
+                issuer::DevIssuer::create(&config.auth_dir, &format!("http://{api_addr}{}", issuer::ISSUER_PATH))
+                    .map_err(|message| Error::Io { what: message, source: std::io::Error::other("issuer") })?,
+            ),
+        };
         let wiring = functions::Wiring {
+            access: config.access.clone(),
+            jwt: issuer.as_ref().map(|i| twopc::jwt::JwtSettings::new(&i.issuer, &i.audience, None)),
+            max_connections_per_principal: config.max_connections_per_principal,
             payment_api_url: payment_api.as_ref().map(|api| api.url().to_owned()),
             sdk: sdk.clone(),
             dynamodb_endpoint: dynamodb_endpoint.clone(),
@@ -476,7 +516,6 @@ impl Stack {
             put_example_items(&functions, &tables, &config.stage).await;
         }
         let websocket_addr = local_addr(&websocket)?;
-        let api_addr = local_addr(&api)?;
         let pollers = Pollers::start(pollers)?;
         let mut tasks = Tasks::default();
         tasks.0.push(tokio::spawn(websocket::serve(
@@ -484,6 +523,7 @@ impl Stack {
             registry.clone(),
             functions.clone(),
             config.stage.clone(),
+            issuer.is_some(),
         )));
         tasks.0.push(tokio::spawn(sweep_loop(functions.clone(), config.sweep_interval)));
         let page = page::Page {
@@ -492,6 +532,7 @@ impl Stack {
             lake_dir: config.lake_dir.clone(),
             dynamodb: ddb.clone(),
             payment_api: payment_api.as_ref().map(|api| api.url().to_owned()),
+            jwt: issuer.is_some(),
         };
         let operations = service_operations(tables.participants.keys());
         let rest = rest::Api::new(
@@ -500,7 +541,8 @@ impl Stack {
             config.cors_allow_origin.clone(),
             page,
             &operations,
-        );
+        )
+        .with_issuer(issuer.clone());
         tasks.0.push(tokio::spawn(rest::serve(api, rest)));
 
         let endpoints = Endpoints {
@@ -514,6 +556,7 @@ impl Stack {
             dead_letter_dir: config.dead_letter_dir.clone(),
             tables,
             lambda,
+            issuer: issuer.as_ref().map(|i| i.issuer.clone()),
         };
         let replay = Replay {
             dir: config.dead_letter_dir.clone(),
@@ -530,6 +573,7 @@ impl Stack {
             replay,
             firehose,
             payment_api,
+            issuer,
             _management: management,
             started_in: started.elapsed(),
             _data_lock: data_lock,
@@ -538,6 +582,11 @@ impl Stack {
 
     pub fn endpoints(&self) -> &Endpoints {
         &self.endpoints
+    }
+
+    /// `--auth jwt`: the development issuer (tokens for any user, and bad ones for tests).
+    pub fn issuer(&self) -> Option<&issuer::DevIssuer> {
+        self.issuer.as_ref()
     }
 
     /// How long [`Stack::start`] took.

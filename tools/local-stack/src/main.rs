@@ -11,6 +11,8 @@
 //! - `twopc-local sign FILE`: print a participant message signed now with the local development key,
 //!   for `cargo lambda invoke` (a participant acts only on a message the coordinator or the sweeper
 //!   signed, and only for a while after it was signed).
+//! - `twopc-local token --sub alice [--admin]`: print a token of the development issuer a stack
+//!   started with `--auth jwt` runs (`Authorization: Bearer <token>`, or `?token=` on the WebSocket).
 
 mod demo;
 
@@ -51,6 +53,29 @@ enum Command {
         #[arg(long, default_value = "service-a")]
         service: String,
     },
+    /// Print a token of the development issuer of the stack running with `--auth jwt` (its key is
+    /// under .local/auth/): `Authorization: Bearer <token>` on the REST API, `?token=<token>` (or the
+    /// same header) on the WebSocket.
+    Token {
+        /// The user: the token's `sub`, which owns the items whose entityId is it or starts with `<sub>#`.
+        #[arg(long)]
+        sub: String,
+        /// An admin (in the `admins` group): may do everything.
+        #[arg(long)]
+        admin: bool,
+        /// How long the token is valid.
+        #[arg(long, default_value_t = 3600)]
+        ttl_secs: u64,
+    },
+}
+
+/// How the local APIs authorize their callers.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum AuthArg {
+    /// No authorization: every caller may do everything.
+    None,
+    /// JWTs of a development issuer the stack runs (`twopc-local token` prints one); the access policy applies.
+    Jwt,
 }
 
 #[derive(Args, Clone)]
@@ -99,6 +124,13 @@ struct StackArgs {
     /// Run every function as its real binary under `cargo lambda watch` (rebuilt when its code changes).
     #[arg(long)]
     lambda: bool,
+    /// Authorize the callers of both APIs: `jwt` runs a development issuer and checks its tokens
+    /// (`twopc-local token --sub alice` prints one) and the access policy, as a JwtIssuer deployment does.
+    #[arg(long, value_enum, default_value = "none")]
+    auth: AuthArg,
+    /// The access policy (ACCESS_POLICY's JSON) [default: its defaults].
+    #[arg(long, value_name = "JSON", value_parser = |text: &str| twopc::access::Policy::parse(Some(text)))]
+    access_policy: Option<twopc::access::Policy>,
     /// With --lambda: do not rebuild and restart functions when their code changes.
     #[arg(long, requires = "lambda")]
     no_reload: bool,
@@ -136,6 +168,11 @@ impl StackArgs {
             sweep_interval: Duration::from_secs(self.sweep_secs.max(1)),
             // `up` starts with items to show and order; the demo makes its own.
             example_items: keep_data_by_default,
+            access: self.access_policy.clone().unwrap_or_default(),
+            auth: match self.auth {
+                AuthArg::None => local_stack::Auth::None,
+                AuthArg::Jwt => local_stack::Auth::Jwt,
+            },
             mode: if self.lambda {
                 Mode::Lambda(LambdaOptions {
                     workspace: local_stack::workspace_dir(),
@@ -168,6 +205,7 @@ fn main() -> ExitCode {
             Command::Replay(args) => replay(args).await,
             Command::Reset => reset(),
             Command::Sign { file, service } => sign(&file, &service),
+            Command::Token { sub, admin, ttl_secs } => token(&sub, admin, ttl_secs),
         }
     });
     match result {
@@ -225,9 +263,25 @@ fn print_endpoints(stack: &Stack, config: &Config) {
         e.tables.connections,
         e.tables.participants.values().cloned().collect::<Vec<_>>().join(", ")
     );
+    if let Some(issuer) = &e.issuer {
+        println!(
+            "  auth          {:<28} JWT (`twopc-local token --sub alice [--admin]`), the access policy applies",
+            issuer
+        );
+    }
     for (deployment, url, functions) in &e.lambda {
         println!("  λ {:<11} {:<28} cargo lambda watch: {}", deployment, url, functions.join(", "));
     }
+}
+
+/// `twopc-local token`: a token of the development issuer `up --auth jwt` made.
+fn token(sub: &str, admin: bool, ttl_secs: u64) -> Result<(), String> {
+    if sub.is_empty() || sub.contains('#') {
+        return Err("--sub must be a non-empty user name without '#'".into());
+    }
+    let issuer = local_stack::issuer::DevIssuer::load(&Config::default().auth_dir)?;
+    println!("{}", issuer.token(sub, admin, Duration::from_secs(ttl_secs)));
+    Ok(())
 }
 
 /// `twopc-local sign`: the message signed now with the local development key of `service`.

@@ -35,6 +35,8 @@ pub(crate) struct Page {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// The stand-in payment API, whose authorizations `/local/payments` lists.
     pub payment_api: Option<String>,
+    /// `--auth jwt`: the page signs in as a local user (`/local/token`).
+    pub jwt: bool,
 }
 
 impl Page {
@@ -52,6 +54,7 @@ impl Page {
                 "services": self.tables,
                 // Services whose participant drives a resource: their table holds no items to show.
                 "resources": self.tables.keys().filter(|s| crate::functions::participant_function(s) == "payments").collect::<Vec<_>>(),
+                "auth": if self.jwt { Some("jwt") } else { None },
             }))),
             "/local/lake" => {
                 let limit = query

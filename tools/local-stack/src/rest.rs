@@ -19,6 +19,8 @@ use tracing::{error, info};
 
 use crate::Functions;
 use crate::events::{self, HttpRequest};
+use crate::functions::Authorized;
+use crate::issuer::{DevIssuer, ISSUER_PATH};
 use crate::page::Page;
 use twopc::custom::Catalogs;
 
@@ -35,6 +37,9 @@ pub(crate) struct Api {
     page: Page,
     /// `/openapi.yaml` as served: with the configured services' own operations.
     openapi: String,
+    /// `--auth jwt`: the development issuer (its JWKS served here, its tokens minted for the live
+    /// page), and every API request goes through the authorizer first.
+    issuer: Option<DevIssuer>,
 }
 
 impl Api {
@@ -46,7 +51,11 @@ impl Api {
         operations: &Catalogs,
     ) -> Api {
         let cors_allow_origin = cors_allow_origin.and_then(|origin| HeaderValue::try_from(origin).ok());
-        Api { functions, stage, cors_allow_origin, page, openapi: served_openapi(operations) }
+        Api { functions, stage, cors_allow_origin, page, openapi: served_openapi(operations), issuer: None }
+    }
+
+    pub(crate) fn with_issuer(self, issuer: Option<DevIssuer>) -> Api {
+        Api { issuer, ..self }
     }
 }
 
@@ -142,6 +151,32 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
         response.extensions_mut().insert(LocalOnly);
         return response;
     }
+    if let Some(issuer) = &api.issuer {
+        if (method, path) == ("GET", format!("{ISSUER_PATH}/.well-known/jwks.json").as_str()) {
+            let mut response = axum::Json(issuer.jwks()).into_response();
+            response.extensions_mut().insert(LocalOnly);
+            return response;
+        }
+        if (method, path) == ("POST", "/local/token") {
+            // The live page signs in as a chosen local user: a development token, as the issuer's
+            // sign-in would give it. Local only, same-origin only (no CORS header on it).
+            let body = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+            let asked: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let mut response = match asked["sub"].as_str().filter(|s| !s.is_empty() && !s.contains('#')) {
+                Some(sub) => {
+                    let admin = asked["admin"].as_bool().unwrap_or(false);
+                    let token = issuer.token(sub, admin, crate::issuer::DEFAULT_TOKEN_TTL);
+                    axum::Json(json!({"token": token, "sub": sub, "admin": admin})).into_response()
+                }
+                None => message(
+                    StatusCode::BAD_REQUEST,
+                    "expected {\"sub\": \"<user>\", \"admin\"?: bool}; sub without '#'".into(),
+                ),
+            };
+            response.extensions_mut().insert(LocalOnly);
+            return response;
+        }
+    }
     if (method, path) == ("GET", "/local/payments") {
         let mut response = api.page.payments().await;
         response.extensions_mut().insert(LocalOnly);
@@ -193,7 +228,26 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     let domain = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1").to_owned();
     let http =
         HttpRequest { method, path, query: parts.uri.query(), headers, body: &body, source_ip: peer.ip().to_string() };
-    let event = events::rest_proxy_event(&http, resource, path_parameters, &api.stage, &domain);
+    let mut event = events::rest_proxy_event(&http, resource, path_parameters, &api.stage, &domain);
+    if api.issuer.is_some() {
+        // The REST API's Lambda authorizer, as API Gateway runs it before the integration.
+        let arn = events::method_arn(&api.stage, method, path);
+        let authorizer = events::authorizer_event(&arn, &http.headers, http.query);
+        match api.functions.authorize(&authorizer).await {
+            Ok(Authorized::Allow(fields)) => event["requestContext"]["authorizer"] = fields,
+            Ok(Authorized::Unauthorized) => {
+                info!("{method} {path} -> 401 (no valid token)");
+                return message(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+            }
+            Ok(Authorized::Deny) => {
+                return message(StatusCode::FORBIDDEN, "User is not authorized to access this resource".into());
+            }
+            Err(e) => {
+                error!(error = %e, "{method} {path}: the authorizer failed");
+                return message(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error".into());
+            }
+        }
+    }
     match api.functions.coordinator(&event).await {
         Ok(answer) => {
             let summary = serde_json::from_slice::<Value>(&answer.body).ok().map(|b| {

@@ -24,6 +24,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::Functions;
 use crate::events::{self, WebSocketConnection, WebSocketEvent};
+use crate::functions::Authorized;
 
 /// The routes the WebSocket API declares besides `$connect` and `$disconnect`.
 const ROUTES: [&str; 2] = ["subscribe", "unsubscribe"];
@@ -103,10 +104,18 @@ struct Api {
     registry: Registry,
     functions: Arc<Functions>,
     stage: String,
+    /// `--auth jwt`: `$connect` goes through the authorizer first.
+    authorized: bool,
 }
 
-pub(crate) async fn serve(listener: TcpListener, registry: Registry, functions: Arc<Functions>, stage: String) {
-    let app = Router::new().fallback(upgrade).with_state(Arc::new(Api { registry, functions, stage }));
+pub(crate) async fn serve(
+    listener: TcpListener,
+    registry: Registry,
+    functions: Arc<Functions>,
+    stage: String,
+    authorized: bool,
+) {
+    let app = Router::new().fallback(upgrade).with_state(Arc::new(Api { registry, functions, stage, authorized }));
     if let Err(e) = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await {
         error!(error = %e, "the WebSocket API stopped");
     }
@@ -121,6 +130,7 @@ fn connection_id() -> String {
 async fn upgrade(
     State(api): State<Arc<Api>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -135,6 +145,25 @@ async fn upgrade(
         }
     };
     let text = |name| headers.get(name).and_then(|v: &axum::http::HeaderValue| v.to_str().ok()).map(str::to_owned);
+    let connect_headers: Vec<(String, String)> =
+        headers.iter().map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect();
+    // As API Gateway does: the `$connect` authorizer first (the token in the `token` query parameter or
+    // the Authorization header); what it gives reaches every event of the connection.
+    let authorizer = if api.authorized {
+        let arn = events::method_arn(&api.stage, "$connect", "");
+        let event = events::authorizer_event(&arn, &connect_headers, uri.query());
+        match api.functions.authorize(&event).await {
+            Ok(Authorized::Allow(fields)) => Some(fields),
+            Ok(Authorized::Unauthorized) => return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response(),
+            Ok(Authorized::Deny) => return (StatusCode::FORBIDDEN, "Forbidden").into_response(),
+            Err(e) => {
+                error!(error = %e, "the $connect authorizer failed");
+                return (StatusCode::INTERNAL_SERVER_ERROR, "Internal server error").into_response();
+            }
+        }
+    } else {
+        None
+    };
     let now = chrono::Utc::now();
     let connection = WebSocketConnection {
         connection_id: connection_id(),
@@ -143,9 +172,8 @@ async fn upgrade(
         user_agent: text(header::USER_AGENT),
         domain: text(header::HOST).unwrap_or_else(|| "127.0.0.1".into()),
         stage: api.stage.clone(),
+        authorizer,
     };
-    let connect_headers =
-        headers.iter().map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect();
     let event = events::websocket_event(&connection, &WebSocketEvent::Connect { headers: connect_headers });
     // As API Gateway does: a $connect the function does not accept refuses the handshake.
     match api.functions.connections(&event).await {
