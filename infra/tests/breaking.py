@@ -9,6 +9,7 @@ from typing import Any
 
 from cfn import Stack, as_list, att_id, ref_id
 from system import function_target, functions_of, participant_deployments, role_of, table_ids
+from template_checks import with_jwt
 
 
 def resource(stack: Stack, logical_id: str) -> dict:
@@ -358,3 +359,55 @@ def participant_permissions(stack: Stack, index: int, caller: str | None = None)
             out.append(name)
     assert out, f"no permission on participant {index} ({caller})"
     return out
+
+
+# --- the authorizer (JwtIssuer set): its resources whatever their condition, the REST API's Lambda
+# authorizer in either form (an AWS::ApiGateway::Authorizer of CDK, a security definition of SAM's
+# OpenAPI body) ------------------------------------------------------------------------------------
+
+# A REST Lambda authorizer's settings: (the resource's key, the OpenAPI body's key).
+REST_AUTHORIZER_KEYS = {
+    "type": ("Type", "type"),
+    "identitySource": ("IdentitySource", "identitySource"),
+    "ttl": ("AuthorizerResultTtlInSeconds", "authorizerResultTtlInSeconds"),
+    "uri": ("AuthorizerUri", "authorizerUri"),
+}
+
+
+def of_type(stack: Stack, kind: str) -> list[str]:
+    """Every resource of a type, whatever its condition (sorted logical ids)."""
+    return sorted(name for name, r in stack.template["Resources"].items() if r.get("Type") == kind)
+
+
+def _branch(value: Any) -> Any:
+    """The value of a `Fn::If` when its condition holds (the value itself when it is no `Fn::If`)."""
+    if isinstance(value, dict) and list(value) == ["Fn::If"]:
+        return value["Fn::If"][1]
+    return value
+
+
+def set_rest_authorizer(stack: Stack, key: str, value: Any) -> None:
+    """Sets one setting (type, identitySource, ttl, uri) of every REST Lambda authorizer; None removes it.
+    The body's type is lower case (as API Gateway's extension writes it)."""
+    resource_key, body_key = REST_AUTHORIZER_KEYS[key]
+    found = False
+    for name in of_type(stack, "AWS::ApiGateway::Authorizer"):
+        props(stack, name).pop(resource_key, None)
+        if value is not None:
+            props(stack, name)[resource_key] = value
+        found = True
+    for name in of_type(stack, "AWS::ApiGateway::RestApi"):
+        definitions = (props(stack, name).get("Body") or {}).get("securityDefinitions", {})
+        for definition in definitions.values():
+            settings = _branch(definition).get("x-amazon-apigateway-authorizer") if isinstance(_branch(definition), dict) else None
+            if isinstance(settings, dict):
+                settings.pop(body_key, None)
+                if value is not None:
+                    settings[body_key] = value.lower() if key == "type" and isinstance(value, str) else value
+                found = True
+    assert found, "no REST Lambda authorizer"
+
+
+def authorizer_function(stack: Stack) -> str:
+    """The logical id of the function whose binary is the authorizer (evaluated with tokens on)."""
+    return function(with_jwt(stack), "authorizer")

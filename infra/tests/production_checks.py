@@ -39,7 +39,23 @@ from system import (
     role_of,
     table_ids,
 )
-from template_checks import CREATE_ROUTE, HOLD_ROUTES, METRICS_NAMESPACE, SDK_CALLS, rest_methods
+from template_checks import (
+    AUTHORIZER_BINARY,
+    CREATE_ROUTE,
+    HOLD_ROUTES,
+    JWT_AUDIENCE_EXAMPLE,
+    JWT_AUDIENCE_PARAMETER,
+    JWT_ISSUER_EXAMPLE,
+    JWT_ISSUER_PARAMETER,
+    METRICS_NAMESPACE,
+    SDK_CALLS,
+    connect_authorization_problems,
+    expected_rest_authorization,
+    jwt_enabled,
+    rest_authorization_problems,
+    rest_methods,
+    with_jwt,
+)
 
 # ----------------------------------------------------------------------------------------------
 # Parameters every template offers (the same deploy-time interface for SAM and CDK)
@@ -1758,16 +1774,19 @@ def _invoke_permitted(stack: Stack, function: str, api: str, route: tuple[str, s
 
 def check_hold_routes(stack: Stack) -> list[str]:
     """POST /transactions/{id}/commit and /abort (a held transaction's decision): on the API of POST
-    /transactions, authorized exactly as it is (AWS_IAM: the coordinator lets only the principal that
-    created a held transaction decide it, and reads that principal from the signed request), proxied
-    to the coordinator, which API Gateway may invoke for that route."""
+    /transactions, authorized exactly as it is (AWS_IAM, or the JWT authorizer when JwtIssuer is set:
+    the coordinator lets only the principal that created a held transaction decide it, and reads that
+    principal from the signed request or the authorizer's context), proxied to the coordinator, which
+    API Gateway may invoke for that route."""
     problems: list[str] = []
     methods = rest_methods(stack)
     create = methods.get(CREATE_ROUTE)
     if create is None:
         return [f"REST route {' '.join(CREATE_ROUTE)} is missing"]
-    if create["authorization"] != "AWS_IAM":
-        problems.append(f"REST {' '.join(CREATE_ROUTE)}: authorization {create['authorization']!r}, not AWS_IAM")
+    if create["authorization"] != expected_rest_authorization(stack):
+        problems.append(
+            f"REST {' '.join(CREATE_ROUTE)}: authorization {create['authorization']!r}, not {expected_rest_authorization(stack)}"
+        )
     coordinators = functions_of(stack, "coordinator")
     if not coordinators:
         problems.append("no coordinator")
@@ -1851,3 +1870,301 @@ def check_hold_policy(stack: Stack) -> list[str]:
                     if marker in text or json.dumps(marker)[1:-1] in text:
                         problems.append(f"{function}: its environment carries the {parameter} parameter, which is the coordinator's")
     return sorted(set(problems), key=problems.index)
+
+
+# ----------------------------------------------------------------------------------------------
+# 15. Authorization: IAM, or JSON Web Tokens through the authorizer function; the access policy;
+# the connections one caller may hold
+# ----------------------------------------------------------------------------------------------
+
+ACCESS_POLICY_PARAMETER = "AccessPolicy"
+ACCESS_POLICY_VARIABLE = "ACCESS_POLICY"
+ACCESS_POLICY_DEFAULT = "{}"
+# The functions that read the access policy (issue 33's contract): who may do what (coordinator),
+# follow what (connections), see what is pushed (stream processor), is an admin (authorizer).
+ACCESS_POLICY_READERS = ("coordinator", "connections", "stream-processor", AUTHORIZER_BINARY)
+# A policy of every field (infra/DEPLOY.md, "Authorization"): the parameter's pattern must take it.
+ACCESS_POLICY_OTHER_VALUE = (
+    '{"adminGroups": ["admins"], "adminClaim": "twopc:admin", "iamAdmins": ["ops-role"], '
+    '"allowCredits": false, "readTables": ["service-a-data"], "writeServices": ["service-a"]}'
+)
+# Values no other part of the template could hold by chance: where they show up, the parameter went.
+ACCESS_POLICY_MARKER = '{"adminGroups": ["access-marker-group"]}'
+JWT_ISSUER_MARKER = "https://issuer-marker.example.com/pool-4321"
+JWT_AUDIENCE_MARKER = "audience-marker-4321"
+JWKS_URL_PARAMETER = "JwksUrl"
+JWKS_URL_MARKER = "https://keys-marker.example.com/jwks-4321.json"
+JWT_VARIABLES = {"JWT_ISSUER": JWT_ISSUER_PARAMETER, "JWT_AUDIENCE": JWT_AUDIENCE_PARAMETER, "JWKS_URL": JWKS_URL_PARAMETER}
+# The authorizer fetches the issuer's keys over HTTPS: it needs no AWS permission beyond its logs
+# (and X-Ray's two actions when TracingMode is Active).
+AUTHORIZER_LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+MAX_CONNECTIONS_PARAMETER = "MaxConnectionsPerPrincipal"
+MAX_CONNECTIONS_VARIABLE = "MAX_CONNECTIONS_PER_PRINCIPAL"
+MAX_CONNECTIONS_BOUNDS = (1, 1000)
+MAX_CONNECTIONS_OTHER_VALUE = "7"
+# Push-time authorization: the stream processor reads its subscribers' connection items.
+SUBSCRIBER_READ = "dynamodb:BatchGetItem"
+
+
+def _string_parameter(stack: Stack, name: str, default: str, accepted: list[str], refused: list[str]) -> list[str]:
+    """A String parameter with this default whose AllowedPattern (when it has one) takes `accepted` and
+    refuses `refused`."""
+    problems = _parameter(stack, name, default)
+    definition = stack.template.get("Parameters", {}).get(name)
+    if definition is None:
+        return problems
+    if definition.get("Type") != "String":
+        problems.append(f"parameter {name}: type {definition.get('Type')!r}, not String")
+    pattern = definition.get("AllowedPattern")
+    for value in accepted:
+        if pattern is not None and not re.fullmatch(str(pattern), value):
+            problems.append(f"parameter {name}: its AllowedPattern {pattern!r} refuses {value!r}")
+    for value in refused:
+        if pattern is None or re.fullmatch(str(pattern), value):
+            problems.append(f"parameter {name}: its AllowedPattern {pattern!r} takes {value!r}")
+    return problems
+
+
+def rule_failures(stack: Stack) -> list[str]:
+    """The descriptions of the template's rule assertions that fail for its parameter values (what
+    CloudFormation would refuse the stack for)."""
+    failed = []
+    for name, rule in stack.template.get("Rules", {}).items():
+        condition = rule.get("RuleCondition")
+        if condition is not None and not stack._truth(condition):
+            continue
+        for assertion in as_list(rule.get("Assertions")):
+            if not stack._truth(assertion.get("Assert")):
+                failed.append(f"{name}: {assertion.get('AssertDescription')}")
+    return failed
+
+
+def _authorizer_resources(stack: Stack) -> list[str]:
+    """Everything that makes an API call an authorizer: authorizer resources, custom authorizers of the
+    OpenAPI bodies, and the functions of the authorizer binary."""
+    found = sorted(stack.resources("AWS::ApiGateway::Authorizer")) + sorted(stack.resources("AWS::ApiGatewayV2::Authorizer"))
+    for api in stack.resources("AWS::ApiGateway::RestApi"):
+        definitions = (stack.props(api).get("Body") or {}).get("securityDefinitions", {})
+        found += [f"{api} securityDefinitions.{n}" for n, d in definitions.items() if "x-amazon-apigateway-authorizer" in d]
+    return found + functions_of(stack, AUTHORIZER_BINARY)
+
+
+def _authorizer_role_problems(stack: Stack, function: str) -> list[str]:
+    """The authorizer's role: its own log group's two actions, X-Ray's with tracing on, nothing else."""
+    problems = []
+    traced = stack.with_parameters(TracingMode="Active")
+    role = role_of(traced, function)
+    group = log_group_of(traced, function)
+    for statement in allow_statements(traced, role):
+        actions = {str(a) for a in statement["Action"]}
+        resources = [str(r) for r in statement["Resource"]]
+        if actions <= XRAY_ACTIONS and resources == ["*"]:
+            continue
+        if actions <= AUTHORIZER_LOG_ACTIONS and resources == ["${%s.Arn}" % group]:
+            continue
+        problems.append(f"{function}: its role may {sorted(actions)} on {resources} (the authorizer needs its log group only)")
+    return problems
+
+
+def _authorizer_permission_problems(stack: Stack, function: str) -> list[str]:
+    """API Gateway may invoke the authorizer for the authorizers of the REST API and of the WebSocket API
+    (SourceArn `…:${Api}/authorizers/…`), and nobody may otherwise."""
+    problems = []
+    apis = sorted({m["api"] for m in rest_methods(stack).values() if m["api"]}) + sorted(stack.resources("AWS::ApiGatewayV2::Api"))
+    covered: set[str] = set()
+    prefix = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:"
+    for name in sorted(stack.resources("AWS::Lambda::Permission")):
+        props = stack.props(name)
+        if function_target(stack, props.get("FunctionName")) != function:
+            continue
+        source = str(props.get("SourceArn"))
+        match = re.fullmatch(re.escape(prefix) + r"\$\{([A-Za-z0-9]+)\}/authorizers/(\*|\$\{[A-Za-z0-9]+\})", source)
+        if props.get("Principal") != "apigateway.amazonaws.com" or props.get("Action") != INVOKE or match is None:
+            problems.append(
+                f"{name}: lets {props.get('Principal')!r} {props.get('Action')!r} the authorizer from {source!r} "
+                "(only API Gateway, for an API's authorizers)"
+            )
+            continue
+        if match.group(1) not in apis:
+            problems.append(f"{name}: lets the API {match.group(1)} invoke the authorizer, which is none of {apis}")
+        covered.add(match.group(1))
+    for api in apis:
+        if api not in covered:
+            problems.append(f"no permission lets API Gateway invoke the authorizer {function} for the authorizers of {api}")
+    return problems
+
+
+def _jwt_mode_problems(stack: Stack) -> list[str]:
+    """With JwtIssuer set: one authorizer function, with the issuer, the audience and the access policy,
+    only log permissions, invokable by API Gateway for both APIs; every REST method (not the preflight)
+    and $connect use it."""
+    problems = []
+    authorizers = functions_of(stack, AUTHORIZER_BINARY)
+    if len(authorizers) != 1:
+        problems.append(f"JwtIssuer set: expected one authorizer function, found {authorizers}")
+    for function in authorizers:
+        env = environment(stack, function)
+        for variable, parameter in JWT_VARIABLES.items():
+            if env.get(variable) != stack.parameter(parameter):
+                problems.append(f"{function}: {variable} is {env.get(variable)!r} with {parameter}={stack.parameter(parameter)!r}")
+        problems += _authorizer_role_problems(stack, function)
+        problems += _authorizer_permission_problems(stack, function)
+    methods = rest_methods(stack)
+    if not methods:
+        problems.append("no REST methods")
+    for (verb, path), method in sorted(methods.items()):
+        if verb == "OPTIONS":
+            if method["authorization"] != "NONE":
+                problems.append(f"REST OPTIONS {path}: authorization {method['authorization']!r} (browsers never sign nor carry a token in a preflight)")
+            continue
+        problems += rest_authorization_problems(stack, f"REST {verb} {path}", method)
+    routes = {str(stack.props(r).get("RouteKey")): stack.props(r) for r in stack.resources("AWS::ApiGatewayV2::Route")}
+    if "$connect" not in routes:
+        problems.append("no WebSocket $connect route")
+    else:
+        problems += connect_authorization_problems(stack, routes["$connect"])
+    for key, route in sorted(routes.items()):
+        if key != "$connect" and route.get("AuthorizationType") != "NONE":
+            problems.append(f"WebSocket {key}: authorization {route.get('AuthorizationType')!r} (only $connect is authorized)")
+    return problems
+
+
+def check_authorization(stack: Stack) -> list[str]:
+    """JwtIssuer, JwtAudience and JwksUrl: Strings defaulting to empty (the issuer and the keys' URL
+    https:// URLs when set), a rule refusing an issuer without an audience. With JwtIssuer empty: every REST method (not the
+    preflight) and $connect are AWS_IAM, no authorizer of any kind and no authorizer function exist.
+    With it set: the authorizer function (JWT_ISSUER, JWT_AUDIENCE and JWKS_URL from the parameters, a role on its
+    log group only, API Gateway allowed to invoke it for each API's authorizers) authorizes every REST
+    method (REQUEST, the Authorization header, TTL 0) and $connect (REQUEST, no identity source)."""
+    problems = _string_parameter(stack, JWT_ISSUER_PARAMETER, "", ["", JWT_ISSUER_EXAMPLE, JWT_ISSUER_MARKER], ["issuer.example.com", "http://issuer.example.com"])
+    problems += _string_parameter(stack, JWT_AUDIENCE_PARAMETER, "", ["", JWT_AUDIENCE_EXAMPLE, JWT_AUDIENCE_MARKER], [])
+    problems += _string_parameter(stack, JWKS_URL_PARAMETER, "", ["", JWKS_URL_MARKER], ["keys.example.com"])
+    parameters = stack.template.get("Parameters", {})
+    if JWT_ISSUER_PARAMETER not in parameters or JWT_AUDIENCE_PARAMETER not in parameters:
+        return problems
+    # The rule: an issuer needs an audience; neither, or both, deploy.
+    if not rule_failures(with_jwt(stack, audience="")):
+        problems.append(f"no rule refuses {JWT_ISSUER_PARAMETER} set with {JWT_AUDIENCE_PARAMETER} empty")
+    for evaluated in [stack.with_parameters(JwtIssuer="", JwtAudience=""), with_jwt(stack)]:
+        failed = rule_failures(evaluated)
+        if failed:
+            problems.append(f"rules refuse JwtIssuer={evaluated.parameter(JWT_ISSUER_PARAMETER)!r}: {failed}")
+    # Without tokens: IAM everywhere, nothing of the authorizer.
+    iam = stack.with_parameters(JwtIssuer="", JwtAudience="")
+    if jwt_enabled(iam):
+        problems.append("JwtIssuer empty still counts as set")
+    for found in _authorizer_resources(iam):
+        problems.append(f"JwtIssuer empty: {found} exists")
+    for (verb, path), method in sorted(rest_methods(iam).items()):
+        if verb != "OPTIONS" and method["authorization"] != "AWS_IAM":
+            problems.append(f"JwtIssuer empty: REST {verb} {path}: authorization {method['authorization']!r}, not AWS_IAM")
+    for route in iam.resources("AWS::ApiGatewayV2::Route"):
+        props = iam.props(route)
+        if props.get("RouteKey") == "$connect":
+            problems += [f"JwtIssuer empty: {p}" for p in connect_authorization_problems(iam, props)]
+            if "AuthorizerId" in props:
+                problems.append(f"JwtIssuer empty: $connect names the authorizer {props['AuthorizerId']!r}")
+    # With tokens (and with values no other part of the template could hold).
+    problems += _jwt_mode_problems(with_jwt(stack))
+    marked = with_jwt(stack, JWT_ISSUER_MARKER, JWT_AUDIENCE_MARKER).with_parameters(**{JWKS_URL_PARAMETER: JWKS_URL_MARKER})
+    problems += _jwt_mode_problems(marked)
+    for function in functions(marked):
+        if function in functions_of(marked, AUTHORIZER_BINARY):
+            continue
+        text = json.dumps(environment(marked, function))
+        for variable, marker in [("JWT_ISSUER", JWT_ISSUER_MARKER), ("JWT_AUDIENCE", JWT_AUDIENCE_MARKER), ("JWKS_URL", JWKS_URL_MARKER)]:
+            if variable in environment(marked, function) or marker in text:
+                problems.append(f"{function}: its environment carries {variable} (the authorizer's)")
+    return sorted(set(problems), key=problems.index)
+
+
+def check_access_policy(stack: Stack) -> list[str]:
+    """AccessPolicy (String, default `{}`, a JSON object) reaches the coordinator, the connections
+    function, the stream processor and (with JwtIssuer set) the authorizer as ACCESS_POLICY, with any
+    value; no other function gets the variable or the parameter's value."""
+    problems = _string_parameter(
+        stack, ACCESS_POLICY_PARAMETER, ACCESS_POLICY_DEFAULT, [ACCESS_POLICY_DEFAULT, ACCESS_POLICY_OTHER_VALUE, ACCESS_POLICY_MARKER], ["admins"]
+    )
+    if ACCESS_POLICY_PARAMETER not in stack.template.get("Parameters", {}):
+        return problems
+    for base in [stack.with_parameters(JwtIssuer="", JwtAudience=""), with_jwt(stack)]:
+        for value in [ACCESS_POLICY_DEFAULT, ACCESS_POLICY_OTHER_VALUE, ACCESS_POLICY_MARKER]:
+            evaluated = base.with_parameters(**{ACCESS_POLICY_PARAMETER: value})
+            readers: set[str] = set()
+            for binary in ACCESS_POLICY_READERS:
+                found = functions_of(evaluated, binary)
+                if not found and (binary != AUTHORIZER_BINARY or jwt_enabled(evaluated)):
+                    problems.append(f"no {binary} function (JwtIssuer {evaluated.parameter(JWT_ISSUER_PARAMETER)!r})")
+                for function in found:
+                    readers.add(function)
+                    got = environment(evaluated, function).get(ACCESS_POLICY_VARIABLE)
+                    if got != value:
+                        problems.append(f"{function}: {ACCESS_POLICY_VARIABLE} is {got!r} with {ACCESS_POLICY_PARAMETER}={value!r}")
+            for function in functions(evaluated):
+                env = environment(evaluated, function)
+                if function not in readers and ACCESS_POLICY_VARIABLE in env:
+                    problems.append(f"{function}: sets {ACCESS_POLICY_VARIABLE}, which only {list(ACCESS_POLICY_READERS)} read")
+                # The parameter goes to ACCESS_POLICY and nowhere else.
+                others = json.dumps({k: v for k, v in env.items() if k != ACCESS_POLICY_VARIABLE})
+                if value == ACCESS_POLICY_MARKER and (value in others or json.dumps(value)[1:-1] in others):
+                    problems.append(f"{function}: a variable other than {ACCESS_POLICY_VARIABLE} carries the {ACCESS_POLICY_PARAMETER} parameter")
+    return sorted(set(problems), key=problems.index)
+
+
+def max_connections_contract(config: Path = CONFIG_SOURCE) -> dict[str, Any]:
+    """The variable's name and its default, from `twopc::config`."""
+    names = rust_constants(config)
+    missing = [n for n in ["MAX_CONNECTIONS_PER_PRINCIPAL", "DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL"] if n not in names]
+    if missing:
+        raise AssertionError(f"no constant {missing} in {config}")
+    return {"variable": str(names["MAX_CONNECTIONS_PER_PRINCIPAL"]), "default": int(names["DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL"])}
+
+
+def check_max_connections(stack: Stack) -> list[str]:
+    """MaxConnectionsPerPrincipal: a Number defaulting to the code's default (10), from 1 to 1000;
+    every connections function's MAX_CONNECTIONS_PER_PRINCIPAL is its value (also with another), no
+    other function's."""
+    contract = max_connections_contract()
+    if contract["variable"] != MAX_CONNECTIONS_VARIABLE:
+        return [f"twopc::config names the variable {contract['variable']!r}, not {MAX_CONNECTIONS_VARIABLE!r}"]
+    problems = _parameter(stack, MAX_CONNECTIONS_PARAMETER, contract["default"])
+    definition = stack.template.get("Parameters", {}).get(MAX_CONNECTIONS_PARAMETER)
+    if definition is None:
+        return problems
+    if definition.get("Type") != "Number":
+        problems.append(f"parameter {MAX_CONNECTIONS_PARAMETER}: type {definition.get('Type')!r}, not Number")
+    for bound, want in zip(["MinValue", "MaxValue"], MAX_CONNECTIONS_BOUNDS):
+        if number(definition.get(bound)) != want:
+            problems.append(f"parameter {MAX_CONNECTIONS_PARAMETER}: {bound} {definition.get(bound)!r}, not {want}")
+    for value in [str(contract["default"]), MAX_CONNECTIONS_OTHER_VALUE]:
+        for evaluated in [stack.with_parameters(**{MAX_CONNECTIONS_PARAMETER: value}), with_jwt(stack).with_parameters(**{MAX_CONNECTIONS_PARAMETER: value})]:
+            connections = functions_of(evaluated, "connections")
+            if not connections:
+                problems.append("no connections function")
+            for function in functions(evaluated):
+                got = environment(evaluated, function).get(MAX_CONNECTIONS_VARIABLE)
+                if function in connections and not _same_number(got, value):
+                    problems.append(f"{function}: {MAX_CONNECTIONS_VARIABLE} is {got!r} with {MAX_CONNECTIONS_PARAMETER}={value}")
+                if function not in connections and got is not None:
+                    problems.append(f"{function}: sets {MAX_CONNECTIONS_VARIABLE}, which only the connections function reads")
+    return sorted(set(problems), key=problems.index)
+
+
+def check_subscriber_reads(stack: Stack) -> list[str]:
+    """Push-time authorization: the stream processor may BatchGetItem the connections table (its
+    subscribers' connection items), nothing else with it, and no other function may."""
+    problems = []
+    tables = table_ids(stack)
+    connections = "${%s.Arn}" % tables.get("connections")
+    processors = functions_of(stack, "stream-processor")
+    if not processors:
+        problems.append("no stream processor")
+    for function in functions(with_jwt(stack)):
+        granted_on = granted(with_jwt(stack), role_of(with_jwt(stack), function), SUBSCRIBER_READ)
+        if function in processors:
+            if granted_on != [connections]:
+                problems.append(f"{function}: {SUBSCRIBER_READ} on {granted_on}, not on the connections table {connections} alone")
+        elif connections in granted_on:
+            problems.append(f"{function}: may {SUBSCRIBER_READ} the connections table (only the stream processor reads its subscribers)")
+    return problems

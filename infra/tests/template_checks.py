@@ -136,6 +136,37 @@ CODE_NOT_CALLED = {
 # sends to the same queue, so a grant missing for the code's call is still reported).
 LAMBDA_ALSO_USES = {"sqs:SendMessage"}
 
+# Binaries deployed only when a parameter is set (not empty): the JWT authorizer (functions/authorizer)
+# exists only with JwtIssuer. Without it, no function of the template runs them, and none may.
+CONDITIONAL_BINARIES = {"authorizer": "JwtIssuer"}
+# The parameter that turns JSON Web Tokens on (both APIs then use the authorizer), and values of it
+# and of JwtAudience for the checks that evaluate the templates with tokens on.
+JWT_ISSUER_PARAMETER = "JwtIssuer"
+JWT_AUDIENCE_PARAMETER = "JwtAudience"
+JWT_ISSUER_EXAMPLE = "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_Example1"
+JWT_AUDIENCE_EXAMPLE = "example-app-client-id"
+AUTHORIZER_BINARY = "authorizer"
+# The REST API's Lambda authorizer: a REQUEST authorizer on the Authorization header whose answers
+# are never cached (an expired token is refused at once).
+REST_AUTHORIZER = {"type": "REQUEST", "identitySource": "method.request.header.Authorization", "ttl": 0}
+
+
+def jwt_enabled(stack: Stack) -> bool:
+    """Whether the template, evaluated with its parameter values, takes JSON Web Tokens (JwtIssuer set)."""
+    return bool(stack.parameter(JWT_ISSUER_PARAMETER))
+
+
+def with_jwt(stack: Stack, issuer: str = JWT_ISSUER_EXAMPLE, audience: str = JWT_AUDIENCE_EXAMPLE) -> Stack:
+    """The same template evaluated with JSON Web Tokens on (JwtIssuer and JwtAudience set)."""
+    return stack.with_parameters(**{JWT_ISSUER_PARAMETER: issuer, JWT_AUDIENCE_PARAMETER: audience})
+
+
+def binary_deployed(stack: Stack, binary: str) -> bool:
+    """Whether the template, with its parameter values, must deploy a function of `binary`."""
+    parameter = CONDITIONAL_BINARIES.get(binary)
+    return parameter is None or bool(stack.parameter(parameter))
+
+
 # Values the code expects of single-table variables (its defaults: the tables keep these names).
 TABLE_VARIABLES = {"TRANSACTIONS_TABLE_NAME": "transactions", "CONNECTIONS_TABLE_NAME": "connections"}
 # The CloudWatch namespace of the coordinator's and sweeper's metrics: one per stack.
@@ -384,7 +415,14 @@ def check_environment(stack: Stack) -> list[str]:
         for variable in sorted(variables - wanted[binary]):
             problems.append(f"{function} ({binary}) sets {variable}, which {binary} does not read")
     for binary in sorted(set(wanted) - set(by_binary)):
-        problems.append(f"no function of the template runs {binary!r}")
+        if binary_deployed(stack, binary):
+            problems.append(f"no function of the template runs {binary!r}")
+    for binary in sorted(set(by_binary) & set(CONDITIONAL_BINARIES)):
+        if not binary_deployed(stack, binary):
+            problems.append(
+                f"{by_binary[binary]} run {binary!r}, which is deployed only when {CONDITIONAL_BINARIES[binary]} "
+                "is set (it is empty)"
+            )
     return problems + check_registry(stack) + check_named_resources(stack)
 
 
@@ -894,11 +932,45 @@ def _header_names(parameters: Any, prefix: str = "method.response.header.") -> s
     return {str(k)[len(prefix):].lower() for k in (parameters or {}) if str(k).lower().startswith(prefix)}
 
 
+def _authorizer_function(stack: Stack, uri: Any) -> str | None:
+    """The function an authorizer's URI (`arn:...:lambda:path/2015-03-31/functions/<ARN>/invocations`)
+    invokes, when it is one of the template."""
+    match = re.search(r"/functions/(\$\{[A-Za-z0-9]+(?:\.Arn)?\})/invocations$", str(uri))
+    return function_target(stack, match.group(1)) if match else None
+
+
+def _lambda_authorizer(stack: Stack, settings: dict, uri: Any) -> dict:
+    """A REST API's Lambda authorizer in one shape: {type (upper case), identitySource, ttl, function}."""
+    ttl = number(settings.get("ttl"))
+    return {
+        "type": str(settings.get("type")).upper(),
+        "identitySource": settings.get("identitySource"),
+        # API Gateway caches an authorizer's answers 300 s unless told otherwise.
+        "ttl": 300 if ttl is None else int(ttl),
+        "function": _authorizer_function(stack, uri),
+    }
+
+
+def _rest_authorizer_resource(stack: Stack, value: Any) -> dict | None:
+    """The Lambda authorizer an AWS::ApiGateway::Method's AuthorizerId names (CDK)."""
+    authorizer = ref_id(value)
+    if authorizer is None or stack.kind(authorizer) != "AWS::ApiGateway::Authorizer" or not stack.exists(authorizer):
+        return None
+    props = stack.props(authorizer)
+    settings = {
+        "type": props.get("Type"),
+        "identitySource": props.get("IdentitySource"),
+        "ttl": props.get("AuthorizerResultTtlInSeconds"),
+    }
+    return _lambda_authorizer(stack, settings, props.get("AuthorizerUri"))
+
+
 def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
-    """(HTTP method, path) -> {api, authorization, integration uri, integration type (lower case),
-    integration responses [{selection (None: the default), status, parameters, templates}], method
-    responses {status: declared header names (lower case)}}, from AWS::ApiGateway::Method resources
-    (CDK) and from OpenAPI bodies of the REST APIs (SAM)."""
+    """(HTTP method, path) -> {api, authorization (AWS_IAM, CUSTOM or NONE), lambda authorizer (None, or
+    {type, identitySource, ttl, function} of a CUSTOM method), integration uri, integration type (lower
+    case), integration responses [{selection (None: the default), status, parameters, templates}],
+    method responses {status: declared header names (lower case)}}, from AWS::ApiGateway::Method
+    resources (CDK) and from OpenAPI bodies of the REST APIs (SAM)."""
     methods = {}
     for method in stack.resources("AWS::ApiGateway::Method"):
         props = stack.props(method)
@@ -908,6 +980,9 @@ def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
         methods[(str(props.get("HttpMethod")).upper(), path or "?")] = {
             "api": api,
             "authorization": props.get("AuthorizationType"),
+            "lambda_authorizer": (
+                _rest_authorizer_resource(stack, props.get("AuthorizerId")) if props.get("AuthorizationType") == "CUSTOM" else None
+            ),
             # Everything that decides who may call it (to compare two methods' authorization).
             "authorizer": {k: props.get(k) for k in ["AuthorizationType", "AuthorizerId", "AuthorizationScopes", "ApiKeyRequired"]},
             "uri": str(integration.get("Uri")),
@@ -928,18 +1003,36 @@ def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
         }
     for api in stack.resources("AWS::ApiGateway::RestApi"):
         body = stack.props(api).get("Body") or {}
-        sigv4 = {
-            name
-            for name, scheme in body.get("securityDefinitions", {}).items()
-            if scheme.get("x-amazon-apigateway-authtype") == "awsSigv4"
+        definitions = body.get("securityDefinitions", {})
+        sigv4 = {name for name, scheme in definitions.items() if scheme.get("x-amazon-apigateway-authtype") == "awsSigv4"}
+        custom = {
+            name: scheme["x-amazon-apigateway-authorizer"]
+            for name, scheme in definitions.items()
+            if isinstance(scheme.get("x-amazon-apigateway-authorizer"), dict)
         }
         for path, operations in body.get("paths", {}).items():
             for verb, operation in operations.items():
-                names = {name for requirement in operation.get("security", []) for name in requirement}
+                names = {name for requirement in as_list(operation.get("security")) for name in requirement}
                 integration = operation.get("x-amazon-apigateway-integration", {})
+                # Anything but signatures is a custom authorization (an authorizer of the body, or a name
+                # the body does not define: API Gateway refuses that, and no check may take it for IAM).
+                authorization = "NONE" if not names else "AWS_IAM" if names <= sigv4 else "CUSTOM"
+                lambda_authorizer = None
+                if authorization == "CUSTOM" and len(names) == 1 and next(iter(names)) in custom:
+                    settings = custom[next(iter(names))]
+                    lambda_authorizer = _lambda_authorizer(
+                        stack,
+                        {
+                            "type": settings.get("type"),
+                            "identitySource": settings.get("identitySource"),
+                            "ttl": settings.get("authorizerResultTtlInSeconds"),
+                        },
+                        settings.get("authorizerUri"),
+                    )
                 methods[(verb.upper(), path)] = {
                     "api": api,
-                    "authorization": "AWS_IAM" if names and names <= sigv4 else "NONE",
+                    "authorization": authorization,
+                    "lambda_authorizer": lambda_authorizer,
                     "authorizer": {"security": operation.get("security")},
                     "uri": str(integration.get("uri")),
                     "integration_type": str(integration.get("type")).lower(),
@@ -966,10 +1059,80 @@ HOLD_ROUTES = [("POST", "/transactions/{id}/commit"), ("POST", "/transactions/{i
 COORDINATOR_ROUTES = [CREATE_ROUTE, ("GET", "/transactions/{id}"), *HOLD_ROUTES]
 
 
+def expected_rest_authorization(stack: Stack) -> str:
+    """What every REST method but the preflight takes: AWS_IAM, or CUSTOM (the JWT authorizer) when
+    JwtIssuer is set."""
+    return "CUSTOM" if jwt_enabled(stack) else "AWS_IAM"
+
+
+def rest_authorization_problems(stack: Stack, where: str, method: dict) -> list[str]:
+    """A REST method's authorization for the template's parameter values: AWS_IAM without JSON Web
+    Tokens; with them, the authorizer function as a REQUEST authorizer on the Authorization header
+    whose answers are never cached (TTL 0)."""
+    want = expected_rest_authorization(stack)
+    if method["authorization"] != want:
+        return [f"{where}: authorization {method['authorization']!r}, not {want} (JwtIssuer {stack.parameter(JWT_ISSUER_PARAMETER)!r})"]
+    if want != "CUSTOM":
+        return []
+    authorizer = method.get("lambda_authorizer")
+    if authorizer is None:
+        return [f"{where}: its CUSTOM authorization is no Lambda authorizer of the template"]
+    problems = []
+    for key, value in REST_AUTHORIZER.items():
+        if authorizer[key] != value:
+            problems.append(f"{where}: its authorizer's {key} is {authorizer[key]!r}, not {value!r}")
+    authorizers = functions_of(stack, AUTHORIZER_BINARY)
+    if authorizer["function"] not in authorizers:
+        problems.append(f"{where}: its authorizer invokes {authorizer['function']!r}, not the authorizer function {authorizers}")
+    return problems
+
+
+def websocket_authorizer(stack: Stack, route: dict) -> dict | None:
+    """The AWS::ApiGatewayV2::Authorizer a route's AuthorizerId names (its resolved properties, and the
+    function its URI invokes), when it is one of the template that exists."""
+    authorizer = ref_id(route.get("AuthorizerId"))
+    if authorizer is None or stack.kind(authorizer) != "AWS::ApiGatewayV2::Authorizer" or not stack.exists(authorizer):
+        return None
+    props = stack.props(authorizer)
+    return {**props, "function": _authorizer_function(stack, props.get("AuthorizerUri"))}
+
+
+def connect_authorization_problems(stack: Stack, route: dict) -> list[str]:
+    """$connect: AWS_IAM without JSON Web Tokens; with them, CUSTOM with a REQUEST authorizer of the same
+    API, without an identity source (the token may come as the `token` query parameter or as the
+    Authorization header), invoking the authorizer function."""
+    if not jwt_enabled(stack):
+        if route.get("AuthorizationType") != "AWS_IAM":
+            return [f"WebSocket $connect: authorization {route.get('AuthorizationType')!r}, not AWS_IAM (JwtIssuer empty)"]
+        return []
+    if route.get("AuthorizationType") != "CUSTOM":
+        return [f"WebSocket $connect: authorization {route.get('AuthorizationType')!r}, not CUSTOM (JwtIssuer set)"]
+    authorizer = websocket_authorizer(stack, route)
+    if authorizer is None:
+        return [f"WebSocket $connect: AuthorizerId {route.get('AuthorizerId')!r} is no WebSocket authorizer of the template"]
+    problems = []
+    if authorizer.get("AuthorizerType") != "REQUEST":
+        problems.append(f"WebSocket $connect: its authorizer is {authorizer.get('AuthorizerType')!r}, not REQUEST")
+    if as_list(authorizer.get("IdentitySource")):
+        problems.append(
+            f"WebSocket $connect: its authorizer has the identity source {authorizer.get('IdentitySource')!r}: a token "
+            "given the other way (the `token` query parameter or the Authorization header) would be refused unasked"
+        )
+    if authorizer.get("ApiId") != route.get("ApiId"):
+        problems.append(f"WebSocket $connect: its authorizer is on the API {authorizer.get('ApiId')!r}, not {route.get('ApiId')!r}")
+    authorizers = functions_of(stack, AUTHORIZER_BINARY)
+    if authorizer["function"] not in authorizers:
+        problems.append(f"WebSocket $connect: its authorizer invokes {authorizer['function']!r}, not the authorizer function {authorizers}")
+    return problems
+
+
 def check_apis(stack: Stack) -> list[str]:
     """REST: POST /transactions, GET /transactions/{id} and a held transaction's POST
-    /transactions/{id}/commit and /abort reach the coordinator, every method is IAM-authorized. WebSocket: the four routes, $connect authorized, routed by `action`, integrated
-    with the connections function."""
+    /transactions/{id}/commit and /abort reach the coordinator, every method but the preflight is
+    IAM-authorized, or, when JwtIssuer is set, authorized by the authorizer function (REQUEST, the
+    Authorization header, TTL 0). WebSocket: the four routes, $connect authorized (AWS_IAM, or the
+    authorizer function when JwtIssuer is set), routed by `action`, integrated with the connections
+    function."""
     problems = []
     coordinators = ["${%s.Arn}" % f for f in functions_of(stack, "coordinator")]
     methods = rest_methods(stack)
@@ -980,14 +1143,14 @@ def check_apis(stack: Stack) -> list[str]:
         elif not any(c in method["uri"] for c in coordinators):
             problems.append(f"REST route {route[0]} {route[1]} does not reach the coordinator: {method['uri']}")
     for (verb, path), method in methods.items():
-        if verb != "OPTIONS" and method["authorization"] != "AWS_IAM":
-            problems.append(f"REST {verb} {path}: authorization {method['authorization']!r}, not AWS_IAM")
+        if verb != "OPTIONS":
+            problems += rest_authorization_problems(stack, f"REST {verb} {path}", method)
     routes = {str(stack.props(r).get("RouteKey")): stack.props(r) for r in stack.resources("AWS::ApiGatewayV2::Route")}
     for key in ["$connect", "$disconnect", "subscribe", "unsubscribe"]:
         if key not in routes:
             problems.append(f"WebSocket route {key} is missing")
-    if routes.get("$connect", {}).get("AuthorizationType") not in ("AWS_IAM", "CUSTOM"):
-        problems.append("WebSocket $connect has no authorization")
+    if "$connect" in routes:
+        problems += connect_authorization_problems(stack, routes["$connect"])
     connections = ["${%s.Arn}" % f for f in functions_of(stack, "connections")]
     for key, route in routes.items():
         integration = str(route.get("Target", "")).removeprefix("integrations/")

@@ -44,6 +44,8 @@ def test_contract_lists_the_expected_tables(contract):
         "sweeper",
         "stream-processor",
         "connections",
+        # the JWT authorizer, deployed only when JwtIssuer is set
+        "authorizer",
     }
 
 

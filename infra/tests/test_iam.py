@@ -21,6 +21,7 @@ from template_checks import (
     check_invoke_only_registered,
     check_participant_isolation,
     check_permissions_complete,
+    with_jwt,
 )
 
 
@@ -61,6 +62,8 @@ def _star_grants(stack) -> set[tuple[str, str]]:
 
 
 def test_the_only_star_resources_are_list_streams_and_tracing(stack):
+    # With JSON Web Tokens on, so that every binary is deployed (the authorizer too).
+    stack = with_jwt(stack)
     # Without tracing: ListStreams, for the stream processor's event sources, and nothing else.
     assert _star_grants(stack.with_parameters(TracingMode="PassThrough")) == {("stream-processor", "dynamodb:ListStreams")}
     # With tracing: X-Ray's two actions for every function as well.

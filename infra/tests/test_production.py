@@ -1067,10 +1067,19 @@ def test_production_check_catches(breakage, stack):
 
 
 def test_cors_preflight_check_catches_the_sam_default_authorizer_on_the_preflight(raw, contract):
-    # Without AddDefaultAuthorizerToCorsPreflight: false, SAM gives the OPTIONS methods the API's
-    # DefaultAuthorizer (AWS_IAM), and every browser's preflight is refused.
-    del raw["Resources"]["RestApi"]["Properties"]["Auth"]["AddDefaultAuthorizerToCorsPreflight"]
+    # The REST API's authorization is written in its definition (it depends on JwtIssuer, which SAM's
+    # Auth cannot follow). Given as SAM's DefaultAuthorizer instead, without
+    # AddDefaultAuthorizerToCorsPreflight: false, SAM gives the OPTIONS methods the API's default
+    # (AWS_IAM) too, and every browser's preflight is refused.
+    api = raw["Resources"]["RestApi"]["Properties"]
+    assert "Auth" not in api, "the REST API's authorization is in its DefinitionBody, not SAM's Auth"
+    for operations in api["DefinitionBody"]["paths"].values():
+        for operation in operations.values():
+            operation.pop("security", None)
+    api["Auth"] = {"DefaultAuthorizer": "AWS_IAM", "InvokeRole": "NONE"}
     assert check_cors_preflight(Stack("sam", sam_transform(raw), contract)) != []
+    api["Auth"]["AddDefaultAuthorizerToCorsPreflight"] = False
+    assert check_cors_preflight(Stack("sam", sam_transform(raw), contract)) == []
 
 
 def test_cors_gateway_response_check_catches_an_undeployed_response(cdk):

@@ -21,7 +21,9 @@ import { Construct } from 'constructs';
 
 /** The workspace's Lambda binaries (functions/<binary>, each a package of the same name); `inventory` is
  * the example service with its own participant (the participant library with its own operations),
- * `payments` the example resource participant (the participant library driving a payment API). */
+ * `payments` the example resource participant (the participant library driving a payment API),
+ * `authorizer` the JWT authorizer of both APIs (deployed only when JwtIssuer is set, its zip needed
+ * all the same). */
 export const BINARIES = [
   'coordinator',
   'participant',
@@ -30,6 +32,7 @@ export const BINARIES = [
   'sweeper',
   'stream-processor',
   'connections',
+  'authorizer',
 ] as const;
 export type Binary = (typeof BINARIES)[number];
 

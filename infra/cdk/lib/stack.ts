@@ -20,6 +20,7 @@ import {
   CfnCondition,
   CfnOutput,
   CfnParameter,
+  CfnRule,
   Duration,
   Fn,
   RemovalPolicy,
@@ -249,7 +250,7 @@ export class TwoPhaseCommitStack extends Stack {
       allowedPattern: '\\*|https?://[A-Za-z0-9.:\\[\\]-]+',
       description:
         'The origin browsers may call the REST API from: * (any) or one origin such as ' +
-        'https://app.example.com (scheme, host and port, no path). Requests must be SigV4-signed anyway.',
+        'https://app.example.com (scheme, host and port, no path). Requests must be signed (SigV4) or carry a JWT anyway.',
     });
     const maxTopicsPerConnection = parameter('MaxTopicsPerConnection', {
       type: 'Number',
@@ -289,6 +290,81 @@ export class TwoPhaseCommitStack extends Stack {
         "to 86400000 (24 h); each service's own maximum (HoldPolicy) applies below it.",
     });
 
+    // Who may call (infra/DEPLOY.md, "Authorization"): AWS IAM (SigV4-signed requests) unless JwtIssuer
+    // is set; then both APIs take JSON Web Tokens of that issuer, checked by the authorizer function
+    // (functions/authorizer) before a request reaches the coordinator or a WebSocket connects. What
+    // each caller may then do (the owner of each item, admins) is the AccessPolicy's.
+    const jwtIssuer = parameter('JwtIssuer', {
+      type: 'String',
+      default: '',
+      // Empty, or the issuer URL exactly as in the tokens' `iss`.
+      allowedPattern: '(https://[^\\s]+)?',
+      constraintDescription: "empty, or an https:// URL (the tokens' iss, exactly)",
+      description:
+        'Empty (the default): both APIs are IAM-authorized (SigV4-signed requests), no authorizer is ' +
+        'deployed. Set: both APIs take JSON Web Tokens of this issuer instead (REST: every method, the ' +
+        'Authorization header; WebSocket: $connect, the `token` query parameter or the Authorization ' +
+        "header), checked by the authorizer function against the issuer's keys (JwksUrl, by default " +
+        "<JwtIssuer>/.well-known/jwks.json). Exactly the tokens' iss: for a Cognito user pool " +
+        'https://cognito-idp.<region>.amazonaws.com/<poolId>; any OIDC issuer otherwise.',
+    });
+    const jwtAudience = parameter('JwtAudience', {
+      type: 'String',
+      default: '',
+      allowedPattern: '[^\\s]*',
+      constraintDescription: 'no spaces',
+      description:
+        'The audience the tokens must carry (their aud; for a Cognito ID token the app client id). ' +
+        'Required when JwtIssuer is set, unused otherwise.',
+    });
+    const jwksUrl = parameter('JwksUrl', {
+      type: 'String',
+      default: '',
+      allowedPattern: '(https://[^\\s]+)?',
+      constraintDescription: 'empty, or an https:// URL',
+      description:
+        "Where the issuer's signing keys (JWKS) are, when not at <JwtIssuer>/.well-known/jwks.json (the " +
+        "default when empty: Cognito's and most OIDC issuers'; otherwise the jwks_uri of the issuer's " +
+        '/.well-known/openid-configuration). Unused without JwtIssuer.',
+    });
+    const accessPolicy = parameter('AccessPolicy', {
+      type: 'String',
+      default: '{}',
+      // A JSON object; the functions check the rest and refuse to start on a bad one.
+      allowedPattern: '\\s*\\{.*\\}\\s*',
+      constraintDescription: 'must be a JSON object such as {"adminGroups": ["admins"], "allowCredits": false}',
+      description:
+        'Who may do what, as JSON (the ACCESS_POLICY of the coordinator, the connections function, the ' +
+        'stream processor and the authorizer), every field optional: {"adminGroups": [groups whose ' +
+        'members are admins (cognito:groups or groups claim)], "adminClaim": "<claim that is true for an ' +
+        'admin>", "iamAdmins": ["*" (the default: every IAM principal) or role names or ARNs], ' +
+        '"allowCredits": true|false (non-admins may add a positive delta to items they do not own), ' +
+        '"readTables": null (every table) or [tables whose owned items a non-admin may read and follow], ' +
+        '"writeServices": null (every service) or [services whose owned items a non-admin may write]}. ' +
+        '{} (the default): the code\'s defaults (infra/DEPLOY.md, "Authorization").',
+    });
+    const maxConnectionsPerPrincipal = parameter('MaxConnectionsPerPrincipal', {
+      type: 'Number',
+      default: 10,
+      minValue: 1,
+      maxValue: 1000,
+      description:
+        'How many WebSocket connections one caller (IAM principal or JWT subject) may hold open at once ' +
+        "(the connections function's MAX_CONNECTIONS_PER_PRINCIPAL); a $connect beyond it is refused.",
+    });
+    // A token is only accepted for its audience: an issuer without one is refused at deploy time here
+    // rather than by the authorizer at its first request.
+    new CfnRule(this, 'JwtAudienceWithIssuer', {
+      ruleCondition: Fn.conditionNot(Fn.conditionEquals(jwtIssuer.valueAsString, '')),
+      assertions: [
+        {
+          assert: Fn.conditionNot(Fn.conditionEquals(jwtAudience.valueAsString, '')),
+          assertDescription:
+            "JwtAudience must be set when JwtIssuer is (the tokens' aud; for a Cognito ID token the app client id)",
+        },
+      ],
+    });
+
     const hasAlarmAction = new CfnCondition(this, 'HasAlarmAction', {
       expression: Fn.conditionNot(Fn.conditionEquals(alarmActionArn.valueAsString, '')),
     });
@@ -302,6 +378,12 @@ export class TwoPhaseCommitStack extends Stack {
     const reserveCoordinator = reservation('ReserveCoordinatorConcurrency', coordinatorReservedConcurrency);
     const reserveSweeper = reservation('ReserveSweeperConcurrency', sweeperReservedConcurrency);
     const reserveStreamProcessor = reservation('ReserveStreamProcessorConcurrency', streamProcessorReservedConcurrency);
+    // JSON Web Tokens instead of IAM: the authorizer function and its wiring exist only then.
+    const useJwt = new CfnCondition(this, 'UseJwt', {
+      expression: Fn.conditionNot(Fn.conditionEquals(jwtIssuer.valueAsString, '')),
+    });
+    /** `whenJwt` when JwtIssuer is set, else `otherwise`. */
+    const ifJwt = (whenJwt: unknown, otherwise: unknown) => Fn.conditionIf(useJwt.logicalId, whenJwt, otherwise);
 
     /** `value` when the condition holds, else no value (the property or list item is left out). */
     const ifElseNothing = (condition: CfnCondition, value: unknown) =>
@@ -617,6 +699,8 @@ export class TwoPhaseCommitStack extends Stack {
         // up to 15 minutes), and the longest hold of any transaction.
         HOLD_POLICY: holdPolicy.valueAsString,
         MAX_HOLD_MS: maxHoldMs.valueAsString,
+        // Who may do what: the owners of the items, the admins (infra/DEPLOY.md, "Authorization").
+        ACCESS_POLICY: accessPolicy.valueAsString,
       },
       // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
       // stream processor need (it also caps the coordinator); 0 reserves nothing.
@@ -911,12 +995,22 @@ export class TwoPhaseCommitStack extends Stack {
       },
       { Sid: 'Lake', Effect: 'Allow', Action: 'firehose:PutRecordBatch', Resource: lakeDeliveryStream.attrArn },
       { Sid: 'Subscribers', Effect: 'Allow', Action: 'dynamodb:Query', Resource: indexArn(connectionsTable, 'by-topic') },
-      // A post that answers Gone removes the connection: its items (Query by connectionId), deleted
-      // with BatchWriteItem.
+      // A post that answers Gone removes the connection as its $disconnect would: its caller's place
+      // under MAX_CONNECTIONS_PER_PRINCIPAL given back (GetItem the connection's item, UpdateItem its
+      // caller's), its items (Query by connectionId) deleted with BatchWriteItem.
       {
         Sid: 'ForgetGoneConnections',
         Effect: 'Allow',
-        Action: ['dynamodb:Query', 'dynamodb:BatchWriteItem'],
+        Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:Query', 'dynamodb:BatchWriteItem'],
+        Resource: connectionsTable.attrArn,
+      },
+      // Push-time authorization: before a change goes to its subscribers, the connection items of those
+      // subscribers (who each one is: its principal, whether an admin) are read with BatchGetItem, so
+      // that a change reaches only the connections that may read it.
+      {
+        Sid: 'SubscriberPrincipals',
+        Effect: 'Allow',
+        Action: 'dynamodb:BatchGetItem',
         Resource: connectionsTable.attrArn,
       },
       {
@@ -940,6 +1034,8 @@ export class TwoPhaseCommitStack extends Stack {
         DEAD_LETTER_QUEUE_URL: streamFailureQueue.ref,
         // Its UnprocessableRecords count, in the namespace of the coordinator's and sweeper's.
         METRICS_NAMESPACE: metricsNamespace,
+        // Which subscribers may see a change (read access of each connection's principal).
+        ACCESS_POLICY: accessPolicy.valueAsString,
       },
       // The fan-out keeps up whatever the coordinator's load (0 reserves nothing).
       reservedConcurrency: [reserveStreamProcessor, streamProcessorReservedConcurrency],
@@ -965,15 +1061,18 @@ export class TwoPhaseCommitStack extends Stack {
     // --- connections: the WebSocket routes and the subscription table ---------------------------------
     const connectionsLogGroup = functionLogGroup('ConnectionsLogGroup', 'connections');
     const connectionsRole = lambdaRole('ConnectionsRole', 'connections', connectionsLogGroup, [
-      // What functions/twopc/src/fanout/connections.rs calls: $connect: UpdateItem (the connection's
-      // item, its topic counter kept); subscribe and unsubscribe: Query (the connection's topics), then
-      // TransactWriteItems of PutItem or DeleteItem (each topic) with UpdateItem (the counter, under
-      // MAX_TOPICS_PER_CONNECTION); $disconnect: Query the connection's items, BatchWriteItem to
-      // delete them.
+      // What functions/twopc/src/fanout/connections.rs calls: $connect: GetItem and PutItem (the
+      // caller's item: its open connections, under MAX_CONNECTIONS_PER_PRINCIPAL), UpdateItem (the
+      // connection's item with its caller, its topic counter kept); subscribe and unsubscribe: GetItem
+      // (the connection's caller), Query (the connection's topics), then TransactWriteItems of PutItem
+      // or DeleteItem (each topic) with UpdateItem (the counter, under MAX_TOPICS_PER_CONNECTION);
+      // $disconnect: GetItem and UpdateItem (the caller's place given back), Query the connection's
+      // items, BatchWriteItem to delete them.
       {
         Sid: 'Subscriptions',
         Effect: 'Allow',
         Action: [
+          'dynamodb:GetItem',
           'dynamodb:PutItem',
           'dynamodb:UpdateItem',
           'dynamodb:DeleteItem',
@@ -982,27 +1081,82 @@ export class TwoPhaseCommitStack extends Stack {
         ],
         Resource: connectionsTable.attrArn,
       },
+      // A `tx:<id>` topic: the transaction's record tells who created it (only its creator, or an
+      // admin, may follow it); read with GetItem, nothing else of the transactions table.
+      { Sid: 'TransactionOwners', Effect: 'Allow', Action: 'dynamodb:GetItem', Resource: transactionsTable.attrArn },
     ]);
     const connections = rust('ConnectionsFunction', 'connections', connectionsRole, connectionsLogGroup, {
       description: 'WebSocket $connect/$disconnect/subscribe/unsubscribe',
       environment: {
         CONNECTIONS_TABLE_NAME: connectionsTable.ref,
         MAX_TOPICS_PER_CONNECTION: maxTopicsPerConnection.valueAsString,
+        // Where a `tx:` topic's creator is read.
+        TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
+        // How many connections one caller may hold open at once (counted in the connections table).
+        MAX_CONNECTIONS_PER_PRINCIPAL: maxConnectionsPerPrincipal.valueAsString,
+        // Who may follow what (the owners of the items, the admins).
+        ACCESS_POLICY: accessPolicy.valueAsString,
       },
     });
+
+    // --- authorizer (only when JwtIssuer is set): one Lambda REQUEST authorizer for both APIs, which
+    // checks a JSON Web Token of JwtIssuer for JwtAudience against the issuer's keys (JWKS, fetched over
+    // HTTPS) and answers an IAM policy with the caller's principal (`jwt:<iss>#<sub>`). It needs no
+    // AWS permission beyond its log group. ---------------------------------------------------------------
+    const authorizerLogGroup = functionLogGroup('AuthorizerLogGroup', 'authorizer');
+    const authorizerRole = lambdaRole('AuthorizerRole', 'authorizer', authorizerLogGroup, []);
+    const authorizer = rust('AuthorizerFunction', 'authorizer', authorizerRole, authorizerLogGroup, {
+      description: 'JWT authorizer of the REST API\'s methods and the WebSocket API\'s $connect',
+      environment: {
+        // The tokens' iss and aud, exactly; the keys from the issuer's JWKS.
+        JWT_ISSUER: jwtIssuer.valueAsString,
+        JWT_AUDIENCE: jwtAudience.valueAsString,
+        // Empty: <JWT_ISSUER>/.well-known/jwks.json.
+        JWKS_URL: jwksUrl.valueAsString,
+        // Who is an admin (groups, claim): in the context it passes on.
+        ACCESS_POLICY: accessPolicy.valueAsString,
+      },
+    });
+    for (const resource of [
+      authorizerLogGroup.node.defaultChild as logs.CfnLogGroup,
+      authorizerRole,
+      authorizer.node.defaultChild as lambda.CfnFunction,
+    ]) {
+      resource.cfnOptions.condition = useJwt;
+    }
+    const authorizerUri = `arn:${Aws.PARTITION}:apigateway:${Aws.REGION}:lambda:path/2015-03-31/functions/${authorizer.functionArn}/invocations`;
 
     const webSocketIntegration = new apigatewayv2.CfnIntegration(this, 'WebSocketIntegration', {
       apiId: webSocketApi.ref,
       integrationType: 'AWS_PROXY',
       integrationUri: `arn:${Aws.PARTITION}:apigateway:${Aws.REGION}:lambda:path/2015-03-31/functions/${connections.functionArn}/invocations`,
     });
+    // The WebSocket API's authorizer: REQUEST, without an identity source, since the token may come as
+    // the `token` query parameter or as the Authorization header (an identity source would make API
+    // Gateway refuse a request that lacks it before asking the authorizer; without one, nothing is
+    // cached either).
+    const webSocketAuthorizer = new apigatewayv2.CfnAuthorizer(this, 'WebSocketAuthorizer', {
+      apiId: webSocketApi.ref,
+      name: 'jwt',
+      authorizerType: 'REQUEST',
+      authorizerUri,
+    });
+    webSocketAuthorizer.cfnOptions.condition = useJwt;
     // `twoWay`: the connections function's answer ({"subscribed": [...], "refused": [...]}) is sent
     // back to the client, through a $default route response that passes the proxy body on.
-    const route = (logicalId: string, routeKey: string, operationName: string, authorizationType: string, twoWay = false) => {
+    const route = (
+      logicalId: string,
+      routeKey: string,
+      operationName: string,
+      authorizationType: string,
+      twoWay = false,
+      authorizerId?: string,
+    ) => {
       const r = new apigatewayv2.CfnRoute(this, logicalId, {
         apiId: webSocketApi.ref,
         routeKey,
         authorizationType,
+        authorizerId,
         operationName,
         target: `integrations/${webSocketIntegration.ref}`,
         routeResponseSelectionExpression: twoWay ? '$default' : undefined,
@@ -1016,7 +1170,17 @@ export class TwoPhaseCommitStack extends Stack {
       return [r, response];
     };
     const routes = [
-      ...route('ConnectRoute', '$connect', 'Connect', 'AWS_IAM'),
+      // SigV4-signed upgrade request, or, when JwtIssuer is set, the authorizer function (the token as
+      // the `token` query parameter or the Authorization header). The other routes run on a
+      // connection $connect admitted.
+      ...route(
+        'ConnectRoute',
+        '$connect',
+        'Connect',
+        ifJwt('CUSTOM', 'AWS_IAM').toString(),
+        false,
+        ifJwt(webSocketAuthorizer.ref, Aws.NO_VALUE).toString(),
+      ),
       ...route('DisconnectRoute', '$disconnect', 'Disconnect', 'NONE'),
       ...route('SubscribeRoute', 'subscribe', 'Subscribe', 'NONE', true),
       ...route('UnsubscribeRoute', 'unsubscribe', 'Unsubscribe', 'NONE', true),
@@ -1041,7 +1205,7 @@ export class TwoPhaseCommitStack extends Stack {
     });
 
     // ---------------------------------------------------------------------------------------------
-    // REST API (IAM-authorized) in front of the coordinator.
+    // REST API (IAM-authorized, or JWT-authorized when JwtIssuer is set) in front of the coordinator.
     // ---------------------------------------------------------------------------------------------
     const restApiName = `${Aws.STACK_NAME}-transactions`;
     const restApi = new apigateway.RestApi(this, 'RestApi', {
@@ -1060,6 +1224,7 @@ export class TwoPhaseCommitStack extends Stack {
       },
       // Callers sign with SigV4 and need execute-api:Invoke only: API Gateway invokes the coordinator
       // through the function's resource policy (the permissions below), never with their credentials.
+      // (With JwtIssuer set, the coordinator's methods take the JWT authorizer instead: see below.)
       defaultMethodOptions: { authorizationType: apigateway.AuthorizationType.IAM },
     });
     (restApi.node.defaultChild as apigateway.CfnRestApi).overrideLogicalId('RestApi');
@@ -1085,13 +1250,45 @@ export class TwoPhaseCommitStack extends Stack {
         statusCode: 200,
       },
     });
-    transactions.addMethod('POST', coordinatorIntegration);
     const transaction = transactions.addResource('{id}');
-    transaction.addMethod('GET', coordinatorIntegration);
-    // A held transaction's decision (holdMs): authorized as POST /transactions (the API's default,
-    // IAM); only the principal that created it may commit or abort it. Their preflight is inherited.
-    transaction.addResource('commit').addMethod('POST', coordinatorIntegration);
-    transaction.addResource('abort').addMethod('POST', coordinatorIntegration);
+    const coordinatorMethods = [
+      transactions.addMethod('POST', coordinatorIntegration),
+      transaction.addMethod('GET', coordinatorIntegration),
+      // A held transaction's decision (holdMs): authorized as POST /transactions; only the principal
+      // that created it may commit or abort it. Their preflight is inherited.
+      transaction.addResource('commit').addMethod('POST', coordinatorIntegration),
+      transaction.addResource('abort').addMethod('POST', coordinatorIntegration),
+    ];
+    // When JwtIssuer is set, every method (not the preflight) takes the authorizer function as a
+    // Lambda REQUEST authorizer on the Authorization header instead of IAM, its answers never cached
+    // (TTL 0: an expired token is refused at once).
+    const restAuthorizer = new apigateway.CfnAuthorizer(this, 'RestApiAuthorizer', {
+      restApiId: restApi.restApiId,
+      name: 'jwt',
+      type: 'REQUEST',
+      identitySource: 'method.request.header.Authorization',
+      authorizerUri,
+      authorizerResultTtlInSeconds: 0,
+    });
+    restAuthorizer.cfnOptions.condition = useJwt;
+    for (const method of coordinatorMethods) {
+      const resource = method.node.defaultChild as apigateway.CfnMethod;
+      resource.addPropertyOverride('AuthorizationType', ifJwt('CUSTOM', 'AWS_IAM'));
+      resource.addPropertyOverride('AuthorizerId', ifJwt(restAuthorizer.ref, Aws.NO_VALUE));
+    }
+    // API Gateway may invoke the authorizer for the authorizers of these two APIs, nothing else.
+    for (const [logicalId, source] of [
+      ['AuthorizerInvokeByRestApi', `${restApi.restApiId}/authorizers/*`],
+      ['AuthorizerInvokeByWebSocketApi', `${webSocketApi.ref}/authorizers/${webSocketAuthorizer.ref}`],
+    ] as const) {
+      const permission = new lambda.CfnPermission(this, logicalId, {
+        action: 'lambda:InvokeFunction',
+        functionName: authorizer.functionArn,
+        principal: 'apigateway.amazonaws.com',
+        sourceArn: `arn:${Aws.PARTITION}:execute-api:${Aws.REGION}:${Aws.ACCOUNT_ID}:${source}`,
+      });
+      permission.cfnOptions.condition = useJwt;
+    }
     // API Gateway's own errors (403 of a bad signature, 413, 429 of throttling, 5xx) carry the origin
     // too, so that a browser may read them (SAM: the Api's GatewayResponses).
     for (const [logicalId, type] of [
@@ -1116,6 +1313,8 @@ export class TwoPhaseCommitStack extends Stack {
       sweeper,
       streamProcessor,
       connections,
+      authorizer,
+      useJwt,
       streamFailureQueue,
       restApiName,
       restApiStage: apiStageName.valueAsString,
@@ -1129,15 +1328,23 @@ export class TwoPhaseCommitStack extends Stack {
     // ---------------------------------------------------------------------------------------------
     // Outputs: the SAM template's, by the same names.
     // ---------------------------------------------------------------------------------------------
-    const output = (name: string, description: string, value: string) =>
-      new CfnOutput(this, `${name}Output`, { description, value }).overrideLogicalId(name);
+    const output = (name: string, description: string, value: string) => {
+      const o = new CfnOutput(this, `${name}Output`, { description, value });
+      o.overrideLogicalId(name);
+      return o;
+    };
     output(
       'RestApiUrl',
       'REST API base URL (POST /transactions, GET /transactions/{id}, POST /transactions/{id}/commit and /abort); ' +
-        'requests are SigV4-signed (execute-api)',
+        'requests are SigV4-signed (execute-api), or carry a JWT (Authorization header) when JwtIssuer is set',
       `https://${restApi.restApiId}.execute-api.${Aws.REGION}.${Aws.URL_SUFFIX}/${apiStageName.valueAsString}`,
     );
-    output('WebSocketUrl', 'WebSocket URL for clients (SigV4-signed $connect)', `wss://${webSocketHost}`);
+    output(
+      'WebSocketUrl',
+      'WebSocket URL for clients (SigV4-signed $connect, or a JWT as the token query parameter or the ' +
+        'Authorization header when JwtIssuer is set)',
+      `wss://${webSocketHost}`,
+    );
     output(
       'WebSocketManagementEndpoint',
       'WebSocket management (@connections) endpoint used by the stream processor',
@@ -1188,6 +1395,8 @@ export class TwoPhaseCommitStack extends Stack {
     output('SweeperFunctionName', 'Sweeper function', sweeper.functionName);
     output('StreamProcessorFunctionName', 'Stream processor function', streamProcessor.functionName);
     output('ConnectionsFunctionName', 'WebSocket connections function', connections.functionName);
+    output('AuthorizerFunctionName', 'JWT authorizer function of both APIs (JwtIssuer set)', authorizer.functionName).condition =
+      useJwt;
   }
 }
 
@@ -1204,6 +1413,9 @@ interface MonitoringProps {
   readonly sweeper: lambda.Function;
   readonly streamProcessor: lambda.Function;
   readonly connections: lambda.Function;
+  /** The JWT authorizer: it exists only under `useJwt`. */
+  readonly authorizer: lambda.Function;
+  readonly useJwt: CfnCondition;
   readonly streamFailureQueue: sqs.CfnQueue;
   readonly restApiName: string;
   readonly restApiStage: string;
@@ -1233,9 +1445,9 @@ class Monitoring {
     private readonly stack: Stack,
     private readonly props: MonitoringProps,
   ) {
-    const { coordinator, participants, sweeper, streamProcessor, connections } = props;
-    /** Every function, by dashboard label and alarm prefix. */
-    const functions: Array<[string, string, lambda.Function]> = [
+    const { coordinator, participants, sweeper, streamProcessor, connections, authorizer, useJwt } = props;
+    /** Every function that is always deployed, by dashboard label and alarm prefix. */
+    const deployed: Array<[string, string, lambda.Function]> = [
       ['coordinator', 'Coordinator', coordinator],
       ...participants.map((p): [string, string, lambda.Function] => [
         `participant ${p.service.fixedName ? p.service.defaultName : p.service.key}`,
@@ -1245,6 +1457,15 @@ class Monitoring {
       ['sweeper', 'Sweeper', sweeper],
       ['stream processor', 'StreamProcessor', streamProcessor],
       ['connections', 'Connections', connections],
+    ];
+    /** Every function's name, by dashboard label: the authorizer's rows name it only when it is
+     * deployed (JwtIssuer set); otherwise they graph nothing. */
+    const functions: Array<[string, string]> = [
+      ...deployed.map(([label, , f]): [string, string] => [label, f.functionName]),
+      [
+        'authorizer (JwtIssuer set)',
+        Fn.conditionIf(useJwt.logicalId, authorizer.functionName, 'no-authorizer-deployed').toString(),
+      ],
     ];
 
     // --- the first template's three alarms ------------------------------------------------------------
@@ -1313,7 +1534,7 @@ class Monitoring {
       alarmDescription:
         'The sweeper failed in 3 consecutive runs; stuck transactions are not being recovered. (One ' +
         'failed run is not alarmed: the next run, a minute later, does its work.)',
-      metric: this.lambdaMetric(sweeper, 'Errors', 'Sum', this.minute),
+      metric: this.lambdaMetric(sweeper.functionName, 'Errors', 'Sum', this.minute),
       evaluationPeriods: 3,
       datapointsToAlarm: 3,
       threshold: 0,
@@ -1360,11 +1581,39 @@ class Monitoring {
     for (const [prefix, f, description] of errors) {
       this.alarm(`${prefix}ErrorsAlarm`, {
         alarmDescription: description,
-        metric: this.lambdaMetric(f, 'Errors', 'Sum'),
+        metric: this.lambdaMetric(f.functionName, 'Errors', 'Sum'),
         evaluationPeriods: 1,
         threshold: 0,
       });
     }
+    // The authorizer answers every refused token with the error API Gateway turns into 401, so its
+    // Errors count refusals too: the alarm watches the share of its calls that failed, not their count.
+    this.alarm(
+      'AuthorizerErrorsAlarm',
+      {
+        alarmDescription:
+          "More than half of the JWT authorizer's calls failed in the last 5 minutes (at least 10 calls). " +
+          'It answers a refused token (none, expired, forged, of another issuer or audience) with the ' +
+          "error API Gateway turns into 401, and a failure to fetch the issuer's keys (JWKS) with a " +
+          'function error (500), so its Errors count both. Mostly failing: the issuer\'s JWKS unreachable ' +
+          '(every caller gets 500), a bad configuration (JWT_ISSUER, JWT_AUDIENCE, ACCESS_POLICY: the ' +
+          'function does not start), or a flood of bad tokens. Read its log group: each refusal is logged ' +
+          'with its reason.',
+        // A few refused tokens among few calls are no outage: at least 10 calls.
+        metric: new cloudwatch.MathExpression({
+          expression: 'IF(invocations >= 10, 100 * FILL(errors, 0) / invocations, 0)',
+          usingMetrics: {
+            errors: this.lambdaMetric(authorizer.functionName, 'Errors', 'Sum'),
+            invocations: this.lambdaMetric(authorizer.functionName, 'Invocations', 'Sum'),
+          },
+          period: this.fiveMinutes,
+          label: "Share of the authorizer's calls that failed (%)",
+        }),
+        evaluationPeriods: 1,
+        threshold: 50,
+      },
+      useJwt,
+    );
     const throttles: Array<[string, lambda.Function, string]> = [
       [
         'Coordinator',
@@ -1391,18 +1640,29 @@ class Monitoring {
     for (const [prefix, f, description] of throttles) {
       this.alarm(`${prefix}ThrottlesAlarm`, {
         alarmDescription: description,
-        metric: this.lambdaMetric(f, 'Throttles', 'Sum'),
+        metric: this.lambdaMetric(f.functionName, 'Throttles', 'Sum'),
         evaluationPeriods: 1,
         threshold: 0,
       });
     }
+    this.alarm(
+      'AuthorizerThrottlesAlarm',
+      {
+        alarmDescription:
+          "Lambda throttled the JWT authorizer (the account's concurrency is exhausted): callers of both APIs are refused.",
+        metric: this.lambdaMetric(authorizer.functionName, 'Throttles', 'Sum'),
+        evaluationPeriods: 1,
+        threshold: 0,
+      },
+      useJwt,
+    );
     this.alarm('StreamProcessorIteratorAgeAlarm', {
       alarmDescription:
         'The stream processor is more than a minute behind its streams (IteratorAge maximum over 5 ' +
         'minutes): the lake and WebSocket clients see commits late (a Firehose or WebSocket outage, the ' +
         "processor's errors or throttles). Records are retried until 24 h old, then go to the " +
         'on-failure queue.',
-      metric: this.lambdaMetric(streamProcessor, 'IteratorAge', 'Maximum'),
+      metric: this.lambdaMetric(streamProcessor.functionName, 'IteratorAge', 'Maximum'),
       evaluationPeriods: 1,
       threshold: 60000,
     });
@@ -1486,11 +1746,11 @@ class Monitoring {
     });
   }
 
-  private lambdaMetric(f: lambda.Function, metricName: string, statistic: string, period = this.fiveMinutes) {
+  private lambdaMetric(functionName: string, metricName: string, statistic: string, period = this.fiveMinutes) {
     return new cloudwatch.Metric({
       namespace: 'AWS/Lambda',
       metricName,
-      dimensionsMap: { FunctionName: f.functionName },
+      dimensionsMap: { FunctionName: functionName },
       statistic,
       period,
     });
@@ -1547,7 +1807,9 @@ class Monitoring {
 
   // --- alarms ----------------------------------------------------------------------------------------
 
-  private alarm(logicalId: string, options: AlarmOptions) {
+  /** An alarm; one with a `condition` exists only under it, and so is left out of the alarm status
+   * widget (which would name it whether or not it exists). */
+  private alarm(logicalId: string, options: AlarmOptions, condition?: CfnCondition) {
     const alarm = new cloudwatch.Alarm(this.stack, logicalId, {
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -1562,14 +1824,18 @@ class Monitoring {
       id: 'CloudFormation-Validate::W1030',
       reason: 'AlarmActions is set only when AlarmActionArn is not empty (condition HasAlarmAction)',
     });
-    this.alarms.push(alarm);
+    if (condition) {
+      resource.cfnOptions.condition = condition;
+    } else {
+      this.alarms.push(alarm);
+    }
     return alarm;
   }
 
   // --- dashboard -------------------------------------------------------------------------------------
 
   private dashboard(
-    functions: Array<[string, string, lambda.Function]>,
+    functions: Array<[string, string]>,
     tables: Array<[string, dynamodb.CfnTable, string]>,
   ): string {
     const props = this.props;
@@ -1619,20 +1885,20 @@ class Monitoring {
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Stream processor iterator age (ms)',
-        left: [this.lambdaMetric(props.streamProcessor, 'IteratorAge', 'Maximum', minute)],
+        left: [this.lambdaMetric(props.streamProcessor.functionName, 'IteratorAge', 'Maximum', minute)],
         leftAnnotations: alarmLine(60000),
         width: 8,
         height: 6,
       }),
       graph(
         'Function errors',
-        functions.map(([label, , f]) => this.lambdaMetric(f, 'Errors', 'Sum', minute).with({ label })),
+        functions.map(([label, f]) => this.lambdaMetric(f, 'Errors', 'Sum', minute).with({ label })),
         [],
         8,
       ),
       graph(
         'Function throttles',
-        functions.map(([label, , f]) => this.lambdaMetric(f, 'Throttles', 'Sum', minute).with({ label })),
+        functions.map(([label, f]) => this.lambdaMetric(f, 'Throttles', 'Sum', minute).with({ label })),
         [],
         8,
       ),

@@ -3,8 +3,9 @@
 // source switch, that no construct slips in a policy, a custom resource or a managed policy, that
 // one more entry in lib/services.ts is a whole participant deployment, that the example inventory
 // is one running its own binary, its operations reaching the coordinator from
-// infra/service-operations.json, and that the example payments is a resource participant: its own
-// binary, its payment API's URL a parameter, its role on its barrier entries only.
+// infra/service-operations.json, that the example payments is a resource participant: its own
+// binary, its payment API's URL a parameter, its role on its barrier entries only, and that the JWT
+// authorizer and its wiring exist only under the UseJwt condition (IAM otherwise).
 
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -53,7 +54,8 @@ function synth(
       { Type: string; Properties?: Record<string, unknown>; DeletionPolicy?: string; Metadata?: Record<string, unknown> }
     >;
     Outputs: Record<string, unknown>;
-    Rules?: unknown;
+    Rules?: Record<string, unknown>;
+    Conditions?: Record<string, unknown>;
   };
 }
 
@@ -73,14 +75,16 @@ test('no policy resources, managed policies, custom resources or CDK metadata', 
   for (const [id, role] of ofType(template, 'AWS::IAM::Role')) {
     assert.equal(role.Properties?.ManagedPolicyArns, undefined, `${id} has managed policies`);
   }
-  // No bootstrap version check: the template synthesizes and lints without an account.
-  assert.equal(template.Rules, undefined);
+  // No bootstrap version check: the template synthesizes and lints without an account. The one rule:
+  // a JwtIssuer needs a JwtAudience.
+  assert.deepEqual(Object.keys(template.Rules ?? {}), ['JwtAudienceWithIssuer']);
   assert.equal(template.Parameters.BootstrapVersion, undefined);
 });
 
-test('one role per function, eight functions on arm64 provided.al2023 with their own log group', () => {
+test('one role per function, nine functions on arm64 provided.al2023 with their own log group', () => {
   const functions = ofType(template, 'AWS::Lambda::Function');
-  assert.equal(functions.length, 8);
+  // The authorizer among them, deployed only when JwtIssuer is set.
+  assert.equal(functions.length, 9);
   const roles = functions.map(([, f]) => JSON.stringify(f.Properties?.Role));
   assert.equal(new Set(roles).size, functions.length);
   const groups = functions.map(([, f]) => JSON.stringify((f.Properties?.LoggingConfig as Record<string, unknown>).LogGroup));
@@ -167,7 +171,7 @@ test('a held transaction: commit and abort authorized as POST /transactions, the
   };
   const create = methods.find(([, m]) => pathPart(m) === 'transactions');
   assert.ok(create, 'no POST /transactions');
-  assert.equal(create[1].Properties?.AuthorizationType, 'AWS_IAM');
+  assert.deepEqual(create[1].Properties?.AuthorizationType, { 'Fn::If': ['UseJwt', 'CUSTOM', 'AWS_IAM'] });
   for (const decision of ['commit', 'abort']) {
     const method = methods.find(([, m]) => pathPart(m) === decision);
     assert.ok(method, `no POST /transactions/{id}/${decision}`);
@@ -182,6 +186,81 @@ test('a held transaction: commit and abort authorized as POST /transactions, the
   assert.deepEqual(variables.MAX_HOLD_MS, { Ref: 'MaxHoldMs' });
   assert.equal((template.Parameters.HoldPolicy as { Default: string }).Default, '{}');
   assert.equal((template.Parameters.MaxHoldMs as { Default: number }).Default, 86400000);
+});
+
+test('the JWT authorizer: only with JwtIssuer; then every method and $connect use it, AWS_IAM otherwise', () => {
+  assert.deepEqual(template.Conditions?.UseJwt, { 'Fn::Not': [{ 'Fn::Equals': [{ Ref: 'JwtIssuer' }, ''] }] });
+  for (const [name, fallback] of [
+    ['JwtIssuer', ''],
+    ['JwtAudience', ''],
+    ['JwksUrl', ''],
+    ['AccessPolicy', '{}'],
+  ]) {
+    assert.equal((template.Parameters[name] as { Default: string }).Default, fallback, name);
+  }
+  const max = template.Parameters.MaxConnectionsPerPrincipal as { Default: number; MinValue: number; MaxValue: number };
+  assert.deepEqual([max.Default, max.MinValue, max.MaxValue], [10, 1, 1000]);
+  const conditional = Object.entries(template.Resources)
+    .filter(([, r]) => (r as { Condition?: string }).Condition === 'UseJwt')
+    .map(([id]) => id)
+    .sort();
+  assert.deepEqual(conditional, [
+    'AuthorizerErrorsAlarm',
+    'AuthorizerFunction',
+    'AuthorizerInvokeByRestApi',
+    'AuthorizerInvokeByWebSocketApi',
+    'AuthorizerLogGroup',
+    'AuthorizerRole',
+    'AuthorizerThrottlesAlarm',
+    'RestApiAuthorizer',
+    'WebSocketAuthorizer',
+  ]);
+  const rest = template.Resources.RestApiAuthorizer.Properties;
+  assert.equal(rest?.Type, 'REQUEST');
+  assert.equal(rest?.IdentitySource, 'method.request.header.Authorization');
+  assert.equal(rest?.AuthorizerResultTtlInSeconds, 0);
+  const webSocket = template.Resources.WebSocketAuthorizer.Properties;
+  assert.equal(webSocket?.AuthorizerType, 'REQUEST');
+  assert.equal(webSocket?.IdentitySource, undefined);
+  for (const [id, method] of ofType(template, 'AWS::ApiGateway::Method')) {
+    if (method.Properties?.HttpMethod === 'OPTIONS') {
+      assert.equal(method.Properties?.AuthorizationType, 'NONE', id);
+      continue;
+    }
+    assert.deepEqual(method.Properties?.AuthorizationType, { 'Fn::If': ['UseJwt', 'CUSTOM', 'AWS_IAM'] }, id);
+    assert.deepEqual(
+      method.Properties?.AuthorizerId,
+      { 'Fn::If': ['UseJwt', { Ref: 'RestApiAuthorizer' }, { Ref: 'AWS::NoValue' }] },
+      id,
+    );
+  }
+  const connect = template.Resources.ConnectRoute.Properties;
+  assert.deepEqual(connect?.AuthorizationType, { 'Fn::If': ['UseJwt', 'CUSTOM', 'AWS_IAM'] });
+  assert.deepEqual(connect?.AuthorizerId, { 'Fn::If': ['UseJwt', { Ref: 'WebSocketAuthorizer' }, { Ref: 'AWS::NoValue' }] });
+  // Its role: its own log group (and X-Ray when tracing), nothing else.
+  const statements = (
+    template.Resources.AuthorizerRole.Properties?.Policies as Array<{ PolicyDocument: { Statement: Array<Record<string, unknown>> } }>
+  )[0].PolicyDocument.Statement;
+  assert.deepEqual(
+    statements.map((s) => s.Sid ?? JSON.stringify(s)),
+    ['OwnLogGroup', JSON.stringify(statements[1])],
+  );
+  assert.match(JSON.stringify(statements[1]), /TracingActive/);
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  assert.deepEqual(variables('AuthorizerFunction'), {
+    JWT_ISSUER: { Ref: 'JwtIssuer' },
+    JWT_AUDIENCE: { Ref: 'JwtAudience' },
+    JWKS_URL: { Ref: 'JwksUrl' },
+    ACCESS_POLICY: { Ref: 'AccessPolicy' },
+  });
+  for (const id of ['CoordinatorFunction', 'ConnectionsFunction', 'StreamProcessorFunction']) {
+    assert.deepEqual(variables(id).ACCESS_POLICY, { Ref: 'AccessPolicy' }, id);
+  }
+  assert.deepEqual(variables('ConnectionsFunction').MAX_CONNECTIONS_PER_PRINCIPAL, { Ref: 'MaxConnectionsPerPrincipal' });
+  assert.equal(template.Resources.AuthorizerFunction.Metadata?.[BINARY_METADATA], 'authorizer');
+  // The alarm status widget names no alarm that may not exist.
+  assert.ok(!JSON.stringify(template.Resources.Dashboard.Properties?.DashboardBody).includes('AuthorizerErrorsAlarm'));
 });
 
 test('subscribe and unsubscribe answer the client, $connect and $disconnect do not', () => {
