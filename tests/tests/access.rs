@@ -258,6 +258,12 @@ async fn bad_tokens_are_refused_at_both_apis_and_connections_are_capped() {
     assert!(matches!(third, Some(Error::WebSocket(_))), "a third connection is refused");
     let bob = issuer.token("bob", false, Duration::from_secs(600));
     let _bobs = Subscription::connect_with_token(&e.websocket, &bob).await.expect("another principal has room");
+    // Admins (by default every IAM caller: a fleet may share a role) are not capped.
+    let root = issuer.token("root", true, Duration::from_secs(600));
+    let mut admins = Vec::new();
+    for _ in 0..3 {
+        admins.push(Subscription::connect_with_token(&e.websocket, &root).await.expect("an admin connects"));
+    }
     // One closed, its place is free again (once its $disconnect has run).
     first.close().await.ok();
     let started = Instant::now();
@@ -344,4 +350,41 @@ async fn the_live_page_signs_in_as_a_chosen_local_user() {
     let bad = http.post(format!("{api}/local/token")).json(&json!({"sub": "a#b"})).send().await.unwrap();
     assert_eq!(bad.status().as_u16(), 400);
     stack.stop().await;
+}
+
+/// The per-principal cap through DynamoDB faults: a place whose write took effect but whose reply was
+/// lost (the SDK's retry then fails the version condition), a `$connect` delivered twice, and a release
+/// whose reply was lost are each counted once.
+#[tokio::test]
+async fn a_place_under_the_cap_is_counted_once_whatever_reply_is_lost() {
+    use twopc::fanout::connections::{Connected, ConnectionStore};
+    use twopc_tests::{DynamoFault, Rule};
+    let env = TestEnv::new().await;
+    let table = format!("c{}-connections", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    twopc::tables::connections_table(&table).create_if_missing(&env.client).await.expect("the table");
+    let store = ConnectionStore::new(env.store_client.clone(), &table).with_max_connections_per_principal(2);
+    let alice = Caller::jwt("https://issuer.example", "alice", false);
+    let now = std::time::SystemTime::now();
+    let faults = &env.dynamo_faults;
+    for (fault, id) in [(DynamoFault::LoseReply, "c1"), (DynamoFault::DropConnection, "c2")] {
+        faults.forget();
+        faults.add(Rule::new(fault).operation("PutItem").table(&table).nth(1));
+        assert_eq!(store.connect_as(id, now, &alice).await.expect("connects"), Connected::Open, "{fault:?}");
+        assert_eq!(faults.fired(), 1, "{fault:?}");
+    }
+    faults.clear();
+    assert_eq!(store.connect_as("c1", now, &alice).await.unwrap(), Connected::Open, "a duplicate takes no place");
+    assert_eq!(store.connect_as("c3", now, &alice).await.unwrap(), Connected::OverCap(2));
+    faults.forget();
+    faults.add(Rule::new(DynamoFault::LoseReply).operation("UpdateItem").table(&table).body_contains("REMOVE").nth(1));
+    store.disconnect("c1").await.expect("disconnects through a lost reply");
+    assert_eq!(faults.fired(), 1);
+    faults.clear();
+    assert_eq!(store.connect_as("c3", now, &alice).await.unwrap(), Connected::Open, "c1's place is free");
+    assert_eq!(store.connect_as("c4", now, &alice).await.unwrap(), Connected::OverCap(2));
+    // An admin takes no place.
+    let root = Caller::jwt("https://issuer.example", "root", true);
+    for id in ["r1", "r2", "r3"] {
+        assert_eq!(store.connect_as(id, now, &root).await.unwrap(), Connected::Open);
+    }
 }

@@ -156,7 +156,20 @@ impl Verifier {
         if !stale {
             return Err(Rejected::Invalid(format!("the issuer has no key {kid}")));
         }
-        let keys = self.fetch().await?;
+        let keys = match self.fetch().await {
+            Ok(keys) => keys,
+            // The issuer out of reach: the keys it served last still verify what they verified.
+            Err(unavailable) => {
+                let cache = self.cache.lock().expect("the key cache is never poisoned");
+                return match cache.as_ref().and_then(|cached| cached.keys.find(kid)) {
+                    Some(jwk) => {
+                        warn!(kid, "using the issuer's last keys: it could not be reached");
+                        Ok(jwk.clone())
+                    }
+                    None => Err(unavailable),
+                };
+            }
+        };
         let found = keys.find(kid).cloned();
         *self.cache.lock().expect("the key cache is never poisoned") =
             Some(CachedKeys { keys, fetched: Instant::now() });

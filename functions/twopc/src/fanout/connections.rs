@@ -212,13 +212,16 @@ impl ConnectionStore {
 
     /// `$connect`: the item that records the connection and its caller, once the caller's principal has
     /// room under its cap. An update (not a put) so that a late `$connect` never resets the topic counter.
+    /// Admins (by default every IAM caller: backend services, whose fleets may share a role) are not
+    /// capped.
     pub async fn connect_as(
         &self,
         connection_id: &str,
         now: SystemTime,
         caller: &Caller,
     ) -> Result<Connected, StoreError> {
-        if let Some(principal) = &caller.principal
+        if !caller.admin
+            && let Some(principal) = &caller.principal
             && let Connected::OverCap(open) = self.claim_place(principal, connection_id, now).await?
         {
             info!(
@@ -695,7 +698,7 @@ impl ConnectionStore {
     /// `$disconnect`: the connection item and every subscription (at most the cap and one), in
     /// BatchWriteItem calls of 25 sent side by side. Answers how many items went.
     pub async fn disconnect(&self, connection_id: &str) -> Result<usize, StoreError> {
-        if let Some(Caller { principal: Some(principal), .. }) = self.caller_of(connection_id).await? {
+        if let Some(Caller { principal: Some(principal), admin: false, .. }) = self.caller_of(connection_id).await? {
             self.release_place(&principal, connection_id).await?;
         }
         let topics = self.topics_of(connection_id).await?;
