@@ -260,9 +260,11 @@ fn defect_32_a_sweeper_run_that_leaves_a_held_owners_lock_changes_nothing() {
     let name = "once faults stop, every transaction ends and no lock is left";
     let run = check(TwoPc::new(cfg), Some(name));
     let path = run.expect_counterexample(name);
-    let last = path.last_state();
-    assert!(last.ghost.violations & Violation::SweeperStuck.bit() != 0, "a sweeper run that changed nothing");
-    assert_eq!(last.status(0), Some(Status::Prepared), "T1 held");
-    assert!(last.items.iter().any(|it| it.lock.is_some_and(|l| l.tx == 0 && !l.held)), "a lock at its deadline");
-    assert_eq!(last.hold_phase(0), phase::ON_TIME, "within the hold");
+    // The state the run left (the path may go on after it: a hold message delivered late).
+    let states = path.into_states();
+    let stuck = states.iter().find(|s| s.ghost.violations & Violation::SweeperStuck.bit() != 0);
+    let stuck = stuck.expect("a sweeper run that changed nothing");
+    assert_eq!(stuck.status(0), Some(Status::Prepared), "T1 held");
+    assert!(stuck.items.iter().any(|it| it.lock.is_some_and(|l| l.tx == 0 && !l.held)), "a lock at its deadline");
+    assert_eq!(stuck.hold_phase(0), phase::ON_TIME, "within the hold");
 }
