@@ -39,8 +39,10 @@ pub async fn handle(verifier: &Verifier, event: Value) -> Result<Value, Denied> 
     let request: ApiGatewayCustomAuthorizerRequestTypeRequest =
         serde_json::from_value(event).map_err(|e| Denied::BadEvent(e.to_string()))?;
     let method_arn = request.method_arn.clone().unwrap_or_default();
-    // The WebSocket `$connect`: a browser cannot set headers on a WebSocket, so the query may carry it.
-    let websocket = method_arn.ends_with("/$connect");
+    // The WebSocket `$connect` (`.../<api>/<stage>/$connect`, not a REST path that ends so): a browser
+    // cannot set headers on a WebSocket, so the query may carry it.
+    let resource: Vec<&str> = method_arn.rsplit(':').next().unwrap_or_default().split('/').collect();
+    let websocket = resource.len() == 3 && resource[2] == "$connect";
     let headers: HashMap<String, String> = request
         .headers
         .iter()
@@ -98,7 +100,18 @@ mod tests {
         // The query is for browsers' WebSockets only: a URL with a token ends up in logs and histories.
         let mut rest = event("authorizer-rest.json");
         rest["headers"] = serde_json::json!({});
-        rest["queryStringParameters"] = serde_json::json!({"token": "a.b.c"});
+        // A token with a key id: taken, it would reach the (unreachable) issuer and be Unavailable.
+        let token = event("authorizer-connect.json")["queryStringParameters"]["token"].clone();
+        let mut connect = event("authorizer-connect.json");
+        connect["headers"] = serde_json::json!({});
+        assert!(
+            matches!(handle(&verifier(), connect).await, Err(Denied::Unavailable)),
+            "the query is read at $connect"
+        );
+        rest["queryStringParameters"] = serde_json::json!({ "token": token });
+        assert!(matches!(handle(&verifier(), rest.clone()).await, Err(Denied::Unauthorized)));
+        rest["methodArn"] =
+            serde_json::json!("arn:aws:execute-api:us-east-1:123456789012:a1b2c3d4e5/prod/GET/transactions/$connect");
         assert!(matches!(handle(&verifier(), rest).await, Err(Denied::Unauthorized)));
         assert!(matches!(handle(&verifier(), serde_json::json!({"methodArn": 5})).await, Err(Denied::BadEvent(_))));
     }

@@ -38,9 +38,7 @@ pub async fn from_env() -> Result<ConnectionStore, config::ConfigError> {
 /// caller's ARN, else none (no authorization ran).
 pub fn caller(store: &ConnectionStore, request: &ApiGatewayWebsocketProxyRequest) -> Caller {
     let context = &request.request_context;
-    twopc::jwt::caller_from_context(&context.authorizer.fields).unwrap_or_else(|| {
-        store.access().iam(twopc::principal::of_identity(context.identity.user_arn.as_deref()).as_deref())
-    })
+    twopc::jwt::caller_of_request(store.access(), &context.authorizer.fields, context.identity.user_arn.as_deref())
 }
 
 /// The route and its message, from the proxy event.

@@ -43,12 +43,11 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
 pub fn caller(access: &Policy, request: &Request) -> Caller {
     match request.request_context_ref() {
         Some(lambda_http::request::RequestContext::ApiGatewayV1(context)) => {
-            match twopc::jwt::caller_from_context(&context.authorizer.fields) {
-                Some(caller) => caller,
-                None => access.iam(twopc::principal::of_identity(context.identity.user_arn.as_deref()).as_deref()),
-            }
+            twopc::jwt::caller_of_request(access, &context.authorizer.fields, context.identity.user_arn.as_deref())
         }
-        _ => access.iam(None),
+        // Not the REST API's proxy event: nothing says who called.
+        Some(_) => Caller::nobody(),
+        None => access.iam(None),
     }
 }
 

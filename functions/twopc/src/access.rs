@@ -60,6 +60,12 @@ impl Caller {
         Caller { principal: Some(jwt_principal(issuer, sub)), kind: CallerKind::Jwt, sub: Some(sub.to_owned()), admin }
     }
 
+    /// A caller nobody could establish (an authorizer's context that is not ours, a connection without
+    /// its `$connect`): no principal, no admin, owns nothing.
+    pub fn nobody() -> Caller {
+        Caller { principal: None, kind: CallerKind::Jwt, sub: None, admin: false }
+    }
+
     pub fn is_iam(&self) -> bool {
         self.kind == CallerKind::Iam
     }
@@ -77,7 +83,8 @@ impl Caller {
     /// The caller for the authorizer's context fields (`principal`, `sub`, `admin`).
     pub fn from_context(principal: &str, sub: Option<&str>, admin: Option<&str>) -> Option<Caller> {
         let rest = principal.strip_prefix(JWT_PREFIX)?;
-        let (_, sub_in_principal) = rest.split_once('#')?;
+        // A sub never has `#` (the verifier refuses one); an issuer's URL might.
+        let (_, sub_in_principal) = rest.rsplit_once('#')?;
         let sub = sub.unwrap_or(sub_in_principal);
         if sub != sub_in_principal || sub.is_empty() {
             return None;
@@ -112,6 +119,10 @@ pub struct Policy {
     pub read_tables: Option<Vec<String>>,
     /// Services whose owned items non-admins may write or guard (None: every service).
     pub write_services: Option<Vec<String>>,
+    /// Services whose own participant authorizes the callers of their custom operations (it gets the
+    /// caller's principal). Any other service's custom operation is a write like the others: on the
+    /// caller's own items only.
+    pub self_authorizing_services: Vec<String>,
 }
 
 impl Default for Policy {
@@ -123,6 +134,7 @@ impl Default for Policy {
             allow_credits: true,
             read_tables: None,
             write_services: None,
+            self_authorizing_services: Vec::new(),
         }
     }
 }
@@ -190,7 +202,8 @@ impl Policy {
     }
 
     /// Whether `caller` may write or guard `operation` on `service`'s item; `Err` says why not. A
-    /// service's own operation kinds are its participant's to judge (it gets the caller's principal).
+    /// service's own operation kinds are its participant's to judge only when the policy says the service
+    /// authorizes its callers itself (`selfAuthorizingServices`).
     pub fn check_operation(
         &self,
         caller: &Caller,
@@ -198,7 +211,9 @@ impl Policy {
         operation: &Operation,
         path: &str,
     ) -> Result<(), Refusal> {
-        if caller.admin || matches!(operation, Operation::Custom { .. }) {
+        let judged_by_service = matches!(operation, Operation::Custom { .. })
+            && self.self_authorizing_services.iter().any(|s| s == service);
+        if caller.admin || judged_by_service {
             return Ok(());
         }
         let id = operation.key().get(item_attr::KEY).and_then(Value::as_str).unwrap_or_default();
@@ -222,7 +237,7 @@ impl Policy {
         }
         if let Operation::Add { delta, .. } = operation
             && self.allow_credits
-            && delta.value() > &bigdecimal::BigDecimal::from(0)
+            && is_credit(delta.value())
         {
             return Ok(());
         }
@@ -236,7 +251,11 @@ impl Policy {
                     Some(sub) => format!("{sub:?} or \"{sub}#...\""),
                     None => "of your own; this request has no identity".to_owned(),
                 },
-                credits = if self.allow_credits { ", and credit others (add with a positive delta)" } else { "" },
+                credits = if self.allow_credits {
+                    ", and credit others (add with a positive delta from 0.000001 to under 10^20)"
+                } else {
+                    ""
+                },
             ),
         ))
     }
@@ -292,6 +311,16 @@ pub fn entity_ids<'a>(operations: impl IntoIterator<Item = &'a Value>) -> Vec<St
     operations.into_iter().map(|op| op["key"][item_attr::KEY].as_str().unwrap_or_default().to_owned()).collect()
 }
 
+/// A credit to an item the caller may not read: a positive delta from 10^-6 to under 10^20. An add whose
+/// result DynamoDB cannot hold (38 significant digits) is refused, so an unbounded credit would be a guard
+/// after all: a delta near 10^38 less a guess, or a tiny one, would tell the balance's magnitude.
+fn is_credit(delta: &bigdecimal::BigDecimal) -> bool {
+    use bigdecimal::BigDecimal;
+    let smallest = BigDecimal::new(1.into(), 6);
+    let bound = BigDecimal::new(1.into(), -20);
+    delta >= &smallest && delta < &bound && delta.with_scale(6) == *delta
+}
+
 fn guard_names(operation: &Operation) -> String {
     match operation {
         Operation::Check { .. } => "check".to_owned(),
@@ -331,6 +360,9 @@ mod tests {
         assert_eq!(alice.principal.as_deref(), Some("jwt:https://issuer#alice"));
         assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("alice"), Some("false")), Some(alice));
         assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("bob"), None), None);
+        let odd = Caller::jwt("https://issuer/#x", "alice", false);
+        let context = Caller::from_context(odd.principal.as_deref().unwrap(), Some("alice"), Some("false"));
+        assert_eq!(context, Some(odd));
         assert_eq!(Caller::from_context("arn:aws:iam::1:role/x", None, None), None);
     }
 
@@ -346,6 +378,28 @@ mod tests {
         assert_eq!(policy.check_operation(&alice, "service-a", &debit, "p").unwrap_err().code, ErrorCode::Forbidden);
         let zero = op(json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": 0}));
         assert_eq!(policy.check_operation(&alice, "service-a", &zero, "p").unwrap_err().code, ErrorCode::Forbidden);
+        // Credits DynamoDB might refuse as out of range or precision would read the balance's magnitude.
+        for probe in ["99999999999999999999999999999999999990", "1e20", "0.0000001"] {
+            let delta: Value = serde_json::from_str(probe).unwrap();
+            let huge = op(json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": delta}));
+            let refused = policy.check_operation(&alice, "service-a", &huge, "p").unwrap_err();
+            assert_eq!(refused.code, ErrorCode::Forbidden, "{probe}");
+        }
+        for fine in ["0.000001", "99999999999999999999.5", "12.25"] {
+            let delta: Value = serde_json::from_str(fine).unwrap();
+            let credit = op(json!({"op": "add", "key": {"entityId": "bob"}, "field": "balance", "delta": delta}));
+            assert!(policy.check_operation(&alice, "service-a", &credit, "p").is_ok(), "{fine}");
+        }
+        // A service's own operation is a write like the others, unless the service authorizes callers itself.
+        let reserve = Operation::Custom {
+            kind: "reserve".into(),
+            key: serde_json::from_value(json!({"entityId": "lamp"})).unwrap(),
+            fields: serde_json::Map::new(),
+            computed: None,
+        };
+        assert_eq!(policy.check_operation(&alice, "inventory", &reserve, "p").unwrap_err().code, ErrorCode::Forbidden);
+        let trusting = Policy::parse(Some(r#"{"selfAuthorizingServices": ["inventory"]}"#)).unwrap();
+        assert!(trusting.check_operation(&alice, "inventory", &reserve, "p").is_ok());
         let put = op(json!({"op": "put", "key": {"entityId": "bob"}, "data": {"x": 1}}));
         assert_eq!(policy.check_operation(&alice, "service-a", &put, "p").unwrap_err().code, ErrorCode::Forbidden);
         for guard in [

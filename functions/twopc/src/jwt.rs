@@ -127,6 +127,7 @@ impl Verifier {
         let key = DecodingKey::from_jwk(&jwk).map_err(|e| Rejected::Invalid(format!("key {kid}: {e}")))?;
         let mut validation = Validation::new(header.alg);
         validation.leeway = LEEWAY_SECS;
+        validation.validate_nbf = true;
         validation.set_issuer(&[&self.settings.issuer]);
         validation.set_audience(&[&self.settings.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
@@ -239,6 +240,18 @@ pub fn caller_from_context(fields: &HashMap<String, Value>) -> Option<Caller> {
     Caller::from_context(text("principal")?, text("sub"), text("admin"))
 }
 
+/// The caller of a request from what API Gateway says of it: the context our authorizer gave (one that
+/// names a principal we cannot read makes the caller nobody, never an admin), else the IAM-signed
+/// caller's ARN, else a request without identity (no authorization ran: the local stack without `--auth`).
+pub fn caller_of_request(policy: &Policy, authorizer: &HashMap<String, Value>, user_arn: Option<&str>) -> Caller {
+    let ran = authorizer.contains_key("principal");
+    match caller_from_context(authorizer) {
+        Some(caller) => caller,
+        None if ran => Caller::nobody(),
+        None => policy.iam(crate::principal::of_identity(user_arn).as_deref()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +267,16 @@ mod tests {
         assert_eq!(token_of(&headers, &query, true), Some("h"));
         assert_eq!(token_of(&HashMap::new(), &query, true), Some("q"));
         assert_eq!(token_of(&HashMap::new(), &query, false), None);
+    }
+
+    #[test]
+    fn a_context_that_is_not_ours_makes_nobody_and_iam_callers_stay_iam() {
+        let policy = Policy::default();
+        let garbled = HashMap::from([("principal".to_owned(), json!("jwt:no-sub-here"))]);
+        assert_eq!(caller_of_request(&policy, &garbled, Some("arn:aws:iam::1:user/x")), Caller::nobody());
+        let other = HashMap::from([("principalId".to_owned(), json!("someone"))]);
+        let iam = caller_of_request(&policy, &other, Some("arn:aws:iam::1:user/x"));
+        assert!(iam.is_iam() && iam.admin && iam.principal.as_deref() == Some("arn:aws:iam::1:user/x"));
     }
 
     #[test]

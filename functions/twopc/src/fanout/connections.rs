@@ -267,7 +267,16 @@ impl ConnectionStore {
         if !set.is_empty() {
             update = update.update_expression(format!("SET #at = :at, #e = :e, #k = :k, #a = :a, {}", set.join(", ")));
         }
-        update.send().await.map_err(|e| StoreError::new("UpdateItem", &self.table, e))?;
+        if let Err(e) = update.send().await {
+            // Refused, this connection never comes: its place goes back (API Gateway sends no `$disconnect`).
+            if !caller.admin
+                && let Some(principal) = &caller.principal
+                && let Err(release) = self.release_place(principal, connection_id).await
+            {
+                warn!(connection_id, error = %release, "a refused connection's place could not be given back; it frees when it expires");
+            }
+            return Err(StoreError::new("UpdateItem", &self.table, e));
+        }
         Ok(Connected::Open)
     }
 
@@ -385,6 +394,10 @@ impl ConnectionStore {
 
     fn caller_in(&self, item: &HashMap<String, AttributeValue>) -> Caller {
         let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        // Only `$connect` writes `connectedAt`: an item a topic counter made without it is nobody's.
+        if !item.contains_key(connection_attr::CONNECTED_AT) {
+            return Caller::nobody();
+        }
         match text(connection_attr::CALLER_KIND).as_deref() {
             Some("jwt") => Caller {
                 principal: text(connection_attr::PRINCIPAL),
@@ -1029,8 +1042,7 @@ async fn subscribe_authorized(
 ) -> Result<Option<Value>, StoreError> {
     // A connection without its own item (it never connected, or is gone) is nobody: it may follow nothing
     // the policy keeps for someone.
-    let nobody = Caller { principal: None, kind: CallerKind::Jwt, sub: None, admin: false };
-    let caller = store.caller_of(connection_id).await?.unwrap_or(nobody);
+    let caller = store.caller_of(connection_id).await?.unwrap_or_else(Caller::nobody);
     let (allowed, mut refused) = store.authorize(&caller, topics).await?;
     if !refused.is_empty() {
         info!(
