@@ -42,5 +42,19 @@ if [[ $status -ne 0 ]]; then
     echo "the browser test failed (exit $status); the stack's last lines:" >&2
     tail -n 40 "$stack_log" >&2
 fi
+
+# The page signed in as a chosen user, on a stack that authorizes its callers (--auth jwt).
+stop_local_stack
+start_local_stack browser-auth --sweep-secs 2 --auth jwt
+auth_status=0
+(
+    cd tests/browser
+    TWOPC_PAGE_URL="http://127.0.0.1:$api/" timeout 300 node --test --test-concurrency=1 live-page-auth.test.mjs
+) || auth_status=$?
+if [[ $auth_status -ne 0 ]]; then
+    echo "the browser test with --auth jwt failed (exit $auth_status); the stack's last lines:" >&2
+    tail -n 40 "$stack_log" >&2
+    status=$auth_status
+fi
 echo "screenshot: target/browser/live-page.png"
 exit $status

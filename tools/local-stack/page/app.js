@@ -35,7 +35,14 @@ async function signIn(sub, admin) {
   localStorage.setItem('twopc.user', JSON.stringify({ sub, admin }));
   $('#user-status').textContent = `signed in as ${sub}${admin ? ' (admin)' : ''}`;
   $('#user-status').dataset.user = sub;
-  if (state.socket) state.socket.close();
+  // The WebSocket again, as this user, at once (its close handler sees it is no longer the current one).
+  const previous = state.socket;
+  if (previous) {
+    state.socket = null;
+    $('#ws-status').textContent = `reconnecting as ${sub}`;
+    $('#ws-status').className = 'badge pending';
+    previous.close();
+  }
 }
 
 const $ = (selector) => document.querySelector(selector);
