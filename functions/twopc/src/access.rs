@@ -216,8 +216,8 @@ impl Policy {
         if caller.admin || judged_by_service {
             return Ok(());
         }
-        let id = operation.key().get(item_attr::KEY).and_then(Value::as_str).unwrap_or_default();
-        let owned = caller.owns(id) && self.may_write_service(service);
+        let id = entity_id(operation.key());
+        let owned = caller.owns(&id) && self.may_write_service(service);
         if owned {
             return Ok(());
         }
@@ -309,6 +309,11 @@ impl Policy {
 /// The `entityId`s an operation list (as JSON) touches.
 pub fn entity_ids<'a>(operations: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
     operations.into_iter().map(|op| op["key"][item_attr::KEY].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+/// The `entityId` of a key ("" when it has no string one: nobody owns that item).
+pub fn entity_id(key: &crate::model::Key) -> String {
+    key.get(item_attr::KEY).and_then(Value::as_str).unwrap_or_default().to_owned()
 }
 
 /// A credit to an item the caller may not read: a positive delta from 10^-6 to under 10^20. An add whose
