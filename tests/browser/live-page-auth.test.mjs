@@ -3,10 +3,9 @@
 // reason. tests/browser/run.sh starts that stack after the main test's and passes its address.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { launch } from './chromium.mjs';
 
 const pageUrl = process.env.TWOPC_PAGE_URL;
-const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
 const WAIT = 15_000;
 const run = Date.now().toString(36);
 const user = `carol-${run}`;
@@ -17,12 +16,7 @@ let page;
 
 before(async () => {
   assert.ok(pageUrl, 'TWOPC_PAGE_URL is the running local stack\'s page (tests/browser/run.sh sets it)');
-  browser = await chromium.launch({
-    executablePath,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
+  browser = await launch();
   page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   page.setDefaultTimeout(WAIT);
   await page.goto(pageUrl);

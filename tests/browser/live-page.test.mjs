@@ -4,11 +4,10 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { chromium } from 'playwright-core';
+import { launch } from './chromium.mjs';
 
 const pageUrl = process.env.TWOPC_PAGE_URL;
 const screenshots = process.env.TWOPC_SCREENSHOTS || '../../target/browser';
-const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
 const WAIT = 15_000;
 
 // Names of this run's own, so a kept data folder or a second run never meets them.
@@ -22,14 +21,7 @@ const consoleErrors = [];
 
 before(async () => {
   assert.ok(pageUrl, 'TWOPC_PAGE_URL is the running local stack\'s page (tests/browser/run.sh sets it)');
-  browser = await chromium.launch({
-    executablePath,
-    headless: true,
-    // The flags that keep Chromium off the network it would call home on (closed here), and
-    // --no-sandbox because CI runs as root.
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
+  browser = await launch();
   page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   page.on('console', (message) => { if (message.type() === 'error') consoleErrors.push(message.text()); });
   page.on('pageerror', (error) => consoleErrors.push(String(error)));
