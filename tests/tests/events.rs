@@ -204,6 +204,38 @@ fn stream_processor_samples_are_decided() {
     assert_eq!(replays, 1, "one sample of the replay action");
 }
 
+/// Issue 34: the stream samples with their stream ARNs forged (another table's stream, a table ARN, no
+/// ARN and the table named in `tableName`) produce nothing: every record is dropped as foreign, none is
+/// fanned out, reported for retry or dead-lettered.
+#[test]
+fn forged_stream_events_are_dropped() {
+    let tables = BTreeMap::from([("service-a".to_owned(), "service-a-data".to_owned())]);
+    let config = FanoutConfig::new(&tables, "transactions").expect("a valid configuration");
+    for (name, text) in samples("stream-processor-") {
+        let payload: Value = serde_json::from_str(&text).unwrap();
+        let Ok(twopc::fanout::replay::Invocation::Stream(event)) = twopc::fanout::replay::Invocation::parse(payload)
+        else {
+            continue;
+        };
+        assert!(twopc::fanout::prepare(&config, &event).foreign == 0, "{name}: the sample itself is served");
+        let forgeries: [(Option<&str>, Option<&str>); 3] = [
+            (Some("arn:aws:dynamodb:us-east-1:123456789012:table/elsewhere/stream/2024-05-01T00:00:00.000"), None),
+            (Some("arn:aws:dynamodb:us-east-1:123456789012:table/service-a-data"), None),
+            (None, Some("service-a-data")),
+        ];
+        for (arn, table) in forgeries {
+            let mut forged = (*event).clone();
+            for record in &mut forged.records {
+                record.event_source_arn = arn.map(str::to_owned);
+                record.table_name = table.map(str::to_owned);
+            }
+            let batch = twopc::fanout::prepare(&config, &forged);
+            assert_eq!(batch.foreign, forged.records.len(), "{name} from {arn:?}");
+            assert!(batch.lines.is_empty() && batch.messages.is_empty() && batch.unprocessable.is_empty(), "{name}");
+        }
+    }
+}
+
 /// Connections: the WebSocket proxy events, routed and served against a connections table, in the
 /// order a connection lives ($connect, messages, $disconnect).
 #[tokio::test]
@@ -211,7 +243,7 @@ async fn connections_samples_are_served() {
     let client = twopc_tests::dynamodb().await;
     let table = format!("connections-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     twopc::tables::connections_table(&table).create_if_missing(&client).await.expect("table");
-    let store = ConnectionStore::new(client, table);
+    let store = ::connections::Connections::new(ConnectionStore::new(client, table), "a1b2c3d4e5");
     let order = |route: &str| match route {
         "$connect" => 0,
         "$disconnect" => 2,

@@ -669,14 +669,35 @@ fn sample_events_are_accepted() {
     }
 }
 
+/// The API the sample events (`events/connections-*.json`) come from.
+const SAMPLE_API_ID: &str = "a1b2c3d4e5";
+
+/// The connections function serving the samples' API with `store`.
+fn connections_function(store: &ConnectionStore) -> ::connections::Connections {
+    ::connections::Connections::new(store.clone(), SAMPLE_API_ID)
+}
+
 /// The connections function's routes, with the sample events, against the connections table.
 #[tokio::test]
 async fn connection_routes_keep_the_table() {
     let edges = Edges::start().await;
     let store = &edges.connections;
+    let function = &connections_function(store);
     // Through the connections function's own handler, as the Lambda runtime calls it.
-    let serve = |name: &'static str| async move { ::connections::handle(store, &websocket_sample(name)).await };
+    let serve = |name: &'static str| async move { ::connections::handle(function, &websocket_sample(name)).await };
     let id = "L0SM9cOFvHcCIhw=";
+
+    // Issue 34: an event of another API (a forged or misrouted invocation) is refused and writes nothing,
+    // whatever its route; so is one that names no API.
+    for (name, api) in [("connections-connect.json", Some("another-api")), ("connections-subscribe.json", None)] {
+        let mut forged = websocket_sample(name);
+        forged.request_context.apiid = api.map(str::to_owned);
+        let refused = ::connections::handle(function, &forged).await;
+        assert_eq!(refused.status_code, 403, "{name}: {refused:?}");
+        assert!(matches!(&refused.body, Some(Body::Text(text)) if text.contains(SAMPLE_API_ID)), "{refused:?}");
+        assert!(edges.items_of(id).await.is_empty(), "{name}: a refused event writes nothing");
+    }
+
     assert_eq!(serve("connections-connect.json").await.status_code, 200);
     assert_eq!(edges.items_of(id).await, vec!["$connection"]);
     let subscribed = serve("connections-subscribe.json").await;
@@ -690,7 +711,7 @@ async fn connection_routes_keep_the_table() {
     let mut bad_topic = websocket_sample("connections-subscribe.json");
     bad_topic.body = Some(r#"{"action": "subscribe", "topics": ["entity:A"]}"#.to_owned());
     bad_topic.is_base64_encoded = false;
-    let refused = ::connections::handle(store, &bad_topic).await;
+    let refused = ::connections::handle(function, &bad_topic).await;
     assert_eq!(refused.status_code, 400);
     assert!(matches!(refused.body, Some(Body::Text(text)) if text.contains("topics[0]")));
     assert_eq!(edges.items_of(id).await.len(), 2, "a refused message writes nothing");
@@ -776,7 +797,7 @@ async fn send_route(store: &ConnectionStore, connection_id: &str, route: &str, b
     request.request_context.connection_id = Some(connection_id.to_owned());
     request.body = body.map(|b| b.to_string());
     request.is_base64_encoded = false;
-    let response = ::connections::handle(store, &request).await;
+    let response = ::connections::handle(&connections_function(store), &request).await;
     let answer = match response.body {
         Some(Body::Text(text)) => serde_json::from_str(&text).expect("answers are JSON"),
         None => Value::Null,
@@ -1175,13 +1196,15 @@ async fn a_dead_letter_queue_is_replayed_with_the_real_sqs_client() {
     assert_eq!((report.answer.messages, report.answer.remaining), (0, 1), "{report:?}");
 }
 
-/// Issue 28, 4: a record the processor cannot judge (a transactions-table record whose `status` is not
-/// a string, a participant-table record of a table the processor does not know) is dead-lettered by the
-/// processor itself, with its content, through the real SQS client; it is not reported as a batch item
-/// failure, so the commits behind it on the shard reach the lake at once (it used to hold them up for
-/// 22 hours of retries). Replayed once the cause is fixed (the table configured), it goes through and
-/// its message is deleted; one still unprocessable stays. A Firehose outage is still reported for retry,
-/// and a WebSocket outage still costs nothing: neither is dead-lettered.
+/// Issue 28, 4: a record the processor cannot deliver (a transactions-table record whose `status` is not
+/// a string; a commit larger than Firehose takes) is dead-lettered by the processor itself, with its
+/// content, through the real SQS client; it is not reported as a batch item failure, so the commits
+/// behind it on the shard reach the lake at once (it used to hold them up for 22 hours of retries).
+/// Replayed once the cause is fixed (Firehose's limit raised), it goes through and its message is
+/// deleted; one still unprocessable stays. Issue 34: a record of a stream the processor is not configured
+/// for is neither: it is dropped and logged (a forged or misrouted event is not this deployment's). A
+/// Firehose outage is still reported for retry, and a WebSocket outage still costs nothing: neither is
+/// dead-lettered.
 #[tokio::test]
 async fn an_unprocessable_record_is_dead_lettered_with_its_content_and_the_records_behind_it_flow() {
     use twopc::fanout::replay::{DeadLetterBody, SqsDeadLetters, replay};
@@ -1195,7 +1218,9 @@ async fn an_unprocessable_record_is_dead_lettered_with_its_content_and_the_recor
         .endpoint_url(sqs.url())
         .build();
     let queue = std::sync::Arc::new(SqsDeadLetters::new(aws_sdk_sqs::Client::from_conf(config), sqs.queue_url()));
-    let processor = lake_processor(&firehose).with_dead_letters(queue.clone());
+    let mut small = fast();
+    small.limits.max_record_bytes = 20_000;
+    let processor = lake_processor(&firehose).with_options(small).with_dead_letters(queue.clone());
 
     let mut bad_status = stream_record(
         2,
@@ -1205,18 +1230,19 @@ async fn an_unprocessable_record_is_dead_lettered_with_its_content_and_the_recor
         json!({"transactionId": {"S": "tx-1"}, "status": {"N": "7"}}),
     );
     bad_status["dynamodb"]["Keys"] = json!({"transactionId": {"S": "tx-1"}});
-    let unknown_table = commit_record(3, "service-c-data", "C", 2, 10);
     let records = vec![
         commit_record(1, "service-a-data", "A", 2, 10),
         bad_status,
-        unknown_table,
+        commit_record(3, "service-a-data", "C", 2, 30_000),
         commit_record(4, "service-a-data", "B", 3, 10),
         commit_record(5, "service-a-data", "D", 4, 10),
+        commit_record(6, "service-c-data", "X", 2, 10),
     ];
     let outcome = processor.process(&event_of(records)).await;
 
     assert!(outcome.failed_sequence_numbers().is_empty(), "{:?}", outcome.response);
-    assert_eq!((outcome.summary.unprocessable, outcome.summary.dead_lettered), (2, 2));
+    assert_eq!((outcome.summary.unprocessable, outcome.summary.dead_lettered), (1, 2));
+    assert_eq!(outcome.summary.foreign, 1, "the record of service-c-data, a table the processor does not serve");
     assert_eq!(event_ids(&lake), vec!["ev-00001", "ev-00004", "ev-00005"], "the records behind flowed");
     let letters: Vec<DeadLetterBody> = sqs.bodies().iter().map(|b| DeadLetterBody::parse(b).unwrap()).collect();
     let dead: Vec<(String, String)> = letters
@@ -1226,23 +1252,13 @@ async fn an_unprocessable_record_is_dead_lettered_with_its_content_and_the_recor
             DeadLetterBody::OnFailure(_) => panic!("a pointer instead of the record"),
         })
         .collect();
+    assert_eq!(dead.len(), 2, "{dead:?}");
     assert_eq!(dead[0].0, "ev-00002");
     assert_eq!(dead[1].0, "ev-00003");
-    assert!(dead[1].1.contains("service-c-data"), "{dead:?}");
+    assert!(dead[1].1.contains("record limit"), "{dead:?}");
 
-    // Replayed once the processor knows service-c: that one goes through; the other stays.
-    let tables = BTreeMap::from([
-        ("service-a".to_owned(), "service-a-data".to_owned()),
-        ("service-c".to_owned(), "service-c-data".to_owned()),
-    ]);
-    let fixed = StreamProcessor::new(
-        FanoutConfig::new(&tables, "transactions").unwrap(),
-        FirehoseSink::new(firehose_client(firehose.url()), "lake-stream"),
-        MemoryPoster::default(),
-        MemorySubscriptions::default(),
-    )
-    .with_options(fast())
-    .with_dead_letters(queue.clone());
+    // Replayed once Firehose's limit is the real one: that one goes through; the other stays.
+    let fixed = lake_processor(&firehose).with_dead_letters(queue.clone());
     let report = replay(queue.as_ref(), &streams_client(), &fixed, 10).await.expect("the queue answers");
     assert_eq!((report.answer.messages, report.answer.failed), (2, 1), "{report:?}");
     assert_eq!(event_ids(&lake), vec!["ev-00001", "ev-00004", "ev-00005", "ev-00003"]);

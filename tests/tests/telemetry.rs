@@ -84,13 +84,17 @@ async fn answers_and_phases_are_written_as_embedded_metrics() {
         twopc::fanout::memory::MemoryPoster::default(),
         twopc::fanout::memory::MemorySubscriptions::default(),
     );
-    let unknown: aws_lambda_events::event::dynamodb::Event = serde_json::from_value(json!({"Records": [{
+    // A transaction record whose status is not a string.
+    let unprocessable: aws_lambda_events::event::dynamodb::Event = serde_json::from_value(json!({"Records": [{
         "eventID": "ev-1", "eventName": "MODIFY", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
-        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/unknown/stream/2024-05-01T00:00:00.000",
-        "dynamodb": {"Keys": {"entityId": {"S": "A"}}, "SequenceNumber": "1", "SizeBytes": 10, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/transactions/stream/2024-05-01T00:00:00.000",
+        "dynamodb": {"Keys": {"transactionId": {"S": "T1"}}, "SequenceNumber": "1", "SizeBytes": 10,
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+            "OldImage": {"transactionId": {"S": "T1"}, "status": {"S": "COMMITTING"}},
+            "NewImage": {"transactionId": {"S": "T1"}, "status": {"N": "7"}}}
     }]}))
     .unwrap();
-    processor.process(&unknown).await;
+    processor.process(&unprocessable).await;
     let mut out = Vec::new();
     collector.flush(&mut out).unwrap();
     let document: Value = serde_json::from_str(String::from_utf8(out).unwrap().trim()).unwrap();

@@ -11,11 +11,28 @@ use twopc::config;
 use twopc::fanout::connections::{self, ConnectionRequest, ConnectionResponse, ConnectionStore};
 use twopc::record::TransactionStore;
 
-/// `CONNECTIONS_TABLE_NAME`, `MAX_TOPICS_PER_CONNECTION` (default 50) and
+/// The connections function: its table, and the one WebSocket API whose events it serves.
+pub struct Connections {
+    pub store: ConnectionStore,
+    api_id: String,
+}
+
+impl Connections {
+    pub fn new(store: ConnectionStore, api_id: impl Into<String>) -> Self {
+        Connections { store, api_id: api_id.into() }
+    }
+}
+
+/// `WEBSOCKET_API_ID` (required: the function serves one API), `CONNECTIONS_TABLE_NAME`,
+/// `MAX_TOPICS_PER_CONNECTION` (default 50) and
 /// `MAX_CONNECTIONS_PER_PRINCIPAL` (default 10; anything but a whole number of at least 1 is a
 /// configuration error, so the function does not start), `ACCESS_POLICY`, and the transactions table
 /// (`TRANSACTIONS_TABLE_NAME`), where a `tx:` topic's owner is read.
-pub async fn from_env() -> Result<ConnectionStore, config::ConfigError> {
+pub async fn from_env() -> Result<Connections, config::ConfigError> {
+    let api_id = config::required(config::WEBSOCKET_API_ID)?;
+    if api_id.is_empty() {
+        return Err(config::ConfigError::Missing(config::WEBSOCKET_API_ID));
+    }
     let table = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
     let max_topics =
         config::positive_or_default(config::MAX_TOPICS_PER_CONNECTION, config::DEFAULT_MAX_TOPICS_PER_CONNECTION)?;
@@ -28,10 +45,11 @@ pub async fn from_env() -> Result<ConnectionStore, config::ConfigError> {
         aws_sdk_dynamodb::Client::new(&aws),
         config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE),
     );
-    Ok(ConnectionStore::from_config(&aws, table)
+    let store = ConnectionStore::from_config(&aws, table)
         .with_max_topics(max_topics)
         .with_max_connections_per_principal(max_connections)
-        .with_access(Policy::from_env()?, Some(transactions)))
+        .with_access(Policy::from_env()?, Some(transactions));
+    Ok(Connections::new(store, api_id))
 }
 
 /// The caller of a `$connect`: the JWT principal the authorizer established, else the IAM-signed
@@ -55,9 +73,19 @@ fn to_api_gateway(response: ConnectionResponse) -> ApiGatewayProxyResponse {
     out
 }
 
-/// One WebSocket event: a malformed message is answered 400 with what is wrong, and changes nothing.
-pub async fn handle(store: &ConnectionStore, request: &ApiGatewayWebsocketProxyRequest) -> ApiGatewayProxyResponse {
+/// One WebSocket event: a malformed message is answered 400 with what is wrong, and changes nothing; an
+/// event of another API than the function's own (`requestContext.apiId`) is answered 403 and changes
+/// nothing (its `connectionId` is not one of this API's connections). Who may invoke the function (its
+/// resource policy: this API only) is what keeps such events out; this is the second line.
+pub async fn handle(function: &Connections, request: &ApiGatewayWebsocketProxyRequest) -> ApiGatewayProxyResponse {
     let connection_id = request.request_context.connection_id.as_deref();
+    let api_id = request.request_context.apiid.as_deref();
+    if api_id != Some(function.api_id.as_str()) {
+        tracing::warn!(connection_id, api_id, expected = %function.api_id, "refused an event of another WebSocket API");
+        let message = format!("this function serves WebSocket API {}, not {api_id:?}", function.api_id);
+        return to_api_gateway(ConnectionResponse::error(403, "FORBIDDEN", &message));
+    }
+    let store = &function.store;
     let response = match parse(request) {
         Ok(parsed) => {
             connections::serve_as(store, connection_id, &parsed, SystemTime::now(), &caller(store, request)).await

@@ -15,6 +15,9 @@ pub const CONNECTIONS_TABLE_NAME: &str = "CONNECTIONS_TABLE_NAME";
 pub const FIREHOSE_STREAM_NAME: &str = "FIREHOSE_STREAM_NAME";
 /// Stream processor: the WebSocket API's management endpoint, `https://{api}.execute-api.{region}.amazonaws.com/{stage}`.
 pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
+/// Connections: the id of the WebSocket API it serves; an event whose `requestContext.apiId` is another
+/// is refused before anything is read or written.
+pub const WEBSOCKET_API_ID: &str = "WEBSOCKET_API_ID";
 /// Coordinator and sweeper: the CloudWatch namespace of their embedded-metric-format metrics.
 pub const METRICS_NAMESPACE: &str = "METRICS_NAMESPACE";
 /// Coordinator: the origin its answers allow cross-origin callers (`*`, or one origin such as
@@ -202,6 +205,7 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             TRANSACTIONS_TABLE_NAME,
             crate::access::ACCESS_POLICY,
             MAX_CONNECTIONS_PER_PRINCIPAL,
+            WEBSOCKET_API_ID,
         ],
     ),
     (

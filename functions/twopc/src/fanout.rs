@@ -5,7 +5,8 @@
 //! 1. [`prepare`]: each record is decided ([`decide::decide`]): a commit becomes a lake line (NDJSON)
 //!    and a `{"type": "commit"}` message for `entity:<table>:<entityId>`; a transaction that ended
 //!    becomes a `{"type": "transaction"}` message for `tx:<id>`; prepares, aborts and writes outside
-//!    the protocol are skipped; a record that cannot be judged is a failure.
+//!    the protocol are skipped; a record that cannot be judged is a failure; a record of any stream but
+//!    the configured tables' is dropped and logged.
 //! 2. The lake ([`lake::deliver`]) and realtime ([`realtime::push`]) run side by side: realtime is best
 //!    effort under its own time budget and never fails or holds up the lake.
 //! 3. Every record that is not safely in Firehose (undelivered, oversized, unprocessable) is reported
@@ -77,6 +78,8 @@ pub struct PreparedBatch {
     pub commits: usize,
     pub outcomes: usize,
     pub skipped: usize,
+    /// Records of streams this function is not configured for, dropped ([`Decision::Foreign`]).
+    pub foreign: usize,
 }
 
 /// The span of one record's processing: every line logged about a record is inside it, so it
@@ -159,6 +162,14 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                         .in_scope(|| debug!(event_name = %record.event_name, "skipped: {}", skip.describe()));
                 }
             }
+            Decision::Foreign(why) => {
+                batch.foreign += 1;
+                warn!(
+                    event_id = %record.event_id,
+                    event_source_arn = ?record.event_source_arn,
+                    "dropped a record of a stream this function does not serve: {why}"
+                );
+            }
             Decision::Unprocessable(why) => {
                 record_span(&record.event_id, decide::transaction_id_hint(record)).in_scope(|| {
                     error!(
@@ -182,6 +193,8 @@ pub struct BatchSummary {
     pub commits: usize,
     pub outcomes: usize,
     pub skipped: usize,
+    /// Dropped: records of streams this function is not configured for.
+    pub foreign: usize,
     pub unprocessable: usize,
     /// Records given up on (unprocessable, or too large for Firehose) and dead-lettered with their content.
     pub dead_lettered: usize,
@@ -338,6 +351,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             commits: batch.commits,
             outcomes: batch.outcomes,
             skipped: batch.skipped,
+            foreign: batch.foreign,
             unprocessable: batch.unprocessable.len(),
             dead_lettered,
             delivered: lake.delivered,
@@ -349,6 +363,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             commits = summary.commits,
             outcomes = summary.outcomes,
             skipped = summary.skipped,
+            foreign = summary.foreign,
             unprocessable = summary.unprocessable,
             dead_lettered = summary.dead_lettered,
             delivered = summary.delivered,
@@ -449,7 +464,7 @@ mod tests {
 
         let lake = processor.sink.json();
         assert_eq!(lake.iter().map(|r| r["transactionId"].as_str().unwrap()).collect::<Vec<_>>(), vec!["T1", "T2"]);
-        assert_eq!(outcome.failed_sequence_numbers(), vec![Some("4".to_owned())]);
+        assert!(outcome.failed_sequence_numbers().is_empty(), "a record of another table is dropped, not retried");
         let a: Vec<Value> = processor.poster.posts("c-a").iter().map(|p| serde_json::from_slice(p).unwrap()).collect();
         assert_eq!(a.len(), 2);
         assert_eq!(a[0]["type"], "commit");
@@ -460,7 +475,9 @@ mod tests {
         assert!(!processor.subscriptions.connections().contains("c-gone"));
         let realtime = outcome.summary.realtime.unwrap();
         assert_eq!((realtime.posted, realtime.gone, realtime.failed), (3, 1, 0));
-        assert_eq!((outcome.summary.commits, outcome.summary.skipped, outcome.summary.unprocessable), (2, 1, 1));
+        let s =
+            (outcome.summary.commits, outcome.summary.skipped, outcome.summary.foreign, outcome.summary.unprocessable);
+        assert_eq!(s, (2, 1, 1, 0));
     }
 
     /// A push that never answers cannot hold the lake past the realtime budget.

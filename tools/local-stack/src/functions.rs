@@ -114,7 +114,7 @@ pub struct InProcess {
     authorizer: Option<twopc::jwt::Verifier>,
     coordinator: Coordinator,
     cors_allow_origin: Option<String>,
-    connections: ConnectionStore,
+    connections: ::connections::Connections,
     processor: Processor,
     sweeper: Sweeper,
 }
@@ -164,9 +164,12 @@ impl Functions {
             .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
             .collect();
         let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default());
-        let connections = ConnectionStore::new(dynamodb.clone(), &tables.connections)
-            .with_access(wiring.access.clone(), Some(transactions))
-            .with_max_connections_per_principal(wiring.max_connections_per_principal);
+        let connections = ::connections::Connections::new(
+            ConnectionStore::new(dynamodb.clone(), &tables.connections)
+                .with_access(wiring.access.clone(), Some(transactions))
+                .with_max_connections_per_principal(wiring.max_connections_per_principal),
+            crate::events::API_ID,
+        );
         let processor = stream_processor(wiring, dynamodb);
         let authorizer = wiring.jwt.clone().map(|settings| twopc::jwt::Verifier::new(settings, wiring.access.clone()));
         Functions::InProcess(Box::new(InProcess {
@@ -241,6 +244,7 @@ impl Functions {
             (twopc::config::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
             (twopc::access::ACCESS_POLICY, serde_json::to_string(&wiring.access).expect("a policy serializes")),
             (twopc::config::MAX_CONNECTIONS_PER_PRINCIPAL, wiring.max_connections_per_principal.to_string()),
+            (twopc::config::WEBSOCKET_API_ID, crate::events::API_ID.to_owned()),
             // The folder the in-process stack uses, as a `file://` queue: the function dead-letters there.
             (twopc::config::DEAD_LETTER_QUEUE_URL, format!("file://{}", wiring.dead_letter_dir.display())),
         ]);

@@ -217,30 +217,39 @@ pub enum Decision {
     Commit(Box<ChangeRecord>),
     Ended(TransactionEnded),
     Skip(Skip),
-    /// A record that cannot be judged (missing image, wrong attribute type, unknown table). It may be
-    /// a commit, so it is reported as a batch item failure, never dropped.
+    /// A record that cannot be judged (missing image, wrong attribute type). It may be a commit, so it
+    /// is reported as a batch item failure, never dropped.
     Unprocessable(String),
+    /// A record of a stream this function was not configured for (its `eventSourceARN` is not a stream
+    /// of `TRANSACTIONS_TABLE_NAME` or of a `PARTICIPANT_TABLES` table), or with no stream ARN at all:
+    /// not this deployment's change, so it is dropped (and logged), never fanned out or retried. Who may
+    /// invoke the function (its resource policy) is what keeps such events out; this is the second line.
+    Foreign(String),
 }
 
 type Image = HashMap<String, AttributeValue>;
 
-fn table_from_arn(arn: &str) -> Option<&str> {
-    // arn:aws:dynamodb:REGION:ACCOUNT:table/NAME/stream/LABEL
-    let resource = arn.splitn(6, ':').nth(5)?;
-    let mut parts = resource.split('/');
-    match (parts.next(), parts.next()) {
-        (Some("table"), Some(name)) if !name.is_empty() => Some(name),
+/// The table of a DynamoDB stream ARN, `arn:PARTITION:dynamodb:REGION:ACCOUNT:table/NAME/stream/LABEL`;
+/// None for anything else (a table ARN without its stream included).
+fn table_of_stream_arn(arn: &str) -> Option<&str> {
+    let fields: Vec<&str> = arn.splitn(6, ':').collect();
+    let [arn_prefix, _partition, service, _region, _account, resource] = fields[..] else {
+        return None;
+    };
+    if arn_prefix != "arn" || service != "dynamodb" {
+        return None;
+    }
+    let parts: Vec<&str> = resource.split('/').collect();
+    match parts[..] {
+        ["table", name, "stream", label] if !name.is_empty() && !label.is_empty() => Some(name),
         _ => None,
     }
 }
 
-/// The table a record comes from: `eventSourceARN`, or the optional `tableName` field.
+/// The table a record comes from: the table of its `eventSourceARN` when that is a DynamoDB stream ARN.
+/// (The optional `tableName` field is not trusted: Lambda's DynamoDB event source always sends the ARN.)
 pub fn table_name(record: &EventRecord) -> Option<&str> {
-    record
-        .event_source_arn
-        .as_deref()
-        .and_then(table_from_arn)
-        .or(record.table_name.as_deref().filter(|n| !n.is_empty()))
+    record.event_source_arn.as_deref().and_then(table_of_stream_arn)
 }
 
 /// The transaction id a record is about, for the log span, when it can be told.
@@ -290,15 +299,15 @@ pub fn rfc3339(secs: i64, nanos: u32) -> String {
 /// Decides one record.
 pub fn decide(config: &FanoutConfig, record: &EventRecord) -> Decision {
     let Some(table) = table_name(record) else {
-        return Decision::Unprocessable(format!("no table name in eventSourceARN {:?}", record.event_source_arn));
+        return Decision::Foreign(format!("eventSourceARN {:?} is not a DynamoDB stream ARN", record.event_source_arn));
     };
     if table == config.transactions_table {
         return decide_transaction(record);
     }
     match config.services_by_table.get(table) {
         Some(service) => decide_participant(record, table, service),
-        None => Decision::Unprocessable(format!(
-            "table {table} is neither a participant table (PARTICIPANT_TABLES) nor the transactions table"
+        None => Decision::Foreign(format!(
+            "a stream of table {table}, neither a participant table (PARTICIPANT_TABLES) nor the transactions table"
         )),
     }
 }
@@ -635,12 +644,32 @@ mod tests {
         let no_version =
             record("MODIFY", "service-a-data", key(), committed("T1", "1", "5"), json!({"lastTx": {"S": "T2"}}));
         assert!(matches!(decide(&c, &no_version), Decision::Unprocessable(_)));
+    }
+
+    #[test]
+    fn records_of_other_streams_are_foreign() {
+        let c = config();
+        let change = || record("MODIFY", "service-a-data", key(), committed("T1", "1", "5"), committed("T2", "2", "5"));
+        assert!(matches!(decide(&c, &change()), Decision::Commit(_)));
         let unknown = record("MODIFY", "other-table", key(), committed("T1", "1", "5"), committed("T2", "2", "5"));
-        assert!(matches!(decide(&c, &unknown), Decision::Unprocessable(m) if m.contains("other-table")));
-        let mut no_arn =
-            record("MODIFY", "service-a-data", key(), committed("T1", "1", "5"), committed("T2", "2", "5"));
+        assert!(matches!(decide(&c, &unknown), Decision::Foreign(m) if m.contains("other-table")));
+        // No ARN, with the table named only in `tableName` (anyone can write that field): foreign.
+        let mut no_arn = change();
         no_arn.event_source_arn = None;
-        assert!(matches!(decide(&c, &no_arn), Decision::Unprocessable(_)));
+        no_arn.table_name = Some("service-a-data".into());
+        assert!(matches!(decide(&c, &no_arn), Decision::Foreign(_)));
+        for arn in [
+            // The table's ARN, not one of its streams; another service; not an ARN.
+            "arn:aws:dynamodb:us-east-1:123456789012:table/service-a-data",
+            "arn:aws:kinesis:us-east-1:123456789012:table/service-a-data/stream/2024",
+            "service-a-data",
+            "arn:aws:dynamodb:us-east-1:123456789012:table/service-a-data/stream/",
+            "arn:aws:dynamodb:us-east-1:123456789012:table/service-a-data/index/by-x/stream/2024",
+        ] {
+            let mut forged = change();
+            forged.event_source_arn = Some(arn.into());
+            assert!(matches!(decide(&c, &forged), Decision::Foreign(_)), "{arn}");
+        }
     }
 
     #[test]
@@ -717,10 +746,12 @@ mod tests {
 
     #[test]
     fn arn_parsing() {
-        assert_eq!(table_from_arn("arn:aws:dynamodb:us-east-1:1:table/a-b.c/stream/2024"), Some("a-b.c"));
-        assert_eq!(table_from_arn("arn:aws:dynamodb:us-east-1:1:table/x"), Some("x"));
-        assert_eq!(table_from_arn("arn:aws:sqs:us-east-1:1:queue"), None);
-        assert_eq!(table_from_arn("nonsense"), None);
+        let stream = "arn:aws:dynamodb:us-east-1:1:table/a-b.c/stream/2024-05-01T00:00:00.000";
+        assert_eq!(table_of_stream_arn(stream), Some("a-b.c"));
+        assert_eq!(table_of_stream_arn("arn:aws-cn:dynamodb:cn-north-1:1:table/x/stream/2024"), Some("x"));
+        assert_eq!(table_of_stream_arn("arn:aws:dynamodb:us-east-1:1:table/x"), None, "a table, not a stream");
+        assert_eq!(table_of_stream_arn("arn:aws:sqs:us-east-1:1:queue"), None);
+        assert_eq!(table_of_stream_arn("nonsense"), None);
     }
 
     #[test]
