@@ -534,6 +534,86 @@ async fn a_stop_and_a_restart_lose_no_commit() {
     let _ = std::fs::remove_dir_all(lake.with_extension("checkpoints"));
 }
 
+/// A WebSocket handshake to `ws` (a `ws://127.0.0.1:PORT` URL) with these `Host` and `Origin` headers:
+/// the status it is answered with (101 when the upgrade is accepted).
+async fn handshake(ws: &str, host: &str, origin: Option<&str>) -> u16 {
+    let url = ws.replacen("ws://", "http://", 1);
+    let mut request = reqwest::Client::new()
+        .get(url)
+        .header("host", host)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==");
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    request.send().await.expect("the WebSocket API answers").status().as_u16()
+}
+
+/// Issue 34: a page of another origin open in the same browser cannot drive the local stack. Its
+/// WebSocket handshake is refused (403) unless `Origin` is the stack's own page (or none, as clients that
+/// are not browsers send), and so is any request whose `Host` is not the stack's address (a DNS-rebound
+/// name); a POST of anything but JSON (a form, `text/plain`: what a page may send without a preflight) is
+/// 415 and runs nothing, a bodiless commit included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_origin_cannot_drive_the_stack() {
+    let lake = lake_dir("same-origin");
+    let stack = Stack::start(Config::isolated(dynamodb_local::shared().endpoint(), &lake)).await.expect("starts");
+    let (api, ws) = (stack.endpoints().api.clone(), stack.endpoints().websocket.clone());
+    let ws_host = ws.trim_start_matches("ws://").to_owned();
+    let api_host = api.trim_start_matches("http://").to_owned();
+    let ws_port = ws_host.rsplit(':').next().unwrap().to_owned();
+
+    assert_eq!(handshake(&ws, &ws_host, None).await, 101, "a client that is not a browser");
+    assert_eq!(handshake(&ws, &ws_host, Some(&api)).await, 101, "the stack's own page");
+    assert_eq!(handshake(&ws, &format!("localhost:{ws_port}"), Some(&api)).await, 101);
+    assert_eq!(handshake(&ws, &ws_host, Some("https://evil.example")).await, 403, "another origin");
+    assert_eq!(handshake(&ws, &format!("rebound.evil.example:{ws_port}"), None).await, 403, "a rebound name");
+
+    let http = reqwest::Client::new();
+    let body = Transaction::new()
+        .participant("service-a", [op::put("cross-site", json!({"balance": 1})).if_not_exists()])
+        .body_bytes();
+    for content_type in [Some("text/plain"), Some("application/x-www-form-urlencoded"), None] {
+        let mut post =
+            http.post(format!("{api}/transactions")).header("idempotency-key", "cross-site").body(body.clone());
+        if let Some(content_type) = content_type {
+            post = post.header("content-type", content_type);
+        }
+        let answer = post.send().await.unwrap();
+        assert_eq!(answer.status(), 415, "{content_type:?}");
+        let text = answer.text().await.unwrap();
+        assert!(text.contains("application/json"), "{text}");
+    }
+    let commit = http.post(format!("{api}/transactions/tx-none/commit")).send().await.unwrap();
+    assert_eq!(commit.status(), 415, "a bodiless POST without the JSON type");
+    let rebound = http
+        .post(format!("{api}/transactions"))
+        .header("host", "rebound.evil.example")
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), 403);
+    // None of them ran: the key the refused POSTs carried is still free, and a JSON POST under it commits.
+    let accepted = http
+        .post(format!("{api}/transactions"))
+        .header("host", &api_host)
+        .header("content-type", "application/json")
+        .header("idempotency-key", "cross-site")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 200);
+    let answer: Value = accepted.json().await.unwrap();
+    assert_eq!(answer["status"], "COMMITTED", "{answer}");
+    stack.stop().await;
+    let _ = std::fs::remove_dir_all(&lake);
+}
+
 /// Issue 20: two stacks on one data folder would run two DynamoDB Local processes on one data file;
 /// the second is refused, naming the folder and the process that holds it, and starts nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -212,7 +212,9 @@ impl Client {
         key: Option<&str>,
     ) -> Result<(u16, Vec<u8>), Error> {
         let mut headers: Vec<(&str, &str)> = Vec::new();
-        if body.is_some() {
+        // Every POST says JSON, a bodiless commit or abort included: the local stack refuses a POST of
+        // any other type (415), so that a page of another origin cannot send one without a preflight.
+        if body.is_some() || *method == Method::POST {
             headers.push(("content-type", "application/json"));
         }
         if let Some(key) = key {

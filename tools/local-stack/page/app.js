@@ -231,7 +231,7 @@ async function decide(id, route) {
   renderTransactions();
   let response; let answer;
   try {
-    response = await fetch(`/transactions/${encodeURIComponent(id)}/${route}`, { method: 'POST', headers: authorized() });
+    response = await fetch(`/transactions/${encodeURIComponent(id)}/${route}`, { method: 'POST', headers: authorized({ 'content-type': 'application/json' }) });
     answer = await response.json().catch(() => ({}));
   } catch (error) {
     state.transactions.set(id, { ...state.transactions.get(id), deciding: undefined, decisionError: `the REST API did not answer: ${error}` });

@@ -19,6 +19,7 @@ pub mod issuer;
 mod page;
 mod ports;
 mod rest;
+mod same_origin;
 pub use rest::{OPENAPI, served_openapi};
 mod streams;
 pub mod trace;
@@ -516,6 +517,7 @@ impl Stack {
             put_example_items(&functions, &tables, &config.stage).await;
         }
         let websocket_addr = local_addr(&websocket)?;
+        let same_origin = same_origin::SameOrigin::new(api_addr, websocket_addr, config.cors_allow_origin.clone());
         let pollers = Pollers::start(pollers)?;
         let mut tasks = Tasks::default();
         tasks.0.push(tokio::spawn(websocket::serve(
@@ -524,6 +526,7 @@ impl Stack {
             functions.clone(),
             config.stage.clone(),
             issuer.is_some(),
+            same_origin.clone(),
         )));
         tasks.0.push(tokio::spawn(sweep_loop(functions.clone(), config.sweep_interval)));
         let page = page::Page {
@@ -542,7 +545,8 @@ impl Stack {
             page,
             &operations,
         )
-        .with_issuer(issuer.clone());
+        .with_issuer(issuer.clone())
+        .with_same_origin(same_origin);
         tasks.0.push(tokio::spawn(rest::serve(api, rest)));
 
         let endpoints = Endpoints {

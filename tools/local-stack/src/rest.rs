@@ -15,13 +15,14 @@ use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::Functions;
 use crate::events::{self, HttpRequest};
 use crate::functions::Authorized;
 use crate::issuer::{DevIssuer, ISSUER_PATH};
 use crate::page::Page;
+use crate::same_origin::SameOrigin;
 use twopc::custom::Catalogs;
 
 /// The REST API's specification, served at `/openapi.yaml` so that tools can read it from the running stack.
@@ -40,6 +41,8 @@ pub(crate) struct Api {
     /// `--auth jwt`: the development issuer (its JWKS served here, its tokens minted for the live
     /// page), and every API request goes through the authorizer first.
     issuer: Option<DevIssuer>,
+    /// `Host` and, on a POST, `Content-Type` (see [`SameOrigin`]).
+    same_origin: Option<SameOrigin>,
 }
 
 impl Api {
@@ -51,7 +54,20 @@ impl Api {
         operations: &Catalogs,
     ) -> Api {
         let cors_allow_origin = cors_allow_origin.and_then(|origin| HeaderValue::try_from(origin).ok());
-        Api { functions, stage, cors_allow_origin, page, openapi: served_openapi(operations), issuer: None }
+        Api {
+            functions,
+            stage,
+            cors_allow_origin,
+            page,
+            openapi: served_openapi(operations),
+            issuer: None,
+            same_origin: None,
+        }
+    }
+
+    /// Requests only addressed to the stack itself, POSTs only of JSON.
+    pub(crate) fn with_same_origin(self, same_origin: SameOrigin) -> Api {
+        Api { same_origin: Some(same_origin), ..self }
     }
 
     pub(crate) fn with_issuer(self, issuer: Option<DevIssuer>) -> Api {
@@ -144,6 +160,13 @@ async fn handle(State(api): State<Arc<Api>>, ConnectInfo(peer): ConnectInfo<Sock
 async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
+    if let Some(Err(refused)) = api.same_origin.as_ref().map(|s| s.check_rest(&parts.method, &parts.headers)) {
+        warn!(peer = %peer, "{} {} refused: {}", parts.method, parts.uri.path(), refused.message);
+        let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::FORBIDDEN);
+        let mut response = message(status, refused.message);
+        response.extensions_mut().insert(LocalOnly);
+        return response;
+    }
     let method = parts.method.as_str();
     let path = parts.uri.path();
     if (method, path) == ("GET", "/openapi.yaml") {

@@ -25,6 +25,7 @@ use tracing::{debug, error, info, warn};
 use crate::Functions;
 use crate::events::{self, WebSocketConnection, WebSocketEvent};
 use crate::functions::Authorized;
+use crate::same_origin::SameOrigin;
 
 /// The routes the WebSocket API declares besides `$connect` and `$disconnect`.
 const ROUTES: [&str; 2] = ["subscribe", "unsubscribe"];
@@ -106,6 +107,7 @@ struct Api {
     stage: String,
     /// `--auth jwt`: `$connect` goes through the authorizer first.
     authorized: bool,
+    same_origin: SameOrigin,
 }
 
 pub(crate) async fn serve(
@@ -114,8 +116,10 @@ pub(crate) async fn serve(
     functions: Arc<Functions>,
     stage: String,
     authorized: bool,
+    same_origin: SameOrigin,
 ) {
-    let app = Router::new().fallback(upgrade).with_state(Arc::new(Api { registry, functions, stage, authorized }));
+    let api = Api { registry, functions, stage, authorized, same_origin };
+    let app = Router::new().fallback(upgrade).with_state(Arc::new(api));
     if let Err(e) = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await {
         error!(error = %e, "the WebSocket API stopped");
     }
@@ -134,6 +138,11 @@ async fn upgrade(
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    if let Err(refused) = api.same_origin.check_upgrade(&headers) {
+        warn!(peer = %peer, "WebSocket handshake refused: {}", refused.message);
+        let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::FORBIDDEN);
+        return (status, refused.message).into_response();
+    }
     let ws = match ws {
         Ok(ws) => ws,
         Err(_) => {
