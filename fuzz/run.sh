@@ -47,6 +47,11 @@ if [[ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz $CARGO_FUZZ_V
     timeout 900 cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
 fi
 
+# cargo-fuzz has no --locked: the same assertion first, so that the build uses fuzz/Cargo.lock as it is
+# committed (a stale lock fails here, instead of being filled in with whatever is newest).
+step "fuzz/Cargo.lock is complete (cargo metadata --locked)"
+timeout 600 cargo "+$NIGHTLY" metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml >/dev/null
+
 step "build ${TARGETS[*]}"
 if [[ "${TARGETS[*]}" == "$ALL_TARGETS" ]]; then
     # One cargo run builds the targets side by side.

@@ -61,21 +61,20 @@ if ! rustup target list --installed | grep -qx "$TARGET"; then
 fi
 
 ensure_on_path
-if ! cargo lambda --version >/dev/null 2>&1; then
-    echo "==> pip install cargo-lambda ziglang"
-    python3 -m pip install --quiet cargo-lambda ziglang
+# cargo-lambda cross-compiles with zig: a `zig` on PATH or the ziglang Python package. Either missing,
+# both are installed at the versions of infra/build-requirements.txt.
+if ! cargo lambda --version >/dev/null 2>&1 ||
+    { ! command -v zig >/dev/null 2>&1 && ! python3 -c 'import ziglang' 2>/dev/null; }; then
+    echo "==> pip install -r infra/build-requirements.txt"
+    timeout 600 python3 -m pip install --quiet -r infra/build-requirements.txt
     ensure_on_path
-fi
-# cargo-lambda cross-compiles with zig: a `zig` on PATH or the ziglang Python package.
-if ! command -v zig >/dev/null 2>&1 && ! python3 -c 'import ziglang' 2>/dev/null; then
-    echo "==> pip install ziglang"
-    python3 -m pip install --quiet ziglang
 fi
 echo "==> $(cargo lambda --version)"
 
 # --- build ---------------------------------------------------------------------------------------
 
-args=(lambda build --arm64 --output-format zip)
+# --locked: what Cargo.lock says, never a newer release resolved here.
+args=(lambda build --locked --arm64 --output-format zip)
 if [[ "$quick" == 1 ]]; then
     mode="quick (dev profile, arm64)"
     lambda_dir=target/lambda-debug

@@ -10,7 +10,7 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 start_local_stack() {
     local name=$1
     shift
-    timeout 1200 cargo test --quiet --workspace --no-run
+    timeout 1200 cargo test --locked --quiet --workspace --no-run
     api=$(free_port) ws=$(free_port) db=$(free_port)
     work=$(mktemp -d "${TMPDIR:-/tmp}/twopc-$name.XXXXXX")
     stack_log=$work/stack.log

@@ -43,7 +43,9 @@ impl Watch {
     ) -> Result<Watch, Error> {
         let mut command = Command::new("cargo");
         command
-            .args(["lambda", "watch", "--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
+            // --locked: the watch builds what Cargo.lock says (the `cargo run` or `cargo test` that started
+            // this stack has just brought the lock up to date), never a newer release it resolves itself.
+            .args(["lambda", "watch", "--locked", "--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
             .current_dir(&options.workspace)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
