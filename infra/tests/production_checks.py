@@ -26,6 +26,7 @@ from system import (
     alias_references,
     aliases,
     allow_statements,
+    binary_of,
     environment,
     function_target,
     functions,
@@ -99,6 +100,26 @@ CLOCK_SKEW_ALARM_FRACTION = 5
 UNPROCESSABLE_METRIC = "UnprocessableRecords"
 # The sweeper's count of the open transactions it could not finish (twopc::telemetry::STUCK_TRANSACTIONS).
 STUCK_METRIC = "StuckTransactions"
+SWEEP_ERRORS_METRIC = "SweepErrors"
+THROTTLED_STATUS = "429"
+
+
+def _throttled_metric(stack: Stack, metric: Any) -> bool:
+    """Whether a metric is the count of a metric filter matching the REST access log's status 429."""
+    for name in stack.resources("AWS::Logs::MetricFilter"):
+        props = stack.props(name)
+        pattern = str(props.get("FilterPattern"))
+        group = ref_id(props.get("LogGroupName"))
+        logged_by_rest = any(
+            att_id((stack.props(s).get("AccessLogSetting") or {}).get("DestinationArn"), "Arn") == group
+            for s in stack.resources("AWS::ApiGateway::Stage")
+        )
+        if not logged_by_rest or not re.search(r'\$\.status\s*=\s*"?%s"?' % THROTTLED_STATUS, pattern):
+            continue
+        for transformation in as_list(props.get("MetricTransformations")):
+            if transformation.get("MetricNamespace") == metric.namespace and transformation.get("MetricName") == metric.name:
+                return True
+    return False
 # The stream processor's action that replays its dead-letter queue (`twopc::fanout::replay::ACTION`).
 REPLAY_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "replay.rs"
 
@@ -277,6 +298,9 @@ class Required:
     matches: Callable[[Alarm], bool]
     fires: Callable[[Alarm], bool]
     how: str
+    # How missing data counts: not breaching (a metric published only when something happens), except
+    # where the absence of data is the failure (the sweeper not running).
+    missing: str = "notBreaching"
 
 
 def _sum_above_zero(alarm: Alarm) -> bool:
@@ -366,6 +390,39 @@ def required_alarms(stack: Stack) -> list[Required]:
                  lambda a: all(m.stat == "Maximum" for m in a.metrics) and a.above(skew) and a.window == 300,
                  f"Maximum > {skew} ms (M / {CLOCK_SKEW_ALARM_FRACTION}) over 5 minutes")
     )
+    # The sweeper's own errors, and the sweeper not running at all (its schedule: every minute).
+    required.append(
+        Required("the sweeper's SweepErrors", lambda a: a.on(METRICS_NAMESPACE, SWEEP_ERRORS_METRIC),
+                 lambda a: _sum_above_zero(a) and a.window is not None and a.window <= 900, "Sum > 0 within 15 minutes")
+    )
+    for sweeper in functions_of(stack, "sweeper"):
+        required.append(
+            Required(f"Invocations of {sweeper} (the sweeper not running)", _lambda(stack, sweeper, "Invocations"),
+                     lambda a: all(m.stat == "Sum" for m in a.metrics) and a.comparison == "LessThanThreshold"
+                     and a.threshold == 1 and a.window is not None and a.window <= 900,
+                     "Sum < 1 within 15 minutes", missing="breaching")
+        )
+    for name in _rest_api_names(stack):
+        required.append(
+            Required(f"the 4XX rate of REST API {name}",
+                     lambda a, n=name: a.on("AWS/ApiGateway", "4XXError", ApiName=n) and a.on("AWS/ApiGateway", "Count", ApiName=n),
+                     lambda a: a.comparison == "GreaterThanThreshold" and a.threshold is not None and 0 < a.threshold <= 25
+                     and a.window == 300, "a share of 4XXError in Count above a few percent over 5 minutes")
+        )
+        required.append(
+            Required(f"the 429 rate of REST API {name} (its access log's status 429)",
+                     lambda a, n=name: any(_throttled_metric(stack, m) for m in a.metrics) and a.on("AWS/ApiGateway", "Count", ApiName=n),
+                     lambda a: a.comparison == "GreaterThanThreshold" and a.threshold is not None and 0 < a.threshold <= 10
+                     and a.window == 300, "a share of 429s in Count above a few percent over 5 minutes")
+        )
+    for api in stack.resources("AWS::ApiGatewayV2::Api"):
+        if stack.props(api).get("ProtocolType") != "WEBSOCKET":
+            continue
+        for metric in ["IntegrationError", "ExecutionError"]:
+            required.append(
+                Required(f"{metric} of WebSocket API {api}", lambda a, m=metric, i=api: a.on("AWS/ApiGateway", m, ApiId="${%s}" % i),
+                         lambda a: _sum_above_zero(a) and a.window == 300, "Sum > 0 over 5 minutes")
+            )
     # Records the stream processor gave up on itself (dead-lettered with their content).
     required.append(
         Required(f"the stream processor's {UNPROCESSABLE_METRIC} (records it dead-lettered)",
@@ -402,20 +459,10 @@ def alarm_description_problems(stack: Stack, found: list[Alarm]) -> list[str]:
     return problems
 
 
-def _alarm_actions(stack: Stack, alarm: str) -> list[str]:
-    problems = []
-    with_topic = stack.with_parameters(AlarmActionArn=SNS_TOPIC).props(alarm).get("AlarmActions")
-    if as_list(with_topic) != [SNS_TOPIC]:
-        problems.append(f"{alarm}: with AlarmActionArn set, its actions are {with_topic!r}, not that topic")
-    without = stack.with_parameters(AlarmActionArn="").props(alarm).get("AlarmActions")
-    if as_list(without):
-        problems.append(f"{alarm}: with AlarmActionArn empty, its actions are {without!r}, not none")
-    return problems
-
-
 def check_alarms(stack: Stack) -> list[str]:
     """Each required alarm exists on the right metric and fires as described, notifies the
-    AlarmActionArn topic (none when it is empty), and treats missing data as not breaching."""
+    AlarmActionArn topic (the stack's own when it is empty), and treats missing data as not breaching
+    (but the sweeper's invocations: none is the sweeper not running)."""
     problems = _parameter(stack, "AlarmActionArn", "")
     found = alarms(stack)
     for requirement in required_alarms(stack):
@@ -426,8 +473,8 @@ def check_alarms(stack: Stack) -> list[str]:
         if not any(requirement.fires(a) for a in matching):
             problems.append(f"alarms on {requirement.what} {[a.logical_id for a in matching]} do not fire at {requirement.how}")
         for alarm in matching:
-            if alarm.missing != "notBreaching":
-                problems.append(f"{alarm.logical_id}: TreatMissingData {alarm.missing!r}, not notBreaching")
+            if alarm.missing != requirement.missing:
+                problems.append(f"{alarm.logical_id}: TreatMissingData {alarm.missing!r}, not {requirement.missing}")
     if "AlarmActionArn" in stack.template.get("Parameters", {}):
         for alarm in found:
             problems += _alarm_actions(stack, alarm.logical_id)
@@ -2167,4 +2214,534 @@ def check_subscriber_reads(stack: Stack) -> list[str]:
                 problems.append(f"{function}: {SUBSCRIBER_READ} on {granted_on}, not on the connections table {connections} alone")
         elif connections in granted_on:
             problems.append(f"{function}: may {SUBSCRIBER_READ} the connections table (only the stream processor reads its subscribers)")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# A deployment an auditor signs off: the alarm topic, the APIs' access logs, the lake's versions and
+# access logging, the narrower writes of transaction records, who may invoke each function, the WAF
+# ----------------------------------------------------------------------------------------------
+
+ALARM_TOPIC_OUTPUT = "AlarmTopicArn"
+KMS_FOR_CLOUDWATCH = {"kms:decrypt", "kms:generatedatakey*"}
+
+
+def _alarm_topic(stack: Stack) -> str | None:
+    """The topic the stack creates for its alarms (AlarmActionArn empty), if exactly one."""
+    topics = sorted(stack.with_parameters(AlarmActionArn="").resources("AWS::SNS::Topic"))
+    return topics[0] if len(topics) == 1 else None
+
+
+def _alarm_actions(stack: Stack, alarm: str) -> list[str]:
+    """With AlarmActionArn set the alarm notifies exactly that topic; empty, exactly the stack's own."""
+    problems = []
+    with_topic = stack.with_parameters(AlarmActionArn=SNS_TOPIC).props(alarm).get("AlarmActions")
+    if as_list(with_topic) != [SNS_TOPIC]:
+        problems.append(f"{alarm}: with AlarmActionArn set, its actions are {with_topic!r}, not that topic")
+    own = _alarm_topic(stack)
+    without = stack.with_parameters(AlarmActionArn="").props(alarm).get("AlarmActions")
+    if own is None or as_list(without) != ["${%s}" % own]:
+        problems.append(f"{alarm}: with AlarmActionArn empty, its actions are {without!r}, not the stack's own topic ({own})")
+    return problems
+
+
+def check_alarm_topic(stack: Stack) -> list[str]:
+    """AlarmActionArn empty (the default): the stack creates one SNS topic, encrypted with a KMS key of
+    its own (rotated, its policy letting CloudWatch use it: alarms cannot publish to a topic under the
+    AWS-managed aws/sns key), and the output AlarmTopicArn names it; AlarmActionArn set: no topic and
+    no key, the output names the given topic. Every alarm notifies the one the output names."""
+    problems = _parameter(stack, "AlarmActionArn", "")
+    empty = stack.with_parameters(AlarmActionArn="")
+    given = stack.with_parameters(AlarmActionArn=SNS_TOPIC)
+    topic = _alarm_topic(stack)
+    if topic is None:
+        problems.append(f"with AlarmActionArn empty, SNS topics {sorted(empty.resources('AWS::SNS::Topic'))}, not one")
+    else:
+        key = ref_id(empty.props(topic).get("KmsMasterKeyId")) or att_id(empty.props(topic).get("KmsMasterKeyId"), "Arn")
+        if key is None or empty.kind(key) != "AWS::KMS::Key" or not empty.exists(key):
+            problems.append(f"{topic}: not encrypted with a KMS key of the template ({empty.props(topic).get('KmsMasterKeyId')!r})")
+        else:
+            props = empty.props(key)
+            if str(props.get("EnableKeyRotation")).lower() != "true":
+                problems.append(f"{key}: key rotation is off")
+            allowed = set()
+            for statement in as_list(props.get("KeyPolicy", {}).get("Statement")):
+                if statement.get("Effect") != "Allow":
+                    continue
+                principal = statement.get("Principal")
+                if principal in ("*", {"AWS": "*"}):
+                    problems.append(f"{key}: its policy allows everyone")
+                if isinstance(principal, dict) and principal.get("Service") == "cloudwatch.amazonaws.com":
+                    allowed |= {str(a).lower() for a in as_list(statement.get("Action"))}
+            if not KMS_FOR_CLOUDWATCH <= allowed:
+                problems.append(f"{key}: its policy does not let CloudWatch alarms use it ({sorted(KMS_FOR_CLOUDWATCH)})")
+    outputs = stack.template.get("Outputs", {})
+    if ALARM_TOPIC_OUTPUT not in outputs:
+        problems.append(f"no output {ALARM_TOPIC_OUTPUT}")
+    else:
+        if topic and empty.resolve(outputs[ALARM_TOPIC_OUTPUT].get("Value")) != "${%s}" % topic:
+            problems.append(f"output {ALARM_TOPIC_OUTPUT} does not name the stack's topic {topic} when AlarmActionArn is empty")
+        if given.resolve(outputs[ALARM_TOPIC_OUTPUT].get("Value")) != SNS_TOPIC:
+            problems.append(f"output {ALARM_TOPIC_OUTPUT} does not name AlarmActionArn when it is set")
+    for kind in ["AWS::SNS::Topic", "AWS::KMS::Key"]:
+        if given.resources(kind):
+            problems.append(f"with AlarmActionArn set, the stack still creates {sorted(given.resources(kind))}")
+    if not alarms(stack):
+        problems.append("no alarms")
+    for alarm in alarms(stack):
+        problems += _alarm_actions(stack, alarm.logical_id)
+    return problems
+
+
+# --- the APIs' access logs -----------------------------------------------------------------------
+
+ACCOUNT_ROLE_PARAMETER = "ApiGatewayAccountRole"
+ACCOUNT_ROLE_VALUES = ["Create", "Existing"]
+LOG_RETENTION_OTHER_VALUE = "90"
+# What every access log line must say, by field meaning: the variables that tell it (any one of each).
+ACCESS_LOG_FIELDS = {
+    "rest": {
+        "request id": ["$context.requestId"],
+        "caller (IAM)": ["$context.identity.userArn"],
+        "principal (JWT)": ["$context.authorizer.principal"],
+        "method": ["$context.httpMethod"],
+        "route": ["$context.resourcePath"],
+        "status": ["$context.status"],
+        "latency": ["$context.responseLatency"],
+    },
+    "websocket": {
+        "request id": ["$context.requestId"],
+        "caller (IAM)": ["$context.identity.userArn"],
+        "principal (JWT)": ["$context.authorizer.principal"],
+        "route": ["$context.routeKey"],
+        "status": ["$context.status"],
+        "latency": ["$context.integrationLatency"],
+    },
+}
+
+
+def _access_log_problems(stack: Stack, where: str, settings: Any, kind: str, function_groups: set[str]) -> tuple[list[str], str | None]:
+    if not isinstance(settings, dict) or not settings.get("DestinationArn"):
+        return [f"{where}: no access log"], None
+    problems = []
+    group = att_id(settings.get("DestinationArn"), "Arn")
+    if group is None or stack.kind(group) != "AWS::Logs::LogGroup":
+        problems.append(f"{where}: access log {settings.get('DestinationArn')!r} is not a log group of the template")
+    elif group in function_groups:
+        problems.append(f"{where}: access log {group} is a function's log group")
+    else:
+        other = stack.with_parameters(LogRetentionInDays=LOG_RETENTION_OTHER_VALUE).props(group).get("RetentionInDays")
+        if not _same_number(other, LOG_RETENTION_OTHER_VALUE):
+            problems.append(f"{group}: retention {other!r} with LogRetentionInDays={LOG_RETENTION_OTHER_VALUE}")
+    try:
+        fields = json.loads(str(settings.get("Format")))
+    except json.JSONDecodeError:
+        return problems + [f"{where}: access log format is not JSON: {settings.get('Format')!r}"], group
+    values = " ".join(str(v) for v in fields.values()) if isinstance(fields, dict) else ""
+    for meaning, variables in ACCESS_LOG_FIELDS[kind].items():
+        if not any(v in values.split() or f"{v} " in values or values.endswith(v) for v in variables):
+            problems.append(f"{where}: access log lines do not say the {meaning} ({variables})")
+    return problems, group
+
+
+def check_access_logs(stack: Stack) -> list[str]:
+    """Each REST and WebSocket stage writes JSON access logs (request id, IAM caller and JWT principal,
+    route, status, latency) to a log group of its own with the LogRetentionInDays retention; with
+    ApiGatewayAccountRole=Create (the default) the stack sets API Gateway's account CloudWatch role (an
+    AWS::ApiGateway::Account naming a retained role API Gateway assumes) and each access log group
+    references it (so the setting exists before a stage logs), with Existing it touches neither."""
+    problems = _parameter(stack, ACCOUNT_ROLE_PARAMETER, "Create", ACCOUNT_ROLE_VALUES)
+    function_groups = {g for f in functions(stack) if (g := log_group_of(stack, f))}
+    groups = []
+    stages = [(s, stack.props(s).get("AccessLogSetting"), "rest") for s in stack.resources("AWS::ApiGateway::Stage")]
+    stages += [(s, stack.props(s).get("AccessLogSettings"), "websocket") for s in stack.resources("AWS::ApiGatewayV2::Stage")]
+    if {kind for _, _, kind in stages} != {"rest", "websocket"}:
+        problems.append(f"stages {[s for s, _, _ in stages]}: not a REST and a WebSocket stage")
+    for stage, settings, kind in stages:
+        found, group = _access_log_problems(stack, stage, settings, kind, function_groups)
+        problems += found
+        if group:
+            groups.append(group)
+    create = stack.with_parameters(**{ACCOUNT_ROLE_PARAMETER: "Create"})
+    accounts = sorted(create.resources("AWS::ApiGateway::Account"))
+    if len(accounts) != 1:
+        problems.append(f"with {ACCOUNT_ROLE_PARAMETER}=Create: API Gateway accounts {accounts}, not one")
+    for account in accounts:
+        role = att_id(create.props(account).get("CloudWatchRoleArn"), "Arn")
+        if role is None or create.kind(role) != "AWS::IAM::Role" or not create.exists(role):
+            problems.append(f"{account}: its CloudWatchRoleArn is not a role of the template")
+        else:
+            trust = json.dumps(create.props(role).get("AssumeRolePolicyDocument"))
+            if "apigateway.amazonaws.com" not in trust:
+                problems.append(f"{role}: API Gateway may not assume it")
+            if create.template["Resources"][role].get("DeletionPolicy") != "Retain":
+                problems.append(f"{role}: not retained (the account setting that names it outlives the stack)")
+        for group in groups:
+            if "${%s}" % account not in json.dumps(create.props(group)):
+                problems.append(f"{group}: does not reference {account} (a stage could log before the account role is set)")
+    existing = stack.with_parameters(**{ACCOUNT_ROLE_PARAMETER: "Existing"})
+    if existing.resources("AWS::ApiGateway::Account"):
+        problems.append(f"with {ACCOUNT_ROLE_PARAMETER}=Existing the stack still sets API Gateway's account settings")
+    for role in existing.resources("AWS::IAM::Role"):
+        if "apigateway.amazonaws.com" in json.dumps(existing.props(role).get("AssumeRolePolicyDocument")):
+            problems.append(f"with {ACCOUNT_ROLE_PARAMETER}=Existing the stack still creates API Gateway's role {role}")
+    return problems
+
+
+# --- the lake: versions, and who read or wrote it --------------------------------------------------
+
+LAKE_ACCESS_PARAMETER = "LakeAccessLogging"
+LAKE_ACCESS_VALUES = ["S3ServerAccessLogs", "CloudTrailDataEvents"]
+
+
+def _lake_buckets(stack: Stack) -> list[str]:
+    out = []
+    for stream in stack.resources("AWS::KinesisFirehose::DeliveryStream"):
+        bucket = att_id(stack.props(stream).get("ExtendedS3DestinationConfiguration", {}).get("BucketARN"), "Arn")
+        if bucket:
+            out.append(bucket)
+    return out
+
+
+def _bucket_allows(stack: Stack, bucket: str, service: str, action: str) -> list[dict]:
+    """The Allow statements of the bucket's policies granting `action` to a service principal."""
+    out = []
+    for policy in stack.resources("AWS::S3::BucketPolicy"):
+        props = stack.props(policy)
+        if ref_id(props.get("Bucket")) != bucket:
+            continue
+        for statement in as_list(props.get("PolicyDocument", {}).get("Statement")):
+            principal = statement.get("Principal")
+            if (
+                statement.get("Effect") == "Allow"
+                and isinstance(principal, dict) and principal.get("Service") == service
+                and action in as_list(statement.get("Action"))
+            ):
+                out.append(statement)
+    return out
+
+
+def check_lake_versions_and_access(stack: Stack) -> list[str]:
+    """The lake bucket is versioned with a lifecycle rule expiring noncurrent versions; who read or
+    wrote it is logged into another bucket of the template, by LakeAccessLogging: S3 server access
+    logs (the bucket's LoggingConfiguration, the log bucket's policy letting S3's logging service of this
+    account write for the lake only) or a logging CloudTrail trail of the lake's object-level data
+    events (log file validation on, into a bucket of the template that lets CloudTrail write), never
+    neither."""
+    problems = _parameter(stack, LAKE_ACCESS_PARAMETER, "S3ServerAccessLogs", LAKE_ACCESS_VALUES)
+    lakes = _lake_buckets(stack)
+    if not lakes:
+        problems.append("no lake bucket (Firehose destination)")
+    for lake in lakes:
+        props = stack.props(lake)
+        if props.get("VersioningConfiguration", {}).get("Status") != "Enabled":
+            problems.append(f"{lake}: not versioned")
+        rules = [
+            r for r in as_list(props.get("LifecycleConfiguration", {}).get("Rules"))
+            if r.get("Status") == "Enabled" and (number((r.get("NoncurrentVersionExpiration") or {}).get("NoncurrentDays")) or 0) > 0
+        ]
+        if not rules:
+            problems.append(f"{lake}: no enabled lifecycle rule expiring noncurrent versions")
+        server = stack.with_parameters(**{LAKE_ACCESS_PARAMETER: "S3ServerAccessLogs"})
+        logging = server.props(lake).get("LoggingConfiguration") or {}
+        target = ref_id(logging.get("DestinationBucketName"))
+        if target is None or server.kind(target) != "AWS::S3::Bucket" or target == lake:
+            problems.append(f"{lake}: with S3ServerAccessLogs, no server access logs into another bucket of the template ({logging!r})")
+        else:
+            granted_to_logging = [
+                s for s in _bucket_allows(server, target, "logging.s3.amazonaws.com", "s3:PutObject")
+                if json.dumps(s.get("Condition", {})).count("${%s.Arn}" % lake) == 1 and "aws:SourceAccount" in json.dumps(s.get("Condition", {}))
+            ]
+            if not granted_to_logging:
+                problems.append(f"{target}: its policy does not let S3 server access logging write the lake's logs (SourceArn the lake, SourceAccount)")
+        trail = stack.with_parameters(**{LAKE_ACCESS_PARAMETER: "CloudTrailDataEvents"})
+        if trail.props(lake).get("LoggingConfiguration"):
+            problems.append(f"{lake}: with CloudTrailDataEvents, server access logs too")
+        trails = []
+        for name in trail.resources("AWS::CloudTrail::Trail"):
+            tp = trail.props(name)
+            selectors = json.dumps(tp.get("AdvancedEventSelectors") or tp.get("EventSelectors") or [])
+            if "${%s.Arn}/" % lake in selectors and "Data" in selectors and "AWS::S3::Object" in selectors:
+                trails.append((name, tp))
+        if not trails:
+            problems.append(f"{lake}: with CloudTrailDataEvents, no trail of its object-level data events")
+        for name, tp in trails:
+            if str(tp.get("IsLogging")).lower() != "true":
+                problems.append(f"{name}: not logging")
+            if str(tp.get("EnableLogFileValidation")).lower() != "true":
+                problems.append(f"{name}: no log file validation")
+            bucket = ref_id(tp.get("S3BucketName"))
+            if bucket is None or trail.kind(bucket) != "AWS::S3::Bucket" or bucket == lake:
+                problems.append(f"{name}: does not deliver to another bucket of the template")
+            elif not _bucket_allows(trail, bucket, "cloudtrail.amazonaws.com", "s3:PutObject"):
+                problems.append(f"{bucket}: its policy does not let CloudTrail write the trail {name}")
+        if server.resources("AWS::CloudTrail::Trail"):
+            problems.append(f"with S3ServerAccessLogs, a trail too: {sorted(server.resources('AWS::CloudTrail::Trail'))}")
+    return problems
+
+
+# --- the narrower writes of transaction records ------------------------------------------------------
+
+TABLES_SOURCE = REPO / "functions" / "twopc" / "src" / "tables.rs"
+ATTRIBUTES_CONDITION = "ForAllValues:StringNotEquals"
+ATTRIBUTES_KEY = "dynamodb:Attributes"
+# What the sweeper writes to a record (recovery's status changes, the postponement, the ABORTED record
+# of an absent owner: twopc::record, twopc::recovery, twopc::coordinator recover/drive), and the
+# attributes only the coordinator writes (at a record's creation, and the hold), which it must not.
+SWEEPER_WRITES = ["ID", "STATUS", "PARTICIPANTS", "CREATED_AT", "UPDATED_AT", "DEADLINE", "REASON", "EXPIRE_AT",
+                  "OPEN_SHARD", "SWEEP_AT", "SWEEP_ATTEMPTS", "SWEEP_ERROR"]
+SWEEPER_REFUSED = ["PRINCIPAL", "REQUEST_HASH", "EXECUTION_ID", "HOLD_MS", "HOLD_UNTIL"]
+# A participant's one update of a record (twopc::recovery: an expired owner to ABORTING, with its reason;
+# shortened, the reason and sweepError removed): every other attribute is refused.
+PARTICIPANT_UPDATE_WRITES = ["ID", "STATUS", "UPDATED_AT", "REASON", "SWEEP_ERROR"]
+
+
+def transaction_attributes(source: Path = TABLES_SOURCE) -> dict[str, str]:
+    """`twopc::tables::tx_attr`: constant name -> attribute name."""
+    match = re.search(r"pub mod tx_attr \{(.*?)\n\}", source.read_text(), re.S)
+    assert match, f"no tx_attr in {source}"
+    return dict(re.findall(r'pub const ([A-Z_]+): &str = "([^"]+)";', match.group(1)))
+
+
+def _refused_attributes(statement: dict) -> tuple[set[str] | None, str | None]:
+    """The attributes a statement's condition refuses, or why it is not such a condition."""
+    condition = statement.get("Condition")
+    if not isinstance(condition, dict) or list(condition) != [ATTRIBUTES_CONDITION]:
+        return None, f"condition {condition!r}, not {ATTRIBUTES_CONDITION} on {ATTRIBUTES_KEY} alone"
+    inner = condition[ATTRIBUTES_CONDITION]
+    if not isinstance(inner, dict) or list(inner) != [ATTRIBUTES_KEY]:
+        return None, f"condition {condition!r}, not on {ATTRIBUTES_KEY} alone"
+    return {str(a) for a in as_list(inner[ATTRIBUTES_KEY])}, None
+
+
+def _record_write_problems(stack: Stack, who: str, role: str, table_arn: str, actions: list[str],
+                           refused: set[str], written: set[str]) -> list[str]:
+    problems = []
+    granted_actions = set()
+    for statement in allow_statements(stack, role):
+        wanted = [a for a in statement["Action"] if str(a) in actions]
+        if not wanted or table_arn not in statement["Resource"]:
+            continue
+        granted_actions |= set(wanted)
+        got, why = _refused_attributes(statement)
+        where = f"{who} ({role}) statement {statement.get('Sid')} ({wanted})"
+        if got is None:
+            problems.append(f"{where}: {why}")
+            continue
+        if refused - got:
+            problems.append(f"{where}: does not refuse {sorted(refused - got)}")
+        if got & written:
+            problems.append(f"{where}: refuses {sorted(got & written)}, which its code writes (the write would fail)")
+    for action in sorted(set(actions) - granted_actions):
+        problems.append(f"{who} ({role}): may not {action} on the transactions table (its code does)")
+    return problems
+
+
+def check_record_writes(stack: Stack) -> list[str]:
+    """The sweeper's PutItem and UpdateItem on the transactions table, and an item participant's
+    UpdateItem there, carry a condition on dynamodb:Attributes (ForAllValues:StringNotEquals) refusing
+    what their code never writes: the sweeper the coordinator's own attributes (principal, requestHash,
+    executionId, holdMs, holdUntil), a participant everything but the status, updatedAt, reason and
+    sweepError of its abort; and never an attribute their code writes. A participant's PutItem stays
+    unconditional (the one-phase commit puts the whole record inside a TransactWriteItems)."""
+    names = transaction_attributes()
+    problems = []
+    ids = table_ids(stack)
+    if "transactions" not in ids:
+        return ["no transactions table"]
+    table_arn = "${%s.Arn}" % ids["transactions"]
+    sweeper_written = {names[n] for n in SWEEPER_WRITES}
+    sweeper_refused = {names[n] for n in SWEEPER_REFUSED}
+    for sweeper in functions_of(stack, "sweeper"):
+        problems += _record_write_problems(stack, "sweeper", role_of(stack, sweeper), table_arn,
+                                           ["dynamodb:PutItem", "dynamodb:UpdateItem"], sweeper_refused, sweeper_written)
+    written = {names[n] for n in PARTICIPANT_UPDATE_WRITES}
+    refused = set(names.values()) - written
+    deployments = [d for d in participant_deployments(stack).values() if not d["resource"]]
+    if not deployments:
+        problems.append("no item participants")
+    for deployment in deployments:
+        role = role_of(stack, deployment["function"])
+        problems += _record_write_problems(stack, f"participant {deployment['function']}", role, table_arn,
+                                           ["dynamodb:UpdateItem"], refused, written)
+        puts = [s for s in allow_statements(stack, role) if "dynamodb:PutItem" in s["Action"] and table_arn in s["Resource"]]
+        if not any("Condition" not in s for s in puts):
+            problems.append(f"participant {deployment['function']}: no unconditional PutItem of records (its one-phase commit puts the whole record)")
+    return problems
+
+
+# --- who may invoke each function ------------------------------------------------------------------
+
+# Who may invoke each function: its resource policy (AWS::Lambda::Permission) and the roles granted
+# lambda:InvokeFunction on it. The participant binaries are told by the contract.
+INVOKERS = {
+    "coordinator": "API Gateway, for the methods of a REST API of the template (SourceArn on that API)",
+    "participant": "the coordinator's and the sweeper's roles, on its live alias (and their grants)",
+    "sweeper": "EventBridge, for the schedule rule that targets it (SourceArn that rule)",
+    "stream-processor": "nobody: its event source mappings read the streams with its own role",
+    "connections": "API Gateway, for the WebSocket API that integrates it (SourceArn on that API)",
+    AUTHORIZER_BINARY: "API Gateway, for the authorizers of the template's APIs (SourceArn …/authorizers/…)",
+}
+EXECUTE_API_SOURCE = re.compile(
+    r"^arn:(?:\$\{AWS::Partition\}|aws):execute-api:\$\{AWS::Region\}:\$\{AWS::AccountId\}:\$\{(?P<api>[A-Za-z0-9]+)\}/(?P<rest>.+)$"
+)
+WEBSOCKET_API_VARIABLE = "WEBSOCKET_API_ID"
+
+
+def _websocket_apis_of(stack: Stack, function: str) -> set[str]:
+    """The WebSocket APIs whose integrations invoke the function."""
+    out = set()
+    for integration in stack.resources("AWS::ApiGatewayV2::Integration"):
+        props = stack.props(integration)
+        if "${%s.Arn}" % function in str(props.get("IntegrationUri")):
+            api = ref_id(props.get("ApiId"))
+            if api:
+                out.add(api)
+    return out
+
+
+def _invoker_problems(stack: Stack) -> list[str]:
+    problems: list[str] = []
+    participants = {d["function"] for d in participant_deployments(stack).values()}
+    callers = {"${%s.Arn}" % role_of(stack, f) for b in KEY_SIGNERS for f in functions_of(stack, b) if role_of(stack, f)}
+    caller_roles = {role_of(stack, f) for b in KEY_SIGNERS for f in functions_of(stack, b)}
+    rest_apis = set(stack.resources("AWS::ApiGateway::RestApi"))
+    websocket_apis = {a for a in stack.resources("AWS::ApiGatewayV2::Api") if stack.props(a).get("ProtocolType") == "WEBSOCKET"}
+    schedules = {
+        "${%s.Arn}" % rule: {function_target(stack, t.get("Arn")) for t in as_list(stack.props(rule).get("Targets"))}
+        for rule in stack.resources("AWS::Events::Rule")
+    }
+    invoked: dict[str, set[str]] = {}
+    for permission in sorted(stack.resources("AWS::Lambda::Permission")):
+        props = stack.props(permission)
+        target = _permission_target(stack, props.get("FunctionName"))
+        if target is None:
+            problems.append(f"{permission}: names no function of the template ({props.get('FunctionName')!r})")
+            continue
+        binary = "participant" if target in participants else binary_of(stack, target)
+        where = f"{permission} (on {target}, {binary})"
+        principal, source = props.get("Principal"), props.get("SourceArn")
+        if props.get("Action") != INVOKE:
+            problems.append(f"{where}: action {props.get('Action')!r}, not {INVOKE}")
+        if "FunctionUrlAuthType" in props:
+            problems.append(f"{where}: a function URL")
+        match = EXECUTE_API_SOURCE.match(str(source)) if source else None
+        ok = False
+        if binary == "coordinator":
+            ok = principal == "apigateway.amazonaws.com" and bool(match) and match.group("api") in rest_apis \
+                and not match.group("rest").startswith("authorizers/")
+        elif binary == "participant":
+            ok = principal in callers
+        elif binary == "sweeper":
+            ok = principal == "events.amazonaws.com" and target in schedules.get(str(source), set())
+        elif binary == "connections":
+            ok = principal == "apigateway.amazonaws.com" and bool(match) \
+                and match.group("api") in websocket_apis & _websocket_apis_of(stack, target) \
+                and not match.group("rest").startswith("authorizers/")
+        elif binary == AUTHORIZER_BINARY:
+            ok = principal == "apigateway.amazonaws.com" and bool(match) \
+                and match.group("api") in rest_apis | websocket_apis and match.group("rest").startswith("authorizers/")
+        if not ok:
+            problems.append(
+                f"{where}: allows {principal!r} (source {source!r}); only {INVOKERS.get(binary, 'nobody (no rule for this binary)')} may"
+            )
+        else:
+            invoked.setdefault(target, set()).add(str(principal))
+    for function in functions(stack):
+        binary = "participant" if function in participants else binary_of(stack, function)
+        if binary == "stream-processor":
+            continue
+        got = invoked.get(function, set())
+        if binary == "participant":
+            if got != callers:
+                problems.append(f"{function} (participant): invokable by {sorted(got)}, not exactly the coordinator's and the sweeper's roles")
+        elif not got:
+            problems.append(f"{function} ({binary}): {INVOKERS.get(binary, 'nobody')} may not invoke it")
+    # Identity grants: only the coordinator's and the sweeper's roles, only on participants.
+    for role in stack.resources("AWS::IAM::Role"):
+        for resource in granted(stack, role, INVOKE):
+            target = _permission_target(stack, resource)
+            if target is None:
+                problems.append(f"{role}: may invoke {resource!r}, no function of the template by name")
+            elif target not in participants or role not in caller_roles:
+                problems.append(f"{role}: may invoke {target}; only the coordinator's and the sweeper's roles may invoke, and only participants")
+    for mapping in stack.resources("AWS::Lambda::EventSourceMapping"):
+        target = function_target(stack, stack.props(mapping).get("FunctionName"))
+        if target is None or binary_of(stack, target) != "stream-processor":
+            problems.append(f"{mapping}: an event source mapping into {target}, not the stream processor")
+    for url in stack.resources("AWS::Lambda::Url"):
+        problems.append(f"{url}: a function URL (anyone reaching it may invoke the function)")
+    for function in functions_of(stack, "connections"):
+        apis = _websocket_apis_of(stack, function)
+        value = environment(stack, function).get(WEBSOCKET_API_VARIABLE)
+        if len(apis) != 1 or value != "${%s}" % next(iter(apis)):
+            problems.append(f"{function}: {WEBSOCKET_API_VARIABLE} is {value!r}, not the WebSocket API it serves {sorted(apis)}")
+    return problems
+
+
+def check_invokers(stack: Stack) -> list[str]:
+    """Every function may be invoked only by its source (INVOKERS), with tokens off and on (the
+    authorizer exists only then): each permission's principal and SourceArn, each role's
+    lambda:InvokeFunction grants, the event source mappings, no function URL; and the connections
+    function's WEBSOCKET_API_ID is the WebSocket API it serves."""
+    problems = _invoker_problems(stack) + _invoker_problems(with_jwt(stack))
+    return sorted(set(problems), key=problems.index)
+
+
+# --- the WAF on the REST stage ---------------------------------------------------------------------
+
+WAF_PARAMETER = "WafEnabled"
+WAF_RATE_PARAMETER = "WafRateLimit"
+WAF_RATE_DEFAULT = 2000
+WAF_RATE_OTHER_VALUE = "1234"
+
+
+def check_waf(stack: Stack) -> list[str]:
+    """WafEnabled (default "false"): with it, a REGIONAL web ACL (default Allow) with a rate-based rule
+    per client IP blocking above WafRateLimit (a Number, default 2000, evaluated with another value),
+    associated with the REST API's stage and logging to an aws-waf-logs-* log group; without it none."""
+    problems = _parameter(stack, WAF_PARAMETER, "false", ["true", "false"])
+    problems += _parameter(stack, WAF_RATE_PARAMETER, WAF_RATE_DEFAULT)
+    definition = stack.template.get("Parameters", {}).get(WAF_RATE_PARAMETER, {})
+    if definition.get("Type") != "Number" or (number(definition.get("MinValue")) or 0) < 100:
+        problems.append(f"parameter {WAF_RATE_PARAMETER}: not a Number of at least 100 ({definition!r})")
+    off = stack.with_parameters(**{WAF_PARAMETER: "false"})
+    for kind in ["AWS::WAFv2::WebACL", "AWS::WAFv2::WebACLAssociation"]:
+        if off.resources(kind):
+            problems.append(f"with {WAF_PARAMETER}=false: {sorted(off.resources(kind))}")
+    on = stack.with_parameters(**{WAF_PARAMETER: "true", WAF_RATE_PARAMETER: WAF_RATE_OTHER_VALUE})
+    acls = sorted(on.resources("AWS::WAFv2::WebACL"))
+    if len(acls) != 1:
+        return problems + [f"with {WAF_PARAMETER}=true: web ACLs {acls}, not one"]
+    acl = acls[0]
+    props = on.props(acl)
+    if props.get("Scope") != "REGIONAL" or "Allow" not in (props.get("DefaultAction") or {}):
+        problems.append(f"{acl}: not REGIONAL with a default Allow")
+    rate_rules = [
+        r for r in as_list(props.get("Rules"))
+        if _same_number((r.get("Statement", {}).get("RateBasedStatement") or {}).get("Limit"), WAF_RATE_OTHER_VALUE)
+        and (r.get("Statement", {}).get("RateBasedStatement") or {}).get("AggregateKeyType") == "IP"
+        and "Block" in (r.get("Action") or {})
+    ]
+    if not rate_rules:
+        problems.append(f"{acl}: no rule blocking a client IP above {WAF_RATE_PARAMETER} (evaluated with {WAF_RATE_OTHER_VALUE})")
+    stages = {"${%s}" % s: ref_id(on.props(s).get("RestApiId")) for s in on.resources("AWS::ApiGateway::Stage")}
+    associated = False
+    for association in on.resources("AWS::WAFv2::WebACLAssociation"):
+        ap = on.props(association)
+        match = re.match(r"^arn:\$\{AWS::Partition\}:apigateway:\$\{AWS::Region\}::/restapis/\$\{([A-Za-z0-9]+)\}/stages/(.+)$", str(ap.get("ResourceArn")))
+        if ap.get("WebACLArn") == "${%s.Arn}" % acl and match and stages.get(match.group(2)) == match.group(1):
+            associated = True
+    if not associated:
+        problems.append(f"{acl}: not associated with the REST API's stage (by the stage's Ref)")
+    logged = False
+    for config in on.resources("AWS::WAFv2::LoggingConfiguration"):
+        cp = on.props(config)
+        if cp.get("ResourceArn") == "${%s.Arn}" % acl:
+            for destination in as_list(cp.get("LogDestinationConfigs")):
+                group = re.search(r":log-group:\$\{([A-Za-z0-9]+)\}$", str(destination))
+                if group and on.kind(group.group(1)) == "AWS::Logs::LogGroup" and str(on.props(group.group(1)).get("LogGroupName", "")).startswith("aws-waf-logs-"):
+                    logged = True
+    if not logged:
+        problems.append(f"{acl}: its requests are not logged to an aws-waf-logs-* log group of the template")
     return problems

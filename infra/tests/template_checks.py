@@ -53,8 +53,12 @@ STAR_RESOURCE_ALLOWED = {
 
 # A "*" inside a resource ARN is accepted only in these shapes (resource names stay fixed):
 WILDCARD_RESOURCE_PATTERNS = [
-    # Objects of one bucket of this template: `${Bucket.Arn}/*`.
-    re.compile(r"^\$\{(?P<bucket>[A-Za-z0-9]+)\.Arn\}/\*$"),
+    # Objects of one bucket of this template: `${Bucket.Arn}/*`, or under one prefix of it (the audit
+    # bucket's `s3-access/*`, `cloudtrail/AWSLogs/${AWS::AccountId}/*`, for the logging services).
+    re.compile(r"^\$\{(?P<bucket>[A-Za-z0-9]+)\.Arn\}/(s3-access/|cloudtrail/AWSLogs/\$\{AWS::AccountId\}/)?\*$"),
+    # The log groups of this account and region: API Gateway's account CloudWatch role (one per account
+    # and region, serving the access and execution logs of every API there; ApiGatewayAccountRole=Create).
+    re.compile(r"^arn:\$\{AWS::Partition\}:logs:\$\{AWS::Region\}:\$\{AWS::AccountId\}:log-group:\*$"),
     # Posting to (or deleting) connections of one stage of one WebSocket API of this template.
     re.compile(
         r"^arn:\$\{AWS::Partition\}:execute-api:\$\{AWS::Region\}:\$\{AWS::AccountId\}:"

@@ -26,8 +26,24 @@ import pytest
 import breaking as b
 from cfn import CDK_TEMPLATE, REPO, SAM_TEMPLATE, Stack, as_list, sam_transform
 from system import participant_deployments
+from template_checks import with_jwt
 from production_checks import (
+    ACCOUNT_ROLE_PARAMETER,
+    LAKE_ACCESS_PARAMETER,
+    PARTICIPANT_UPDATE_WRITES,
+    SWEEPER_REFUSED,
+    SWEEPER_WRITES,
+    WAF_PARAMETER,
+    WAF_RATE_PARAMETER,
+    _lake_buckets,
     auth_contract,
+    check_access_logs,
+    check_alarm_topic,
+    check_invokers,
+    check_lake_versions_and_access,
+    check_record_writes,
+    check_waf,
+    transaction_attributes,
     check_aliases,
     check_alarms,
     check_cors_coordinator,
@@ -86,6 +102,12 @@ CHECKS = {
     "resource-participants": check_resource_participants,
     "hold-routes": check_hold_routes,
     "hold-policy": check_hold_policy,
+    "alarm-topic": check_alarm_topic,
+    "access-logs": check_access_logs,
+    "lake-versions-and-access": check_lake_versions_and_access,
+    "record-writes": check_record_writes,
+    "invokers": check_invokers,
+    "waf": check_waf,
 }
 
 
@@ -1088,3 +1110,364 @@ def test_cors_gateway_response_check_catches_an_undeployed_response(cdk):
         resource = b.resource(cdk, name)
         resource["DependsOn"] = [d for d in resource.get("DependsOn", []) if b.resource(cdk, d)["Type"] != "AWS::ApiGateway::GatewayResponse"]
     assert check_cors_gateway_responses(cdk) != []
+
+
+# --- a deployment an auditor signs off -------------------------------------------------------------
+
+# The deploy-time interface they add, the same in both templates (and the outputs).
+AUDIT_PARAMETERS = ["AlarmActionArn", ACCOUNT_ROLE_PARAMETER, LAKE_ACCESS_PARAMETER, WAF_PARAMETER, WAF_RATE_PARAMETER]
+AUDIT_OUTPUTS = ["AlarmTopicArn", "LakeAuditBucketName", "RestApiAccessLogGroupName", "WebSocketAccessLogGroupName", "RestApiWebAclArn"]
+
+
+def test_the_audit_parameters_and_outputs_are_the_same_in_both_templates(sam, cdk):
+    for name in AUDIT_PARAMETERS:
+        assert sam.template["Parameters"][name] == cdk.template["Parameters"][name], name
+    for name in AUDIT_OUTPUTS:
+        assert name in sam.template["Outputs"] and name in cdk.template["Outputs"], name
+        assert sam.template["Outputs"][name]["Description"] == cdk.template["Outputs"][name]["Description"], name
+        assert sam.template["Outputs"][name].get("Condition") == cdk.template["Outputs"][name].get("Condition"), name
+    assert set(sam.template["Parameters"]) == set(cdk.template["Parameters"])
+    assert set(sam.template["Outputs"]) == set(cdk.template["Outputs"])
+    assert set(sam.template["Conditions"]) == set(cdk.template["Conditions"])
+
+
+def test_the_record_attributes_are_read_from_the_code():
+    names = transaction_attributes()
+    assert names["PRINCIPAL"] == "principal" and names["REQUEST_HASH"] == "requestHash"
+    # Every attribute is either written by the sweeper or refused to it.
+    assert set(SWEEPER_WRITES) | set(SWEEPER_REFUSED) == set(names)
+    assert set(PARTICIPANT_UPDATE_WRITES) <= set(SWEEPER_WRITES)
+
+
+def _lake(stack) -> str:
+    return _lake_buckets(stack)[0]
+
+
+def _alarm_topic_resource(stack) -> str:
+    return b.of_type(stack, "AWS::SNS::Topic")[0]
+
+
+def _key_policy(stack) -> dict:
+    return b.props(stack, b.of_type(stack, "AWS::KMS::Key")[0])["KeyPolicy"]
+
+
+def _access_settings(stack, kind: str) -> dict:
+    if kind == "rest":
+        return b.props(stack, b.stage_of_rest_api(stack))["AccessLogSetting"]
+    return b.props(stack, b.only(stack, "AWS::ApiGatewayV2::Stage"))["AccessLogSettings"]
+
+
+def _access_log_group(stack, kind: str) -> str:
+    return _access_settings(stack, kind)["DestinationArn"]["Fn::GetAtt"][0]
+
+
+def _audit_policy_statements(stack) -> list:
+    bucket = _lake(stack)
+    for name in b.of_type(stack, "AWS::S3::BucketPolicy"):
+        if b.props(stack, name)["Bucket"] != b.ref(bucket):
+            return b.props(stack, name)["PolicyDocument"]["Statement"]
+    raise AssertionError("no audit bucket policy")
+
+
+def _trail(stack) -> dict:
+    return b.props(stack, b.of_type(stack, "AWS::CloudTrail::Trail")[0])
+
+
+def _transactions_statement(stack, binary: str, action: str) -> dict:
+    return b.statement(stack, binary, action, where='"${%s.Arn}"' % b.table(stack, "transactions"))
+
+
+def _remove_statement(stack, binary: str, action: str) -> None:
+    """Removes the raw statement granting `action` on the transactions table to a function of `binary`."""
+    target = _transactions_statement(stack, binary, action)
+    for statements in b.raw_statements(stack, b.role_of(stack, b.function(stack, binary))):
+        if any(entry is target for entry in statements):
+            statements[:] = [entry for entry in statements if entry is not target]
+
+
+def _attributes(statement: dict) -> list:
+    return statement["Condition"]["ForAllValues:StringNotEquals"]["dynamodb:Attributes"]
+
+
+def _permissions_on(stack, binary: str) -> list[str]:
+    """The raw permissions on the functions of a binary (evaluated with tokens on: the authorizer's)."""
+    jwt = with_jwt(stack)
+    targets = set(b.functions_of(jwt, binary))
+    return [
+        name
+        for name in b.of_type(stack, "AWS::Lambda::Permission")
+        if b.function_target(jwt, jwt.resolve(b.props(stack, name).get("FunctionName"))) in targets
+    ]
+
+
+def _add_resource(stack, name: str, kind: str, props: dict) -> None:
+    stack.template["Resources"][name] = {"Type": kind, "Properties": props}
+
+
+def _web_acl(stack) -> dict:
+    return b.props(stack, b.of_type(stack, "AWS::WAFv2::WebACL")[0])
+
+
+BREAKAGES.update(
+    {
+        # the alarm topic: the stack's own, encrypted, unless one is given
+        "alarm-topic-unencrypted": ("alarm-topic", lambda s: b.props(s, _alarm_topic_resource(s)).pop("KmsMasterKeyId")),
+        "alarm-topic-missing": ("alarm-topic", lambda s: s.template["Resources"].pop(_alarm_topic_resource(s))),
+        "alarm-topic-under-the-aws-managed-key": (
+            "alarm-topic",
+            lambda s: b.props(s, _alarm_topic_resource(s)).update(KmsMasterKeyId="alias/aws/sns"),
+        ),
+        "alarm-topic-key-closed-to-cloudwatch": (
+            "alarm-topic",
+            lambda s: _key_policy(s).update(Statement=[x for x in _key_policy(s)["Statement"] if "cloudwatch" not in json.dumps(x)]),
+        ),
+        "alarm-topic-key-not-rotated": ("alarm-topic", lambda s: b.props(s, b.of_type(s, "AWS::KMS::Key")[0]).pop("EnableKeyRotation")),
+        "alarm-topic-created-with-a-given-topic": ("alarm-topic", lambda s: b.resource(s, _alarm_topic_resource(s)).pop("Condition")),
+        "alarm-topic-output-missing": ("alarm-topic", lambda s: s.template["Outputs"].pop("AlarmTopicArn")),
+        "alarm-topic-output-the-parameter": (
+            "alarm-topic",
+            lambda s: s.template["Outputs"]["AlarmTopicArn"].update(Value=b.ref("AlarmActionArn")),
+        ),
+        "alarm-silent-without-a-given-topic": (
+            "alarm-topic",
+            lambda s: b.props(s, b.alarm_on(s, "SweepErrors")).update(AlarmActions=[b.ref("AlarmActionArn")]),
+        ),
+        # the new alarms
+        "no-sweep-errors-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "SweepErrors"))),
+        "no-sweeper-running-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "Invocations", b.function(s, "sweeper")))),
+        "sweeper-running-alarm-missing-data-fine": (
+            "alarms",
+            lambda s: b.props(s, b.alarm_on(s, "Invocations", b.function(s, "sweeper"))).update(TreatMissingData="notBreaching"),
+        ),
+        "sweeper-running-alarm-over-an-hour": (
+            "alarms",
+            lambda s: b.props(s, b.alarm_on(s, "Invocations", b.function(s, "sweeper"))).update(Period=3600),
+        ),
+        "no-4xx-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "4XXError"))),
+        "4xx-alarm-a-count-not-a-rate": (
+            "alarms",
+            lambda s: b.props(s, b.alarm_on(s, "4XXError")).update(
+                Metrics=[m for m in b.props(s, b.alarm_on(s, "4XXError"))["Metrics"] if "Count" not in json.dumps(m)]
+            ),
+        ),
+        "no-429-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "RestApiThrottled"))),
+        "429-filter-on-another-status": (
+            "alarms",
+            lambda s: b.props(s, b.only(s, "AWS::Logs::MetricFilter")).update(FilterPattern='{ $.status = "403" }'),
+        ),
+        "429-filter-on-another-log": (
+            "alarms",
+            lambda s: b.props(s, b.only(s, "AWS::Logs::MetricFilter")).update(LogGroupName=b.ref(_access_log_group(s, "websocket"))),
+        ),
+        "no-websocket-execution-errors-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "ExecutionError"))),
+        "no-websocket-integration-errors-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "IntegrationError"))),
+        # the APIs' access logs
+        "rest-stage-without-access-log": ("access-logs", lambda s: b.props(s, b.stage_of_rest_api(s)).pop("AccessLogSetting")),
+        "websocket-stage-without-access-log": (
+            "access-logs",
+            lambda s: b.props(s, b.only(s, "AWS::ApiGatewayV2::Stage")).pop("AccessLogSettings"),
+        ),
+        "access-log-without-status": (
+            "access-logs",
+            lambda s: _access_settings(s, "rest").update(Format=_access_settings(s, "rest")["Format"].replace('"$context.status"', '"-"')),
+        ),
+        "access-log-without-the-jwt-principal": (
+            "access-logs",
+            lambda s: _access_settings(s, "websocket").update(
+                Format=_access_settings(s, "websocket")["Format"].replace("$context.authorizer.principal", "-")
+            ),
+        ),
+        "access-log-without-the-route": (
+            "access-logs",
+            lambda s: _access_settings(s, "websocket").update(Format=_access_settings(s, "websocket")["Format"].replace("$context.routeKey", "-")),
+        ),
+        "access-log-without-latency": (
+            "access-logs",
+            lambda s: _access_settings(s, "rest").update(Format=_access_settings(s, "rest")["Format"].replace("$context.responseLatency", "-")),
+        ),
+        "access-log-not-json": ("access-logs", lambda s: _access_settings(s, "rest").update(Format="$context.requestId $context.status")),
+        "access-log-into-a-functions-log-group": (
+            "access-logs",
+            lambda s: _access_settings(s, "rest").update(
+                DestinationArn=b.getatt(b.props(s, b.function(s, "coordinator"))["LoggingConfig"]["LogGroup"]["Ref"], "Arn")
+            ),
+        ),
+        "access-log-retention-hard-coded": ("access-logs", lambda s: b.props(s, _access_log_group(s, "rest")).update(RetentionInDays=30)),
+        "no-api-gateway-account": ("access-logs", lambda s: [s.template["Resources"].pop(n) for n in b.of_type(s, "AWS::ApiGateway::Account")]),
+        "api-gateway-role-deleted-with-the-stack": (
+            "access-logs",
+            lambda s: b.resource(s, b.props(s, b.of_type(s, "AWS::ApiGateway::Account")[0])["CloudWatchRoleArn"]["Fn::GetAtt"][0]).update(
+                DeletionPolicy="Delete"
+            ),
+        ),
+        "access-log-group-before-the-account": ("access-logs", lambda s: b.props(s, _access_log_group(s, "websocket")).pop("Tags")),
+        "account-settings-changed-with-existing": (
+            "access-logs",
+            lambda s: b.resource(s, b.of_type(s, "AWS::ApiGateway::Account")[0]).pop("Condition"),
+        ),
+        "account-role-parameter-default": (
+            "access-logs",
+            lambda s: s.template["Parameters"][ACCOUNT_ROLE_PARAMETER].update(Default="Existing"),
+        ),
+        # the lake: versions, and who read or wrote it
+        "lake-unversioned": ("lake-versions-and-access", lambda s: b.props(s, _lake(s)).pop("VersioningConfiguration")),
+        "lake-versions-kept-for-ever": (
+            "lake-versions-and-access",
+            lambda s: b.props(s, _lake(s))["LifecycleConfiguration"].update(
+                Rules=[r for r in b.props(s, _lake(s))["LifecycleConfiguration"]["Rules"] if "NoncurrentVersionExpiration" not in r]
+            ),
+        ),
+        "lake-without-server-access-logs": ("lake-versions-and-access", lambda s: b.props(s, _lake(s)).pop("LoggingConfiguration")),
+        "lake-logs-into-itself": (
+            "lake-versions-and-access",
+            lambda s: b.props(s, _lake(s)).update(LoggingConfiguration={"DestinationBucketName": b.ref(_lake(s))}),
+        ),
+        "lake-log-bucket-closed-to-logging": (
+            "lake-versions-and-access",
+            lambda s: [
+                x.pop("Fn::If") for x in _audit_policy_statements(s) if "logging.s3.amazonaws.com" in json.dumps(x)
+            ],
+        ),
+        "lake-without-trail": ("lake-versions-and-access", lambda s: [s.template["Resources"].pop(n) for n in b.of_type(s, "AWS::CloudTrail::Trail")]),
+        "lake-trail-without-validation": ("lake-versions-and-access", lambda s: _trail(s).update(EnableLogFileValidation=False)),
+        "lake-trail-on-management-events-only": ("lake-versions-and-access", lambda s: _trail(s).pop("AdvancedEventSelectors")),
+        "lake-trail-and-server-logs-together": (
+            "lake-versions-and-access",
+            lambda s: b.resource(s, b.of_type(s, "AWS::CloudTrail::Trail")[0]).pop("Condition"),
+        ),
+        "lake-access-parameter-values": (
+            "lake-versions-and-access",
+            lambda s: s.template["Parameters"][LAKE_ACCESS_PARAMETER].update(AllowedValues=["S3ServerAccessLogs", "None"]),
+        ),
+        # the narrower writes of transaction records
+        "sweeper-writes-records-unconditionally": (
+            "record-writes",
+            lambda s: _transactions_statement(s, "sweeper", "dynamodb:PutItem").pop("Condition"),
+        ),
+        "sweeper-may-write-the-principal": (
+            "record-writes",
+            lambda s: _attributes(_transactions_statement(s, "sweeper", "dynamodb:UpdateItem")).remove("principal"),
+        ),
+        "sweeper-refused-its-sweep-error": (
+            "record-writes",
+            lambda s: _attributes(_transactions_statement(s, "sweeper", "dynamodb:UpdateItem")).append("sweepError"),
+        ),
+        "sweeper-condition-on-every-value": (
+            "record-writes",
+            lambda s: _transactions_statement(s, "sweeper", "dynamodb:UpdateItem").update(
+                Condition={"StringNotEquals": {"dynamodb:Attributes": ["principal"]}}
+            ),
+        ),
+        "participant-updates-records-unconditionally": (
+            "record-writes",
+            lambda s: _transactions_statement(s, "participant", "dynamodb:UpdateItem").pop("Condition"),
+        ),
+        "participant-may-write-votes": (
+            "record-writes",
+            lambda s: _attributes(_transactions_statement(s, "inventory", "dynamodb:UpdateItem")).remove("participants"),
+        ),
+        "participant-refused-its-reason": (
+            "record-writes",
+            lambda s: _attributes(_transactions_statement(s, "participant", "dynamodb:UpdateItem")).append("reason"),
+        ),
+        "participant-may-not-abort-a-record": ("record-writes", lambda s: _remove_statement(s, "inventory", "dynamodb:UpdateItem")),
+        "participant-one-phase-record-put-conditioned": (
+            "record-writes",
+            lambda s: _transactions_statement(s, "participant", "dynamodb:PutItem").update(
+                Condition={"ForAllValues:StringNotEquals": {"dynamodb:Attributes": ["principal"]}}
+            ),
+        ),
+        # who may invoke each function
+        "coordinator-invokable-by-anyone": (
+            "invokers",
+            lambda s: _add_resource(s, "ExtraPermission", "AWS::Lambda::Permission",
+                                    {"Action": "lambda:InvokeFunction", "FunctionName": b.ref(b.function(s, "coordinator")), "Principal": "*"}),
+        ),
+        "coordinator-permission-from-any-api": (
+            "invokers",
+            lambda s: [b.props(s, p).pop("SourceArn") for p in _permissions_on(s, "coordinator")[:1]],
+        ),
+        "coordinator-permission-for-the-websocket-api": (
+            "invokers",
+            lambda s: [
+                b.props(s, p).update(SourceArn={"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${%s}/*" % b.only(s, "AWS::ApiGatewayV2::Api")})
+                for p in _permissions_on(s, "coordinator")[:1]
+            ],
+        ),
+        "connections-invokable-from-the-rest-api": (
+            "invokers",
+            lambda s: [
+                b.props(s, p).update(SourceArn={"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${%s}/*" % b.only(s, "AWS::ApiGateway::RestApi")})
+                for p in _permissions_on(s, "connections")
+            ],
+        ),
+        "connections-without-permission": ("invokers", lambda s: [s.template["Resources"].pop(p) for p in _permissions_on(s, "connections")]),
+        "sweeper-invokable-by-another-rule": (
+            "invokers",
+            lambda s: [b.props(s, p).update(SourceArn="arn:aws:events:us-east-1:123456789012:rule/other") for p in _permissions_on(s, "sweeper")],
+        ),
+        "sweeper-invokable-by-sns": (
+            "invokers",
+            lambda s: [b.props(s, p).update(Principal="sns.amazonaws.com") for p in _permissions_on(s, "sweeper")],
+        ),
+        "stream-processor-invokable": (
+            "invokers",
+            lambda s: _add_resource(s, "ExtraPermission", "AWS::Lambda::Permission",
+                                    {"Action": "lambda:InvokeFunction", "FunctionName": b.getatt(b.function(s, "stream-processor"), "Arn"),
+                                     "Principal": "events.amazonaws.com", "SourceArn": "arn:aws:events:us-east-1:123456789012:rule/x"}),
+        ),
+        "authorizer-invokable-for-routes": (
+            "invokers",
+            lambda s: [
+                b.props(s, p).update(SourceArn={"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${%s}/*" % b.only(s, "AWS::ApiGateway::RestApi")})
+                for p in _permissions_on(s, "authorizer")
+            ],
+        ),
+        "authorizer-invokable-by-the-account": (
+            "invokers",
+            lambda s: [b.props(s, p).update(Principal=b.ref("AWS::AccountId")) for p in _permissions_on(s, "authorizer")[:1]],
+        ),
+        "participant-invokable-by-the-connections-role": (
+            "invokers",
+            lambda s: [b.props(s, p).update(Principal=b.role_arn(s, "connections")) for p in b.participant_permissions(s, 2, "sweeper")],
+        ),
+        "a-role-may-invoke-the-coordinator": (
+            "invokers",
+            lambda s: b.raw_statements(s, b.role_of(s, b.function(s, "connections")))[0].append(
+                {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": b.getatt(b.function(s, "coordinator"), "Arn")}
+            ),
+        ),
+        "a-function-url": (
+            "invokers",
+            lambda s: _add_resource(s, "CoordinatorUrl", "AWS::Lambda::Url", {"AuthType": "NONE", "TargetFunctionArn": b.getatt(b.function(s, "coordinator"), "Arn")}),
+        ),
+        "a-mapping-into-the-coordinator": (
+            "invokers",
+            lambda s: b.props(s, b.mapping_of(s, "service-a-data")).update(FunctionName=b.ref(b.function(s, "coordinator"))),
+        ),
+        "websocket-api-id-missing": ("invokers", lambda s: b.variables(s, "connections").pop("WEBSOCKET_API_ID")),
+        "websocket-api-id-hard-coded": ("invokers", lambda s: b.variables(s, "connections").update(WEBSOCKET_API_ID="abc123defg")),
+        "websocket-api-id-the-rest-api": (
+            "invokers",
+            lambda s: b.variables(s, "connections").update(WEBSOCKET_API_ID=b.ref(b.only(s, "AWS::ApiGateway::RestApi"))),
+        ),
+        # the WAF
+        "waf-on-by-default": ("waf", lambda s: s.template["Parameters"][WAF_PARAMETER].update(Default="true")),
+        "waf-rate-parameter-missing": ("waf", lambda s: s.template["Parameters"].pop(WAF_RATE_PARAMETER)),
+        "waf-without-rate-rule": (
+            "waf",
+            lambda s: _web_acl(s).update(Rules=[r for r in _web_acl(s)["Rules"] if "RateBasedStatement" not in json.dumps(r)]),
+        ),
+        "waf-rate-hard-coded": (
+            "waf",
+            lambda s: [r["Statement"]["RateBasedStatement"].update(Limit=2000) for r in _web_acl(s)["Rules"] if "RateBasedStatement" in r["Statement"]],
+        ),
+        "waf-rate-counted-only": (
+            "waf",
+            lambda s: [r.update(Action={"Count": {}}) for r in _web_acl(s)["Rules"] if "RateBasedStatement" in r["Statement"]],
+        ),
+        "waf-not-associated": ("waf", lambda s: [s.template["Resources"].pop(n) for n in b.of_type(s, "AWS::WAFv2::WebACLAssociation")]),
+        "waf-unlogged": ("waf", lambda s: [s.template["Resources"].pop(n) for n in b.of_type(s, "AWS::WAFv2::LoggingConfiguration")]),
+        "waf-without-its-condition": ("waf", lambda s: b.resource(s, b.of_type(s, "AWS::WAFv2::WebACL")[0]).pop("Condition")),
+    }
+)

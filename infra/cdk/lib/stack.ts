@@ -18,6 +18,7 @@
 import {
   Aws,
   CfnCondition,
+  CfnResource,
   CfnOutput,
   CfnParameter,
   CfnRule,
@@ -30,18 +31,22 @@ import {
 } from 'aws-cdk-lib';
 import * as apigateway from 'aws-cdk-lib/aws-apigateway';
 import * as apigatewayv2 from 'aws-cdk-lib/aws-apigatewayv2';
+import * as cloudtrail from 'aws-cdk-lib/aws-cloudtrail';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as glue from 'aws-cdk-lib/aws-glue';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kms from 'aws-cdk-lib/aws-kms';
 import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import * as sns from 'aws-cdk-lib/aws-sns';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
+import * as wafv2 from 'aws-cdk-lib/aws-wafv2';
 import { Construct } from 'constructs';
 
 import { Binary, CodeSource, rustFunction } from './code';
@@ -74,6 +79,50 @@ const CORS_ALLOW_HEADERS = [
   'X-Amz-Security-Token',
 ];
 const CORS_MAX_AGE_SECONDS = 600;
+
+// The access logs' lines (JSON): the request, who called (the IAM caller; with JwtIssuer set the
+// principal the authorizer passed on), the route, the status and the latency. The SAM template's, as written.
+const REST_ACCESS_LOG_FORMAT =
+  '{"requestId":"$context.requestId","requestTime":"$context.requestTimeEpoch","sourceIp":"$context.identity.sourceIp",' +
+  '"caller":"$context.identity.userArn","principal":"$context.authorizer.principal",' +
+  '"route":"$context.httpMethod $context.resourcePath","path":"$context.path","status":"$context.status",' +
+  '"latencyMs":"$context.responseLatency","integrationLatencyMs":"$context.integrationLatency",' +
+  '"responseLength":"$context.responseLength","error":"$context.error.message","wafStatus":"$context.waf.status"}';
+const WEBSOCKET_ACCESS_LOG_FORMAT =
+  '{"requestId":"$context.requestId","requestTime":"$context.requestTimeEpoch","sourceIp":"$context.identity.sourceIp",' +
+  '"caller":"$context.identity.userArn","principal":"$context.authorizer.principal","connectionId":"$context.connectionId",' +
+  '"eventType":"$context.eventType","route":"$context.routeKey","status":"$context.status",' +
+  '"latencyMs":"$context.integrationLatency","error":"$context.error.message"}';
+
+// checkov's checks that do not apply, each with its one-line reason (infra/checkov.sh): the resource's
+// Metadata `checkov: {skip: [{id, comment}]}`, as in the SAM template.
+type Skip = readonly [string, string];
+const skip = (resource: CfnResource, skips: readonly Skip[]) =>
+  resource.addMetadata('checkov', { skip: skips.map(([id, comment]) => ({ id, comment })) });
+const NO_VPC: Skip = [
+  'CKV_AWS_117',
+  'No VPC: it calls AWS APIs (the payments its payment API over HTTPS) and nothing private; a VPC adds NAT or endpoints, no protection',
+];
+const NO_SECRET_IN_ENVIRONMENT: Skip = [
+  'CKV_AWS_173',
+  'The environment holds names, ARNs and settings, no secret (the message keys are in Secrets Manager)',
+];
+const synchronous = (who: string): Skip => [
+  'CKV_AWS_116',
+  `Invoked synchronously by ${who}: a failure is answered to the caller, there is no event to dead-letter`,
+];
+const uncapped = (why: string): Skip => [
+  'CKV_AWS_115',
+  `No reserved concurrency: ${why} (infra/DEPLOY.md, Reserved concurrency)`,
+];
+const AWS_MANAGED_TABLE_KEY: Skip = [
+  'CKV_AWS_119',
+  "Encrypted at rest with DynamoDB's AWS-managed key (SSESpecification): no customer key to manage or grant",
+];
+const LOG_SERVICE_KEY: Skip = [
+  'CKV_AWS_158',
+  'Encrypted by CloudWatch Logs with its service key; a customer managed key would add a key policy to keep and no access control here',
+];
 
 const LOG_RETENTION_DAYS = [
   1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
@@ -195,7 +244,9 @@ export class TwoPhaseCommitStack extends Stack {
     const alarmActionArn = parameter('AlarmActionArn', {
       type: 'String',
       default: '',
-      description: 'Optional SNS topic ARN notified by the alarms (empty for none).',
+      description:
+        'SNS topic ARN every alarm notifies; empty (the default): the stack creates its own topic, encrypted ' +
+        'with a KMS key of its own (output AlarmTopicArn; subscribe to it, infra/DEPLOY.md "Alarms").',
     });
     const tracingMode = parameter('TracingMode', {
       type: 'String',
@@ -352,6 +403,51 @@ export class TwoPhaseCommitStack extends Stack {
         'How many WebSocket connections one caller (IAM principal or JWT subject) may hold open at once ' +
         "(the connections function's MAX_CONNECTIONS_PER_PRINCIPAL); a $connect beyond it is refused.",
     });
+    // Access logs of both API stages go to CloudWatch Logs through API Gateway's account-level role (one
+    // per account and region, in API Gateway's account settings): Create makes that role and sets it
+    // (AWS::ApiGateway::Account; the role is retained when the stack is deleted, since the setting
+    // outlives the stack); Existing leaves the account settings alone (they must already name a role).
+    const apiGatewayAccountRole = parameter('ApiGatewayAccountRole', {
+      type: 'String',
+      default: 'Create',
+      allowedValues: ['Create', 'Existing'],
+      description:
+        "Create (the default): the stack creates API Gateway's CloudWatch Logs role and sets it in the " +
+        "account's API Gateway settings of this region (needed for the stages' access logs). Existing: the " +
+        'account settings already name one (aws apigateway get-account shows cloudwatchRoleArn); the stack ' +
+        'does not touch them.',
+    });
+    // Who read or wrote the lake's objects: S3 server access logs (best effort, minutes late, no extra
+    // cost but storage) or CloudTrail data events (complete, with the caller's identity, charged per
+    // event), both delivered to the audit bucket.
+    const lakeAccessLogging = parameter('LakeAccessLogging', {
+      type: 'String',
+      default: 'S3ServerAccessLogs',
+      allowedValues: ['S3ServerAccessLogs', 'CloudTrailDataEvents'],
+      description:
+        "How access to the lake bucket is logged into the stack's audit bucket: S3ServerAccessLogs (S3 " +
+        "server access logs) or CloudTrailDataEvents (a trail of the lake's object-level data events).",
+    });
+    // An AWS WAF web ACL in front of the REST stage: a rate-based rule per client IP and AWS's known bad
+    // inputs rule group, its requests logged.
+    const wafEnabled = parameter('WafEnabled', {
+      type: 'String',
+      default: 'false',
+      allowedValues: ['true', 'false'],
+      description:
+        "true: an AWS WAF web ACL is associated with the REST API's stage, blocking a client IP above " +
+        "WafRateLimit requests per 5 minutes and AWS's known bad inputs (WAF is charged per ACL, rule and " +
+        'request).',
+    });
+    const wafRateLimit = parameter('WafRateLimit', {
+      type: 'Number',
+      default: 2000,
+      minValue: 100,
+      maxValue: 2000000000,
+      description:
+        'With WafEnabled: the requests one client IP may make to the REST API in any 5 minutes before WAF ' +
+        'blocks it (until its rate falls below the limit).',
+    });
     // A token is only accepted for its audience: an issuer without one is refused at deploy time here
     // rather than by the authorizer at its first request.
     new CfnRule(this, 'JwtAudienceWithIssuer', {
@@ -365,8 +461,21 @@ export class TwoPhaseCommitStack extends Stack {
       ],
     });
 
-    const hasAlarmAction = new CfnCondition(this, 'HasAlarmAction', {
-      expression: Fn.conditionNot(Fn.conditionEquals(alarmActionArn.valueAsString, '')),
+    // No topic given: the stack creates one (AlarmTopic) and every alarm notifies it.
+    const createAlarmTopic = new CfnCondition(this, 'CreateAlarmTopic', {
+      expression: Fn.conditionEquals(alarmActionArn.valueAsString, ''),
+    });
+    const createApiGatewayAccount = new CfnCondition(this, 'CreateApiGatewayAccount', {
+      expression: Fn.conditionEquals(apiGatewayAccountRole.valueAsString, 'Create'),
+    });
+    const lakeServerAccessLogs = new CfnCondition(this, 'LakeServerAccessLogs', {
+      expression: Fn.conditionEquals(lakeAccessLogging.valueAsString, 'S3ServerAccessLogs'),
+    });
+    const lakeCloudTrail = new CfnCondition(this, 'LakeCloudTrail', {
+      expression: Fn.conditionEquals(lakeAccessLogging.valueAsString, 'CloudTrailDataEvents'),
+    });
+    const useWaf = new CfnCondition(this, 'UseWaf', {
+      expression: Fn.conditionEquals(wafEnabled.valueAsString, 'true'),
     });
     const tracingActive = new CfnCondition(this, 'TracingActive', {
       expression: Fn.conditionEquals(tracingMode.valueAsString, 'Active'),
@@ -425,6 +534,7 @@ export class TwoPhaseCommitStack extends Stack {
         deletionProtectionEnabled: true,
       });
       resource.applyRemovalPolicy(RemovalPolicy.RETAIN);
+      skip(resource, [AWS_MANAGED_TABLE_KEY]);
       return resource;
     };
     const transactionsTable = table({
@@ -458,17 +568,78 @@ export class TwoPhaseCommitStack extends Stack {
     // ---------------------------------------------------------------------------------------------
     // Log groups: one per function, so that each role may write to its own log group only.
     // ---------------------------------------------------------------------------------------------
-    const logGroup = (logicalId: string, name: string) => {
+    const logGroup = (logicalId: string, name: string, skips: readonly Skip[] = [LOG_SERVICE_KEY]) => {
       const group = new logs.LogGroup(this, logicalId, {
         logGroupName: name,
         retention: logRetentionInDays.valueAsNumber as logs.RetentionDays,
         removalPolicy: RemovalPolicy.DESTROY,
       });
-      (group.node.defaultChild as logs.CfnLogGroup).overrideLogicalId(logicalId);
+      const resource = group.node.defaultChild as logs.CfnLogGroup;
+      resource.overrideLogicalId(logicalId);
+      if (skips.length > 0) skip(resource, skips);
       return group;
     };
     const functionLogGroup = (logicalId: string, suffix: string) =>
       logGroup(logicalId, `/aws/lambda/${Aws.STACK_NAME}/${suffix}`);
+
+    // API Gateway writes access logs with the account's CloudWatch Logs role (API Gateway's account
+    // settings, one per account and region, shared by every API there). Only with
+    // ApiGatewayAccountRole=Create. The role may write to the log groups of this account and region only
+    // (the setting serves every API of the region, so no narrower); it is retained when the stack goes,
+    // as the setting that names it stays.
+    const apiGatewayCloudWatchRole = new iam.CfnRole(this, 'ApiGatewayCloudWatchRole', {
+      description: "API Gateway's CloudWatch Logs role (account settings) for the access logs of this region's APIs",
+      assumeRolePolicyDocument: {
+        Version: '2012-10-17',
+        Statement: [{ Effect: 'Allow', Principal: { Service: 'apigateway.amazonaws.com' }, Action: 'sts:AssumeRole' }],
+      },
+      policies: [
+        {
+          policyName: 'api-gateway-logs',
+          policyDocument: {
+            Version: '2012-10-17',
+            Statement: [
+              {
+                Sid: 'ApiGatewayLogs',
+                Effect: 'Allow',
+                Action: [
+                  'logs:CreateLogGroup',
+                  'logs:CreateLogStream',
+                  'logs:DescribeLogGroups',
+                  'logs:DescribeLogStreams',
+                  'logs:PutLogEvents',
+                  'logs:GetLogEvents',
+                  'logs:FilterLogEvents',
+                ],
+                Resource: `arn:${Aws.PARTITION}:logs:${Aws.REGION}:${Aws.ACCOUNT_ID}:log-group:*`,
+              },
+            ],
+          },
+        },
+      ],
+    });
+    apiGatewayCloudWatchRole.cfnOptions.condition = createApiGatewayAccount;
+    apiGatewayCloudWatchRole.applyRemovalPolicy(RemovalPolicy.RETAIN);
+    const apiGatewayAccount = new apigateway.CfnAccount(this, 'ApiGatewayAccount', {
+      cloudWatchRoleArn: apiGatewayCloudWatchRole.attrArn,
+    });
+    apiGatewayAccount.cfnOptions.condition = createApiGatewayAccount;
+    apiGatewayAccount.applyRemovalPolicy(RemovalPolicy.RETAIN);
+    // Access logs of the two API stages (JSON, one line per request; infra/DEPLOY.md, "Access logs").
+    // The tag names the account settings the stack sets (ApiGatewayAccountRole=Create), so that
+    // CloudFormation sets them before a stage that logs here is created.
+    const accessLogGroup = (logicalId: string, suffix: string) => {
+      const group = logGroup(logicalId, `/aws/apigateway/${Aws.STACK_NAME}/${suffix}`);
+      (group.node.defaultChild as logs.CfnLogGroup).addPropertyOverride('Tags', [
+        {
+          Key: 'twopc:api-gateway-account',
+          Value: Fn.conditionIf(createApiGatewayAccount.logicalId, apiGatewayAccount.ref, 'existing'),
+        },
+      ]);
+      return group;
+    };
+    const restApiAccessLogGroup = accessLogGroup('RestApiAccessLogGroup', 'rest-access');
+    const webSocketAccessLogGroup = accessLogGroup('WebSocketAccessLogGroup', 'websocket-access');
 
     // ---------------------------------------------------------------------------------------------
     // Roles (one per function, inline least-privilege policy) and functions (provided.al2023 on
@@ -520,6 +691,8 @@ export class TwoPhaseCommitStack extends Stack {
         memorySize?: number;
         environment: Record<string, string>;
         reservedConcurrency?: [CfnCondition, CfnParameter];
+        /** checkov's checks that do not apply, beyond the VPC and the environment's encryption. */
+        skips: readonly Skip[];
       },
     ) => {
       const f = rustFunction(this, logicalId, props.code, binary, {
@@ -537,6 +710,7 @@ export class TwoPhaseCommitStack extends Stack {
       });
       const resource = f.node.defaultChild as lambda.CfnFunction;
       resource.overrideLogicalId(logicalId);
+      skip(resource, [...options.skips, NO_VPC, NO_SECRET_IN_ENVIRONMENT]);
       resource.addPropertyOverride('TracingConfig', { Mode: tracingMode.valueAsString });
       if (options.reservedConcurrency) {
         const [condition, value] = options.reservedConcurrency;
@@ -545,14 +719,21 @@ export class TwoPhaseCommitStack extends Stack {
       return f;
     };
 
-    // Reading, creating and moving transaction records: the coordinator, the sweeper, and a participant's
-    // lock resolution and one-phase commit.
+    // Reading, creating and moving transaction records: the coordinator.
     const transactionRecords: Statement = {
       Sid: 'TransactionRecords',
       Effect: 'Allow',
       Action: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
       Resource: transactionsTable.attrArn,
     };
+    /** IAM refuses a PutItem or UpdateItem naming any of these attributes (dynamodb:Attributes: every
+     * attribute the request names, the item's for a put, the expressions' for an update). */
+    const refusingAttributes = (attributes: string[]) => ({
+      'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': attributes },
+    });
+    // The attributes the coordinator alone writes: who created a transaction, its idempotency hash, its
+    // execution, its hold.
+    const coordinatorOnly = ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil'];
 
     // --- participants: one deployment (function + role + log group + table + key) per service, each
     // running the generic participant or the service's own (the participant library with its own
@@ -574,6 +755,12 @@ export class TwoPhaseCommitStack extends Stack {
           excludePunctuation: true,
         },
       });
+      skip(key, [
+        [
+          'CKV_AWS_149',
+          'Under the AWS-managed key aws/secretsmanager by design: no key policy or grant to keep (infra/DEPLOY.md, Who may invoke a participant)',
+        ],
+      ]);
       const group = functionLogGroup(`Participant${service.key}LogGroup`, `participant-${name}`);
       const tables: Statement[] = service.resource
         ? [
@@ -604,8 +791,36 @@ export class TwoPhaseCommitStack extends Stack {
               Resource: own.attrArn,
             },
             // Lock resolution (read the owner, abort an absent one) and the one-phase commit (the
-            // COMMITTED record, put in the same TransactWriteItems as the items).
-            transactionRecords,
+            // COMMITTED record, put in the same TransactWriteItems as the items). PutItem carries no
+            // condition: the one-phase commit puts the whole record (its principal, requestHash,
+            // executionId, holdMs with the rest), and IAM cannot tell that Put inside a
+            // TransactWriteItems from a plain PutItem.
+            {
+              Sid: 'TransactionRecords',
+              Effect: 'Allow',
+              Action: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+              Resource: transactionsTable.attrArn,
+            },
+            // Its one update of a record (twopc::recovery, an owner past its deadline: PREPARING or
+            // PREPARED to ABORTING) writes the status, updatedAt and the reason (sweepError removed when
+            // shortened), never the votes, the owner, the idempotency hash, the hold or the sweeper's
+            // index fields: IAM refuses an update naming any of those.
+            {
+              Sid: 'AbortTransactionRecords',
+              Effect: 'Allow',
+              Action: 'dynamodb:UpdateItem',
+              Resource: transactionsTable.attrArn,
+              Condition: refusingAttributes([
+                'participants',
+                ...coordinatorOnly,
+                'createdAt',
+                'deadline',
+                'expireAt',
+                'openShard',
+                'sweepAt',
+                'sweepAttempts',
+              ]),
+            },
           ];
       const role = lambdaRole(`Participant${service.key}Role`, 'participant', group, [
         ...tables,
@@ -615,6 +830,10 @@ export class TwoPhaseCommitStack extends Stack {
       // No reserved concurrency: the coordinator calls participants, a cap would refuse its bursts.
       const f = rust(`Participant${service.key}Function`, binaryOf(service), role, group, {
         description: `2PC participant for ${name}`,
+        skips: [
+          synchronous('the coordinator and the sweeper (RequestResponse), which retry'),
+          uncapped('the coordinator calls participants, a cap would turn its bursts into refused prepares'),
+        ],
         // A resource participant's slowest path (a prepare retrying its resource until the deadline)
         // is longer than the other participants' (10 s).
         timeout: service.resource?.timeout,
@@ -679,6 +898,7 @@ export class TwoPhaseCommitStack extends Stack {
       readParticipantKeys,
     ]);
     const coordinator = rust('CoordinatorFunction', 'coordinator', coordinatorRole, coordinatorLogGroup, {
+      skips: [synchronous('API Gateway (the REST API)')],
       description: '2PC coordinator (POST /transactions, GET /transactions/{id}, POST /transactions/{id}/commit and /abort)',
       // Longer than the largest transaction timeout the coordinator accepts (MAX_TIMEOUT_MS, 25 s)
       // plus the commit phase (checked by infra/tests against the code); it answers within 27 s.
@@ -719,7 +939,20 @@ export class TwoPhaseCommitStack extends Stack {
           ...participants.map((p) => indexArn(p.table, 'locks-by-expiry')),
         ],
       },
-      transactionRecords,
+      { Sid: 'ReadTransactionRecords', Effect: 'Allow', Action: 'dynamodb:GetItem', Resource: transactionsTable.attrArn },
+      // What recovery writes (twopc::coordinator recover and drive, twopc::recovery, the postponement):
+      // status changes with the votes, reason, updatedAt, expireAt and the index fields, sweepAttempts
+      // and sweepError; the ABORTED record of an owner that never wrote one. Never who created a
+      // transaction (principal), its idempotency hash (requestHash), its execution (executionId) or its
+      // hold (holdMs, holdUntil): written by the coordinator alone, IAM refuses a sweeper's write naming
+      // any of them.
+      {
+        Sid: 'RecoverTransactionRecords',
+        Effect: 'Allow',
+        Action: ['dynamodb:PutItem', 'dynamodb:UpdateItem'],
+        Resource: transactionsTable.attrArn,
+        Condition: refusingAttributes(coordinatorOnly),
+      },
       // The locks index is KEYS_ONLY: reading a locked item tells the sweeper its owner. Every write
       // to a data table goes through the participant that owns it.
       {
@@ -732,6 +965,12 @@ export class TwoPhaseCommitStack extends Stack {
       readParticipantKeys,
     ]);
     const sweeper = rust('SweeperFunction', 'sweeper', sweeperRole, sweeperLogGroup, {
+      skips: [
+        [
+          'CKV_AWS_116',
+          "Invoked by its one-minute schedule: a failed run's work is redone by the next run (SweepErrorsAlarm, SweeperNotRunningAlarm); a schedule event holds nothing to replay",
+        ],
+      ],
       description: '2PC sweeper (stuck transactions, expired locks); emits EMF metrics in TwoPhaseCommit/<stack>',
       // Bounded work per run, well inside the one-minute schedule.
       timeout: 50,
@@ -782,7 +1021,9 @@ export class TwoPhaseCommitStack extends Stack {
     // UnprocessableRecordsAlarm), at most 256 KiB each (replay::MAX_DEAD_LETTER_BYTES):
     // maximumMessageSize stays SQS's default, never below that.
     const streamFailureQueue = new sqs.CfnQueue(this, 'StreamFailureQueue', {
-      sqsManagedSseEnabled: true,
+      // Encrypted with the AWS-managed key aws/sqs (KMS): the event sources and the stream processor use
+      // it through SQS, which its key policy allows to every principal of the account.
+      kmsMasterKeyId: 'alias/aws/sqs',
       messageRetentionPeriod: 1209600,
       // A replay holds a message at most the stream processor's timeout.
       visibilityTimeout: 300,
@@ -790,6 +1031,39 @@ export class TwoPhaseCommitStack extends Stack {
     streamFailureQueue.applyRemovalPolicy(RemovalPolicy.DESTROY);
 
     // --- the lake: Firehose (DirectPut) into an encrypted, private, TLS-only bucket ------------------
+    // The lake's access logs (S3 server access logs, or CloudTrail's data events of the lake): private,
+    // encrypted (SSE-S3, the only encryption server access logging delivers to), TLS-only, kept a year.
+    const lakeAuditBucket = new s3.CfnBucket(this, 'LakeAuditBucket', {
+      bucketEncryption: {
+        serverSideEncryptionConfiguration: [{ serverSideEncryptionByDefault: { sseAlgorithm: 'AES256' } }],
+      },
+      publicAccessBlockConfiguration: {
+        blockPublicAcls: true,
+        blockPublicPolicy: true,
+        ignorePublicAcls: true,
+        restrictPublicBuckets: true,
+      },
+      ownershipControls: { rules: [{ objectOwnership: 'BucketOwnerEnforced' }] },
+      versioningConfiguration: { status: 'Enabled' },
+      lifecycleConfiguration: {
+        rules: [
+          {
+            id: 'ExpireAuditLogs',
+            status: 'Enabled',
+            expirationInDays: 365,
+            noncurrentVersionExpiration: { noncurrentDays: 30 },
+          },
+          { id: 'AbortIncompleteUploads', status: 'Enabled', abortIncompleteMultipartUpload: { daysAfterInitiation: 7 } },
+        ],
+      },
+    });
+    lakeAuditBucket.applyRemovalPolicy(RemovalPolicy.RETAIN);
+    skip(lakeAuditBucket, [
+      [
+        'CKV_AWS_18',
+        'It is the access log bucket: logging it into itself loops (AWS advises against it), into another bucket only moves the question',
+      ],
+    ]);
     const lakeBucket = new s3.CfnBucket(this, 'LakeBucket', {
       bucketEncryption: {
         serverSideEncryptionConfiguration: [{ serverSideEncryptionByDefault: { sseAlgorithm: 'AES256' } }],
@@ -801,11 +1075,100 @@ export class TwoPhaseCommitStack extends Stack {
         restrictPublicBuckets: true,
       },
       ownershipControls: { rules: [{ objectOwnership: 'BucketOwnerEnforced' }] },
+      // Versioned: an object overwritten or deleted (by mistake, or by whoever got the delivery role)
+      // stays recoverable as a noncurrent version for 90 days.
+      versioningConfiguration: { status: 'Enabled' },
       lifecycleConfiguration: {
-        rules: [{ id: 'AbortIncompleteUploads', status: 'Enabled', abortIncompleteMultipartUpload: { daysAfterInitiation: 7 } }],
+        rules: [
+          { id: 'AbortIncompleteUploads', status: 'Enabled', abortIncompleteMultipartUpload: { daysAfterInitiation: 7 } },
+          {
+            id: 'ExpireNoncurrentVersions',
+            status: 'Enabled',
+            noncurrentVersionExpiration: { noncurrentDays: 90 },
+            expiredObjectDeleteMarker: true,
+          },
+        ],
       },
     });
     lakeBucket.applyRemovalPolicy(RemovalPolicy.RETAIN);
+    // Who read or wrote its objects (LakeAccessLogging): S3 server access logs into the audit bucket, or
+    // a trail of its data events (LakeDataEventsTrail).
+    lakeBucket.addPropertyOverride(
+      'LoggingConfiguration',
+      ifElseNothing(lakeServerAccessLogs, { DestinationBucketName: lakeAuditBucket.ref, LogFilePrefix: 's3-access/' }),
+    );
+    const lakeTrailName = `${Aws.STACK_NAME}-lake-data-events`;
+    const lakeTrailArn = `arn:${Aws.PARTITION}:cloudtrail:${Aws.REGION}:${Aws.ACCOUNT_ID}:trail/${lakeTrailName}`;
+    const lakeAuditBucketPolicy = new s3.CfnBucketPolicy(this, 'LakeAuditBucketPolicy', {
+      bucket: lakeAuditBucket.ref,
+      policyDocument: {
+        Version: '2012-10-17',
+        Statement: [
+          {
+            Sid: 'TlsOnly',
+            Effect: 'Deny',
+            Principal: '*',
+            Action: 's3:*',
+            Resource: [lakeAuditBucket.attrArn, `${lakeAuditBucket.attrArn}/*`],
+            Condition: { Bool: { 'aws:SecureTransport': 'false' } },
+          },
+          // S3 server access logging of the lake bucket, from this account, under s3-access/ only.
+          ifElseNothing(lakeServerAccessLogs, {
+            Sid: 'LakeServerAccessLogs',
+            Effect: 'Allow',
+            Principal: { Service: 'logging.s3.amazonaws.com' },
+            Action: 's3:PutObject',
+            Resource: `${lakeAuditBucket.attrArn}/s3-access/*`,
+            Condition: {
+              ArnEquals: { 'aws:SourceArn': lakeBucket.attrArn },
+              StringEquals: { 'aws:SourceAccount': Aws.ACCOUNT_ID },
+            },
+          }),
+          // The trail of the lake's data events, under cloudtrail/ only.
+          ifElseNothing(lakeCloudTrail, {
+            Sid: 'LakeTrailAclCheck',
+            Effect: 'Allow',
+            Principal: { Service: 'cloudtrail.amazonaws.com' },
+            Action: 's3:GetBucketAcl',
+            Resource: lakeAuditBucket.attrArn,
+            Condition: { StringEquals: { 'aws:SourceArn': lakeTrailArn } },
+          }),
+          ifElseNothing(lakeCloudTrail, {
+            Sid: 'LakeTrailWrite',
+            Effect: 'Allow',
+            Principal: { Service: 'cloudtrail.amazonaws.com' },
+            Action: 's3:PutObject',
+            Resource: `${lakeAuditBucket.attrArn}/cloudtrail/AWSLogs/${Aws.ACCOUNT_ID}/*`,
+            Condition: {
+              StringEquals: { 'aws:SourceArn': lakeTrailArn, 's3:x-amz-acl': 'bucket-owner-full-control' },
+            },
+          }),
+        ],
+      },
+    });
+    // LakeAccessLogging=CloudTrailDataEvents: every object-level call on the lake (GetObject, PutObject,
+    // DeleteObject, ...), with its caller, into the audit bucket; no management events.
+    const lakeTrail = new cloudtrail.CfnTrail(this, 'LakeDataEventsTrail', {
+      trailName: lakeTrailName,
+      s3BucketName: lakeAuditBucket.ref,
+      s3KeyPrefix: 'cloudtrail',
+      isLogging: true,
+      enableLogFileValidation: true,
+      isMultiRegionTrail: false,
+      includeGlobalServiceEvents: false,
+      advancedEventSelectors: [
+        {
+          name: 'Object-level calls on the lake bucket',
+          fieldSelectors: [
+            { field: 'eventCategory', equalTo: ['Data'] },
+            { field: 'resources.type', equalTo: ['AWS::S3::Object'] },
+            { field: 'resources.ARN', startsWith: [`${lakeBucket.attrArn}/`] },
+          ],
+        },
+      ],
+    });
+    lakeTrail.cfnOptions.condition = lakeCloudTrail;
+    lakeTrail.addResourceDependency(lakeAuditBucketPolicy);
     const lakeObjects = `${lakeBucket.attrArn}/*`;
     new s3.CfnBucketPolicy(this, 'LakeBucketPolicy', {
       bucket: lakeBucket.ref,
@@ -1021,6 +1384,12 @@ export class TwoPhaseCommitStack extends Stack {
       },
     ]);
     const streamProcessor = rust('StreamProcessorFunction', 'stream-processor', streamProcessorRole, streamProcessorLogGroup, {
+      skips: [
+        [
+          'CKV_AWS_116',
+          'Invoked by stream event source mappings whose on-failure destination is StreamFailureQueue (a function DLQ serves asynchronous invocations only)',
+        ],
+      ],
       description: 'Fans committed changes out to the lake (Firehose) and to WebSocket subscribers',
       timeout: 60,
       environment: {
@@ -1086,6 +1455,12 @@ export class TwoPhaseCommitStack extends Stack {
       { Sid: 'TransactionOwners', Effect: 'Allow', Action: 'dynamodb:GetItem', Resource: transactionsTable.attrArn },
     ]);
     const connections = rust('ConnectionsFunction', 'connections', connectionsRole, connectionsLogGroup, {
+      skips: [
+        synchronous('the WebSocket API'),
+        uncapped(
+          'WebSocket clients are bounded per caller (MaxConnectionsPerPrincipal) and by stage throttling; a cap would refuse connections',
+        ),
+      ],
       description: 'WebSocket $connect/$disconnect/subscribe/unsubscribe',
       environment: {
         CONNECTIONS_TABLE_NAME: connectionsTable.ref,
@@ -1096,6 +1471,8 @@ export class TwoPhaseCommitStack extends Stack {
         MAX_CONNECTIONS_PER_PRINCIPAL: maxConnectionsPerPrincipal.valueAsString,
         // Who may follow what (the owners of the items, the admins).
         ACCESS_POLICY: accessPolicy.valueAsString,
+        // The WebSocket API it serves: an event of another API is refused.
+        WEBSOCKET_API_ID: webSocketApi.ref,
       },
     });
 
@@ -1106,6 +1483,10 @@ export class TwoPhaseCommitStack extends Stack {
     const authorizerLogGroup = functionLogGroup('AuthorizerLogGroup', 'authorizer');
     const authorizerRole = lambdaRole('AuthorizerRole', 'authorizer', authorizerLogGroup, []);
     const authorizer = rust('AuthorizerFunction', 'authorizer', authorizerRole, authorizerLogGroup, {
+      skips: [
+        synchronous('API Gateway (an authorizer)'),
+        uncapped('it serves every request of both APIs, bounded by their stage throttling; a cap would refuse callers'),
+      ],
       description: 'JWT authorizer of the REST API\'s methods and the WebSocket API\'s $connect',
       environment: {
         // The tokens' iss and aud, exactly; the keys from the issuer's JWKS.
@@ -1193,6 +1574,12 @@ export class TwoPhaseCommitStack extends Stack {
         throttlingRateLimit: apiThrottlingRateLimit.valueAsNumber,
         throttlingBurstLimit: apiThrottlingBurstLimit.valueAsNumber,
       },
+      // One JSON line per message: who, the route, the status and the latency (infra/DEPLOY.md,
+      // "Access logs").
+      accessLogSettings: {
+        destinationArn: webSocketAccessLogGroup.logGroupArn,
+        format: WEBSOCKET_ACCESS_LOG_FORMAT,
+      },
     });
     // Created after the routes and route responses so that the stage's first automatic deployment
     // contains them; later route changes are deployed automatically too.
@@ -1231,6 +1618,16 @@ export class TwoPhaseCommitStack extends Stack {
     const restStage = restApi.deploymentStage.node.defaultChild as apigateway.CfnStage;
     restStage.overrideLogicalId('RestApiStage');
     restStage.addPropertyOverride('TracingEnabled', Fn.conditionIf(tracingActive.logicalId, true, false));
+    skip(restStage, [
+      ['CKV_AWS_73', 'X-Ray tracing is a parameter: TracingMode=Active turns it on (infra/DEPLOY.md, Tracing)'],
+      ['CKV_AWS_120', 'No caching: a cached GET /transactions/{id} would answer stale statuses'],
+    ]);
+    // One JSON line per request: who (the IAM caller, or the JWT principal the authorizer passed on), the
+    // route, the status and the latency (infra/DEPLOY.md, "Access logs").
+    restStage.addPropertyOverride('AccessLogSetting', {
+      DestinationArn: restApiAccessLogGroup.logGroupArn,
+      Format: REST_ACCESS_LOG_FORMAT,
+    });
     // The construct's own output (the URL under a generated name): RestApiUrl below is the one.
     restApi.node.tryRemoveChild('Endpoint');
     // Permissions scoped to each method of the stage; none for the console's test invocations.
@@ -1289,6 +1686,55 @@ export class TwoPhaseCommitStack extends Stack {
       });
       permission.cfnOptions.condition = useJwt;
     }
+    // WafEnabled: an AWS WAF web ACL on the REST stage. A client IP above WafRateLimit requests in any 5
+    // minutes is blocked (403) until its rate falls below it; AWS's known bad inputs (Log4j, ...) too. Its
+    // decisions are logged (aws-waf-logs-<stack>-rest-api), and show in the access logs (wafStatus).
+    const visibility = (metricName: string) => ({
+      sampledRequestsEnabled: true,
+      cloudWatchMetricsEnabled: true,
+      metricName,
+    });
+    const webAcl = new wafv2.CfnWebACL(this, 'RestApiWebAcl', {
+      name: `${Aws.STACK_NAME}-rest-api`,
+      description: 'Rate limit per client IP and known bad inputs, in front of the two-phase-commit REST API',
+      scope: 'REGIONAL',
+      defaultAction: { allow: {} },
+      visibilityConfig: visibility(`${Aws.STACK_NAME}-rest-api`),
+      rules: [
+        {
+          name: 'rate-limit-per-ip',
+          priority: 0,
+          action: { block: {} },
+          statement: { rateBasedStatement: { limit: wafRateLimit.valueAsNumber, aggregateKeyType: 'IP' } },
+          visibilityConfig: visibility('rate-limit-per-ip'),
+        },
+        {
+          name: 'known-bad-inputs',
+          priority: 1,
+          overrideAction: { none: {} },
+          statement: { managedRuleGroupStatement: { vendorName: 'AWS', name: 'AWSManagedRulesKnownBadInputsRuleSet' } },
+          visibilityConfig: visibility('known-bad-inputs'),
+        },
+      ],
+    });
+    webAcl.cfnOptions.condition = useWaf;
+    const webAclAssociation = new wafv2.CfnWebACLAssociation(this, 'RestApiWebAclAssociation', {
+      // The REST API's stage (its Ref: the stage exists before the association).
+      resourceArn: `arn:${Aws.PARTITION}:apigateway:${Aws.REGION}::/restapis/${restApi.restApiId}/stages/${restStage.ref}`,
+      webAclArn: webAcl.attrArn,
+    });
+    webAclAssociation.cfnOptions.condition = useWaf;
+    // WAF logs only to groups named aws-waf-logs-*.
+    const webAclLogGroup = logGroup('RestApiWebAclLogGroup', `aws-waf-logs-${Aws.STACK_NAME}-rest-api`, []);
+    (webAclLogGroup.node.defaultChild as logs.CfnLogGroup).cfnOptions.condition = useWaf;
+    const webAclLogging = new wafv2.CfnLoggingConfiguration(this, 'RestApiWebAclLogging', {
+      resourceArn: webAcl.attrArn,
+      logDestinationConfigs: [
+        `arn:${Aws.PARTITION}:logs:${Aws.REGION}:${Aws.ACCOUNT_ID}:log-group:${webAclLogGroup.logGroupName}`,
+      ],
+    });
+    webAclLogging.cfnOptions.condition = useWaf;
+
     // API Gateway's own errors (403 of a bad signature, 413, 429 of throttling, 5xx) carry the origin
     // too, so that a browser may read them (SAM: the Api's GatewayResponses).
     for (const [logicalId, type] of [
@@ -1305,8 +1751,53 @@ export class TwoPhaseCommitStack extends Stack {
     // ---------------------------------------------------------------------------------------------
     // Alarms and the dashboard.
     // ---------------------------------------------------------------------------------------------
+    // The topic, encrypted with a key of its own: CloudWatch alarms cannot publish to a topic under the
+    // AWS-managed key aws/sns (its key policy cannot name CloudWatch), so this key's policy lets
+    // CloudWatch use it for the topic, and the account administer it.
+    const alarmTopicKey = new kms.CfnKey(this, 'AlarmTopicKey', {
+      description: `Encrypts the alarm topic of the stack ${Aws.STACK_NAME} (SNS), which CloudWatch alarms publish to`,
+      enableKeyRotation: true,
+      keyPolicy: {
+        Version: '2012-10-17',
+        Statement: [
+          {
+            Sid: 'AccountAdministersTheKey',
+            Effect: 'Allow',
+            Principal: { AWS: `arn:${Aws.PARTITION}:iam::${Aws.ACCOUNT_ID}:root` },
+            Action: 'kms:*',
+            Resource: '*',
+          },
+          {
+            Sid: 'CloudWatchAlarmsPublish',
+            Effect: 'Allow',
+            Principal: { Service: 'cloudwatch.amazonaws.com' },
+            Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+            Resource: '*',
+          },
+        ],
+      },
+    });
+    alarmTopicKey.cfnOptions.condition = createAlarmTopic;
+    const alarmTopic = new sns.CfnTopic(this, 'AlarmTopic', {
+      displayName: `${Aws.STACK_NAME} alarms`,
+      kmsMasterKeyId: alarmTopicKey.ref,
+    });
+    alarmTopic.cfnOptions.condition = createAlarmTopic;
+    /** The topic every alarm notifies: AlarmActionArn, or the stack's own. */
+    const alarmTopicArn = Fn.conditionIf(createAlarmTopic.logicalId, alarmTopic.ref, alarmActionArn.valueAsString);
+    // REST has no metric of its own for 429: this filter counts the access log's lines of status 429
+    // (stage throttling, ApiThrottlingRateLimit and ApiThrottlingBurstLimit), in a namespace of their own.
+    const accessLogsNamespace = `TwoPhaseCommit/${Aws.STACK_NAME}/AccessLogs`;
+    new logs.CfnMetricFilter(this, 'RestApiThrottledFilter', {
+      logGroupName: restApiAccessLogGroup.logGroupName,
+      filterPattern: '{ $.status = "429" }',
+      metricTransformations: [
+        { metricNamespace: accessLogsNamespace, metricName: 'RestApiThrottled', metricValue: '1', unit: 'Count' },
+      ],
+    });
     const monitoring = new Monitoring(this, {
-      alarmAction: ifElseNothing(hasAlarmAction, [alarmActionArn.valueAsString]),
+      alarmAction: [alarmTopicArn],
+      accessLogsNamespace,
       metricsNamespace,
       coordinator,
       participants,
@@ -1358,6 +1849,24 @@ export class TwoPhaseCommitStack extends Stack {
       `${lakeDatabase.ref}.changes`,
     );
     output('DashboardName', "CloudWatch dashboard of the protocol's health", monitoring.dashboardName);
+    // The output names AlarmTopic only under its own condition (Fn::If CreateAlarmTopic).
+    Validations.of(this).acknowledge({
+      id: 'CloudFormation-Validate::W1001',
+      reason: 'AlarmTopicArn names AlarmTopic inside Fn::If CreateAlarmTopic, the condition AlarmTopic is created under',
+    });
+    output(
+      'AlarmTopicArn',
+      "The SNS topic every alarm notifies (the stack's own, encrypted, unless AlarmActionArn names one); subscribe to it (infra/DEPLOY.md, Alarms)",
+      alarmTopicArn.toString(),
+    );
+    output('LakeAuditBucketName', "S3 bucket of the lake's access logs (s3-access/ or cloudtrail/, by LakeAccessLogging)", lakeAuditBucket.ref);
+    output('RestApiAccessLogGroupName', "Access log of the REST API's stage (JSON, one line per request)", restApiAccessLogGroup.logGroupName);
+    output(
+      'WebSocketAccessLogGroupName',
+      "Access log of the WebSocket API's stage (JSON, one line per message)",
+      webSocketAccessLogGroup.logGroupName,
+    );
+    output('RestApiWebAclArn', "The AWS WAF web ACL of the REST API's stage (WafEnabled)", webAcl.attrArn).condition = useWaf;
     output('StreamFailureQueueUrl', 'On-failure destination of the stream event sources', streamFailureQueue.ref);
     output('TransactionsTableName', 'Transactions table', transactionsTable.ref);
     for (const p of participants) {
@@ -1405,8 +1914,10 @@ export class TwoPhaseCommitStack extends Stack {
 // -------------------------------------------------------------------------------------------------
 
 interface MonitoringProps {
-  /** AlarmActions of every alarm (Fn::If HasAlarmAction). */
+  /** AlarmActions of every alarm: [Fn::If CreateAlarmTopic, the stack's topic, AlarmActionArn]. */
   readonly alarmAction: unknown;
+  /** The namespace of the metrics counted from the access logs (RestApiThrottled). */
+  readonly accessLogsNamespace: string;
   readonly metricsNamespace: string;
   readonly coordinator: lambda.Function;
   readonly participants: readonly Participant[];
@@ -1426,8 +1937,8 @@ interface MonitoringProps {
   readonly connectionsTable: dynamodb.CfnTable;
 }
 
-/** An alarm's properties; the comparison is "greater than" unless given. */
-type AlarmOptions = Omit<cloudwatch.AlarmProps, 'treatMissingData'>;
+/** An alarm's properties; the comparison is "greater than" and missing data not breaching unless given. */
+type AlarmOptions = cloudwatch.AlarmProps;
 
 /**
  * The alarms and the dashboard of the protocol's health. Every alarm notifies AlarmActionArn (when
@@ -1538,6 +2049,33 @@ class Monitoring {
       evaluationPeriods: 3,
       datapointsToAlarm: 3,
       threshold: 0,
+    });
+
+    // The sweeper's own count of what failed during its runs (a participant that did not answer, a store
+    // error): each such transaction is postponed with sweepError on its record.
+    this.alarm('SweepErrorsAlarm', {
+      alarmDescription:
+        'The sweeper met errors in the last 5 minutes (SweepErrors): a participant that did not answer ' +
+        'or failed, a store error. Each transaction concerned is postponed with sweepError on its ' +
+        "record and retried with backoff; read sweepError and the sweeper's log group.",
+      // Emitted by the sweeper as CloudWatch embedded metric format lines, no dimensions, in the
+      // stack's namespace (its METRICS_NAMESPACE).
+      metric: this.protocol('SweepErrors', 'Sum', undefined, this.fiveMinutes),
+      evaluationPeriods: 1,
+      threshold: 0,
+    });
+    // The schedule invokes the sweeper every minute: fewer than one invocation in 5 minutes, or none
+    // recorded at all (missing data), is the sweeper not running.
+    this.alarm('SweeperNotRunningAlarm', {
+      alarmDescription:
+        'The sweeper was not invoked in the last 5 minutes (its schedule runs it every minute): nothing ' +
+        'finishes stuck transactions or resolves expired locks. Check the schedule rule (enabled, its ' +
+        "target, the permission to invoke the sweeper) and the sweeper's throttles.",
+      metric: this.lambdaMetric(sweeper.functionName, 'Invocations', 'Sum'),
+      evaluationPeriods: 1,
+      threshold: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.BREACHING,
     });
 
     // --- every function's errors and throttles -------------------------------------------------------
@@ -1684,6 +2222,53 @@ class Monitoring {
       evaluationPeriods: 1,
       threshold: 25000,
     });
+    this.alarm('RestApi4xxAlarm', {
+      alarmDescription:
+        "More than 10% of the REST API's requests were answered 4xx in the last 5 minutes (at least 20 " +
+        'requests): refused signatures or tokens (403, 401), throttling (429), requests the coordinator ' +
+        'refused (400, 404, 409 are its answers too). A jump means misbehaving callers, an attack or a ' +
+        'broken client release: the access log (status, caller) says which.',
+      metric: new cloudwatch.MathExpression({
+        expression: 'IF(requests >= 20, 100 * FILL(errors, 0) / requests, 0)',
+        usingMetrics: { errors: this.restMetric('4XXError', 'Sum'), requests: this.restMetric('Count', 'Sum') },
+        period: this.fiveMinutes,
+        label: "Share of the REST API's requests answered 4xx (%)",
+      }),
+      evaluationPeriods: 1,
+      threshold: 10,
+    });
+    this.alarm('RestApi429Alarm', {
+      alarmDescription:
+        "More than 1% of the REST API's requests were throttled (429) in the last 5 minutes (at least " +
+        '20 requests; counted in the access log by RestApiThrottledFilter): callers exceed the stage\'s ' +
+        'ApiThrottlingRateLimit and ApiThrottlingBurstLimit. Raise them if the load is legitimate, or ' +
+        'find the caller in the access log.',
+      metric: new cloudwatch.MathExpression({
+        expression: 'IF(requests >= 20, 100 * FILL(throttled, 0) / requests, 0)',
+        usingMetrics: {
+          throttled: new cloudwatch.Metric({
+            namespace: props.accessLogsNamespace,
+            metricName: 'RestApiThrottled',
+            statistic: 'Sum',
+            period: this.fiveMinutes,
+          }),
+          requests: this.restMetric('Count', 'Sum'),
+        },
+        period: this.fiveMinutes,
+        label: "Share of the REST API's requests throttled (%)",
+      }),
+      evaluationPeriods: 1,
+      threshold: 1,
+    });
+    this.alarm('WebSocketExecutionErrorsAlarm', {
+      alarmDescription:
+        'The WebSocket API failed to call its integration in the last 5 minutes (ExecutionError: the ' +
+        'connections function could not be invoked, its permission, throttling): clients could not ' +
+        'connect, subscribe or unsubscribe.',
+      metric: this.webSocketMetric('ExecutionError'),
+      evaluationPeriods: 1,
+      threshold: 0,
+    });
     this.alarm('WebSocketErrorsAlarm', {
       alarmDescription:
         "The WebSocket API's integration (the connections function) answered errors in the last 5 " +
@@ -1819,10 +2404,10 @@ class Monitoring {
     resource.overrideLogicalId(logicalId);
     resource.addPropertyOverride('AlarmActions', this.props.alarmAction);
     // CDK's template validation reads `Ref AlarmActionArn` with its default "" (too short for an ARN)
-    // without the HasAlarmAction condition around it, which leaves AlarmActions out in that case.
+    // without the CreateAlarmTopic condition around it, which takes the stack's topic in that case.
     Validations.of(alarm).acknowledge({
       id: 'CloudFormation-Validate::W1030',
-      reason: 'AlarmActions is set only when AlarmActionArn is not empty (condition HasAlarmAction)',
+      reason: "AlarmActions names AlarmActionArn only when it is not empty (condition CreateAlarmTopic); the stack's topic otherwise",
     });
     if (condition) {
       resource.cfnOptions.condition = condition;

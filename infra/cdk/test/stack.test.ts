@@ -314,6 +314,45 @@ test('the stream processor writes its metrics where the alarms read them', () =>
   }
 });
 
+test('an auditor\'s deployment: the alarm topic, access logs, the lake\'s audit trail, the WAF, narrower record writes', () => {
+  const resource = (id: string) => {
+    const r = template.Resources[id] as { Type: string; Condition?: string; Properties?: Record<string, unknown> };
+    assert.ok(r, `no ${id}`);
+    return r;
+  };
+  // The stack's own encrypted topic, only when no AlarmActionArn is given; every alarm notifies the one chosen.
+  assert.equal(resource('AlarmTopic').Condition, 'CreateAlarmTopic');
+  assert.deepEqual(resource('AlarmTopic').Properties?.KmsMasterKeyId, { Ref: 'AlarmTopicKey' });
+  for (const [id, alarm] of ofType(template, 'AWS::CloudWatch::Alarm')) {
+    assert.deepEqual(
+      alarm.Properties?.AlarmActions,
+      [{ 'Fn::If': ['CreateAlarmTopic', { Ref: 'AlarmTopic' }, { Ref: 'AlarmActionArn' }] }],
+      id,
+    );
+  }
+  // Access logs on both stages, into log groups of their own.
+  const rest = resource('RestApiStage').Properties?.AccessLogSetting as Record<string, unknown>;
+  assert.deepEqual(rest.DestinationArn, { 'Fn::GetAtt': ['RestApiAccessLogGroup', 'Arn'] });
+  const ws = resource('WebSocketStage').Properties?.AccessLogSettings as Record<string, unknown>;
+  assert.deepEqual(ws.DestinationArn, { 'Fn::GetAtt': ['WebSocketAccessLogGroup', 'Arn'] });
+  assert.equal(resource('ApiGatewayAccount').Condition, 'CreateApiGatewayAccount');
+  // The lake: versioned; its access logged; the WAF only when enabled.
+  assert.deepEqual(resource('LakeBucket').Properties?.VersioningConfiguration, { Status: 'Enabled' });
+  assert.equal(resource('LakeDataEventsTrail').Condition, 'LakeCloudTrail');
+  for (const id of ['RestApiWebAcl', 'RestApiWebAclAssociation', 'RestApiWebAclLogging']) {
+    assert.equal(resource(id).Condition, 'UseWaf', id);
+  }
+  // The sweeper writes records under a condition refusing the coordinator's own attributes.
+  const statements = (
+    (resource('SweeperRole').Properties?.Policies as Array<{ PolicyDocument: { Statement: Array<Record<string, unknown>> } }>)[0]
+      .PolicyDocument.Statement
+  ).filter((s) => s.Sid === 'RecoverTransactionRecords');
+  assert.equal(statements.length, 1);
+  assert.deepEqual(statements[0].Condition, {
+    'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil'] },
+  });
+});
+
 test('participants: a message key each, read by the coordinator, the sweeper and their own participant only', () => {
   const variables = (id: string) =>
     (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
