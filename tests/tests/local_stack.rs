@@ -555,7 +555,8 @@ async fn handshake(ws: &str, host: &str, origin: Option<&str>) -> u16 {
 /// WebSocket handshake is refused (403) unless `Origin` is the stack's own page (or none, as clients that
 /// are not browsers send), and so is any request whose `Host` is not the stack's address (a DNS-rebound
 /// name); a POST of anything but JSON (a form, `text/plain`: what a page may send without a preflight) is
-/// 415 and runs nothing, a bodiless commit included.
+/// 415 and runs nothing, a bodiless commit included. The same holds for the stack's other servers
+/// (DynamoDB Local and the stand-ins of the remote edges).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_of_another_origin_cannot_drive_the_stack() {
     let lake = lake_dir("same-origin");
@@ -610,6 +611,35 @@ async fn a_page_of_another_origin_cannot_drive_the_stack() {
     assert_eq!(accepted.status(), 200);
     let answer: Value = accepted.json().await.unwrap();
     assert_eq!(answer["status"], "COMMITTED", "{answer}");
+
+    // The stack's other servers take unsigned requests too. DynamoDB Local allows no page's origin (a
+    // DynamoDB call needs a preflight, answered without Access-Control-Allow-Origin); the
+    // stand-ins (the `@connections` management API, Firehose, the payment API) refuse a request with an
+    // Origin or a rebound Host, while the SDK clients (no Origin, their own Host) are served.
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, &stack.endpoints().dynamodb)
+        .header("origin", "https://evil.example")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "authorization,content-type,x-amz-target")
+        .send()
+        .await
+        .expect("DynamoDB Local answers");
+    let allowed = preflight.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap_or_default());
+    assert!(
+        !matches!(allowed, Some("*" | "https://evil.example")),
+        "DynamoDB Local lets another origin call it: {allowed:?}"
+    );
+    let e = stack.endpoints();
+    let mut stand_ins = vec![format!("{}/@connections/c-1", e.connections), e.firehose.clone()];
+    stand_ins.extend(e.payment_api.iter().map(|api| format!("{api}/v1/authorizations/a-1/capture")));
+    for url in stand_ins {
+        let from_a_page = http.post(&url).header("origin", "https://evil.example").body("{}").send().await.unwrap();
+        assert_eq!(from_a_page.status(), 403, "{url}");
+        let port = url.trim_start_matches("http://").split(['/', ':']).nth(1).unwrap().to_owned();
+        let rebound =
+            http.post(&url).header("host", format!("rebound.evil.example:{port}")).body("{}").send().await.unwrap();
+        assert_eq!(rebound.status(), 403, "{url}");
+    }
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&lake);
 }

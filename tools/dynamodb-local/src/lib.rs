@@ -61,6 +61,8 @@ const POM_XML: &str = include_str!("../pom.xml");
 const LAUNCHER_SOURCE: &str = include_str!("../java/LoopbackServerRunner.java");
 const LAUNCHER_CLASS: &str = "LoopbackServerRunner";
 const SERVER_RUNNER_CLASS: &str = "software.amazon.dynamodb.services.local.main.ServerRunner";
+/// The one origin DynamoDB Local allows (`-cors`): none a browser page can have.
+const NO_BROWSER_ORIGIN: &str = "https://no-browser.invalid";
 /// Written into an install folder once everything else is in place.
 const MARKER: &str = ".complete";
 /// How long a started process may take to answer HTTP.
@@ -250,7 +252,10 @@ fn launch(installation: &Installation, port: u16, options: &Options) -> Result<D
         Some(_) => LAUNCHER_CLASS,
         None => SERVER_RUNNER_CLASS,
     });
-    command.args(["-port", &port.to_string(), "-sharedDb", "-disableTelemetry"]);
+    // CORS for no origin: DynamoDB Local checks no signature, so a page open in the same browser that it
+    // let in could read and write every table. Its documented default is `*` (3.1.0 answers a preflight
+    // without Access-Control-Allow-Origin either way); this keeps a later version from opening it.
+    command.args(["-port", &port.to_string(), "-sharedDb", "-disableTelemetry", "-cors", NO_BROWSER_ORIGIN]);
     match &options.db_path {
         None => {
             command.arg("-inMemory");

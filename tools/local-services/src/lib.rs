@@ -35,6 +35,8 @@ impl Server {
     async fn start(addr: &str, app: axum::Router) -> io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local: SocketAddr = listener.local_addr()?;
+        let port = local.port();
+        let app = app.layer(axum::middleware::from_fn(move |request, next| only_local_callers(port, request, next)));
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "local service stopped");
@@ -46,6 +48,30 @@ impl Server {
     fn url(&self) -> &str {
         &self.url
     }
+}
+
+/// The stand-ins take unsigned requests, so a page open in the same browser could otherwise post to a
+/// WebSocket client, write the lake, read the dead letters or capture a payment: refused are a request
+/// with an `Origin` (a browser sends one on every cross-origin or POST request; the SDK clients and the
+/// services that call these send none) and one whose `Host` is not this server's own address (a
+/// DNS-rebound name).
+async fn only_local_callers(
+    port: u16,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let headers = request.headers();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let own_host = ["127.0.0.1", "localhost"].iter().any(|name| host.eq_ignore_ascii_case(&format!("{name}:{port}")));
+    if !own_host || headers.contains_key(header::ORIGIN) {
+        tracing::warn!(host, origin = ?headers.get(header::ORIGIN), "refused a request a browser page could have sent");
+        let message =
+            format!("a local stand-in: only local clients (Host 127.0.0.1:{port} or localhost:{port}, no Origin)");
+        return (StatusCode::FORBIDDEN, message).into_response();
+    }
+    next.run(request).await
 }
 
 impl Drop for Server {
