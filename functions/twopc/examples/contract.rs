@@ -1,8 +1,9 @@
 //! Prints the contract the deployment template must satisfy, as JSON: every table the code creates
 //! (from `twopc::tables`, with the default names), the environment each function reads (from
-//! `twopc::config::FUNCTION_ENVIRONMENT`) and the longest transaction timeout the coordinator
-//! accepts. `infra/tests` compares `infra/template.yaml` with it, so the template cannot drift from
-//! the code.
+//! `twopc::config::FUNCTION_ENVIRONMENT`), the longest transaction timeout the coordinator
+//! accepts, the metrics the code writes and the attributes of a transaction record each narrower
+//! writer writes (from `twopc::record`). `infra/tests` compares `infra/template.yaml` with it, so the
+//! template cannot drift from the code.
 //!
 //! `cargo run -q -p twopc --example contract`
 
@@ -59,6 +60,15 @@ fn main() {
             "abortedDimension": twopc::telemetry::REASON,
             "sweeperCounts": twopc::telemetry::SWEEPER_COUNTS,
             "streamProcessorCounts": twopc::telemetry::STREAM_PROCESSOR_COUNTS,
+        },
+        // The top-level attributes of a transaction record, and those each narrower writer writes (the
+        // key among them): the sweeper's recovery, and a participant's one UpdateItem (its abort of an
+        // expired owner). The templates' IAM conditions on `dynamodb:Attributes` must refuse neither
+        // writer what it writes (DynamoDB Local enforces no IAM: only AWS would refuse the write).
+        "transactionRecordWrites": {
+            "attributes": twopc::record::RECORD_ATTRIBUTES,
+            "recovery": twopc::record::RECOVERY_WRITES,
+            "ownerAbort": twopc::record::OWNER_ABORT_WRITES,
         },
     });
     println!("{}", serde_json::to_string_pretty(&contract).expect("JSON values serialize"));

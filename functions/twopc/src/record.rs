@@ -42,6 +42,60 @@ pub const RESERVED_PER_RECORD_BYTES: usize = 4096;
 /// shortened, because the full write would have passed 400 KB.
 pub const SHORTENED_REASON: &str = "aborted; the record was shortened to fit DynamoDB's 400 KB and keeps no reason";
 
+/// Every top-level attribute a transaction record can have (the item [`TransactionRecord::to_item`] writes
+/// with every field present). The unit test `record_attributes_are_every_field_of_the_record` holds it to
+/// the record.
+pub const RECORD_ATTRIBUTES: &[&str] = &[
+    a::ID,
+    a::STATUS,
+    a::PARTICIPANTS,
+    a::CREATED_AT,
+    a::UPDATED_AT,
+    a::DEADLINE,
+    a::REASON,
+    a::REQUEST_HASH,
+    a::EXPIRE_AT,
+    a::OPEN_SHARD,
+    a::SWEEP_AT,
+    a::SWEEP_ATTEMPTS,
+    a::SWEEP_ERROR,
+    a::EXECUTION_ID,
+    a::PRINCIPAL,
+    a::HOLD_MS,
+    a::HOLD_UNTIL,
+];
+
+/// The top-level attributes recovery may write to a record, as IAM's `dynamodb:Attributes` counts them
+/// (with the key, which every request names, and those its conditions name): the sweeper's writes, which
+/// run [`crate::coordinator::Coordinator::recover`] (an expired transaction's abort, the end of a decided
+/// one, full or shortened), [`TransactionStore::postpone`] (full or shortened) and
+/// [`crate::recovery::owner_fate`] (the ABORTED record of an owner that never wrote one,
+/// [`TransactionStore::abort_if_absent`], and the abort of an expired one). The deployment refuses the
+/// sweeper every other attribute (an IAM condition on `dynamodb:Attributes`): a write of one more fails in
+/// AWS only, so the unit test `recovery_writes_only_what_recovery_writes_may_write` builds every such
+/// write and fails until the attribute is added here (and then to the deployment's condition).
+pub const RECOVERY_WRITES: &[&str] = &[
+    a::ID,
+    a::STATUS,
+    a::PARTICIPANTS,
+    a::CREATED_AT,
+    a::UPDATED_AT,
+    a::DEADLINE,
+    a::REASON,
+    a::EXPIRE_AT,
+    a::OPEN_SHARD,
+    a::SWEEP_AT,
+    a::SWEEP_ATTEMPTS,
+    a::SWEEP_ERROR,
+];
+
+/// The top-level attributes a lock resolver's abort of an expired owner writes (with the key and its
+/// condition's status): the UpdateItem [`crate::recovery::owner_fate`] issues (PREPARING or PREPARED →
+/// ABORTING with its reason, or its shortened form), the only one a participant makes to a record (its
+/// one-phase commit puts a whole record). The deployment refuses a participant's UpdateItem every other
+/// attribute; the unit test `an_owner_abort_writes_only_what_an_owner_abort_may_write` holds the writes to it.
+pub const OWNER_ABORT_WRITES: &[&str] = &[a::ID, a::STATUS, a::UPDATED_AT, a::REASON, a::SWEEP_ERROR];
+
 /// `text`, cut to at most `max` bytes at a character boundary, "…" marking the cut.
 pub fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -522,26 +576,7 @@ impl TransactionStore {
     /// resolution does this before releasing a lock whose owner never wrote its record, so that owner
     /// can never commit afterwards. Returns the record as it now is.
     pub async fn abort_if_absent(&self, id: &str, now_ms: u64, reason: &str) -> Result<TransactionRecord, StoreError> {
-        let record = TransactionRecord {
-            transaction_id: id.to_owned(),
-            status: Status::Aborted,
-            participants: vec![],
-            created_at: now_ms,
-            updated_at: now_ms,
-            deadline: now_ms,
-            reason: Some(reason.to_owned()),
-            request_hash: None,
-            expire_at: None,
-            open_shard: None,
-            sweep_at: None,
-            sweep_attempts: None,
-            sweep_error: None,
-            execution_id: None,
-            principal: None,
-            hold_ms: None,
-            hold_until: None,
-        }
-        .ended(Status::Aborted, now_ms);
+        let record = absent_owner_record(id, now_ms, reason);
         Ok(self.create(&record).await?.unwrap_or(record))
     }
 
@@ -615,6 +650,30 @@ impl TransactionStore {
     }
 }
 
+/// The record [`TransactionStore::abort_if_absent`] writes: ABORTED, with no participants, ended at `now_ms`.
+fn absent_owner_record(id: &str, now_ms: u64, reason: &str) -> TransactionRecord {
+    TransactionRecord {
+        transaction_id: id.to_owned(),
+        status: Status::Aborted,
+        participants: vec![],
+        created_at: now_ms,
+        updated_at: now_ms,
+        deadline: now_ms,
+        reason: Some(reason.to_owned()),
+        request_hash: None,
+        expire_at: None,
+        open_shard: None,
+        sweep_at: None,
+        sweep_attempts: None,
+        sweep_error: None,
+        execution_id: None,
+        principal: None,
+        hold_ms: None,
+        hold_until: None,
+    }
+    .ended(Status::Aborted, now_ms)
+}
+
 /// The open-index shard a new record is written under.
 pub fn open_shard(id: &str) -> String {
     shard_of(id, "open")
@@ -644,6 +703,11 @@ impl RecordUpdate {
     fn remove(mut self, name: &'static str) -> RecordUpdate {
         self.remove.push(name);
         self
+    }
+
+    /// Every top-level attribute the update names: those it sets, then those it removes.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.set.iter().map(|(name, _)| *name).chain(self.remove.iter().copied())
     }
 
     /// The item as DynamoDB stores it after this update.
@@ -982,5 +1046,153 @@ mod tests {
         assert_eq!(cut("short", 10), "short");
         let cut_text = cut(&"é".repeat(100), 11);
         assert!(cut_text.len() <= 11 && cut_text.ends_with('…'), "{cut_text}");
+    }
+
+    // --- what each writer may write (the deployment's IAM conditions on `dynamodb:Attributes`) ---------
+
+    /// The names outside `allowed`.
+    fn outside<'a>(allowed: &[&str], names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        names.into_iter().filter(|name| !allowed.contains(name)).collect()
+    }
+
+    /// A record with every field present. Listed field by field: a new field fails to compile here, and
+    /// then `record_attributes_are_every_field_of_the_record` until [`RECORD_ATTRIBUTES`] names it.
+    fn record_with_every_field(status: Status) -> TransactionRecord {
+        TransactionRecord {
+            transaction_id: "tx-1".into(),
+            status,
+            participants: vec![ParticipantEntry {
+                service: "service-a".into(),
+                operations: vec![serde_json::json!({"op": "put", "key": {"entityId": "A"}, "data": {}})],
+                vote: Some(Vote::Prepared),
+                code: Some(RefusalCode::ALL[0]),
+                reason: Some("why".into()),
+                read_only: false,
+                lock_token: Some("f".repeat(32)),
+                service_code: Some("code".into()),
+            }],
+            created_at: 1_764_000_000_000,
+            updated_at: 1_764_000_000_001,
+            deadline: 1_764_000_025_000,
+            reason: Some("why".into()),
+            request_hash: Some("0".repeat(64)),
+            expire_at: Some(1_764_000_000),
+            open_shard: Some(open_shard("tx-1")),
+            sweep_at: Some(1_764_000_025_000),
+            sweep_attempts: Some(2),
+            sweep_error: Some("unreachable".into()),
+            execution_id: Some("0".repeat(32)),
+            principal: Some("arn:aws:iam::123456789012:role/caller".into()),
+            hold_ms: Some(1_000),
+            hold_until: Some(1_764_000_001_000),
+        }
+    }
+
+    #[test]
+    fn record_attributes_are_every_field_of_the_record() {
+        let record = record_with_every_field(Status::Prepared);
+        let item = record.to_item();
+        let mut written: Vec<&str> = item.keys().map(String::as_str).collect();
+        written.sort_unstable();
+        let mut named = RECORD_ATTRIBUTES.to_vec();
+        named.sort_unstable();
+        assert_eq!(written, named, "RECORD_ATTRIBUTES is not the attributes of a record with every field");
+        assert_eq!(TransactionRecord::from_item(&item).unwrap(), record);
+        // Each writer's list is a list of the record's attributes, each once; an owner's abort is a write
+        // recovery makes too (the sweeper resolves locks as participants do).
+        for (list, of) in [(RECOVERY_WRITES, RECORD_ATTRIBUTES), (OWNER_ABORT_WRITES, RECOVERY_WRITES)] {
+            assert_eq!(outside(of, list.iter().copied()), Vec::<&str>::new());
+            let mut once = list.to_vec();
+            once.sort_unstable();
+            once.dedup();
+            assert_eq!(once.len(), list.len(), "{list:?} names an attribute twice");
+        }
+        assert!(RECOVERY_WRITES.contains(&a::ID) && OWNER_ABORT_WRITES.contains(&a::ID), "every request names the key");
+        // `dynamodb:Attributes` counts a condition expression's names too: a status change's (`update_status`:
+        // the status), a postponement's (`update_open`: openShard), a new record's (`put_new`: the key).
+        for name in [a::STATUS, a::OPEN_SHARD, a::ID] {
+            assert!(RECOVERY_WRITES.contains(&name), "recovery's conditions name {name}");
+        }
+        assert!(OWNER_ABORT_WRITES.contains(&a::STATUS), "an owner's abort is conditioned on the status");
+    }
+
+    /// Every write recovery can make (the sweeper: [`crate::coordinator::Coordinator::recover`],
+    /// [`TransactionStore::postpone`], [`crate::recovery::owner_fate`]), over-approximated (every status
+    /// change to every status from every status, keyed or not, with and without votes and a reason, full
+    /// and shortened), names only [`RECOVERY_WRITES`]: an attribute it starts writing fails here until the
+    /// list (and the sweeper's IAM condition in the templates) is updated.
+    #[test]
+    fn recovery_writes_only_what_recovery_writes_may_write() {
+        let now = 1_764_000_030_000;
+        let votes = worst_votes(&record_with_every_field(Status::Preparing));
+        let mut writes: Vec<(String, Vec<String>)> = vec![];
+        for to in Status::ALL {
+            for keyed in [true, false] {
+                for participants in [None, Some(&votes[..])] {
+                    for reason in [None, Some("why")] {
+                        let update = transition_update(to, keyed, now, participants, reason);
+                        let what =
+                            format!("→ {to} (keyed {keyed}, votes {}, reason {reason:?})", participants.is_some());
+                        writes.push((what, update.names().map(str::to_owned).collect()));
+                    }
+                    for from in Status::ALL {
+                        let current = record_with_every_field(from);
+                        let update = shortened_transition_update(&current, to, keyed, now, participants);
+                        let what = format!("{from} → {to} shortened (keyed {keyed}, votes {})", participants.is_some());
+                        writes.push((what, update.names().map(str::to_owned).collect()));
+                    }
+                }
+            }
+        }
+        writes
+            .push(("postponement".into(), postpone_update(now, 3, "unreachable").names().map(str::to_owned).collect()));
+        writes.push((
+            "shortened postponement".into(),
+            shortened_postpone_update(now).names().map(str::to_owned).collect(),
+        ));
+        // The PutItem of an absent owner's ABORTED record, as `create` writes it (bounded), and shortened.
+        let absent = absent_owner_record("tx-1", now, &"x".repeat(10_000)).bounded();
+        for (what, record) in
+            [("absent owner's record", absent.clone()), ("absent owner's record shortened", absent.shortened())]
+        {
+            writes.push((what.into(), record.to_item().into_keys().collect()));
+        }
+        for (what, names) in &writes {
+            let refused = outside(RECOVERY_WRITES, names.iter().map(String::as_str));
+            assert!(refused.is_empty(), "recovery's {what} writes {refused:?}, not in RECOVERY_WRITES");
+        }
+        // The hold is the coordinator's alone: were recovery to write it, this test would say so.
+        let hold = hold_update(transition_update(Status::Prepared, true, now, Some(&votes), None), now);
+        assert_eq!(outside(RECOVERY_WRITES, hold.names()), vec![a::HOLD_UNTIL]);
+    }
+
+    /// A lock resolver's abort of an expired owner ([`crate::recovery::owner_fate`]: PREPARING or PREPARED →
+    /// ABORTING, with its reason, full or shortened), the one UpdateItem a participant makes to a record,
+    /// names only [`OWNER_ABORT_WRITES`]: an attribute it starts writing fails here until the list (and the
+    /// participants' IAM condition in the templates) is updated.
+    #[test]
+    fn an_owner_abort_writes_only_what_an_owner_abort_may_write() {
+        let now = 1_764_000_030_000;
+        for from in [Status::Preparing, Status::Prepared] {
+            for keyed in [true, false] {
+                for reason in [None, Some(crate::recovery::EXPIRED_REASON), Some(crate::recovery::HOLD_EXPIRED_REASON)]
+                {
+                    let full = transition_update(Status::Aborting, keyed, now, None, reason);
+                    let refused = outside(OWNER_ABORT_WRITES, full.names());
+                    assert!(
+                        refused.is_empty(),
+                        "{from} → ABORTING (keyed {keyed}, reason {reason:?}) writes {refused:?}"
+                    );
+                }
+                let current = record_with_every_field(from);
+                let shortened = shortened_transition_update(&current, Status::Aborting, keyed, now, None);
+                let refused = outside(OWNER_ABORT_WRITES, shortened.names());
+                assert!(refused.is_empty(), "{from} → ABORTING shortened (keyed {keyed}) writes {refused:?}");
+            }
+        }
+        // Votes with the abort would be refused a participant: were it to write them, this test would say so.
+        let votes = worst_votes(&record_with_every_field(Status::Preparing));
+        let with_votes = transition_update(Status::Aborting, true, now, Some(&votes), None);
+        assert_eq!(outside(OWNER_ABORT_WRITES, with_votes.names()), vec![a::PARTICIPANTS]);
     }
 }
