@@ -51,18 +51,33 @@ STAR_RESOURCE_ALLOWED = {
     "xray:puttelemetryrecords": "IAM has no resource type for X-Ray telemetry",
 }
 
-# A "*" inside a resource ARN is accepted only in these shapes (resource names stay fixed):
-WILDCARD_RESOURCE_PATTERNS = [
-    # Objects of one bucket of this template: `${Bucket.Arn}/*`, or under one prefix of it (the audit
-    # bucket's `s3-access/*`, `cloudtrail/AWSLogs/${AWS::AccountId}/*`, for the logging services).
-    re.compile(r"^\$\{(?P<bucket>[A-Za-z0-9]+)\.Arn\}/(s3-access/|cloudtrail/AWSLogs/\$\{AWS::AccountId\}/)?\*$"),
-    # The log groups of this account and region: API Gateway's account CloudWatch role (one per account
-    # and region, serving the access and execution logs of every API there; ApiGatewayAccountRole=Create).
-    re.compile(r"^arn:\$\{AWS::Partition\}:logs:\$\{AWS::Region\}:\$\{AWS::AccountId\}:log-group:\*$"),
+# A "*" inside a resource ARN is accepted only in these shapes (resource names stay fixed), each for
+# whom it names: None, any grantee; else only grants to these AWS service principals and nobody beside
+# them (the services a role's trust policy names; a resource policy statement's Principal).
+WILDCARD_RESOURCE_PATTERNS: list[tuple[re.Pattern, frozenset[str] | None]] = [
+    # Objects of one bucket of this template: `${Bucket.Arn}/*`.
+    (re.compile(r"^\$\{(?P<bucket>[A-Za-z0-9]+)\.Arn\}/\*$"), None),
+    # Under one prefix of the audit bucket, for the logging service that writes there only: S3 server
+    # access logging under `s3-access/`, CloudTrail under `cloudtrail/AWSLogs/${AWS::AccountId}/`.
+    (re.compile(r"^\$\{(?P<bucket>[A-Za-z0-9]+)\.Arn\}/s3-access/\*$"), frozenset({"logging.s3.amazonaws.com"})),
+    (
+        re.compile(r"^\$\{(?P<bucket>[A-Za-z0-9]+)\.Arn\}/cloudtrail/AWSLogs/\$\{AWS::AccountId\}/\*$"),
+        frozenset({"cloudtrail.amazonaws.com"}),
+    ),
+    # The log groups of this account and region: API Gateway's account CloudWatch role only (one per
+    # account and region, serving the access and execution logs of every API there;
+    # ApiGatewayAccountRole=Create), a role no one but API Gateway may assume.
+    (
+        re.compile(r"^arn:\$\{AWS::Partition\}:logs:\$\{AWS::Region\}:\$\{AWS::AccountId\}:log-group:\*$"),
+        frozenset({"apigateway.amazonaws.com"}),
+    ),
     # Posting to (or deleting) connections of one stage of one WebSocket API of this template.
-    re.compile(
-        r"^arn:\$\{AWS::Partition\}:execute-api:\$\{AWS::Region\}:\$\{AWS::AccountId\}:"
-        r"\$\{(?P<api>[A-Za-z0-9]+)\}/[^/*]+/(POST|DELETE)/@connections/\*$"
+    (
+        re.compile(
+            r"^arn:\$\{AWS::Partition\}:execute-api:\$\{AWS::Region\}:\$\{AWS::AccountId\}:"
+            r"\$\{(?P<api>[A-Za-z0-9]+)\}/[^/*]+/(POST|DELETE)/@connections/\*$"
+        ),
+        None,
     ),
 ]
 
@@ -186,7 +201,7 @@ def contract() -> dict:
     """The code's tables and function environment, printed by functions/twopc/examples/contract.rs,
     held to what the binaries' sources show (`with_source_facts`)."""
     result = subprocess.run(
-        ["cargo", "run", "-q", "-p", "twopc", "--example", "contract"],
+        ["cargo", "run", "-q", "--locked", "-p", "twopc", "--example", "contract"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -558,7 +573,44 @@ def check_service_operations(stack: Stack, expected: Any = None) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_statement(at: str, statement: dict) -> list[str]:
+def _principals(principal: Any) -> set[str]:
+    """Who a Principal names: each AWS service by its name (`apigateway.amazonaws.com`), anything else
+    as `<kind>:<value>` (`AWS:...`, `Federated:...`, `*:*`), which no service set matches."""
+    if isinstance(principal, dict):
+        return {str(v) if kind == "Service" else f"{kind}:{v}" for kind, values in principal.items() for v in as_list(values)}
+    return {f"*:{principal}"}
+
+
+def _trusted(stack: Stack, role: str) -> set[str]:
+    """Who may assume a role: the principals of its trust policy's Allow statements."""
+    document = stack.props(role).get("AssumeRolePolicyDocument") or {}
+    return set().union(*[
+        _principals(s.get("Principal"))
+        for s in as_list(document.get("Statement"))
+        if isinstance(s, dict) and s.get("Effect") == "Allow"
+    ])
+
+
+def _grantees(stack: Stack, where: str) -> set[str] | None:
+    """Who the statements of a policy document of `policy_documents` grant to: the principals that may
+    assume its role (or roles); None for a resource policy, whose statements each name a Principal."""
+    name = where.split("/")[0]
+    kind = stack.kind(name)
+    if kind == "AWS::IAM::Role":
+        return _trusted(stack, name)
+    if kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::RolePolicy"):
+        props = stack.props(name)
+        out: set[str] = set()
+        for role in as_list(props.get("Roles")) + as_list(props.get("RoleName")):
+            role_id = ref_id(role)
+            out |= _trusted(stack, role_id) if role_id and stack.kind(role_id) == "AWS::IAM::Role" else {f"role:{role}"}
+        return out or {"unknown:no role"}
+    return None
+
+
+def _check_statement(at: str, statement: dict, grantees: set[str]) -> list[str]:
+    """`grantees`: who the statement grants to (`_principals`), for the wildcard shapes that are
+    accepted only for some services."""
     problems = []
     if "NotAction" in statement or "NotResource" in statement:
         problems.append(f"{at}: NotAction/NotResource in an Allow grants everything else")
@@ -575,8 +627,13 @@ def _check_statement(at: str, statement: dict) -> list[str]:
             not_allowed = [a for a in actions if a.lower() not in STAR_RESOURCE_ALLOWED]
             if not_allowed:
                 problems.append(f'{at}: Resource "*" for {not_allowed} (only {sorted(STAR_RESOURCE_ALLOWED)})')
-        elif "*" in text and not any(p.match(text) for p in WILDCARD_RESOURCE_PATTERNS):
-            problems.append(f"{at}: wildcard resource {text!r}")
+        elif "*" in text:
+            shapes = [services for pattern, services in WILDCARD_RESOURCE_PATTERNS if pattern.match(text)]
+            if not shapes:
+                problems.append(f"{at}: wildcard resource {text!r}")
+            elif not any(services is None or (grantees and grantees <= services) for services in shapes):
+                allowed = sorted(set().union(*[s for s in shapes if s is not None]))
+                problems.append(f"{at}: wildcard resource {text!r} granted to {sorted(grantees)}, only for {allowed}")
     # Principals of resource policies in Allow statements must not be "*" either.
     if statement.get("Principal") in ("*", {"AWS": "*"}):
         problems.append(f'{at}: Allow to Principal "*"')
@@ -585,16 +642,20 @@ def _check_statement(at: str, statement: dict) -> list[str]:
 
 def check_iam(stack: Stack) -> list[str]:
     """No action wildcard and no "*" resource in any Allow statement (except the allow-list); a "*"
-    inside an ARN only in the allowed shapes; no managed policies; one role per function.
+    inside an ARN only in the allowed shapes, each only for the grantees it names (every log group:
+    only in a role no one but API Gateway may assume; the audit bucket's prefixes: only to the logging
+    service that writes there); no managed policies; one role per function.
 
     Deny statements may be broad (the bucket's TLS-only policy denies s3:* without TLS): a wider
     deny only takes permissions away. Checked with tracing on, so that conditional grants are seen."""
     traced = stack.with_parameters(TracingMode="Active") if "TracingMode" in stack.template.get("Parameters", {}) else stack
     problems = []
     for where, document in policy_documents(traced):
+        grantees = _grantees(traced, where)
         for index, statement in enumerate(as_list(document.get("Statement"))):
             if isinstance(statement, dict) and statement.get("Effect") == "Allow":
-                problems += _check_statement(f"{where} statement {statement.get('Sid', index)}", statement)
+                who = grantees if grantees is not None else _principals(statement.get("Principal"))
+                problems += _check_statement(f"{where} statement {statement.get('Sid', index)}", statement, who)
     for name in traced.resources("AWS::IAM::Role"):
         managed = traced.props(name).get("ManagedPolicyArns", [])
         if managed:

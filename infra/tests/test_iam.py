@@ -1,7 +1,8 @@
 """2. Least privilege, on both deployed templates: no action wildcards, no "*" resource except the
 justified allow-list (template_checks.STAR_RESOURCE_ALLOWED: dynamodb:ListStreams and, with tracing
 on, X-Ray's two actions, which IAM cannot scope), wildcards inside ARNs only as `bucket/*` and
-`stage/POST/@connections/*`, no managed policies, one role per function, lambda:InvokeFunction only
+`stage/POST/@connections/*` (the region's `log-group:*` only in the role API Gateway alone assumes, the
+audit bucket's `s3-access/*` and `cloudtrail/...` only to the logging service writing there), no managed policies, one role per function, lambda:InvokeFunction only
 on (and on every) registered participant's `live` alias; and the actions granted on each table are
 exactly the SDK calls the code's store for that table makes, the other services' actions (Firehose,
 WebSocket, Lambda, SQS, Secrets Manager: the message keys) exactly those the code calls."""
@@ -110,6 +111,32 @@ def _break_iam(stack, breakage: str) -> None:
         b.raw_statements(stack, role)[0].append(
             {"Effect": "Allow", "Action": ["xray:PutTraceSegments", "xray:GetTraceSummaries"], "Resource": "*"}
         )
+    # The shapes accepted only for a service: in a function's role, or in a role another may assume.
+    elif breakage == "log-groups-in-function-role":
+        role = role_of(stack, b.function(stack, "coordinator"))
+        b.raw_statements(stack, role)[0].append({
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:*"},
+        })
+    elif breakage in ("s3-access-prefix-in-function-role", "cloudtrail-prefix-in-function-role"):
+        prefix = "s3-access/" if breakage.startswith("s3-access") else "cloudtrail/AWSLogs/${AWS::AccountId}/"
+        role = role_of(stack, b.function(stack, "stream-processor"))
+        b.raw_statements(stack, role)[0].append({
+            "Effect": "Allow",
+            "Action": ["s3:PutObject"],
+            "Resource": {"Fn::Sub": "${%s.Arn}/%s*" % (b.only(stack, "AWS::S3::Bucket"), prefix)},
+        })
+    elif breakage == "log-groups-role-assumed-by-lambda":
+        # API Gateway's role, which Lambda may assume too.
+        role = next(
+            r for r in stack.resources("AWS::IAM::Role")
+            if "apigateway.amazonaws.com" in str(stack.props(r).get("AssumeRolePolicyDocument"))
+        )
+        b.props(stack, role)["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Service"] = [
+            "apigateway.amazonaws.com",
+            "lambda.amazonaws.com",
+        ]
 
 
 @pytest.mark.parametrize(
@@ -123,6 +150,10 @@ def _break_iam(stack, breakage: str) -> None:
         "managed-policy",
         "shared-role",
         "star-beside-tracing",
+        "log-groups-in-function-role",
+        "s3-access-prefix-in-function-role",
+        "cloudtrail-prefix-in-function-role",
+        "log-groups-role-assumed-by-lambda",
     ],
 )
 def test_iam_check_catches(breakage, stack):

@@ -18,6 +18,7 @@ MAX_HOLD_MS from the HoldPolicy and MaxHoldMs parameters, on no other function."
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -30,9 +31,7 @@ from template_checks import with_jwt
 from production_checks import (
     ACCOUNT_ROLE_PARAMETER,
     LAKE_ACCESS_PARAMETER,
-    PARTICIPANT_UPDATE_WRITES,
-    SWEEPER_REFUSED,
-    SWEEPER_WRITES,
+    RECORD_WRITES,
     WAF_PARAMETER,
     WAF_RATE_PARAMETER,
     _lake_buckets,
@@ -43,6 +42,7 @@ from production_checks import (
     check_lake_versions_and_access,
     check_record_writes,
     check_waf,
+    record_writes,
     transaction_attributes,
     check_aliases,
     check_alarms,
@@ -1131,12 +1131,38 @@ def test_the_audit_parameters_and_outputs_are_the_same_in_both_templates(sam, cd
     assert set(sam.template["Conditions"]) == set(cdk.template["Conditions"])
 
 
-def test_the_record_attributes_are_read_from_the_code():
+def test_the_record_attributes_are_read_from_the_code(contract):
     names = transaction_attributes()
     assert names["PRINCIPAL"] == "principal" and names["REQUEST_HASH"] == "requestHash"
-    # Every attribute is either written by the sweeper or refused to it.
-    assert set(SWEEPER_WRITES) | set(SWEEPER_REFUSED) == set(names)
-    assert set(PARTICIPANT_UPDATE_WRITES) <= set(SWEEPER_WRITES)
+    writes = record_writes(contract)
+    # The contract's attributes of a record (twopc::record::RECORD_ATTRIBUTES) are those of the table.
+    assert writes["attributes"] == set(names.values())
+    # What each writer is refused, derived from the code: the sweeper the coordinator's own attributes
+    # (a record's creation and the hold), a participant's update all but its abort of an expired owner.
+    assert writes["attributes"] - writes["recovery"] == {"principal", "requestHash", "executionId", "holdMs", "holdUntil"}
+    assert writes["ownerAbort"] == {"transactionId", "status", "updatedAt", "reason", "sweepError"}
+    # The sweeper resolves expired locks as a participant does: an owner's abort is a write of recovery.
+    assert writes["ownerAbort"] <= writes["recovery"]
+
+
+def _code_writes(stack, writer: str, attribute: str) -> None:
+    """The stack's contract (a copy: the session's is shared) as if `writer`'s code wrote `attribute` too."""
+    stack.code = copy.deepcopy(stack.code)
+    stack.code[RECORD_WRITES][writer].append(attribute)
+
+
+@pytest.mark.parametrize(
+    "writer, attribute, who",
+    [("recovery", "holdUntil", "sweeper"), ("recovery", "principal", "sweeper"), ("ownerAbort", "participants", "participant")],
+)
+def test_the_record_writes_check_catches_a_write_the_code_starts(stack, writer, attribute, who):
+    # The code starts writing an attribute the deployment refuses that writer: every local test passes
+    # (DynamoDB Local enforces no IAM), only this check and AWS see it.
+    assert check_record_writes(stack) == []
+    _code_writes(stack, writer, attribute)
+    problems = check_record_writes(stack)
+    assert problems and all(p.startswith(who) for p in problems), problems
+    assert any(f"refuses ['{attribute}'], which its code writes" in p for p in problems), problems
 
 
 def _lake(stack) -> str:
@@ -1208,6 +1234,22 @@ def _web_acl(stack) -> dict:
     return b.props(stack, b.of_type(stack, "AWS::WAFv2::WebACL")[0])
 
 
+def _metric_filter(stack, metric: str) -> dict:
+    """The raw properties of the metric filter whose metric is `metric`."""
+    for name in b.of_type(stack, "AWS::Logs::MetricFilter"):
+        if any(t.get("MetricName") == metric for t in b.props(stack, name)["MetricTransformations"]):
+            return b.props(stack, name)
+    raise AssertionError(f"no metric filter of {metric}")
+
+
+def _4xx_alarm_on_api_gateways_count(stack) -> None:
+    """The 4xx alarm back on API Gateway's 4XXError, which counts the protocol's 409 and 404 too."""
+    metrics = b.props(stack, b.alarm_on(stack, "RestApiClientErrors"))["Metrics"]
+    count = next(m for m in metrics if '"Count"' in json.dumps(m))
+    errors = next(m for m in metrics if '"RestApiClientErrors"' in json.dumps(m))
+    errors["MetricStat"]["Metric"] = {**copy.deepcopy(count["MetricStat"]["Metric"]), "MetricName": "4XXError"}
+
+
 BREAKAGES.update(
     {
         # the alarm topic: the stack's own, encrypted, unless one is given
@@ -1243,21 +1285,36 @@ BREAKAGES.update(
             "alarms",
             lambda s: b.props(s, b.alarm_on(s, "Invocations", b.function(s, "sweeper"))).update(Period=3600),
         ),
-        "no-4xx-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "4XXError"))),
+        "no-4xx-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "RestApiClientErrors"))),
         "4xx-alarm-a-count-not-a-rate": (
             "alarms",
-            lambda s: b.props(s, b.alarm_on(s, "4XXError")).update(
-                Metrics=[m for m in b.props(s, b.alarm_on(s, "4XXError"))["Metrics"] if "Count" not in json.dumps(m)]
+            lambda s: b.props(s, b.alarm_on(s, "RestApiClientErrors")).update(
+                Metrics=[m for m in b.props(s, b.alarm_on(s, "RestApiClientErrors"))["Metrics"] if "Count" not in json.dumps(m)]
             ),
+        ),
+        "4xx-alarm-on-4XXError-counting-409": ("alarms", _4xx_alarm_on_api_gateways_count),
+        "4xx-filter-counting-409": (
+            "alarms",
+            lambda s: _metric_filter(s, "RestApiClientErrors").update(FilterPattern='{ $.status = "4*" && $.status != "404" }'),
+        ),
+        "4xx-filter-ignoring-403": (
+            "alarms",
+            lambda s: _metric_filter(s, "RestApiClientErrors").update(
+                FilterPattern='{ $.status = "4*" && $.status != "409" && $.status != "404" && $.status != "403" }'
+            ),
+        ),
+        "4xx-filter-on-another-log": (
+            "alarms",
+            lambda s: _metric_filter(s, "RestApiClientErrors").update(LogGroupName=b.ref(_access_log_group(s, "websocket"))),
         ),
         "no-429-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "RestApiThrottled"))),
         "429-filter-on-another-status": (
             "alarms",
-            lambda s: b.props(s, b.only(s, "AWS::Logs::MetricFilter")).update(FilterPattern='{ $.status = "403" }'),
+            lambda s: _metric_filter(s, "RestApiThrottled").update(FilterPattern='{ $.status = "403" }'),
         ),
         "429-filter-on-another-log": (
             "alarms",
-            lambda s: b.props(s, b.only(s, "AWS::Logs::MetricFilter")).update(LogGroupName=b.ref(_access_log_group(s, "websocket"))),
+            lambda s: _metric_filter(s, "RestApiThrottled").update(LogGroupName=b.ref(_access_log_group(s, "websocket"))),
         ),
         "no-websocket-execution-errors-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "ExecutionError"))),
         "no-websocket-integration-errors-alarm": ("alarms", lambda s: s.template["Resources"].pop(b.alarm_on(s, "IntegrationError"))),
@@ -1286,6 +1343,25 @@ BREAKAGES.update(
             lambda s: _access_settings(s, "rest").update(Format=_access_settings(s, "rest")["Format"].replace("$context.responseLatency", "-")),
         ),
         "access-log-not-json": ("access-logs", lambda s: _access_settings(s, "rest").update(Format="$context.requestId $context.status")),
+        # free text: the error message only as API Gateway quotes it, no path
+        "access-log-error-message-in-quotes": (
+            "access-logs",
+            lambda s: _access_settings(s, "rest").update(
+                Format=_access_settings(s, "rest")["Format"].replace("$context.error.messageString", '"$context.error.messageString"')
+            ),
+        ),
+        "access-log-unescaped-error-message": (
+            "access-logs",
+            lambda s: _access_settings(s, "websocket").update(
+                Format=_access_settings(s, "websocket")["Format"].replace("$context.error.messageString", '"$context.error.message"')
+            ),
+        ),
+        "access-log-with-the-path": (
+            "access-logs",
+            lambda s: _access_settings(s, "rest").update(
+                Format=_access_settings(s, "rest")["Format"].replace("{", '{"path":"$context.path",', 1)
+            ),
+        ),
         "access-log-into-a-functions-log-group": (
             "access-logs",
             lambda s: _access_settings(s, "rest").update(
@@ -1377,6 +1453,19 @@ BREAKAGES.update(
                 Condition={"ForAllValues:StringNotEquals": {"dynamodb:Attributes": ["principal"]}}
             ),
         ),
+        # a deny list naming what the code writes: the end of a record (recovery), the shortened abort's
+        # removal of sweepError (a participant)
+        "sweeper-refused-the-retention-clock": (
+            "record-writes",
+            lambda s: _attributes(_transactions_statement(s, "sweeper", "dynamodb:UpdateItem")).append("expireAt"),
+        ),
+        "participant-refused-the-shortened-abort": (
+            "record-writes",
+            lambda s: _attributes(_transactions_statement(s, "participant", "dynamodb:UpdateItem")).append("sweepError"),
+        ),
+        # the code writing what the deployment refuses (the contract as if recovery wrote the hold)
+        "recovery-writes-the-hold": ("record-writes", lambda s: _code_writes(s, "recovery", "holdUntil")),
+        "owner-abort-writes-the-votes": ("record-writes", lambda s: _code_writes(s, "ownerAbort", "participants")),
         # who may invoke each function
         "coordinator-invokable-by-anyone": (
             "invokers",
