@@ -134,9 +134,8 @@ impl Verifier {
         let data =
             jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(|e| Rejected::Invalid(e.to_string()))?;
         let claims = data.claims;
-        let sub = claims["sub"].as_str().filter(|s| !s.is_empty() && !s.contains('#'));
-        let Some(sub) = sub else {
-            return Err(Rejected::Invalid("sub is missing, empty or has '#'".into()));
+        let Some(sub) = claims["sub"].as_str().filter(|sub| is_valid_sub(sub)) else {
+            return Err(Rejected::Invalid(format!("sub is missing or not a subject we take: {SUB_RULE}")));
         };
         Ok(Caller::jwt(&self.settings.issuer, sub, self.policy.is_admin_claims(&claims)))
     }
@@ -195,6 +194,16 @@ impl Verifier {
 }
 
 /// The token of `Authorization: Bearer <token>` (the scheme in any case).
+/// What [`is_valid_sub`] takes, for messages.
+pub const SUB_RULE: &str = "1 to 255 bytes, without '#' (it separates the issuer in a principal and a sub's own items), '\"', '\\' or control characters (the principal is written as it is into the APIs' JSON access log lines)";
+
+/// A token's `sub` the authorizer takes: OpenID Connect's 255 bytes at most, no `#` (a principal is
+/// `jwt:<iss>#<sub>`, and `<sub>#...` are the caller's items), and nothing that would break a JSON line
+/// it is written into unescaped (API Gateway's access log writes `$context.authorizer.principal` as it is).
+pub fn is_valid_sub(sub: &str) -> bool {
+    !sub.is_empty() && sub.len() <= 255 && !sub.chars().any(|c| c == '#' || c == '"' || c == '\\' || c.is_control())
+}
+
 pub fn bearer(authorization: Option<&str>) -> Option<&str> {
     let value = authorization?.trim();
     let (scheme, token) = value.split_once(' ')?;
@@ -255,6 +264,18 @@ pub fn caller_of_request(policy: &Policy, authorizer: &HashMap<String, Value>, u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subjects_that_would_break_a_principal_or_a_log_line_are_refused() {
+        for good in ["alice", "9f3c2a7e-1b2d-4c5e-8f90-a1b2c3d4e5f6", "auth0|5f7c8ec7c33c6c004bbafe82", "é"] {
+            assert!(is_valid_sub(good), "{good}");
+        }
+        let long = "a".repeat(256);
+        for bad in ["", "a#b", "a\"b", "a\\b", "a\nb", "a\u{7f}b", long.as_str()] {
+            assert!(!is_valid_sub(bad), "{bad:?}");
+        }
+        assert!(is_valid_sub(&"a".repeat(255)));
+    }
 
     #[test]
     fn bearer_tokens_are_read_from_the_header_and_for_websockets_from_the_query() {

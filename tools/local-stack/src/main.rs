@@ -276,8 +276,8 @@ fn print_endpoints(stack: &Stack, config: &Config) {
 
 /// `twopc-local token`: a token of the development issuer `up --auth jwt` made.
 fn token(sub: &str, admin: bool, ttl_secs: u64) -> Result<(), String> {
-    if sub.is_empty() || sub.contains('#') {
-        return Err("--sub must be a non-empty user name without '#'".into());
+    if !twopc::jwt::is_valid_sub(sub) {
+        return Err(format!("--sub must be a user name the authorizer takes: {}", twopc::jwt::SUB_RULE));
     }
     let issuer = local_stack::issuer::DevIssuer::load(&Config::default().auth_dir)?;
     println!("{}", issuer.token(sub, admin, Duration::from_secs(ttl_secs)));

@@ -185,7 +185,7 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
             // sign-in would give it. Local only, same-origin only (no CORS header on it).
             let body = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
             let asked: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let mut response = match asked["sub"].as_str().filter(|s| !s.is_empty() && !s.contains('#')) {
+            let mut response = match asked["sub"].as_str().filter(|sub| twopc::jwt::is_valid_sub(sub)) {
                 Some(sub) => {
                     let admin = asked["admin"].as_bool().unwrap_or(false);
                     let token = issuer.token(sub, admin, crate::issuer::DEFAULT_TOKEN_TTL);
@@ -193,7 +193,7 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
                 }
                 None => message(
                     StatusCode::BAD_REQUEST,
-                    "expected {\"sub\": \"<user>\", \"admin\"?: bool}; sub without '#'".into(),
+                    format!("expected {{\"sub\": \"<user>\", \"admin\"?: bool}}; sub: {}", twopc::jwt::SUB_RULE),
                 ),
             };
             response.extensions_mut().insert(LocalOnly);
