@@ -130,7 +130,7 @@ pub fn check_event(event: &Event) {
     }
     let batch = prepare(&fanout_config(), event);
     assert_eq!(
-        batch.commits + batch.outcomes + batch.skipped + batch.unprocessable.len(),
+        batch.commits + batch.outcomes + batch.skipped + batch.foreign + batch.unprocessable.len(),
         event.records.len(),
         "records counted other than once"
     );
