@@ -895,10 +895,7 @@ impl Coordinator {
         if !undecided || self.clock.now_ms() <= resolvable_after(record.expiry()) {
             return Ok(record);
         }
-        let reason = match record.status {
-            Status::Prepared => crate::recovery::HOLD_EXPIRED_REASON,
-            _ => crate::recovery::EXPIRED_REASON,
-        };
+        let reason = crate::recovery::expiry_reason(record.status);
         let transition = self
             .transition_retrying(
                 &record.transaction_id,

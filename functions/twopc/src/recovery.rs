@@ -29,6 +29,13 @@ pub const ABANDONED_REASON: &str = "no transaction record was written before the
 pub const EXPIRED_REASON: &str = "the deadline passed before a decision; aborted by recovery";
 pub const HOLD_EXPIRED_REASON: &str = "the hold expired (holdUntil passed) before its caller committed it";
 
+/// Why an undecided transaction past its expiry ([`TransactionRecord::expiry`]) is aborted: a held one's
+/// hold ran out, any other's deadline passed. Every resolver (lock resolution here, the coordinator's
+/// recovery) records the same reason.
+pub fn expiry_reason(status: Status) -> &'static str {
+    if status == Status::Prepared { HOLD_EXPIRED_REASON } else { EXPIRED_REASON }
+}
+
 /// Reads (and if need be decides) the fate of `owner`, whose lock was found expired at `now_ms`.
 pub async fn owner_fate(transactions: &TransactionStore, owner: &str, now_ms: u64) -> Result<OwnerFate, StoreError> {
     let record = match transactions.get(owner).await? {
@@ -56,7 +63,7 @@ async fn decide(
         }
         Status::Preparing if now_ms <= crate::clock::resolvable_after(record.expiry()) => OwnerFate::Undecided,
         Status::Preparing | Status::Prepared => {
-            let reason = if record.status == Status::Prepared { HOLD_EXPIRED_REASON } else { EXPIRED_REASON };
+            let reason = expiry_reason(record.status);
             match transactions
                 .transition(
                     &record.transaction_id,
