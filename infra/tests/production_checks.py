@@ -104,22 +104,29 @@ SWEEP_ERRORS_METRIC = "SweepErrors"
 THROTTLED_STATUS = "429"
 
 
-def _throttled_metric(stack: Stack, metric: Any) -> bool:
-    """Whether a metric is the count of a metric filter matching the REST access log's status 429."""
+def _rest_access_log_filters(stack: Stack, metric: Any):
+    """The filter patterns of the metric filters on a REST stage's access log that publish `metric`."""
     for name in stack.resources("AWS::Logs::MetricFilter"):
         props = stack.props(name)
-        pattern = str(props.get("FilterPattern"))
         group = ref_id(props.get("LogGroupName"))
         logged_by_rest = any(
             att_id((stack.props(s).get("AccessLogSetting") or {}).get("DestinationArn"), "Arn") == group
             for s in stack.resources("AWS::ApiGateway::Stage")
         )
-        if not logged_by_rest or not re.search(r'\$\.status\s*=\s*"?%s"?' % THROTTLED_STATUS, pattern):
-            continue
-        for transformation in as_list(props.get("MetricTransformations")):
-            if transformation.get("MetricNamespace") == metric.namespace and transformation.get("MetricName") == metric.name:
-                return True
-    return False
+        publishes = any(
+            t.get("MetricNamespace") == metric.namespace and t.get("MetricName") == metric.name
+            for t in as_list(props.get("MetricTransformations"))
+        )
+        if logged_by_rest and publishes:
+            yield str(props.get("FilterPattern"))
+
+
+def _throttled_metric(stack: Stack, metric: Any) -> bool:
+    """Whether a metric is the count of a metric filter matching the REST access log's status 429."""
+    return any(
+        re.search(r'\$\.status\s*=\s*"?%s"?' % THROTTLED_STATUS, pattern)
+        for pattern in _rest_access_log_filters(stack, metric)
+    )
 
 
 # The REST API's 4xx answers that are no normal outcome, counted by a metric filter on its access log:
@@ -132,22 +139,12 @@ CLIENT_ERROR_STATUSES_NOT_COUNTED = {"404", "409"}
 def _client_errors_metric(stack: Stack, metric: Any) -> bool:
     """Whether a metric is the count of a metric filter on a REST access log matching every status 4xx
     but exactly those of CLIENT_ERROR_STATUSES_NOT_COUNTED."""
-    for name in stack.resources("AWS::Logs::MetricFilter"):
-        props = stack.props(name)
-        pattern = str(props.get("FilterPattern"))
-        group = ref_id(props.get("LogGroupName"))
-        logged_by_rest = any(
-            att_id((stack.props(s).get("AccessLogSetting") or {}).get("DestinationArn"), "Arn") == group
-            for s in stack.resources("AWS::ApiGateway::Stage")
-        )
-        every_4xx = re.search(r'\$\.status\s*=\s*"4\*"', pattern) and "||" not in pattern
-        excluded = set(re.findall(r'\$\.status\s*!=\s*"?(\d+)"?', pattern))
-        if not logged_by_rest or not every_4xx or excluded != CLIENT_ERROR_STATUSES_NOT_COUNTED:
-            continue
-        for transformation in as_list(props.get("MetricTransformations")):
-            if transformation.get("MetricNamespace") == metric.namespace and transformation.get("MetricName") == metric.name:
-                return True
-    return False
+    return any(
+        re.search(r'\$\.status\s*=\s*"4\*"', pattern)
+        and "||" not in pattern
+        and set(re.findall(r'\$\.status\s*!=\s*"?(\d+)"?', pattern)) == CLIENT_ERROR_STATUSES_NOT_COUNTED
+        for pattern in _rest_access_log_filters(stack, metric)
+    )
 
 
 # The stream processor's action that replays its dead-letter queue (`twopc::fanout::replay::ACTION`).
