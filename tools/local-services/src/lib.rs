@@ -50,6 +50,15 @@ impl Server {
     }
 }
 
+/// The names a loopback server is reached by (it binds 127.0.0.1).
+pub const LOCAL_NAMES: [&str; 2] = ["127.0.0.1", "localhost"];
+
+/// Whether a `Host` header names the loopback server on `port` itself (`127.0.0.1:PORT` or
+/// `localhost:PORT`), not a DNS-rebound name a page of another site made resolve to it.
+pub fn is_local_host(host: &str, port: u16) -> bool {
+    LOCAL_NAMES.iter().any(|name| host.eq_ignore_ascii_case(&format!("{name}:{port}")))
+}
+
 /// The stand-ins take unsigned requests, so a page open in the same browser could otherwise post to a
 /// WebSocket client, write the lake, read the dead letters or capture a payment: refused are a request
 /// with an `Origin` (a browser sends one on every cross-origin or POST request; the SDK clients and the
@@ -64,8 +73,7 @@ async fn only_local_callers(
     use axum::response::IntoResponse;
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-    let own_host = ["127.0.0.1", "localhost"].iter().any(|name| host.eq_ignore_ascii_case(&format!("{name}:{port}")));
-    if !own_host || headers.contains_key(header::ORIGIN) {
+    if !is_local_host(host, port) || headers.contains_key(header::ORIGIN) {
         tracing::warn!(host, origin = ?headers.get(header::ORIGIN), "refused a request a browser page could have sent");
         let message =
             format!("a local stand-in: only local clients (Host 127.0.0.1:{port} or localhost:{port}, no Origin)");

@@ -31,7 +31,7 @@ pub(crate) struct Refused {
     pub(crate) message: String,
 }
 
-const LOCAL_NAMES: [&str; 2] = ["127.0.0.1", "localhost"];
+use local_services::{LOCAL_NAMES, is_local_host};
 
 impl SameOrigin {
     pub(crate) fn new(api: SocketAddr, websocket: SocketAddr, cors_allow_origin: Option<String>) -> SameOrigin {
@@ -40,10 +40,6 @@ impl SameOrigin {
             websocket_port: websocket.port(),
             cors_allow_origin: cors_allow_origin.filter(|origin| !origin.is_empty()),
         }
-    }
-
-    fn is_own_host(host: &str, port: u16) -> bool {
-        LOCAL_NAMES.iter().any(|name| host.eq_ignore_ascii_case(&format!("{name}:{port}")))
     }
 
     fn is_allowed_origin(&self, origin: &str) -> bool {
@@ -56,7 +52,7 @@ impl SameOrigin {
     /// `Host`: this server's own address.
     fn check_host(&self, headers: &HeaderMap, port: u16) -> Result<(), Refused> {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-        if Self::is_own_host(host, port) {
+        if is_local_host(host, port) {
             return Ok(());
         }
         Err(Refused {
