@@ -582,18 +582,24 @@ async fn an_older_transaction_waits_for_a_younger_lock_and_a_younger_one_refuses
     releaser.await.unwrap();
     assert_eq!(status, 200, "the older transfer waited for the younger lock: {body}");
 
-    // An older holder (an earlier deadline, started before the transfer): the transfer refuses at once
-    // rather than wait.
+    // An older holder (an earlier deadline, started before the transfer): the transfer's prepare refuses
+    // at once rather than wait; its coordinator retries (issue 35) once the holder is decided.
     let now = env.clock_now();
     let old = hold("tx-old", now + 2_000, now.saturating_sub(1_000));
     assert_eq!(participant.handle(&old).await.unwrap().vote, Some(twopc::model::Vote::Prepared));
-    let started = std::time::Instant::now();
-    let (status, body) = patient_post(TestEnv::transfer(a("A"), b("B"), "10")).await;
-    assert_eq!(status, 409, "{body}");
-    assert_eq!(body["participants"][0]["code"], "CONFLICT");
-    assert!(started.elapsed() < Duration::from_millis(2_500), "it did not wait: {:?}", started.elapsed());
+    let client = tokio::spawn(patient_post(TestEnv::transfer(a("A"), b("B"), "10")));
+    let refusal = loop {
+        if let Some(call) = invoker.calls().into_iter().find(|c| c.answer == "REFUSED:CONFLICT") {
+            break call;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(refusal.ended - refusal.started < Duration::from_millis(1_000), "it did not wait: {refusal:?}");
+    env.transactions.abort_if_absent("tx-old", env.clock_now(), "aborted by the test").await.unwrap();
     participant.handle(&release("tx-old")).await.unwrap();
-    assert_eq!(env.balance("service-a", "A").await, "90");
+    let (status, body) = client.await.unwrap();
+    assert_eq!((status, body["attempts"].as_u64()), (200, Some(2)), "{body}");
+    assert_eq!(env.balance("service-a", "A").await, "80");
     assert_no_locks(&env).await;
 }
 

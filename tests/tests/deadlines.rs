@@ -359,7 +359,8 @@ async fn a_prepare_reaching_a_participant_ahead_by_half_the_margin_just_before_t
 /// A participant running M/2 ahead meets the lock of a transaction whose deadline has passed by its
 /// clock but not by its coordinator's: it must not take the lock for expired and abort a transaction
 /// that would otherwise commit (it used to: no record yet, so it recorded the holder ABORTED). It refuses
-/// CONFLICT, and the holder commits.
+/// CONFLICT, and the holder commits; the refused transfer's retry (issue 35) waits for the holder's
+/// decision and commits after it.
 #[tokio::test]
 async fn a_resolver_ahead_by_half_the_margin_never_aborts_a_live_transaction() {
     let env = TestEnv::new().await;
@@ -379,13 +380,23 @@ async fn a_resolver_ahead_by_half_the_margin_never_aborts_a_live_transaction() {
     // 60 ms before T1's deadline by its coordinator's clock: 65 ms past it by the clock of T2's service-a.
     clock.set(start + 940);
     let t2 = skewed_coordinator(&env, &clock, &BTreeMap::from([("service-a", half)]), None);
-    let (status, answer) = post_via(&t2, &transfer("A", "C", 1_000), None).await;
-    assert_eq!(status, 409, "{answer}");
-    assert_eq!(answer["participants"][0]["code"], "CONFLICT", "{answer}");
+    let second = tokio::spawn(async move { post_via(&t2, &transfer("A", "C", 1_000), None).await });
+    // T2's first attempt is refused and recorded aborted (presumed abort: its record says why).
+    let refused = loop {
+        let aborted = env.records().await.into_iter().find(|r| r["status"] == "ABORTED");
+        if let Some(record) = aborted {
+            break record;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(refused["participants"][0]["code"], "CONFLICT", "{refused}");
 
     hold.open();
     let (status, answer) = first.await.unwrap();
     assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "the holder commits: {answer}");
+    let (status, retried) = second.await.unwrap();
+    assert_eq!((status, retried["attempts"].as_u64()), (200, Some(2)), "the retry after the holder: {retried}");
     assert_eq!(env.balance("service-b", "B").await, "10");
+    assert_eq!(env.balance("service-b", "C").await, "10");
     assert_no_locks(&env).await;
 }

@@ -378,6 +378,7 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
                 read_only: false,
                 lock_token: (status == Status::Committing).then(|| token(i)),
                 service_code: None,
+                blocked_by: None,
             })
             .collect(),
         created_at: now - 60_000,
@@ -394,6 +395,10 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
         principal: None,
         hold_ms: None,
         hold_until: None,
+        started_at: None,
+        attempt: None,
+        first_transaction_id: None,
+        retried_as: None,
     }
     .opened();
     let short = item_size(&record.to_item());

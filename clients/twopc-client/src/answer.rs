@@ -135,6 +135,10 @@ code_enum! {
         Forbidden = "FORBIDDEN",
         /// A guard (`min`, `max`, `check`) on an item this caller may not read (400).
         GuardNotAllowed = "GUARD_NOT_ALLOWED",
+        /// An `Age-Token` not issued for this caller and body, or expired (400).
+        InvalidAgeToken = "INVALID_AGE_TOKEN",
+        /// The `Age-Token`'s retry already ran under another transaction id (409).
+        AgeTokenUsed = "AGE_TOKEN_USED",
     }
 }
 
@@ -171,6 +175,14 @@ pub struct TransactionState {
     /// Present in every answer about a held transaction once it was held; `None` for any other.
     #[serde(default)]
     pub hold_until: Option<u64>,
+    /// An attempt after the first of a request refused for contention and retried by the coordinator
+    /// with its age: its number (`None`: the first).
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    /// An answer refused for contention: the token that keeps the request's age on a retry (the
+    /// `Age-Token` header of the same request sent again).
+    #[serde(default)]
+    pub age_token: Option<String>,
 }
 
 impl TransactionState {

@@ -130,6 +130,20 @@ impl Client {
         Outcome::from_response(status, &answer)
     }
 
+    /// `POST /transactions` again after a refusal for contention, under a fresh `Idempotency-Key`, with
+    /// that answer's `ageToken` ([`TransactionState::age_token`](crate::TransactionState::age_token)): the
+    /// retry keeps the first request's age, so it is never refused by a transaction younger than it. The
+    /// same transaction and caller only, within its `timeoutMs` of the refusal, once: otherwise
+    /// [`ErrorCode::InvalidAgeToken`](crate::ErrorCode::InvalidAgeToken) or `AgeTokenUsed`, nothing written.
+    pub async fn submit_with_age(&self, transaction: &Transaction, age_token: &str) -> Result<Outcome, Error> {
+        let body = transaction.body_bytes();
+        let key = uuid::Uuid::new_v4().to_string();
+        let url = self.url(&["transactions"]);
+        let (status, answer) =
+            self.call_with_age(Method::POST, url, Some(&body), Some(&key), Some(age_token), self.retry).await?;
+        Outcome::from_response(status, &answer)
+    }
+
     /// `POST /transactions` without a key, one attempt: the server's fastest path (no record before the
     /// decision), but a lost answer cannot be asked again, so nothing is retried.
     pub async fn submit_unkeyed(&self, transaction: &Transaction) -> Result<Outcome, Error> {
@@ -188,9 +202,21 @@ impl Client {
         key: Option<&str>,
         retry: Retry,
     ) -> Result<(u16, Vec<u8>), Error> {
+        self.call_with_age(method, url, body, key, None, retry).await
+    }
+
+    async fn call_with_age(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&[u8]>,
+        key: Option<&str>,
+        age_token: Option<&str>,
+        retry: Retry,
+    ) -> Result<(u16, Vec<u8>), Error> {
         let mut attempt = 1;
         loop {
-            let result = self.attempt(&method, &url, body, key).await;
+            let result = self.attempt(&method, &url, body, key, age_token).await;
             let again = match &result {
                 Ok((status, _)) => RETRIED_STATUSES.contains(status),
                 Err(Error::Transport(_)) => true,
@@ -210,6 +236,7 @@ impl Client {
         url: &Url,
         body: Option<&[u8]>,
         key: Option<&str>,
+        age_token: Option<&str>,
     ) -> Result<(u16, Vec<u8>), Error> {
         let mut headers: Vec<(&str, &str)> = Vec::new();
         // Every POST says JSON, a bodiless commit or abort included: the local stack refuses a POST of
@@ -219,6 +246,9 @@ impl Client {
         }
         if let Some(key) = key {
             headers.push(("idempotency-key", key));
+        }
+        if let Some(token) = age_token {
+            headers.push(("age-token", token));
         }
         if let Some(bearer) = &self.bearer {
             headers.push(("authorization", bearer));

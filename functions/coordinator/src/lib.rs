@@ -65,11 +65,18 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
     let caller = caller(coordinator.access(), &request);
     let reply = match (method, segments.as_slice()) {
         ("POST", ["transactions"]) => {
-            let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_owned));
-            match key {
-                Some(Err(_)) => Reply::error(ErrorCode::InvalidIdempotencyKey, "Idempotency-Key must be visible ASCII"),
-                Some(Ok(key)) => coordinator.submit_by(request.body().as_ref(), Some(&key), &caller).await,
-                None => coordinator.submit_by(request.body().as_ref(), None, &caller).await,
+            let header = |name: &str| request.headers().get(name).map(|v| v.to_str().map(str::to_owned));
+            match (header("idempotency-key"), header(twopc::age::AGE_TOKEN_HEADER)) {
+                (Some(Err(_)), _) => {
+                    Reply::error(ErrorCode::InvalidIdempotencyKey, "Idempotency-Key must be visible ASCII")
+                }
+                (_, Some(Err(_))) => Reply::error(ErrorCode::InvalidAgeToken, "Age-Token must be visible ASCII"),
+                (key, token) => {
+                    let (key, token) = (key.and_then(Result::ok), token.and_then(Result::ok));
+                    coordinator
+                        .submit_retry_by(request.body().as_ref(), key.as_deref(), token.as_deref(), &caller)
+                        .await
+                }
             }
         }
         ("GET", ["transactions", _]) => {

@@ -33,7 +33,7 @@ use crate::model::{
     Action, ErrorCode, Invalid, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
     STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
-use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
+use crate::record::{Claim, ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
 use crate::telemetry;
 
@@ -50,6 +50,15 @@ pub const ANSWER_BUDGET: Duration = Duration::from_millis(27_000);
 const ABANDON_AFTER_BUDGET: Duration = Duration::from_millis(1_000);
 /// What a caller is told when the decision could not be recorded and the locks were released.
 const UNRECORDED_DECISION: &str = "the decision could not be recorded, so the transaction was aborted";
+/// Why an attempt recorded ABORTED by a retried key's replay never ran.
+const ATTEMPT_NOT_STARTED: &str = "the coordinator stopped before this attempt began";
+/// A request refused for contention (CONFLICT) is tried again by the coordinator, keeping its age, up to
+/// this many attempts in all ([`crate::age`]).
+pub const MAX_ATTEMPTS: u32 = 16;
+/// Another attempt starts only with at least this long left before the request's deadline.
+const MIN_ATTEMPT_MS: u64 = 100;
+/// A retried keyed request follows its attempts' `retriedAs` links at most this far.
+const MAX_CHAIN_HOPS: usize = 256;
 
 /// An HTTP answer: status code and JSON body.
 #[derive(Debug, Clone, PartialEq)]
@@ -263,13 +272,31 @@ impl Coordinator {
     /// its principal is recorded on the transaction and passed to every participant, and its key is its
     /// own (the same key from another caller is another transaction).
     pub async fn submit_by(&self, body: &[u8], idempotency_key: Option<&str>, caller: &Caller) -> Reply {
+        self.submit_retry_by(body, idempotency_key, None, caller).await
+    }
+
+    /// [`Coordinator::submit_by`] with the `Age-Token` of an earlier request refused for contention: the
+    /// retry keeps that request's age ([`crate::age`]).
+    pub async fn submit_retry_by(
+        &self,
+        body: &[u8],
+        idempotency_key: Option<&str>,
+        age_token: Option<&str>,
+        caller: &Caller,
+    ) -> Reply {
         let started = std::time::Instant::now();
-        let reply = self.answer(body, idempotency_key, caller).await;
+        let reply = self.answer(body, idempotency_key, age_token, caller).await;
         telemetry::answered(reply.status, &reply.body, started.elapsed());
         reply
     }
 
-    async fn answer(&self, body: &[u8], idempotency_key: Option<&str>, caller: &Caller) -> Reply {
+    async fn answer(
+        &self,
+        body: &[u8],
+        idempotency_key: Option<&str>,
+        age_token: Option<&str>,
+        caller: &Caller,
+    ) -> Reply {
         let request = match parse_request_with(body, |s| self.services.contains(s), &self.catalogs) {
             Ok(request) => request,
             Err(invalid) => return Reply::invalid(invalid),
@@ -292,7 +319,7 @@ impl Coordinator {
                 .map(|p| p.operations.iter().map(|op| entity_id(op.key())).collect())
                 .collect(),
         };
-        let mut reply = self.answer_authorized(request, idempotency_key, caller).await;
+        let mut reply = self.answer_authorized(request, idempotency_key, age_token, caller).await;
         self.access.redact_answer(caller, &mut reply.body, &items);
         reply
     }
@@ -301,11 +328,39 @@ impl Coordinator {
         &self,
         request: TransactionRequest,
         idempotency_key: Option<&str>,
+        age_token: Option<&str>,
         caller: &Caller,
     ) -> Reply {
         let answer_by = std::time::Instant::now() + self.answer_budget;
+        let body_hash = request.canonical_hash();
+        // Checked before anything is read or written: a token this caller cannot use is a 400.
+        let age = match age_token {
+            None => None,
+            Some(token) => {
+                let first_service = &request.participants[0].service;
+                let principal = caller.principal.as_deref();
+                let now = self.clock.now_ms();
+                match crate::age::verify(self.keys.as_ref(), token, first_service, principal, &body_hash, now).await {
+                    Ok(age) => Some(age),
+                    Err(crate::age::AgeTokenError::Keys(message)) => {
+                        error!(error = %message, "the age token's key could not be read");
+                        return Reply::error(
+                            ErrorCode::Unavailable,
+                            "the Age-Token could not be checked (its key could not be read); nothing was written",
+                        );
+                    }
+                    Err(refused) => return Reply::error(ErrorCode::InvalidAgeToken, refused.to_string()),
+                }
+            }
+        };
         let (id, request_hash) = match idempotency_key {
-            None => (format!("tx-{}", uuid::Uuid::new_v4().simple()), None),
+            // A retry with an age token is idempotent by its token: its id is the token's next attempt's, and
+            // its record is written first, so the same token sent again finds it. (`-r`: not the id the
+            // coordinator's own retry would have had, which a retried key's replay may have fenced.)
+            None => match &age {
+                Some(age) => (format!("{}-r{}", age.first_transaction_id, age.attempt), Some(body_hash.clone())),
+                None => (format!("tx-{}", uuid::Uuid::new_v4().simple()), None),
+            },
             Some(key) if key.is_empty() || key.len() > 255 => {
                 return Reply::invalid(Invalid::new(
                     ErrorCode::InvalidIdempotencyKey,
@@ -313,7 +368,7 @@ impl Coordinator {
                 ));
             }
             Some(key) => {
-                let hash = request.canonical_hash();
+                let hash = body_hash.clone();
                 match self.first_execution_before_scoping(key, caller).await {
                     Ok(Some(existing)) => {
                         let id = existing.transaction_id.clone();
@@ -334,9 +389,31 @@ impl Coordinator {
         if let Err(invalid) = record.check_first_write() {
             return Reply::invalid(invalid);
         }
+        if let Some(age) = &age {
+            record.started_at = Some(age.started_at);
+            record.attempt = Some(age.attempt);
+            record.first_transaction_id = Some(age.first_transaction_id.clone());
+            // The retry takes its place after the refused attempt, once: a token runs one retry at most.
+            match self.claim(&age.retry_of, &id).await {
+                Ok(Claim::Claimed) => {}
+                Ok(Claim::Refused(current)) => {
+                    let by = current.and_then(|c| c.retried_as).unwrap_or_else(|| "no other transaction".into());
+                    return Reply::error(
+                        ErrorCode::AgeTokenUsed,
+                        format!(
+                            "the Age-Token's retry of transaction {} already ran as {by}: a token keeps its age for one \
+                             retry; this one wrote nothing",
+                            age.retry_of
+                        ),
+                    );
+                }
+                Err(e) => return unavailable(&e, None),
+            }
+        }
         let span = info_span!("transaction", tx = %id);
         let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
-        let ran = match tokio::time::timeout_at(abandon_at, self.run(record, answer_by).instrument(span)).await {
+        let run = self.run(record, answer_by, &body_hash).instrument(span);
+        let ran = match tokio::time::timeout_at(abandon_at, run).await {
             Ok(ran) => ran,
             Err(_) => {
                 error!(tx = %id, "the answer budget ran out in a step that did not return; abandoned like a crash");
@@ -377,7 +454,129 @@ impl Coordinator {
         }))
     }
 
-    async fn run(&self, record: TransactionRecord, answer_by: std::time::Instant) -> Result<Reply, DriveError> {
+    /// Runs a request's attempts: each is an ordinary transaction; one refused for contention only is
+    /// followed by the next, with the same age, once the older transaction that refused it is decided.
+    /// The answer is the last attempt's; a final refusal for contention carries the `ageToken` a caller's
+    /// retry keeps the age with.
+    async fn run(
+        &self,
+        mut record: TransactionRecord,
+        answer_by: std::time::Instant,
+        body_hash: &str,
+    ) -> Result<Reply, DriveError> {
+        loop {
+            let attempted = self.run_attempt(record, answer_by).await?;
+            let Some(refused) = attempted.refused else { return Ok(attempted.reply) };
+            if refused.retryable() {
+                let span = info_span!("transaction", tx = %refused.record.transaction_id);
+                if let Some(next) = self.next_attempt(&refused, answer_by).instrument(span).await? {
+                    info!(tx = %next.transaction_id, attempt = next.attempt_number(), "retrying a refusal for contention");
+                    record = next;
+                    continue;
+                }
+            }
+            return Ok(self.with_age_token(attempted.reply, &refused.record, body_hash).await);
+        }
+    }
+
+    /// The attempt after `refused`, its successor claimed, or `None` to answer the refusal: the attempts
+    /// or the time are spent, or the refused attempt was retried by someone else already.
+    async fn next_attempt(
+        &self,
+        refused: &Refused,
+        answer_by: std::time::Instant,
+    ) -> Result<Option<TransactionRecord>, Crashed> {
+        let record = &refused.record;
+        let attempt = record.attempt_number();
+        if attempt >= MAX_ATTEMPTS {
+            return Ok(None);
+        }
+        let last_start = record.deadline.saturating_sub(MIN_ATTEMPT_MS);
+        // Not before the older transaction that refused this attempt is decided: one attempt of it then
+        // refuses this request once at most, which is what bounds the attempts.
+        if let Some(blocker) = &refused.blocked_by {
+            self.wait_until_decided(blocker, last_start, answer_by).await;
+        }
+        let now = self.clock.now_ms();
+        let budget_left = answer_by.saturating_duration_since(std::time::Instant::now());
+        if now > last_start || budget_left < Duration::from_millis(MIN_ATTEMPT_MS) {
+            return Ok(None);
+        }
+        let next_id = format!("{}-{}", record.first_id(), attempt + 1);
+        match self.claim(&record.transaction_id, &next_id).await {
+            Ok(Claim::Claimed) => {
+                self.faults.check(CoordinatorCrash::AfterClaim)?;
+                Ok(Some(record.next_attempt(next_id, attempt + 1, self.clock.now_ms())))
+            }
+            Ok(Claim::Refused(current)) => {
+                warn!(retried_as = ?current.and_then(|c| c.retried_as), "the refused attempt was retried already");
+                Ok(None)
+            }
+            Err(e) => {
+                warn!(error = %e, "could not claim the next attempt; answering the refusal");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Names `next` as the successor of the aborted attempt `id`, retried as any record write is.
+    async fn claim(&self, id: &str, next: &str) -> Result<Claim, StoreError> {
+        retrying("successor claim", |_| self.transactions.claim_successor(id, next)).await
+    }
+
+    /// Waits (polling its record) until `blocker` is decided, or the coordinator's clock passes `until_ms`,
+    /// or the answer budget ends.
+    async fn wait_until_decided(&self, blocker: &str, until_ms: u64, answer_by: std::time::Instant) {
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self.transactions.get(blocker).await {
+                Ok(Some(record)) if !matches!(record.status, Status::Preparing | Status::Prepared) => return,
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(error = %e, blocker, "could not read the blocking transaction; retrying without waiting");
+                    return;
+                }
+            }
+            let left = until_ms.saturating_sub(self.clock.now_ms());
+            let budget = answer_by.saturating_duration_since(std::time::Instant::now());
+            if left == 0 || budget.is_zero() {
+                return;
+            }
+            tokio::time::sleep(pause.min(Duration::from_millis(left)).min(budget)).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// `reply` with the `ageToken` of its request when its last attempt was refused for contention only
+    /// (CONFLICT, or TIMEOUT waiting for a younger lock): a caller's retry with it keeps the request's age.
+    async fn with_age_token(&self, mut reply: Reply, last: &TransactionRecord, body_hash: &str) -> Reply {
+        if reply.status != 409 || !refused_for_contention(&last.participants) {
+            return reply;
+        }
+        let now = self.clock.now_ms();
+        let age = crate::age::Age {
+            started_at: last.age(),
+            principal: last.principal.clone(),
+            body_hash: body_hash.to_owned(),
+            first_transaction_id: last.first_id().to_owned(),
+            retry_of: last.transaction_id.clone(),
+            attempt: last.attempt_number() + 1,
+            expires_at: now + last.deadline.saturating_sub(last.created_at),
+            key_id: String::new(),
+            service: last.participants[0].service.clone(),
+        };
+        match crate::age::issue(self.keys.as_ref(), age, now).await {
+            Ok(token) => reply.body["ageToken"] = Value::String(token),
+            Err(e) => warn!(error = %e, "could not sign an age token; answering without one"),
+        }
+        reply
+    }
+
+    async fn run_attempt(
+        &self,
+        record: TransactionRecord,
+        answer_by: std::time::Instant,
+    ) -> Result<Attempted, DriveError> {
         // A held transaction never commits in one phase: its decision is the caller's, later.
         if let [sole] = record.participants.as_slice()
             && !record.is_held()
@@ -391,11 +590,12 @@ impl Coordinator {
         if keyed {
             // A keyed request must never run twice: the record is written first and only the writer prepares.
             if let Some(existing) = self.create_own(&record.clone().opened()).await? {
-                return self.replay(existing, record.request_hash.as_deref(), answer_by).await;
+                return Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into());
             }
             self.faults.check(CoordinatorCrash::AfterCreate)?;
         }
         let votes = self.prepare_all(&record).await?;
+        let blocked_by = votes.iter().find_map(|v| v.blocked_by.clone());
         let prepared = started.elapsed();
         telemetry::phase(telemetry::PREPARE_LATENCY, prepared);
         let deciding = std::time::Instant::now();
@@ -417,11 +617,12 @@ impl Coordinator {
             record.reason = reason;
             record.updated_at = self.clock.now_ms();
             if to == Status::Aborting {
-                return self.abort_unrecorded(record, started).await;
+                let (reply, aborted) = self.abort_unrecorded(record, started).await?;
+                return Ok(Attempted { reply, refused: aborted.map(|record| Refused { record, blocked_by }) });
             }
             match self.decide_unrecorded(record).await? {
                 Ok(decided) => decided,
-                Err(aborted) => return Ok(aborted),
+                Err(aborted) => return Ok(aborted.into()),
             }
         };
         self.faults.check(CoordinatorCrash::AfterDecision)?;
@@ -431,7 +632,7 @@ impl Coordinator {
             // meets one then finds its owner PREPARED, undecided until holdUntil.
             self.extend_locks(&decided).await;
             info!(hold_until = decided.hold_until, "transaction held");
-            return Ok(Reply::for_record(&decided));
+            return Ok(Reply::for_record(&decided).into());
         }
         let second_phase = std::time::Instant::now();
         let finished = self.drive_within(decided.clone(), answer_by).await?;
@@ -444,7 +645,10 @@ impl Coordinator {
             total_ms = started.elapsed().as_millis() as u64,
             "transaction answered"
         );
-        Ok(Reply::for_record(&finished))
+        let reply = Reply::for_record(&finished);
+        let refused = matches!(finished.status, Status::Aborting | Status::Aborted)
+            .then(|| Refused { record: with_votes(finished, decided.participants), blocked_by });
+        Ok(Attempted { reply, refused })
     }
 
     /// Drives a decided transaction until `answer_by` at most: the record as it then is (terminal, or still
@@ -583,7 +787,7 @@ impl Coordinator {
         &self,
         record: TransactionRecord,
         started: std::time::Instant,
-    ) -> Result<Reply, DriveError> {
+    ) -> Result<(Reply, Option<TransactionRecord>), DriveError> {
         let record = record.ended(Status::Aborted, self.clock.now_ms());
         let (created, released) = futures::join!(self.create_own(&record), self.abort_participants(&record));
         released?;
@@ -598,11 +802,11 @@ impl Coordinator {
                      GET may not find it",
                 );
                 reply.body["transactionId"] = Value::String(record.transaction_id);
-                return Ok(reply);
+                return Ok((reply, None));
             }
         };
         info!(status = %record.status, total_ms = started.elapsed().as_millis() as u64, "transaction answered");
-        Ok(Reply::for_record(&record))
+        Ok((Reply::for_record(&record), Some(record)))
     }
 
     /// One writing participant: no vote to collect from anyone else, so it applies its operations and the
@@ -613,7 +817,7 @@ impl Coordinator {
         &self,
         record: TransactionRecord,
         answer_by: std::time::Instant,
-    ) -> Result<Reply, DriveError> {
+    ) -> Result<Attempted, DriveError> {
         let started = std::time::Instant::now();
         let now = self.clock.now_ms();
         let mut committed = record.clone().ended(Status::Committed, now);
@@ -621,7 +825,7 @@ impl Coordinator {
         let entry = &record.participants[0];
         let request = ParticipantRequest {
             deadline: Some(record.deadline),
-            started_at: Some(record.created_at),
+            started_at: Some(record.age()),
             operations: entry.operations.clone(),
             one_phase_record: Some(serde_json::to_value(&committed).expect("records serialize")),
             principal: record.principal.clone(),
@@ -633,12 +837,14 @@ impl Coordinator {
         match answer {
             Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
                 info!(total_ms = started.elapsed().as_millis() as u64, "committed in one phase");
-                return Ok(Reply::for_record(&committed));
+                return Ok(Reply::for_record(&committed).into());
             }
             Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_RECORD_EXISTS) => {
                 let existing = self.transactions.get(&record.transaction_id).await?;
                 return match existing {
-                    Some(existing) => self.replay(existing, record.request_hash.as_deref(), answer_by).await,
+                    Some(existing) => {
+                        Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into())
+                    }
                     None => Err(StoreError::internal(
                         "GetItem",
                         self.transactions.table(),
@@ -664,8 +870,14 @@ impl Coordinator {
         // The record found is terminal (one phase writes only COMMITTED or ABORTED), so replay answers
         // it at once, or 422 for a keyed request whose key was used with another body.
         match self.create_own(&aborted).await? {
-            None => Ok(Reply::for_record(&aborted)),
-            Some(existing) => self.replay(existing, record.request_hash.as_deref(), answer_by).await,
+            None => {
+                let blocked_by = aborted.participants[0].blocked_by.clone();
+                Ok(Attempted {
+                    reply: Reply::for_record(&aborted),
+                    refused: Some(Refused { record: aborted, blocked_by }),
+                })
+            }
+            Some(existing) => Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into()),
         }
     }
 
@@ -690,22 +902,49 @@ impl Coordinator {
             ));
         }
         let mut record = existing;
-        let mut wait = Duration::from_millis(20);
-        // A held one answers at once: PREPARED (202 with holdUntil) while the hold lasts.
-        while !record.status.is_terminal()
-            && record.status != Status::Prepared
-            && self.clock.now_ms() <= resolvable_after(record.deadline)
-        {
-            let left = answer_by.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                break;
+        let mut hops = 0;
+        loop {
+            // Its attempts: each one retried names the next (which a replay that finds it missing fences).
+            while let Some(next) = record.retried_as.clone().filter(|_| hops < MAX_CHAIN_HOPS) {
+                hops += 1;
+                record = self.attempt_named(&next).await?;
             }
-            tokio::time::sleep(wait.min(left)).await;
-            wait = (wait * 2).min(Duration::from_millis(250));
-            match self.transactions.get(&record.transaction_id).await? {
-                Some(now) => record = now,
-                None => break,
+            let mut wait = Duration::from_millis(20);
+            // A held one answers at once: PREPARED (202 with holdUntil) while the hold lasts. An attempt
+            // refused for contention may still be retried by its coordinator until its deadline.
+            while (!record.status.is_terminal() || self.may_be_retried(&record))
+                && record.status != Status::Prepared
+                && record.retried_as.is_none()
+                && self.clock.now_ms() <= resolvable_after(record.deadline)
+            {
+                let left = answer_by.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(wait.min(left)).await;
+                wait = (wait * 2).min(Duration::from_millis(250));
+                match self.transactions.get(&record.transaction_id).await? {
+                    Some(now) => record = now,
+                    None => break,
+                }
             }
+            if record.retried_as.is_some() && hops < MAX_CHAIN_HOPS {
+                continue;
+            }
+            if self.may_be_retried(&record) {
+                // Its coordinator stopped between the attempts, or is slower than the deadline: the next
+                // attempt is fenced, so that this answer stays the request's answer.
+                let next = format!("{}-{}", record.first_id(), record.attempt_number() + 1);
+                let now = self.clock.now_ms();
+                self.transactions.abort_if_absent(&next, now, ATTEMPT_NOT_STARTED).await?;
+                if let Some(current) = self.transactions.get(&record.transaction_id).await? {
+                    record = current;
+                }
+                if record.retried_as.is_some() && hops < MAX_CHAIN_HOPS {
+                    continue;
+                }
+            }
+            break;
         }
         // The first execution stopped (its coordinator crashed) or is slower than the budget: finish it as
         // recovery would, as far as the budget allows.
@@ -713,7 +952,31 @@ impl Coordinator {
         if matches!(record.status, Status::Committing | Status::Aborting) {
             record = self.drive_within(record, answer_by).await?;
         }
-        Ok(Reply::answering(&record))
+        let reply = Reply::answering(&record);
+        Ok(match record.request_hash.clone() {
+            Some(hash) => self.with_age_token(reply, &record, &hash).await,
+            None => reply,
+        })
+    }
+
+    /// The attempt `id` a record's `retriedAs` names; if it has no record (its coordinator stopped after
+    /// claiming it, or is about to create it), it is recorded ABORTED first, conditionally, so that it can
+    /// never begin afterwards.
+    async fn attempt_named(&self, id: &str) -> Result<TransactionRecord, StoreError> {
+        match self.transactions.get(id).await? {
+            Some(record) => Ok(record),
+            None => self.transactions.abort_if_absent(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED).await,
+        }
+    }
+
+    /// Whether an aborted attempt's coordinator may still start the next one: refused for contention only,
+    /// attempts left, not retried yet, and its deadline (with the clock margins) not passed.
+    fn may_be_retried(&self, record: &TransactionRecord) -> bool {
+        matches!(record.status, Status::Aborting | Status::Aborted)
+            && record.retried_as.is_none()
+            && record.attempt_number() < MAX_ATTEMPTS
+            && retryable_votes(&record.participants)
+            && self.clock.now_ms() <= resolvable_after(record.deadline)
     }
 
     /// Sends prepare to every participant at once, each bounded by the deadline, and records the votes.
@@ -728,7 +991,7 @@ impl Coordinator {
             .map(|(index, entry)| {
                 let request = ParticipantRequest {
                     deadline: Some(record.deadline),
-                    started_at: Some(record.created_at),
+                    started_at: Some(record.age()),
                     operations: entry.operations.clone(),
                     principal: record.principal.clone(),
                     held: record.is_held(),
@@ -1207,6 +1470,7 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
         Some(Vote::Refused) => {
             entry.vote = Some(Vote::Refused);
             entry.code = response.code;
+            entry.blocked_by = response.blocked_by.filter(|_| response.code == Some(RefusalCode::Conflict));
             entry.service_code =
                 response.service_code.map(|c| crate::record::cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
             // As the record keeps it: the answer and GET then say the same.
@@ -1217,6 +1481,47 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
             entry.reason = Some(format!("prepare answered without a vote: {response:?}"));
         }
     }
+}
+
+/// What one attempt of a request came to: its answer, and the attempt's record when it ended aborted (its
+/// abort recorded), for the coordinator to judge whether to retry it.
+struct Attempted {
+    reply: Reply,
+    refused: Option<Refused>,
+}
+
+impl From<Reply> for Attempted {
+    fn from(reply: Reply) -> Attempted {
+        Attempted { reply, refused: None }
+    }
+}
+
+/// An attempt whose abort is recorded, with its votes, and the transaction whose lock refused it.
+struct Refused {
+    record: TransactionRecord,
+    blocked_by: Option<String>,
+}
+
+impl Refused {
+    /// Refused for contention only: every participant prepared but one or more met an older transaction's
+    /// lock (CONFLICT). Any other refusal (a business rule, a guard, a deadline, an outage) is the answer.
+    fn retryable(&self) -> bool {
+        retryable_votes(&self.record.participants)
+    }
+}
+
+fn retryable_votes(votes: &[ParticipantEntry]) -> bool {
+    votes.iter().any(|p| p.code == Some(RefusalCode::Conflict))
+        && votes.iter().all(|p| p.vote == Some(Vote::Prepared) || p.code == Some(RefusalCode::Conflict))
+}
+
+/// Refused for contention only: CONFLICT, or TIMEOUT (an older transaction that waited for a younger one's
+/// lock as long as its deadline allowed), or the deadline passed while every participant prepared.
+fn refused_for_contention(votes: &[ParticipantEntry]) -> bool {
+    votes
+        .iter()
+        .all(|p| p.vote == Some(Vote::Prepared) || matches!(p.code, Some(RefusalCode::Conflict | RefusalCode::Timeout)))
+        && !votes.is_empty()
 }
 
 /// What driving a decided transaction came to.

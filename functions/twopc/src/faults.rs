@@ -13,6 +13,8 @@ pub enum CoordinatorCrash {
     /// Once this many commit (or abort) answers have arrived.
     AfterCommits(usize),
     BeforeTerminal,
+    /// After an aborted attempt's successor is claimed (`retriedAs` written), before it begins.
+    AfterClaim,
 }
 
 /// The coordinator stopped at an injected crash point: it writes nothing more.

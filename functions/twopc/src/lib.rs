@@ -6,6 +6,7 @@
 //! used for real, because its condition expressions are the protocol.
 
 pub mod access;
+pub mod age;
 pub mod attr;
 pub mod auth;
 pub mod clock;

@@ -41,10 +41,15 @@ pub enum ErrorCode {
     Forbidden,
     /// A guard (`min`, `max`, `check`) on an item the caller may not read (400).
     GuardNotAllowed,
+    /// An `Age-Token` header that is not one the coordinator issued for this caller and this body, or has
+    /// expired (400).
+    InvalidAgeToken,
+    /// An `Age-Token` whose retry already ran under another transaction id (409).
+    AgeTokenUsed,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::InvalidRequest,
         ErrorCode::MalformedJson,
         ErrorCode::BodyTooLarge,
@@ -64,6 +69,8 @@ impl ErrorCode {
         ErrorCode::NotHeld,
         ErrorCode::Forbidden,
         ErrorCode::GuardNotAllowed,
+        ErrorCode::InvalidAgeToken,
+        ErrorCode::AgeTokenUsed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -87,6 +94,8 @@ impl ErrorCode {
             ErrorCode::NotHeld => "NOT_HELD",
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::GuardNotAllowed => "GUARD_NOT_ALLOWED",
+            ErrorCode::InvalidAgeToken => "INVALID_AGE_TOKEN",
+            ErrorCode::AgeTokenUsed => "AGE_TOKEN_USED",
         }
     }
 
@@ -99,6 +108,7 @@ impl ErrorCode {
             ErrorCode::Crashed => 500,
             ErrorCode::Unavailable => 503,
             ErrorCode::NotHeld => 409,
+            ErrorCode::AgeTokenUsed => 409,
             ErrorCode::Forbidden => 403,
             _ => 400,
         }
@@ -877,6 +887,10 @@ pub struct ParticipantResponse {
     pub received_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_at: Option<u64>,
+    /// A `CONFLICT` refusal: the (older) transaction whose lock refused this one. The coordinator's retry
+    /// waits until that transaction is decided, so one attempt of it refuses a younger one at most once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
 }
 
 impl ParticipantResponse {

@@ -63,6 +63,10 @@ pub const RECORD_ATTRIBUTES: &[&str] = &[
     a::PRINCIPAL,
     a::HOLD_MS,
     a::HOLD_UNTIL,
+    a::STARTED_AT,
+    a::ATTEMPT,
+    a::FIRST_TRANSACTION_ID,
+    a::RETRIED_AS,
 ];
 
 /// The top-level attributes recovery may write to a record, as IAM's `dynamodb:Attributes` counts them
@@ -144,6 +148,20 @@ pub struct TransactionRecord {
     /// coordinator's clock); past it and twice the clock margin, resolvers abort it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<u64>,
+    /// An attempt after the first of a request refused for contention (issue 35): the request's age,
+    /// its first attempt's start, which wait-die orders it by (absent: `createdAt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    /// This attempt's number in its request (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The id of the request's first attempt (absent: this record's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_transaction_id: Option<String>,
+    /// An aborted attempt that was retried: the next attempt's id, claimed before that attempt began
+    /// ([`TransactionStore::claim_successor`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_as: Option<String>,
 }
 
 /// One service's part, stored with its operations so that recovery can finish the transaction from
@@ -168,6 +186,27 @@ pub struct ParticipantEntry {
     /// A `RULE` refusal: the service's own code (cut to `MAX_SERVICE_CODE_BYTES`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_code: Option<String>,
+    /// A `CONFLICT` refusal: the older transaction whose lock refused it, which the coordinator's retry
+    /// waits for. Not recorded: it is only the next attempt's business.
+    #[serde(skip)]
+    pub blocked_by: Option<String>,
+}
+
+impl ParticipantEntry {
+    /// The same service and operations, without what a prepare answered.
+    pub fn unvoted(&self) -> ParticipantEntry {
+        ParticipantEntry {
+            service: self.service.clone(),
+            operations: self.operations.clone(),
+            vote: None,
+            code: None,
+            reason: None,
+            read_only: false,
+            lock_token: None,
+            service_code: None,
+            blocked_by: None,
+        }
+    }
 }
 
 impl TransactionRecord {
@@ -205,6 +244,7 @@ impl TransactionRecord {
                     read_only: false,
                     lock_token: None,
                     service_code: None,
+                    blocked_by: None,
                 })
                 .collect(),
             created_at: now_ms,
@@ -221,6 +261,53 @@ impl TransactionRecord {
             principal: None,
             hold_ms: request.hold_ms,
             hold_until: None,
+            started_at: None,
+            attempt: None,
+            first_transaction_id: None,
+            retried_as: None,
+        }
+    }
+
+    /// The time wait-die orders this transaction by: its request's first attempt's start.
+    pub fn age(&self) -> u64 {
+        self.started_at.unwrap_or(self.created_at)
+    }
+
+    /// This attempt's number in its request.
+    pub fn attempt_number(&self) -> u32 {
+        self.attempt.unwrap_or(1)
+    }
+
+    /// The id of the request's first attempt.
+    pub fn first_id(&self) -> &str {
+        self.first_transaction_id.as_deref().unwrap_or(&self.transaction_id)
+    }
+
+    /// The next attempt of this one's request: its own id and number, the same age, request, caller and
+    /// deadline (the request's timeout covers every attempt), a new execution.
+    pub fn next_attempt(&self, transaction_id: String, attempt: u32, now_ms: u64) -> TransactionRecord {
+        TransactionRecord {
+            transaction_id,
+            status: Status::Preparing,
+            participants: self.participants.iter().map(ParticipantEntry::unvoted).collect(),
+            created_at: now_ms,
+            updated_at: now_ms,
+            deadline: self.deadline,
+            reason: None,
+            request_hash: self.request_hash.clone(),
+            expire_at: None,
+            open_shard: None,
+            sweep_at: None,
+            sweep_attempts: None,
+            sweep_error: None,
+            execution_id: Some(uuid::Uuid::new_v4().simple().to_string()),
+            principal: self.principal.clone(),
+            hold_ms: self.hold_ms,
+            hold_until: None,
+            started_at: Some(self.age()),
+            attempt: Some(attempt),
+            first_transaction_id: Some(self.first_id().to_owned()),
+            retried_as: None,
         }
     }
 
@@ -344,6 +431,14 @@ impl TransactionRecord {
         if let Some(hold_until) = self.hold_until {
             body.insert("holdUntil".into(), Value::from(hold_until));
         }
+        if self.attempt_number() > 1 {
+            body.insert("attempts".into(), Value::from(self.attempt_number()));
+            body.insert("firstTransactionId".into(), Value::String(self.first_id().to_owned()));
+            body.insert("startedAt".into(), Value::from(self.age()));
+        }
+        if let Some(next) = &self.retried_as {
+            body.insert("retriedAs".into(), Value::String(next.clone()));
+        }
         body.insert("createdAt".into(), Value::from(self.created_at));
         body.insert("updatedAt".into(), Value::from(self.updated_at));
         Value::Object(body)
@@ -357,6 +452,15 @@ pub enum Transition {
     Done(TransactionRecord),
     /// The record was not in the expected status: here it is as it is (None: there is no record).
     Lost(Option<TransactionRecord>),
+}
+
+/// What claiming an aborted attempt's successor found ([`TransactionStore::claim_successor`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// The record names the successor (this write, or an earlier one of the same claim whose reply was lost).
+    Claimed,
+    /// The record is not an abort, or names another successor: here it is as it is (None: no record).
+    Refused(Option<Box<TransactionRecord>>),
 }
 
 #[derive(Debug, Clone)]
@@ -572,6 +676,50 @@ impl TransactionStore {
         }
     }
 
+    /// Names `next` as the attempt that follows the aborted attempt `id` (issue 35): written only on an
+    /// abort decision (ABORTING or ABORTED) that names no other successor, so an attempt is retried at most
+    /// once, only after it can no longer commit, and a claim whose reply was lost is found as its own.
+    pub async fn claim_successor(&self, id: &str, next: &str) -> Result<Claim, StoreError> {
+        let mut e = Expr::new();
+        let set = format!("SET {} = {}", e.name(a::RETRIED_AS), e.value(s(next)));
+        let condition = format!(
+            "{status} IN ({aborting}, {aborted}) AND (attribute_not_exists({retried}) OR {retried} = {next})",
+            status = e.name(a::STATUS),
+            aborting = e.value(s(Status::Aborting.as_str())),
+            aborted = e.value(s(Status::Aborted.as_str())),
+            retried = e.name(a::RETRIED_AS),
+            next = e.value(s(next)),
+        );
+        let watch = AttemptWatch::default();
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(id)))
+            .update_expression(set)
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .customize()
+            .interceptor(watch.clone())
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(Claim::Claimed),
+            Err(err) => match err.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    let current = match c.item() {
+                        Some(item) => Some(TransactionRecord::from_item(item)?),
+                        None => self.get(id).await?,
+                    };
+                    Ok(Claim::Refused(current.map(Box::new)))
+                }
+                _ => Err(watch.error("UpdateItem", &self.table, err)),
+            },
+        }
+    }
+
     /// Records that a transaction with no record is aborted, unless a record appears first. Lock
     /// resolution does this before releasing a lock whose owner never wrote its record, so that owner
     /// can never commit afterwards. Returns the record as it now is.
@@ -670,6 +818,10 @@ fn absent_owner_record(id: &str, now_ms: u64, reason: &str) -> TransactionRecord
         principal: None,
         hold_ms: None,
         hold_until: None,
+        started_at: None,
+        attempt: None,
+        first_transaction_id: None,
+        retried_as: None,
     }
     .ended(Status::Aborted, now_ms)
 }
@@ -867,6 +1019,7 @@ mod tests {
             read_only: false,
             lock_token: None,
             service_code: None,
+            blocked_by: None,
         };
         let mut record = TransactionRecord {
             transaction_id: "tx-00000000000000000000000000000000".into(),
@@ -886,6 +1039,11 @@ mod tests {
             principal: Some(format!("arn:aws:sts::123456789012:assumed-role/{}", "r".repeat(64))),
             hold_ms: Some(crate::model::DEFAULT_MAX_HOLD_MS),
             hold_until: None,
+            // A later attempt's: what an attempt adds to its record is inside the headroom too.
+            started_at: Some(1_764_000_000_000),
+            attempt: Some(u32::MAX),
+            first_transaction_id: Some("tx-00000000000000000000000000000000".into()),
+            retried_as: None,
         }
         .opened();
         let short = item_size(&record.to_item());
@@ -1070,6 +1228,7 @@ mod tests {
                 read_only: false,
                 lock_token: Some("f".repeat(32)),
                 service_code: Some("code".into()),
+                blocked_by: None,
             }],
             created_at: 1_764_000_000_000,
             updated_at: 1_764_000_000_001,
@@ -1085,6 +1244,10 @@ mod tests {
             principal: Some("arn:aws:iam::123456789012:role/caller".into()),
             hold_ms: Some(1_000),
             hold_until: Some(1_764_000_001_000),
+            started_at: Some(1_763_999_999_000),
+            attempt: Some(2),
+            first_transaction_id: Some("tx-0".into()),
+            retried_as: Some("tx-0-3".into()),
         }
     }
 

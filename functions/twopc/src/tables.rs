@@ -34,6 +34,15 @@ pub mod tx_attr {
     pub const HOLD_MS: &str = "holdMs";
     /// A held transaction recorded PREPARED: until when (epoch ms) its caller may commit it.
     pub const HOLD_UNTIL: &str = "holdUntil";
+    /// An attempt of a request refused for contention and retried (issue 35): its age, the first attempt's
+    /// start, which wait-die orders it by.
+    pub const STARTED_AT: &str = "startedAt";
+    /// An attempt's number in its request (absent: 1).
+    pub const ATTEMPT: &str = "attempt";
+    /// The id of the request's first attempt (absent: this record's own).
+    pub const FIRST_TRANSACTION_ID: &str = "firstTransactionId";
+    /// An aborted attempt that was retried: the next attempt's id.
+    pub const RETRIED_AS: &str = "retriedAs";
 }
 
 /// Attribute names of a participant data table.

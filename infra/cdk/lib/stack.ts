@@ -71,6 +71,7 @@ export const ALIAS_NAME = 'live';
 // MAX_AGE_SECONDS), which infra/tests holds both templates to.
 const CORS_ALLOW_METHODS = ['GET', 'POST', 'OPTIONS'];
 const CORS_ALLOW_HEADERS = [
+  'Age-Token',
   'Authorization',
   'Content-Type',
   'Idempotency-Key',

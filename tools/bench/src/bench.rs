@@ -13,8 +13,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_smithy_types::error::display::DisplayErrorContext;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
-use serde_json::Value;
-use twopc::coordinator::Coordinator;
+use serde_json::{Value, json};
+use twopc::coordinator::{Coordinator, Reply};
 use twopc::invoke::{InProcessInvoker, InvokeError, ParticipantInvoker};
 use twopc::model::{ParticipantRequest, ParticipantResponse};
 use twopc::participant::DataTable;
@@ -54,6 +54,49 @@ pub enum Outcome {
     Pending,
     /// Anything else: an error of the system or of the benchmark.
     Failed(String),
+}
+
+/// The request header that carries a refused request's age token on its retry (issue 35).
+pub const AGE_TOKEN_HEADER: &str = "Age-Token";
+
+/// A coordinator's answer as a client reads it: the outcome, and what issue 35's coordinator adds to
+/// it. An answer without those fields (a coordinator from before) reads as one attempt and no token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub outcome: Outcome,
+    /// `attempts`: the number of the attempt that answered, counting the attempts of earlier requests
+    /// of the same transfer whose age token was sent back; 1 when the answer does not say.
+    pub attempts: u32,
+    /// Whether the answer carried `attempts`.
+    pub reports_attempts: bool,
+    /// `transactionId`: the last attempt's.
+    pub transaction_id: Option<String>,
+    /// `ageToken` of a final 409 refused for contention: sent back in [`AGE_TOKEN_HEADER`] by a retry
+    /// that keeps the transfer's age. None: retry without one.
+    pub age_token: Option<String>,
+}
+
+impl Answer {
+    pub fn from_reply(status: u16, body: &Value) -> Answer {
+        let reported = body.get("attempts").and_then(Value::as_u64).filter(|n| *n >= 1);
+        Answer {
+            outcome: outcome_of(status, body),
+            attempts: reported.map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            reports_attempts: reported.is_some(),
+            transaction_id: body.get("transactionId").and_then(Value::as_str).map(str::to_owned),
+            age_token: body.get("ageToken").and_then(Value::as_str).filter(|t| !t.is_empty()).map(str::to_owned),
+        }
+    }
+}
+
+/// The outcome a client reads from an answer's status.
+fn outcome_of(status: u16, body: &Value) -> Outcome {
+    match status {
+        200 => Outcome::Committed,
+        202 => Outcome::Pending,
+        409 => Outcome::Refused(refusal_code(body)),
+        status => Outcome::Failed(format!("HTTP {status}: {body}")),
+    }
 }
 
 pub struct Bench {
@@ -205,12 +248,24 @@ impl Bench {
 
     pub async fn submit_keyed(&self, coordinator: &Coordinator, body: &[u8], idempotency_key: Option<&str>) -> Outcome {
         let reply = coordinator.submit(body, idempotency_key).await;
-        match reply.status {
-            200 => Outcome::Committed,
-            202 => Outcome::Pending,
-            409 => Outcome::Refused(refusal_code(&reply.body)),
-            status => Outcome::Failed(format!("HTTP {status}: {}", reply.body)),
-        }
+        outcome_of(reply.status, &reply.body)
+    }
+
+    /// Sends a request body with request headers and reads the whole answer ([`Answer`]). Without
+    /// headers it is [`Bench::submit`]'s call; with some, the request goes through the coordinator
+    /// function's handler (`coordinator::handle`, what API Gateway's proxy integration calls), which
+    /// reads the headers as a deployed coordinator does, without a principal like `submit`.
+    pub async fn submit_with_headers(
+        &self,
+        coordinator: &Coordinator,
+        body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let reply = match headers {
+            [] => coordinator.submit(body, None).await,
+            headers => through_function(coordinator, body, headers).await,
+        };
+        Answer::from_reply(reply.status, &reply.body)
     }
 
     /// The baseline: the same two conditional updates in one `TransactWriteItems`.
@@ -227,14 +282,9 @@ impl Bench {
         match result {
             Ok(_) => Outcome::Committed,
             Err(err) => match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(c)) => Outcome::Refused(
-                    c.cancellation_reasons()
-                        .iter()
-                        .filter_map(|r| r.code())
-                        .filter(|c| *c != "None")
-                        .collect::<Vec<_>>()
-                        .join(","),
-                ),
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    Outcome::Refused(cancellation_codes(c.cancellation_reasons().iter().map(|r| r.code())))
+                }
                 _ => Outcome::Failed(DisplayErrorContext(&err).to_string()),
             },
         }
@@ -298,6 +348,41 @@ impl Bench {
     }
 }
 
+/// `POST /transactions` with `headers` through the coordinator function's handler, as a plain HTTP
+/// request (no API Gateway context: a caller without a principal).
+async fn through_function(coordinator: &Coordinator, body: &[u8], headers: &[(&str, &str)]) -> Reply {
+    let mut request = lambda_http::http::Request::builder()
+        .method("POST")
+        .uri("/transactions")
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = match request.body(lambda_http::Body::Text(String::from_utf8_lossy(body).into_owned())) {
+        Ok(request) => request,
+        Err(e) => {
+            return Reply { status: 0, body: json!({"error": format!("the bench could not build the request: {e}")}) };
+        }
+    };
+    let response = coordinator::handle(coordinator, request).await;
+    let status = response.status().as_u16();
+    let body = serde_json::from_slice(response.body())
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(response.body()).into_owned()));
+    Reply { status, body }
+}
+
+/// A `TransactionCanceledException`'s reason codes, `None` left out: "TransactionConflict",
+/// "ConditionalCheckFailed,TransactionConflict".
+fn cancellation_codes<'a>(codes: impl IntoIterator<Item = Option<&'a str>>) -> String {
+    codes.into_iter().flatten().filter(|c| *c != "None").collect::<Vec<_>>().join(",")
+}
+
+/// A `TransactWriteItems` cancelled because another transaction held an item (a `TransactionConflict`
+/// reason): the refusal a contended `TransactWriteItems` client retries.
+pub fn is_transaction_conflict(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Refused(codes) if codes.split(',').any(|c| c == "TransactionConflict"))
+}
+
 /// `SET data.balance = data.balance + :d` if the item exists and, with a minimum, the result stays at
 /// or above it: the condition the 2PC's `add` checks at prepare.
 fn balance_update(table: &str, id: &str, delta: i64, min: Option<i64>) -> Update {
@@ -316,12 +401,15 @@ fn balance_update(table: &str, id: &str, delta: i64, min: Option<i64>) -> Update
     update.condition_expression(condition).build().expect("table, key and expression are set")
 }
 
-/// The first refusal code in a 409 body (`CONFLICT`, `CONDITION_FAILED`, ...), or `ABORTED`.
+/// The first refusal code in a 409 body (`CONFLICT`, `CONDITION_FAILED`, ...), else the code of a 409
+/// error answer (`{"error": {"code"}}`), else `ABORTED`.
 fn refusal_code(body: &Value) -> String {
     serde_json::from_value::<client::TransactionState>(body.clone())
         .ok()
         .and_then(|state| state.participants.into_iter().find_map(|p| p.code))
-        .map_or_else(|| "ABORTED".to_owned(), |code| code.as_str().to_owned())
+        .map(|code| code.as_str().to_owned())
+        .or_else(|| body.pointer("/error/code").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| "ABORTED".to_owned())
 }
 
 /// `add` on an account's balance.
@@ -366,4 +454,99 @@ pub fn fan_body(n: usize, id: &str) -> Vec<u8> {
     let mut participants = vec![participant(1, vec![add(id, -debit, Some(0))])];
     participants.extend((2..=n).map(|k| participant(k, vec![add(id, 1, None)])));
     body(participants)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(extra: Value) -> Value {
+        let mut body = json!({
+            "transactionId": "tx-0123456789abcdef0123456789abcdef-3",
+            "status": "ABORTED",
+            "participants": [
+                {"service": "service-1", "vote": "PREPARED"},
+                {"service": "service-2", "vote": "REFUSED", "code": "CONFLICT", "reason": "locked"},
+            ],
+            "createdAt": 1,
+            "updatedAt": 2,
+        });
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            body[k] = v;
+        }
+        body
+    }
+
+    #[test]
+    fn an_answer_without_the_new_fields_is_one_attempt_and_no_token() {
+        let answer = Answer::from_reply(409, &refused(json!({})));
+        assert_eq!(answer.outcome, Outcome::Refused("CONFLICT".to_owned()));
+        assert_eq!((answer.attempts, answer.reports_attempts), (1, false));
+        assert_eq!(answer.age_token, None);
+        assert_eq!(answer.transaction_id.as_deref(), Some("tx-0123456789abcdef0123456789abcdef-3"));
+        let committed = Answer::from_reply(200, &json!({"transactionId": "tx-1", "status": "COMMITTED"}));
+        assert_eq!((committed.outcome, committed.attempts, committed.reports_attempts), (Outcome::Committed, 1, false));
+    }
+
+    #[test]
+    fn reads_attempts_and_the_age_token() {
+        let answer = Answer::from_reply(409, &refused(json!({"attempts": 3, "ageToken": "v1.abc.def"})));
+        assert_eq!((answer.attempts, answer.reports_attempts), (3, true));
+        assert_eq!(answer.age_token.as_deref(), Some("v1.abc.def"));
+        let committed =
+            Answer::from_reply(200, &json!({"transactionId": "tx-1-4", "status": "COMMITTED", "attempts": 4}));
+        assert_eq!((committed.outcome, committed.attempts), (Outcome::Committed, 4));
+        // Nonsense reads as absent: an empty token, an attempt number that is not a positive integer.
+        let odd = Answer::from_reply(409, &refused(json!({"attempts": 0, "ageToken": ""})));
+        assert_eq!((odd.attempts, odd.reports_attempts, odd.age_token), (1, false, None));
+        let odd = Answer::from_reply(409, &refused(json!({"attempts": "2"})));
+        assert_eq!((odd.attempts, odd.reports_attempts), (1, false));
+    }
+
+    #[test]
+    fn outcomes_by_status() {
+        assert_eq!(Answer::from_reply(202, &json!({"status": "COMMITTING"})).outcome, Outcome::Pending);
+        let error = json!({"error": {"code": "AGE_TOKEN_USED", "message": "used"}});
+        assert_eq!(Answer::from_reply(409, &error).outcome, Outcome::Refused("AGE_TOKEN_USED".to_owned()));
+        assert_eq!(Answer::from_reply(409, &json!({})).outcome, Outcome::Refused("ABORTED".to_owned()));
+        let invalid = json!({"error": {"code": "INVALID_AGE_TOKEN", "message": "bad"}});
+        assert!(
+            matches!(Answer::from_reply(400, &invalid).outcome, Outcome::Failed(m) if m.contains("INVALID_AGE_TOKEN"))
+        );
+    }
+
+    /// Headers reach the coordinator function's handler; without them the core is called as before.
+    #[tokio::test]
+    async fn a_request_with_headers_goes_through_the_coordinator_function() {
+        let b = Bench::new(dynamodb_local::shared().endpoint(), Duration::ZERO).await.expect("tables");
+        let (from, to) = ((1, "headers-a".to_owned()), (2, "headers-b".to_owned()));
+        b.seed(&[from.clone(), to.clone()]).await.expect("seeded");
+        let request = transfer_body(&from, &to, 1);
+        let plain = b.submit_with_headers(&b.coordinator, &request, &[]).await;
+        assert_eq!(plain.outcome, Outcome::Committed);
+        let routed = b.submit_with_headers(&b.coordinator, &request, &[("X-Bench", "1")]).await;
+        assert_eq!(routed.outcome, Outcome::Committed);
+        assert!(routed.transaction_id.is_some_and(|id| id.starts_with("tx-")));
+        assert_eq!(b.balance(&to).await.expect("read"), i128::from(START_BALANCE) + 2);
+        // A header the handler reads and refuses (a key over 255 characters): 400, nothing applied.
+        let long_key = "k".repeat(256);
+        let refused = b.submit_with_headers(&b.coordinator, &request, &[("Idempotency-Key", &long_key)]).await;
+        assert!(matches!(&refused.outcome, Outcome::Failed(m) if m.contains("INVALID_IDEMPOTENCY_KEY")), "{refused:?}");
+        assert_eq!(b.balance(&to).await.expect("read"), i128::from(START_BALANCE) + 2);
+    }
+
+    #[test]
+    fn transaction_conflicts_are_told_from_other_cancellations() {
+        let codes = cancellation_codes([Some("None"), Some("TransactionConflict")]);
+        assert_eq!(codes, "TransactionConflict");
+        assert!(is_transaction_conflict(&Outcome::Refused(codes)));
+        let both = cancellation_codes([Some("ConditionalCheckFailed"), Some("TransactionConflict")]);
+        assert!(is_transaction_conflict(&Outcome::Refused(both)));
+        let guard = cancellation_codes([Some("ConditionalCheckFailed"), None, Some("None")]);
+        assert_eq!(guard, "ConditionalCheckFailed");
+        assert!(!is_transaction_conflict(&Outcome::Refused(guard)));
+        assert!(!is_transaction_conflict(&Outcome::Refused("TransactionConflictX".to_owned())));
+        assert!(!is_transaction_conflict(&Outcome::Committed));
+        assert!(!is_transaction_conflict(&Outcome::Failed("TransactionConflict".to_owned())));
+    }
 }

@@ -34,8 +34,8 @@ use crate::bench::Bench;
 use crate::capacity::{CheckCase, Units, units_text};
 use crate::counter::RequestCounter;
 use crate::scenarios::{
-    BACKOFF_BASE_MS, BACKOFF_CAP_MS, Contention, CostCase, Latency, Load, MAX_ATTEMPTS, Plan, Progress, ScalingPoint,
-    Throughput,
+    BACKOFF_BASE_MS, BACKOFF_CAP_MS, COORDINATOR_ATTEMPT_BOUND, Contention, ContentionPeer, CostCase, Latency, Load,
+    MAX_ATTEMPTS, Plan, Progress, Retries, ScalingPoint, Throughput,
 };
 use crate::stats::{Summary, round, trim};
 
@@ -66,8 +66,8 @@ struct Cli {
     /// No progress bars.
     #[arg(long)]
     no_progress: bool,
-    /// Run only these scenarios (comma-separated: 1, 2, 2b, 3, 4, 5, 6); the targets of the others show
-    /// as not run. The contention target needs 3 as well.
+    /// Run only these scenarios (comma-separated: 1, 2, 2b, 3, 4, 4b, 5, 6); the targets of the others
+    /// show as not run. 4 includes its TransactWriteItems peer 4b; the contention target needs 3 as well.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -132,6 +132,8 @@ struct Figures {
     scaling_delayed: Option<Vec<ScalingPoint>>,
     throughput: Option<Throughput>,
     contention: Option<Contention>,
+    /// 4b: `TransactWriteItems` on the same hot accounts.
+    contention_transact: Option<ContentionPeer>,
     requests: Option<(Vec<CostCase>, u64)>,
     fanout: Option<fanout::FanOut>,
     /// Peak memory of scenario 6's own DynamoDB Local, and how long it took to start.
@@ -197,10 +199,11 @@ async fn main() -> ExitCode {
     }
     let selected = |label: &str| {
         let number = label.split_once('.').map_or(label, |(n, _)| n);
-        cli.only.is_empty() || cli.only.iter().any(|o| o == number)
+        // 4b is the second phase of 4: `--only 4` runs both.
+        cli.only.is_empty() || cli.only.iter().any(|o| o == number || (number == "4b" && o == "4"))
     };
     // The warm-up is for scenarios 1–5 (scenario 6 runs on a DynamoDB Local of its own, and warms it).
-    if ["1", "2", "2b", "3", "4", "5"].into_iter().any(selected) {
+    if ["1", "2", "2b", "3", "4", "4b", "5"].into_iter().any(selected) {
         let phase = PhaseClock::start(jvm.clone());
         if let Err(e) = scenarios::warm_up(&bench, &plan, progress).await {
             f.errors.push(format!("warm-up: {e}"));
@@ -235,6 +238,11 @@ async fn main() -> ExitCode {
     }
     scenario!("3. throughput", throughput, scenarios::throughput(&bench, &plan, progress));
     scenario!("4. contention", contention, scenarios::contention(&bench, &plan, progress));
+    scenario!(
+        "4b. contention, TransactWriteItems",
+        contention_transact,
+        scenarios::contention_transact(&bench, &plan, progress)
+    );
     scenario!("5. requests", requests, scenarios::requests(&bench, &plan, progress));
 
     // Whatever ran, no lock may be left anywhere, and no transaction left open. (Scenario 6 checks its
@@ -392,6 +400,21 @@ fn collect_errors(f: &mut Figures) {
             ));
         }
     }
+    if let Some(c) = &f.contention_transact {
+        if c.load.failed > 0 {
+            errors.push(format!(
+                "4b. contention, TransactWriteItems: {} request(s) failed, first: {}",
+                c.load.failed,
+                c.load.first_failure.as_deref().unwrap_or("?")
+            ));
+        }
+        if c.balance_before != c.balance_after {
+            errors.push(format!(
+                "4b. contention, TransactWriteItems: the hot accounts held {} before and {} after",
+                c.balance_before, c.balance_after
+            ));
+        }
+    }
     if let Some(locks) = &f.final_locks
         && !locks.is_empty()
     {
@@ -470,6 +493,42 @@ fn targets(f: &Figures) -> Vec<Target> {
             )
         }
         _ => Target::missing("contention", d4),
+    });
+    let d_gave_up = format!("no contended transfer gave up (still refused after {MAX_ATTEMPTS} client requests)");
+    t.push(match &f.contention {
+        Some(c) => Target::new(
+            "contention-gave-up",
+            d_gave_up,
+            format!(
+                "{} over the phase ({} in the window); {} committed over the phase",
+                c.load.retries.gave_up_phase, c.load.gave_up, c.load.committed_total
+            ),
+            c.load.retries.gave_up_phase == 0,
+        ),
+        None => Target::missing("contention-gave-up", d_gave_up),
+    });
+    let d_bound = format!(
+        "attempts per commit within the bound (≤ {COORDINATOR_ATTEMPT_BOUND} coordinator attempts, its MAX_ATTEMPTS)"
+    );
+    t.push(match &f.contention {
+        Some(c) => {
+            let r = &c.load.retries;
+            Target::new(
+                "contention-attempts",
+                d_bound,
+                format!(
+                    "max {} (p99 {}) per committed transfer, max {} in one request ({} of {} answers gave `attempts`)",
+                    r.attempts_per_commit.max,
+                    r.attempts_per_commit.p99,
+                    r.max_request_attempts,
+                    r.answers_with_attempts,
+                    r.answers
+                ),
+                r.attempts_per_commit.max <= COORDINATOR_ATTEMPT_BOUND
+                    && r.max_request_attempts <= COORDINATOR_ATTEMPT_BOUND,
+            )
+        }
+        None => Target::missing("contention-attempts", d_bound),
     });
     let d_lock = "no lock left after contention";
     t.push(match &f.contention {
@@ -734,6 +793,23 @@ fn load_row(name: &str, l: &Load) -> Vec<String> {
     ]
 }
 
+/// The table of a contended phase (4. and 4b.): requests are the client's, refused ones included.
+const CONTENDED_HEADER: [&str; 8] =
+    ["goodput/s", "committed", "requests", "refused", "refused rate", "gave up", "p50 ms", "p99 ms"];
+
+fn contended_row(l: &Load) -> Vec<String> {
+    vec![
+        format!("{:.1}", l.per_second()),
+        l.committed.to_string(),
+        l.attempts.to_string(),
+        l.refused.to_string(),
+        format!("{:.1}%", 100.0 * l.abort_rate()),
+        l.gave_up.to_string(),
+        ms(l.latency.p50),
+        ms(l.latency.p99),
+    ]
+}
+
 fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: usize, elapsed: Duration) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -817,7 +893,7 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
     if let Some(c) = &f.contention {
         let _ = writeln!(
             o,
-            "4. Contention: {} clients on {} hot accounts, refused transfers retried (full-jitter backoff {}..{} ms, ≤ {} attempts), {:.1} s window",
+            "4. Contention: {} clients on {} hot accounts, refused transfers sent again with the refusal's Age-Token (full-jitter backoff {}..{} ms, ≤ {} requests per transfer), {:.1} s window",
             plan.contention_clients,
             plan.hot_accounts,
             BACKOFF_BASE_MS,
@@ -826,28 +902,43 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
             plan.load_window.as_secs_f64()
         );
         let l = &c.load;
-        let rows = vec![vec![
-            format!("{:.1}", l.per_second()),
-            l.committed.to_string(),
-            l.attempts.to_string(),
-            l.refused.to_string(),
-            format!("{:.1}%", 100.0 * l.abort_rate()),
-            l.gave_up.to_string(),
-            ms(l.latency.p50),
-            ms(l.latency.p99),
-        ]];
-        table(
-            &mut o,
-            "rrrrrrrr",
-            &["goodput/s", "committed", "attempts", "aborted", "abort rate", "gave up", "p50 ms", "p99 ms"],
-            &rows,
-        );
+        table(&mut o, "rrrrrrrr", &CONTENDED_HEADER, &[contended_row(l)]);
         let codes: Vec<String> = l.refusals.iter().map(|(c, n)| format!("{c} {n}")).collect();
         let _ = writeln!(o, "  refusals by code: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
         let _ = writeln!(o, "  latency is per committed transfer, retries included");
+        if let Some(tp) = &f.throughput {
+            let _ = writeln!(
+                o,
+                "  goodput / uncontended 2PC throughput (3.): {:.0}%",
+                100.0 * l.per_second() / tp.twopc.per_second()
+            );
+        }
+        let r = &l.retries;
         let _ = writeln!(
             o,
-            "  DynamoDB requests: {:.2} per attempt, {:.2} per committed transfer; {:.0} requests/s over the phase",
+            "  per committed transfer: coordinator attempts {}; client requests {}",
+            r.attempts_per_commit.text(),
+            r.requests_per_commit.text()
+        );
+        let _ = writeln!(
+            o,
+            "  coordinator attempts: {} behind {} answers, {:.1}% refused; most in one request {} (bound {}); {} answers said `attempts`, {} requests sent an Age-Token",
+            r.coordinator_attempts,
+            r.answers,
+            100.0 * r.refused_attempt_rate(l.committed),
+            r.max_request_attempts,
+            COORDINATOR_ATTEMPT_BOUND,
+            r.answers_with_attempts,
+            r.age_tokens_sent
+        );
+        let _ = writeln!(
+            o,
+            "  gave up (refused {} times): {} in the window, {} over the phase",
+            MAX_ATTEMPTS, l.gave_up, r.gave_up_phase
+        );
+        let _ = writeln!(
+            o,
+            "  DynamoDB requests: {:.2} per request, {:.2} per committed transfer; {:.0} requests/s over the phase",
             l.requests_per_attempt(),
             l.requests_per_commit(),
             l.requests_per_second()
@@ -860,6 +951,42 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
             "  locks left: {} ({}); hot balances {} → {} ({})",
             c.locks_left.len(),
             if c.locks_left.is_empty() { "none, PASS".to_owned() } else { sample(&c.locks_left) },
+            c.balance_before,
+            c.balance_after,
+            if c.balance_before == c.balance_after { "conserved" } else { "NOT CONSERVED" }
+        );
+        let _ = writeln!(o);
+    }
+    if let Some(c) = &f.contention_transact {
+        let _ = writeln!(
+            o,
+            "4b. The same {} clients on the same hot accounts, each transfer one TransactWriteItems; a TransactionConflict is sent again (same backoff, ≤ {} requests per transfer)",
+            plan.contention_clients, MAX_ATTEMPTS
+        );
+        let l = &c.load;
+        table(&mut o, "rrrrrrrr", &CONTENDED_HEADER, &[contended_row(l)]);
+        let codes: Vec<String> = l.refusals.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let _ = writeln!(o, "  refusals by code: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
+        let _ = writeln!(o, "  per committed transfer: requests (attempts) {}", l.retries.requests_per_commit.text());
+        let _ = writeln!(
+            o,
+            "  gave up (in conflict {} times): {} in the window, {} over the phase",
+            MAX_ATTEMPTS, l.gave_up, l.retries.gave_up_phase
+        );
+        if let Some(twopc) = &f.contention {
+            let _ = writeln!(
+                o,
+                "  contended goodput, 2PC / TransactWriteItems: {:.1}/s vs {:.1}/s = {:.0}%",
+                twopc.load.per_second(),
+                l.per_second(),
+                100.0 * twopc.load.per_second() / l.per_second()
+            );
+        }
+        let _ = writeln!(
+            o,
+            "  DynamoDB requests: {:.2} per committed transfer; {:.0} requests/s over the phase; hot balances {} → {} ({})",
+            l.requests_per_commit(),
+            l.requests_per_second(),
             c.balance_before,
             c.balance_after,
             if c.balance_before == c.balance_after { "conserved" } else { "NOT CONSERVED" }
@@ -1057,6 +1184,18 @@ fn load_json(l: &Load) -> Value {
     })
 }
 
+/// How the contended 2PC transfers were retried (4.).
+fn retries_json(r: &Retries, committed: u64) -> Value {
+    json!({
+        "answers": r.answers,
+        "answersWithAttempts": r.answers_with_attempts,
+        "coordinatorAttempts": r.coordinator_attempts,
+        "coordinatorRefusedRate": round(r.refused_attempt_rate(committed), 4),
+        "maxAttemptsInOneRequest": r.max_request_attempts,
+        "ageTokensSent": r.age_tokens_sent,
+    })
+}
+
 fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elapsed: Duration) -> Value {
     let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     json!({
@@ -1088,6 +1227,7 @@ fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elap
             "costWarmup": plan.cost_warmup,
             "costTransactions": plan.cost_transactions,
             "backoff": {"baseMs": BACKOFF_BASE_MS, "capMs": BACKOFF_CAP_MS, "maxAttempts": MAX_ATTEMPTS},
+            "coordinatorAttemptBound": COORDINATOR_ATTEMPT_BOUND,
         },
         "latency": f.latency.as_ref().map(|l| json!({
             "twopc": l.twopc.json(),
@@ -1116,7 +1256,26 @@ fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elap
         "contention": f.contention.as_ref().map(|c| json!({
             "load": load_json(&c.load),
             "goodputPerSecond": round(c.load.per_second(), 2),
+            "goodputRatioToUncontended": f.throughput.as_ref().map(|t| round(c.load.per_second() / t.twopc.per_second(), 3)),
+            "refusedRate": round(c.load.abort_rate(), 4),
+            "gaveUp": c.load.gave_up,
+            "gaveUpPhase": c.load.retries.gave_up_phase,
+            "attemptBound": COORDINATOR_ATTEMPT_BOUND,
+            "attemptsPerCommit": c.load.retries.attempts_per_commit.json(),
+            "clientRequestsPerCommit": c.load.retries.requests_per_commit.json(),
+            "retries": retries_json(&c.load.retries, c.load.committed),
             "locksLeft": c.locks_left,
+            "balanceBefore": c.balance_before.to_string(),
+            "balanceAfter": c.balance_after.to_string(),
+        })),
+        "contentionTransactWriteItems": f.contention_transact.as_ref().map(|c| json!({
+            "load": load_json(&c.load),
+            "goodputPerSecond": round(c.load.per_second(), 2),
+            "refusedRate": round(c.load.abort_rate(), 4),
+            "conflicts": c.load.refusals.iter().filter(|(code, _)| code.split(',').any(|c| c == "TransactionConflict")).map(|(_, n)| n).sum::<u64>(),
+            "gaveUp": c.load.gave_up,
+            "gaveUpPhase": c.load.retries.gave_up_phase,
+            "attemptsPerCommit": c.load.retries.requests_per_commit.json(),
             "balanceBefore": c.balance_before.to_string(),
             "balanceAfter": c.balance_after.to_string(),
         })),

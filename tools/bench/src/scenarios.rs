@@ -8,15 +8,23 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use twopc::coordinator::Coordinator;
 
-use crate::bench::{Account, Bench, Outcome, body, check_exists, fan_body, participant, set_note, transfer_body};
+use crate::bench::{
+    AGE_TOKEN_HEADER, Account, Answer, Bench, Outcome, body, check_exists, fan_body, is_transaction_conflict,
+    participant, set_note, transfer_body,
+};
 use crate::capacity::{self, Capacity, Units};
 use crate::counter::{Counts, RequestCounter, Times};
-use crate::stats::{Rng, Summary};
+use crate::stats::{Rng, Summary, Tally};
 
 /// Participant counts of the scaling and request-count scenarios.
 pub const FAN_OUT: [usize; 4] = [1, 2, 4, 8];
-/// A refused contended transfer is retried at most this many times in all.
+/// A refused contended transfer is retried at most this many times in all: the client's requests per
+/// transfer (2PC), or `TransactWriteItems` per transfer (4b).
 pub const MAX_ATTEMPTS: u32 = 12;
+/// The bound on attempts per committed contended transfer: the coordinator's own limit on the attempts
+/// of one request (`MAX_ATTEMPTS` of issue 35's coordinator). Stated here, not read from `twopc`, so the
+/// figure means the same against a coordinator that does not retry.
+pub const COORDINATOR_ATTEMPT_BOUND: u32 = 16;
 /// Full-jitter exponential backoff: attempt k sleeps uniformly in 0..min(cap, base·2^k) ms.
 pub const BACKOFF_BASE_MS: u64 = 8;
 pub const BACKOFF_CAP_MS: u64 = 256;
@@ -313,6 +321,97 @@ pub struct Load {
     /// Per committed transfer (with its retries, under contention).
     pub latency: Summary,
     latencies: Vec<Duration>,
+    /// How contended transfers were retried (scenario 4 and 4b only).
+    pub retries: Retries,
+}
+
+/// How the contended transfers were retried: attempts and requests per committed transfer, in the
+/// window (counted by the time of the answer, as [`Load`] counts), and the transfers that gave up.
+#[derive(Debug, Clone, Default)]
+pub struct Retries {
+    attempts: Vec<u32>,
+    requests: Vec<u32>,
+    /// Per committed transfer: the coordinator's attempts (the committed answer's `attempts`, 1 when it
+    /// does not say), or for `TransactWriteItems` its requests.
+    pub attempts_per_commit: Tally,
+    /// Per committed transfer: the client's requests, its refused ones included.
+    pub requests_per_commit: Tally,
+    /// Answers in the window, and how many carried `attempts`.
+    pub answers: u64,
+    pub answers_with_attempts: u64,
+    /// The coordinator's attempts behind the answers in the window: each answer's attempt number less
+    /// the attempts its request's age token carried over from the request before.
+    pub coordinator_attempts: u64,
+    /// The most attempts one request made.
+    pub max_request_attempts: u32,
+    /// Requests in the window that sent an `Age-Token`.
+    pub age_tokens_sent: u64,
+    /// Transfers still refused after [`MAX_ATTEMPTS`] requests, over the whole phase (warm-up included;
+    /// [`Load::gave_up`] counts those of the window).
+    pub gave_up_phase: u64,
+}
+
+impl Retries {
+    /// Records a 2PC answer: `carried` is the attempt number of the refusal whose age token the request
+    /// sent (0 without one), `requests` the requests made for the transfer so far.
+    fn answered(&mut self, answer: &Answer, carried: u32, requests: u32, in_window: bool) {
+        if !in_window {
+            return;
+        }
+        let own = answer.attempts.saturating_sub(carried).max(1);
+        self.count(own, answer.reports_attempts, carried > 0);
+        if answer.outcome == Outcome::Committed {
+            self.committed(answer.attempts, requests);
+        }
+    }
+
+    /// Records a `TransactWriteItems` of a contended transfer: each request is one attempt.
+    fn transacted(&mut self, outcome: &Outcome, requests: u32, in_window: bool) {
+        if !in_window {
+            return;
+        }
+        self.count(1, false, false);
+        if *outcome == Outcome::Committed {
+            self.committed(requests, requests);
+        }
+    }
+
+    fn count(&mut self, own_attempts: u32, reported: bool, sent_token: bool) {
+        self.answers += 1;
+        self.answers_with_attempts += u64::from(reported);
+        self.coordinator_attempts += u64::from(own_attempts);
+        self.max_request_attempts = self.max_request_attempts.max(own_attempts);
+        self.age_tokens_sent += u64::from(sent_token);
+    }
+
+    fn committed(&mut self, attempts: u32, requests: u32) {
+        self.attempts.push(attempts);
+        self.requests.push(requests);
+    }
+
+    /// Coordinator attempts in the window that did not commit, over all of them.
+    pub fn refused_attempt_rate(&self, committed: u64) -> f64 {
+        if self.coordinator_attempts == 0 {
+            return 0.0;
+        }
+        self.coordinator_attempts.saturating_sub(committed) as f64 / self.coordinator_attempts as f64
+    }
+
+    fn merge(&mut self, other: Retries) {
+        self.attempts.extend(other.attempts);
+        self.requests.extend(other.requests);
+        self.answers += other.answers;
+        self.answers_with_attempts += other.answers_with_attempts;
+        self.coordinator_attempts += other.coordinator_attempts;
+        self.max_request_attempts = self.max_request_attempts.max(other.max_request_attempts);
+        self.age_tokens_sent += other.age_tokens_sent;
+        self.gave_up_phase += other.gave_up_phase;
+    }
+
+    fn summarize(&mut self) {
+        self.attempts_per_commit = Tally::of(&self.attempts);
+        self.requests_per_commit = Tally::of(&self.requests);
+    }
 }
 
 impl Load {
@@ -371,6 +470,7 @@ impl Load {
             self.first_failure = other.first_failure;
         }
         self.latencies.extend(other.latencies);
+        self.retries.merge(other.retries);
     }
 
     /// Records one attempt that ended at `now`, if inside the window.
@@ -432,6 +532,7 @@ where
         }
     }
     load.latency = Summary::of(&load.latencies);
+    load.retries.summarize();
     load.requests_by = RequestCounter::diff(&before, &counter.snapshot());
     load.requests = RequestCounter::total(&load.requests_by);
     load.capacity = capacity::diff(&capacity_before, &counter.capacity());
@@ -498,6 +599,14 @@ pub struct Contention {
     pub balance_after: i128,
 }
 
+/// 4b: the same clients on the same hot accounts, each transfer one `TransactWriteItems`.
+#[derive(Debug, Clone)]
+pub struct ContentionPeer {
+    pub load: Load,
+    pub balance_before: i128,
+    pub balance_after: i128,
+}
+
 /// The hot accounts: half on service-1, half on service-2; every transfer goes between the two.
 fn hot_accounts(plan: &Plan) -> (Vec<Account>, Vec<Account>) {
     let half = (plan.hot_accounts / 2).max(1);
@@ -507,28 +616,54 @@ fn hot_accounts(plan: &Plan) -> (Vec<Account>, Vec<Account>) {
     )
 }
 
+/// Waits before retry `request` (1 for the first retry): full jitter, uniform in
+/// 0..min(cap, base·2^(request-1)) ms.
+async fn back_off(rng: &mut Rng, request: u32) {
+    let ceiling = (BACKOFF_BASE_MS << (request - 1)).min(BACKOFF_CAP_MS);
+    tokio::time::sleep(Duration::from_micros(rng.below(ceiling * 1000 + 1))).await;
+}
+
+/// The next transfer of a contended client: one hot account of each service, direction random.
+fn hot_transfer<'a>(rng: &mut Rng, left: &'a [Account], right: &'a [Account]) -> (&'a Account, &'a Account) {
+    let l = &left[rng.below(left.len() as u64) as usize];
+    let r = &right[rng.below(right.len() as u64) as usize];
+    if rng.below(2) == 0 { (l, r) } else { (r, l) }
+}
+
+/// Client `c` of 4: 2PC transfers between hot accounts; a refused one (409) is sent again after a
+/// backoff, with the `Age-Token` of the refusal when it has one (the retry keeps the transfer's age),
+/// at most [`MAX_ATTEMPTS`] requests per transfer.
 async fn contended_client(b: Arc<Bench>, plan: Plan, c: usize, window: (Instant, Instant)) -> Load {
     let (left, right) = hot_accounts(&plan);
     let mut rng = Rng::new(0xC0FFEE + c as u64);
     let mut load = Load::default();
     'transfers: while Instant::now() < window.1 {
-        let l = &left[rng.below(left.len() as u64) as usize];
-        let r = &right[rng.below(right.len() as u64) as usize];
-        let request = if rng.below(2) == 0 { transfer_body(l, r, 1) } else { transfer_body(r, l, 1) };
+        let (from, to) = hot_transfer(&mut rng, &left, &right);
+        let request = transfer_body(from, to, 1);
         let first = Instant::now();
-        for attempt in 0..MAX_ATTEMPTS {
-            let outcome = b.submit(&b.coordinator, &request).await;
+        // The last refusal's age token and its attempt number, sent back by the next request.
+        let mut carried: Option<(String, u32)> = None;
+        for requests in 1..=MAX_ATTEMPTS {
+            let answer = match &carried {
+                None => b.submit_with_headers(&b.coordinator, &request, &[]).await,
+                Some((token, _)) => {
+                    b.submit_with_headers(&b.coordinator, &request, &[(AGE_TOKEN_HEADER, token.as_str())]).await
+                }
+            };
             let now = Instant::now();
-            load.record(&outcome, now, window, first);
-            if !matches!(outcome, Outcome::Refused(_)) {
+            load.record(&answer.outcome, now, window, first);
+            let carried_attempts = carried.as_ref().map_or(0, |(_, n)| *n);
+            load.retries.answered(&answer, carried_attempts, requests, now >= window.0 && now < window.1);
+            if !matches!(answer.outcome, Outcome::Refused(_)) {
                 continue 'transfers;
             }
             if now >= window.1 {
                 break 'transfers;
             }
-            let ceiling = (BACKOFF_BASE_MS << attempt).min(BACKOFF_CAP_MS);
-            tokio::time::sleep(Duration::from_micros(rng.below(ceiling * 1000 + 1))).await;
+            carried = answer.age_token.map(|token| (token, answer.attempts));
+            back_off(&mut rng, requests).await;
         }
+        load.retries.gave_up_phase += 1;
         let now = Instant::now();
         if now >= window.0 && now < window.1 {
             load.gave_up += 1;
@@ -537,26 +672,77 @@ async fn contended_client(b: Arc<Bench>, plan: Plan, c: usize, window: (Instant,
     load
 }
 
+/// Client `c` of 4b: the same transfers, each one `TransactWriteItems` (the debit guarded by
+/// `min: 0`, as the 2PC's); one cancelled for a `TransactionConflict` is sent again after the same
+/// backoff, at most [`MAX_ATTEMPTS`] times. Any other refusal ends the transfer.
+async fn contended_transact_client(b: Arc<Bench>, plan: Plan, c: usize, window: (Instant, Instant)) -> Load {
+    let (left, right) = hot_accounts(&plan);
+    let mut rng = Rng::new(0xC0FFEE + c as u64);
+    let mut load = Load::default();
+    'transfers: while Instant::now() < window.1 {
+        let (from, to) = hot_transfer(&mut rng, &left, &right);
+        let first = Instant::now();
+        for requests in 1..=MAX_ATTEMPTS {
+            let outcome = b.transact_transfer(from, to, 1).await;
+            let now = Instant::now();
+            load.record(&outcome, now, window, first);
+            load.retries.transacted(&outcome, requests, now >= window.0 && now < window.1);
+            if !is_transaction_conflict(&outcome) {
+                continue 'transfers;
+            }
+            if now >= window.1 {
+                break 'transfers;
+            }
+            back_off(&mut rng, requests).await;
+        }
+        load.retries.gave_up_phase += 1;
+        let now = Instant::now();
+        if now >= window.0 && now < window.1 {
+            load.gave_up += 1;
+        }
+    }
+    load
+}
+
+/// The sum of the hot accounts' balances.
+async fn hot_sum(b: &Bench, hot: &[Account]) -> Result<i128, String> {
+    let mut total = 0i128;
+    for account in hot {
+        total += b.balance(account).await.map_err(|e| e.to_string())?;
+    }
+    Ok(total)
+}
+
 pub async fn contention(b: &Arc<Bench>, plan: &Plan, progress: Progress) -> Result<Contention, String> {
     let (left, right) = hot_accounts(plan);
     let hot: Vec<Account> = left.into_iter().chain(right).collect();
     b.seed(&hot).await.map_err(|e| e.to_string())?;
-    let sum = |b: Arc<Bench>, hot: Vec<Account>| async move {
-        let mut total = 0i128;
-        for account in &hot {
-            total += b.balance(account).await.map_err(|e| e.to_string())?;
-        }
-        Ok::<i128, String>(total)
-    };
-    let balance_before = sum(b.clone(), hot.clone()).await?;
+    let balance_before = hot_sum(b, &hot).await?;
     let load = {
         let _ticker = progress.timed(plan.load_warmup + plan.load_window, "4. contention");
         run_clients(&b.counter, plan.contention_clients, plan, |c, w| contended_client(b.clone(), plan.clone(), c, w))
             .await
     };
-    let balance_after = sum(b.clone(), hot).await?;
+    let balance_after = hot_sum(b, &hot).await?;
     let locks_left = b.locked_items().await.map_err(|e| e.to_string())?;
     Ok(Contention { load, locks_left, balance_before, balance_after })
+}
+
+/// 4b: the peer of 4, `TransactWriteItems` on the same hot accounts (seeded again, so it runs alone too).
+pub async fn contention_transact(b: &Arc<Bench>, plan: &Plan, progress: Progress) -> Result<ContentionPeer, String> {
+    let (left, right) = hot_accounts(plan);
+    let hot: Vec<Account> = left.into_iter().chain(right).collect();
+    b.seed(&hot).await.map_err(|e| e.to_string())?;
+    let balance_before = hot_sum(b, &hot).await?;
+    let load = {
+        let _ticker = progress.timed(plan.load_warmup + plan.load_window, "4b. contention TWI");
+        run_clients(&b.counter, plan.contention_clients, plan, |c, w| {
+            contended_transact_client(b.clone(), plan.clone(), c, w)
+        })
+        .await
+    };
+    let balance_after = hot_sum(b, &hot).await?;
+    Ok(ContentionPeer { load, balance_before, balance_after })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -851,6 +1037,58 @@ mod tests {
     fn reads_own_cpu_and_memory() {
         assert!(cpu_seconds("self").is_some());
         assert!(peak_rss_kib("self").is_some_and(|k| k > 0));
+    }
+
+    fn answer(outcome: Outcome, attempts: Option<u32>, token: Option<&str>) -> Answer {
+        Answer {
+            outcome,
+            attempts: attempts.unwrap_or(1),
+            reports_attempts: attempts.is_some(),
+            transaction_id: None,
+            age_token: token.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn retries_count_attempts_per_commit_and_per_request() {
+        let conflict = || Outcome::Refused("CONFLICT".to_owned());
+        let mut r = Retries::default();
+        // Committed at once after 3 attempts inside the coordinator.
+        r.answered(&answer(Outcome::Committed, Some(3), None), 0, 1, true);
+        // Refused after 16 attempts, retried with its token: committed on attempt 18 (2 more).
+        r.answered(&answer(conflict(), Some(16), Some("t")), 0, 1, true);
+        r.answered(&answer(Outcome::Committed, Some(18), None), 16, 2, true);
+        // A coordinator that does not report attempts: refused twice, then committed.
+        r.answered(&answer(conflict(), None, None), 0, 1, true);
+        r.answered(&answer(conflict(), None, None), 0, 2, true);
+        r.answered(&answer(Outcome::Committed, None, None), 0, 3, true);
+        // Outside the window: not counted.
+        r.answered(&answer(Outcome::Committed, Some(9), None), 0, 1, false);
+        r.summarize();
+        assert_eq!((r.answers, r.answers_with_attempts, r.age_tokens_sent), (6, 3, 1));
+        assert_eq!(r.coordinator_attempts, 3 + 16 + 2 + 3);
+        assert_eq!(r.max_request_attempts, 16);
+        assert_eq!((r.attempts_per_commit.count, r.attempts_per_commit.max), (3, 18));
+        assert_eq!(r.requests_per_commit.max, 3);
+        assert!((r.refused_attempt_rate(3) - 21.0 / 24.0).abs() < 1e-9);
+
+        let mut merged = Retries::default();
+        merged.merge(r.clone());
+        merged.merge(r);
+        merged.summarize();
+        assert_eq!((merged.answers, merged.attempts_per_commit.count, merged.max_request_attempts), (12, 6, 16));
+    }
+
+    #[test]
+    fn transact_write_items_attempts_are_its_requests() {
+        let mut r = Retries::default();
+        r.transacted(&Outcome::Refused("TransactionConflict".to_owned()), 1, true);
+        r.transacted(&Outcome::Committed, 2, true);
+        r.transacted(&Outcome::Committed, 1, true);
+        r.summarize();
+        assert_eq!((r.coordinator_attempts, r.max_request_attempts, r.age_tokens_sent), (3, 1, 0));
+        assert_eq!((r.attempts_per_commit.max, r.requests_per_commit.max), (2, 2));
+        assert_eq!(Retries::default().refused_attempt_rate(0), 0.0);
     }
 
     #[test]

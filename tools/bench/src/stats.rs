@@ -44,6 +44,48 @@ impl Summary {
     }
 }
 
+/// Percentiles of a set of whole-number counts (attempts or requests per committed transfer).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tally {
+    pub count: usize,
+    pub p50: u32,
+    pub p99: u32,
+    pub max: u32,
+    pub mean: f64,
+}
+
+impl Tally {
+    pub fn of(samples: &[u32]) -> Tally {
+        if samples.is_empty() {
+            return Tally::default();
+        }
+        let mut sorted: Vec<f64> = samples.iter().map(|&n| f64::from(n)).collect();
+        sorted.sort_by(f64::total_cmp);
+        Tally {
+            count: sorted.len(),
+            p50: percentile(&sorted, 50.0) as u32,
+            p99: percentile(&sorted, 99.0) as u32,
+            max: sorted[sorted.len() - 1] as u32,
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+        }
+    }
+
+    /// "max 7, p99 4, p50 1, mean 1.38"
+    pub fn text(&self) -> String {
+        format!("max {}, p99 {}, p50 {}, mean {:.2}", self.max, self.p99, self.p50, self.mean)
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "samples": self.count,
+            "p50": self.p50,
+            "p99": self.p99,
+            "max": self.max,
+            "mean": round(self.mean, 3),
+        })
+    }
+}
+
 /// Nearest-rank percentile of sorted values.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -98,6 +140,21 @@ mod tests {
         assert_eq!(percentile(&values, 99.0), 99.0);
         assert_eq!(percentile(&values, 100.0), 100.0);
         assert_eq!(percentile(&[7.0], 99.0), 7.0);
+    }
+
+    #[test]
+    fn tally_of_counts() {
+        // 98 transfers committed on their first attempt, one on its 3rd, one on its 9th.
+        let mut samples = vec![1u32; 98];
+        samples.extend([9, 3]);
+        let t = Tally::of(&samples);
+        assert_eq!((t.count, t.p50, t.p99, t.max), (100, 1, 3, 9));
+        assert!((t.mean - 1.1).abs() < 1e-9);
+        assert_eq!(t.text(), "max 9, p99 3, p50 1, mean 1.10");
+        assert_eq!(t.json()["p99"], json!(3));
+        // Fewer than 100 samples: the p99 is the largest.
+        assert_eq!(Tally::of(&[2, 1, 5]).p99, 5);
+        assert_eq!(Tally::of(&[]), Tally::default());
     }
 
     #[test]

@@ -26,8 +26,10 @@ pub const DEFAULT_LOCK_MS: u64 = 30_000;
 /// a wait for a younger transaction's lock).
 const LOCK_ATTEMPTS: u32 = 12;
 /// An older transaction waits for a younger one's lock at most this long in all, and never more than
-/// half of what is left before its deadline.
-const MAX_LOCK_WAIT_MS: u64 = 200;
+/// half of what is left before its deadline; then it refuses TIMEOUT (out of time, not of priority): an
+/// older transaction is never refused CONFLICT because of a younger one. Below the participant function's
+/// 10 s timeout.
+const MAX_LOCK_WAIT_MS: u64 = 5_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParticipantError {
@@ -273,7 +275,13 @@ impl Participant {
         let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
         let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
         let started_at = order.priority().unwrap_or(now);
-        for attempt in 0..LOCK_ATTEMPTS {
+        for round in 0.. {
+            // A round that ended waiting for a younger transaction's lock is not an attempt: the wait is
+            // bounded by its budget, and an older transaction is never refused for being outrun.
+            let attempt = round - waiting.waits();
+            if attempt >= LOCK_ATTEMPTS {
+                break;
+            }
             // Every attempt checks the cutoff first: no lock is written for a transaction whose deadline
             // (and the clock margin) passed, however long the attempts before took.
             if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
@@ -410,19 +418,64 @@ impl Participant {
             LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
             LockFailure::Expired { owner } => self.resolve(&owner, key).await,
             LockFailure::Held { owner, started_at, reason } => {
-                match waiting.pause(&owner, started_at, attempt, self.clock.now_ms()) {
-                    Some(pause) => {
-                        tokio::time::sleep(pause).await;
-                        Ok(None)
-                    }
-                    None => Ok(Some(refused(RefusalCode::Conflict, reason))),
+                // A live lock whose owner is decided already (a late prepare's stray lock, or one whose second
+                // phase is in flight) is settled now, as lock resolution would after its expiry: its owner can
+                // never need it again, and it would refuse every younger transaction until then.
+                if self.owner_is_decided(&owner).await? {
+                    return self.resolve(&owner, key).await;
                 }
+                if !waiting.is_older_than(&owner, started_at) {
+                    // Wait-die: the younger one yields at once, and says to whom (its retry waits for it).
+                    let refusal = refused(RefusalCode::Conflict, reason);
+                    return Ok(Some(ParticipantResponse { blocked_by: Some(owner), ..refusal }));
+                }
+                let began = self.clock.now_ms();
+                if self.wait_for_release(key, &owner, waiting).await? {
+                    return Ok(None);
+                }
+                Ok(Some(refused(
+                    RefusalCode::Timeout,
+                    format!(
+                        "{reason}, a younger transaction; waited {} ms for it, as long as the deadline allows",
+                        self.clock.now_ms().saturating_sub(began)
+                    ),
+                )))
             }
             LockFailure::Ours { .. } | LockFailure::Unexplained => {
                 self.backoff(attempt, waiting.cutoff).await;
                 Ok(None)
             }
         }
+    }
+
+    /// Whether `owner`'s record says it is decided (committing, aborting or ended). Read only: an owner
+    /// without a record, or undecided, is left alone until its lock expires.
+    async fn owner_is_decided(&self, owner: &str) -> Result<bool, StoreError> {
+        let record = self.transactions.get(owner).await?;
+        Ok(record
+            .is_some_and(|r| !matches!(r.status, crate::model::Status::Preparing | crate::model::Status::Prepared)))
+    }
+
+    /// An older transaction waiting for a younger one's lock on `key`: polls the item until the lock is
+    /// no longer `owner`'s (released, or expired and resolvable: the next attempt resolves it), `false` once
+    /// the wait budget is spent.
+    async fn wait_for_release(&self, key: &Item, owner: &str, waiting: &Waiting<'_>) -> Result<bool, StoreError> {
+        let mut polls = 0;
+        while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
+            tokio::time::sleep(pause).await;
+            polls += 1;
+            let item = self.table.get(key).await?;
+            let now = self.clock.now_ms();
+            match item.as_ref().and_then(Lock::of) {
+                Some(lock)
+                    if lock.transaction_id == owner && now <= crate::clock::resolvable_after(lock.expires_at) => {}
+                _ => {
+                    waiting.waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
@@ -436,7 +489,13 @@ impl Participant {
         keys: &[Item],
     ) -> Result<ParticipantResponse, ParticipantError> {
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
-        for attempt in 0..LOCK_ATTEMPTS {
+        for round in 0.. {
+            // A round that ended waiting for a younger transaction's lock is not an attempt: the wait is
+            // bounded by its budget, and an older transaction is never refused for being outrun.
+            let attempt = round - waiting.waits();
+            if attempt >= LOCK_ATTEMPTS {
+                break;
+            }
             if let Some(late) = waiting.cutoff.passed(self.clock.now_ms(), "the checked items could not be read before")
             {
                 return Ok(late);
@@ -568,7 +627,7 @@ impl Participant {
     async fn resolve(&self, owner: &str, key: &Item) -> Result<Option<ParticipantResponse>, ParticipantError> {
         let now = self.clock.now_ms();
         let fate = owner_fate(&self.transactions, owner, now).await?;
-        warn!(owner, ?key, fate = fate_name(&fate), "resolving an expired lock");
+        warn!(owner, ?key, fate = fate_name(&fate), "resolving a lock (expired, or its owner decided)");
         match fate {
             OwnerFate::Undecided => {
                 return Ok(Some(refused(
@@ -641,7 +700,13 @@ impl Participant {
         let cutoff = Cutoff::of(order);
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
-        for attempt in 0..LOCK_ATTEMPTS {
+        for round in 0.. {
+            // A round that ended waiting for a younger transaction's lock is not an attempt: the wait is
+            // bounded by its budget, and an older transaction is never refused for being outrun.
+            let attempt = round - waiting.waits();
+            if attempt >= LOCK_ATTEMPTS {
+                break;
+            }
             // As for a lock write: no attempt once the deadline and the clock margin passed.
             let what =
                 if attempt == 0 { "the one-phase commit arrived" } else { "the items could not be committed before" };
@@ -810,21 +875,37 @@ struct Waiting<'a> {
     /// No wait may end after this.
     until: u64,
     cutoff: Cutoff,
+    /// How many waits ended with the lock released.
+    waits: std::sync::atomic::AtomicU32,
 }
 
 impl<'a> Waiting<'a> {
     fn new(tx: &'a str, order: Order, now_ms: u64, max_wait_ms: u64) -> Waiting<'a> {
         let budget = order.deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(max_wait_ms));
-        Waiting { tx, started_at: order.priority(), until: now_ms + budget, cutoff: Cutoff::of(order) }
+        Waiting {
+            tx,
+            started_at: order.priority(),
+            until: now_ms + budget,
+            cutoff: Cutoff::of(order),
+            waits: std::sync::atomic::AtomicU32::new(0),
+        }
     }
 
-    /// How long to pause before trying again, or `None` to refuse now.
-    fn pause(&self, owner: &str, owner_started_at: u64, attempt: u32, now_ms: u64) -> Option<Duration> {
-        let started_at = self.started_at?;
-        let older = (started_at, self.tx) < (owner_started_at, owner);
+    fn waits(&self) -> u32 {
+        self.waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether this transaction comes before `owner` in wait-die's order (a message without an order
+    /// comes after everyone).
+    fn is_older_than(&self, owner: &str, owner_started_at: u64) -> bool {
+        self.started_at.is_some_and(|started_at| (started_at, self.tx) < (owner_started_at, owner))
+    }
+
+    /// The pause before looking at a lock again, `None` once it would end past the wait budget.
+    fn pause(&self, polls: u32, now_ms: u64) -> Option<Duration> {
         let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 3;
-        let pause = (2u64 << attempt.min(4)) + jitter;
-        (older && now_ms + pause <= self.until).then(|| Duration::from_millis(pause))
+        let pause = (2u64 << polls.min(4)) + jitter;
+        (now_ms + pause <= self.until).then(|| Duration::from_millis(pause))
     }
 }
 
