@@ -141,6 +141,8 @@ pub struct Coordinator {
     holds: Arc<HoldPolicy>,
     /// Who may do what ([`crate::access`]).
     access: Arc<Policy>,
+    /// Items that refused a transaction for contention lately ([`crate::hot`]).
+    hot: Arc<crate::hot::HotItems>,
 }
 
 impl Coordinator {
@@ -161,6 +163,7 @@ impl Coordinator {
             sequential_prepares: false,
             answer_budget: ANSWER_BUDGET,
             holds: Arc::new(HoldPolicy::default()),
+            hot: Arc::new(crate::hot::HotItems::default()),
             access: Arc::new(Policy::default()),
         }
     }
@@ -455,23 +458,30 @@ impl Coordinator {
     }
 
     /// Runs a request's attempts: each is an ordinary transaction; one refused for contention only is
-    /// followed by the next, with the same age, once the older transaction that refused it is decided.
-    /// The answer is the last attempt's; a final refusal for contention carries the `ageToken` a caller's
-    /// retry keeps the age with.
+    /// followed by the next, with the same age, which prepares one participant at a time starting where
+    /// the refusal was: holding nothing there, it waits for the older transaction's lock to go instead of
+    /// being refused by it again. The answer is the last attempt's; a final refusal for contention carries
+    /// the `ageToken` a caller's retry keeps the age with.
     async fn run(
         &self,
         mut record: TransactionRecord,
         answer_by: std::time::Instant,
         body_hash: &str,
     ) -> Result<Reply, DriveError> {
+        // A request on an item that refused others lately starts there, one participant at a time.
+        let mut first = self.hot.first_hot(&record.participants);
         loop {
-            let attempted = self.run_attempt(record, answer_by).await?;
+            let attempted = self.run_attempt(record, answer_by, first).await?;
             let Some(refused) = attempted.refused else { return Ok(attempted.reply) };
+            if let Some(at) = refused.blocked_at {
+                self.hot.mark(&refused.record.participants[at]);
+            }
             if refused.retryable() {
                 let span = info_span!("transaction", tx = %refused.record.transaction_id);
                 if let Some(next) = self.next_attempt(&refused, answer_by).instrument(span).await? {
                     info!(tx = %next.transaction_id, attempt = next.attempt_number(), "retrying a refusal for contention");
                     record = next;
+                    first = refused.blocked_at;
                     continue;
                 }
             }
@@ -492,10 +502,12 @@ impl Coordinator {
             return Ok(None);
         }
         let last_start = record.deadline.saturating_sub(MIN_ATTEMPT_MS);
-        // Not before the older transaction that refused this attempt is decided: one attempt of it then
-        // refuses this request once at most, which is what bounds the attempts.
-        if let Some(blocker) = &refused.blocked_by {
-            self.wait_until_decided(blocker, last_start, answer_by).await;
+        // A transaction held for its caller's decision is outside the bound: its refusal is the answer.
+        if let Some(blocker) = &refused.blocked_by
+            && let Ok(Some(holder)) = self.transactions.get(blocker).await
+            && holder.status == Status::Prepared
+        {
+            return Ok(None);
         }
         let now = self.clock.now_ms();
         let budget_left = answer_by.saturating_duration_since(std::time::Instant::now());
@@ -524,29 +536,6 @@ impl Coordinator {
         retrying("successor claim", |_| self.transactions.claim_successor(id, next)).await
     }
 
-    /// Waits (polling its record) until `blocker` is decided, or the coordinator's clock passes `until_ms`,
-    /// or the answer budget ends.
-    async fn wait_until_decided(&self, blocker: &str, until_ms: u64, answer_by: std::time::Instant) {
-        let mut pause = Duration::from_millis(5);
-        loop {
-            match self.transactions.get(blocker).await {
-                Ok(Some(record)) if !matches!(record.status, Status::Preparing | Status::Prepared) => return,
-                Ok(_) => {}
-                Err(e) => {
-                    warn!(error = %e, blocker, "could not read the blocking transaction; retrying without waiting");
-                    return;
-                }
-            }
-            let left = until_ms.saturating_sub(self.clock.now_ms());
-            let budget = answer_by.saturating_duration_since(std::time::Instant::now());
-            if left == 0 || budget.is_zero() {
-                return;
-            }
-            tokio::time::sleep(pause.min(Duration::from_millis(left)).min(budget)).await;
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
-    }
-
     /// `reply` with the `ageToken` of its request when its last attempt was refused for contention only
     /// (CONFLICT, or TIMEOUT waiting for a younger lock): a caller's retry with it keeps the request's age.
     async fn with_age_token(&self, mut reply: Reply, last: &TransactionRecord, body_hash: &str) -> Reply {
@@ -572,10 +561,13 @@ impl Coordinator {
         reply
     }
 
+    /// One attempt; a retry prepares the participant at index `first` first (where its predecessor was
+    /// refused).
     async fn run_attempt(
         &self,
         record: TransactionRecord,
         answer_by: std::time::Instant,
+        first: Option<usize>,
     ) -> Result<Attempted, DriveError> {
         // A held transaction never commits in one phase: its decision is the caller's, later.
         if let [sole] = record.participants.as_slice()
@@ -594,8 +586,9 @@ impl Coordinator {
             }
             self.faults.check(CoordinatorCrash::AfterCreate)?;
         }
-        let votes = self.prepare_all(&record).await?;
-        let blocked_by = votes.iter().find_map(|v| v.blocked_by.clone());
+        let votes = self.prepare_all(&record, first).await?;
+        let blocked_at = votes.iter().position(|v| v.blocked_by.is_some());
+        let blocked_by = blocked_at.and_then(|at| votes[at].blocked_by.clone());
         let prepared = started.elapsed();
         telemetry::phase(telemetry::PREPARE_LATENCY, prepared);
         let deciding = std::time::Instant::now();
@@ -618,7 +611,8 @@ impl Coordinator {
             record.updated_at = self.clock.now_ms();
             if to == Status::Aborting {
                 let (reply, aborted) = self.abort_unrecorded(record, started).await?;
-                return Ok(Attempted { reply, refused: aborted.map(|record| Refused { record, blocked_by }) });
+                let refused = aborted.map(|record| Refused { record, blocked_by, blocked_at });
+                return Ok(Attempted { reply, refused });
             }
             match self.decide_unrecorded(record).await? {
                 Ok(decided) => decided,
@@ -646,8 +640,11 @@ impl Coordinator {
             "transaction answered"
         );
         let reply = Reply::for_record(&finished);
-        let refused = matches!(finished.status, Status::Aborting | Status::Aborted)
-            .then(|| Refused { record: with_votes(finished, decided.participants), blocked_by });
+        let refused = matches!(finished.status, Status::Aborting | Status::Aborted).then(|| Refused {
+            record: with_votes(finished, decided.participants),
+            blocked_by,
+            blocked_at,
+        });
         Ok(Attempted { reply, refused })
     }
 
@@ -872,9 +869,10 @@ impl Coordinator {
         match self.create_own(&aborted).await? {
             None => {
                 let blocked_by = aborted.participants[0].blocked_by.clone();
+                let blocked_at = blocked_by.as_ref().map(|_| 0);
                 Ok(Attempted {
                     reply: Reply::for_record(&aborted),
-                    refused: Some(Refused { record: aborted, blocked_by }),
+                    refused: Some(Refused { record: aborted, blocked_by, blocked_at }),
                 })
             }
             Some(existing) => Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into()),
@@ -980,21 +978,38 @@ impl Coordinator {
     }
 
     /// Sends prepare to every participant at once, each bounded by the deadline, and records the votes.
-    async fn prepare_all(&self, record: &TransactionRecord) -> Result<Vec<ParticipantEntry>, Crashed> {
+    ///
+    /// A retry (an attempt after the first) prepares one participant at a time, `first` first (where its
+    /// predecessor was refused), then in the request's order, and stops at the first that does not
+    /// prepare: its first prepare holds no lock anywhere, so it may wait for any transaction's lock
+    /// instead of being refused by an older one (no wait can close a cycle through a transaction that
+    /// holds nothing), and a refused retry locked little.
+    async fn prepare_all(
+        &self,
+        record: &TransactionRecord,
+        first: Option<usize>,
+    ) -> Result<Vec<ParticipantEntry>, Crashed> {
         let now = self.clock.now_ms();
         let budget = Duration::from_millis(record.deadline.saturating_sub(now));
+        let sequential = self.sequential_prepares || record.attempt_number() > 1 || first.is_some();
+        let sole = record.participants.len() == 1;
         // Collected first: a lazy iterator's closure inside this future would stop it being provably Send.
-        let prepares: Vec<_> = record
-            .participants
+        let order: Vec<usize> = match first.filter(|&f| sequential && f < record.participants.len()) {
+            Some(f) => std::iter::once(f).chain((0..record.participants.len()).filter(|&i| i != f)).collect(),
+            None => (0..record.participants.len()).collect(),
+        };
+        let prepares: Vec<_> = order
             .iter()
             .enumerate()
-            .map(|(index, entry)| {
+            .map(|(position, &index)| {
+                let entry = &record.participants[index];
                 let request = ParticipantRequest {
                     deadline: Some(record.deadline),
                     started_at: Some(record.age()),
                     operations: entry.operations.clone(),
                     principal: record.principal.clone(),
                     held: record.is_held(),
+                    holds_no_locks: sole || (sequential && position == 0),
                     ..ParticipantRequest::new(Action::Prepare, &record.transaction_id)
                 };
                 async move {
@@ -1009,11 +1024,12 @@ impl Coordinator {
                 }
             })
             .collect();
-        let width = if self.sequential_prepares { 1 } else { record.participants.len().max(1) };
+        let width = if sequential { 1 } else { record.participants.len().max(1) };
         let mut pending = futures::stream::iter(prepares).buffer_unordered(width);
         let mut votes = record.participants.clone();
         let mut answered = 0;
         while let Some((index, result)) = pending.next().await {
+            let prepared = matches!(&result, Ok(Ok(response)) if response.vote == Some(Vote::Prepared));
             let entry = &mut votes[index];
             match result {
                 Ok(Ok(response)) => record_vote(entry, response),
@@ -1030,6 +1046,10 @@ impl Coordinator {
             }
             answered += 1;
             self.faults.check(CoordinatorCrash::AfterPrepares(answered))?;
+            if sequential && !prepared {
+                // The attempt aborts: the participants after it are not asked (abort releases nothing there).
+                break;
+            }
         }
         Ok(votes)
     }
@@ -1496,10 +1516,12 @@ impl From<Reply> for Attempted {
     }
 }
 
-/// An attempt whose abort is recorded, with its votes, and the transaction whose lock refused it.
+/// An attempt whose abort is recorded, with its votes, and the transaction whose lock refused it, at which
+/// participant.
 struct Refused {
     record: TransactionRecord,
     blocked_by: Option<String>,
+    blocked_at: Option<usize>,
 }
 
 impl Refused {
@@ -1511,17 +1533,19 @@ impl Refused {
 }
 
 fn retryable_votes(votes: &[ParticipantEntry]) -> bool {
-    votes.iter().any(|p| p.code == Some(RefusalCode::Conflict))
-        && votes.iter().all(|p| p.vote == Some(Vote::Prepared) || p.code == Some(RefusalCode::Conflict))
+    votes.iter().any(|p| p.code == Some(RefusalCode::Conflict)) && votes.iter().all(prepared_conflicted_or_unasked)
+}
+
+/// A vote that does not stand in a retry's way: prepared, refused for contention, or not asked (a retry's
+/// sequential prepares stop at the first refusal).
+fn prepared_conflicted_or_unasked(p: &ParticipantEntry) -> bool {
+    p.vote == Some(Vote::Prepared) || p.code == Some(RefusalCode::Conflict) || (p.vote.is_none() && p.code.is_none())
 }
 
 /// Refused for contention only: CONFLICT, or TIMEOUT (an older transaction that waited for a younger one's
 /// lock as long as its deadline allowed), or the deadline passed while every participant prepared.
 fn refused_for_contention(votes: &[ParticipantEntry]) -> bool {
-    votes
-        .iter()
-        .all(|p| p.vote == Some(Vote::Prepared) || matches!(p.code, Some(RefusalCode::Conflict | RefusalCode::Timeout)))
-        && !votes.is_empty()
+    votes.iter().all(|p| prepared_conflicted_or_unasked(p) || p.code == Some(RefusalCode::Timeout)) && !votes.is_empty()
 }
 
 /// What driving a decided transaction came to.

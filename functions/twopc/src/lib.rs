@@ -19,6 +19,7 @@ pub mod expr;
 pub mod fanout;
 pub mod faults;
 pub mod hold;
+pub mod hot;
 pub mod invoke;
 pub mod jwt;
 

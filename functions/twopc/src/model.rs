@@ -806,6 +806,11 @@ pub struct ParticipantRequest {
     /// Hold: the new expiry (epoch ms) of the locks this transaction holds with `lockToken`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<u64>,
+    /// Prepare: the transaction holds no lock anywhere while this prepare runs (a sole participant, or the
+    /// first of a retry's one-at-a-time prepares): it may wait for any transaction's lock, older or younger,
+    /// since a wait by a transaction that holds nothing can never close a cycle.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub holds_no_locks: bool,
     /// The sender's signature over the whole message ([`crate::auth`]): a participant acts only on a
     /// message the coordinator or the sweeper signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -831,6 +836,7 @@ impl ParticipantRequest {
             principal: None,
             held: false,
             hold_until: None,
+            holds_no_locks: false,
             signature: None,
         }
     }

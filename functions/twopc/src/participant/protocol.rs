@@ -13,7 +13,7 @@ use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
 use crate::custom::{Catalog, OperationSchema};
 use crate::model::{
     Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
-    STATUS_COMMITTED, STATUS_FAILED, STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
+    STATUS_COMMITTED, STATUS_FAILED, STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, Vote,
 };
 use crate::record::TransactionStore;
 use crate::recovery::{OwnerFate, owner_fate};
@@ -177,7 +177,9 @@ impl Participant {
             };
             let operations = parse_operations_for(&request.operations, catalog)?;
             let tx = &request.transaction_id;
-            let order = Order { started_at: request.started_at, deadline: request.deadline };
+            // A one-phase commit is its transaction's only write: it holds nothing anywhere while it waits.
+            let holds_no_locks = request.holds_no_locks || request.one_phase_record.is_some();
+            let order = Order { started_at: request.started_at, deadline: request.deadline, holds_no_locks };
             let principal = request.principal.as_deref();
             if let Some(driver) = &self.resource {
                 let response = self.drive_resource(driver, request, order, &operations).await?;
@@ -418,25 +420,25 @@ impl Participant {
             LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
             LockFailure::Expired { owner } => self.resolve(&owner, key).await,
             LockFailure::Held { owner, started_at, reason } => {
-                // A live lock whose owner is decided already (a late prepare's stray lock, or one whose second
-                // phase is in flight) is settled now, as lock resolution would after its expiry: its owner can
-                // never need it again, and it would refuse every younger transaction until then.
-                if self.owner_is_decided(&owner).await? {
-                    return self.resolve(&owner, key).await;
-                }
-                if !waiting.is_older_than(&owner, started_at) {
-                    // Wait-die: the younger one yields at once, and says to whom (its retry waits for it).
+                if !waiting.may_wait_for(&owner, started_at) {
+                    // Wait-die: the younger one yields at once, and says to whom (its retry starts there), unless
+                    // the owner is decided or held (read first, below).
+                    if let Some(settled) = self.settle_owner(&owner, key, &reason).await? {
+                        return Ok(settled);
+                    }
                     let refusal = refused(RefusalCode::Conflict, reason);
                     return Ok(Some(ParticipantResponse { blocked_by: Some(owner), ..refusal }));
                 }
                 let began = self.clock.now_ms();
-                if self.wait_for_release(key, &owner, waiting).await? {
-                    return Ok(None);
+                match self.wait_for_release(key, &owner, &reason, waiting).await? {
+                    Waited::Released => return Ok(None),
+                    Waited::Settled(answer) => return Ok(answer),
+                    Waited::OutOfTime => {}
                 }
                 Ok(Some(refused(
                     RefusalCode::Timeout,
                     format!(
-                        "{reason}, a younger transaction; waited {} ms for it, as long as the deadline allows",
+                        "{reason}; waited {} ms for it, as long as the deadline allows",
                         self.clock.now_ms().saturating_sub(began)
                     ),
                 )))
@@ -448,22 +450,47 @@ impl Participant {
         }
     }
 
-    /// Whether `owner`'s record says it is decided (committing, aborting or ended). Read only: an owner
-    /// without a record, or undecided, is left alone until its lock expires.
-    async fn owner_is_decided(&self, owner: &str) -> Result<bool, StoreError> {
-        let record = self.transactions.get(owner).await?;
-        Ok(record
-            .is_some_and(|r| !matches!(r.status, crate::model::Status::Preparing | crate::model::Status::Prepared)))
+    /// What a live lock's owner's record says, read only. Decided already (a late prepare's stray lock, or
+    /// one whose second phase is in flight): settled now, as lock resolution would after its expiry (its
+    /// owner can never need it again, and it would refuse every younger transaction until then); the
+    /// answer is `Some(None)`, try again. Held for its caller's decision (outside the bound): refused
+    /// CONFLICT at once whatever the age. Undecided or without a record: `None`, left alone.
+    async fn settle_owner(
+        &self,
+        owner: &str,
+        key: &Item,
+        reason: &str,
+    ) -> Result<Option<Option<ParticipantResponse>>, ParticipantError> {
+        match self.transactions.get(owner).await?.map(|r| r.status) {
+            None | Some(Status::Preparing) => Ok(None),
+            Some(Status::Prepared) => {
+                let refusal = refused(RefusalCode::Conflict, format!("{reason}, held for its caller's decision"));
+                Ok(Some(Some(ParticipantResponse { blocked_by: Some(owner.to_owned()), ..refusal })))
+            }
+            Some(_) => Ok(Some(self.resolve(owner, key).await?)),
+        }
     }
 
-    /// An older transaction waiting for a younger one's lock on `key`: polls the item until the lock is
-    /// no longer `owner`'s (released, or expired and resolvable: the next attempt resolves it), `false` once
-    /// the wait budget is spent.
-    async fn wait_for_release(&self, key: &Item, owner: &str, waiting: &Waiting<'_>) -> Result<bool, StoreError> {
+    /// A transaction that may wait for `owner`'s lock on `key` (older, or holding nothing): polls the item
+    /// until the lock is no longer `owner`'s (released, or expired and resolvable: the next attempt resolves
+    /// it). After a few polls its owner's record is read once ([`Participant::settle_owner`]): a decided or
+    /// held owner is not waited for. `OutOfTime` once the wait budget is spent.
+    async fn wait_for_release(
+        &self,
+        key: &Item,
+        owner: &str,
+        reason: &str,
+        waiting: &Waiting<'_>,
+    ) -> Result<Waited, ParticipantError> {
         let mut polls = 0;
         while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
             tokio::time::sleep(pause).await;
             polls += 1;
+            if polls == OWNER_CHECK_AFTER_POLLS
+                && let Some(answer) = self.settle_owner(owner, key, reason).await?
+            {
+                return Ok(Waited::Settled(answer));
+            }
             let item = self.table.get(key).await?;
             let now = self.clock.now_ms();
             match item.as_ref().and_then(Lock::of) {
@@ -471,11 +498,11 @@ impl Participant {
                     if lock.transaction_id == owner && now <= crate::clock::resolvable_after(lock.expires_at) => {}
                 _ => {
                     waiting.waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Ok(true);
+                    return Ok(Waited::Released);
                 }
             }
         }
-        Ok(false)
+        Ok(Waited::OutOfTime)
     }
 
     /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
@@ -853,6 +880,9 @@ fn rule_refused(refusal: Refusal) -> ParticipantResponse {
 pub struct Order {
     pub started_at: Option<u64>,
     pub deadline: Option<u64>,
+    /// The transaction holds no lock anywhere ([`crate::model::ParticipantRequest::holds_no_locks`]): it may
+    /// wait for any lock, whatever its age.
+    pub holds_no_locks: bool,
 }
 
 impl Order {
@@ -863,6 +893,18 @@ impl Order {
     }
 }
 
+/// How a wait for a lock ended.
+enum Waited {
+    Released,
+    /// Its owner's record settled it: the answer (`None`: try again).
+    Settled(Option<ParticipantResponse>),
+    OutOfTime,
+}
+
+/// A waiter reads the lock's owner's record after this many polls with the lock still there (a lock
+/// usually goes sooner: the read is spared).
+const OWNER_CHECK_AFTER_POLLS: u32 = 4;
+
 /// Wait-die between transactions that want the same item. All transactions are ordered by (startedAt,
 /// id), the same order everywhere; one that meets the lock of a transaction later in that order (a
 /// younger one) waits a little for it to finish, one that meets an older one's lock refuses at once.
@@ -872,6 +914,7 @@ impl Order {
 struct Waiting<'a> {
     tx: &'a str,
     started_at: Option<u64>,
+    holds_no_locks: bool,
     /// No wait may end after this.
     until: u64,
     cutoff: Cutoff,
@@ -885,6 +928,7 @@ impl<'a> Waiting<'a> {
         Waiting {
             tx,
             started_at: order.priority(),
+            holds_no_locks: order.holds_no_locks,
             until: now_ms + budget,
             cutoff: Cutoff::of(order),
             waits: std::sync::atomic::AtomicU32::new(0),
@@ -895,10 +939,12 @@ impl<'a> Waiting<'a> {
         self.waits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether this transaction comes before `owner` in wait-die's order (a message without an order
-    /// comes after everyone).
-    fn is_older_than(&self, owner: &str, owner_started_at: u64) -> bool {
-        self.started_at.is_some_and(|started_at| (started_at, self.tx) < (owner_started_at, owner))
+    /// Whether this transaction may wait for `owner`'s lock: it comes before `owner` in wait-die's order (a
+    /// message without an order comes after everyone), or it holds no lock anywhere (no wait of it can
+    /// close a cycle).
+    fn may_wait_for(&self, owner: &str, owner_started_at: u64) -> bool {
+        self.holds_no_locks
+            || self.started_at.is_some_and(|started_at| (started_at, self.tx) < (owner_started_at, owner))
     }
 
     /// The pause before looking at a lock again, `None` once it would end past the wait budget.

@@ -1,0 +1,85 @@
+//! Hot items, as one coordinator saw them: items whose lock refused a transaction for contention lately.
+//!
+//! A request that touches one prepares one participant at a time from its first attempt, starting with
+//! that participant, as a retry does ([`crate::coordinator`]): holding nothing there, it waits its turn for
+//! the item instead of locking its other items in parallel and being refused by an older holder. Only a
+//! choice of order: any attempt may prepare in parallel or one at a time, so a stale or missing entry
+//! costs a little latency or an avoidable refusal, never correctness. Kept in the coordinator's memory
+//! (each Lambda instance learns its own), a few seconds per item, bounded in size.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::access::entity_ids;
+use crate::record::ParticipantEntry;
+
+/// An item stays hot this long after its last refusal for contention.
+const HOT_FOR: Duration = Duration::from_secs(2);
+/// At most this many items are remembered; past it the oldest entries are dropped.
+const MAX_HOT_ITEMS: usize = 4_096;
+
+#[derive(Debug, Default)]
+pub struct HotItems {
+    seen: Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl HotItems {
+    /// The items of `entry` (a participant whose prepare was refused for contention) are hot from now.
+    pub fn mark(&self, entry: &ParticipantEntry) {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().expect("the hot items' lock is never poisoned");
+        if seen.len() >= MAX_HOT_ITEMS {
+            seen.retain(|_, at| now.duration_since(*at) < HOT_FOR);
+            if seen.len() >= MAX_HOT_ITEMS {
+                seen.clear();
+            }
+        }
+        for id in entity_ids(&entry.operations) {
+            seen.insert((entry.service.clone(), id), now);
+        }
+    }
+
+    /// The first participant of `participants` with a hot item, if any.
+    pub fn first_hot(&self, participants: &[ParticipantEntry]) -> Option<usize> {
+        let now = Instant::now();
+        let seen = self.seen.lock().expect("the hot items' lock is never poisoned");
+        if seen.is_empty() {
+            return None;
+        }
+        participants.iter().position(|entry| {
+            entity_ids(&entry.operations)
+                .into_iter()
+                .any(|id| seen.get(&(entry.service.clone(), id)).is_some_and(|at| now.duration_since(*at) < HOT_FOR))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(service: &str, id: &str) -> ParticipantEntry {
+        ParticipantEntry {
+            service: service.into(),
+            operations: vec![serde_json::json!({"op": "add", "key": {"entityId": id}, "field": "n", "delta": 1})],
+            vote: None,
+            code: None,
+            reason: None,
+            read_only: false,
+            lock_token: None,
+            service_code: None,
+            blocked_by: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_participants_items_make_a_request_start_there() {
+        let hot = HotItems::default();
+        let request = [entry("service-a", "A"), entry("service-b", "B")];
+        assert_eq!(hot.first_hot(&request), None);
+        hot.mark(&entry("service-b", "B"));
+        assert_eq!(hot.first_hot(&request), Some(1));
+        assert_eq!(hot.first_hot(&[entry("service-a", "B"), entry("service-b", "C")]), None, "per service and item");
+    }
+}
