@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use twopc::coordinator::{Coordinator, MAX_ATTEMPTS};
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::model::{ParticipantRequest, Vote};
-use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, Rule, TestEnv};
+use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, FaultyInvoker, Rule, TestEnv};
 
 fn a(id: &str) -> (&'static str, &str) {
     ("service-a", id)
@@ -49,6 +49,13 @@ async fn abort_holder(env: &TestEnv, tx: &str, id: &str) {
     env.participants["service-a"].handle(&abort).await.unwrap();
 }
 
+/// Until a prepare sent through `invoker` was refused CONFLICT.
+async fn refused_once(invoker: &FaultyInvoker) {
+    while !invoker.calls().iter().any(|c| c.answer == "REFUSED:CONFLICT") {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn post(coordinator: &Coordinator, body: &Value, key: Option<&str>, token: Option<&str>) -> (u16, Value) {
     let caller = coordinator.access().iam(None);
     let reply = coordinator.submit_retry_by(body.to_string().as_bytes(), key, token, &caller).await;
@@ -69,9 +76,7 @@ async fn a_transfer_refused_by_an_older_lock_is_retried_with_its_age_once_the_ho
         tokio::spawn(async move { post(&coordinator, &TestEnv::transfer(a("A"), b("B"), "10"), None, None).await })
     };
     // Refused once (a younger transaction yields at once); the retry waits for the holder's decision.
-    while !invoker.calls().iter().any(|c| c.answer == "REFUSED:CONFLICT") {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    refused_once(&invoker).await;
     abort_holder(&env, "tx-older", "A").await;
     let (status, body) = client.await.unwrap();
 
@@ -119,9 +124,7 @@ async fn retries_survive_a_lost_claim_reply_and_late_duplicated_messages() {
         let coordinator = coordinator.clone();
         tokio::spawn(async move { post(&coordinator, &TestEnv::transfer(a("A"), b("B"), "10"), None, None).await })
     };
-    while !invoker.calls().iter().any(|c| c.answer == "REFUSED:CONFLICT") {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    refused_once(&invoker).await;
     abort_holder(&env, "tx-older", "A").await;
     let (status, body) = client.await.unwrap();
     env.settle().await;
@@ -152,9 +155,7 @@ async fn a_retried_key_fences_an_attempt_its_stopped_coordinator_claimed_but_nev
     let releaser = {
         let (transactions, clock, invoker) = (env.transactions.clone(), env.clock.clone(), invoker.clone());
         tokio::spawn(async move {
-            while !invoker.calls().iter().any(|c| c.answer == "REFUSED:CONFLICT") {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            refused_once(&invoker).await;
             use twopc::clock::Clock;
             transactions.abort_if_absent("tx-older", clock.now_ms(), "aborted by the test").await.unwrap();
         })

@@ -60,17 +60,8 @@ mod tests {
     use super::*;
 
     fn entry(service: &str, id: &str) -> ParticipantEntry {
-        ParticipantEntry {
-            service: service.into(),
-            operations: vec![serde_json::json!({"op": "add", "key": {"entityId": id}, "field": "n", "delta": 1})],
-            vote: None,
-            code: None,
-            reason: None,
-            read_only: false,
-            lock_token: None,
-            service_code: None,
-            blocked_by: None,
-        }
+        let operation = serde_json::json!({"op": "add", "key": {"entityId": id}, "field": "n", "delta": 1});
+        serde_json::from_value(serde_json::json!({"service": service, "operations": [operation]})).unwrap()
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! Run it with `cargo test -p twopc-model`; README.md says what is checked and how to run larger
 //! configurations.
 
+/// Issue 35: retries that keep their age (wait-die), a model of its own.
+pub mod age;
 pub mod config;
 pub mod report;
 pub mod state;
@@ -203,11 +205,13 @@ pub enum Event {
     /// Issue 32: the sweeper found a lock of a PREPARED owner within its hold that no hold message extended,
     /// and sent the hold it missed (`resolve_lock`).
     SweeperMovesHeldLock,
+    /// Issue 35: a prepare met a live lock whose owner is decided and resolved it at once.
+    DecidedOwnerResolved,
 }
 
 impl Event {
-    pub fn bit(self) -> u64 {
-        1 << (self as u64)
+    pub fn bit(self) -> u128 {
+        1 << (self as u128)
     }
 }
 
@@ -1137,6 +1141,14 @@ impl TwoPc {
             p.push(Property::<Self>::sometimes(
                 "sometimes a late copy takes a stray lock",
                 seen::<{ Event::StrayLock as u32 }>,
+            ));
+        }
+        // Issue 35: a prepare meets a live lock whose owner is decided (its second phase not landed yet, or a
+        // late copy's stray lock) and settles it at once.
+        if shared && b.total >= 2 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a prepare settles a live lock of a decided owner at once",
+                seen::<{ Event::DecidedOwnerResolved as u32 }>,
             ));
         }
         // A prepare meets another transaction's expired lock (of an owner decided commit).

@@ -22,13 +22,13 @@ pub struct Run {
 }
 
 /// Threads for the checker: `MODEL_THREADS`, else 2 (CI machines have 2 cores).
-fn threads() -> usize {
+pub(crate) fn threads() -> usize {
     std::env::var("MODEL_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(2)
 }
 
 /// One check at a time: `cargo test` runs tests in parallel, and each check already uses every
 /// thread it is given (and memory in proportion to the states it explores).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+pub(crate) static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Checks every reachable state (breadth first, so a counterexample is a shortest one). With
 /// `stop_at`, stops as soon as that property has a discovery.

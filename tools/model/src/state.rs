@@ -511,7 +511,7 @@ pub struct Ghost {
     /// Bits of [`crate::Violation`]: properties that a step broke (checked at the moment it happened).
     pub violations: u16,
     /// Bits of [`crate::Event`]: things that happened (for the "sometimes" sanity checks).
-    pub seen: u64,
+    pub seen: u128,
 }
 
 /// The events seen (`Ghost::seen`) are left out of a state's identity (its hash, which is what the

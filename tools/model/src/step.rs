@@ -1023,6 +1023,13 @@ impl TwoPc {
             });
             t.pc = TPc::Resolve { owner: lock.tx, item, stage: RStage::Get };
             s.tasks.push(t);
+        } else if s.status(lock.tx).is_some_and(|status| status != Status::Preparing && status != Status::Prepared) {
+            // Issue 35, `owner_is_decided`: a live lock whose owner is decided (a late prepare's stray lock, or
+            // one whose second phase is in flight) is settled now, as lock resolution would after its expiry.
+            ctx.note(|| format!("  meets {}'s lock, its owner decided: lock resolution", self.tx_name(lock.tx)));
+            self.event(s, Event::DecidedOwnerResolved);
+            t.pc = TPc::Resolve { owner: lock.tx, item, stage: RStage::Get };
+            s.tasks.push(t);
         } else if tx < lock.tx {
             // Wait-die by (startedAt, id): the older one waits for the younger one's lock.
             ctx.note(|| "  older: waits".into());
