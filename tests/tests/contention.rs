@@ -318,3 +318,39 @@ async fn an_older_prepare_outwaited_by_a_younger_lock_refuses_timeout_not_confli
     assert_eq!(younger.code, Some(twopc::model::RefusalCode::Conflict), "{younger:?}");
     assert_eq!(younger.blocked_by.as_deref(), Some("tx-young"));
 }
+
+/// A caller's retry with its token under a key that ran already (the request's own key, or one used with
+/// another body) is answered from that key's record: nothing is claimed, so no chain links to itself or to
+/// a transaction of another body.
+#[tokio::test]
+async fn a_token_under_a_key_that_ran_already_claims_nothing() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    older_holder(&env, "tx-older", "A").await;
+    // A token lasts the request's timeout after its answer: long enough for the steps below.
+    let transfer = |amount: &str| json!({"participants": TestEnv::transfer(a("A"), b("B"), amount)["participants"], "timeoutMs": 2_500});
+    let (status, refused) = post(&env.coordinator, &transfer("10"), Some("original"), None).await;
+    assert_eq!(status, 409, "{refused}");
+    let token = refused["ageToken"].as_str().expect("an age token").to_owned();
+    let last = refused["transactionId"].as_str().unwrap().to_owned();
+    let quick = json!({"participants": TestEnv::transfer(a("A"), b("B"), "99")["participants"], "timeoutMs": 300});
+    let (status, other) = post(&env.coordinator, &quick, Some("used-before"), None).await;
+    assert_eq!(status, 409, "{other}");
+
+    let (status, same_key) = post(&env.coordinator, &transfer("10"), Some("original"), Some(&token)).await;
+    assert_eq!((status, same_key["transactionId"].as_str()), (409, Some(last.as_str())), "{same_key}");
+    let (status, reused) = post(&env.coordinator, &transfer("10"), Some("used-before"), Some(&token)).await;
+    assert_eq!((status, reused["error"]["code"].as_str()), (422, Some("IDEMPOTENCY_KEY_REUSED")), "{reused}");
+
+    let (_, last_record) = env.get(&last).await;
+    assert!(last_record.get("retriedAs").is_none(), "nothing was claimed: {last_record}");
+    // The token still keeps its place for a retry under a fresh key.
+    abort_holder(&env, "tx-older", "A").await;
+    let (status, retried) = post(&env.coordinator, &transfer("10"), Some("fresh"), Some(&token)).await;
+    assert_eq!(status, 200, "{retried}");
+    assert_eq!(env.get(&last).await.1["retriedAs"], retried["transactionId"]);
+    env.sweep_until_quiet().await;
+    assert_eq!(env.balance("service-a", "A").await, "90");
+    assert_no_locks(&env).await;
+}

@@ -183,6 +183,10 @@ pub struct TransactionState {
     /// `Age-Token` header of the same request sent again).
     #[serde(default)]
     pub age_token: Option<String>,
+    /// An attempt refused for contention and retried by the coordinator: the next attempt's id (its
+    /// outcome is the request's; follow it with [`Client::get`](crate::Client::get)).
+    #[serde(default)]
+    pub retried_as: Option<String>,
 }
 
 impl TransactionState {

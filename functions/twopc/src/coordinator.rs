@@ -393,6 +393,18 @@ impl Coordinator {
             return Reply::invalid(invalid);
         }
         if let Some(age) = &age {
+            // A key (or the same token) that ran already is answered from its record: nothing is claimed for
+            // it, so that no chain ever links to a transaction of another body, or to one of its own.
+            match self.transactions.get(&id).await {
+                Ok(Some(existing)) => {
+                    return match self.replay(existing, record.request_hash.as_deref(), answer_by).await {
+                        Ok(reply) => reply,
+                        Err(e) => drive_error_reply(e, &id),
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => return unavailable(&e, None),
+            }
             record.started_at = Some(age.started_at);
             record.attempt = Some(age.attempt);
             record.first_transaction_id = Some(age.first_transaction_id.clone());
@@ -415,8 +427,13 @@ impl Coordinator {
         }
         let span = info_span!("transaction", tx = %id);
         let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
-        let run = self.run(record, answer_by, &body_hash).instrument(span);
-        let ran = match tokio::time::timeout_at(abandon_at, run).await {
+        // The attempt now running: what a 503 or a crash names (an earlier attempt's GET says ABORTED).
+        let current = Arc::new(std::sync::Mutex::new(id.clone()));
+        // Boxed: the attempts' state machine is large, and a caller's stack need not hold it.
+        let run = Box::pin(self.run(record, answer_by, &body_hash, request.timeout_ms, &current).instrument(span));
+        let ran = tokio::time::timeout_at(abandon_at, run).await;
+        let id = current.lock().expect("the attempt's id is never poisoned").clone();
+        let ran = match ran {
             Ok(ran) => ran,
             Err(_) => {
                 error!(tx = %id, "the answer budget ran out in a step that did not return; abandoned like a crash");
@@ -467,6 +484,8 @@ impl Coordinator {
         mut record: TransactionRecord,
         answer_by: std::time::Instant,
         body_hash: &str,
+        timeout_ms: u64,
+        current: &std::sync::Mutex<String>,
     ) -> Result<Reply, DriveError> {
         // A request on an item that refused others lately starts there, one participant at a time.
         let mut first = self.hot.first_hot(&record.participants);
@@ -478,55 +497,61 @@ impl Coordinator {
             }
             if refused.retryable() {
                 let span = info_span!("transaction", tx = %refused.record.transaction_id);
-                if let Some(next) = self.next_attempt(&refused, answer_by).instrument(span).await? {
-                    info!(tx = %next.transaction_id, attempt = next.attempt_number(), "retrying a refusal for contention");
-                    record = next;
-                    first = refused.blocked_at;
-                    continue;
+                match self.next_attempt(&refused, answer_by).instrument(span).await? {
+                    Next::Attempt(next) => {
+                        info!(tx = %next.transaction_id, attempt = next.attempt_number(), "retrying a refusal for contention");
+                        *current.lock().expect("the attempt's id is never poisoned") = next.transaction_id.clone();
+                        record = *next;
+                        first = refused.blocked_at;
+                        continue;
+                    }
+                    Next::Answer => {}
+                    // Whether the claim took effect is not known: no token that would claim it again.
+                    Next::AnswerWithoutToken => return Ok(attempted.reply),
                 }
             }
-            return Ok(self.with_age_token(attempted.reply, &refused.record, body_hash).await);
+            return Ok(self.with_age_token(attempted.reply, &refused.record, body_hash, timeout_ms).await);
         }
     }
 
     /// The attempt after `refused`, its successor claimed, or `None` to answer the refusal: the attempts
     /// or the time are spent, or the refused attempt was retried by someone else already.
-    async fn next_attempt(
-        &self,
-        refused: &Refused,
-        answer_by: std::time::Instant,
-    ) -> Result<Option<TransactionRecord>, Crashed> {
+    async fn next_attempt(&self, refused: &Refused, answer_by: std::time::Instant) -> Result<Next, Crashed> {
         let record = &refused.record;
         let attempt = record.attempt_number();
         if attempt >= MAX_ATTEMPTS {
-            return Ok(None);
+            return Ok(Next::Answer);
         }
         let last_start = record.deadline.saturating_sub(MIN_ATTEMPT_MS);
         // A transaction held for its caller's decision is outside the bound: its refusal is the answer.
-        if let Some(blocker) = &refused.blocked_by
-            && let Ok(Some(holder)) = self.transactions.get(blocker).await
-            && holder.status == Status::Prepared
-        {
-            return Ok(None);
+        if let Some(blocker) = &refused.blocked_by {
+            match self.transactions.get(blocker).await {
+                Ok(Some(holder)) if holder.status == Status::Prepared => return Ok(Next::Answer),
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(error = %e, blocker, "could not read the blocking transaction; answering the refusal");
+                    return Ok(Next::Answer);
+                }
+            }
         }
         let now = self.clock.now_ms();
         let budget_left = answer_by.saturating_duration_since(std::time::Instant::now());
         if now > last_start || budget_left < Duration::from_millis(MIN_ATTEMPT_MS) {
-            return Ok(None);
+            return Ok(Next::Answer);
         }
         let next_id = format!("{}-{}", record.first_id(), attempt + 1);
         match self.claim(&record.transaction_id, &next_id).await {
             Ok(Claim::Claimed) => {
                 self.faults.check(CoordinatorCrash::AfterClaim)?;
-                Ok(Some(record.next_attempt(next_id, attempt + 1, self.clock.now_ms())))
+                Ok(Next::Attempt(Box::new(record.next_attempt(next_id, attempt + 1, self.clock.now_ms()))))
             }
             Ok(Claim::Refused(current)) => {
                 warn!(retried_as = ?current.and_then(|c| c.retried_as), "the refused attempt was retried already");
-                Ok(None)
+                Ok(Next::AnswerWithoutToken)
             }
             Err(e) => {
                 warn!(error = %e, "could not claim the next attempt; answering the refusal");
-                Ok(None)
+                Ok(Next::AnswerWithoutToken)
             }
         }
     }
@@ -538,7 +563,13 @@ impl Coordinator {
 
     /// `reply` with the `ageToken` of its request when its last attempt was refused for contention only
     /// (CONFLICT, or TIMEOUT waiting for a younger lock): a caller's retry with it keeps the request's age.
-    async fn with_age_token(&self, mut reply: Reply, last: &TransactionRecord, body_hash: &str) -> Reply {
+    async fn with_age_token(
+        &self,
+        mut reply: Reply,
+        last: &TransactionRecord,
+        body_hash: &str,
+        timeout_ms: u64,
+    ) -> Reply {
         if reply.status != 409 || !refused_for_contention(&last.participants) {
             return reply;
         }
@@ -550,7 +581,7 @@ impl Coordinator {
             first_transaction_id: last.first_id().to_owned(),
             retry_of: last.transaction_id.clone(),
             attempt: last.attempt_number() + 1,
-            expires_at: now + last.deadline.saturating_sub(last.created_at),
+            expires_at: now + timeout_ms,
             key_id: String::new(),
             service: last.participants[0].service.clone(),
         };
@@ -905,7 +936,7 @@ impl Coordinator {
             // Its attempts: each one retried names the next (which a replay that finds it missing fences).
             while let Some(next) = record.retried_as.clone().filter(|_| hops < MAX_CHAIN_HOPS) {
                 hops += 1;
-                record = self.attempt_named(&next).await?;
+                record = self.attempt_named(&next, record.request_hash.as_deref()).await?;
             }
             let mut wait = Duration::from_millis(20);
             // A held one answers at once: PREPARED (202 with holdUntil) while the hold lasts. An attempt
@@ -934,7 +965,9 @@ impl Coordinator {
                 // attempt is fenced, so that this answer stays the request's answer.
                 let next = format!("{}-{}", record.first_id(), record.attempt_number() + 1);
                 let now = self.clock.now_ms();
-                self.transactions.abort_if_absent(&next, now, ATTEMPT_NOT_STARTED).await?;
+                self.transactions
+                    .fence_attempt(&next, now, ATTEMPT_NOT_STARTED, record.request_hash.as_deref())
+                    .await?;
                 if let Some(current) = self.transactions.get(&record.transaction_id).await? {
                     record = current;
                 }
@@ -944,26 +977,35 @@ impl Coordinator {
             }
             break;
         }
+        if hops >= MAX_CHAIN_HOPS && record.retried_as.is_some() {
+            let mut reply = Reply::error(
+                ErrorCode::Unavailable,
+                format!(
+                    "the request's attempts go on past {MAX_CHAIN_HOPS}; the outcome is not known from here: GET \
+                     /transactions/{} and follow its retriedAs",
+                    record.transaction_id
+                ),
+            );
+            reply.body["transactionId"] = Value::String(record.transaction_id.clone());
+            return Ok(reply);
+        }
         // The first execution stopped (its coordinator crashed) or is slower than the budget: finish it as
         // recovery would, as far as the budget allows.
         record = self.abort_expired(record).await?;
         if matches!(record.status, Status::Committing | Status::Aborting) {
             record = self.drive_within(record, answer_by).await?;
         }
-        let reply = Reply::answering(&record);
-        Ok(match record.request_hash.clone() {
-            Some(hash) => self.with_age_token(reply, &record, &hash).await,
-            None => reply,
-        })
+        // No age token from a replay: a request's token comes with its own answer and expires with it.
+        Ok(Reply::answering(&record))
     }
 
     /// The attempt `id` a record's `retriedAs` names; if it has no record (its coordinator stopped after
     /// claiming it, or is about to create it), it is recorded ABORTED first, conditionally, so that it can
     /// never begin afterwards.
-    async fn attempt_named(&self, id: &str) -> Result<TransactionRecord, StoreError> {
+    async fn attempt_named(&self, id: &str, request_hash: Option<&str>) -> Result<TransactionRecord, StoreError> {
         match self.transactions.get(id).await? {
             Some(record) => Ok(record),
-            None => self.transactions.abort_if_absent(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED).await,
+            None => self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, request_hash).await,
         }
     }
 
@@ -989,8 +1031,6 @@ impl Coordinator {
         record: &TransactionRecord,
         first: Option<usize>,
     ) -> Result<Vec<ParticipantEntry>, Crashed> {
-        let now = self.clock.now_ms();
-        let budget = Duration::from_millis(record.deadline.saturating_sub(now));
         let sequential = self.sequential_prepares || record.attempt_number() > 1 || first.is_some();
         let sole = record.participants.len() == 1;
         // Collected first: a lazy iterator's closure inside this future would stop it being provably Send.
@@ -1014,6 +1054,8 @@ impl Coordinator {
                 };
                 async move {
                     let sent = self.clock.now_ms();
+                    // Each bounded by the deadline from when it is sent (one at a time, a later one starts later).
+                    let budget = Duration::from_millis(record.deadline.saturating_sub(sent));
                     let result = tokio::time::timeout(budget, self.call(&entry.service, &request)).await;
                     if let Ok(Ok(ParticipantResponse { received_at: Some(at), answered_at: Some(answered), .. })) =
                         &result
@@ -1514,6 +1556,15 @@ impl From<Reply> for Attempted {
     fn from(reply: Reply) -> Attempted {
         Attempted { reply, refused: None }
     }
+}
+
+/// What follows a refused attempt.
+enum Next {
+    Attempt(Box<TransactionRecord>),
+    /// Its refusal is the answer (with an age token when it qualifies).
+    Answer,
+    /// Its refusal is the answer, without an age token: the attempt may have a successor already.
+    AnswerWithoutToken,
 }
 
 /// An attempt whose abort is recorded, with its votes, and the transaction whose lock refused it, at which

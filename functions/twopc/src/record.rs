@@ -723,6 +723,24 @@ impl TransactionStore {
     /// Records that a transaction with no record is aborted, unless a record appears first. Lock
     /// resolution does this before releasing a lock whose owner never wrote its record, so that owner
     /// can never commit afterwards. Returns the record as it now is.
+    /// [`TransactionStore::abort_if_absent`] for an attempt of a keyed request (`request_hash`) that was
+    /// claimed but never created: kept as long as the request's other records (no retention clock), so that
+    /// the chain's link to it can never come to name a later execution.
+    pub async fn fence_attempt(
+        &self,
+        id: &str,
+        now_ms: u64,
+        reason: &str,
+        request_hash: Option<&str>,
+    ) -> Result<TransactionRecord, StoreError> {
+        let mut record = absent_owner_record(id, now_ms, reason);
+        if let Some(hash) = request_hash {
+            record.request_hash = Some(hash.to_owned());
+            record.expire_at = None;
+        }
+        Ok(self.create(&record).await?.unwrap_or(record))
+    }
+
     pub async fn abort_if_absent(&self, id: &str, now_ms: u64, reason: &str) -> Result<TransactionRecord, StoreError> {
         let record = absent_owner_record(id, now_ms, reason);
         Ok(self.create(&record).await?.unwrap_or(record))
