@@ -1138,8 +1138,12 @@ def test_the_record_attributes_are_read_from_the_code(contract):
     # The contract's attributes of a record (twopc::record::RECORD_ATTRIBUTES) are those of the table.
     assert writes["attributes"] == set(names.values())
     # What each writer is refused, derived from the code: the sweeper the coordinator's own attributes
-    # (a record's creation and the hold), a participant's update all but its abort of an expired owner.
-    assert writes["attributes"] - writes["recovery"] == {"principal", "requestHash", "executionId", "holdMs", "holdUntil"}
+    # (a record's creation, the hold, a retried attempt's age and chain), a participant's update all but
+    # its abort of an expired owner.
+    assert writes["attributes"] - writes["recovery"] == {
+        "principal", "requestHash", "executionId", "holdMs", "holdUntil",
+        "startedAt", "attempt", "firstTransactionId", "retriedAs",
+    }
     assert writes["ownerAbort"] == {"transactionId", "status", "updatedAt", "reason", "sweepError"}
     # The sweeper resolves expired locks as a participant does: an owner's abort is a write of recovery.
     assert writes["ownerAbort"] <= writes["recovery"]
