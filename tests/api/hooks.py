@@ -26,7 +26,8 @@ dynamodb = boto3.client(
 )
 
 # UNKNOWN_OPERATION: a service's own kind sent to another service (which service speaks which kind is
-# the registry's, as the service names are).
+# the registry's, as the service names are). INVALID_AGE_TOKEN and AGE_TOKEN_USED: whether an Age-Token is
+# one the coordinator signed for this caller and body, and unused, is the coordinator's to say.
 SERVER_JUDGED_CODES = {
     "UNKNOWN_SERVICE",
     "DUPLICATE_SERVICE",
@@ -34,6 +35,8 @@ SERVER_JUDGED_CODES = {
     "LIMIT_EXCEEDED",
     "IDEMPOTENCY_KEY_REUSED",
     "UNKNOWN_OPERATION",
+    "INVALID_AGE_TOKEN",
+    "AGE_TOKEN_USED",
 }
 SERVER_JUDGED_MESSAGES = re.compile(
     r"is greater than max|significant digits|outside DynamoDB's range|nests too deep|(min|max) - delta"
