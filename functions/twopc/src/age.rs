@@ -77,7 +77,8 @@ pub async fn issue(keys: &dyn KeySource, mut age: Age, now_ms: u64) -> Result<St
     let key = set.signing_key(now_ms).ok_or_else(|| KeyError::NoValidKey { service: age.service.clone() })?;
     age.key_id = key.id.clone();
     let payload = serde_json::to_vec(&age).expect("ages serialize");
-    Ok(format!("{}.{}", hex::encode(&payload), hex::encode(mac(key.secret.as_bytes(), &payload))))
+    let mac = crate::auth::hmac_sha256(key.secret.as_bytes(), &signed_bytes(&payload));
+    Ok(format!("{}.{}", hex::encode(&payload), hex::encode(mac)))
 }
 
 /// The age `token` proves for this caller (`principal`), this body (`body_hash`) sent to `service` first,
@@ -101,7 +102,7 @@ pub async fn verify(
         return Err(AgeTokenError::OtherService);
     }
     let set = keys.keys(service).await.map_err(|e| AgeTokenError::Keys(e.to_string()))?;
-    let key = set.keys.iter().find(|k| k.id == age.key_id).ok_or(AgeTokenError::BadSignature)?;
+    let key = set.key(&age.key_id).ok_or(AgeTokenError::BadSignature)?;
     let mut expected = Hmac::<Sha256>::new_from_slice(key.secret.as_bytes()).expect("HMAC takes any key length");
     expected.update(&signed_bytes(&payload));
     expected.verify_slice(&given).map_err(|_| AgeTokenError::BadSignature)?;
@@ -122,12 +123,6 @@ fn signed_bytes(payload: &[u8]) -> Vec<u8> {
     let mut bytes = format!("{DOMAIN}\n").into_bytes();
     bytes.extend_from_slice(payload);
     bytes
-}
-
-fn mac(secret: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(&signed_bytes(payload));
-    mac.finalize().into_bytes().to_vec()
 }
 
 #[cfg(test)]

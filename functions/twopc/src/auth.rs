@@ -112,7 +112,8 @@ impl KeySet {
         self.keys.iter().filter(|k| k.not_before <= now_ms).max_by_key(|k| k.not_before)
     }
 
-    fn key(&self, id: &str) -> Option<&Key> {
+    /// The key of the set named `id`.
+    pub(crate) fn key(&self, id: &str) -> Option<&Key> {
         self.keys.iter().find(|k| k.id == id)
     }
 }
@@ -339,7 +340,7 @@ fn message_bytes(service: &str, key_id: &str, signed_at: u64, unsigned: &Partici
     format!("{DOMAIN}\n{service}\n{key_id}\n{signed_at}\n{}", crate::model::canonical_json(&message)).into_bytes()
 }
 
-fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
+pub(crate) fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(data);
     mac.finalize().into_bytes().to_vec()

@@ -405,9 +405,7 @@ impl Coordinator {
                 Ok(None) => {}
                 Err(e) => return unavailable(&e, None),
             }
-            record.started_at = Some(age.started_at);
-            record.attempt = Some(age.attempt);
-            record.first_transaction_id = Some(age.first_transaction_id.clone());
+            record = record.as_attempt(age.started_at, age.attempt, age.first_transaction_id.clone());
             // The retry takes its place after the refused attempt, once: a token runs one retry at most.
             match self.claim(&age.retry_of, &id).await {
                 Ok(Claim::Claimed) => {}

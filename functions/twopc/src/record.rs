@@ -193,11 +193,11 @@ pub struct ParticipantEntry {
 }
 
 impl ParticipantEntry {
-    /// The same service and operations, without what a prepare answered.
-    pub fn unvoted(&self) -> ParticipantEntry {
+    /// A service's part before its prepare answered.
+    pub fn new(service: String, operations: Vec<Value>) -> ParticipantEntry {
         ParticipantEntry {
-            service: self.service.clone(),
-            operations: self.operations.clone(),
+            service,
+            operations,
             vote: None,
             code: None,
             reason: None,
@@ -235,16 +235,8 @@ impl TransactionRecord {
             participants: request
                 .participants
                 .iter()
-                .map(|p| ParticipantEntry {
-                    service: p.service.clone(),
-                    operations: p.operations.iter().map(Operation::to_json).collect(),
-                    vote: None,
-                    code: None,
-                    reason: None,
-                    read_only: false,
-                    lock_token: None,
-                    service_code: None,
-                    blocked_by: None,
+                .map(|p| {
+                    ParticipantEntry::new(p.service.clone(), p.operations.iter().map(Operation::to_json).collect())
                 })
                 .collect(),
             created_at: now_ms,
@@ -283,13 +275,24 @@ impl TransactionRecord {
         self.first_transaction_id.as_deref().unwrap_or(&self.transaction_id)
     }
 
+    /// This record as attempt `attempt` of the request first tried as `first_transaction_id` at
+    /// `started_at` (its age).
+    pub fn as_attempt(mut self, started_at: u64, attempt: u32, first_transaction_id: String) -> TransactionRecord {
+        self.started_at = Some(started_at);
+        self.attempt = Some(attempt);
+        self.first_transaction_id = Some(first_transaction_id);
+        self
+    }
+
     /// The next attempt of this one's request: its own id and number, the same age, request, caller and
     /// deadline (the request's timeout covers every attempt), a new execution.
     pub fn next_attempt(&self, transaction_id: String, attempt: u32, now_ms: u64) -> TransactionRecord {
+        let participants =
+            self.participants.iter().map(|p| ParticipantEntry::new(p.service.clone(), p.operations.clone()));
         TransactionRecord {
             transaction_id,
             status: Status::Preparing,
-            participants: self.participants.iter().map(ParticipantEntry::unvoted).collect(),
+            participants: participants.collect(),
             created_at: now_ms,
             updated_at: now_ms,
             deadline: self.deadline,
@@ -304,11 +307,12 @@ impl TransactionRecord {
             principal: self.principal.clone(),
             hold_ms: self.hold_ms,
             hold_until: None,
-            started_at: Some(self.age()),
-            attempt: Some(attempt),
-            first_transaction_id: Some(self.first_id().to_owned()),
+            started_at: None,
+            attempt: None,
+            first_transaction_id: None,
             retried_as: None,
         }
+        .as_attempt(self.age(), attempt, self.first_id().to_owned())
     }
 
     /// Whether the request asked to hold the prepares (`holdMs`) for a caller's commit or abort.
@@ -640,6 +644,18 @@ impl TransactionStore {
         let mut e = Expr::new();
         let expression = update.expression(&mut e);
         let condition = format!("{} = {}", e.name(a::STATUS), e.value(s(from.as_str())));
+        self.update_if(id, &e, expression, condition).await
+    }
+
+    /// One conditional UpdateItem of record `id` (`e` holds the expressions' names and values): the record
+    /// it wrote, or, when the condition failed, the record as it is (`Lost(None)`: there is none).
+    async fn update_if(
+        &self,
+        id: &str,
+        e: &Expr,
+        expression: String,
+        condition: String,
+    ) -> Result<Transition, StoreError> {
         let watch = AttemptWatch::default();
         let out = self
             .client
@@ -690,39 +706,12 @@ impl TransactionStore {
             retried = e.name(a::RETRIED_AS),
             next = e.value(s(next)),
         );
-        let watch = AttemptWatch::default();
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(id)))
-            .update_expression(set)
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .customize()
-            .interceptor(watch.clone())
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(Claim::Claimed),
-            Err(err) => match err.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    let current = match c.item() {
-                        Some(item) => Some(TransactionRecord::from_item(item)?),
-                        None => self.get(id).await?,
-                    };
-                    Ok(Claim::Refused(current.map(Box::new)))
-                }
-                _ => Err(watch.error("UpdateItem", &self.table, err)),
-            },
+        match self.update_if(id, &e, set, condition).await? {
+            Transition::Done(_) => Ok(Claim::Claimed),
+            Transition::Lost(current) => Ok(Claim::Refused(current.map(Box::new))),
         }
     }
 
-    /// Records that a transaction with no record is aborted, unless a record appears first. Lock
-    /// resolution does this before releasing a lock whose owner never wrote its record, so that owner
-    /// can never commit afterwards. Returns the record as it now is.
     /// [`TransactionStore::abort_if_absent`] for an attempt of a keyed request (`request_hash`) that was
     /// claimed but never created: kept as long as the request's other records (no retention clock), so that
     /// the chain's link to it can never come to name a later execution.
@@ -741,9 +730,11 @@ impl TransactionStore {
         Ok(self.create(&record).await?.unwrap_or(record))
     }
 
+    /// Records that a transaction with no record is aborted, unless a record appears first. Lock
+    /// resolution does this before releasing a lock whose owner never wrote its record, so that owner
+    /// can never commit afterwards. Returns the record as it now is.
     pub async fn abort_if_absent(&self, id: &str, now_ms: u64, reason: &str) -> Result<TransactionRecord, StoreError> {
-        let record = absent_owner_record(id, now_ms, reason);
-        Ok(self.create(&record).await?.unwrap_or(record))
+        self.fence_attempt(id, now_ms, reason, None).await
     }
 
     /// Puts an open transaction the sweeper could not finish behind the others until `sweep_at`, with why
