@@ -277,13 +277,7 @@ impl Participant {
         let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
         let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
         let started_at = order.priority().unwrap_or(now);
-        for round in 0.. {
-            // A round that ended waiting for a younger transaction's lock is not an attempt: the wait is
-            // bounded by its budget, and an older transaction is never refused for being outrun.
-            let attempt = round - waiting.waits();
-            if attempt >= LOCK_ATTEMPTS {
-                break;
-            }
+        while let Some(attempt) = waiting.next_attempt() {
             // Every attempt checks the cutoff first: no lock is written for a transaction whose deadline
             // (and the clock margin) passed, however long the attempts before took.
             if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
@@ -516,13 +510,7 @@ impl Participant {
         keys: &[Item],
     ) -> Result<ParticipantResponse, ParticipantError> {
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
-        for round in 0.. {
-            // A round that ended waiting for a younger transaction's lock is not an attempt: the wait is
-            // bounded by its budget, and an older transaction is never refused for being outrun.
-            let attempt = round - waiting.waits();
-            if attempt >= LOCK_ATTEMPTS {
-                break;
-            }
+        while let Some(attempt) = waiting.next_attempt() {
             if let Some(late) = waiting.cutoff.passed(self.clock.now_ms(), "the checked items could not be read before")
             {
                 return Ok(late);
@@ -727,13 +715,7 @@ impl Participant {
         let cutoff = Cutoff::of(order);
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
-        for round in 0.. {
-            // A round that ended waiting for a younger transaction's lock is not an attempt: the wait is
-            // bounded by its budget, and an older transaction is never refused for being outrun.
-            let attempt = round - waiting.waits();
-            if attempt >= LOCK_ATTEMPTS {
-                break;
-            }
+        while let Some(attempt) = waiting.next_attempt() {
             // As for a lock write: no attempt once the deadline and the clock margin passed.
             let what =
                 if attempt == 0 { "the one-phase commit arrived" } else { "the items could not be committed before" };
@@ -918,7 +900,8 @@ struct Waiting<'a> {
     /// No wait may end after this.
     until: u64,
     cutoff: Cutoff,
-    /// How many waits ended with the lock released.
+    /// Rounds begun, and how many of them ended in a wait that saw the lock released.
+    rounds: std::sync::atomic::AtomicU32,
     waits: std::sync::atomic::AtomicU32,
 }
 
@@ -931,12 +914,19 @@ impl<'a> Waiting<'a> {
             holds_no_locks: order.holds_no_locks,
             until: now_ms + budget,
             cutoff: Cutoff::of(order),
+            rounds: std::sync::atomic::AtomicU32::new(0),
             waits: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
-    fn waits(&self) -> u32 {
-        self.waits.load(std::sync::atomic::Ordering::Relaxed)
+    /// The number of the next attempt at the items, `None` once [`LOCK_ATTEMPTS`] are spent. A round that
+    /// ended waiting for a lock (and saw it released) is not an attempt: the wait is bounded by its budget,
+    /// and an older transaction is never refused for being outrun.
+    fn next_attempt(&self) -> Option<u32> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let round = self.rounds.fetch_add(1, Relaxed);
+        let attempt = round - self.waits.load(Relaxed);
+        (attempt < LOCK_ATTEMPTS).then_some(attempt)
     }
 
     /// Whether this transaction may wait for `owner`'s lock: it comes before `owner` in wait-die's order (a
