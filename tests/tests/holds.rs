@@ -509,3 +509,25 @@ async fn record_writes_whose_replies_were_lost_are_the_writers_own() {
     assert_eq!(env.balance("service-b", "B").await, "60");
     assert!(env.locked_items().await.is_empty());
 }
+
+/// A prepare that meets a held transaction's lock past its deadline (its hold message lost, so lock
+/// resolution finds the owner held and moves the lock) is refused naming the holder, like one meeting the
+/// lock within its deadline: held locks are outside the retries' bound, so its coordinator answers the
+/// refusal at once instead of retrying into a wait the hold outlasts.
+#[tokio::test]
+async fn a_prepare_resolving_a_held_lock_is_refused_at_once_not_retried() {
+    let env = world().await;
+    env.invoker.set("service-a", Action::Hold, EdgeFault::Fail);
+    let (id, hold_until) = hold(&env, "B", 60_000).await;
+    let deadline = record(&env, &id).await.deadline;
+    assert_eq!(lock_expiry(&env, "service-a", "A").await, Some(deadline), "not extended");
+    env.invoker.clear();
+    env.clock.advance(deadline + 2 * CLOCK_MARGIN_MS + 1 - env.clock_now());
+
+    let (status, answer) = env.post(&transfer("A", "C", 10), None).await;
+
+    assert_eq!((status, answer["participants"][0]["code"].as_str()), (409, Some("CONFLICT")), "{answer}");
+    assert!(answer["participants"][0]["reason"].as_str().unwrap().contains(&id), "{answer}");
+    assert!(answer.get("attempts").is_none(), "not retried: {answer}");
+    assert_eq!(lock_expiry(&env, "service-a", "A").await, Some(hold_until), "moved by the resolving prepare");
+}

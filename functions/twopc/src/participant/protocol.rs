@@ -420,8 +420,7 @@ impl Participant {
                     if let Some(settled) = self.settle_owner(&owner, key, &reason).await? {
                         return Ok(settled);
                     }
-                    let refusal = refused(RefusalCode::Conflict, reason);
-                    return Ok(Some(ParticipantResponse { blocked_by: Some(owner), ..refusal }));
+                    return Ok(Some(blocked(&owner, reason)));
                 }
                 let began = self.clock.now_ms();
                 match self.wait_for_release(key, &owner, &reason, waiting).await? {
@@ -458,8 +457,7 @@ impl Participant {
         match self.transactions.get(owner).await?.map(|r| r.status) {
             None | Some(Status::Preparing) => Ok(None),
             Some(Status::Prepared) => {
-                let refusal = refused(RefusalCode::Conflict, format!("{reason}, held for its caller's decision"));
-                Ok(Some(Some(ParticipantResponse { blocked_by: Some(owner.to_owned()), ..refusal })))
+                Ok(Some(Some(blocked(owner, format!("{reason}, held for its caller's decision")))))
             }
             Some(_) => Ok(Some(self.resolve(owner, key).await?)),
         }
@@ -645,8 +643,8 @@ impl Participant {
         warn!(owner, ?key, fate = fate_name(&fate), "resolving a lock (expired, or its owner decided)");
         match fate {
             OwnerFate::Undecided => {
-                return Ok(Some(refused(
-                    RefusalCode::Conflict,
+                return Ok(Some(blocked(
+                    owner,
                     format!("entity is locked by transaction {owner}, which is still deciding"),
                 )));
             }
@@ -657,8 +655,8 @@ impl Participant {
                 if let (Some(until), Some(token)) = (record.hold_until, token) {
                     self.table.extend_lock(owner, key, Some(&token), until).await?;
                 }
-                return Ok(Some(refused(
-                    RefusalCode::Conflict,
+                return Ok(Some(blocked(
+                    owner,
                     format!("entity is locked by transaction {owner}, which is held for its caller's decision"),
                 )));
             }
@@ -970,6 +968,12 @@ pub fn parse_operations_for(values: &[Value], catalog: &Catalog) -> Result<Vec<O
 
 fn prepared(lock_token: Option<String>) -> ParticipantResponse {
     ParticipantResponse { vote: Some(Vote::Prepared), lock_token, ..Default::default() }
+}
+
+/// A CONFLICT refusal by `owner`'s lock, naming it (`blockedBy`): the coordinator's retry starts there, or
+/// does not happen if `owner` is held for its caller's decision.
+fn blocked(owner: &str, reason: String) -> ParticipantResponse {
+    ParticipantResponse { blocked_by: Some(owner.to_owned()), ..refused(RefusalCode::Conflict, reason) }
 }
 
 fn refused(code: RefusalCode, reason: String) -> ParticipantResponse {
