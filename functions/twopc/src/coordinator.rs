@@ -426,7 +426,7 @@ impl Coordinator {
         let span = info_span!("transaction", tx = %id);
         let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
         // The attempt now running: what a 503 or a crash names (an earlier attempt's GET says ABORTED).
-        let current = Arc::new(std::sync::Mutex::new(id.clone()));
+        let current = std::sync::Mutex::new(id.clone());
         // Boxed: the attempts' state machine is large, and a caller's stack need not hold it.
         let run = Box::pin(self.run(record, answer_by, &body_hash, request.timeout_ms, &current).instrument(span));
         let ran = tokio::time::timeout_at(abandon_at, run).await;
@@ -955,9 +955,6 @@ impl Coordinator {
                     None => break,
                 }
             }
-            if record.retried_as.is_some() && hops < MAX_CHAIN_HOPS {
-                continue;
-            }
             if self.may_be_retried(&record) {
                 // Its coordinator stopped between the attempts, or is slower than the deadline: the next
                 // attempt is fenced, so that this answer stays the request's answer.
@@ -969,11 +966,10 @@ impl Coordinator {
                 if let Some(current) = self.transactions.get(&record.transaction_id).await? {
                     record = current;
                 }
-                if record.retried_as.is_some() && hops < MAX_CHAIN_HOPS {
-                    continue;
-                }
             }
-            break;
+            if record.retried_as.is_none() || hops >= MAX_CHAIN_HOPS {
+                break;
+            }
         }
         if hops >= MAX_CHAIN_HOPS && record.retried_as.is_some() {
             let mut reply = Reply::error(

@@ -21,7 +21,8 @@ const MAX_HOT_ITEMS: usize = 4_096;
 
 #[derive(Debug, Default)]
 pub struct HotItems {
-    seen: Mutex<HashMap<(String, String), Instant>>,
+    /// Service → `entityId` → when it last refused: looked up by `&str`, without building a key.
+    seen: Mutex<HashMap<String, HashMap<String, Instant>>>,
 }
 
 impl HotItems {
@@ -29,14 +30,18 @@ impl HotItems {
     pub fn mark(&self, entry: &ParticipantEntry) {
         let now = Instant::now();
         let mut seen = self.seen.lock().expect("the hot items' lock is never poisoned");
-        if seen.len() >= MAX_HOT_ITEMS {
-            seen.retain(|_, at| now.duration_since(*at) < HOT_FOR);
-            if seen.len() >= MAX_HOT_ITEMS {
+        if seen.values().map(HashMap::len).sum::<usize>() >= MAX_HOT_ITEMS {
+            for items in seen.values_mut() {
+                items.retain(|_, at| now.duration_since(*at) < HOT_FOR);
+            }
+            seen.retain(|_, items| !items.is_empty());
+            if seen.values().map(HashMap::len).sum::<usize>() >= MAX_HOT_ITEMS {
                 seen.clear();
             }
         }
+        let items = seen.entry(entry.service.clone()).or_default();
         for id in entity_ids(&entry.operations) {
-            seen.insert((entry.service.clone(), id), now);
+            items.insert(id, now);
         }
     }
 
@@ -48,9 +53,11 @@ impl HotItems {
             return None;
         }
         participants.iter().position(|entry| {
-            entity_ids(&entry.operations)
-                .into_iter()
-                .any(|id| seen.get(&(entry.service.clone(), id)).is_some_and(|at| now.duration_since(*at) < HOT_FOR))
+            seen.get(&entry.service).is_some_and(|items| {
+                entity_ids(&entry.operations)
+                    .iter()
+                    .any(|id| items.get(id).is_some_and(|at| now.duration_since(*at) < HOT_FOR))
+            })
         })
     }
 }
@@ -61,7 +68,7 @@ mod tests {
 
     fn entry(service: &str, id: &str) -> ParticipantEntry {
         let operation = serde_json::json!({"op": "add", "key": {"entityId": id}, "field": "n", "delta": 1});
-        serde_json::from_value(serde_json::json!({"service": service, "operations": [operation]})).unwrap()
+        ParticipantEntry::new(service.to_owned(), vec![operation])
     }
 
     #[test]
