@@ -126,7 +126,7 @@ impl Client {
     pub async fn submit_with_key(&self, transaction: &Transaction, key: &str) -> Result<Outcome, Error> {
         let body = transaction.body_bytes();
         let (status, answer) =
-            self.call(Method::POST, self.url(&["transactions"]), Some(&body), Some(key), self.retry).await?;
+            self.call(Method::POST, self.url(&["transactions"]), Some(&body), Some(key), None, self.retry).await?;
         Outcome::from_response(status, &answer)
     }
 
@@ -140,7 +140,7 @@ impl Client {
         let key = uuid::Uuid::new_v4().to_string();
         let url = self.url(&["transactions"]);
         let (status, answer) =
-            self.call_with_age(Method::POST, url, Some(&body), Some(&key), Some(age_token), self.retry).await?;
+            self.call(Method::POST, url, Some(&body), Some(&key), Some(age_token), self.retry).await?;
         Outcome::from_response(status, &answer)
     }
 
@@ -149,14 +149,14 @@ impl Client {
     pub async fn submit_unkeyed(&self, transaction: &Transaction) -> Result<Outcome, Error> {
         let body = transaction.body_bytes();
         let (status, answer) =
-            self.call(Method::POST, self.url(&["transactions"]), Some(&body), None, Retry::none()).await?;
+            self.call(Method::POST, self.url(&["transactions"]), Some(&body), None, None, Retry::none()).await?;
         Outcome::from_response(status, &answer)
     }
 
     /// `GET /transactions/{id}`: the outcome so far; [`Error::NotFound`] for an unknown id.
     pub async fn get(&self, transaction_id: &str) -> Result<Outcome, Error> {
         let (status, answer) =
-            self.call(Method::GET, self.url(&["transactions", transaction_id]), None, None, self.retry).await?;
+            self.call(Method::GET, self.url(&["transactions", transaction_id]), None, None, None, self.retry).await?;
         Outcome::from_response(status, &answer)
     }
 
@@ -184,7 +184,7 @@ impl Client {
 
     async fn decide(&self, transaction_id: &str, decision: &str) -> Result<Outcome, Error> {
         let url = self.url(&["transactions", transaction_id, decision]);
-        let (status, answer) = self.call(Method::POST, url, None, None, self.retry).await?;
+        let (status, answer) = self.call(Method::POST, url, None, None, None, self.retry).await?;
         Outcome::from_response(status, &answer)
     }
 
@@ -195,17 +195,6 @@ impl Client {
     }
 
     async fn call(
-        &self,
-        method: Method,
-        url: Url,
-        body: Option<&[u8]>,
-        key: Option<&str>,
-        retry: Retry,
-    ) -> Result<(u16, Vec<u8>), Error> {
-        self.call_with_age(method, url, body, key, None, retry).await
-    }
-
-    async fn call_with_age(
         &self,
         method: Method,
         url: Url,
