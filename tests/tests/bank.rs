@@ -1401,5 +1401,5 @@ fn truncate(text: &str, at: usize) -> String {
 /// The id of a request's first attempt: a later attempt's id is `<first id>-<n>` or `<first id>-r<n>`
 /// (issue 35), and a first id is `tx-` and 32 hex digits.
 fn first_attempt_id(id: &str) -> &str {
-    id.splitn(3, '-').take(2).map(str::len).sum::<usize>().checked_add(1).map_or(id, |end| &id[..end.min(id.len())])
+    id.match_indices('-').nth(1).map_or(id, |(end, _)| &id[..end])
 }

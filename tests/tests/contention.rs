@@ -38,6 +38,18 @@ async fn older_holder(env: &TestEnv, tx: &str, id: &str) {
     assert_eq!(vote.vote, Some(Vote::Prepared), "{vote:?}");
 }
 
+/// A = 100 on service-a, held by `tx-older` (older than anything the test submits), and B = 0 on service-b.
+async fn a_held_by_an_older_transaction(env: &TestEnv) {
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    older_holder(env, "tx-older", "A").await;
+}
+
+/// A transfer of `amount` from A to B with its own `timeoutMs`.
+fn a_to_b(amount: &str, timeout_ms: u64) -> Value {
+    json!({"participants": TestEnv::transfer(a("A"), b("B"), amount)["participants"], "timeoutMs": timeout_ms})
+}
+
 /// The older holder decided abort, as its coordinator would: its record, then its lock released.
 async fn abort_holder(env: &TestEnv, tx: &str, id: &str) {
     env.transactions.abort_if_absent(tx, env.clock_now(), "aborted by the test").await.unwrap();
@@ -65,9 +77,7 @@ async fn post(coordinator: &Coordinator, body: &Value, key: Option<&str>, token:
 #[tokio::test]
 async fn a_transfer_refused_by_an_older_lock_is_retried_with_its_age_once_the_holder_is_decided() {
     let env = TestEnv::new().await;
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
-    older_holder(&env, "tx-older", "A").await;
+    a_held_by_an_older_transaction(&env).await;
     let invoker = env.fresh_invoker();
     let coordinator = env.coordinator_with(&invoker, Faults::default());
 
@@ -111,9 +121,7 @@ async fn retries_survive_a_lost_claim_reply_and_late_duplicated_messages() {
             .body_contains("retriedAs")
             .nth(1),
     );
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
-    older_holder(&env, "tx-older", "A").await;
+    a_held_by_an_older_transaction(&env).await;
     let invoker = env.fresh_invoker();
     invoker.set("service-b", twopc::model::Action::Prepare, EdgeFault::LateCopy(Duration::from_millis(300)));
     invoker.set("service-a", twopc::model::Action::Abort, EdgeFault::LateCopy(Duration::from_millis(200)));
@@ -145,10 +153,8 @@ async fn retries_survive_a_lost_claim_reply_and_late_duplicated_messages() {
 #[tokio::test]
 async fn a_retried_key_fences_an_attempt_its_stopped_coordinator_claimed_but_never_began() {
     let env = TestEnv::new().await;
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
-    older_holder(&env, "tx-older", "A").await;
-    let body = json!({"participants": TestEnv::transfer(a("A"), b("B"), "10")["participants"], "timeoutMs": 1_000});
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 1_000);
     let invoker = env.fresh_invoker();
     let crashing = env.coordinator_with(&invoker, Faults::crash_at(CoordinatorCrash::AfterClaim));
     // The holder is decided once the first attempt was refused: the retry then claims its successor.
@@ -187,10 +193,8 @@ async fn a_retried_key_fences_an_attempt_its_stopped_coordinator_claimed_but_nev
 #[tokio::test]
 async fn a_callers_retry_keeps_its_age_with_the_token_once_and_only_for_its_own_request() {
     let env = TestEnv::new().await;
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
-    older_holder(&env, "tx-older", "A").await;
-    let transfer = |amount: &str| json!({"participants": TestEnv::transfer(a("A"), b("B"), amount)["participants"], "timeoutMs": 600});
+    a_held_by_an_older_transaction(&env).await;
+    let transfer = |amount: &str| a_to_b(amount, 600);
 
     let started = std::time::Instant::now();
     let (status, refused) = post(&env.coordinator, &transfer("10"), None, None).await;
@@ -325,16 +329,14 @@ async fn an_older_prepare_outwaited_by_a_younger_lock_refuses_timeout_not_confli
 #[tokio::test]
 async fn a_token_under_a_key_that_ran_already_claims_nothing() {
     let env = TestEnv::new().await;
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
-    older_holder(&env, "tx-older", "A").await;
+    a_held_by_an_older_transaction(&env).await;
     // A token lasts the request's timeout after its answer: long enough for the steps below.
-    let transfer = |amount: &str| json!({"participants": TestEnv::transfer(a("A"), b("B"), amount)["participants"], "timeoutMs": 2_500});
+    let transfer = |amount: &str| a_to_b(amount, 2_500);
     let (status, refused) = post(&env.coordinator, &transfer("10"), Some("original"), None).await;
     assert_eq!(status, 409, "{refused}");
     let token = refused["ageToken"].as_str().expect("an age token").to_owned();
     let last = refused["transactionId"].as_str().unwrap().to_owned();
-    let quick = json!({"participants": TestEnv::transfer(a("A"), b("B"), "99")["participants"], "timeoutMs": 300});
+    let quick = a_to_b("99", 300);
     let (status, other) = post(&env.coordinator, &quick, Some("used-before"), None).await;
     assert_eq!(status, 409, "{other}");
 
