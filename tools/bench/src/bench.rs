@@ -56,7 +56,9 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// The request header that carries a refused request's age token on its retry (issue 35).
+/// The request header that carries a refused request's age token on its retry (issue 35):
+/// `twopc::age::AGE_TOKEN_HEADER`, stated here so the bench builds against a coordinator from before
+/// (compare.sh).
 pub const AGE_TOKEN_HEADER: &str = "Age-Token";
 
 /// A coordinator's answer as a client reads it: the outcome, and what issue 35's coordinator adds to
@@ -380,7 +382,12 @@ fn cancellation_codes<'a>(codes: impl IntoIterator<Item = Option<&'a str>>) -> S
 /// A `TransactWriteItems` cancelled because another transaction held an item (a `TransactionConflict`
 /// reason): the refusal a contended `TransactWriteItems` client retries.
 pub fn is_transaction_conflict(outcome: &Outcome) -> bool {
-    matches!(outcome, Outcome::Refused(codes) if codes.split(',').any(|c| c == "TransactionConflict"))
+    matches!(outcome, Outcome::Refused(codes) if names_transaction_conflict(codes))
+}
+
+/// Whether a refusal's codes ([`cancellation_codes`]) name a `TransactionConflict`.
+pub fn names_transaction_conflict(codes: &str) -> bool {
+    codes.split(',').any(|c| c == "TransactionConflict")
 }
 
 /// `SET data.balance = data.balance + :d` if the item exists and, with a minimum, the result stays at

@@ -372,48 +372,21 @@ fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 fn collect_errors(f: &mut Figures) {
     let mut errors = Vec::new();
     if let Some(t) = &f.throughput {
-        for (name, load) in [("3. throughput 2PC", &t.twopc), ("3. throughput TransactWriteItems", &t.baseline)] {
-            if load.failed > 0 {
-                errors.push(format!(
-                    "{name}: {} request(s) failed, first: {}",
-                    load.failed,
-                    load.first_failure.as_deref().unwrap_or("?")
-                ));
-            }
-        }
+        errors.extend(failed_requests("3. throughput 2PC", &t.twopc));
+        errors.extend(failed_requests("3. throughput TransactWriteItems", &t.baseline));
     }
     if let Some(c) = &f.contention {
-        if c.load.failed > 0 {
-            errors.push(format!(
-                "4. contention: {} request(s) failed, first: {}",
-                c.load.failed,
-                c.load.first_failure.as_deref().unwrap_or("?")
-            ));
-        }
+        let name = "4. contention";
+        errors.extend(failed_requests(name, &c.load));
         if !c.locks_left.is_empty() {
-            errors.push(format!("4. contention: {} lock(s) left: {}", c.locks_left.len(), sample(&c.locks_left)));
+            errors.push(format!("{name}: {} lock(s) left: {}", c.locks_left.len(), sample(&c.locks_left)));
         }
-        if c.balance_before != c.balance_after {
-            errors.push(format!(
-                "4. contention: the hot accounts held {} before and {} after",
-                c.balance_before, c.balance_after
-            ));
-        }
+        errors.extend(hot_balance_changed(name, c.balance_before, c.balance_after));
     }
     if let Some(c) = &f.contention_transact {
-        if c.load.failed > 0 {
-            errors.push(format!(
-                "4b. contention, TransactWriteItems: {} request(s) failed, first: {}",
-                c.load.failed,
-                c.load.first_failure.as_deref().unwrap_or("?")
-            ));
-        }
-        if c.balance_before != c.balance_after {
-            errors.push(format!(
-                "4b. contention, TransactWriteItems: the hot accounts held {} before and {} after",
-                c.balance_before, c.balance_after
-            ));
-        }
+        let name = "4b. contention, TransactWriteItems";
+        errors.extend(failed_requests(name, &c.load));
+        errors.extend(hot_balance_changed(name, c.balance_before, c.balance_after));
     }
     if let Some(locks) = &f.final_locks
         && !locks.is_empty()
@@ -421,6 +394,16 @@ fn collect_errors(f: &mut Figures) {
         errors.push(format!("end of run: {} lock(s) left: {}", locks.len(), sample(locks)));
     }
     f.errors.extend(errors);
+}
+
+fn failed_requests(name: &str, load: &Load) -> Option<String> {
+    (load.failed > 0).then(|| {
+        format!("{name}: {} request(s) failed, first: {}", load.failed, load.first_failure.as_deref().unwrap_or("?"))
+    })
+}
+
+fn hot_balance_changed(name: &str, before: i128, after: i128) -> Option<String> {
+    (before != after).then(|| format!("{name}: the hot accounts held {before} before and {after} after"))
 }
 
 fn sample(items: &[String]) -> String {
@@ -797,6 +780,18 @@ fn load_row(name: &str, l: &Load) -> Vec<String> {
 const CONTENDED_HEADER: [&str; 8] =
     ["goodput/s", "committed", "requests", "refused", "refused rate", "gave up", "p50 ms", "p99 ms"];
 
+/// "CONFLICT 12, CONDITION_FAILED 1", or "none".
+fn refusals_by_code(l: &Load) -> String {
+    if l.refusals.is_empty() {
+        return "none".to_owned();
+    }
+    l.refusals.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+fn conserved(before: i128, after: i128) -> &'static str {
+    if before == after { "conserved" } else { "NOT CONSERVED" }
+}
+
 fn contended_row(l: &Load) -> Vec<String> {
     vec![
         format!("{:.1}", l.per_second()),
@@ -903,8 +898,7 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
         );
         let l = &c.load;
         table(&mut o, "rrrrrrrr", &CONTENDED_HEADER, &[contended_row(l)]);
-        let codes: Vec<String> = l.refusals.iter().map(|(c, n)| format!("{c} {n}")).collect();
-        let _ = writeln!(o, "  refusals by code: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
+        let _ = writeln!(o, "  refusals by code: {}", refusals_by_code(l));
         let _ = writeln!(o, "  latency is per committed transfer, retries included");
         if let Some(tp) = &f.throughput {
             let _ = writeln!(
@@ -953,7 +947,7 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
             if c.locks_left.is_empty() { "none, PASS".to_owned() } else { sample(&c.locks_left) },
             c.balance_before,
             c.balance_after,
-            if c.balance_before == c.balance_after { "conserved" } else { "NOT CONSERVED" }
+            conserved(c.balance_before, c.balance_after)
         );
         let _ = writeln!(o);
     }
@@ -965,8 +959,7 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
         );
         let l = &c.load;
         table(&mut o, "rrrrrrrr", &CONTENDED_HEADER, &[contended_row(l)]);
-        let codes: Vec<String> = l.refusals.iter().map(|(c, n)| format!("{c} {n}")).collect();
-        let _ = writeln!(o, "  refusals by code: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
+        let _ = writeln!(o, "  refusals by code: {}", refusals_by_code(l));
         let _ = writeln!(o, "  per committed transfer: requests (attempts) {}", l.retries.requests_per_commit.text());
         let _ = writeln!(
             o,
@@ -989,7 +982,7 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
             l.requests_per_second(),
             c.balance_before,
             c.balance_after,
-            if c.balance_before == c.balance_after { "conserved" } else { "NOT CONSERVED" }
+            conserved(c.balance_before, c.balance_after)
         );
         let _ = writeln!(o);
     }
@@ -1272,7 +1265,7 @@ fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elap
             "load": load_json(&c.load),
             "goodputPerSecond": round(c.load.per_second(), 2),
             "refusedRate": round(c.load.abort_rate(), 4),
-            "conflicts": c.load.refusals.iter().filter(|(code, _)| code.split(',').any(|c| c == "TransactionConflict")).map(|(_, n)| n).sum::<u64>(),
+            "conflicts": c.load.refusals.iter().filter(|(codes, _)| bench::names_transaction_conflict(codes)).map(|(_, n)| n).sum::<u64>(),
             "gaveUp": c.load.gave_up,
             "gaveUpPhase": c.load.retries.gave_up_phase,
             "attemptsPerCommit": c.load.retries.requests_per_commit.json(),

@@ -485,7 +485,7 @@ impl Load {
         if *outcome == Outcome::Committed {
             self.committed_total += 1;
         }
-        if now < window.0 || now >= window.1 {
+        if !in_window(now, window) {
             return;
         }
         self.attempts += 1;
@@ -502,6 +502,19 @@ impl Load {
             Outcome::Failed(_) => unreachable!("handled above"),
         }
     }
+
+    /// Records a contended transfer still refused after [`MAX_ATTEMPTS`] requests, given up now.
+    fn give_up(&mut self, window: (Instant, Instant)) {
+        self.retries.gave_up_phase += 1;
+        if in_window(Instant::now(), window) {
+            self.gave_up += 1;
+        }
+    }
+}
+
+/// Whether `now` is inside the measurement window.
+fn in_window(now: Instant, window: (Instant, Instant)) -> bool {
+    now >= window.0 && now < window.1
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -644,16 +657,12 @@ async fn contended_client(b: Arc<Bench>, plan: Plan, c: usize, window: (Instant,
         // The last refusal's age token and its attempt number, sent back by the next request.
         let mut carried: Option<(String, u32)> = None;
         for requests in 1..=MAX_ATTEMPTS {
-            let answer = match &carried {
-                None => b.submit_with_headers(&b.coordinator, &request, &[]).await,
-                Some((token, _)) => {
-                    b.submit_with_headers(&b.coordinator, &request, &[(AGE_TOKEN_HEADER, token.as_str())]).await
-                }
-            };
+            let age = carried.as_ref().map(|(token, _)| (AGE_TOKEN_HEADER, token.as_str()));
+            let answer = b.submit_with_headers(&b.coordinator, &request, age.as_slice()).await;
             let now = Instant::now();
             load.record(&answer.outcome, now, window, first);
             let carried_attempts = carried.as_ref().map_or(0, |(_, n)| *n);
-            load.retries.answered(&answer, carried_attempts, requests, now >= window.0 && now < window.1);
+            load.retries.answered(&answer, carried_attempts, requests, in_window(now, window));
             if !matches!(answer.outcome, Outcome::Refused(_)) {
                 continue 'transfers;
             }
@@ -663,11 +672,7 @@ async fn contended_client(b: Arc<Bench>, plan: Plan, c: usize, window: (Instant,
             carried = answer.age_token.map(|token| (token, answer.attempts));
             back_off(&mut rng, requests).await;
         }
-        load.retries.gave_up_phase += 1;
-        let now = Instant::now();
-        if now >= window.0 && now < window.1 {
-            load.gave_up += 1;
-        }
+        load.give_up(window);
     }
     load
 }
@@ -686,7 +691,7 @@ async fn contended_transact_client(b: Arc<Bench>, plan: Plan, c: usize, window: 
             let outcome = b.transact_transfer(from, to, 1).await;
             let now = Instant::now();
             load.record(&outcome, now, window, first);
-            load.retries.transacted(&outcome, requests, now >= window.0 && now < window.1);
+            load.retries.transacted(&outcome, requests, in_window(now, window));
             if !is_transaction_conflict(&outcome) {
                 continue 'transfers;
             }
@@ -695,11 +700,7 @@ async fn contended_transact_client(b: Arc<Bench>, plan: Plan, c: usize, window: 
             }
             back_off(&mut rng, requests).await;
         }
-        load.retries.gave_up_phase += 1;
-        let now = Instant::now();
-        if now >= window.0 && now < window.1 {
-            load.gave_up += 1;
-        }
+        load.give_up(window);
     }
     load
 }
@@ -713,35 +714,45 @@ async fn hot_sum(b: &Bench, hot: &[Account]) -> Result<i128, String> {
     Ok(total)
 }
 
-pub async fn contention(b: &Arc<Bench>, plan: &Plan, progress: Progress) -> Result<Contention, String> {
+/// A contended phase (4. or 4b.): the hot accounts seeded, `client`s run on them, their balances summed
+/// before and after.
+async fn contended_phase<F, Fut>(
+    b: &Arc<Bench>,
+    plan: &Plan,
+    progress: Progress,
+    label: &str,
+    client: F,
+) -> Result<(Load, i128, i128), String>
+where
+    F: Fn(usize, (Instant, Instant)) -> Fut,
+    Fut: Future<Output = Load> + Send + 'static,
+{
     let (left, right) = hot_accounts(plan);
     let hot: Vec<Account> = left.into_iter().chain(right).collect();
     b.seed(&hot).await.map_err(|e| e.to_string())?;
     let balance_before = hot_sum(b, &hot).await?;
     let load = {
-        let _ticker = progress.timed(plan.load_warmup + plan.load_window, "4. contention");
-        run_clients(&b.counter, plan.contention_clients, plan, |c, w| contended_client(b.clone(), plan.clone(), c, w))
-            .await
+        let _ticker = progress.timed(plan.load_warmup + plan.load_window, label);
+        run_clients(&b.counter, plan.contention_clients, plan, client).await
     };
     let balance_after = hot_sum(b, &hot).await?;
+    Ok((load, balance_before, balance_after))
+}
+
+pub async fn contention(b: &Arc<Bench>, plan: &Plan, progress: Progress) -> Result<Contention, String> {
+    let (load, balance_before, balance_after) =
+        contended_phase(b, plan, progress, "4. contention", |c, w| contended_client(b.clone(), plan.clone(), c, w))
+            .await?;
     let locks_left = b.locked_items().await.map_err(|e| e.to_string())?;
     Ok(Contention { load, locks_left, balance_before, balance_after })
 }
 
 /// 4b: the peer of 4, `TransactWriteItems` on the same hot accounts (seeded again, so it runs alone too).
 pub async fn contention_transact(b: &Arc<Bench>, plan: &Plan, progress: Progress) -> Result<ContentionPeer, String> {
-    let (left, right) = hot_accounts(plan);
-    let hot: Vec<Account> = left.into_iter().chain(right).collect();
-    b.seed(&hot).await.map_err(|e| e.to_string())?;
-    let balance_before = hot_sum(b, &hot).await?;
-    let load = {
-        let _ticker = progress.timed(plan.load_warmup + plan.load_window, "4b. contention TWI");
-        run_clients(&b.counter, plan.contention_clients, plan, |c, w| {
-            contended_transact_client(b.clone(), plan.clone(), c, w)
-        })
-        .await
-    };
-    let balance_after = hot_sum(b, &hot).await?;
+    let (load, balance_before, balance_after) = contended_phase(b, plan, progress, "4b. contention TWI", |c, w| {
+        contended_transact_client(b.clone(), plan.clone(), c, w)
+    })
+    .await?;
     Ok(ContentionPeer { load, balance_before, balance_after })
 }
 

@@ -17,18 +17,22 @@ pub struct Summary {
 
 impl Summary {
     pub fn of(samples: &[Duration]) -> Summary {
-        if samples.is_empty() {
+        Summary::of_values(samples.iter().map(|d| d.as_secs_f64() * 1e3).collect())
+    }
+
+    /// The same figures of values in any unit (a [`Tally`]'s counts).
+    fn of_values(mut values: Vec<f64>) -> Summary {
+        if values.is_empty() {
             return Summary::default();
         }
-        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-        ms.sort_by(f64::total_cmp);
+        values.sort_by(f64::total_cmp);
         Summary {
-            count: ms.len(),
-            p50: percentile(&ms, 50.0),
-            p95: percentile(&ms, 95.0),
-            p99: percentile(&ms, 99.0),
-            mean: ms.iter().sum::<f64>() / ms.len() as f64,
-            max: ms[ms.len() - 1],
+            count: values.len(),
+            p50: percentile(&values, 50.0),
+            p95: percentile(&values, 95.0),
+            p99: percentile(&values, 99.0),
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            max: values[values.len() - 1],
         }
     }
 
@@ -56,18 +60,8 @@ pub struct Tally {
 
 impl Tally {
     pub fn of(samples: &[u32]) -> Tally {
-        if samples.is_empty() {
-            return Tally::default();
-        }
-        let mut sorted: Vec<f64> = samples.iter().map(|&n| f64::from(n)).collect();
-        sorted.sort_by(f64::total_cmp);
-        Tally {
-            count: sorted.len(),
-            p50: percentile(&sorted, 50.0) as u32,
-            p99: percentile(&sorted, 99.0) as u32,
-            max: sorted[sorted.len() - 1] as u32,
-            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
-        }
+        let s = Summary::of_values(samples.iter().map(|&n| f64::from(n)).collect());
+        Tally { count: s.count, p50: s.p50 as u32, p99: s.p99 as u32, max: s.max as u32, mean: s.mean }
     }
 
     /// "max 7, p99 4, p50 1, mean 1.38"
