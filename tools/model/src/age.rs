@@ -19,13 +19,13 @@
 //! Faults: the claim's reply lost (a budget), and the coordinator crashing between the claim and creating
 //! the next attempt (a budget): a replay then finds the link to no record and fences it.
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Path, Property};
+use stateright::{Model, Property};
 
+pub use crate::report::check;
+use crate::report::{Run, Traced};
 use crate::state::Status;
 
 /// A request (a client's POST, the chain of attempts the coordinator runs for it), by its index in
@@ -220,6 +220,18 @@ pub struct ARecord {
     pub fenced: bool,
 }
 
+impl ARecord {
+    /// Written by the attempt's coordinator.
+    fn new(status: Status) -> ARecord {
+        ARecord { status, retried_as: false, fenced: false }
+    }
+
+    /// A replay's fence (`abort_if_absent`).
+    fn fence() -> ARecord {
+        ARecord { status: Status::Aborted, retried_as: false, fenced: true }
+    }
+}
+
 /// One prepare of the current attempt, at one item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Prep {
@@ -341,7 +353,8 @@ impl AgeViolation {
 
 /// Things that happened, for the `sometimes` checks (a property cannot hold vacuously). Each is part of the
 /// state's identity, and so multiplies the states: what a state shows while it lasts (a wait, a settled
-/// lock) is read from the state instead ([`AgeState::waiting`], [`Prep::Settled`]).
+/// lock) or for good (a crash, a replay's answer) is read from the state instead ([`AgeState::waits`],
+/// [`Prep::Settled`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AgeEvent {
     /// A prepare was refused CONFLICT by the lock of a decided attempt (`decided_owner_settled` off).
@@ -351,10 +364,7 @@ pub enum AgeEvent {
     RefusedTwiceBySame,
     /// The same, at the same item both times.
     RefusedTwiceBySameAtItem,
-    Retried,
-    ClaimReplyLost,
     OwnClaimRecognised,
-    Crashed,
     ReplayFollowed,
     /// A replay waiting at an aborted end ran out of budget and fenced the next attempt's id.
     ReplayFencedNext,
@@ -363,8 +373,6 @@ pub enum AgeEvent {
     Fenced,
     /// A coordinator's create of its next attempt found it fenced: it stops (409).
     LateCoordinatorStopped,
-    ReplayAnsweredAbort,
-    ReplayAnsweredCommit,
 }
 
 impl AgeEvent {
@@ -437,15 +445,14 @@ impl AgeState {
         self.seen & e.bit() != 0
     }
 
-    /// Some prepare of a current attempt waits for a lock its owner still holds, and `f(request, its
-    /// coordinator, the item, the lock)`.
-    pub fn waiting(&self, f: impl Fn(Rq, &ACoord, u8, ALock) -> bool) -> bool {
-        self.coords.iter().enumerate().any(|(r, c)| {
-            c.pc == APc::Collect
-                && (0..2).any(|i| match (c.preps[i as usize], self.locks[i as usize]) {
-                    (Prep::Waiting(o), Some(l)) if l.owner == o => f(r as Rq, c, i, l),
-                    _ => false,
-                })
+    /// The prepares of the current attempts that wait for a lock its owner still holds: (request, its
+    /// coordinator, the item, the lock).
+    pub fn waits(&self) -> impl Iterator<Item = (Rq, &ACoord, u8, ALock)> {
+        self.coords.iter().enumerate().filter(|(_, c)| c.pc == APc::Collect).flat_map(move |(r, c)| {
+            (0..2u8).filter_map(move |i| match (c.preps[i as usize], self.locks[i as usize]) {
+                (Prep::Waiting(o), Some(l)) if l.owner == o => Some((r as Rq, c, i, l)),
+                _ => None,
+            })
         })
     }
 
@@ -458,17 +465,8 @@ impl AgeState {
     /// waits for a lock that request o's attempt still holds (a wait that cannot end unless o moves).
     pub fn waits_for(&self) -> [u8; 3] {
         let mut edges = [0u8; 3];
-        for (r, c) in self.coords.iter().enumerate() {
-            if c.pc != APc::Collect {
-                continue;
-            }
-            for (i, p) in c.preps.iter().enumerate() {
-                if let Prep::Waiting(o) = p
-                    && self.locks[i].is_some_and(|l| l.owner == *o)
-                {
-                    edges[r] |= 1 << o.req;
-                }
-            }
+        for (r, _, _, l) in self.waits() {
+            edges[r as usize] |= 1 << l.owner.req;
         }
         edges
     }
@@ -601,7 +599,6 @@ impl AgeModel {
                 }
                 c.pc = APc::Crashed;
                 n.budget.crash -= 1;
-                n.seen |= AgeEvent::Crashed.bit();
                 say(format!(
                     "coordinator of {} crashes after claiming attempt {}, before starting it",
                     self.cfg.requests[r as usize].name,
@@ -799,24 +796,7 @@ impl AgeModel {
                 if ri > 0 && s.coords[ri - 1].pc == APc::Start {
                     return None;
                 }
-                let a = Attempt { req: r, n: 1 };
-                let preps = self.sent(hot);
-                let c = &mut s.coords[ri];
-                c.n = 1;
-                c.age = s.clock;
-                s.clock += 1;
-                c.first = hot;
-                c.preps = preps;
-                c.pc = APc::Collect;
-                if keyed {
-                    *s.record_mut(a) = Some(ARecord { status: Status::Preparing, retried_as: false, fenced: false });
-                }
-                say(format!(
-                    "{name} starts (startedAt {}){}; {}",
-                    s.coords[ri].age,
-                    if keyed { ", its record created PREPARING" } else { "" },
-                    self.sent_line(hot)
-                ));
+                say(self.begin(s, r, 1, true, hot));
             }
             APc::Collect => {
                 // Every vote asked for is in: one at a time, the other participant is not asked after a refusal.
@@ -838,7 +818,7 @@ impl AgeModel {
                 } else {
                     assert!(rec.is_none(), "an unkeyed attempt has no record before its decision");
                 }
-                *rec = Some(ARecord { status, retried_as: false, fenced: false });
+                *rec = Some(ARecord::new(status));
                 let c = &mut s.coords[ri];
                 // `blocked_at`: the first participant, in the request's order, whose vote names a `blockedBy`.
                 c.blocked_at = c.preps.iter().position(|p| matches!(p, Prep::Refused(Some(_)))).map(|i| i as u8);
@@ -912,7 +892,6 @@ impl AgeModel {
                 let c = &mut s.coords[ri];
                 if lost {
                     s.budget.claim_reply -= 1;
-                    s.seen |= AgeEvent::ClaimReplyLost.bit();
                     c.pc = APc::ClaimRetry;
                     say(format!(
                         "{name} claims {next} (retriedAs on {}): it takes effect, its reply is lost",
@@ -942,39 +921,44 @@ impl AgeModel {
                     ));
                     return Some(());
                 }
-                if keyed {
-                    *s.record_mut(next) = Some(ARecord { status: Status::Preparing, retried_as: false, fenced: false });
-                }
                 let sw = cfg.switches;
-                let age = if sw.kept_age {
-                    c.age
-                } else {
-                    s.clock += 1;
-                    s.clock - 1
-                };
                 // `run`: `first = refused.blocked_at`; `prepare_all`: one at a time from there (from A without).
                 let first = sw.retry_waits_at_refusal.then(|| c.blocked_at.unwrap_or(0));
-                let preps = self.sent(first);
-                let c = &mut s.coords[ri];
-                c.n = next.n;
-                c.age = age;
-                c.first = first;
-                c.preps = preps;
-                c.prev_blocker = c.blocker;
-                c.blocker = None;
-                c.blocked_at = None;
-                c.pc = APc::Collect;
-                s.seen |= AgeEvent::Retried.bit();
-                say(format!(
-                    "{} starts (startedAt {age}){}; {}",
-                    self.attempt_name(next),
-                    if keyed { ", its record created PREPARING" } else { "" },
-                    self.sent_line(first)
-                ));
+                say(self.begin(s, r, next.n, !sw.kept_age, first));
             }
             APc::Done | APc::Crashed => return None,
         }
         Some(())
+    }
+
+    /// Attempt `n` of request `r` starts: its age the request's (`fresh`: the clock's, which moves on), its
+    /// prepares one at a time from `first` or else in parallel, its record created PREPARING first if keyed;
+    /// the refusal of the attempt before it becomes `prev_blocker`. Returns the trace line.
+    fn begin(&self, s: &mut AgeState, r: Rq, n: u8, fresh: bool, first: Option<u8>) -> String {
+        let a = Attempt { req: r, n };
+        let keyed = self.keyed(r);
+        if keyed {
+            *s.record_mut(a) = Some(ARecord::new(Status::Preparing));
+        }
+        let preps = self.sent(first);
+        let c = &mut s.coords[r as usize];
+        if fresh {
+            c.age = s.clock;
+            s.clock += 1;
+        }
+        c.n = n;
+        c.first = first;
+        c.preps = preps;
+        c.prev_blocker = c.blocker.take();
+        c.blocked_at = None;
+        c.pc = APc::Collect;
+        format!(
+            "{} starts (startedAt {}){}; {}",
+            self.attempt_name(a),
+            c.age,
+            if keyed { ", its record created PREPARING" } else { "" },
+            self.sent_line(first)
+        )
     }
 
     fn sent_line(&self, first: Option<u8>) -> String {
@@ -1000,21 +984,14 @@ impl AgeModel {
         let a = Attempt { req: r, n: k };
         let next = Attempt { req: r, n: k + 1 };
         let name = self.attempt_name(a);
-        let answer = |s: &mut AgeState, ans: AAnswer| {
-            s.replays[ri] = RPc::Answered(ans);
-            s.seen |= if ans == AAnswer::Conflict {
-                AgeEvent::ReplayAnsweredAbort.bit()
-            } else {
-                AgeEvent::ReplayAnsweredCommit.bit()
-            };
-        };
+        let answer = |s: &mut AgeState, ans: AAnswer| s.replays[ri] = RPc::Answered(ans);
         let Some(rec) = s.record(a) else {
             if k == 1 {
                 return None;
             }
             // `attempt_named`: a link to no record: `abort_if_absent`, then the record is followed: ABORTED,
             // refused for nothing (not retryable): 409.
-            *s.record_mut(a) = Some(ARecord { status: Status::Aborted, retried_as: false, fenced: true });
+            *s.record_mut(a) = Some(ARecord::fence());
             s.seen |= AgeEvent::Fenced.bit();
             answer(s, AAnswer::Conflict);
             say(format!(
@@ -1050,8 +1027,7 @@ impl AgeModel {
                     // this step is its answer budget (or the deadline) running out first: the next attempt
                     // fenced, the record read again (folded: a link written in between is followed to the fence).
                     if s.record(next).is_none() {
-                        *s.record_mut(next) =
-                            Some(ARecord { status: Status::Aborted, retried_as: false, fenced: true });
+                        *s.record_mut(next) = Some(ARecord::fence());
                     }
                     s.seen |= AgeEvent::ReplayFencedNext.bit();
                     answer(s, AAnswer::Conflict);
@@ -1252,7 +1228,7 @@ impl Model for AgeModel {
                 s.records.iter().any(|chain| chain.iter().skip(1).flatten().any(|r| r.status == Status::Committed))
             }),
             Property::<Self>::sometimes("sometimes an older prepare waits for a younger one's lock", |_, s| {
-                s.waiting(|_, c, i, _| c.first != Some(i))
+                s.waits().any(|(_, c, i, _)| c.first != Some(i))
             }),
         ];
         // The bound is reached (where `MAX_ATTEMPTS` allows it): it is tight.
@@ -1266,7 +1242,7 @@ impl Model for AgeModel {
             p.push(Property::<Self>::sometimes(
                 "sometimes a retry's first prepare, holding no lock, waits for the attempt that refused its \
                  predecessor (older) there",
-                |_, s| s.waiting(|_, c, i, l| c.first == Some(i) && c.prev_blocker == Some(l.owner)),
+                |_, s| s.waits().any(|(_, c, i, l)| c.first == Some(i) && c.prev_blocker == Some(l.owner)),
             ));
         }
         // L0's prepares are never one at a time (`AgeConfig::hot_first_attempts`): a younger request's are.
@@ -1274,7 +1250,9 @@ impl Model for AgeModel {
             p.push(Property::<Self>::sometimes(
                 "sometimes a prepare holding no lock waits for a younger one's lock",
                 |_, s| {
-                    s.waiting(|r, c, i, l| c.first == Some(i) && (c.age, Attempt { req: r, n: c.n }) < (l.age, l.owner))
+                    s.waits().any(|(r, c, i, l)| {
+                        c.first == Some(i) && (c.age, Attempt { req: r, n: c.n }) < (l.age, l.owner)
+                    })
                 },
             ));
         }
@@ -1313,7 +1291,7 @@ impl Model for AgeModel {
         if b.crash > 0 {
             p.push(Property::<Self>::sometimes(
                 "sometimes a coordinator crashes between its claim and the next attempt",
-                seen::<{ AgeEvent::Crashed as u32 }>,
+                |_, s| s.coords.iter().any(|c| c.pc == APc::Crashed),
             ));
         }
         if replayed {
@@ -1329,10 +1307,9 @@ impl Model for AgeModel {
                 "sometimes a late coordinator's create of its next attempt loses to a fence, and it stops",
                 seen::<{ AgeEvent::LateCoordinatorStopped as u32 }>,
             ));
-            p.push(Property::<Self>::sometimes(
-                "sometimes a replay answers 409",
-                seen::<{ AgeEvent::ReplayAnsweredAbort as u32 }>,
-            ));
+            p.push(Property::<Self>::sometimes("sometimes a replay answers 409", |_, s| {
+                s.replays.contains(&RPc::Answered(AAnswer::Conflict))
+            }));
             p.push(Property::<Self>::sometimes("sometimes a replay answers a commit made after a retry", |_, s| {
                 s.replays.iter().enumerate().any(|(r, p)| {
                     matches!(p, RPc::Answered(AAnswer::Ok | AAnswer::Accepted))
@@ -1369,151 +1346,77 @@ impl Model for AgeModel {
     }
 }
 
-/// What one exhaustive check of the age model found.
-pub struct AgeRun {
-    pub model: AgeModel,
-    /// States generated, counting repeats.
-    pub states: usize,
-    /// Distinct states explored.
-    pub unique: usize,
-    pub depth: usize,
-    pub elapsed: Duration,
-    pub discoveries: HashMap<&'static str, Path<AgeState, AgeAction>>,
-    /// The most attempts each request made in the states explored ([`AgeModel::most`]).
-    pub most_attempts: Vec<u8>,
-}
+/// What one exhaustive check of the age model found ([`check`]); [`AgeModel::most_attempts`] reads, after
+/// it, the most attempts each request made in the states explored.
+pub type AgeRun = Run<AgeModel>;
 
-/// Checks every reachable state (breadth first: a counterexample is a shortest one); with `stop_at`, stops
-/// as soon as that property has a discovery. One check at a time, as [`crate::report::check`].
-pub fn check(model: AgeModel, stop_at: Option<&'static str>) -> AgeRun {
-    let _turn = crate::report::ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let started = Instant::now();
-    let mut builder = model.clone().checker().threads(crate::report::threads());
-    if let Some(name) = stop_at {
-        builder = builder.finish_when(HasDiscoveries::AnyOf(BTreeSet::from([name])));
-    }
-    let checker = builder.spawn_bfs().join();
-    let run = AgeRun {
-        states: checker.state_count(),
-        unique: checker.unique_state_count(),
-        depth: checker.max_depth(),
-        elapsed: started.elapsed(),
-        discoveries: checker.discoveries(),
-        most_attempts: model.most_attempts(),
-        model,
-    };
-    let cfg = &run.model.cfg;
-    let sw = cfg.switches;
-    let off: Vec<&str> = [
-        ("kept_age", sw.kept_age),
-        ("older_waits", sw.older_waits),
-        ("retry_waits_at_refusal", sw.retry_waits_at_refusal),
-        ("one_at_a_time", sw.one_at_a_time),
-        ("decided_owner_settled", sw.decided_owner_settled),
-        ("replay_waits_for_retry", sw.replay_waits_for_retry),
-    ]
-    .into_iter()
-    .filter(|(_, on)| !on)
-    .map(|(n, _)| n)
-    .collect();
-    let most: Vec<String> =
-        cfg.requests.iter().zip(&run.most_attempts).map(|(r, m)| format!("{} {m}", r.name)).collect();
-    println!(
-        "age model {:?} ({}; MAX_ATTEMPTS {}; first attempts {}; faults: crash {} lost claim reply {}): {} distinct \
-         states explored ({} generated), max depth {}, in {:.1} s; most attempts seen: {}",
-        cfg.name,
-        if off.is_empty() { "the code's protocol".to_owned() } else { format!("OFF: {}", off.join(", ")) },
-        cfg.max_attempts,
-        if cfg.hot_first_attempts { "in parallel or one at a time" } else { "in parallel" },
-        cfg.budget.crash,
-        cfg.budget.claim_reply,
-        run.unique,
-        run.states,
-        run.depth,
-        run.elapsed.as_secs_f64(),
-        most.join(", ")
-    );
-    run
-}
-
-impl AgeRun {
-    /// Panics (after printing the trace) if an `always`/`eventually` property has a counterexample, or a
-    /// `sometimes` property was never seen.
-    pub fn assert_all_hold(&self) {
-        let mut failures = vec![];
-        for p in self.model.properties() {
-            match (p.expectation, self.discoveries.get(p.name)) {
-                (Expectation::Always | Expectation::Eventually, Some(path)) => {
-                    println!("\nCOUNTEREXAMPLE to \"{}\":", p.name);
-                    print_trace(&self.model, path);
-                    failures.push(p.name);
-                }
-                (Expectation::Sometimes, None) => {
-                    println!("never seen: \"{}\"", p.name);
-                    failures.push(p.name);
-                }
-                (Expectation::Sometimes, Some(path)) => {
-                    println!("  seen ({} steps): {}", path.clone().into_actions().len(), p.name);
-                }
-                _ => println!("  holds: {}", p.name),
-            }
-        }
-        assert!(failures.is_empty(), "properties failed: {failures:?}");
-    }
-
-    /// The counterexample to `name`, printed; panics if there is none.
-    pub fn expect_counterexample(&self, name: &'static str) -> Path<AgeState, AgeAction> {
-        let path =
-            self.discoveries.get(name).unwrap_or_else(|| panic!("the checker found no counterexample to \"{name}\""));
-        println!("\nCOUNTEREXAMPLE to \"{name}\" ({} steps):", path.clone().into_actions().len());
-        print_trace(&self.model, path);
-        path.clone()
-    }
-}
-
-/// Prints a path step by step: each action, what it did, and the state at the end.
-pub fn print_trace(model: &AgeModel, path: &Path<AgeState, AgeAction>) {
-    for (k, (state, action)) in path.clone().into_vec().iter().enumerate() {
-        let Some(action) = action else { continue };
-        println!("{:>3}. {:?}", k + 1, action);
-        if let Some((_, lines)) = model.apply(state, *action, true) {
-            for line in lines {
-                println!("       {line}");
-            }
-        }
-    }
-    println!("     final: {}", summary(model, path.last_state()));
-}
-
-/// One line: locks, records, answers.
-pub fn summary(model: &AgeModel, s: &AgeState) -> String {
-    let locks: Vec<String> = (0..2)
-        .map(|i| format!("{}: {}", ITEMS[i], s.locks[i].map_or("free".to_owned(), |l| model.attempt_name(l.owner))))
+impl Traced for AgeModel {
+    fn heading(&self) -> String {
+        let cfg = &self.cfg;
+        let sw = cfg.switches;
+        let off: Vec<&str> = [
+            ("kept_age", sw.kept_age),
+            ("older_waits", sw.older_waits),
+            ("retry_waits_at_refusal", sw.retry_waits_at_refusal),
+            ("one_at_a_time", sw.one_at_a_time),
+            ("decided_owner_settled", sw.decided_owner_settled),
+            ("replay_waits_for_retry", sw.replay_waits_for_retry),
+        ]
+        .into_iter()
+        .filter(|(_, on)| !on)
+        .map(|(n, _)| n)
         .collect();
-    let mut records = vec![];
-    for (r, chain) in s.records.iter().enumerate() {
-        for (k, rec) in chain.iter().enumerate() {
-            if let Some(rec) = rec {
-                records.push(format!(
-                    "{} {:?}{}{}",
-                    model.attempt_name(Attempt { req: r as Rq, n: k as u8 + 1 }),
-                    rec.status,
-                    if rec.retried_as { " retriedAs→next" } else { "" },
-                    if rec.fenced { " (fenced)" } else { "" }
-                ));
+        format!(
+            "age model {:?} ({}; MAX_ATTEMPTS {}; first attempts {}; faults: crash {} lost claim reply {})",
+            cfg.name,
+            if off.is_empty() { "the code's protocol".to_owned() } else { format!("OFF: {}", off.join(", ")) },
+            cfg.max_attempts,
+            if cfg.hot_first_attempts { "in parallel or one at a time" } else { "in parallel" },
+            cfg.budget.crash,
+            cfg.budget.claim_reply,
+        )
+    }
+
+    fn tail(&self) -> String {
+        let most: Vec<String> =
+            self.cfg.requests.iter().zip(self.most_attempts()).map(|(r, m)| format!("{} {m}", r.name)).collect();
+        format!("; most attempts seen: {}", most.join(", "))
+    }
+
+    fn explain(&self, s: &AgeState, action: AgeAction) -> Option<Vec<String>> {
+        self.apply(s, action, true).map(|(_, lines)| lines)
+    }
+
+    /// One line: locks, records, answers.
+    fn summary(&self, s: &AgeState) -> String {
+        let locks: Vec<String> = (0..2)
+            .map(|i| format!("{}: {}", ITEMS[i], s.locks[i].map_or("free".to_owned(), |l| self.attempt_name(l.owner))))
+            .collect();
+        let mut records = vec![];
+        for (r, chain) in s.records.iter().enumerate() {
+            for (k, rec) in chain.iter().enumerate() {
+                if let Some(rec) = rec {
+                    records.push(format!(
+                        "{} {:?}{}{}",
+                        self.attempt_name(Attempt { req: r as Rq, n: k as u8 + 1 }),
+                        rec.status,
+                        if rec.retried_as { " retriedAs→next" } else { "" },
+                        if rec.fenced { " (fenced)" } else { "" }
+                    ));
+                }
             }
         }
+        let answers: Vec<String> = (0..s.coords.len())
+            .map(|r| {
+                let replay = match s.replays[r] {
+                    RPc::Answered(a) => format!(", replay {a:?}"),
+                    _ => String::new(),
+                };
+                format!("{} {:?} {:?}{replay}", self.cfg.requests[r].name, s.coords[r].pc, s.coords[r].answer)
+            })
+            .collect();
+        format!("locks [{}]; records [{}]; [{}]", locks.join(", "), records.join(", "), answers.join(", "))
     }
-    let answers: Vec<String> = (0..s.coords.len())
-        .map(|r| {
-            let replay = match s.replays[r] {
-                RPc::Answered(a) => format!(", replay {a:?}"),
-                _ => String::new(),
-            };
-            format!("{} {:?} {:?}{replay}", model.cfg.requests[r].name, s.coords[r].pc, s.coords[r].answer)
-        })
-        .collect();
-    format!("locks [{}]; records [{}]; [{}]", locks.join(", "), records.join(", "), answers.join(", "))
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
-//! Running the checker and printing what it found: states explored, and traces step by step.
+//! Running the checker and printing what it found: states explored, and traces step by step. The runner
+//! serves both models, the main one ([`TwoPc`]) and issue 35's ([`crate::age::AgeModel`]), through [`Traced`].
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -9,30 +12,64 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
 use crate::state::*;
 use crate::{Action, TwoPc};
 
+/// What [`check`] and [`print_trace`] need of a model besides stateright's `Model`.
+pub trait Traced:
+    Model<State: Clone + PartialEq + Hash + Send + Sync + 'static, Action: Copy + PartialEq + Debug>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+    /// What is checked (its configuration), printed before the counts.
+    fn heading(&self) -> String;
+    /// Printed after the counts, once the check is done.
+    fn tail(&self) -> String {
+        String::new()
+    }
+    /// One step replayed, `None` if it is not enabled: the lines saying what it did.
+    fn explain(&self, s: &Self::State, action: Self::Action) -> Option<Vec<String>>;
+    /// A state in one line (a trace's final state).
+    fn summary(&self, s: &Self::State) -> String;
+}
+
+impl Traced for TwoPc {
+    fn heading(&self) -> String {
+        format!("model {:?} ({})", self.cfg.name, switches_text(self))
+    }
+
+    fn explain(&self, s: &State, action: Action) -> Option<Vec<String>> {
+        self.apply(s, action, true).map(|(_, lines)| lines)
+    }
+
+    fn summary(&self, s: &State) -> String {
+        summary(self, s)
+    }
+}
+
 /// What one exhaustive check found.
-pub struct Run {
-    pub model: TwoPc,
+pub struct Run<M: Model = TwoPc> {
+    pub model: M,
     /// States generated, counting repeats.
     pub states: usize,
     /// Distinct states explored.
     pub unique: usize,
     pub depth: usize,
     pub elapsed: Duration,
-    pub discoveries: HashMap<&'static str, Path<State, Action>>,
+    pub discoveries: HashMap<&'static str, Path<M::State, M::Action>>,
 }
 
 /// Threads for the checker: `MODEL_THREADS`, else 2 (CI machines have 2 cores).
-pub(crate) fn threads() -> usize {
+fn threads() -> usize {
     std::env::var("MODEL_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(2)
 }
 
 /// One check at a time: `cargo test` runs tests in parallel, and each check already uses every
 /// thread it is given (and memory in proportion to the states it explores).
-pub(crate) static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Checks every reachable state (breadth first, so a counterexample is a shortest one). With
 /// `stop_at`, stops as soon as that property has a discovery.
-pub fn check(model: TwoPc, stop_at: Option<&'static str>) -> Run {
+pub fn check<M: Traced>(model: M, stop_at: Option<&'static str>) -> Run<M> {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let started = Instant::now();
     let mut builder = model.clone().checker().threads(threads());
@@ -49,13 +86,13 @@ pub fn check(model: TwoPc, stop_at: Option<&'static str>) -> Run {
         discoveries: checker.discoveries(),
     };
     println!(
-        "model {:?} ({}): {} distinct states explored ({} generated), max depth {}, in {:.1} s",
-        run.model.cfg.name,
-        switches_text(&run.model),
+        "{}: {} distinct states explored ({} generated), max depth {}, in {:.1} s{}",
+        run.model.heading(),
         run.unique,
         run.states,
         run.depth,
-        run.elapsed.as_secs_f64()
+        run.elapsed.as_secs_f64(),
+        run.model.tail()
     );
     run
 }
@@ -122,7 +159,7 @@ fn route_name(r: crate::config::Route) -> &'static str {
     }
 }
 
-impl Run {
+impl<M: Traced> Run<M> {
     /// Panics (after printing the trace) if an `always`/`eventually` property has a counterexample,
     /// or a `sometimes` property was never seen.
     pub fn assert_all_hold(&self) {
@@ -149,7 +186,7 @@ impl Run {
     }
 
     /// The counterexample to `name`, printed; panics if there is none.
-    pub fn expect_counterexample(&self, name: &'static str) -> Path<State, Action> {
+    pub fn expect_counterexample(&self, name: &'static str) -> Path<M::State, M::Action> {
         let path =
             self.discoveries.get(name).unwrap_or_else(|| panic!("the checker found no counterexample to \"{name}\""));
         println!("\nCOUNTEREXAMPLE to \"{name}\" ({} steps):", path.clone().into_actions().len());
@@ -159,18 +196,16 @@ impl Run {
 }
 
 /// Prints a path step by step: each action, what it did, and the state at the end.
-pub fn print_trace(model: &TwoPc, path: &Path<State, Action>) {
+pub fn print_trace<M: Traced>(model: &M, path: &Path<M::State, M::Action>) {
     let steps = path.clone().into_vec();
     for (n, (state, action)) in steps.iter().enumerate() {
         let Some(action) = action else { continue };
         println!("{:>3}. {:?}", n + 1, action);
-        if let Some((_, lines)) = model.apply(state, *action, true) {
-            for line in lines {
-                println!("       {line}");
-            }
+        for line in model.explain(state, *action).unwrap_or_default() {
+            println!("       {line}");
         }
     }
-    println!("     final: {}", summary(model, path.last_state()));
+    println!("     final: {}", model.summary(path.last_state()));
 }
 
 /// One line: items, records, answers.

@@ -61,7 +61,7 @@ fn the_bound_holds_with_attempts_to_spare() {
         let run = check(AgeModel::new(cfg.max_attempts(8)), None);
         run.assert_all_hold();
         let bound: Vec<u8> = (0..run.model.cfg.requests.len()).map(AgeConfig::bound_of).collect();
-        assert_eq!(run.most_attempts, bound, "the most attempts of L0, L1, ...");
+        assert_eq!(run.model.most_attempts(), bound, "the most attempts of L0, L1, ...");
     }
 }
 
