@@ -323,6 +323,71 @@ async fn an_older_prepare_outwaited_by_a_younger_lock_refuses_timeout_not_confli
     assert_eq!(younger.blocked_by.as_deref(), Some("tx-young"));
 }
 
+/// A hot lock passes from holder to holder between two looks of an older waiter: it goes on waiting for
+/// the new holder without a lock write that could only fail (every waiter of a hot item would send one
+/// each time the lock changes hands), and takes the lock once that holder lets go.
+#[tokio::test]
+async fn an_older_waiter_waits_through_a_handoff_without_a_lock_write() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    let now = env.clock_now();
+    let operations = json!([{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1}]);
+    let prepare = |tx: &str, deadline: u64, started_at: u64| {
+        env.signed(
+            "service-a",
+            message(json!({"action": "prepare", "transactionId": tx, "deadline": deadline, "startedAt": started_at,
+                "operations": operations})),
+        )
+    };
+    let participant = &env.participants["service-a"];
+    let first = participant.handle(&prepare("tx-young-1", now + 20_000, now)).await.unwrap();
+    assert_eq!(first.vote, Some(Vote::Prepared));
+    let faults = &env.dynamo_faults;
+    faults.forget();
+
+    let older = prepare("tx-old", now + 10_000, now - 1_000);
+    let waiter = participant.handle(&older);
+    let handoff = async {
+        while faults.sent("GetItem") == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let lock_writes = faults.sent("UpdateItem");
+        assert_eq!(lock_writes, 1, "the waiter's one failed lock write: {:?}", faults.seen());
+        // Released by the first holder and taken by a second, younger than the waiter, between two looks.
+        env.client
+            .update_item()
+            .table_name(env.table("service-a"))
+            .key("entityId", AttributeValue::S("A".to_owned()))
+            .update_expression("SET #lock.#tx = :second, #lock.#started = :started")
+            .condition_expression("#lock.#tx = :first")
+            .expression_attribute_names("#lock", "lock")
+            .expression_attribute_names("#tx", "transactionId")
+            .expression_attribute_names("#started", "startedAt")
+            .expression_attribute_values(":first", AttributeValue::S("tx-young-1".to_owned()))
+            .expression_attribute_values(":second", AttributeValue::S("tx-young-2".to_owned()))
+            .expression_attribute_values(":started", AttributeValue::N((now + 1).to_string()))
+            .send()
+            .await
+            .expect("the lock changes hands");
+        let looks = faults.sent("GetItem");
+        while faults.sent("GetItem") < looks + 3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(faults.sent("UpdateItem"), lock_writes, "no lock write while the second holder holds it");
+        let abort = env.signed(
+            "service-a",
+            message(json!({"action": "abort", "transactionId": "tx-young-2", "operations": operations})),
+        );
+        participant.handle(&abort).await.unwrap();
+    };
+    let (vote, ()) = tokio::join!(waiter, handoff);
+    let vote = vote.unwrap();
+    assert_eq!(vote.vote, Some(Vote::Prepared), "{vote:?}");
+    let item = env.item("service-a", "A").await.expect("A");
+    assert_eq!(item["lock"]["transactionId"], "tx-old", "{item}");
+}
+
 /// A caller's retry with its token under a key that ran already (the request's own key, or one used with
 /// another body) is answered from that key's record: nothing is claimed, so no chain links to itself or to
 /// a transaction of another body.

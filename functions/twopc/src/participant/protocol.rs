@@ -465,8 +465,11 @@ impl Participant {
 
     /// A transaction that may wait for `owner`'s lock on `key` (older, or holding nothing): polls the item
     /// until the lock is no longer `owner`'s (released, or expired and resolvable: the next attempt resolves
-    /// it). After a few polls its owner's record is read once ([`Participant::settle_owner`]): a decided or
-    /// held owner is not waited for. `OutOfTime` once the wait budget is spent.
+    /// it). A lock that passed to another live holder this transaction may wait for is waited for in turn,
+    /// without a lock write that could only fail: when a hot lock is released every waiter's poll sees it,
+    /// and all but the first to write would lose the race. After a few polls with the same holder its record
+    /// is read once ([`Participant::settle_owner`]): a decided or held owner is not waited for. `OutOfTime`
+    /// once the wait budget is spent.
     async fn wait_for_release(
         &self,
         key: &Item,
@@ -474,12 +477,16 @@ impl Participant {
         reason: &str,
         waiting: &Waiting<'_>,
     ) -> Result<Waited, ParticipantError> {
+        let mut owner = owner.to_owned();
+        let mut reason = reason.to_owned();
         let mut polls = 0;
+        let mut polls_of_owner = 0;
         while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
             tokio::time::sleep(pause).await;
             polls += 1;
-            if polls == OWNER_CHECK_AFTER_POLLS
-                && let Some(answer) = self.settle_owner(owner, key, reason).await?
+            polls_of_owner += 1;
+            if polls_of_owner == OWNER_CHECK_AFTER_POLLS
+                && let Some(answer) = self.settle_owner(&owner, key, &reason).await?
             {
                 return Ok(Waited::Settled(answer));
             }
@@ -487,7 +494,18 @@ impl Participant {
             let now = self.clock.now_ms();
             match item.as_ref().and_then(Lock::of) {
                 Some(lock)
-                    if lock.transaction_id == owner && now <= crate::clock::resolvable_after(lock.expires_at) => {}
+                    if now <= crate::clock::resolvable_after(lock.expires_at) && lock.transaction_id == owner => {}
+                Some(lock)
+                    if now <= crate::clock::resolvable_after(lock.expires_at)
+                        && lock.transaction_id != waiting.tx
+                        && waiting.may_wait_for(&lock.transaction_id, lock.started_at) =>
+                {
+                    // The reason names the holder last ("entity … is locked by transaction <owner>").
+                    reason =
+                        format!("{}{}", reason.strip_suffix(owner.as_str()).unwrap_or(&reason), lock.transaction_id);
+                    owner = lock.transaction_id;
+                    polls_of_owner = 0;
+                }
                 _ => {
                     waiting.waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Ok(Waited::Released);
@@ -935,10 +953,14 @@ impl<'a> Waiting<'a> {
             || self.started_at.is_some_and(|started_at| (started_at, self.tx) < (owner_started_at, owner))
     }
 
-    /// The pause before looking at a lock again, `None` once it would end past the wait budget.
+    /// The pause before looking at a lock again, `None` once it would end past the wait budget. A waiter
+    /// that holds locks elsewhere looks often (2–12 ms): everyone waiting for those locks waits for it too.
+    /// One that holds nothing costs only itself by looking later (16–48 ms), and every look is a request
+    /// the endpoint serves instead of a lock write.
     fn pause(&self, polls: u32, now_ms: u64) -> Option<Duration> {
-        let jitter = uuid::Uuid::new_v4().as_u128() as u64 % 3;
-        let pause = (2u64 << polls.min(4)) + jitter;
+        let base = if self.holds_no_locks { 16u64 << polls.min(1) } else { 2u64 << polls.min(2) };
+        let jitter = uuid::Uuid::new_v4().as_u128() as u64 % (base / 2);
+        let pause = base + jitter;
         (now_ms + pause <= self.until).then(|| Duration::from_millis(pause))
     }
 }
