@@ -25,15 +25,24 @@ async fn assert_no_locks(env: &TestEnv) {
     assert!(locked.is_empty(), "locks left: {locked:#?}");
 }
 
-/// A transaction older than anything the test submits, holding item `id` of service-a: a raw prepare, as
-/// its own coordinator would send it.
+/// Takes 1 from item `id` of service-a: the operations of the raw participant messages below.
+fn debit(id: &str) -> Value {
+    json!([{"op": "add", "key": {"entityId": id}, "field": "balance", "delta": -1}])
+}
+
+/// A prepare of [`debit`] for `tx` at service-a, signed, as its own coordinator would send it.
+fn raw_prepare(env: &TestEnv, tx: &str, id: &str, deadline: u64, started_at: u64) -> ParticipantRequest {
+    env.signed(
+        "service-a",
+        message(json!({"action": "prepare", "transactionId": tx, "deadline": deadline, "startedAt": started_at,
+            "operations": debit(id)})),
+    )
+}
+
+/// A transaction older than anything the test submits, holding item `id` of service-a.
 async fn older_holder(env: &TestEnv, tx: &str, id: &str) {
     let now = env.clock_now();
-    let prepare = env.signed(
-        "service-a",
-        message(json!({"action": "prepare", "transactionId": tx, "deadline": now + 20_000,
-            "startedAt": now - 60_000, "operations": [{"op": "add", "key": {"entityId": id}, "field": "balance", "delta": -1}]})),
-    );
+    let prepare = raw_prepare(env, tx, id, now + 20_000, now - 60_000);
     let vote = env.participants["service-a"].handle(&prepare).await.unwrap();
     assert_eq!(vote.vote, Some(Vote::Prepared), "{vote:?}");
 }
@@ -53,11 +62,8 @@ fn a_to_b(amount: &str, timeout_ms: u64) -> Value {
 /// The older holder decided abort, as its coordinator would: its record, then its lock released.
 async fn abort_holder(env: &TestEnv, tx: &str, id: &str) {
     env.transactions.abort_if_absent(tx, env.clock_now(), "aborted by the test").await.unwrap();
-    let abort = env.signed(
-        "service-a",
-        message(json!({"action": "abort", "transactionId": tx,
-            "operations": [{"op": "add", "key": {"entityId": id}, "field": "balance", "delta": -1}]})),
-    );
+    let abort =
+        env.signed("service-a", message(json!({"action": "abort", "transactionId": tx, "operations": debit(id)})));
     env.participants["service-a"].handle(&abort).await.unwrap();
 }
 
@@ -299,14 +305,7 @@ async fn an_older_prepare_outwaited_by_a_younger_lock_refuses_timeout_not_confli
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
     let now = env.clock_now();
-    let operations = json!([{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1}]);
-    let prepare = |tx: &str, deadline: u64, started_at: u64| {
-        env.signed(
-            "service-a",
-            message(json!({"action": "prepare", "transactionId": tx, "deadline": deadline, "startedAt": started_at,
-                "operations": operations})),
-        )
-    };
+    let prepare = |tx: &str, deadline: u64, started_at: u64| raw_prepare(&env, tx, "A", deadline, started_at);
     let participant = &env.participants["service-a"];
     let young = participant.handle(&prepare("tx-young", now + 20_000, now)).await.unwrap();
     assert_eq!(young.vote, Some(Vote::Prepared));
@@ -332,14 +331,7 @@ async fn an_older_waiter_waits_through_a_handoff_without_a_lock_write() {
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
     let now = env.clock_now();
-    let operations = json!([{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1}]);
-    let prepare = |tx: &str, deadline: u64, started_at: u64| {
-        env.signed(
-            "service-a",
-            message(json!({"action": "prepare", "transactionId": tx, "deadline": deadline, "startedAt": started_at,
-                "operations": operations})),
-        )
-    };
+    let prepare = |tx: &str, deadline: u64, started_at: u64| raw_prepare(&env, tx, "A", deadline, started_at);
     let participant = &env.participants["service-a"];
     let first = participant.handle(&prepare("tx-young-1", now + 20_000, now)).await.unwrap();
     assert_eq!(first.vote, Some(Vote::Prepared));
@@ -377,7 +369,7 @@ async fn an_older_waiter_waits_through_a_handoff_without_a_lock_write() {
         assert_eq!(faults.sent("UpdateItem"), lock_writes, "no lock write while the second holder holds it");
         let abort = env.signed(
             "service-a",
-            message(json!({"action": "abort", "transactionId": "tx-young-2", "operations": operations})),
+            message(json!({"action": "abort", "transactionId": "tx-young-2", "operations": debit("A")})),
         );
         participant.handle(&abort).await.unwrap();
     };
