@@ -413,25 +413,26 @@ impl Participant {
         match failure {
             LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
             LockFailure::Expired { owner } => self.resolve(&owner, key).await,
-            LockFailure::Held { owner, started_at, reason } => {
+            LockFailure::Held { owner, started_at, entity } => {
                 if !waiting.may_wait_for(&owner, started_at) {
                     // Wait-die: the younger one yields at once, and says to whom (its retry starts there), unless
                     // the owner is decided or held (read first, below).
-                    if let Some(settled) = self.settle_owner(&owner, key, &reason).await? {
+                    if let Some(settled) = self.settle_owner(&owner, key, &entity).await? {
                         return Ok(settled);
                     }
-                    return Ok(Some(blocked(&owner, reason)));
+                    return Ok(Some(blocked(&owner, locked_by(&entity, &owner))));
                 }
                 let began = self.clock.now_ms();
-                match self.wait_for_release(key, &owner, &reason, waiting).await? {
+                let last_owner = match self.wait_for_release(key, &entity, owner, waiting).await? {
                     Waited::Released => return Ok(None),
                     Waited::Settled(answer) => return Ok(answer),
-                    Waited::OutOfTime => {}
-                }
+                    Waited::OutOfTime { owner } => owner,
+                };
                 Ok(Some(refused(
                     RefusalCode::Timeout,
                     format!(
-                        "{reason}; waited {} ms for it, as long as the deadline allows",
+                        "{}; waited {} ms for it, as long as the deadline allows",
+                        locked_by(&entity, &last_owner),
                         self.clock.now_ms().saturating_sub(began)
                     ),
                 )))
@@ -452,12 +453,12 @@ impl Participant {
         &self,
         owner: &str,
         key: &Item,
-        reason: &str,
+        entity: &str,
     ) -> Result<Option<Option<ParticipantResponse>>, ParticipantError> {
         match self.transactions.get(owner).await?.map(|r| r.status) {
             None | Some(Status::Preparing) => Ok(None),
             Some(Status::Prepared) => {
-                Ok(Some(Some(blocked(owner, format!("{reason}, held for its caller's decision")))))
+                Ok(Some(Some(blocked(owner, format!("{}, held for its caller's decision", locked_by(entity, owner))))))
             }
             Some(_) => Ok(Some(self.resolve(owner, key).await?)),
         }
@@ -469,16 +470,14 @@ impl Participant {
     /// without a lock write that could only fail: when a hot lock is released every waiter's poll sees it,
     /// and all but the first to write would lose the race. After a few polls with the same holder its record
     /// is read once ([`Participant::settle_owner`]): a decided or held owner is not waited for. `OutOfTime`
-    /// once the wait budget is spent.
+    /// once the wait budget is spent, with the holder it waited for last.
     async fn wait_for_release(
         &self,
         key: &Item,
-        owner: &str,
-        reason: &str,
+        entity: &str,
+        mut owner: String,
         waiting: &Waiting<'_>,
     ) -> Result<Waited, ParticipantError> {
-        let mut owner = owner.to_owned();
-        let mut reason = reason.to_owned();
         let mut polls = 0;
         let mut polls_of_owner = 0;
         while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
@@ -486,7 +485,7 @@ impl Participant {
             polls += 1;
             polls_of_owner += 1;
             if polls_of_owner == OWNER_CHECK_AFTER_POLLS
-                && let Some(answer) = self.settle_owner(&owner, key, &reason).await?
+                && let Some(answer) = self.settle_owner(&owner, key, entity).await?
             {
                 return Ok(Waited::Settled(answer));
             }
@@ -500,9 +499,6 @@ impl Participant {
                         && lock.transaction_id != waiting.tx
                         && waiting.may_wait_for(&lock.transaction_id, lock.started_at) =>
                 {
-                    // The reason names the holder last ("entity … is locked by transaction <owner>").
-                    reason =
-                        format!("{}{}", reason.strip_suffix(owner.as_str()).unwrap_or(&reason), lock.transaction_id);
                     owner = lock.transaction_id;
                     polls_of_owner = 0;
                 }
@@ -512,7 +508,7 @@ impl Participant {
                 }
             }
         }
-        Ok(Waited::OutOfTime)
+        Ok(Waited::OutOfTime { owner })
     }
 
     /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
@@ -896,7 +892,10 @@ enum Waited {
     Released,
     /// Its owner's record settled it: the answer (`None`: try again).
     Settled(Option<ParticipantResponse>),
-    OutOfTime,
+    /// The budget ran out waiting for `owner`'s lock.
+    OutOfTime {
+        owner: String,
+    },
 }
 
 /// A waiter reads the lock's owner's record after this many polls with the lock still there (a lock
@@ -1074,10 +1073,16 @@ pub enum LockFailure {
     Held {
         owner: String,
         started_at: u64,
-        reason: String,
+        /// The item's key as text: the reason is [`locked_by`] it and the owner.
+        entity: String,
     },
     /// The item no longer shows why the write failed (it changed since): try again.
     Unexplained,
+}
+
+/// Why an item cannot be locked now: `owner`'s lock on `entity` (every refusal and wait names the holder).
+fn locked_by(entity: &str, owner: &str) -> String {
+    format!("entity {entity} is locked by transaction {owner}")
 }
 
 /// Explains a failed lock from the item as it was (`None`: no such item). Which lock is in the way,
@@ -1094,11 +1099,7 @@ pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_
         if now_ms > crate::clock::resolvable_after(lock.expires_at) {
             return LockFailure::Expired { owner: lock.transaction_id };
         }
-        return LockFailure::Held {
-            reason: format!("entity {key} is locked by transaction {}", lock.transaction_id),
-            owner: lock.transaction_id,
-            started_at: lock.started_at,
-        };
+        return LockFailure::Held { entity: key, owner: lock.transaction_id, started_at: lock.started_at };
     }
     if let Some(item) = item
         && get_s(item, a::LAST_TX) == Some(tx)
