@@ -1354,18 +1354,14 @@ impl Traced for AgeModel {
     fn heading(&self) -> String {
         let cfg = &self.cfg;
         let sw = cfg.switches;
-        let off: Vec<&str> = [
+        let off = crate::report::switched_off(&[
             ("kept_age", sw.kept_age),
             ("older_waits", sw.older_waits),
             ("retry_waits_at_refusal", sw.retry_waits_at_refusal),
             ("one_at_a_time", sw.one_at_a_time),
             ("decided_owner_settled", sw.decided_owner_settled),
             ("replay_waits_for_retry", sw.replay_waits_for_retry),
-        ]
-        .into_iter()
-        .filter(|(_, on)| !on)
-        .map(|(n, _)| n)
-        .collect();
+        ]);
         format!(
             "age model {:?} ({}; MAX_ATTEMPTS {}; first attempts {}; faults: crash {} lost claim reply {})",
             cfg.name,

@@ -97,9 +97,14 @@ pub fn check<M: Traced>(model: M, stop_at: Option<&'static str>) -> Run<M> {
     run
 }
 
+/// The names of the switches (name, on) that are off: what a heading lists.
+pub fn switched_off(switches: &[(&'static str, bool)]) -> Vec<&'static str> {
+    switches.iter().filter(|(_, on)| !on).map(|(name, _)| *name).collect()
+}
+
 fn switches_text(model: &TwoPc) -> String {
     let s = model.cfg.switches;
-    let off: Vec<&str> = [
+    let off = switched_off(&[
         ("token_check", s.token_check),
         ("recognise_own_writes", s.recognise_own_writes),
         ("abort_everyone", s.abort_everyone),
@@ -116,11 +121,7 @@ fn switches_text(model: &TwoPc) -> String {
         ("recheck", s.recheck),
         ("held_undecided", s.held_undecided),
         ("resolver_extends_hold", s.resolver_extends_hold),
-    ]
-    .into_iter()
-    .filter(|(_, on)| !on)
-    .map(|(n, _)| n)
-    .collect();
+    ]);
     let b = model.cfg.budget;
     let budget = format!(
         "faults: at most {} in all, of which crash {} lost-db-reply {} duplicate {} loss {} refused {} oversized {}; sweeper reads {} per run{}{}",
