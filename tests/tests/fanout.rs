@@ -1317,3 +1317,61 @@ async fn a_commit_too_large_for_firehose_is_dead_lettered_when_its_message_fits(
     assert!(std::fs::read_to_string(&files[0]).unwrap().contains("ev-00001"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Issue 41, defect 6: a subscriber of a request's first attempt id (`tx:<id>` of the id its key gives)
+/// hears the request's outcome, carrying the final attempt's id and the first's, and never a bare final
+/// status of an attempt that was retried. A keyed transfer refused once by an older lock, retried as
+/// attempt 2, which commits; the transactions table's stream as the stream processor sees it.
+#[tokio::test]
+async fn a_first_attempts_topic_hears_the_requests_outcome_not_a_retried_attempts_abort() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    let now = env.clock_now();
+    let debit = json!([{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1}]);
+    let older = env.signed(
+        "service-a",
+        serde_json::from_value(json!({"action": "prepare", "transactionId": "tx-older", "deadline": now + 30_000,
+            "startedAt": now - 60_000, "operations": debit.clone()}))
+        .unwrap(),
+    );
+    env.participants["service-a"].handle(&older).await.unwrap();
+    let invoker = env.fresh_invoker();
+    let coordinator = env.coordinator_with(&invoker, twopc::faults::Faults::default());
+    let client = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move {
+            let body = TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "10");
+            coordinator.submit(body.to_string().as_bytes(), Some("followed")).await
+        })
+    };
+    while !invoker.calls().iter().any(|c| c.answer == "REFUSED:CONFLICT") {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    env.transactions.abort_if_absent("tx-older", env.clock_now(), "aborted by the test").await.unwrap();
+    let abort = env.signed(
+        "service-a",
+        serde_json::from_value(json!({"action": "abort", "transactionId": "tx-older", "operations": debit})).unwrap(),
+    );
+    env.participants["service-a"].handle(&abort).await.unwrap();
+    let answer = client.await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let first = twopc::coordinator::caller_idempotent_id(None, "followed");
+    assert_eq!(answer.body["transactionId"], format!("{first}-2"), "{}", answer.body);
+
+    let records = read_stream(&env.client, env.transactions.table(), tables::tx_attr::ID).await;
+    let batch = prepare(&fanout_config(&env), &lambda_event(records));
+    let heard: Vec<Value> = batch
+        .messages
+        .iter()
+        .filter(|m| m.topic == Topic::transaction(&first))
+        .map(|m| serde_json::from_slice(&m.payload).unwrap())
+        .collect();
+    let finals: Vec<&Value> = heard.iter().filter(|m| m.get("retriedAs").is_none()).collect();
+    assert!(!finals.is_empty(), "the request's outcome reaches tx:{first}: {heard:#?}");
+    for outcome in finals {
+        assert_eq!(outcome["status"], "COMMITTED", "only the request's outcome: {heard:#?}");
+        assert_eq!(outcome["transactionId"], format!("{first}-2"), "{outcome}");
+        assert_eq!(outcome["firstTransactionId"], first.as_str(), "{outcome}");
+    }
+}

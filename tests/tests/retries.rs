@@ -1,0 +1,272 @@
+//! Retries that keep every contract (issue 41): where the coordinator's retries of a contention refusal
+//! meet holds, keys, age tokens, GET and the `tx:` topics. Against DynamoDB Local.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use twopc::coordinator::{Coordinator, caller_idempotent_id};
+use twopc::faults::{CoordinatorCrash, Faults};
+use twopc::model::{Action, ParticipantRequest, Vote};
+use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, FaultyInvoker, Rule, TestEnv};
+
+const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
+
+fn a(id: &str) -> (&'static str, &str) {
+    ("service-a", id)
+}
+fn b(id: &str) -> (&'static str, &str) {
+    ("service-b", id)
+}
+
+fn message(value: Value) -> ParticipantRequest {
+    serde_json::from_value(value).expect("a participant message")
+}
+
+fn debit(id: &str) -> Value {
+    json!([{"op": "add", "key": {"entityId": id}, "field": "balance", "delta": -1}])
+}
+
+/// A transaction older than anything the test submits, holding item `id` of service-a.
+async fn older_holder(env: &TestEnv, tx: &str, id: &str) {
+    let now = env.clock_now();
+    let prepare = env.signed(
+        "service-a",
+        message(json!({"action": "prepare", "transactionId": tx, "deadline": now + 30_000,
+            "startedAt": now - 60_000, "operations": debit(id)})),
+    );
+    let vote = env.participants["service-a"].handle(&prepare).await.unwrap();
+    assert_eq!(vote.vote, Some(Vote::Prepared), "{vote:?}");
+}
+
+/// The older holder decided abort, as its coordinator would: its record, then its lock released.
+async fn abort_holder(env: &TestEnv, tx: &str, id: &str) {
+    env.transactions.abort_if_absent(tx, env.clock_now(), "aborted by the test").await.unwrap();
+    let abort =
+        env.signed("service-a", message(json!({"action": "abort", "transactionId": tx, "operations": debit(id)})));
+    env.participants["service-a"].handle(&abort).await.unwrap();
+}
+
+/// A = 100 on service-a, held by `tx-older`, and B = 0 on service-b.
+async fn a_held_by_an_older_transaction(env: &TestEnv) {
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    older_holder(env, "tx-older", "A").await;
+}
+
+/// A transfer of `amount` from A to B with its own `timeoutMs`, held `hold_ms` when given.
+fn a_to_b(amount: &str, timeout_ms: u64, hold_ms: Option<u64>) -> Value {
+    let mut body =
+        json!({"participants": TestEnv::transfer(a("A"), b("B"), amount)["participants"], "timeoutMs": timeout_ms});
+    if let Some(hold_ms) = hold_ms {
+        body["holdMs"] = json!(hold_ms);
+    }
+    body
+}
+
+/// Until a prepare sent through `invoker` was refused CONFLICT.
+async fn refused_once(invoker: &FaultyInvoker) {
+    while !invoker.calls().iter().any(|c| c.answer == "REFUSED:CONFLICT") {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn post_as(
+    coordinator: &Coordinator,
+    body: &Value,
+    key: Option<&str>,
+    token: Option<&str>,
+    principal: Option<&str>,
+) -> (u16, Value) {
+    let caller = coordinator.access().iam(principal);
+    let reply = coordinator.submit_retry_by(body.to_string().as_bytes(), key, token, &caller).await;
+    (reply.status, reply.body)
+}
+
+async fn post(coordinator: &Coordinator, body: &Value, key: Option<&str>, token: Option<&str>) -> (u16, Value) {
+    post_as(coordinator, body, key, token, None).await
+}
+
+async fn assert_no_locks(env: &TestEnv) {
+    let locked = env.locked_items().await;
+    assert!(locked.is_empty(), "locks left: {locked:#?}");
+}
+
+/// Defect 1: the caller aborts a held request while its first attempt is still preparing (its prepare at
+/// A refused for contention, the answer late). The caller's abort decides: the coordinator's own retry
+/// must not bring the request back as a second attempt that holds, and could commit, what the caller
+/// rejected.
+#[tokio::test]
+async fn a_callers_abort_of_a_held_request_is_not_overridden_by_a_retry() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let invoker = env.fresh_invoker();
+    // The refusal reaches the coordinator late: the caller's abort lands while the attempt is preparing.
+    invoker.set("service-a", Action::Prepare, EdgeFault::DelayReply(Duration::from_millis(400)));
+    let coordinator = env.coordinator_with(&invoker, Faults::default());
+    let first = caller_idempotent_id(Some(ALICE), "held-then-aborted");
+    let client = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move {
+            let body = a_to_b("10", 3_000, Some(5_000));
+            post_as(&coordinator, &body, Some("held-then-aborted"), None, Some(ALICE)).await
+        })
+    };
+    while env.transactions.get(&first).await.unwrap().is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let caller = coordinator.access().iam(Some(ALICE));
+    let aborted = coordinator.abort_held_by(&first, &caller).await;
+    assert_eq!((aborted.status, aborted.body["status"].as_str()), (200, Some("ABORTED")), "{}", aborted.body);
+    // The holder goes: a retry, were there one, would now prepare and hold.
+    refused_once(&invoker).await;
+    abort_holder(&env, "tx-older", "A").await;
+    let (status, answer) = client.await.unwrap();
+
+    assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{answer}");
+    assert_eq!(answer["transactionId"], first.as_str(), "{answer}");
+    assert!(answer.get("ageToken").is_none(), "no token for an abort that was not a contention refusal: {answer}");
+    assert!(env.transactions.get(&format!("{first}-2")).await.unwrap().is_none(), "no second attempt");
+    let record = env.transactions.get(&first).await.unwrap().unwrap();
+    assert_eq!(record.retried_as, None, "{record:?}");
+    env.sweep_until_quiet().await;
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert_no_locks(&env).await;
+}
+
+/// Defect 1, the other half: a held request retried once (the first attempt refused for contention)
+/// is held as its second attempt; a commit sent to the first attempt's id, the one its caller knows,
+/// commits the attempt that lives.
+#[tokio::test]
+async fn a_held_requests_commit_sent_to_its_first_attempt_commits_the_attempt_that_lives() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let invoker = env.fresh_invoker();
+    let coordinator = env.coordinator_with(&invoker, Faults::default());
+    let client = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move {
+            let body = a_to_b("10", 3_000, Some(5_000));
+            post_as(&coordinator, &body, Some("held-retried"), None, Some(ALICE)).await
+        })
+    };
+    refused_once(&invoker).await;
+    abort_holder(&env, "tx-older", "A").await;
+    let (status, held) = client.await.unwrap();
+    assert_eq!((status, held["status"].as_str()), (202, Some("PREPARED")), "{held}");
+    let first = caller_idempotent_id(Some(ALICE), "held-retried");
+    assert_eq!(held["transactionId"], format!("{first}-2"), "{held}");
+
+    let caller = coordinator.access().iam(Some(ALICE));
+    let committed = coordinator.commit_held_by(&first, &caller).await;
+
+    assert_eq!((committed.status, committed.body["status"].as_str()), (200, Some("COMMITTED")), "{}", committed.body);
+    assert_eq!(committed.body["transactionId"], format!("{first}-2"));
+    assert_eq!(env.balance("service-a", "A").await, "90");
+    assert_eq!(env.balance("service-b", "B").await, "10");
+    assert_no_locks(&env).await;
+}
+
+/// A refusal that persists until the request's attempts and time are spent: a final 409 with an age
+/// token, under `key`.
+async fn refused_with_token(env: &TestEnv, body: &Value, key: &str) -> (Value, String) {
+    let (status, refused) = post(&env.coordinator, body, Some(key), None).await;
+    assert_eq!(status, 409, "{refused}");
+    let token = refused["ageToken"].as_str().expect("a refusal for contention carries an age token").to_owned();
+    (refused, token)
+}
+
+/// Defect 3: a key answered 409 ABORTED (final) keeps that answer after a caller's token retry under
+/// another key commits: the token retry is a new request, answered under its own key, linked to the
+/// request whose age it keeps by `ageOf` and never by `retriedAs`.
+#[tokio::test]
+async fn a_keys_final_answer_stays_after_a_token_retry_under_another_key_commits() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 2_500, None);
+    let (refused, token) = refused_with_token(&env, &body, "first-key").await;
+    let (status, again) = post(&env.coordinator, &body, Some("first-key"), None).await;
+    assert_eq!((status, &again["transactionId"]), (409, &refused["transactionId"]), "{again}");
+
+    abort_holder(&env, "tx-older", "A").await;
+    let (status, retried) = post(&env.coordinator, &body, Some("second-key"), Some(&token)).await;
+    assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
+    assert_eq!(retried["ageOf"], refused["transactionId"], "{retried}");
+    assert_eq!(
+        retried["firstTransactionId"].as_str().unwrap_or(retried["transactionId"].as_str().unwrap()),
+        retried["transactionId"].as_str().unwrap(),
+        "a token retry is a request of its own: {retried}"
+    );
+
+    let (status, after) = post(&env.coordinator, &body, Some("first-key"), None).await;
+    assert_eq!((status, after["status"].as_str()), (409, Some("ABORTED")), "{after}");
+    assert_eq!(after["transactionId"], refused["transactionId"]);
+    let (_, refused_record) = env.get(refused["transactionId"].as_str().unwrap()).await;
+    assert!(refused_record.get("retriedAs").is_none(), "{refused_record}");
+    assert_eq!(refused_record["ageClaimedBy"], retried["transactionId"], "{refused_record}");
+    assert_eq!(env.balance("service-a", "A").await, "90");
+}
+
+/// Defect 2: a token retry whose record could not be written (DynamoDB refused the write, 503) claimed
+/// nothing: the refused request's key keeps its own answer and the token keeps its place; the same
+/// caller's other body under the retry's key is a request of its own that the first key never answers.
+#[tokio::test]
+async fn a_token_retry_whose_record_was_not_written_claims_nothing() {
+    let faults = DynamoFaults::new(41);
+    let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 2_500, None);
+    let (refused, token) = refused_with_token(&env, &body, "original").await;
+    let retry_id = caller_idempotent_id(None, "retry-key");
+    // Every write that creates the retry's record is refused (throttled): certainly not applied.
+    faults.add(Rule::new(DynamoFault::Throttle).table(env.transactions.table()).body_contains(&retry_id).sticky());
+    abort_holder(&env, "tx-older", "A").await;
+    let (status, failed) = post(&env.coordinator, &body, Some("retry-key"), Some(&token)).await;
+    assert_eq!(status, 503, "{failed}");
+    faults.clear();
+    let refused_id = refused["transactionId"].as_str().unwrap();
+    let (_, record) = env.get(refused_id).await;
+    assert!(record.get("retriedAs").is_none() && record.get("ageClaimedBy").is_none(), "{record}");
+
+    // Another body under the retry's key commits as a request of its own.
+    let other = a_to_b("7", 2_500, None);
+    let (status, other_answer) = post(&env.coordinator, &other, Some("retry-key"), None).await;
+    assert_eq!((status, other_answer["status"].as_str()), (200, Some("COMMITTED")), "{other_answer}");
+    let (status, original) = post(&env.coordinator, &body, Some("original"), None).await;
+    assert_eq!((status, &original["transactionId"]), (409, &refused["transactionId"]), "{original}");
+    // The token keeps its place for a retry under a fresh key.
+    let (status, retried) = post(&env.coordinator, &body, Some("fresh-key"), Some(&token)).await;
+    assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
+    assert_eq!(env.balance("service-a", "A").await, "83");
+}
+
+/// Defect 4: an attempt fenced on a caller's behalf (claimed by its stopped coordinator, never begun) is
+/// that caller's: its GET answers it, as the key's answer named it.
+#[tokio::test]
+async fn an_attempt_fenced_on_a_callers_behalf_is_shown_to_that_caller() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 1_000, None);
+    let invoker = env.fresh_invoker();
+    let crashing = env.coordinator_with(&invoker, Faults::crash_at(CoordinatorCrash::AfterClaim));
+    let releaser = {
+        let (env_transactions, clock, invoker) = (env.transactions.clone(), env.clock.clone(), invoker.clone());
+        tokio::spawn(async move {
+            refused_once(&invoker).await;
+            use twopc::clock::Clock;
+            env_transactions.abort_if_absent("tx-older", clock.now_ms(), "aborted by the test").await.unwrap();
+        })
+    };
+    let (status, crashed) = post_as(&crashing, &body, Some("fenced"), None, Some(ALICE)).await;
+    releaser.await.unwrap();
+    assert_eq!(status, 500, "the injected crash: {crashed}");
+    let first = caller_idempotent_id(Some(ALICE), "fenced");
+
+    let (status, answer) = post_as(&env.coordinator, &body, Some("fenced"), None, Some(ALICE)).await;
+    assert_eq!((status, answer["transactionId"].clone()), (409, json!(format!("{first}-2"))), "{answer}");
+
+    let caller = env.coordinator.access().iam(Some(ALICE));
+    let seen = env.coordinator.get_by(&format!("{first}-2"), &caller).await;
+    assert_eq!((seen.status, seen.body["status"].as_str()), (409, Some("ABORTED")), "{}", seen.body);
+    let record = env.transactions.get(&format!("{first}-2")).await.unwrap().unwrap();
+    assert_eq!(record.principal.as_deref(), Some(ALICE));
+}
