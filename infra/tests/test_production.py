@@ -1142,7 +1142,7 @@ def test_the_record_attributes_are_read_from_the_code(contract):
     # its abort of an expired owner.
     assert writes["attributes"] - writes["recovery"] == {
         "principal", "requestHash", "executionId", "holdMs", "holdUntil",
-        "startedAt", "attempt", "firstTransactionId", "retriedAs",
+        "startedAt", "attempt", "firstTransactionId", "retriedAs", "refusedForContention", "ageClaimedBy", "ageOf",
     }
     assert writes["ownerAbort"] == {"transactionId", "status", "updatedAt", "reason", "sweepError"}
     # The sweeper resolves expired locks as a participant does: an owner's abort is a write of recovery.

@@ -113,16 +113,18 @@ async fn a_transfer_refused_by_an_older_lock_is_retried_with_its_age_once_the_ho
     assert_no_locks(&env).await;
 }
 
-/// The retry under faults: the claim of the successor takes effect but DynamoDB's reply is lost (the
-/// SDK's retry meets it), the refused attempt's prepare and abort are delivered again late (after the
-/// retry committed), and a prepare's answer comes late.
+/// The retry under faults: the refused attempt's abort, which names its successor, takes effect but
+/// DynamoDB's reply is lost (the SDK's retry meets it and recognises it as its own), the refused
+/// attempt's prepare and abort are delivered again late (after the retry committed), and a prepare's
+/// answer comes late.
 #[tokio::test]
-async fn retries_survive_a_lost_claim_reply_and_late_duplicated_messages() {
+async fn retries_survive_a_lost_abort_reply_and_late_duplicated_messages() {
     let faults = DynamoFaults::new(35);
     let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
     faults.add(
+        // The refused attempt's ABORTED record, created naming its successor (issue 41: in the abort itself).
         Rule::new(DynamoFault::LoseReply)
-            .operation("UpdateItem")
+            .operation("PutItem")
             .table(env.transactions.table())
             .body_contains("retriedAs")
             .nth(1),
@@ -146,7 +148,7 @@ async fn retries_survive_a_lost_claim_reply_and_late_duplicated_messages() {
 
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["attempts"], 2, "{body}");
-    assert_eq!(faults.fired(), 1, "the claim's reply was lost once");
+    assert_eq!(faults.fired(), 1, "the reply of the abort that names the successor was lost once");
     assert!(invoker.calls().iter().any(|c| c.late_copy), "late copies were delivered");
     assert_eq!(env.balance("service-a", "A").await, "90", "applied exactly once");
     assert_eq!(env.balance("service-b", "B").await, "10", "applied exactly once");
@@ -230,12 +232,14 @@ async fn a_callers_retry_keeps_its_age_with_the_token_once_and_only_for_its_own_
     assert_eq!((status, forged["error"]["code"].as_str()), (400, Some("INVALID_AGE_TOKEN")), "{forged}");
     assert_eq!(env.records().await.len(), records_before, "a refused token writes nothing");
 
-    // The holder goes; the retry with the token commits, as old as the first attempt.
+    // The holder goes; the retry with the token commits, as old as the first attempt: a request of its own
+    // (issue 41) that keeps the refused one's age, linked to it by `ageOf`.
     abort_holder(&env, "tx-older", "A").await;
     let (status, retried) = post(&env.coordinator, &transfer("10"), None, Some(&token)).await;
     assert_eq!(status, 200, "{retried}");
     assert_eq!(retried["transactionId"], format!("{first}-r{}", attempts + 1));
-    assert_eq!(retried["attempts"], attempts + 1);
+    assert_eq!(retried["ageOf"], refused["transactionId"], "{retried}");
+    assert!(retried.get("attempts").is_none() && retried.get("firstTransactionId").is_none(), "{retried}");
     assert_eq!(retried["startedAt"], first_record["createdAt"]);
     // The same token again: the same answer, nothing applied twice; under another key: refused.
     let (status, again) = post(&env.coordinator, &transfer("10"), None, Some(&token)).await;
@@ -408,7 +412,9 @@ async fn a_token_under_a_key_that_ran_already_claims_nothing() {
     abort_holder(&env, "tx-older", "A").await;
     let (status, retried) = post(&env.coordinator, &transfer("10"), Some("fresh"), Some(&token)).await;
     assert_eq!(status, 200, "{retried}");
-    assert_eq!(env.get(&last).await.1["retriedAs"], retried["transactionId"]);
+    let last_record = env.get(&last).await.1;
+    assert_eq!(last_record["ageClaimedBy"], retried["transactionId"], "{last_record}");
+    assert!(last_record.get("retriedAs").is_none(), "a token's link is not the coordinator's: {last_record}");
     env.sweep_until_quiet().await;
     assert_eq!(env.balance("service-a", "A").await, "90");
     assert_no_locks(&env).await;

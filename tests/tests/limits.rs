@@ -399,6 +399,9 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
         attempt: None,
         first_transaction_id: None,
         retried_as: None,
+        refused_for_contention: false,
+        age_claimed_by: None,
+        age_of: None,
     }
     .opened();
     let short = item_size(&record.to_item());

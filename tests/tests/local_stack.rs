@@ -156,10 +156,7 @@ async fn held_transactions(stack: &Stack) {
     assert!((before + 60_000..=now_ms() + 60_000).contains(&hold_until), "holdUntil {hold_until} is now + 60 s");
     let push =
         next_matching(&mut pushes, "saying the transfer is held", |m| matches!(m, Push::Transaction { .. })).await;
-    assert_eq!(
-        push,
-        Push::Transaction { transaction_id: id.clone(), status: Status::Prepared, hold_until: Some(hold_until) }
-    );
+    assert_eq!(push, Push::transaction(id.clone(), Status::Prepared, Some(hold_until)));
     let got = api.get(&id).await.expect("the transaction is found");
     assert!(got.is_held() && got.hold_until() == Some(hold_until), "{got:?}");
     // Its locks stay: the page's read of the items shows who holds them, and a transfer meeting one is refused.

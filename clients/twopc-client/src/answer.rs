@@ -187,6 +187,15 @@ pub struct TransactionState {
     /// outcome is the request's; follow it with [`Client::get`](crate::Client::get)).
     #[serde(default)]
     pub retried_as: Option<String>,
+    /// An attempt after the first: the id of its request's first attempt.
+    #[serde(default)]
+    pub first_transaction_id: Option<String>,
+    /// A retry with an age token: the refused attempt whose age it keeps (its request is its own).
+    #[serde(default)]
+    pub age_of: Option<String>,
+    /// A refused attempt whose age a retry with its age token took: that retry's id.
+    #[serde(default)]
+    pub age_claimed_by: Option<String>,
 }
 
 impl TransactionState {

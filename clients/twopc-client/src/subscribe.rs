@@ -79,11 +79,21 @@ pub enum Push {
     Commit(Box<Commit>),
     /// A followed transaction ended (`COMMITTED` or `ABORTED`), or, before its end, was held
     /// (`PREPARED`, with `hold_until`: it waits for its caller's commit or abort until then).
+    ///
+    /// A request the coordinator retried (refused for contention) runs as several attempts; `tx:<id>` of
+    /// its first attempt hears each later attempt's push too, with `first_transaction_id`. An attempt that
+    /// was retried carries `retried_as`: its end is not the request's ([`Push::ends_request`]).
+    /// A later version may add fields (a pattern needs `..`).
+    #[non_exhaustive]
     Transaction {
         transaction_id: String,
         status: Status,
         /// A held transaction's deadline (epoch milliseconds), in its `PREPARED` push.
         hold_until: Option<u64>,
+        /// An attempt after the first: its request's first attempt's id (the `tx:` topic it was heard on).
+        first_transaction_id: Option<String>,
+        /// An attempt its coordinator retried: the next attempt's id.
+        retried_as: Option<String>,
     },
     /// Acknowledges a subscription: the connections function's answer, which the `subscribe` route
     /// sends back (its route response), locally and deployed.
@@ -130,6 +140,8 @@ impl Push {
                     transaction_id: id.to_owned(),
                     status: status.into(),
                     hold_until: value["holdUntil"].as_u64(),
+                    first_transaction_id: value["firstTransactionId"].as_str().map(str::to_owned),
+                    retried_as: value["retriedAs"].as_str().map(str::to_owned),
                 },
                 _ => Push::Other(value),
             },
@@ -146,6 +158,38 @@ impl Push {
             }
         };
         Ok(push)
+    }
+
+    /// The outcome of the request whose first attempt is `request` (the id its `Idempotency-Key` gives,
+    /// whose `tx:` topic the push came on): its final status (`COMMITTED` or `ABORTED`, or `PREPARED` for a
+    /// held one) and the id of the attempt that reached it. `None` for anything else, an earlier attempt's
+    /// end that was retried included.
+    pub fn request_outcome(&self, request: &str) -> Option<(&str, &Status)> {
+        match self {
+            Push::Transaction { transaction_id, status, first_transaction_id, retried_as: None, .. }
+                if transaction_id == request || first_transaction_id.as_deref() == Some(request) =>
+            {
+                Some((transaction_id, status))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this is a transaction's push that ends its request (or holds it): not an attempt that
+    /// its coordinator retried.
+    pub fn ends_request(&self) -> bool {
+        matches!(self, Push::Transaction { retried_as: None, .. })
+    }
+
+    /// A transaction's push, built (the variant cannot be written out of this crate).
+    pub fn transaction(transaction_id: impl Into<String>, status: Status, hold_until: Option<u64>) -> Push {
+        Push::Transaction {
+            transaction_id: transaction_id.into(),
+            status,
+            hold_until,
+            first_transaction_id: None,
+            retried_as: None,
+        }
     }
 
     /// The transaction a commit or an outcome belongs to.
@@ -291,7 +335,7 @@ mod tests {
         assert_eq!((c.data, c.previous), (Value::Null, Value::Null));
         assert_eq!(
             Push::parse(r#"{"type":"transaction","transactionId":"tx-1","status":"ABORTED"}"#).unwrap(),
-            Push::Transaction { transaction_id: "tx-1".into(), status: Status::Aborted, hold_until: None }
+            Push::transaction("tx-1", Status::Aborted, None)
         );
         // A held transaction's push, before its end.
         assert_eq!(
@@ -299,11 +343,7 @@ mod tests {
                 r#"{"type":"transaction","transactionId":"tx-1","status":"PREPARED","holdUntil":1795440600000}"#
             )
             .unwrap(),
-            Push::Transaction {
-                transaction_id: "tx-1".into(),
-                status: Status::Prepared,
-                hold_until: Some(1_795_440_600_000)
-            }
+            Push::transaction("tx-1", Status::Prepared, Some(1_795_440_600_000))
         );
         assert_eq!(Push::parse(r#"{"subscribed":["tx:1"]}"#).unwrap(), Push::Subscribed(vec!["tx:1".into()]));
         assert_eq!(Push::parse(r#"{"unsubscribed":[]}"#).unwrap(), Push::Unsubscribed(vec![]));

@@ -402,10 +402,7 @@ async fn a_subscription_sends_its_topics_and_yields_typed_pushes() {
     let Push::Commit(commit) = pushes.next().await.unwrap().unwrap() else { panic!("a commit") };
     assert_eq!((commit.table.as_str(), commit.version, commit.change), ("service-a-data", 2, Change::Modify));
     assert_eq!(commit.data["balance"].to_string(), "0.3", "exact decimals");
-    assert_eq!(
-        pushes.next().await.unwrap().unwrap(),
-        Push::Transaction { transaction_id: "tx-1".into(), status: Status::Committed, hold_until: None }
-    );
+    assert_eq!(pushes.next().await.unwrap().unwrap(), Push::transaction("tx-1", Status::Committed, None));
 
     pushes.unsubscribe(["tx:tx-1"]).await.unwrap();
     assert_eq!(

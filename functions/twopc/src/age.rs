@@ -12,8 +12,10 @@
 //! attempt's number, and an expiry (the answer's time plus the request's timeout), under the signing key
 //! of the request's first participant service (the coordinator holds it; the key set's rotation applies).
 //! So no caller can claim more age than it has, move an age to another body or another caller, or use one
-//! past its expiry; and the retry claims its place after the refused attempt
-//! ([`crate::record::TransactionStore::claim_successor`]), so a token runs one retry at most.
+//! past its expiry; and the retry claims the refused attempt's age in the same write that creates its own
+//! record ([`crate::record::TransactionStore::claim_age`]), so a token runs one retry at most, and only of
+//! an attempt whose recorded abort is its coordinator's own refusal for contention. The retry is a request
+//! of its own (issue 41): its first attempt is itself, linked to the refused one by `ageOf`.
 
 use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};

@@ -33,7 +33,7 @@ use crate::model::{
     Action, ErrorCode, Invalid, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
     STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
-use crate::record::{Claim, ParticipantEntry, TransactionRecord, TransactionStore, Transition};
+use crate::record::{AgeClaim, ContentionAbort, ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
 use crate::telemetry;
 
@@ -392,6 +392,7 @@ impl Coordinator {
         if let Err(invalid) = record.check_first_write() {
             return Reply::invalid(invalid);
         }
+        let mut created = false;
         if let Some(age) = &age {
             // A key (or the same token) that ran already is answered from its record: nothing is claimed for
             // it, so that no chain ever links to a transaction of another body, or to one of its own.
@@ -405,17 +406,35 @@ impl Coordinator {
                 Ok(None) => {}
                 Err(e) => return unavailable(&e, None),
             }
-            record = record.as_attempt(age.started_at, age.attempt, age.first_transaction_id.clone());
-            // The retry takes its place after the refused attempt, once: a token runs one retry at most.
-            match self.claim(&age.retry_of, &id).await {
-                Ok(Claim::Claimed) => {}
-                Ok(Claim::Refused(current)) => {
-                    let by = current.and_then(|c| c.retried_as).unwrap_or_else(|| "no other transaction".into());
+            // A request of its own (its first attempt, its own key) that keeps the refused request's age.
+            record.started_at = Some(age.started_at);
+            record.age_of = Some(age.retry_of.clone());
+            // The claim of the refused attempt's age and this retry's record, in one write: a token runs one
+            // retry at most, and a claim never names a record that does not exist or runs another body.
+            let opened = record.clone().opened();
+            match retrying("age claim", |_| self.transactions.claim_age(&age.retry_of, &opened)).await {
+                Ok(AgeClaim::Claimed) => created = true,
+                Ok(AgeClaim::Exists(existing)) => {
+                    return match self.replay(*existing, record.request_hash.as_deref(), answer_by).await {
+                        Ok(reply) => reply,
+                        Err(e) => drive_error_reply(e, &id),
+                    };
+                }
+                Ok(AgeClaim::Refused(current)) => {
+                    let why = match current.as_deref() {
+                        Some(c) if c.age_claimed_by.is_some() => {
+                            format!("already ran as {}", c.age_claimed_by.as_deref().unwrap_or_default())
+                        }
+                        Some(c) if c.retried_as.is_some() => {
+                            format!("was retried as {}", c.retried_as.as_deref().unwrap_or_default())
+                        }
+                        _ => "cannot be retried with a token (its abort was not its refusal for contention)".to_owned(),
+                    };
                     return Reply::error(
                         ErrorCode::AgeTokenUsed,
                         format!(
-                            "the Age-Token's retry of transaction {} already ran as {by}: a token keeps its age for one \
-                             retry; this one wrote nothing",
+                            "the Age-Token's retry of transaction {} {why}: a token keeps its age for one retry; \
+                             this one wrote nothing",
                             age.retry_of
                         ),
                     );
@@ -428,7 +447,8 @@ impl Coordinator {
         // The attempt now running: what a 503 or a crash names (an earlier attempt's GET says ABORTED).
         let current = std::sync::Mutex::new(id.clone());
         // Boxed: the attempts' state machine is large, and a caller's stack need not hold it.
-        let run = Box::pin(self.run(record, answer_by, &body_hash, request.timeout_ms, &current).instrument(span));
+        let run =
+            Box::pin(self.run(record, created, answer_by, &body_hash, request.timeout_ms, &current).instrument(span));
         let ran = tokio::time::timeout_at(abandon_at, run).await;
         let id = current.lock().expect("the attempt's id is never poisoned").clone();
         let ran = match ran {
@@ -475,11 +495,14 @@ impl Coordinator {
     /// Runs a request's attempts: each is an ordinary transaction; one refused for contention only is
     /// followed by the next, with the same age, which prepares one participant at a time starting where
     /// the refusal was: holding nothing there, it waits for the older transaction's lock to go instead of
-    /// being refused by it again. The answer is the last attempt's; a final refusal for contention carries
-    /// the `ageToken` a caller's retry keeps the age with.
+    /// being refused by it again. The next attempt is named (`retriedAs`) in the same write as the refused
+    /// attempt's abort, so only this execution's own refusal is ever retried, and the link is on the record
+    /// before its end. The answer is the last attempt's; a final refusal for contention carries the
+    /// `ageToken` a caller's retry keeps the age with. `created`: the first attempt's record is written.
     async fn run(
         &self,
         mut record: TransactionRecord,
+        mut created: bool,
         answer_by: std::time::Instant,
         body_hash: &str,
         timeout_ms: u64,
@@ -488,75 +511,61 @@ impl Coordinator {
         // A request on an item that refused others lately starts there, one participant at a time.
         let mut first = self.hot.first_hot(&record.participants);
         loop {
-            let attempted = self.run_attempt(record, answer_by, first).await?;
+            let attempted = self.run_attempt(record, created, answer_by, first).await?;
+            created = false;
             let Some(refused) = attempted.refused else { return Ok(attempted.reply) };
             if let Some(at) = refused.blocked_at {
                 self.hot.mark(&refused.record.participants[at]);
             }
-            if refused.retryable() {
-                let span = info_span!("transaction", tx = %refused.record.transaction_id);
-                match self.next_attempt(&refused, answer_by).instrument(span).await? {
-                    Next::Attempt(next) => {
-                        info!(tx = %next.transaction_id, attempt = next.attempt_number(), "retrying a refusal for contention");
-                        *current.lock().expect("the attempt's id is never poisoned") = next.transaction_id.clone();
-                        record = *next;
-                        first = refused.blocked_at;
-                        continue;
-                    }
-                    Next::Answer => {}
-                    // Whether the claim took effect is not known: no token that would claim it again.
-                    Next::AnswerWithoutToken => return Ok(attempted.reply),
-                }
-            }
-            return Ok(self.with_age_token(attempted.reply, &refused.record, body_hash, timeout_ms).await);
+            let Some(next_id) = refused.record.successor().map(str::to_owned) else {
+                return Ok(self.with_age_token(attempted.reply, &refused.record, body_hash, timeout_ms).await);
+            };
+            self.faults.check(CoordinatorCrash::AfterClaim)?;
+            let attempt = refused.record.attempt_number() + 1;
+            let next = refused.record.next_attempt(next_id, attempt, self.clock.now_ms());
+            info!(tx = %next.transaction_id, attempt, "retrying a refusal for contention");
+            *current.lock().expect("the attempt's id is never poisoned") = next.transaction_id.clone();
+            record = next;
+            first = refused.blocked_at;
         }
     }
 
-    /// The attempt after `refused`, its successor claimed, or `None` to answer the refusal: the attempts
-    /// or the time are spent, or the refused attempt was retried by someone else already.
-    async fn next_attempt(&self, refused: &Refused, answer_by: std::time::Instant) -> Result<Next, Crashed> {
-        let record = &refused.record;
+    /// What an attempt's abort records of its own: whether it is a refusal for contention only, and the
+    /// attempt it is retried as, when it is one the coordinator retries: refused for contention (CONFLICT)
+    /// only, attempts and time left, and not blocked by a transaction held for its caller's decision
+    /// (outside the bound: its refusal is the answer).
+    async fn contention_abort(
+        &self,
+        record: &TransactionRecord,
+        votes: &[ParticipantEntry],
+        blocked_by: Option<&str>,
+        answer_by: std::time::Instant,
+    ) -> ContentionAbort {
+        let refused = refused_for_contention(votes);
         let attempt = record.attempt_number();
-        if attempt >= MAX_ATTEMPTS {
-            return Ok(Next::Answer);
-        }
         let last_start = record.deadline.saturating_sub(MIN_ATTEMPT_MS);
-        // A transaction held for its caller's decision is outside the bound: its refusal is the answer.
-        if let Some(blocker) = &refused.blocked_by {
-            match self.transactions.get(blocker).await {
-                Ok(Some(holder)) if holder.status == Status::Prepared => return Ok(Next::Answer),
-                Ok(_) => {}
-                Err(e) => {
-                    warn!(error = %e, blocker, "could not read the blocking transaction; answering the refusal");
-                    return Ok(Next::Answer);
-                }
-            }
-        }
-        let now = self.clock.now_ms();
         let budget_left = answer_by.saturating_duration_since(std::time::Instant::now());
-        if now > last_start || budget_left < Duration::from_millis(MIN_ATTEMPT_MS) {
-            return Ok(Next::Answer);
-        }
-        let next_id = format!("{}-{}", record.first_id(), attempt + 1);
-        match self.claim(&record.transaction_id, &next_id).await {
-            Ok(Claim::Claimed) => {
-                self.faults.check(CoordinatorCrash::AfterClaim)?;
-                Ok(Next::Attempt(Box::new(record.next_attempt(next_id, attempt + 1, self.clock.now_ms()))))
-            }
-            Ok(Claim::Refused(current)) => {
-                warn!(retried_as = ?current.and_then(|c| c.retried_as), "the refused attempt was retried already");
-                Ok(Next::AnswerWithoutToken)
-            }
-            Err(e) => {
-                warn!(error = %e, "could not claim the next attempt; answering the refusal");
-                Ok(Next::AnswerWithoutToken)
-            }
-        }
+        let retried = retryable_votes(votes)
+            && attempt < MAX_ATTEMPTS
+            && self.clock.now_ms() <= last_start
+            && budget_left >= Duration::from_millis(MIN_ATTEMPT_MS)
+            && !self.held_blocker(blocked_by).await;
+        let successor = retried.then(|| format!("{}-{}", record.first_id(), attempt + 1));
+        ContentionAbort { refused, successor }
     }
 
-    /// Names `next` as the successor of the aborted attempt `id`, retried as any record write is.
-    async fn claim(&self, id: &str, next: &str) -> Result<Claim, StoreError> {
-        retrying("successor claim", |_| self.transactions.claim_successor(id, next)).await
+    /// Whether the transaction whose lock refused an attempt is held for its caller's decision (or cannot be
+    /// read: then the refusal is the answer too).
+    async fn held_blocker(&self, blocked_by: Option<&str>) -> bool {
+        let Some(blocker) = blocked_by else { return false };
+        match self.transactions.get(blocker).await {
+            Ok(Some(holder)) => holder.status == Status::Prepared,
+            Ok(None) => false,
+            Err(e) => {
+                warn!(error = %e, blocker, "could not read the blocking transaction; answering the refusal");
+                true
+            }
+        }
     }
 
     /// `reply` with the `ageToken` of its request when its last attempt was refused for contention only
@@ -568,7 +577,8 @@ impl Coordinator {
         body_hash: &str,
         timeout_ms: u64,
     ) -> Reply {
-        if reply.status != 409 || !refused_for_contention(&last.participants) {
+        // Only an attempt whose recorded abort is its own refusal for contention, not retried by its coordinator.
+        if reply.status != 409 || !last.refused_for_contention || last.retried_as.is_some() {
             return reply;
         }
         let now = self.clock.now_ms();
@@ -595,12 +605,15 @@ impl Coordinator {
     async fn run_attempt(
         &self,
         record: TransactionRecord,
+        created: bool,
         answer_by: std::time::Instant,
         first: Option<usize>,
     ) -> Result<Attempted, DriveError> {
-        // A held transaction never commits in one phase: its decision is the caller's, later.
+        // A held transaction never commits in one phase: its decision is the caller's, later. Nor does one
+        // whose record is written already (a token's retry): one phase creates its record as it commits.
         if let [sole] = record.participants.as_slice()
             && !record.is_held()
+            && !created
             && takes_one_phase(&sole.operations, self.catalogs.of(&sole.service))
         {
             return self.run_one_phase(record, answer_by).await;
@@ -608,7 +621,7 @@ impl Coordinator {
         let started = std::time::Instant::now();
         // A held transaction is recorded first too: its record is what its commit and abort find.
         let keyed = record.is_keyed() || record.is_held();
-        if keyed {
+        if keyed && !created {
             // A keyed request must never run twice: the record is written first and only the writer prepares.
             if let Some(existing) = self.create_own(&record.clone().opened()).await? {
                 return Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into());
@@ -631,16 +644,20 @@ impl Coordinator {
             }
             (false, _) => (Status::Aborting, Some(abort_reason(&votes))),
         };
+        let contention = match to {
+            Status::Aborting => self.contention_abort(&record, &votes, blocked_by.as_deref(), answer_by).await,
+            _ => ContentionAbort::default(),
+        };
         let decided = if keyed {
-            self.decide_recorded(&record, to, votes, reason).await?
+            self.decide_recorded(&record, to, votes, reason, &contention).await?
         } else {
             let mut record = record;
             record.participants = votes;
             record.reason = reason;
             record.updated_at = self.clock.now_ms();
             if to == Status::Aborting {
-                let (reply, aborted) = self.abort_unrecorded(record, started).await?;
-                let refused = aborted.map(|record| Refused { record, blocked_by, blocked_at });
+                let (reply, aborted) = self.abort_unrecorded(contention.applied_to(record), started).await?;
+                let refused = aborted.map(|record| Refused { record, blocked_at });
                 return Ok(Attempted { reply, refused });
             }
             match self.decide_unrecorded(record).await? {
@@ -669,11 +686,8 @@ impl Coordinator {
             "transaction answered"
         );
         let reply = Reply::for_record(&finished);
-        let refused = matches!(finished.status, Status::Aborting | Status::Aborted).then(|| Refused {
-            record: with_votes(finished, decided.participants),
-            blocked_by,
-            blocked_at,
-        });
+        let refused = matches!(finished.status, Status::Aborting | Status::Aborted)
+            .then(|| Refused { record: with_votes(finished, decided.participants), blocked_at });
         Ok(Attempted { reply, refused })
     }
 
@@ -704,6 +718,7 @@ impl Coordinator {
         to: Status,
         votes: Vec<ParticipantEntry>,
         reason: Option<String>,
+        contention: &ContentionAbort,
     ) -> Result<TransactionRecord, DriveError> {
         let id = &record.transaction_id;
         let written = match to {
@@ -715,16 +730,17 @@ impl Coordinator {
                 })
                 .await
             }
+            Status::Aborting => self.abort_retrying(id, &votes, reason.as_deref(), contention).await,
             _ => self.transition_retrying(id, Status::Preparing, to, true, Some(&votes), reason.as_deref()).await,
         };
         let transition = match written {
             Ok(transition) => transition,
             // Settled by writing the abort over it, conditionally: the record then says which one happened.
+            // An abort's fence is the same decision, with what it says of itself.
             Err(e) => {
                 warn!(error = %e, "decision write failed; fencing it with an abort");
                 let reason = Some(UNRECORDED_DECISION);
-                let fence =
-                    self.transition_retrying(id, Status::Preparing, Status::Aborting, true, Some(&votes), reason).await;
+                let fence = self.abort_retrying(id, &votes, reason, contention).await;
                 match fence {
                     Ok(transition) => transition,
                     Err(_) => return Err(self.unrecorded_decision(record, e).await),
@@ -895,13 +911,15 @@ impl Coordinator {
         // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record wins.
         // The record found is terminal (one phase writes only COMMITTED or ABORTED), so replay answers
         // it at once, or 422 for a keyed request whose key was used with another body.
+        let blocked_by = aborted.participants[0].blocked_by.clone();
+        let contention = self.contention_abort(&record, &aborted.participants, blocked_by.as_deref(), answer_by).await;
+        let aborted = contention.applied_to(aborted);
         match self.create_own(&aborted).await? {
             None => {
-                let blocked_by = aborted.participants[0].blocked_by.clone();
                 let blocked_at = blocked_by.as_ref().map(|_| 0);
                 Ok(Attempted {
                     reply: Reply::for_record(&aborted),
-                    refused: Some(Refused { record: aborted, blocked_by, blocked_at }),
+                    refused: Some(Refused { record: aborted, blocked_at }),
                 })
             }
             Some(existing) => Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into()),
@@ -932,16 +950,16 @@ impl Coordinator {
         let mut hops = 0;
         loop {
             // Its attempts: each one retried names the next (which a replay that finds it missing fences).
-            while let Some(next) = record.retried_as.clone().filter(|_| hops < MAX_CHAIN_HOPS) {
+            while let Some(next) = record.successor().map(str::to_owned).filter(|_| hops < MAX_CHAIN_HOPS) {
                 hops += 1;
-                record = self.attempt_named(&next, record.request_hash.as_deref()).await?;
+                record = self.attempt_named(&next, &record).await?;
             }
             let mut wait = Duration::from_millis(20);
             // A held one answers at once: PREPARED (202 with holdUntil) while the hold lasts. An attempt
             // refused for contention may still be retried by its coordinator until its deadline.
             while (!record.status.is_terminal() || self.may_be_retried(&record))
                 && record.status != Status::Prepared
-                && record.retried_as.is_none()
+                && record.successor().is_none()
                 && self.clock.now_ms() <= resolvable_after(record.deadline)
             {
                 let left = answer_by.saturating_duration_since(std::time::Instant::now());
@@ -960,18 +978,17 @@ impl Coordinator {
                 // attempt is fenced, so that this answer stays the request's answer.
                 let next = format!("{}-{}", record.first_id(), record.attempt_number() + 1);
                 let now = self.clock.now_ms();
-                self.transactions
-                    .fence_attempt(&next, now, ATTEMPT_NOT_STARTED, record.request_hash.as_deref())
-                    .await?;
+                let (hash, principal) = (record.request_hash.as_deref(), record.principal.as_deref());
+                self.transactions.fence_attempt(&next, now, ATTEMPT_NOT_STARTED, hash, principal).await?;
                 if let Some(current) = self.transactions.get(&record.transaction_id).await? {
                     record = current;
                 }
             }
-            if record.retried_as.is_none() || hops >= MAX_CHAIN_HOPS {
+            if record.successor().is_none() || hops >= MAX_CHAIN_HOPS {
                 break;
             }
         }
-        if hops >= MAX_CHAIN_HOPS && record.retried_as.is_some() {
+        if hops >= MAX_CHAIN_HOPS && record.successor().is_some() {
             let mut reply = Reply::error(
                 ErrorCode::Unavailable,
                 format!(
@@ -993,20 +1010,27 @@ impl Coordinator {
         Ok(Reply::answering(&record))
     }
 
-    /// The attempt `id` a record's `retriedAs` names; if it has no record (its coordinator stopped after
-    /// claiming it, or is about to create it), it is recorded ABORTED first, conditionally, so that it can
-    /// never begin afterwards.
-    async fn attempt_named(&self, id: &str, request_hash: Option<&str>) -> Result<TransactionRecord, StoreError> {
+    /// The attempt `id` that `earlier`'s `retriedAs` names; if it has no record (its coordinator stopped after
+    /// naming it, or is about to create it), it is recorded ABORTED first, conditionally, on its request's
+    /// behalf (its key's hash, its caller), so that it can never begin afterwards.
+    async fn attempt_named(&self, id: &str, earlier: &TransactionRecord) -> Result<TransactionRecord, StoreError> {
         match self.transactions.get(id).await? {
             Some(record) => Ok(record),
-            None => self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, request_hash).await,
+            None => {
+                let (hash, principal) = (earlier.request_hash.as_deref(), earlier.principal.as_deref());
+                self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, hash, principal).await
+            }
         }
     }
 
-    /// Whether an aborted attempt's coordinator may still start the next one: refused for contention only,
-    /// attempts left, not retried yet, and its deadline (with the clock margins) not passed.
+    /// Whether an aborted attempt's coordinator may still start the next one. Only a record written before
+    /// issue 41 can be in that state (its coordinator named the next attempt after the abort, then): refused
+    /// for contention only, attempts left, not retried yet, and its deadline (with the clock margins) not
+    /// passed. Today's coordinator names the next attempt in the abort itself (and marks its own refusal
+    /// `refusedForContention`): an abort that names none is final.
     fn may_be_retried(&self, record: &TransactionRecord) -> bool {
         matches!(record.status, Status::Aborting | Status::Aborted)
+            && !record.refused_for_contention
             && record.retried_as.is_none()
             && record.attempt_number() < MAX_ATTEMPTS
             && retryable_votes(&record.participants)
@@ -1025,7 +1049,8 @@ impl Coordinator {
         record: &TransactionRecord,
         first: Option<usize>,
     ) -> Result<Vec<ParticipantEntry>, Crashed> {
-        let sequential = self.sequential_prepares || record.attempt_number() > 1 || first.is_some();
+        let sequential =
+            self.sequential_prepares || record.attempt_number() > 1 || record.age_of.is_some() || first.is_some();
         let sole = record.participants.len() == 1;
         // Collected first: a lazy iterator's closure inside this future would stop it being provably Send.
         let order: Vec<usize> = match first.filter(|&f| sequential && f < record.participants.len()) {
@@ -1253,6 +1278,21 @@ impl Coordinator {
 
     /// A status change, retried on infrastructure errors: its condition makes a repeat harmless, and a
     /// retry that finds the status it wanted found its own earlier write.
+    /// This execution's abort decision of its keyed attempt `id` ([`TransactionStore::decide_abort`]), retried
+    /// as any record write is.
+    async fn abort_retrying(
+        &self,
+        id: &str,
+        votes: &[ParticipantEntry],
+        reason: Option<&str>,
+        contention: &ContentionAbort,
+    ) -> Result<Transition, StoreError> {
+        retrying("abort decision", |_| {
+            self.transactions.decide_abort(id, true, self.clock.now_ms(), votes, reason, contention)
+        })
+        .await
+    }
+
     async fn transition_retrying(
         &self,
         id: &str,
@@ -1347,6 +1387,33 @@ impl Coordinator {
             );
             reply.body["transactionId"] = Value::String(id.to_owned());
             return Ok(reply);
+        }
+        // An attempt its coordinator retried: the decision is the request's, so it goes to the attempt that
+        // lives. One named but not begun is fenced by an abort (it can then never begin), and is still
+        // preparing for a commit.
+        let mut record = record;
+        let mut hops = 0;
+        while let Some(next) = record.successor().map(str::to_owned).filter(|_| hops < MAX_CHAIN_HOPS) {
+            hops += 1;
+            record = match (self.transactions.get(&next).await?, decision) {
+                (Some(attempt), _) => attempt,
+                (None, HeldDecision::Abort) => {
+                    let (hash, principal) = (record.request_hash.as_deref(), record.principal.as_deref());
+                    let now = self.clock.now_ms();
+                    self.transactions.fence_attempt(&next, now, HELD_ABORT_REASON, hash, principal).await?
+                }
+                (None, HeldDecision::Commit) => {
+                    let mut reply = Reply::error(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "transaction {id} was retried as {next}, which is still preparing: it can be committed \
+                             once it is PREPARED (GET /transactions/{next} tells)"
+                        ),
+                    );
+                    reply.body["transactionId"] = Value::String(next);
+                    return Ok(reply);
+                }
+            };
         }
         // Past its deadline still preparing (its coordinator stopped), or past its hold: aborted first, as
         // recovery would.
@@ -1552,29 +1619,10 @@ impl From<Reply> for Attempted {
     }
 }
 
-/// What follows a refused attempt.
-enum Next {
-    Attempt(Box<TransactionRecord>),
-    /// Its refusal is the answer (with an age token when it qualifies).
-    Answer,
-    /// Its refusal is the answer, without an age token: the attempt may have a successor already.
-    AnswerWithoutToken,
-}
-
-/// An attempt whose abort is recorded, with its votes, and the transaction whose lock refused it, at which
-/// participant.
+/// An attempt whose abort is recorded, with its votes, and the participant where a lock refused it.
 struct Refused {
     record: TransactionRecord,
-    blocked_by: Option<String>,
     blocked_at: Option<usize>,
-}
-
-impl Refused {
-    /// Refused for contention only: every participant prepared but one or more met an older transaction's
-    /// lock (CONFLICT). Any other refusal (a business rule, a guard, a deadline, an outage) is the answer.
-    fn retryable(&self) -> bool {
-        retryable_votes(&self.record.participants)
-    }
 }
 
 fn retryable_votes(votes: &[ParticipantEntry]) -> bool {

@@ -146,10 +146,13 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                         .in_scope(|| debug!(status = %ended.status, "transaction ended"));
                 }
                 batch.outcomes += 1;
-                batch.messages.push(
-                    Message::new(ended.topic(), ended.to_message(), record.event_id.clone(), ended.transaction_id)
-                        .owned_by(ended.principal),
-                );
+                let payload = ended.to_message();
+                for topic in ended.topics() {
+                    batch.messages.push(
+                        Message::new(topic, payload.clone(), record.event_id.clone(), ended.transaction_id.clone())
+                            .owned_by(ended.principal.clone()),
+                    );
+                }
             }
             Decision::Skip(skip) => {
                 batch.skipped += 1;

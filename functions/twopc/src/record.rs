@@ -67,6 +67,9 @@ pub const RECORD_ATTRIBUTES: &[&str] = &[
     a::ATTEMPT,
     a::FIRST_TRANSACTION_ID,
     a::RETRIED_AS,
+    a::REFUSED_FOR_CONTENTION,
+    a::AGE_CLAIMED_BY,
+    a::AGE_OF,
 ];
 
 /// The top-level attributes recovery may write to a record, as IAM's `dynamodb:Attributes` counts them
@@ -158,10 +161,22 @@ pub struct TransactionRecord {
     /// The id of the request's first attempt (absent: this record's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_transaction_id: Option<String>,
-    /// An aborted attempt that was retried: the next attempt's id, claimed before that attempt began
-    /// ([`TransactionStore::claim_successor`]).
+    /// An aborted attempt that its coordinator retried: the next attempt's id, written in the same
+    /// conditional write as this attempt's abort (records from before issue 41: claimed after it,
+    /// [`TransactionStore::claim_successor`]). Only [`TransactionRecord::successor`] is followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retried_as: Option<String>,
+    /// The recorded abort is this attempt's own coordinator's refusal for contention: written only with
+    /// that abort, so an abort by anyone else (the caller, an expiry, the sweeper, lock resolution) never
+    /// gets a successor or an age token.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused_for_contention: bool,
+    /// A caller's retry with this attempt's age token took its age: the retry's id (a request of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_claimed_by: Option<String>,
+    /// A caller's retry with an age token: the refused attempt whose age it keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_of: Option<String>,
 }
 
 /// One service's part, stored with its operations so that recovery can finish the transaction from
@@ -257,6 +272,9 @@ impl TransactionRecord {
             attempt: None,
             first_transaction_id: None,
             retried_as: None,
+            refused_for_contention: false,
+            age_claimed_by: None,
+            age_of: None,
         }
     }
 
@@ -273,6 +291,15 @@ impl TransactionRecord {
     /// The id of the request's first attempt.
     pub fn first_id(&self) -> &str {
         self.first_transaction_id.as_deref().unwrap_or(&self.transaction_id)
+    }
+
+    /// The attempt its coordinator retried this one as: `retriedAs` when it is the coordinator's link, the
+    /// next attempt of the same request (`<first id>-<attempt + 1>`). A record written before issue 41 may
+    /// name a caller's token retry there (`<first id>-r<n>`): a request of its own, never followed.
+    pub fn successor(&self) -> Option<&str> {
+        let next = self.retried_as.as_deref()?;
+        let expected = format!("{}-{}", self.first_id(), self.attempt_number() + 1);
+        (next == expected).then_some(next)
     }
 
     /// This record as attempt `attempt` of the request first tried as `first_transaction_id` at
@@ -311,6 +338,9 @@ impl TransactionRecord {
             attempt: None,
             first_transaction_id: None,
             retried_as: None,
+            refused_for_contention: false,
+            age_claimed_by: None,
+            age_of: None,
         }
         .as_attempt(self.age(), attempt, self.first_id().to_owned())
     }
@@ -440,8 +470,17 @@ impl TransactionRecord {
             body.insert("firstTransactionId".into(), Value::String(self.first_id().to_owned()));
             body.insert("startedAt".into(), Value::from(self.age()));
         }
-        if let Some(next) = &self.retried_as {
-            body.insert("retriedAs".into(), Value::String(next.clone()));
+        if let Some(next) = self.successor() {
+            body.insert("retriedAs".into(), Value::String(next.to_owned()));
+        }
+        if let Some(of) = &self.age_of {
+            body.insert("ageOf".into(), Value::String(of.clone()));
+            body.insert("startedAt".into(), Value::from(self.age()));
+        }
+        if let Some(by) =
+            self.age_claimed_by.as_ref().or(self.retried_as.as_ref().filter(|_| self.successor().is_none()))
+        {
+            body.insert("ageClaimedBy".into(), Value::String(by.clone()));
         }
         body.insert("createdAt".into(), Value::from(self.created_at));
         body.insert("updatedAt".into(), Value::from(self.updated_at));
@@ -458,12 +497,35 @@ pub enum Transition {
     Lost(Option<TransactionRecord>),
 }
 
-/// What claiming an aborted attempt's successor found ([`TransactionStore::claim_successor`]).
+/// What an attempt's abort records of its own making (issue 41): only this execution's own abort, written
+/// in the same conditional write, can say that it was a refusal for contention and name the next attempt.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContentionAbort {
+    /// Refused for contention only: an age token may carry the request's age on (`refusedForContention`).
+    pub refused: bool,
+    /// The coordinator retries it as this attempt (`retriedAs`).
+    pub successor: Option<String>,
+}
+
+impl ContentionAbort {
+    /// `record` with these attributes, for an abort that creates its record.
+    pub fn applied_to(&self, mut record: TransactionRecord) -> TransactionRecord {
+        record.refused_for_contention = self.refused;
+        record.retried_as = self.successor.clone();
+        record
+    }
+}
+
+/// What a caller's retry with an age token found when it claimed the refused attempt's age and created its
+/// own record in one write ([`TransactionStore::claim_age`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Claim {
-    /// The record names the successor (this write, or an earlier one of the same claim whose reply was lost).
+pub enum AgeClaim {
+    /// Both written (by this write, or by an earlier one of the same execution whose reply was lost).
     Claimed,
-    /// The record is not an abort, or names another successor: here it is as it is (None: no record).
+    /// The retry's record exists already, written by another execution: here it is.
+    Exists(Box<TransactionRecord>),
+    /// The refused attempt does not give its age (not its coordinator's refusal for contention, retried by
+    /// its coordinator, or its age taken by another retry): here it is as it is (None: no record).
     Refused(Option<Box<TransactionRecord>>),
 }
 
@@ -692,24 +754,110 @@ impl TransactionStore {
         }
     }
 
-    /// Names `next` as the attempt that follows the aborted attempt `id` (issue 35): written only on an
-    /// abort decision (ABORTING or ABORTED) that names no other successor, so an attempt is retried at most
-    /// once, only after it can no longer commit, and a claim whose reply was lost is found as its own.
-    pub async fn claim_successor(&self, id: &str, next: &str) -> Result<Claim, StoreError> {
+    /// A caller's retry with an age token: claims the age of the refused attempt `refused` for `retry` and
+    /// creates `retry`'s record, in one `TransactWriteItems`, so that a claim never names a record that does
+    /// not exist, nor one that runs another body. The claim holds only on an attempt whose recorded abort is
+    /// its own coordinator's refusal for contention, that its coordinator did not retry, and whose age no
+    /// other retry took.
+    pub async fn claim_age(&self, refused: &str, retry: &TransactionRecord) -> Result<AgeClaim, StoreError> {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+        let retry = retry.clone().bounded();
+        let id = &retry.transaction_id;
         let mut e = Expr::new();
-        let set = format!("SET {} = {}", e.name(a::RETRIED_AS), e.value(s(next)));
+        let set = format!("SET {} = {}", e.name(a::AGE_CLAIMED_BY), e.value(s(id)));
         let condition = format!(
-            "{status} IN ({aborting}, {aborted}) AND (attribute_not_exists({retried}) OR {retried} = {next})",
-            status = e.name(a::STATUS),
-            aborting = e.value(s(Status::Aborting.as_str())),
-            aborted = e.value(s(Status::Aborted.as_str())),
+            "{contention} = {yes} AND attribute_not_exists({retried}) AND (attribute_not_exists({claimed}) OR {claimed} = {id})",
+            contention = e.name(a::REFUSED_FOR_CONTENTION),
+            yes = e.value(AttributeValue::Bool(true)),
             retried = e.name(a::RETRIED_AS),
-            next = e.value(s(next)),
+            claimed = e.name(a::AGE_CLAIMED_BY),
+            id = e.value(s(id)),
         );
-        match self.update_if(id, &e, set, condition).await? {
-            Transition::Done(_) => Ok(Claim::Claimed),
-            Transition::Lost(current) => Ok(Claim::Refused(current.map(Box::new))),
+        let claim = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(refused)))
+            .update_expression(set)
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| StoreError::internal("TransactWriteItems", &self.table, err.to_string()))?;
+        let mut p = Expr::new();
+        let create = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(retry.to_item()))
+            .condition_expression(format!("attribute_not_exists({})", p.name(a::ID)))
+            .set_expression_attribute_names(p.names())
+            .build()
+            .map_err(|err| StoreError::internal("TransactWriteItems", &self.table, err.to_string()))?;
+        let watch = AttemptWatch::default();
+        let out = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(claim).build())
+            .transact_items(TransactWriteItem::builder().put(create).build())
+            .customize()
+            .interceptor(watch.clone())
+            .send()
+            .await;
+        let err = match out {
+            Ok(_) => return Ok(AgeClaim::Claimed),
+            Err(err) => err,
+        };
+        let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = err.as_service_error() else {
+            return Err(watch.error("TransactWriteItems", &self.table, err));
+        };
+        let failed = |index: usize| {
+            cancelled.cancellation_reasons().get(index).is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+        };
+        // The retry's record first: found with this execution's id, it is this claim's own write whose reply
+        // was lost (the claim then names it too); found with another's, it is that execution's request.
+        if failed(1) {
+            return match self.get(id).await? {
+                Some(existing) if existing.execution_id == retry.execution_id => Ok(AgeClaim::Claimed),
+                Some(existing) => Ok(AgeClaim::Exists(Box::new(existing))),
+                None => Err(StoreError::internal(
+                    "TransactWriteItems",
+                    &self.table,
+                    format!("record {id} reported but not found"),
+                )),
+            };
         }
+        if failed(0) {
+            let current = match cancelled.cancellation_reasons()[0].item() {
+                Some(item) if !item.is_empty() => Some(TransactionRecord::from_item(item)?),
+                _ => self.get(refused).await?,
+            };
+            return Ok(AgeClaim::Refused(current.map(Box::new)));
+        }
+        // A conflict with another transactional write, throttling, an invalid item: not applied.
+        Err(watch.error("TransactWriteItems", &self.table, err))
+    }
+
+    /// The abort decision of an attempt, PREPARING → ABORTING with its votes and reason, as
+    /// [`TransactionStore::transition`] writes it, and in the same conditional write what only this abort
+    /// may say of it: that it is this execution's refusal for contention, and the attempt it is retried as.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn decide_abort(
+        &self,
+        id: &str,
+        keyed: bool,
+        now_ms: u64,
+        participants: &[ParticipantEntry],
+        reason: Option<&str>,
+        contention: &ContentionAbort,
+    ) -> Result<Transition, StoreError> {
+        let mut extra = Vec::new();
+        if contention.refused {
+            extra.push((a::REFUSED_FOR_CONTENTION, AttributeValue::Bool(true)));
+        }
+        if let Some(next) = &contention.successor {
+            extra.push((a::RETRIED_AS, s(next)));
+        }
+        self.transition_with(id, Status::Preparing, Status::Aborting, keyed, now_ms, Some(participants), reason, &extra)
+            .await
     }
 
     /// [`TransactionStore::abort_if_absent`] for an attempt of a keyed request (`request_hash`) that was
@@ -721,8 +869,11 @@ impl TransactionStore {
         now_ms: u64,
         reason: &str,
         request_hash: Option<&str>,
+        principal: Option<&str>,
     ) -> Result<TransactionRecord, StoreError> {
         let mut record = absent_owner_record(id, now_ms, reason);
+        // Written on the request's behalf: its caller's, as every record of its request is.
+        record.principal = principal.map(str::to_owned);
         if let Some(hash) = request_hash {
             record.request_hash = Some(hash.to_owned());
             record.expire_at = None;
@@ -734,7 +885,7 @@ impl TransactionStore {
     /// resolution does this before releasing a lock whose owner never wrote its record, so that owner
     /// can never commit afterwards. Returns the record as it now is.
     pub async fn abort_if_absent(&self, id: &str, now_ms: u64, reason: &str) -> Result<TransactionRecord, StoreError> {
-        self.fence_attempt(id, now_ms, reason, None).await
+        self.fence_attempt(id, now_ms, reason, None, None).await
     }
 
     /// Puts an open transaction the sweeper could not finish behind the others until `sweep_at`, with why
@@ -831,6 +982,9 @@ fn absent_owner_record(id: &str, now_ms: u64, reason: &str) -> TransactionRecord
         attempt: None,
         first_transaction_id: None,
         retried_as: None,
+        refused_for_contention: false,
+        age_claimed_by: None,
+        age_of: None,
     }
     .ended(Status::Aborted, now_ms)
 }
@@ -1053,6 +1207,10 @@ mod tests {
             attempt: Some(u32::MAX),
             first_transaction_id: Some("tx-00000000000000000000000000000000".into()),
             retried_as: None,
+            refused_for_contention: false,
+            age_claimed_by: None,
+            // A caller's retry with an age token names the attempt whose age it keeps.
+            age_of: Some(format!("tx-{}-{}", "0".repeat(32), u32::MAX)),
         }
         .opened();
         let short = item_size(&record.to_item());
@@ -1257,7 +1415,28 @@ mod tests {
             attempt: Some(2),
             first_transaction_id: Some("tx-0".into()),
             retried_as: Some("tx-0-3".into()),
+            refused_for_contention: true,
+            age_claimed_by: Some("tx-9".into()),
+            age_of: Some("tx-8-2".into()),
         }
+    }
+
+    /// Only the coordinator's link is followed: the next attempt of the same request. A token retry that a
+    /// record written before issue 41 names in `retriedAs` (`<first>-r<n>`) is a request of its own.
+    #[test]
+    fn a_successor_is_the_coordinators_next_attempt_only() {
+        let mut record = record_with_every_field(Status::Aborted);
+        assert_eq!(record.successor(), Some("tx-0-3"));
+        record.retried_as = Some("tx-0-r3".into());
+        assert_eq!(record.successor(), None);
+        assert_eq!(record.to_response()["ageClaimedBy"], "tx-9");
+        record.age_claimed_by = None;
+        assert_eq!(record.to_response()["ageClaimedBy"], "tx-0-r3", "a legacy token link is shown as one");
+        assert!(record.to_response().get("retriedAs").is_none());
+        let mut first = record_with_every_field(Status::Aborted);
+        (first.attempt, first.first_transaction_id, first.transaction_id) = (None, None, "tx-0".into());
+        first.retried_as = Some("tx-0-2".into());
+        assert_eq!(first.successor(), Some("tx-0-2"));
     }
 
     #[test]

@@ -41,8 +41,17 @@ pub mod tx_attr {
     pub const ATTEMPT: &str = "attempt";
     /// The id of the request's first attempt (absent: this record's own).
     pub const FIRST_TRANSACTION_ID: &str = "firstTransactionId";
-    /// An aborted attempt that was retried: the next attempt's id.
+    /// An aborted attempt that its coordinator retried: the next attempt's id (the coordinator's link,
+    /// written in the same write as the attempt's abort).
     pub const RETRIED_AS: &str = "retriedAs";
+    /// An attempt whose recorded abort is its own coordinator's refusal for contention (issue 41): set only in
+    /// the same conditional write as that abort, the one thing that lets a successor or an age token follow it.
+    pub const REFUSED_FOR_CONTENTION: &str = "refusedForContention";
+    /// A refused attempt whose age a caller's retry took with an age token: that retry's id (a token's link,
+    /// which a key's replay, a held decision and the fan-out do not follow).
+    pub const AGE_CLAIMED_BY: &str = "ageClaimedBy";
+    /// A caller's retry with an age token: the refused attempt whose age it keeps (its request is its own).
+    pub const AGE_OF: &str = "ageOf";
 }
 
 /// Attribute names of a participant data table.

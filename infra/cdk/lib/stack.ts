@@ -735,7 +735,7 @@ export class TwoPhaseCommitStack extends Stack {
     });
     // The attributes the coordinator alone writes: who created a transaction, its idempotency hash, its
     // execution, its hold, and a retried attempt's age and chain (issue 35).
-    const coordinatorOnly = ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs'];
+    const coordinatorOnly = ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf'];
 
     // --- participants: one deployment (function + role + log group + table + key) per service, each
     // running the generic participant or the service's own (the participant library with its own

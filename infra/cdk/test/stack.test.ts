@@ -349,7 +349,7 @@ test('an auditor\'s deployment: the alarm topic, access logs, the lake\'s audit 
   ).filter((s) => s.Sid === 'RecoverTransactionRecords');
   assert.equal(statements.length, 1);
   assert.deepEqual(statements[0].Condition, {
-    'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs'] },
+    'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf'] },
   });
 });
 

@@ -265,7 +265,9 @@ impl Demo<'_> {
         entities: Vec<String>,
     ) -> Submitted {
         let id = outcome.transaction_id().to_owned();
-        if id != transaction_id_for_key(key) {
+        // A request the coordinator retried answers with its last attempt's id (`<first id>-<n>`).
+        let first = outcome.state().first_transaction_id.clone().unwrap_or_else(|| id.clone());
+        if first != transaction_id_for_key(key) {
             eprintln!("note: the coordinator no longer derives ids from Idempotency-Key as this demo expects");
         }
         let submitted = Submitted { label, id, outcome, elapsed, entities };
@@ -473,27 +475,28 @@ impl Demo<'_> {
     async fn expect_fanout(&mut self, transactions: &[&Submitted], indent: &str) -> Result<(), String> {
         let expected: Vec<(String, bool, Vec<String>)> =
             transactions.iter().map(|s| (s.id.clone(), s.committed(), s.entities.clone())).collect();
-        let arrived = self
-            .ws
-            .wait_for(|buffer| {
-                expected.iter().all(|(id, committed, entities)| {
-                    let of_tx = |m: &&Push| m.transaction_id() == Some(id.as_str());
-                    let finished = buffer
-                        .iter()
-                        .filter(of_tx)
-                        .any(|m| matches!(m, Push::Transaction { status, .. } if ended(status)));
-                    let commits = buffer.iter().filter(of_tx).filter(|m| matches!(m, Push::Commit(_))).count();
-                    finished && (!committed || commits >= entities.len())
+        let arrived =
+            self.ws
+                .wait_for(|buffer| {
+                    expected.iter().all(|(id, committed, entities)| {
+                        let of_tx = |m: &&Push| m.transaction_id() == Some(id.as_str());
+                        let finished = buffer.iter().filter(of_tx).any(|m| {
+                            m.ends_request() && matches!(m, Push::Transaction { status, .. } if ended(status))
+                        });
+                        let commits = buffer.iter().filter(of_tx).filter(|m| matches!(m, Push::Commit(_))).count();
+                        finished && (!committed || commits >= entities.len())
+                    })
                 })
-            })
-            .await;
+                .await;
         if !arrived {
             return Err(format!("the WebSocket client did not get every expected message within {WAIT:?}"));
         }
         let ids: Vec<String> = expected.iter().map(|(id, ..)| id.clone()).collect();
         let labels: BTreeMap<String, &str> = transactions.iter().map(|s| (s.id.clone(), s.label)).collect();
         let multiple = transactions.len() > 1;
-        let messages = self.ws.take(|m| m.transaction_id().is_some_and(|id| ids.iter().any(|i| i == id)));
+        // With an attempt that was retried (its push names the next attempt), heard on the same `tx:` topic.
+        let retried = |m: &Push| matches!(m, Push::Transaction { retried_as: Some(next), .. } if ids.contains(next));
+        let messages = self.ws.take(|m| m.transaction_id().is_some_and(|id| ids.iter().any(|i| i == id)) || retried(m));
         for (i, m) in messages.iter().enumerate() {
             let head = if i == 0 { "WebSocket" } else { "" };
             let who = if multiple {
@@ -513,6 +516,9 @@ impl Demo<'_> {
                         c.previous[field].as_number().map_or("—".to_owned(), ToString::to_string),
                         c.data[field]
                     )
+                }
+                Push::Transaction { status, retried_as: Some(next), .. } => {
+                    format!("transaction {status}, retried as {}", short(next))
                 }
                 Push::Transaction { status, .. } => format!("transaction {status}"),
                 other => format!("{other:?}"),

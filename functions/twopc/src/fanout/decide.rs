@@ -157,7 +157,10 @@ pub fn commit_message(line: &[u8]) -> Vec<u8> {
 
 /// A transaction that ended, `{"type": "transaction", "transactionId", "status"}`, or that is held for its
 /// caller's decision, `{"type": "transaction", "transactionId", "status": "PREPARED", "holdUntil"}`: to
-/// `tx:<id>`.
+/// `tx:<id>`. An attempt after the first of a request its coordinator retried (issue 41) carries
+/// `firstTransactionId` and goes to `tx:<first id>` as well, so that a subscriber of the id a request's key
+/// gives hears the request's outcome; an attempt that was retried carries `retriedAs` (its end is not the
+/// request's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TransactionEnded {
@@ -166,6 +169,12 @@ pub struct TransactionEnded {
     /// PREPARED: until when its caller may commit it (epoch ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<u64>,
+    /// An attempt after the first: its request's first attempt's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_transaction_id: Option<String>,
+    /// An attempt its coordinator retried: the next attempt's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retried_as: Option<String>,
     /// Who created it: who may follow it ([`crate::access::Policy::may_see`]); never in the message.
     #[serde(skip)]
     pub principal: Option<String>,
@@ -176,8 +185,11 @@ impl TransactionEnded {
         serde_json::to_vec(&Tagged { kind: "transaction", body: self }).expect("always serialises")
     }
 
-    pub fn topic(&self) -> Topic {
-        Topic::transaction(&self.transaction_id)
+    /// `tx:<id>`, and `tx:<first id>` for an attempt after the first.
+    pub fn topics(&self) -> Vec<Topic> {
+        let mut topics = vec![Topic::transaction(&self.transaction_id)];
+        topics.extend(self.first_transaction_id.as_deref().map(Topic::transaction));
+        topics
     }
 }
 
@@ -441,15 +453,35 @@ fn decide_transaction(record: &EventRecord) -> Decision {
     match id {
         Some(id) => {
             let principal = string(new, tx_attr::PRINCIPAL).map(str::to_owned);
+            let (first_transaction_id, retried_as) = attempt_links(new, id);
             Decision::Ended(TransactionEnded {
                 transaction_id: id.to_owned(),
                 status: status.to_owned(),
                 hold_until,
+                first_transaction_id,
+                retried_as,
                 principal,
             })
         }
         None => Decision::Unprocessable("a transaction record without a string transactionId".into()),
     }
+}
+
+/// The links of an attempt of a request its coordinator retried: its first attempt's id (when it is not the
+/// first) and the attempt it was retried as, read as [`crate::record::TransactionRecord::successor`] reads
+/// them: `retriedAs` only when it is the coordinator's link (`<first id>-<attempt + 1>`), never a caller's
+/// token retry (a request of its own) that a record written before issue 41 names there.
+fn attempt_links(new: &Image, id: &str) -> (Option<String>, Option<String>) {
+    let first = string(new, tx_attr::FIRST_TRANSACTION_ID).filter(|first| *first != id);
+    let attempt = match new.get(tx_attr::ATTEMPT) {
+        Some(AttributeValue::N(n)) => n.parse::<u32>().unwrap_or(1),
+        _ => 1,
+    };
+    let successor = format!("{}-{}", first.unwrap_or(id), attempt.saturating_add(1));
+    let retried_as = string(new, tx_attr::RETRIED_AS).filter(|next| *next == successor);
+    // A token retry recorded before issue 41 (`<first>-r<n>`) carries the first id too: its request is its own.
+    let first = first.filter(|first| id == format!("{first}-{attempt}"));
+    (first.map(str::to_owned), retried_as.map(str::to_owned))
 }
 
 #[cfg(test)]
@@ -685,6 +717,8 @@ mod tests {
                 transaction_id: "T1".into(),
                 status: "COMMITTED".into(),
                 hold_until: None,
+                first_transaction_id: None,
+                retried_as: None,
                 principal: None,
             })
         );
@@ -694,6 +728,8 @@ mod tests {
                 transaction_id: "T1".into(),
                 status: "ABORTED".into(),
                 hold_until: None,
+                first_transaction_id: None,
+                retried_as: None,
                 principal: None,
             })
         );
@@ -709,6 +745,8 @@ mod tests {
             transaction_id: "T1".into(),
             status: "ABORTED".into(),
             hold_until: None,
+            first_transaction_id: None,
+            retried_as: None,
             principal: None,
         };
         assert_eq!(
@@ -723,6 +761,8 @@ mod tests {
             transaction_id: "T1".into(),
             status: "PREPARED".into(),
             hold_until: Some(1_714_564_900_000),
+            first_transaction_id: None,
+            retried_as: None,
             principal: None,
         };
         assert_eq!(
@@ -742,6 +782,49 @@ mod tests {
             decide(&c, &record("MODIFY", "transactions", keys, Value::Null, no_hold)),
             Decision::Unprocessable(_)
         ));
+    }
+
+    /// Issue 41: an attempt after the first is heard on its request's first attempt's topic too, with
+    /// `firstTransactionId`; an attempt its coordinator retried carries `retriedAs`; a token retry recorded
+    /// before issue 41 (`<first>-r<n>`) is a request of its own, and its `retriedAs` no coordinator's link.
+    #[test]
+    fn attempts_of_a_retried_request() {
+        let c = config();
+        let ended = |id: &str, image: Value| {
+            let old = json!({"transactionId": {"S": id}, "status": {"S": "ABORTING"}});
+            match decide(&c, &record("MODIFY", "transactions", json!({"transactionId": {"S": id}}), old, image)) {
+                Decision::Ended(ended) => ended,
+                other => panic!("{other:?}"),
+            }
+        };
+        let first =
+            ended("T1", json!({"transactionId": {"S": "T1"}, "status": {"S": "ABORTED"}, "retriedAs": {"S": "T1-2"}}));
+        assert_eq!((first.first_transaction_id.as_deref(), first.retried_as.as_deref()), (None, Some("T1-2")));
+        assert_eq!(first.topics(), vec![Topic::transaction("T1")]);
+        assert_eq!(
+            String::from_utf8(first.to_message()).unwrap(),
+            r#"{"type":"transaction","transactionId":"T1","status":"ABORTED","retriedAs":"T1-2"}"#
+        );
+        let second = ended(
+            "T1-2",
+            json!({"transactionId": {"S": "T1-2"}, "status": {"S": "COMMITTED"}, "attempt": {"N": "2"},
+                "firstTransactionId": {"S": "T1"}}),
+        );
+        assert_eq!(second.topics(), vec![Topic::transaction("T1-2"), Topic::transaction("T1")]);
+        assert_eq!(
+            String::from_utf8(second.to_message()).unwrap(),
+            r#"{"type":"transaction","transactionId":"T1-2","status":"COMMITTED","firstTransactionId":"T1"}"#
+        );
+        // Recorded before issue 41: the refused attempt names a caller's token retry, which ran as `T1-r2`.
+        let claimed =
+            ended("T1", json!({"transactionId": {"S": "T1"}, "status": {"S": "ABORTED"}, "retriedAs": {"S": "T1-r2"}}));
+        assert_eq!(claimed.retried_as, None);
+        let token_retry = ended(
+            "T1-r2",
+            json!({"transactionId": {"S": "T1-r2"}, "status": {"S": "COMMITTED"}, "attempt": {"N": "2"},
+                "firstTransactionId": {"S": "T1"}}),
+        );
+        assert_eq!(token_retry.topics(), vec![Topic::transaction("T1-r2")]);
     }
 
     #[test]
