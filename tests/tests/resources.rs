@@ -216,3 +216,27 @@ async fn a_capture_that_keeps_failing_stays_committing_and_is_retried() {
     assert_eq!(record["status"], "COMMITTED", "{record}");
     assert_eq!(statuses(&env), ["captured"]);
 }
+
+/// Issue 41: an order whose card was authorized aborts (the wallet cannot pay): the cancel voids the
+/// authorization. The cancel's repeat, once due, recovers the try (its stored answer: that same
+/// authorization) and must not void it again: a payment API refuses a second void (400, as Stripe refuses
+/// to cancel a canceled PaymentIntent), and a repeat that kept asking would fail at every sweep, its
+/// entry locked for ever. The sweeper's recovery ends, the entry's lock is released, one void was made.
+#[tokio::test]
+async fn the_repeated_cancel_does_not_void_an_authorization_again() {
+    let env = world().await;
+    env.put_account("service-a", "W", "5").await;
+    let (status, answer) = env.post(&order("order-poor", CARD, 800, 5000), None).await;
+    assert_eq!(status, 409, "the wallet refuses: {answer}");
+    assert_eq!(statuses(&env), ["voided"], "the abort voided the authorization");
+    // Past the repeat's time: the deadline (at most 5 s away), the clock margins, the time in flight.
+    env.clock.advance(twopc::participant::resource::TRY_IN_FLIGHT_MS + 10_000);
+    let (reports, quiet) = env.try_sweep_until_quiet(5).await;
+    assert!(quiet, "the sweeper's recovery ends: {reports:#?}");
+    assert!(reports.iter().all(|r| r.as_ref().is_ok_and(|r| r.errors == 0)), "no sweep error: {reports:#?}");
+    let locked = env.locked_items().await;
+    assert!(locked.is_empty(), "the barrier entry's lock is released: {locked:?}");
+    let voids: Vec<_> = api(&env).calls().into_iter().filter(|c| c.endpoint == Endpoint::Void).collect();
+    assert_eq!(voids.len(), 1, "one void, the cancel's: {voids:?}");
+    assert_eq!(statuses(&env), ["voided"]);
+}

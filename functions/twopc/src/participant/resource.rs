@@ -18,7 +18,8 @@
 //!   repeated once that long after the cutoff: the repeat first recovers what the try did (it sends the
 //!   try's request again with the try's key, which returns the stored first answer, or does the try now),
 //!   then undoes it with a key of its own (a repeat under the cancel's key would only return the first
-//!   cancel's stored answer).
+//!   cancel's stored answer), unless what it recovers is the reservation the first cancel already undid
+//!   (an entry cancelled when TRIED): a resource may refuse to undo a reservation twice.
 //! - **A confirm never turns into an abort.** After a commit decision a confirm that fails is retried
 //!   (by the coordinator, then the sweeper, with backoff), and the transaction stays `COMMITTING`, its
 //!   `sweepError` saying why, the sweeper's `Stuck` metric counting it, until the resource confirms.
@@ -700,8 +701,11 @@ impl Driver {
                 Ok(status(STATUS_ABORTED, None))
             }
             State::Cancelled => {
+                // Whether the reservation the entry knows (TRIED when cancelled) is voided by now.
+                let mut voided = entry.cancelled_call;
                 if let Some(tried) = entry.tried.as_ref().filter(|_| !entry.cancelled_call) {
                     self.cancel_call(service, tx, tried, &now).await.map_err(|m| fail("cancel", m))?;
+                    voided = true;
                 }
                 let due = entry.recheck_at.is_some_and(|at| now() >= at);
                 if entry.rechecked || !due {
@@ -710,6 +714,13 @@ impl Driver {
                 // The repeat: what the try did (its request again, under its key), then undone.
                 let recover = self.call(service, tx, &entry.operations, "try");
                 match self.resource.try_reserve(&recover).await {
+                    // The try's stored answer is the reservation the cancel voided: voiding it again would
+                    // be refused by a resource that voids once (a canceled payment is not canceled twice),
+                    // at every repeat. An entry cancelled while TRYING knows no reservation: its recovered
+                    // try is undone below.
+                    Ok(tried) if voided && entry.tried.as_ref() == Some(&tried) => {
+                        info!("the repeated cancel found the reservation the cancel had voided: nothing more to undo");
+                    }
                     Ok(tried) => {
                         let call = self.call(service, tx, &[], "recheck");
                         self.resource.cancel(&call, &tried).await.map_err(|e| fail("cancel", describe(e)))?;
