@@ -216,3 +216,164 @@ async fn a_capture_that_keeps_failing_stays_committing_and_is_retried() {
     assert_eq!(record["status"], "COMMITTED", "{record}");
     assert_eq!(statuses(&env), ["captured"]);
 }
+
+/// Issue 41: an order whose card was authorized aborts (the wallet cannot pay): the cancel voids the
+/// authorization. The cancel's repeat, once due, recovers the try (its stored answer: that same
+/// authorization) and must not void it again: a payment API refuses a second void (400, as Stripe refuses
+/// to cancel a canceled PaymentIntent), and a repeat that kept asking would fail at every sweep, its
+/// entry locked for ever. The sweeper's recovery ends, the entry's lock is released, one void was made.
+#[tokio::test]
+async fn the_repeated_cancel_does_not_void_an_authorization_again() {
+    let env = world().await;
+    env.put_account("service-a", "W", "5").await;
+    let (status, answer) = env.post(&order("order-poor", CARD, 800, 5000), None).await;
+    assert_eq!(status, 409, "the wallet refuses: {answer}");
+    assert_eq!(statuses(&env), ["voided"], "the abort voided the authorization");
+    // Past the repeat's time: the deadline (at most 5 s away), the clock margins, the time in flight.
+    env.clock.advance(twopc::participant::resource::TRY_IN_FLIGHT_MS + 10_000);
+    let (reports, quiet) = env.try_sweep_until_quiet(5).await;
+    assert!(quiet, "the sweeper's recovery ends: {reports:#?}");
+    assert!(reports.iter().all(|r| r.as_ref().is_ok_and(|r| r.errors == 0)), "no sweep error: {reports:#?}");
+    let locked = env.locked_items().await;
+    assert!(locked.is_empty(), "the barrier entry's lock is released: {locked:?}");
+    let voids: Vec<_> = api(&env).calls().into_iter().filter(|c| c.endpoint == Endpoint::Void).collect();
+    assert_eq!(voids.len(), 1, "one void, the cancel's: {voids:?}");
+    assert_eq!(statuses(&env), ["voided"]);
+}
+
+/// The payments table's item for `tx`'s barrier entry, as JSON (None: no entry).
+async fn barrier_entry(env: &TestEnv, tx: &str) -> Option<Value> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let out = env
+        .client
+        .get_item()
+        .table_name(env.table("payments"))
+        .key("entityId", AttributeValue::S(format!("barrier#{tx}")))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("GetItem");
+    out.item.map(|item| Value::Object(twopc::attr::item_to_json(&item)))
+}
+
+/// The least a finished entry's expiry (epoch seconds) may be, README "Barrier entries expire": past the
+/// last moment a late try of its transaction could find the entry, i.e. the try cutoff (deadline + M),
+/// the time a request is in flight, and the clock margin again (the table's clock against the
+/// participant's). An entry that knows no deadline takes the latest one its transaction can have.
+fn least_expiry(deadline: u64) -> u64 {
+    use twopc::clock::CLOCK_MARGIN_MS;
+    (deadline + CLOCK_MARGIN_MS + twopc::participant::resource::TRY_IN_FLIGHT_MS + CLOCK_MARGIN_MS).div_ceil(1000)
+}
+
+fn expiry_of(entry: &Value) -> Option<u64> {
+    entry.get("expireAt").map(|e| e.as_u64().expect("expireAt is a number of seconds"))
+}
+
+/// An expiry at least `least` (seconds), and not absurdly far: within the retention of a finished record.
+fn assert_expires(entry: &Value, least: u64, what: &str) {
+    let expiry = expiry_of(entry).unwrap_or_else(|| panic!("{what}: a finished entry carries expireAt: {entry}"));
+    assert!(expiry >= least, "{what}: expireAt {expiry} is before the bound {least}: {entry}");
+    let latest = least + twopc::record::RETENTION_SECONDS + 3_600;
+    assert!(expiry <= latest, "{what}: expireAt {expiry} is past {latest}: {entry}");
+    assert!(entry.get("lock").is_none(), "{what}: no lock: {entry}");
+}
+
+fn deadline_of(entry: &Value) -> u64 {
+    entry["barrier"]["deadline"].as_u64().expect("the entry's deadline")
+}
+
+/// Issue 41: barrier entries are deleted by the table's TTL once nothing can need them. Every finished
+/// entry (confirmed, refused, cancelled with its repeat done, a cancel before any try) carries `expireAt`
+/// no earlier than the bound; an entry still waiting for something (tried, cancelled until its repeat)
+/// holds a lock and carries none; and the table's TTL reads `expireAt`.
+#[tokio::test]
+async fn finished_barrier_entries_expire_and_waiting_ones_do_not() {
+    let env = world().await;
+    // Confirmed.
+    let (status, answer) = env.post(&charge_only("kept", 400, 5000), None).await;
+    assert_eq!(status, 200, "{answer}");
+    let entry = barrier_entry(&env, answer["transactionId"].as_str().unwrap()).await.unwrap();
+    assert_eq!(entry["barrier"]["state"], "CONFIRMED", "{entry}");
+    assert_expires(&entry, least_expiry(deadline_of(&entry)), "confirmed");
+
+    // Refused (a declined card).
+    let declined = json!({"participants": [{"service": "payments", "operations": [payments::charge("no", DECLINED_CARD, 400)]}], "timeoutMs": 5000});
+    let (status, answer) = env.post(&declined, None).await;
+    assert_eq!(status, 409, "{answer}");
+    let entry = barrier_entry(&env, answer["transactionId"].as_str().unwrap()).await.unwrap();
+    assert_eq!(entry["barrier"]["state"], "REFUSED", "{entry}");
+    assert_expires(&entry, least_expiry(deadline_of(&entry)), "refused");
+
+    // Tried, waiting for the decision: locked, no expiry.
+    let participant = &env.participants["payments"];
+    let prepare = participant
+        .handle(&message(&env, Action::Prepare, "tx-waiting", vec![payments::charge("wait", CARD, 100)]))
+        .await
+        .unwrap();
+    assert_eq!(prepare.vote, Some(Vote::Prepared), "{prepare:?}");
+    let entry = barrier_entry(&env, "tx-waiting").await.unwrap();
+    assert_eq!((entry["barrier"]["state"].as_str(), expiry_of(&entry)), (Some("TRIED"), None), "{entry}");
+    assert!(entry.get("lock").is_some(), "{entry}");
+
+    // A cancel before any try: it knows no deadline, so it counts from the longest a transaction lasts.
+    let before = env.clock_now();
+    let abort = participant
+        .handle(&message(&env, Action::Abort, "tx-empty", vec![payments::charge("e", CARD, 100)]))
+        .await
+        .unwrap();
+    assert_eq!(abort.status.as_deref(), Some("ABORTED"));
+    let entry = barrier_entry(&env, "tx-empty").await.unwrap();
+    let latest_deadline = before + twopc::clock::CLOCK_MARGIN_MS + twopc::model::MAX_TIMEOUT_MS;
+    assert_expires(&entry, least_expiry(latest_deadline), "a cancel before any try");
+
+    // Cancelled after its try (the wallet refuses): locked until the cancel's repeat, then expiring.
+    env.put_account("service-a", "W", "5").await;
+    let (status, answer) = env.post(&order("order-poor", CARD, 800, 5000), None).await;
+    assert_eq!(status, 409, "{answer}");
+    let tx = answer["transactionId"].as_str().unwrap().to_owned();
+    let entry = barrier_entry(&env, &tx).await.unwrap();
+    assert_eq!((entry["barrier"]["state"].as_str(), expiry_of(&entry)), (Some("CANCELLED"), None), "{entry}");
+    assert!(entry.get("lock").is_some(), "{entry}");
+    env.clock.advance(twopc::participant::resource::TRY_IN_FLIGHT_MS + 10_000);
+    env.sweep_until_quiet().await;
+    let entry = barrier_entry(&env, &tx).await.unwrap();
+    assert!(entry["barrier"].get("rechecked").is_some(), "{entry}");
+    assert_expires(&entry, least_expiry(deadline_of(&entry)), "cancelled, repeated");
+
+    // DynamoDB deletes them: the table's TTL reads expireAt.
+    let ttl = env.client.describe_time_to_live().table_name(env.table("payments")).send().await.expect("TTL");
+    let ttl = ttl.time_to_live_description().expect("a TTL description");
+    assert_eq!(
+        (ttl.attribute_name(), ttl.time_to_live_status().map(|s| s.as_str())),
+        (Some("expireAt"), Some("ENABLED")),
+        "the participant table's TTL"
+    );
+}
+
+/// Issue 41: an entry written before barrier entries expired (no `expireAt`) gets its expiry when a
+/// message of its transaction next finds it finished; one that still waits gets it when it finishes.
+#[tokio::test]
+async fn an_entry_written_before_the_upgrade_gets_its_expiry_when_next_touched() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let env = world().await;
+    let participant = &env.participants["payments"];
+    let abort = message(&env, Action::Abort, "tx-old", vec![payments::charge("old", CARD, 100)]);
+    assert_eq!(participant.handle(&abort).await.unwrap().status.as_deref(), Some("ABORTED"));
+    // As the version before wrote it: no expiry.
+    env.client
+        .update_item()
+        .table_name(env.table("payments"))
+        .key("entityId", AttributeValue::S("barrier#tx-old".into()))
+        .update_expression("REMOVE expireAt")
+        .send()
+        .await
+        .expect("UpdateItem");
+    assert_eq!(expiry_of(&barrier_entry(&env, "tx-old").await.unwrap()), None);
+    let before = env.clock_now();
+    // A late abort of the same transaction (the sweeper's, a copy of the coordinator's).
+    let again = message(&env, Action::Abort, "tx-old", vec![payments::charge("old", CARD, 100)]);
+    assert_eq!(participant.handle(&again).await.unwrap().status.as_deref(), Some("ABORTED"));
+    let entry = barrier_entry(&env, "tx-old").await.unwrap();
+    let latest_deadline = before + twopc::clock::CLOCK_MARGIN_MS + twopc::model::MAX_TIMEOUT_MS;
+    assert_expires(&entry, least_expiry(latest_deadline), "an old entry touched again");
+}

@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, StreamSpecification, StreamViewType,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification, TimeToLiveStatus,
 };
 
 /// Attribute names of the transactions table.
@@ -68,6 +68,10 @@ pub mod item_attr {
     /// Present only while locked: what the commit will write, reserved by the prepare so that the item
     /// already has the size the commit gives it.
     pub const PENDING: &str = "pending";
+    /// The table's TTL attribute (epoch seconds), on a resource's finished barrier entries only (no item
+    /// of data carries it): DynamoDB deletes such an entry once nothing can need it
+    /// (`participant::resource`, README "Barrier entries expire").
+    pub const EXPIRE_AT: &str = "expireAt";
 }
 
 /// Attribute names of the WebSocket connections table: one item per (connection, topic), plus one
@@ -152,7 +156,7 @@ pub fn participant_table(name: &str) -> TableSpec {
             projection: ProjectionType::KeysOnly,
         }],
         stream: true,
-        ttl_attribute: None,
+        ttl_attribute: Some(item_attr::EXPIRE_AT),
     }
 }
 
@@ -202,7 +206,8 @@ impl TableSpec {
         defs
     }
 
-    /// Creates the table (on-demand, streams as specified) unless it exists, and waits until it is usable.
+    /// Creates the table (on-demand, streams as specified) unless it exists, waits until it is usable, and
+    /// turns its TTL on (`ttl_attribute`) unless it is on: a table created by an older version gets it too.
     pub async fn create_if_missing(&self, client: &Client) -> Result<(), aws_sdk_dynamodb::Error> {
         let mut request = client
             .create_table()
@@ -250,9 +255,29 @@ impl TableSpec {
                 .and_then(|t| t.table_status())
                 .is_some_and(|s| *s == aws_sdk_dynamodb::types::TableStatus::Active);
             if active {
-                return Ok(());
+                break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+        let Some(attribute) = self.ttl_attribute else { return Ok(()) };
+        let ttl = client.describe_time_to_live().table_name(&self.name).send().await?;
+        let on = ttl.time_to_live_description().is_some_and(|d| {
+            d.attribute_name() == Some(attribute)
+                && matches!(d.time_to_live_status(), Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling))
+        });
+        if !on {
+            let specification = TimeToLiveSpecification::builder()
+                .attribute_name(attribute)
+                .enabled(true)
+                .build()
+                .expect("name and enabled are set");
+            client
+                .update_time_to_live()
+                .table_name(&self.name)
+                .time_to_live_specification(specification)
+                .send()
+                .await?;
+        }
+        Ok(())
     }
 }

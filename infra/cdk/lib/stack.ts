@@ -564,6 +564,8 @@ export class TwoPhaseCommitStack extends Stack {
         hashKey: 'entityId',
         index: { name: 'locks-by-expiry', hashKey: ['lockShard', 'S'], rangeKey: ['lockExpiresAt', 'N'] },
         stream: true,
+        // A resource's finished barrier entries expire (functions/twopc/src/participant/resource.rs).
+        ttlAttribute: 'expireAt',
       }),
     );
     const indexArn = (t: dynamodb.CfnTable, index: string) => `${t.attrArn}/index/${index}`;

@@ -8,7 +8,9 @@
 //!   `{"id", "status": "authorized", ...}`, or 402 `card_declined` (the card [`DECLINED_CARD`], or an
 //!   amount over [`CARD_LIMIT`]).
 //! - `POST /v1/authorizations/{id}/capture` → 200 `{"status": "captured"}`; 409 `authorization_voided`.
-//! - `POST /v1/authorizations/{id}/void` → 200 `{"status": "voided"}`; 409 `authorization_captured`.
+//! - `POST /v1/authorizations/{id}/void` → 200 `{"status": "voided"}`; 409 `authorization_captured`;
+//!   400 `authorization_already_voided` for a second void of one authorization (under another key: a
+//!   repeat under the same key gets the first answer), as Stripe refuses to cancel a canceled PaymentIntent.
 //! - `GET /v1/authorizations` → `{"authorizations": [...]}`, `GET /v1/authorizations/{id}`.
 //!
 //! Every POST needs an `Idempotency-Key` header. Faults are injected per endpoint ([`PaymentApi::inject`]):
@@ -380,6 +382,11 @@ async fn settle(shared: Shared, endpoint: Endpoint, id: String, headers: HeaderM
         };
         if authorization.status == other {
             return error(StatusCode::CONFLICT, &format!("authorization_{other}"), format!("{id} is {other}"));
+        }
+        // A void is done once: a second one (under another key) is refused, as real payment APIs refuse
+        // to cancel what is canceled already (Stripe: 400). A repeat under the same key is answered above.
+        if endpoint == Endpoint::Void && authorization.status == "voided" {
+            return error(StatusCode::BAD_REQUEST, "authorization_already_voided", format!("{id} is voided already"));
         }
         authorization.status = wanted.into();
         (StatusCode::OK, serde_json::to_value(&*authorization).expect("serializes"))

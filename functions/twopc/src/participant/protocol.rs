@@ -240,7 +240,9 @@ impl Participant {
             Action::Commit if request.one_phase_record.is_some() => {
                 Ok(refused(RefusalCode::Invalid, format!("{} is a resource: it commits in two phases", self.service)))
             }
-            Action::Commit => failed_resource(driver.commit(&self.service, tx, request.lock_token.as_deref()).await),
+            Action::Commit => {
+                failed_resource(driver.commit(&self.service, tx, request.lock_token.as_deref(), now).await)
+            }
             Action::Abort => failed_resource(driver.abort(&self.service, tx, now).await),
             Action::Hold => Ok(driver.hold(tx, request.lock_token.as_deref(), hold_until(request)?).await?),
         }

@@ -18,7 +18,8 @@
 //!   repeated once that long after the cutoff: the repeat first recovers what the try did (it sends the
 //!   try's request again with the try's key, which returns the stored first answer, or does the try now),
 //!   then undoes it with a key of its own (a repeat under the cancel's key would only return the first
-//!   cancel's stored answer).
+//!   cancel's stored answer), unless what it recovers is the reservation the first cancel already undid
+//!   (an entry cancelled when TRIED): a resource may refuse to undo a reservation twice.
 //! - **A confirm never turns into an abort.** After a commit decision a confirm that fails is retried
 //!   (by the coordinator, then the sweeper, with backoff), and the transaction stays `COMMITTING`, its
 //!   `sweepError` saying why, the sweeper's `Stuck` metric counting it, until the resource confirms.
@@ -26,6 +27,13 @@
 //! An entry waiting for something (TRYING and TRIED until the deadline; CANCELLED until its recheck is
 //! due) carries a lock like a locked item's, in the locks index: the sweeper finds it there when it is
 //! due and sends the participant the commit or abort its transaction's record says, as for any lock.
+//!
+//! A finished entry (REFUSED, CONFIRMED, CANCELLED with its recheck done or nothing to recheck) holds no
+//! lock and carries `expireAt`, the table's TTL attribute, so that DynamoDB deletes it once nothing can
+//! need it: not before [`Driver::needed_until`] (the last moment a late prepare could still begin a try
+//! and find the entry, see there), plus [`BARRIER_RETENTION_MS`]. An entry written before entries
+//! expired gets its expiry when it finishes, or, finished already, when a message of its transaction
+//! next finds it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -47,6 +55,11 @@ use crate::tables::item_attr as a;
 /// How long a try request may be in flight: one sent at `t` reaches the resource before
 /// `t + TRY_IN_FLIGHT_MS` or never. The cancel is repeated once this long after the transaction's cutoff.
 pub const TRY_IN_FLIGHT_MS: u64 = 60_000;
+
+/// How long a finished barrier entry is kept past the bound of `Driver::needed_until`: as long as a finished
+/// transaction's record ([`crate::record::RETENTION_SECONDS`]), for whoever looks into what happened to
+/// a reservation. Safety needs none of it.
+pub const BARRIER_RETENTION_MS: u64 = crate::record::RETENTION_SECONDS * 1_000;
 
 /// A resource the library drives through try, confirm and cancel. Each call gets an idempotency key that
 /// is the same for every attempt of that call in this transaction: send it with the request, so that the
@@ -144,6 +157,10 @@ struct Entry {
     /// CANCELLED: when the cancel is repeated; done once `rechecked`.
     recheck_at: Option<u64>,
     rechecked: bool,
+    /// Whether the item carries a lock (the entry waits for something).
+    locked: bool,
+    /// The entry's TTL (epoch seconds), once it is finished; None on entries written before they expired.
+    expire_at: Option<u64>,
 }
 
 const BARRIER: &str = "barrier";
@@ -175,7 +192,19 @@ impl Entry {
                     .filter(|_| state == State::Cancelled)
             }),
             rechecked: barrier.get("rechecked").is_some(),
+            locked: lock.is_some(),
+            expire_at: get_n(item, a::EXPIRE_AT).and_then(|v| v.parse().ok()),
         })
+    }
+
+    /// Finished (nothing will lock it again), with no expiry yet: an entry of an older version.
+    fn lacks_expiry(&self) -> bool {
+        let finished = match self.state {
+            State::Refused | State::Confirmed => true,
+            State::Cancelled => self.rechecked,
+            State::Trying | State::Tried => false,
+        };
+        finished && !self.locked && self.expire_at.is_none()
     }
 }
 
@@ -325,6 +354,11 @@ impl Barrier {
         format!("REMOVE {}, {}, {}", e.name(a::LOCK), e.name(a::LOCK_SHARD), e.name(a::LOCK_EXPIRES_AT))
     }
 
+    /// `expireAt = <expire_at>`, for the SET clause of an update that finishes the entry (and releases it).
+    fn expiry(e: &mut Expr, expire_at: u64) -> String {
+        format!("{} = {}", e.name(a::EXPIRE_AT), e.value(n(expire_at)))
+    }
+
     async fn tried(&self, tx: &str, token: &str, tried: &Value) -> Result<bool, StoreError> {
         let mut e = Expr::new();
         let (barrier, state, field) = (e.name(BARRIER), e.name("state"), e.name("tried"));
@@ -333,25 +367,33 @@ impl Barrier {
         self.transition(tx, &[State::Trying], Some(token), e, update).await
     }
 
-    async fn refused(&self, tx: &str, token: &str, code: &str, reason: &str) -> Result<bool, StoreError> {
+    async fn refused(
+        &self,
+        tx: &str,
+        token: &str,
+        (code, reason): (&str, &str),
+        expire_at: u64,
+    ) -> Result<bool, StoreError> {
         let mut e = Expr::new();
         let (barrier, state, code_name, reason_name) =
             (e.name(BARRIER), e.name("state"), e.name("refusalCode"), e.name("reason"));
         let (next, code, reason) =
             (e.value(s(State::Refused.as_str())), e.value(s(code)), e.value(s(crate::record::cut(reason, 512))));
+        let expiry = Self::expiry(&mut e, expire_at);
         let release = Self::release(&mut e);
         let update = format!(
-            "SET {barrier}.{state} = {next}, {barrier}.{code_name} = {code}, {barrier}.{reason_name} = {reason} {release}"
+            "SET {barrier}.{state} = {next}, {barrier}.{code_name} = {code}, {barrier}.{reason_name} = {reason}, {expiry} {release}"
         );
         self.transition(tx, &[State::Trying], Some(token), e, update).await
     }
 
-    async fn confirmed(&self, tx: &str, token: &str) -> Result<bool, StoreError> {
+    async fn confirmed(&self, tx: &str, token: &str, expire_at: u64) -> Result<bool, StoreError> {
         let mut e = Expr::new();
         let (barrier, state) = (e.name(BARRIER), e.name("state"));
         let next = e.value(s(State::Confirmed.as_str()));
+        let expiry = Self::expiry(&mut e, expire_at);
         let release = Self::release(&mut e);
-        let update = format!("SET {barrier}.{state} = {next} {release}");
+        let update = format!("SET {barrier}.{state} = {next}, {expiry} {release}");
         self.transition(tx, &[State::Tried], Some(token), e, update).await
     }
 
@@ -373,8 +415,9 @@ impl Barrier {
         self.transition(tx, &[State::Trying, State::Tried], None, e, update).await
     }
 
-    /// A cancel before any try: CANCELLED with nothing to repeat, so that a try arriving later does nothing.
-    async fn cancel_empty(&self, tx: &str, now: u64) -> Result<Begun, StoreError> {
+    /// A cancel before any try: CANCELLED with nothing to repeat, so that a try arriving later does nothing;
+    /// finished, so expiring at `expire_at`.
+    async fn cancel_empty(&self, tx: &str, now: u64, expire_at: u64) -> Result<Begun, StoreError> {
         let mut item = Self::key(tx);
         let barrier = HashMap::from([
             ("state".to_owned(), s(State::Cancelled.as_str())),
@@ -382,18 +425,55 @@ impl Barrier {
             ("emptyRollback".to_owned(), AttributeValue::Bool(true)),
         ]);
         item.insert(BARRIER.to_owned(), AttributeValue::M(barrier));
+        item.insert(a::EXPIRE_AT.to_owned(), n(expire_at));
         self.put_new(item).await
     }
 
-    async fn mark(&self, tx: &str, field: &str, now: u64, release: bool) -> Result<bool, StoreError> {
+    /// Sets `field` of a CANCELLED entry to `now`; `finish`: also releases its lock, the entry expiring at
+    /// the time given.
+    async fn mark(&self, tx: &str, field: &str, now: u64, finish: Option<u64>) -> Result<bool, StoreError> {
         let mut e = Expr::new();
         let (barrier, name) = (e.name(BARRIER), e.name(field));
         let value = e.value(n(now));
         let mut update = format!("SET {barrier}.{name} = {value}");
-        if release {
-            update += &format!(" {}", Self::release(&mut e));
+        if let Some(expire_at) = finish {
+            update += &format!(", {} {}", Self::expiry(&mut e, expire_at), Self::release(&mut e));
         }
         self.transition(tx, &[State::Cancelled], None, e, update).await
+    }
+
+    /// An expiry for a finished entry an older version wrote without one. False if it is not such an entry
+    /// any more (it has one, or a lock).
+    async fn expire(&self, tx: &str, expire_at: u64) -> Result<bool, StoreError> {
+        let mut e = Expr::new();
+        let (lock, expiry_name) = (e.name(a::LOCK), e.name(a::EXPIRE_AT));
+        let expiry = Self::expiry(&mut e, expire_at);
+        let (barrier, state, rechecked) = (e.name(BARRIER), e.name("state"), e.name("rechecked"));
+        let (refused, confirmed, cancelled) = (
+            e.value(s(State::Refused.as_str())),
+            e.value(s(State::Confirmed.as_str())),
+            e.value(s(State::Cancelled.as_str())),
+        );
+        let condition = format!(
+            "attribute_not_exists({lock}) AND attribute_not_exists({expiry_name}) AND ({barrier}.{state} IN ({refused}, {confirmed}) OR ({barrier}.{state} = {cancelled} AND attribute_exists({barrier}.{rechecked})))"
+        );
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(tx)))
+            .update_expression(format!("SET {expiry}"))
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values(ReturnValue::None)
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
+        }
     }
 }
 
@@ -515,6 +595,39 @@ impl Driver {
         deadline.map_or(now, crate::clock::lock_cutoff).max(now) + self.try_in_flight_ms
     }
 
+    /// Until when (epoch ms) the barrier entry of a transaction with this `deadline`, finished at `now`,
+    /// must exist: past the last moment a prepare of its transaction could begin a try and find the
+    /// entry gone. A prepare begins one only by its clock's cutoff (the deadline and the clock margin M);
+    /// its write of the first entry, sent by then, lands within the time in flight or never (as a try
+    /// request does); and the table's clock, which its TTL follows, may be M ahead of the participant's.
+    /// So: `max(cutoff, now) + in flight + M`, the time of the cancel's repeat plus M. An entry that knows
+    /// no deadline (a cancel before any try) takes the latest its transaction can have: it was created
+    /// before the abort was sent, by a clock at most M ahead, and lasts at most `MAX_TIMEOUT_MS` (every
+    /// prepare the coordinator sends carries the transaction's deadline).
+    pub(crate) fn needed_until(&self, deadline: Option<u64>, now: u64) -> u64 {
+        use crate::clock::CLOCK_MARGIN_MS;
+        let deadline = deadline.unwrap_or(now + CLOCK_MARGIN_MS + crate::model::MAX_TIMEOUT_MS);
+        self.recheck_at(Some(deadline), now) + CLOCK_MARGIN_MS
+    }
+
+    /// The `expireAt` (epoch seconds) of a finished entry: [`Driver::needed_until`] and the retention.
+    fn expire_at(&self, deadline: Option<u64>, now: u64) -> u64 {
+        (self.needed_until(deadline, now) + BARRIER_RETENTION_MS).div_ceil(1_000)
+    }
+
+    /// An entry an older version finished without an expiry gets one now (a failure to write it only
+    /// leaves it for the next message: it answers nothing).
+    async fn expire_old(&self, tx: &str, entry: &Entry, now: u64) {
+        if !entry.lacks_expiry() {
+            return;
+        }
+        match self.barrier.expire(tx, self.expire_at(entry.deadline, now)).await {
+            Ok(true) => info!("an entry of an older version expires now"),
+            Ok(false) => {}
+            Err(e) => warn!(error = %e, "could not give an older entry its expiry; left for the next message"),
+        }
+    }
+
     pub(crate) async fn prepare(
         &self,
         p: Prepare<'_>,
@@ -533,28 +646,31 @@ impl Driver {
         let times = (deadline, p.started_at.unwrap_or(started), started);
         match self.barrier.begin(p.tx, &token, p.operations, times).await? {
             Begun::Written => {}
-            Begun::Existing(entry) => match entry.state {
-                // A repeated prepare (or the first one's write, whose answer was lost): the same try.
-                State::Trying => token = entry.token.unwrap_or(token),
-                State::Tried => return Ok(prepared(entry.token)),
-                State::Refused => {
-                    let (code, reason) = entry.refusal.unwrap_or_default();
-                    return Ok(stored_refusal(&code, &reason));
+            Begun::Existing(entry) => {
+                self.expire_old(p.tx, &entry, started).await;
+                match entry.state {
+                    // A repeated prepare (or the first one's write, whose answer was lost): the same try.
+                    State::Trying => token = entry.token.unwrap_or(token),
+                    State::Tried => return Ok(prepared(entry.token)),
+                    State::Refused => {
+                        let (code, reason) = entry.refusal.unwrap_or_default();
+                        return Ok(stored_refusal(&code, &reason));
+                    }
+                    State::Cancelled => {
+                        info!("a try after its cancel: nothing done");
+                        return Ok(refused(
+                            RefusalCode::Timeout,
+                            "the transaction was cancelled before this prepare arrived".into(),
+                        ));
+                    }
+                    State::Confirmed => {
+                        return Ok(refused(
+                            RefusalCode::Timeout,
+                            "the transaction had ended before this prepare arrived".into(),
+                        ));
+                    }
                 }
-                State::Cancelled => {
-                    info!("a try after its cancel: nothing done");
-                    return Ok(refused(
-                        RefusalCode::Timeout,
-                        "the transaction was cancelled before this prepare arrived".into(),
-                    ));
-                }
-                State::Confirmed => {
-                    return Ok(refused(
-                        RefusalCode::Timeout,
-                        "the transaction had ended before this prepare arrived".into(),
-                    ));
-                }
-            },
+            }
         }
         let mut last_failure = String::new();
         for attempt in 0.. {
@@ -597,7 +713,8 @@ impl Driver {
                                 .and_then(|c| c.as_str().map(str::to_owned))
                         })
                         .unwrap_or_default();
-                    self.barrier.refused(p.tx, &token, &code, vote.reason.as_deref().unwrap_or("")).await?;
+                    let refusal = (code.as_str(), vote.reason.as_deref().unwrap_or(""));
+                    self.barrier.refused(p.tx, &token, refusal, self.expire_at(Some(deadline), now())).await?;
                     return Ok(vote);
                 }
                 Err(ResourceError::Failed(why)) => {
@@ -621,12 +738,16 @@ impl Driver {
         service: &str,
         tx: &str,
         token: Option<&str>,
+        now: impl Fn() -> u64,
     ) -> Result<ParticipantResponse, ResourceFailedOr> {
         let Some(entry) = self.barrier.get(tx).await? else {
             return Ok(status(STATUS_NOT_PREPARED, Some("no try of this transaction".into())));
         };
         match entry.state {
-            State::Confirmed => Ok(status(STATUS_COMMITTED, None)),
+            State::Confirmed => {
+                self.expire_old(tx, &entry, now()).await;
+                Ok(status(STATUS_COMMITTED, None))
+            }
             State::Tried if token.is_none() || token == entry.token.as_deref() => {
                 let tried = entry.tried.unwrap_or(Value::Null);
                 let call = self.call(service, tx, &[], "confirm");
@@ -650,7 +771,7 @@ impl Driver {
                     }
                 }
                 let token = entry.token.unwrap_or_default();
-                if !self.barrier.confirmed(tx, &token).await? {
+                if !self.barrier.confirmed(tx, &token, self.expire_at(entry.deadline, now())).await? {
                     let now_state = self.barrier.get(tx).await?.map(|e| e.state);
                     if now_state != Some(State::Confirmed) {
                         warn!(state = ?now_state, "confirmed by the resource, but the barrier moved");
@@ -670,7 +791,7 @@ impl Driver {
     ) -> Result<ParticipantResponse, ResourceFailedOr> {
         let entry = match self.barrier.get(tx).await? {
             Some(entry) => entry,
-            None => match self.barrier.cancel_empty(tx, now()).await? {
+            None => match self.barrier.cancel_empty(tx, now(), self.expire_at(None, now())).await? {
                 Begun::Written => {
                     info!("cancel before any try: an empty rollback");
                     return Ok(status(STATUS_ABORTED, None));
@@ -682,9 +803,13 @@ impl Driver {
         let fail =
             |what, message| ResourceFailedOr::Resource(ResourceFailed { service: service.to_owned(), what, message });
         match entry.state {
-            State::Refused => Ok(status(STATUS_ABORTED, None)),
+            State::Refused => {
+                self.expire_old(tx, &entry, now()).await;
+                Ok(status(STATUS_ABORTED, None))
+            }
             State::Confirmed => {
                 warn!("an abort of a confirmed transaction: nothing to cancel");
+                self.expire_old(tx, &entry, now()).await;
                 Ok(status(STATUS_ABORTED, None))
             }
             State::Trying | State::Tried => {
@@ -700,16 +825,27 @@ impl Driver {
                 Ok(status(STATUS_ABORTED, None))
             }
             State::Cancelled => {
+                // Whether the reservation the entry knows (TRIED when cancelled) is voided by now.
+                let mut voided = entry.cancelled_call;
                 if let Some(tried) = entry.tried.as_ref().filter(|_| !entry.cancelled_call) {
                     self.cancel_call(service, tx, tried, &now).await.map_err(|m| fail("cancel", m))?;
+                    voided = true;
                 }
                 let due = entry.recheck_at.is_some_and(|at| now() >= at);
                 if entry.rechecked || !due {
+                    self.expire_old(tx, &entry, now()).await;
                     return Ok(status(STATUS_ABORTED, None));
                 }
                 // The repeat: what the try did (its request again, under its key), then undone.
                 let recover = self.call(service, tx, &entry.operations, "try");
                 match self.resource.try_reserve(&recover).await {
+                    // The try's stored answer is the reservation the cancel voided: voiding it again would
+                    // be refused by a resource that voids once (a canceled payment is not canceled twice),
+                    // at every repeat. An entry cancelled while TRYING knows no reservation: its recovered
+                    // try is undone below.
+                    Ok(tried) if voided && entry.tried.as_ref() == Some(&tried) => {
+                        info!("the repeated cancel found the reservation the cancel had voided: nothing more to undo");
+                    }
                     Ok(tried) => {
                         let call = self.call(service, tx, &[], "recheck");
                         self.resource.cancel(&call, &tried).await.map_err(|e| fail("cancel", describe(e)))?;
@@ -718,7 +854,7 @@ impl Driver {
                     Err(ResourceError::Refused(_)) => info!("the repeated cancel found nothing reserved"),
                     Err(ResourceError::Failed(message)) => return Err(fail("recover the try", message)),
                 }
-                self.barrier.mark(tx, "rechecked", now(), true).await?;
+                self.barrier.mark(tx, "rechecked", now(), Some(self.expire_at(entry.deadline, now()))).await?;
                 Ok(status(STATUS_ABORTED, None))
             }
         }
@@ -727,7 +863,7 @@ impl Driver {
     async fn cancel_call(&self, service: &str, tx: &str, tried: &Value, now: &impl Fn() -> u64) -> Result<(), String> {
         let call = self.call(service, tx, &[], "cancel");
         self.resource.cancel(&call, tried).await.map_err(describe)?;
-        self.barrier.mark(tx, "cancelledCall", now(), false).await.map_err(|e| e.to_string())?;
+        self.barrier.mark(tx, "cancelledCall", now(), None).await.map_err(|e| e.to_string())?;
         Ok(())
     }
 }
