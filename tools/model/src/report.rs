@@ -196,6 +196,31 @@ impl<M: Traced> Run<M> {
     }
 }
 
+impl<M: Traced> Run<M>
+where
+    M::State: PartialEq,
+{
+    /// The counterexample to the `always` property `name`, cut at the first state that violates it, and
+    /// printed; panics if there is none. The checker keeps the last violating state it met before it stopped
+    /// (its threads hand out work in batches), which may lie steps past the first one on its path.
+    pub fn expect_violation(&self, name: &'static str) -> Path<M::State, M::Action> {
+        let found =
+            self.discoveries.get(name).unwrap_or_else(|| panic!("the checker found no counterexample to \"{name}\""));
+        let property = self.model.properties().into_iter().find(|p| p.name == name).expect("a property of the model");
+        assert_eq!(property.expectation, Expectation::Always, "\"{name}\" is an `always` property");
+        let steps = found.clone().into_vec();
+        let first = steps
+            .iter()
+            .position(|(s, _)| !(property.condition)(&self.model, s))
+            .expect("the path reaches a state that violates it");
+        let actions: Vec<M::Action> = steps[..first].iter().filter_map(|(_, a)| *a).collect();
+        let path = Path::from_actions(&self.model, steps[0].0.clone(), &actions).expect("the path replays");
+        println!("\nCOUNTEREXAMPLE to \"{name}\" ({first} steps, cut where it first fails):");
+        print_trace(&self.model, &path);
+        path
+    }
+}
+
 /// Prints a path step by step: each action, what it did, and the state at the end.
 pub fn print_trace<M: Traced>(model: &M, path: &Path<M::State, M::Action>) {
     let steps = path.clone().into_vec();
