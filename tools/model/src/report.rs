@@ -1,5 +1,6 @@
 //! Running the checker and printing what it found: states explored, and traces step by step. The runner
-//! serves both models, the main one ([`TwoPc`]) and issue 35's ([`crate::age::AgeModel`]), through [`Traced`].
+//! serves the three models, the main one ([`TwoPc`]), issue 35's ([`crate::age::AgeModel`]) and issue 41's
+//! ([`crate::chain::ChainModel`]), through [`Traced`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
