@@ -48,6 +48,12 @@ pub struct ChainSwitches {
     /// lives (fencing a successor without a record, as a replay does). Off: they act on the id they are sent
     /// to, and answer ABORTED for an attempt that was retried while its successor lives.
     pub routes_follow_chain: bool,
+    /// A correction of the design's words (the routes "follow the coordinator chain"), not a defect of the
+    /// code. On: a route that meets a link to no record fences it first (`attempt_named`, as a replay does),
+    /// so that the coordinator's create of that attempt loses to it. Off: it stops at the last attempt with a
+    /// record, aborted, and answers from it (abort 200, commit 409) while the linked attempt may still be
+    /// created, held and committed.
+    pub routes_fence_successor: bool,
     /// Rule B (defect 2). On: a token retry's claim of the refused attempt and its own record are one
     /// `TransactWriteItems`. Off (before the fix): the claim is written first, then the record; the record's
     /// write may fail, or another body under the same key may come first, and the claim names a transaction
@@ -65,6 +71,7 @@ impl Default for ChainSwitches {
         ChainSwitches {
             own_refusal_only: true,
             routes_follow_chain: true,
+            routes_fence_successor: true,
             atomic_token_claim: true,
             token_links_apart: true,
         }
@@ -273,6 +280,8 @@ pub enum ChainEvent {
     KeyTaken,
     WriteFailed,
     HoldExpired,
+    /// A route met a link to no record and fenced it.
+    RouteFenced,
 }
 
 impl ChainEvent {
@@ -1027,10 +1036,14 @@ impl ChainModel {
         let mut fenced = false;
         if sw.routes_follow_chain {
             while let Some(next) = s.record(id).and_then(|r| self.link(&r)) {
+                if s.record(next).is_none() && !sw.routes_fence_successor {
+                    break;
+                }
                 hops.push(self.id_name(next));
                 id = next;
                 if s.record(id).is_none() {
                     self.fence(s, id, Body::X);
+                    s.seen |= ChainEvent::RouteFenced.bit();
                     fenced = true;
                 }
             }
@@ -1258,6 +1271,12 @@ impl Model for ChainModel {
                     seen::<{ ChainEvent::RouteFollowed as u16 }>,
                 ));
             }
+            if sw.routes_follow_chain && sw.routes_fence_successor {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the caller's commit or abort fences a linked attempt without a record",
+                    seen::<{ ChainEvent::RouteFenced as u16 }>,
+                ));
+            }
         }
         if cfg.token_retry {
             p.push(Property::<Self>::sometimes("sometimes a token retry commits (or, held, is PREPARED)", |_, s| {
@@ -1303,6 +1322,7 @@ impl Traced for ChainModel {
         let off = crate::report::switched_off(&[
             ("own_refusal_only", sw.own_refusal_only),
             ("routes_follow_chain", sw.routes_follow_chain),
+            ("routes_fence_successor", sw.routes_fence_successor),
             ("atomic_token_claim", sw.atomic_token_claim),
             ("token_links_apart", sw.token_links_apart),
         ]);

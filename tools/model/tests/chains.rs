@@ -92,6 +92,24 @@ fn defect_41_1_a_route_to_a_retried_attempt_answers_aborted_while_its_successor_
     assert!((2..=2).any(|n| last.record(Id { ns: 0, n }).is_some_and(|r| r.status.commit())), "K1-2 committed");
 }
 
+/// The design's "the held commit/abort follows the coordinator chain", made precise
+/// (`routes_fence_successor` off: a route stops at a link to no record, and answers from the attempt it
+/// has). K1 is refused for contention and links K1-2 in its abort; before K1-2's record is created, the
+/// caller's abort finds K1 ABORTED naming K1-2, which has no record, and answers 200 ABORTED from K1; K1-2 is
+/// then created, held, and committed by the caller's commit of the id the POST answered. With the fix the
+/// route fences K1-2 (ABORTED), as a replay does, and the coordinator's create loses to the fence.
+#[test]
+fn design_41_a_route_that_stops_at_a_link_to_no_record_answers_aborted_before_the_successor_commits() {
+    let model = switched(ChainConfig::held(ChainBudget::default()).max_attempts(2).replays(0), |s| {
+        s.routes_fence_successor = false
+    });
+    let run = check(model, Some(KEY_ANSWERS));
+    let path = run.expect_violation(KEY_ANSWERS);
+    let last = path.last_state();
+    assert_eq!(last.routes[1].map(|a| (a.answer, a.from)), Some((CAnswer::AbortedOk, Some(Id { ns: 0, n: 1 }))));
+    assert!(last.record(Id { ns: 0, n: 2 }).is_some_and(|r| r.status.commit()), "K1-2 committed");
+}
+
 /// Defect 2 (`atomic_token_claim` off: the token retry's claim is written before its record). The token
 /// retry claims K1 for K2; before its record is written (its write fails, or it is slower), another body
 /// under K2 creates K2's record and runs: the claim names a transaction of another body.
