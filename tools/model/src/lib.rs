@@ -14,6 +14,8 @@
 
 /// Issue 35: retries that keep their age (wait-die), a model of its own.
 pub mod age;
+/// Issue 41: retry chains with holds and age tokens together, a model of its own.
+pub mod chain;
 pub mod config;
 pub mod report;
 pub mod state;

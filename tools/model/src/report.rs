@@ -1,5 +1,6 @@
 //! Running the checker and printing what it found: states explored, and traces step by step. The runner
-//! serves both models, the main one ([`TwoPc`]) and issue 35's ([`crate::age::AgeModel`]), through [`Traced`].
+//! serves the three models, the main one ([`TwoPc`]), issue 35's ([`crate::age::AgeModel`]) and issue 41's
+//! ([`crate::chain::ChainModel`]), through [`Traced`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
@@ -193,6 +194,31 @@ impl<M: Traced> Run<M> {
         println!("\nCOUNTEREXAMPLE to \"{name}\" ({} steps):", path.clone().into_actions().len());
         print_trace(&self.model, path);
         path.clone()
+    }
+}
+
+impl<M: Traced> Run<M>
+where
+    M::State: PartialEq,
+{
+    /// The counterexample to the `always` property `name`, cut at the first state that violates it, and
+    /// printed; panics if there is none. The checker keeps the last violating state it met before it stopped
+    /// (its threads hand out work in batches), which may lie steps past the first one on its path.
+    pub fn expect_violation(&self, name: &'static str) -> Path<M::State, M::Action> {
+        let found =
+            self.discoveries.get(name).unwrap_or_else(|| panic!("the checker found no counterexample to \"{name}\""));
+        let property = self.model.properties().into_iter().find(|p| p.name == name).expect("a property of the model");
+        assert_eq!(property.expectation, Expectation::Always, "\"{name}\" is an `always` property");
+        let steps = found.clone().into_vec();
+        let first = steps
+            .iter()
+            .position(|(s, _)| !(property.condition)(&self.model, s))
+            .expect("the path reaches a state that violates it");
+        let actions: Vec<M::Action> = steps[..first].iter().filter_map(|(_, a)| *a).collect();
+        let path = Path::from_actions(&self.model, steps[0].0.clone(), &actions).expect("the path replays");
+        println!("\nCOUNTEREXAMPLE to \"{name}\" ({first} steps, cut where it first fails):");
+        print_trace(&self.model, &path);
+        path
     }
 }
 

@@ -1,0 +1,161 @@
+//! Issue 41: retry chains with holds and age tokens together (`twopc_model::chain`; README.md, "Retry
+//! chains with holds and age tokens").
+//!
+//! The first tests check the fixed protocol over every reachable state: every property holds and every
+//! `sometimes` check is met. The others switch one fix off at a time and assert the checker finds the defect
+//! it prevents, printing the trace (breadth first, cut at the first state that violates the property:
+//! `Run::expect_violation`; not always the shortest, as the checker's threads hand work out in batches).
+//!
+//! The configurations are small (under a second each: no locks, a vote left to chance), so there is no
+//! `MODEL_BIG` one: `together` has `MAX_ATTEMPTS` 4 and two faults of each kind already.
+
+use twopc_model::chain::{
+    Body, CAnswer, ChainBudget, ChainConfig, ChainModel, ChainSwitches, Decider, FIRST, Id, KEY_ANSWERS, LINKS,
+    OWN_BODY, OWN_OUTCOME, OWN_REFUSAL, RPc, TOKEN_RETRY, check,
+};
+
+/// A crash between a link and the next attempt, a failed token retry write, a resolver racing a slow
+/// coordinator: two of each.
+const FAULTS: ChainBudget = ChainBudget { crash: 2, write_fails: 2, resolver: 2 };
+
+/// The configuration with one fix (or two) switched off. The defect tests run small sizes (`MAX_ATTEMPTS` 2,
+/// no fault, a replay only where the defect needs one), for short traces.
+fn switched(cfg: ChainConfig, f: impl FnOnce(&mut ChainSwitches)) -> ChainModel {
+    let mut sw = ChainSwitches::default();
+    f(&mut sw);
+    ChainModel::new(cfg.switches(sw))
+}
+
+/// K1 held, `MAX_ATTEMPTS` 4: its caller commits and aborts it (to its first id or the answered one), its key
+/// is replayed, a resolver may race its slow coordinator, and its holds expire.
+#[test]
+fn held() {
+    let run = check(ChainModel::new(ChainConfig::held(FAULTS).max_attempts(4)), None);
+    run.assert_all_hold();
+    assert!(run.unique > 300, "not vacuous: {} states", run.unique);
+}
+
+/// K1 refused for contention, retried with its age token under K2, another body under K2, each key replayed
+/// twice; `MAX_ATTEMPTS` 4.
+#[test]
+fn tokens() {
+    let run = check(ChainModel::new(ChainConfig::tokens(FAULTS).max_attempts(4)), None);
+    run.assert_all_hold();
+    assert!(run.unique > 5_000, "not vacuous: {} states", run.unique);
+}
+
+/// Both: K1 held with its caller's commit and abort, its token retry (held too: the same body) under K2,
+/// another body under K2, each key replayed twice; `MAX_ATTEMPTS` 4, two faults of each kind.
+#[test]
+fn together() {
+    let cfg = ChainConfig::together(FAULTS).max_attempts(4);
+    let run = check(ChainModel::new(cfg), None);
+    run.assert_all_hold();
+    assert!(run.unique > 10_000, "not vacuous: {} states", run.unique);
+}
+
+/// Defect 1 (`own_refusal_only` off: the coordinator retries whatever aborted its attempt). The caller
+/// aborts its held request while K1 still prepares (200 ABORTED); K1's votes come back CONFLICT, its abort
+/// loses to the caller's, it folds its votes into the record it found, claims K1-2 and runs it: K1-2 is held
+/// PREPARED, and the caller's commit of the id the POST answered commits it: a payment the caller rejected.
+#[test]
+fn defect_41_1_a_coordinator_retries_over_its_callers_abort() {
+    let model =
+        switched(ChainConfig::held(ChainBudget::default()).max_attempts(2).replays(0), |s| s.own_refusal_only = false);
+    let run = check(model.clone(), Some(OWN_REFUSAL));
+    let path = run.expect_violation(OWN_REFUSAL);
+    let last = path.last_state();
+    let k1 = last.record(Id { ns: 0, n: 1 }).expect("K1");
+    assert_eq!(k1.by, Some(Decider::Caller), "K1 was aborted by its caller");
+    assert!(last.record(Id { ns: 0, n: 2 }).is_some(), "and K1-2 follows it");
+    let run = check(model, Some(KEY_ANSWERS));
+    let path = run.expect_violation(KEY_ANSWERS);
+    let last = path.last_state();
+    assert_eq!(last.routes[1].map(|a| a.answer), Some(CAnswer::AbortedOk), "the caller's abort: 200 ABORTED");
+    assert_eq!(last.routes[0].map(|a| a.answer), Some(CAnswer::Committed), "its commit: 200 COMMITTED");
+}
+
+/// Defect 1's second part (`routes_follow_chain` off: the caller's commit and abort act on the id they are
+/// sent to). K1 is refused for contention and retried as K1-2; the caller's abort sent to K1 answers 200
+/// ABORTED while K1-2 lives; K1-2 is held PREPARED and the caller's commit of the answered id commits it.
+#[test]
+fn defect_41_1_a_route_to_a_retried_attempt_answers_aborted_while_its_successor_lives() {
+    let model = switched(ChainConfig::held(ChainBudget::default()).max_attempts(2).replays(0), |s| {
+        s.routes_follow_chain = false
+    });
+    let run = check(model, Some(KEY_ANSWERS));
+    let path = run.expect_violation(KEY_ANSWERS);
+    let last = path.last_state();
+    let k1 = last.record(Id { ns: 0, n: 1 }).expect("K1");
+    assert_eq!(k1.by, Some(Decider::Own), "K1 was refused for contention by its coordinator");
+    assert_eq!(last.routes[1].map(|a| (a.answer, a.from)), Some((CAnswer::AbortedOk, Some(Id { ns: 0, n: 1 }))));
+    assert!((2..=2).any(|n| last.record(Id { ns: 0, n }).is_some_and(|r| r.status.commit())), "K1-2 committed");
+}
+
+/// The design's "the held commit/abort follows the coordinator chain", made precise
+/// (`routes_fence_successor` off: a route stops at a link to no record, and answers from the attempt it
+/// has). K1 is refused for contention and links K1-2 in its abort; before K1-2's record is created, the
+/// caller's abort finds K1 ABORTED naming K1-2, which has no record, and answers 200 ABORTED from K1; K1-2 is
+/// then created, held, and committed by the caller's commit of the id the POST answered. With the fix the
+/// route fences K1-2 (ABORTED), as a replay does, and the coordinator's create loses to the fence.
+#[test]
+fn design_41_a_route_that_stops_at_a_link_to_no_record_answers_aborted_before_the_successor_commits() {
+    let model = switched(ChainConfig::held(ChainBudget::default()).max_attempts(2).replays(0), |s| {
+        s.routes_fence_successor = false
+    });
+    let run = check(model, Some(KEY_ANSWERS));
+    let path = run.expect_violation(KEY_ANSWERS);
+    let last = path.last_state();
+    assert_eq!(last.routes[1].map(|a| (a.answer, a.from)), Some((CAnswer::AbortedOk, Some(Id { ns: 0, n: 1 }))));
+    assert!(last.record(Id { ns: 0, n: 2 }).is_some_and(|r| r.status.commit()), "K1-2 committed");
+}
+
+/// Defect 2 (`atomic_token_claim` off: the token retry's claim is written before its record). The token
+/// retry claims K1 for K2; before its record is written (its write fails, or it is slower), another body
+/// under K2 creates K2's record and runs: the claim names a transaction of another body.
+#[test]
+fn defect_41_2_a_token_claim_names_another_bodys_transaction() {
+    let model = switched(ChainConfig::tokens(ChainBudget::default()).max_attempts(2).replays(1), |s| {
+        s.atomic_token_claim = false
+    });
+    let run = check(model, Some(LINKS));
+    let path = run.expect_violation(LINKS);
+    let last = path.last_state();
+    assert!(last.record(Id { ns: 1, n: 1 }).is_some_and(|r| r.body == Body::Y), "K2 runs body Y");
+    // With the claim's old kind of link too (the code before both fixes), K1's replay follows it into the
+    // other body's outcome: a key answered with another request's outcome.
+    let model = switched(ChainConfig::tokens(ChainBudget::default()).max_attempts(2).replays(1), |s| {
+        s.atomic_token_claim = false;
+        s.token_links_apart = false;
+    });
+    let run = check(model, Some(OWN_BODY));
+    let path = run.expect_violation(OWN_BODY);
+    let last = path.last_state();
+    let said: Vec<_> = last.replays[0].iter().filter_map(RPc::said).collect();
+    assert!(
+        said.iter().any(|a| a.from.and_then(|f| last.record(f)).is_some_and(|r| r.body == Body::Y)),
+        "K1's replay answered body Y's outcome"
+    );
+}
+
+/// Defect 3 (`token_links_apart` off: the token claim writes `retriedAs`). K1 is refused for contention:
+/// 409 ABORTED with an age token; the token retry under K2 claims K1 (`retriedAs` = K2) and commits; K1's
+/// replay follows `retriedAs` into it and answers 200 COMMITTED: one key, both outcomes.
+#[test]
+fn defect_41_3_a_keys_replay_follows_a_token_retry_into_another_outcome() {
+    let model = switched(ChainConfig::tokens(ChainBudget::default()).max_attempts(2).replays(1), |s| {
+        s.token_links_apart = false
+    });
+    let run = check(model, Some(KEY_ANSWERS));
+    let path = run.expect_violation(KEY_ANSWERS);
+    let last = path.last_state();
+    assert_eq!(last.coords[FIRST as usize].said.map(|a| a.answer), Some(CAnswer::Aborted), "K1's POST: 409");
+    assert!(
+        last.replays[0].iter().any(|r| matches!(r, RPc::Answered(a) if a.answer == CAnswer::Committed)),
+        "K1's replay: 200"
+    );
+    assert!(last.request_commits(TOKEN_RETRY), "the token retry committed");
+    // The same, read against the records: K1's replay answered 200 with no attempt of K1's committed.
+    let run = check(run.model.clone(), Some(OWN_OUTCOME));
+    run.expect_violation(OWN_OUTCOME);
+}
