@@ -190,16 +190,16 @@ async fn a_keys_final_answer_stays_after_a_token_retry_under_another_key_commits
     abort_holder(&env, "tx-older", "A").await;
     let (status, retried) = post(&env.coordinator, &body, Some("second-key"), Some(&token)).await;
     assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
+
+    let (status, after) = post(&env.coordinator, &body, Some("first-key"), None).await;
+    assert_eq!((status, after["status"].as_str()), (409, Some("ABORTED")), "{after}");
+    assert_eq!(after["transactionId"], refused["transactionId"]);
     assert_eq!(retried["ageOf"], refused["transactionId"], "{retried}");
     assert_eq!(
         retried["firstTransactionId"].as_str().unwrap_or(retried["transactionId"].as_str().unwrap()),
         retried["transactionId"].as_str().unwrap(),
         "a token retry is a request of its own: {retried}"
     );
-
-    let (status, after) = post(&env.coordinator, &body, Some("first-key"), None).await;
-    assert_eq!((status, after["status"].as_str()), (409, Some("ABORTED")), "{after}");
-    assert_eq!(after["transactionId"], refused["transactionId"]);
     let (_, refused_record) = env.get(refused["transactionId"].as_str().unwrap()).await;
     assert!(refused_record.get("retriedAs").is_none(), "{refused_record}");
     assert_eq!(refused_record["ageClaimedBy"], retried["transactionId"], "{refused_record}");
@@ -214,11 +214,15 @@ async fn a_token_retry_whose_record_was_not_written_claims_nothing() {
     let faults = DynamoFaults::new(41);
     let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
     a_held_by_an_older_transaction(&env).await;
-    let body = a_to_b("10", 2_500, None);
+    // A token lasts the request's timeout after its answer: long enough for the throttled writes' retries.
+    let body = a_to_b("10", 6_000, None);
     let (refused, token) = refused_with_token(&env, &body, "original").await;
     let retry_id = caller_idempotent_id(None, "retry-key");
     // Every write that creates the retry's record is refused (throttled): certainly not applied.
-    faults.add(Rule::new(DynamoFault::Throttle).table(env.transactions.table()).body_contains(&retry_id).sticky());
+    for operation in ["PutItem", "TransactWriteItems"] {
+        let rule = Rule::new(DynamoFault::Throttle).operation(operation).table(env.transactions.table());
+        faults.add(rule.body_contains(&retry_id).sticky());
+    }
     abort_holder(&env, "tx-older", "A").await;
     let (status, failed) = post(&env.coordinator, &body, Some("retry-key"), Some(&token)).await;
     assert_eq!(status, 503, "{failed}");
@@ -269,4 +273,34 @@ async fn an_attempt_fenced_on_a_callers_behalf_is_shown_to_that_caller() {
     assert_eq!((seen.status, seen.body["status"].as_str()), (409, Some("ABORTED")), "{}", seen.body);
     let record = env.transactions.get(&format!("{first}-2")).await.unwrap().unwrap();
     assert_eq!(record.principal.as_deref(), Some(ALICE));
+}
+
+/// A token retry whose one write (the claim of the refused attempt's age and its own record) took effect
+/// but whose reply was lost: the SDK's retry meets its own write and the retry runs once; late and
+/// duplicated copies of its prepares change nothing.
+#[tokio::test]
+async fn a_token_retry_survives_a_lost_reply_of_its_claim() {
+    let faults = DynamoFaults::new(4102);
+    let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 6_000, None);
+    let (refused, token) = refused_with_token(&env, &body, "original").await;
+    faults
+        .add(Rule::new(DynamoFault::LoseReply).operation("TransactWriteItems").table(env.transactions.table()).nth(1));
+    abort_holder(&env, "tx-older", "A").await;
+    let invoker = env.fresh_invoker();
+    invoker.set("service-a", Action::Prepare, EdgeFault::LateCopy(Duration::from_millis(200)));
+    let coordinator = env.coordinator_with(&invoker, Faults::default());
+
+    let (status, retried) = post(&coordinator, &body, Some("retry"), Some(&token)).await;
+    env.settle().await;
+    env.sweep_until_quiet().await;
+
+    assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
+    assert_eq!(faults.fired(), 1, "the claim's reply was lost once");
+    let (_, refused_record) = env.get(refused["transactionId"].as_str().unwrap()).await;
+    assert_eq!(refused_record["ageClaimedBy"], retried["transactionId"], "{refused_record}");
+    assert_eq!(env.balance("service-a", "A").await, "90", "applied once");
+    assert_eq!(env.balance("service-b", "B").await, "10", "applied once");
+    assert_no_locks(&env).await;
 }

@@ -493,17 +493,18 @@ impl Demo<'_> {
         }
         let ids: Vec<String> = expected.iter().map(|(id, ..)| id.clone()).collect();
         let labels: BTreeMap<String, &str> = transactions.iter().map(|s| (s.id.clone(), s.label)).collect();
+        // A retried attempt's push is its request's: labelled as the attempt it was retried as.
+        let label_of = |m: &Push| match m {
+            Push::Transaction { retried_as: Some(next), .. } => labels.get(next).copied(),
+            _ => labels.get(m.transaction_id().unwrap_or_default()).copied(),
+        };
         let multiple = transactions.len() > 1;
         // With an attempt that was retried (its push names the next attempt), heard on the same `tx:` topic.
         let retried = |m: &Push| matches!(m, Push::Transaction { retried_as: Some(next), .. } if ids.contains(next));
         let messages = self.ws.take(|m| m.transaction_id().is_some_and(|id| ids.iter().any(|i| i == id)) || retried(m));
         for (i, m) in messages.iter().enumerate() {
             let head = if i == 0 { "WebSocket" } else { "" };
-            let who = if multiple {
-                format!("{} ", labels.get(m.transaction_id().unwrap_or_default()).copied().unwrap_or("?"))
-            } else {
-                String::new()
-            };
+            let who = if multiple { format!("{} ", label_of(m).unwrap_or("?")) } else { String::new() };
             let text = match m {
                 Push::Commit(c) => {
                     let id = c.key.get("entityId").and_then(Value::as_str).unwrap_or("?");
@@ -691,9 +692,16 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool, sweep_e
         (true, false) | (false, true) if conflict => println!(
             "   The first to lock the accounts won; the other's prepare found the lock of an undecided transaction and voted CONFLICT, so nothing of it was applied."
         ),
-        (true, true) => {
-            println!("   Both committed: the first had finished before the second prepared (no overlap this time).")
-        }
+        (true, true) => match [&x, &y].iter().find(|s| s.outcome.state().attempts.is_some()) {
+            Some(retried) => println!(
+                "   Both committed: {}'s first attempt met the other's lock and voted CONFLICT; the coordinator retried it as {} with its age, which waited for that lock and committed after it.",
+                retried.label,
+                short(&retried.id)
+            ),
+            None => {
+                println!("   Both committed: the first had finished before the second prepared (no overlap this time).")
+            }
+        },
         (false, false) if conflict => println!(
             "   Each locked one account first and found the other's lock on the second: both voted CONFLICT somewhere, both aborted, nothing was applied. Only an older transaction ever waits for a younger one's lock, so waits never deadlock; a retry goes through."
         ),
