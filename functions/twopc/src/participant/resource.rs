@@ -331,6 +331,11 @@ impl Barrier {
             let token_value = e.value(s(token));
             condition += &format!(" AND {barrier}.{token_name} = {token_value}");
         }
+        self.update_if(tx, &e, update, condition).await
+    }
+
+    /// One conditional UpdateItem of the entry of `tx` (names and values in `e`): false if the condition failed.
+    async fn update_if(&self, tx: &str, e: &Expr, update: String, condition: String) -> Result<bool, StoreError> {
         let out = self
             .client
             .update_item()
@@ -457,23 +462,7 @@ impl Barrier {
         let condition = format!(
             "attribute_not_exists({lock}) AND attribute_not_exists({expiry_name}) AND ({barrier}.{state} IN ({refused}, {confirmed}) OR ({barrier}.{state} = {cancelled} AND attribute_exists({barrier}.{rechecked})))"
         );
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(tx)))
-            .update_expression(format!("SET {expiry}"))
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values(ReturnValue::None)
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
-            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
-        }
+        self.update_if(tx, &e, format!("SET {expiry}"), condition).await
     }
 }
 
