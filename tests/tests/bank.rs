@@ -26,7 +26,15 @@
 //! at once, or does nothing; now, later within the hold, or after `holdUntil` (where a commit aborts
 //! it, or finds it expired). Their hold messages and decisions meet the same faults as every call
 //! (crashes in the decision's second phase, lost, failed, duplicated and late messages, DynamoDB faults),
-//! and the sweeper aborts the expired ones alongside, as prepares meeting their locks do.
+//! and the sweeper aborts the expired ones alongside, as prepares meeting their locks do. Some held ones
+//! (keyed, so that the client knows the id its key gives: the request's first attempt) are ABORTED WHILE
+//! THEIR POST IS IN FLIGHT: `/abort` is sent to that id as soon as its record exists, once the coordinator
+//! retried that attempt for contention (the abort then goes to an earlier attempt and follows `retriedAs`),
+//! or a drawn while later; once the POST answered naming a later attempt, it aborts that one too (which
+//! answers 200 ABORTED whoever aborted it); the client never commits them, nor replays their key at once.
+//! A final 409 refused for contention carries an `ageToken`: some clients RETRY WITH THE TOKEN at once (a
+//! request of its own, under a fresh `Idempotency-Key` or none; its answer may carry a token again), some
+//! send that retry twice, and some replay the refused request's own key after it.
 //!
 //! Checked once everything ended: every record terminal and no lock left; balances, versions and
 //! `lastTx` are exactly what the committed records make (each applied once, nothing of an aborted
@@ -35,19 +43,27 @@
 //! API nothing is held, each committed charge is captured once for its amount and nothing else is; every answer agrees with its final
 //! record as the call itself saw it (a crash before the decision ends aborted, one after it ends as the
 //! record said right after the crash); a 409 says ABORTED; a 5xx quotes no table, DynamoDB operation
-//! or DynamoDB error; a key is prepared by one execution at most, and its replays name one transaction.
+//! or DynamoDB error; a key is prepared by one execution at most, and its replays name one request; a
+//! key's first final answer (200 COMMITTED or 409 ABORTED) is its answer for ever: every final answer of
+//! a call sent after it says the same status and names the same attempt (a token retry's key, or its
+//! token without a key, alike). Age links agree: a token retry's record names the attempt whose age it
+//! claimed (`ageOf`), which names it back (`ageClaimedBy`) and was its coordinator's own refusal for
+//! contention, not retried.
 //! A held transaction's decisions agree with its record as well (a commit's 200 or 202 COMMITTING:
 //! committed; its 409: the decided body, ABORTED; an abort's 200: aborted; its 409: committed); it ends
 //! committed only if a commit was sent by its `holdUntil` (by the clock every coordinator here shares),
-//! and aborted for the expiry, or for its client's reject if it sent one; recovery runs past the last
-//! `holdUntil`, so none is left PREPARED.
+//! and aborted for the expiry, or for its client's reject (sent to any attempt of its request) if it sent
+//! one; one aborted while its POST was in flight ends with no attempt committed; recovery runs past the
+//! last `holdUntil`, so none is left PREPARED.
 //!
 //! `BANK_SEED` replays a run's draws (the interleaving, and so which request a DynamoDB fault strikes,
 //! varies); `BANK_TRANSFERS`, `BANK_CLIENTS` size it; `BANK_SOAK_SECS` turns it into a soak that keeps
 //! transferring for that long; `BANK_FAULT_PERCENT` is the chance of a coordinator or edge fault per
 //! call, `BANK_DYNAMO_PERMILLE` the chance of each DynamoDB fault kind per request, `BANK_LIMIT_PERCENT`
 //! the share of writes near DynamoDB's limits, `BANK_ORDER_PERCENT` the share of orders, `BANK_PAYMENT_PERMILLE` the chance of each payment API fault, `BANK_LATE_PERCENT` the chance that a call also has a late
-//! copy of one of its messages, `BANK_HOLD_PERCENT` the share of transfers and orders that are held.
+//! copy of one of its messages, `BANK_HOLD_PERCENT` the share of transfers and orders that are held,
+//! `BANK_ABORT_IN_FLIGHT_PERCENT` the share of held ones aborted while their POST is in flight,
+//! `BANK_TOKEN_RETRY_PERCENT` the chance that a client retries with an answer's `ageToken`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -374,7 +390,45 @@ struct Transfer {
     timeout: Duration,
     /// A held transfer's `holdMs`.
     hold_ms: Option<u64>,
+    /// A retry with the age token of an earlier answer (`Age-Token`): a request of its own.
+    age_token: Option<AgeToken>,
 }
+
+/// An age token as its client keeps it: the refused attempt it was issued for, and what it says.
+#[derive(Debug, Clone)]
+struct AgeToken {
+    token: String,
+    /// The refused attempt (its answer's `transactionId`): the retry's record names it `ageOf`.
+    refused: String,
+    /// The token is refused after this (and the coordinators' clock margin).
+    expires_at: u64,
+    /// The id the retry takes without a key: `<first id>-r<attempt>`.
+    unkeyed_id: String,
+}
+
+impl AgeToken {
+    /// The token of a final 409 refused for contention, read as its client may (the payload is hex JSON).
+    fn of(outcome: &Outcome) -> Option<AgeToken> {
+        let token = outcome.answer["ageToken"].as_str().filter(|_| outcome.route == Route::Post)?;
+        let payload = hex::decode(token.split('.').next()?).ok()?;
+        let age: Value = serde_json::from_slice(&payload).ok()?;
+        Some(AgeToken {
+            token: token.to_owned(),
+            refused: outcome.answer["transactionId"].as_str().unwrap_or_default().to_owned(),
+            expires_at: age["expiresAt"].as_u64()?,
+            unkeyed_id: format!("{}-r{}", age["firstTransactionId"].as_str()?, age["attempt"].as_u64()?),
+        })
+    }
+
+    /// The id the retry takes: its key's, or without a key the token's.
+    fn retry_id(&self, key: Option<&str>) -> String {
+        key.map_or_else(|| self.unkeyed_id.clone(), twopc::coordinator::idempotent_id)
+    }
+}
+
+/// A token's retry is sent only this long before it expires at the latest (the coordinator checks it
+/// first thing, within the clock margin past its expiry).
+const TOKEN_SLACK_MS: u64 = 100;
 
 /// The faults of one call: a crash or an edge fault, and maybe a late copy of one of its messages.
 #[derive(Debug, Clone)]
@@ -446,11 +500,14 @@ struct Outcome {
     held: bool,
     /// A decision's path ("approve:late", ...); empty for a POST.
     path: String,
-    /// The world's clock (every coordinator's) when the call was sent.
+    /// The world's clock (every coordinator's) when the call was sent, and when its answer came.
     sent_at: u64,
+    answered_at: u64,
     plan: Plan,
     keyed: bool,
     key: Option<String>,
+    /// A POST sent with an `Age-Token`: a retry of the request that token was issued for.
+    token: Option<AgeToken>,
     replay: &'static str,
     near_limit: bool,
     status: u16,
@@ -468,7 +525,10 @@ struct Outcome {
 
 /// One call to the coordinator function, through a coordinator and invoker of its own with its faults.
 async fn call(env: &TestEnv, transfer: &Transfer, plan: Plan, replay: &'static str) -> Outcome {
-    let headers = transfer.key.as_ref().map_or(json!({}), |key| json!({"Idempotency-Key": key}));
+    let mut headers = transfer.key.as_ref().map_or(json!({}), |key| json!({"Idempotency-Key": key}));
+    if let Some(token) = &transfer.age_token {
+        headers[twopc::age::AGE_TOKEN_HEADER] = json!(token.token);
+    }
     let event = rest_event("POST", "/transactions", "/transactions", None, headers, Some(&transfer.body));
     Outcome { replay, ..send(env, transfer, plan, &event, Route::Post, "", None).await }
 }
@@ -502,21 +562,38 @@ async fn send(
     }
     let coordinator = env.coordinator_with(&invoker, crash);
     let sent_at = env.clock_now();
-    let (status, answer) = call_coordinator(&coordinator, event).await;
-    // A decision's answer may name no transaction (a 404): it is about the one it was sent for.
-    let id = id.unwrap_or_else(|| answer["transactionId"].as_str().unwrap_or_default()).to_owned();
+    // Boxed: a coordinator's future is large, and the clients' tasks nest several calls at once.
+    let (status, answer) = Box::pin(call_coordinator(&coordinator, event)).await;
+    let answered_at = env.clock_now();
+    let post = route == Route::Post;
+    let named = answer["transactionId"].as_str().filter(|id| !id.is_empty());
+    let id = match (id, named) {
+        // A decision's answer names the attempt it decided (one sent to an earlier attempt follows
+        // `retriedAs` to the one that lives), but a crash names the id it was sent to: the attempt that
+        // lives is read from the records. An answer that names none (a 404) is about the id it was sent to.
+        (Some(sent), _) if status == 500 => live_attempt(env, sent).await,
+        (Some(sent), named) => named.unwrap_or(sent).to_owned(),
+        (None, Some(named)) => named.to_owned(),
+        // A token retry's 503 before its record was written ("the outcome is unchanged") names none: it is
+        // about the id its key, or its token, gives.
+        (None, None) if status == 503 => {
+            transfer.age_token.as_ref().map(|t| t.retry_id(transfer.key.as_deref())).unwrap_or_default()
+        }
+        (None, None) => String::new(),
+    };
     let at_crash = if status == 500 { Some(record_status(env, &id).await) } else { None };
     let calls: Vec<_> = invoker.calls().into_iter().filter(|c| c.transaction_id == id && !c.late_copy).collect();
-    let post = route == Route::Post;
     Outcome {
         transfer: transfer.index,
         route,
         held: transfer.hold_ms.is_some(),
         path: path.to_owned(),
         sent_at,
+        answered_at,
         plan,
         keyed: post && transfer.key.is_some(),
         key: transfer.key.clone().filter(|_| post),
+        token: transfer.age_token.clone().filter(|_| post),
         replay: "",
         near_limit: transfer.near_limit,
         status,
@@ -625,6 +702,99 @@ async fn decide_later(
         Path::Nothing => vec![],
     };
     (label, answers)
+}
+
+/// When a held transfer's client aborts while its POST is in flight: as soon as the request's first record
+/// exists, once the coordinator retried that attempt for contention (the abort goes to an earlier
+/// attempt), or a drawn while after the record exists.
+const IN_FLIGHT: [&str; 4] = ["created", "created", "retried", "during"];
+
+/// A held transfer (keyed) whose client aborts while its POST is still in flight: `POST
+/// /transactions/{id}/abort` to the id its key gives (the request's first attempt), when `when` says
+/// ([`IN_FLIGHT`]) or at the latest once the POST answered; and once the POST answered (409 or 202) naming a
+/// later attempt (the coordinator retried it), to that one as well (it answers 200 ABORTED whoever aborted it). The
+/// client never commits it. Returns the POST's answer, the aborts', and the path (`:after-post` when the POST
+/// had answered before the abort was sent).
+async fn abort_in_flight(
+    env: &TestEnv,
+    transfer: &Transfer,
+    (post, abort, again): (Plan, Plan, Plan),
+    when: &str,
+    delay: Duration,
+) -> (Vec<Outcome>, String) {
+    let first = twopc::coordinator::idempotent_id(transfer.key.as_deref().expect("aborted in flight: keyed"));
+    let answered = AtomicBool::new(false);
+    let posting = async {
+        let outcome = call(env, transfer, post, "").await;
+        answered.store(true, Ordering::SeqCst);
+        outcome
+    };
+    let aborting = async {
+        let mut created: Option<Instant> = None;
+        // The request's records are read with the test's own client (no fault touches it).
+        while !answered.load(Ordering::SeqCst) {
+            if let Some(record) = env.raw_record(&first).await {
+                let created = *created.get_or_insert_with(Instant::now);
+                let ready = match when {
+                    "retried" => record.contains_key("retriedAs"),
+                    "during" => created.elapsed() >= delay,
+                    _ => true,
+                };
+                if ready {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let after = if answered.load(Ordering::SeqCst) { ":after-post" } else { "" };
+        let path = format!("abort-in-flight:{when}{after}");
+        (decide(env, transfer, abort, &first, Route::Abort, &path).await, path)
+    };
+    let (post, (abort, path)) = futures::join!(Box::pin(posting), Box::pin(aborting));
+    // Told which attempt ended or holds it (a 409 or a 202, not a crash's or a 503's guess).
+    let named = post.id.clone();
+    let told = matches!(post.status, 202 | 409);
+    let mut outcomes = vec![post, abort];
+    if told && !named.is_empty() && named != first {
+        outcomes.push(decide(env, transfer, again, &named, Route::Abort, &format!("{path}:again")).await);
+    }
+    (outcomes, path)
+}
+
+/// The attempt of `id`'s request that lives now: `id`, or the one its `retriedAs` chain leads to, as
+/// recorded now (read with the test's own client).
+async fn live_attempt(env: &TestEnv, id: &str) -> String {
+    let mut id = id.to_owned();
+    for _ in 0..twopc::coordinator::MAX_ATTEMPTS {
+        let next = env.raw_record(&id).await.and_then(|r| r.get("retriedAs").and_then(|s| s.as_s().ok().cloned()));
+        match next {
+            Some(next) => id = next,
+            None => break,
+        }
+    }
+    id
+}
+
+/// Every answer of the run, as the clients record them.
+type Outcomes = Arc<Mutex<Vec<Outcome>>>;
+/// Each held transaction's decision path, by transaction.
+type HeldPaths = Arc<Mutex<Vec<(String, String)>>>;
+
+/// A held transfer's decision in a task of its own ([`decide_later`]), its answers recorded with the others.
+fn spawn_decision(
+    (env, outcomes, held_paths): (&Arc<TestEnv>, &Outcomes, &HeldPaths),
+    transfer: Transfer,
+    answer: (String, Option<u64>),
+    rng: Rng,
+    (fault_rate, late_percent): (u64, u64),
+) -> tokio::task::JoinHandle<()> {
+    let (env, outcomes, held_paths) = (env.clone(), outcomes.clone(), held_paths.clone());
+    tokio::spawn(async move {
+        let id = answer.0.clone();
+        let (path, answers) = decide_later(env, transfer, answer, rng, fault_rate, late_percent).await;
+        held_paths.lock().unwrap().push((id, path));
+        outcomes.lock().unwrap().extend(answers);
+    })
 }
 
 /// A transaction's status as recorded now, read with the test's own client (no fault touches it).
@@ -744,6 +914,8 @@ async fn the_bank_stays_balanced_under_random_faults() {
     let late_percent = env_number("BANK_LATE_PERCENT", 80);
     let order_percent = env_number("BANK_ORDER_PERCENT", 30);
     let hold_percent = env_number("BANK_HOLD_PERCENT", 20);
+    let abort_in_flight_percent = env_number("BANK_ABORT_IN_FLIGHT_PERCENT", 25);
+    let token_retry_percent = env_number("BANK_TOKEN_RETRY_PERCENT", 30);
     let payment_per_mille = env_number("BANK_PAYMENT_PERMILLE", 40);
     println!("bank: seed={seed} (replay with BANK_SEED={seed})");
     let run_started = Instant::now();
@@ -781,9 +953,8 @@ async fn the_bank_stays_balanced_under_random_faults() {
         })
     };
 
-    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
-    // Each held transaction's decision path, by transaction.
-    let held_paths: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let outcomes: Outcomes = Arc::default();
+    let held_paths: HeldPaths = Arc::default();
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
         .map(|client| {
@@ -832,10 +1003,13 @@ async fn the_bank_stays_balanced_under_random_faults() {
                     if let Some(hold_ms) = hold_ms {
                         body["holdMs"] = json!(hold_ms);
                     }
+                    // Some held ones are aborted by their client while their POST is in flight: keyed, so that the
+                    // client knows the id its key gives.
                     // One transfer in four is keyed: its record is written before the prepares (PREPARING),
                     // the others' only at the decision (presumed abort), but a held one's first too. Most
                     // keyed ones are replayed.
-                    let keyed = rng.below(4) == 0;
+                    let in_flight = hold_ms.is_some() && rng.below(100) < abort_in_flight_percent;
+                    let keyed = rng.below(4) == 0 || in_flight;
                     let transfer = Transfer {
                         index: (client * 1_000_000 + done) as usize,
                         body: body.to_string(),
@@ -844,10 +1018,26 @@ async fn the_bank_stays_balanced_under_random_faults() {
                         near_limit,
                         timeout,
                         hold_ms,
+                        age_token: None,
                     };
                     let first = plan(&mut rng, &transfer);
                     let replay = if keyed { rng.below(4) } else { 0 };
                     let calls = match replay {
+                        _ if in_flight => {
+                            let when = IN_FLIGHT[rng.below(IN_FLIGHT.len() as u64) as usize];
+                            let delay = Duration::from_millis(rng.below(timeout_ms / 2));
+                            let mut decision = || Plan::draw_decision(&mut rng, &transfer, fault_rate, late_percent);
+                            let plans = (first, decision(), decision());
+                            let (calls, path) = abort_in_flight(&env, &transfer, plans, when, delay).await;
+                            let first_id =
+                                twopc::coordinator::idempotent_id(transfer.key.as_deref().unwrap_or_default());
+                            held_paths.lock().unwrap().push((first_id, path));
+                            // Its key replayed later (an abort that found no record leaves none to replay).
+                            if replay == 3 && calls[1].status != 404 {
+                                deferred.push(transfer.clone());
+                            }
+                            calls
+                        }
                         0 => vec![call(&env, &transfer, first, "").await],
                         1 => {
                             let first = call(&env, &transfer, first, "").await;
@@ -867,21 +1057,61 @@ async fn the_bank_stays_balanced_under_random_faults() {
                             vec![call(&env, &transfer, first, "").await]
                         }
                     };
+                    let shared = (&env, &outcomes, &held_paths);
                     if transfer.hold_ms.is_some()
+                        && !in_flight
                         && let Some(answer) = held_answer(&calls)
                     {
-                        let (env, outcomes, held_paths) = (env.clone(), outcomes.clone(), held_paths.clone());
                         let rng = Rng(rng.next());
-                        deciding.push(tokio::spawn(async move {
-                            let id = answer.0.clone();
-                            let (path, answers) =
-                                decide_later(env, transfer, answer, rng, fault_rate, late_percent).await;
-                            held_paths.lock().unwrap().push((id, path));
-                            outcomes.lock().unwrap().extend(answers);
-                        }));
+                        let rates = (fault_rate, late_percent);
+                        deciding.push(spawn_decision(shared, transfer.clone(), answer, rng, rates));
                     }
+                    // A final 409 refused for contention carries an age token: the client may retry with it at
+                    // once, as a request of its own (under a fresh key, or none), and the retry's own refusal
+                    // again; it may send that retry twice (the same token again answers what the retry
+                    // answered), and replay the refused request's key after it (its answer stays).
+                    let mut refused = calls.iter().find_map(AgeToken::of).filter(|_| !in_flight);
                     for outcome in calls {
                         record(outcome);
+                    }
+                    let mut retried = false;
+                    for depth in 1..=2 {
+                        let Some(token) = refused.take() else { break };
+                        let (retry, fresh_key, twice) =
+                            (rng.below(100) < token_retry_percent, rng.below(3) > 0, rng.below(4) == 0);
+                        // A token is good for the request's timeoutMs after its answer: one the client can no
+                        // longer send in time is dropped.
+                        if !retry || env.clock_now() + TOKEN_SLACK_MS > token.expires_at {
+                            break;
+                        }
+                        let expires_at = token.expires_at;
+                        let retry = Transfer {
+                            index: transfer.index + depth * 1_000_000_000,
+                            key: fresh_key.then(|| format!("bank-{seed}-{client}-{done}-token{depth}")),
+                            near_limit: false,
+                            age_token: Some(token),
+                            ..transfer.clone()
+                        };
+                        let mut calls = vec![call(&env, &retry, plan(&mut rng, &retry), "").await];
+                        if twice && env.clock_now() + TOKEN_SLACK_MS <= expires_at {
+                            calls.push(call(&env, &retry, plan(&mut rng, &retry), "token again").await);
+                        }
+                        if retry.hold_ms.is_some()
+                            && let Some(answer) = held_answer(&calls)
+                        {
+                            let rng = Rng(rng.next());
+                            let rates = (fault_rate, late_percent);
+                            deciding.push(spawn_decision(shared, retry.clone(), answer, rng, rates));
+                        }
+                        refused = calls.iter().find_map(AgeToken::of);
+                        for outcome in calls {
+                            record(outcome);
+                        }
+                        retried = true;
+                    }
+                    if retried && transfer.key.is_some() && rng.below(2) == 0 {
+                        let again = plan(&mut rng, &transfer);
+                        record(call(&env, &transfer, again, "after its token's retry").await);
                     }
                     // A replay "later": after a few other transfers touched the accounts.
                     if deferred.len() > 2 {
@@ -1202,11 +1432,22 @@ async fn the_bank_stays_balanced_under_random_faults() {
     for outcome in outcomes.iter().filter(|o| o.held && !o.id.is_empty()) {
         decisions.entry(outcome.id.as_str()).or_default().push(outcome);
     }
-    for (id, calls) in &decisions {
+    // A decision is its request's, whichever attempt it was sent to or names (one that crashed, or answered
+    // 503, names the id it was sent to).
+    let mut commits_of: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut rejected_requests: HashSet<&str> = HashSet::new();
+    for outcome in outcomes.iter().filter(|o| o.held && !o.id.is_empty()) {
+        match outcome.route {
+            Route::Commit => commits_of.entry(request_id(&outcome.id)).or_default().push(outcome.sent_at),
+            Route::Abort => _ = rejected_requests.insert(request_id(&outcome.id)),
+            Route::Post => {}
+        }
+    }
+    for id in decisions.keys() {
         let Some(record) = records_by_id.get(id) else { continue };
         let (status, hold_until) = (record["status"].as_str(), record["holdUntil"].as_u64());
-        let commits: Vec<u64> = calls.iter().filter(|o| o.route == Route::Commit).map(|o| o.sent_at).collect();
-        let rejected = calls.iter().any(|o| o.route == Route::Abort);
+        let commits = commits_of.get(request_id(id)).cloned().unwrap_or_default();
+        let rejected = rejected_requests.contains(request_id(id));
         match (status, hold_until) {
             (Some("COMMITTED"), None) => {
                 violations.push(("held", format!("held transaction {id} committed without being held (no holdUntil)")))
@@ -1233,9 +1474,81 @@ async fn the_bank_stays_balanced_under_random_faults() {
             _ => {}
         }
     }
-    // A key never executes twice: one call at most prepares its transaction.
+    // A held transfer its client aborted while its POST was in flight: no attempt of its request commits
+    // (its client never sent a commit), whatever the abort answered; the abort's answer agrees with the
+    // record of the attempt it names (checked above: a 200 means aborted).
+    let aborted_in_flight: BTreeMap<&str, &Outcome> = outcomes
+        .iter()
+        .filter(|o| o.route == Route::Abort && o.path.starts_with("abort-in-flight") && !o.path.ends_with(":again"))
+        .map(|o| (request_id(&o.id), o))
+        .collect();
+    for record in &records {
+        let id = record["transactionId"].as_str().unwrap_or_default();
+        if let Some(abort) = aborted_in_flight.get(request_id(id))
+            && record["status"] == "COMMITTED"
+        {
+            violations.push((
+                "aborted in flight",
+                format!(
+                    "attempt {id} of a held request its client aborted while its POST was in flight ended {}; the \
+                     abort ({}, sent at {}) answered {} {}; {}",
+                    record["status"],
+                    abort.path,
+                    abort.sent_at,
+                    abort.status,
+                    abort.answer,
+                    summary_of(record)
+                ),
+            ));
+        }
+    }
+    // Age links (issue 41): a token retry's first record names the attempt whose age it claimed (`ageOf`),
+    // which names it back (`ageClaimedBy`), was refused for contention by its own coordinator and not
+    // retried: a claim never names a record that does not exist or another retry.
+    for record in &records {
+        let id = record["transactionId"].as_str().unwrap_or_default();
+        if let Some(of) = record["ageOf"].as_str() {
+            let claimed = records_by_id.get(of).map(|r| &r["ageClaimedBy"]);
+            if request_id(id) != id || claimed.and_then(Value::as_str) != Some(id) {
+                violations.push((
+                    "age link",
+                    format!("{id} claims the age of {of} (ageOf), whose ageClaimedBy is {claimed:?}"),
+                ));
+            }
+        }
+        if let Some(by) = record["ageClaimedBy"].as_str() {
+            let back = records_by_id.get(by).map(|r| &r["ageOf"]);
+            let refused = record["refusedForContention"] == true && record.get("retriedAs").is_none();
+            if back.and_then(Value::as_str) != Some(id) || !refused {
+                violations.push((
+                    "age link",
+                    format!(
+                        "{id} names {by} as its age's claimer (ageClaimedBy), whose ageOf is {back:?}; it was refused \
+                         for contention: {}, retried as {}",
+                        record["refusedForContention"], record["retriedAs"]
+                    ),
+                ));
+            }
+        }
+    }
+    for outcome in outcomes.iter().filter(|o| !o.id.is_empty()) {
+        if let Some(token) = &outcome.token
+            && let Some(first) = records_by_id.get(request_id(&outcome.id))
+            && first["ageOf"].as_str() != Some(token.refused.as_str())
+        {
+            violations.push((
+                "age link",
+                format!(
+                    "a retry with the token of {} answered {} {}, yet its request's record {} names ageOf {}",
+                    token.refused, outcome.status, outcome.answer, first["transactionId"], first["ageOf"]
+                ),
+            ));
+        }
+    }
+    // A key never executes twice: one call at most prepares its transaction (a token's retry without a key
+    // is idempotent by its token).
     let mut preparers: BTreeMap<&str, u32> = BTreeMap::new();
-    for outcome in outcomes.iter().filter(|o| o.keyed && o.sent_prepare) {
+    for outcome in outcomes.iter().filter(|o| (o.keyed || o.token.is_some()) && o.sent_prepare) {
         *preparers.entry(outcome.id.as_str()).or_default() += 1;
     }
     for (id, count) in preparers.iter().filter(|(_, count)| **count > 1) {
@@ -1243,14 +1556,14 @@ async fn the_bank_stays_balanced_under_random_faults() {
     }
     // Replays of a key agree with each other (each agrees with the record, checked above).
     let mut by_transfer: BTreeMap<usize, Vec<&Outcome>> = BTreeMap::new();
-    for outcome in outcomes.iter().filter(|o| o.keyed) {
+    for outcome in outcomes.iter().filter(|o| o.route == Route::Post && (o.keyed || o.token.is_some())) {
         by_transfer.entry(outcome.transfer).or_default().push(outcome);
     }
     for calls in by_transfer.values().filter(|calls| calls.len() > 1) {
         // One request: its answers may name different attempts of it (issue 35: `<first id>-<n>`, the attempt
         // that was running or that ended it), never another request; and never both outcomes.
         let ids: HashSet<&str> = calls.iter().map(|o| o.id.as_str()).filter(|id| !id.is_empty()).collect();
-        let requests: HashSet<&str> = ids.iter().map(|id| first_attempt_id(id)).collect();
+        let requests: HashSet<&str> = ids.iter().map(|id| request_id(id)).collect();
         if requests.len() > 1 {
             violations.push(("replay", format!("one key named several requests: {ids:?}")));
         }
@@ -1268,6 +1581,49 @@ async fn the_bank_stays_balanced_under_random_faults() {
                     calls.iter().map(|o| o.status).collect::<Vec<_>>()
                 ),
             ));
+        }
+    }
+    // A key's first final answer is its answer for ever (issue 41): every call of the key sent after that
+    // answer came answers, when it answers finally, the same status naming the same attempt, and never goes
+    // back to a 202. A token's retry without a key is answered by its token alike.
+    let mut by_request: BTreeMap<String, Vec<&Outcome>> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| o.route == Route::Post) {
+        let identity = match (&outcome.key, &outcome.token) {
+            (Some(key), _) => format!("key {key}"),
+            (None, Some(token)) => format!("token of {}", token.refused),
+            (None, None) => continue,
+        };
+        by_request.entry(identity).or_default().push(outcome);
+    }
+    let final_answer = |o: &Outcome| match (o.status, o.answer["status"].as_str()) {
+        (200, Some("COMMITTED")) | (409, Some("ABORTED")) => Some((o.status, o.answer["transactionId"].clone())),
+        _ => None,
+    };
+    for (identity, calls) in &by_request {
+        let Some(first) = calls.iter().filter(|o| final_answer(o).is_some()).min_by_key(|o| o.answered_at) else {
+            continue;
+        };
+        for later in calls.iter().filter(|o| o.sent_at > first.answered_at) {
+            let changed = match final_answer(later) {
+                Some(answer) => final_answer(first) != Some(answer),
+                None => later.status == 202,
+            };
+            if changed {
+                violations.push((
+                    "final answer changed",
+                    format!(
+                        "{identity}: answered {} {} at {} ({}), then a call sent at {} ({}) answered {} {}",
+                        first.status,
+                        first.answer,
+                        first.answered_at,
+                        if first.replay.is_empty() { "first call" } else { first.replay },
+                        later.sent_at,
+                        if later.replay.is_empty() { "first call" } else { later.replay },
+                        later.status,
+                        later.answer
+                    ),
+                ));
+            }
         }
     }
 
@@ -1337,6 +1693,66 @@ async fn the_bank_stays_balanced_under_random_faults() {
         "bank holds: held_transfers={held_transfers} prepared={prepared} committed={held_committed} expired={expired} \
          ends={held_ends:?} decision_answers={decision_answers:?}"
     );
+    // The held requests aborted while their POST was in flight: when the abort was sent, how many of them
+    // the coordinator retried (the abort then sent to an earlier attempt), whom the abort's answer names.
+    let mut in_flight_paths: BTreeMap<String, u32> = BTreeMap::new();
+    let mut in_flight_answers: BTreeMap<String, u32> = BTreeMap::new();
+    let (mut retried_in_flight, mut followed) = (0, 0);
+    for (request, abort) in &aborted_in_flight {
+        *in_flight_paths.entry(abort.path.clone()).or_default() += 1;
+        let said = abort.answer["status"].as_str().or(abort.answer["error"]["code"].as_str()).unwrap_or_default();
+        *in_flight_answers.entry(format!("{} {said}", abort.status)).or_default() += 1;
+        retried_in_flight += usize::from(attempts_of(&records, request) > 1);
+        followed += usize::from(abort.id != *request);
+    }
+    let mut again_answers: BTreeMap<String, u32> = BTreeMap::new();
+    for again in outcomes.iter().filter(|o| o.route == Route::Abort && o.path.ends_with(":again")) {
+        let said = again.answer["status"].as_str().or(again.answer["error"]["code"].as_str()).unwrap_or_default();
+        *again_answers.entry(format!("{} {said}", again.status)).or_default() += 1;
+    }
+    let in_flight_posts: BTreeMap<String, u32> = outcomes
+        .iter()
+        .filter(|o| o.route == Route::Post && aborted_in_flight.contains_key(request_id(&o.id)))
+        .fold(BTreeMap::new(), |mut posts, o| {
+            *posts.entry(format!("{} {}", o.status, o.answer["status"].as_str().unwrap_or("-"))).or_default() += 1;
+            posts
+        });
+    println!(
+        "bank aborts in flight: requests={} retried={retried_in_flight} abort_named_a_later_attempt={followed} \
+         paths={in_flight_paths:?} abort_answers={in_flight_answers:?} post_answers={in_flight_posts:?} \
+         aborts_to_the_attempt_the_post_named={again_answers:?}",
+        aborted_in_flight.len()
+    );
+    // The age tokens: the refusals that carried one, the retries sent with one (a request of their own), what
+    // they answered, and the claims recorded.
+    let with_token = outcomes.iter().filter(|o| o.route == Route::Post && o.answer["ageToken"].is_string()).count();
+    let token_calls: Vec<&Outcome> = outcomes.iter().filter(|o| o.token.is_some()).collect();
+    let token_keyed = token_calls.iter().filter(|o| o.replay.is_empty() && o.keyed).count();
+    let token_unkeyed = token_calls.iter().filter(|o| o.replay.is_empty() && !o.keyed).count();
+    let mut token_answers: BTreeMap<String, u32> = BTreeMap::new();
+    for outcome in &token_calls {
+        let said = outcome.answer["status"].as_str().or(outcome.answer["error"]["code"].as_str()).unwrap_or_default();
+        *token_answers.entry(format!("{} {said}", outcome.status)).or_default() += 1;
+    }
+    let claims: Vec<&str> =
+        records.iter().filter_map(|r| r["ageOf"].as_str().and(r["transactionId"].as_str())).collect();
+    let claims_committed = claims
+        .iter()
+        .filter(|claim| {
+            records
+                .iter()
+                .any(|r| r["status"] == "COMMITTED" && r["transactionId"].as_str().map(request_id) == Some(**claim))
+        })
+        .count();
+    let retried_attempts = records.iter().filter(|r| r["retriedAs"].is_string()).count();
+    println!(
+        "bank tokens: retried_attempts={retried_attempts} refusals_with_token={with_token} retries={} (keyed {token_keyed}, unkeyed {token_unkeyed}) sent_again={} \
+         key_replayed_after={} answers={token_answers:?} claims={} claims_committed={claims_committed}",
+        token_keyed + token_unkeyed,
+        token_calls.iter().filter(|o| o.replay == "token again").count(),
+        outcomes.iter().filter(|o| o.replay == "after its token's retry").count(),
+        claims.len()
+    );
     let mut by_kind: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
     for (kind, message) in &violations {
         by_kind.entry(kind).or_default().push(message);
@@ -1348,19 +1764,97 @@ async fn the_bank_stays_balanced_under_random_faults() {
             format!("{kind}: {}\n{}", messages.len(), shown.join("\n"))
         })
         .collect();
-    assert!(violations.is_empty(), "seed {seed}: {} violations\n{}", violations.len(), summary.join("\n"));
+    // The requests the violations shown name, traced: their records and every call about them.
+    let mut traced: Vec<&str> = vec![];
+    for message in by_kind.values().flat_map(|messages| messages.iter().take(4)) {
+        for (at, _) in message.match_indices("tx-") {
+            let id = &message[at..message.len().min(at + 35)];
+            if id.len() == 35 && id[3..].bytes().all(|b| b.is_ascii_hexdigit()) && !traced.contains(&id) {
+                traced.push(id);
+            }
+        }
+    }
+    let traces: Vec<String> = traced.iter().take(6).map(|id| trace(id, &records, &outcomes)).collect();
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations\n{}\ntraces:\n{}",
+        violations.len(),
+        summary.join("\n"),
+        traces.join("\n")
+    );
     let transfers_run: HashSet<usize> = outcomes.iter().map(|o| o.transfer).collect();
     // Each attempt of a transfer refused for contention and retried (issue 35) has a record of its own,
     // `<first id>-<n>`: one first attempt per transfer at most, and attempts within the bound.
     let mut attempts: HashMap<&str, usize> = HashMap::new();
     for record in &records {
         let id = record["transactionId"].as_str().expect("a record's id");
-        *attempts.entry(first_attempt_id(id)).or_default() += 1;
+        *attempts.entry(request_id(id)).or_default() += 1;
     }
     assert!(attempts.len() <= transfers_run.len(), "a first attempt for every transfer at most");
     let most = attempts.values().copied().max().unwrap_or(0);
     assert!(most <= twopc::coordinator::MAX_ATTEMPTS as usize, "attempts of one transfer: {most}");
     assert!(committed > 0 && aborted > 0, "the run exercised both outcomes");
+}
+
+/// The trace of the request first tried as `first` (`tx-` and 32 hex digits): the records of its attempts and
+/// of the token retries that took its age, and every call of its transfers (its decisions, its token
+/// retries), in the order they were sent.
+fn trace(first: &str, records: &[Value], outcomes: &[Outcome]) -> String {
+    let ours = |id: &str| id.starts_with(first);
+    let mut lines = vec![format!("  {first}:")];
+    for record in records
+        .iter()
+        .filter(|r| r["transactionId"].as_str().is_some_and(ours) || r["ageOf"].as_str().is_some_and(ours))
+    {
+        let fields = [
+            "transactionId",
+            "status",
+            "reason",
+            "attempt",
+            "firstTransactionId",
+            "retriedAs",
+            "refusedForContention",
+            "ageOf",
+            "ageClaimedBy",
+            "holdMs",
+            "holdUntil",
+            "startedAt",
+            "createdAt",
+            "updatedAt",
+            "deadline",
+        ];
+        let shown: serde_json::Map<String, Value> =
+            fields.iter().filter(|f| !record[**f].is_null()).map(|f| (f.to_string(), record[*f].clone())).collect();
+        lines.push(format!("    record {}", Value::Object(shown)));
+    }
+    let transfers: HashSet<usize> =
+        outcomes.iter().filter(|o| ours(&o.id)).map(|o| o.transfer % 1_000_000_000).collect();
+    let mut calls: Vec<&Outcome> =
+        outcomes.iter().filter(|o| ours(&o.id) || transfers.contains(&(o.transfer % 1_000_000_000))).collect();
+    calls.sort_by_key(|o| o.sent_at);
+    for o in calls {
+        lines.push(format!(
+            "    call {}..{} transfer {} {}{}{} plan {}{}{} -> {} {} (id {})",
+            o.sent_at,
+            o.answered_at,
+            o.transfer,
+            o.route.as_str(),
+            if o.replay.is_empty() { String::new() } else { format!(" replay {}", o.replay) },
+            if o.path.is_empty() { String::new() } else { format!(" path {}", o.path) },
+            o.plan.kind(),
+            o.key.as_ref().map_or(String::new(), |k| format!(" key {k}")),
+            o.token.as_ref().map_or(String::new(), |t| format!(" token of {}", t.refused)),
+            o.status,
+            truncate(&o.answer.to_string(), 400),
+            o.id
+        ));
+    }
+    lines.join("\n")
+}
+
+/// How many attempts of `request` are recorded.
+fn attempts_of(records: &[Value], request: &str) -> usize {
+    records.iter().filter(|r| r["transactionId"].as_str().map(request_id) == Some(request)).count()
 }
 
 /// What a record's transaction writes, in short (a `set` by its field count and largest value).
@@ -1398,8 +1892,12 @@ fn truncate(text: &str, at: usize) -> String {
     }
 }
 
-/// The id of a request's first attempt: a later attempt's id is `<first id>-<n>` or `<first id>-r<n>`
-/// (issue 35), and a first id is `tx-` and 32 hex digits.
-fn first_attempt_id(id: &str) -> &str {
-    id.match_indices('-').nth(1).map_or(id, |(end, _)| &id[..end])
+/// The id of an attempt's request (its first attempt): a later attempt of the coordinator's is `<first
+/// id>-<n>` (issue 35); a token's retry without a key, `<refused request's first id>-r<n>`, is a request of
+/// its own (issue 41), and its attempts `<its id>-<n>`. A first id is `tx-` and 32 hex digits.
+fn request_id(id: &str) -> &str {
+    match id.rsplit_once('-') {
+        Some((request, n)) if request != "tx" && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => request,
+        _ => id,
+    }
 }

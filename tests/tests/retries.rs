@@ -304,3 +304,36 @@ async fn a_token_retry_survives_a_lost_reply_of_its_claim() {
     assert_eq!(env.balance("service-b", "B").await, "10", "applied once");
     assert_no_locks(&env).await;
 }
+
+/// A held request whose caller aborts it while its coordinator's retry is named but not begun: the
+/// abort fences the next attempt, which is its request's as any attempt is (held, its caller's, its
+/// key's). Found by the bank test: a decision sent to that attempt's id, which the POST's answer names,
+/// was answered 409 NOT_HELD. Now the abort sent there answers 200 ABORTED and a commit 409 ABORTED.
+#[tokio::test]
+async fn a_fenced_attempt_of_a_held_request_answers_its_callers_decisions() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let invoker = env.fresh_invoker();
+    // The coordinator stops once the refused attempt names its successor: the caller's abort fences it.
+    let crashing = env.coordinator_with(&invoker, Faults::crash_at(CoordinatorCrash::AfterClaim));
+    let body = a_to_b("10", 3_000, Some(5_000));
+    let (status, crashed) = post_as(&crashing, &body, Some("held-fenced"), None, Some(ALICE)).await;
+    assert_eq!(status, 500, "the injected crash: {crashed}");
+    let first = caller_idempotent_id(Some(ALICE), "held-fenced");
+    let caller = env.coordinator.access().iam(Some(ALICE));
+    let aborted = env.coordinator.abort_held_by(&first, &caller).await;
+    assert_eq!((aborted.status, aborted.body["status"].as_str()), (200, Some("ABORTED")), "{}", aborted.body);
+    let next = format!("{first}-2");
+    assert_eq!(aborted.body["transactionId"], next.as_str(), "{}", aborted.body);
+
+    let again = env.coordinator.abort_held_by(&next, &caller).await;
+    assert_eq!((again.status, again.body["status"].as_str()), (200, Some("ABORTED")), "{}", again.body);
+    let commit = env.coordinator.commit_held_by(&next, &caller).await;
+    assert_eq!((commit.status, commit.body["status"].as_str()), (409, Some("ABORTED")), "{}", commit.body);
+    let seen = env.coordinator.get_by(&next, &caller).await;
+    assert_eq!((seen.body["attempts"].clone(), seen.body["firstTransactionId"].clone()), (json!(2), json!(first)));
+    abort_holder(&env, "tx-older", "A").await;
+    env.sweep_until_quiet().await;
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert_no_locks(&env).await;
+}
