@@ -952,7 +952,7 @@ impl Coordinator {
             // Its attempts: each one retried names the next (which a replay that finds it missing fences).
             while let Some(next) = record.successor().map(str::to_owned).filter(|_| hops < MAX_CHAIN_HOPS) {
                 hops += 1;
-                record = self.attempt_named(&next, &record).await?;
+                record = self.attempt_named(&next, &record, answer_by).await?;
             }
             let mut wait = Duration::from_millis(20);
             // A held one answers at once: PREPARED (202 with holdUntil) while the hold lasts. An attempt
@@ -978,8 +978,7 @@ impl Coordinator {
                 // attempt is fenced, so that this answer stays the request's answer.
                 let next = format!("{}-{}", record.first_id(), record.attempt_number() + 1);
                 let now = self.clock.now_ms();
-                let (hash, principal) = (record.request_hash.as_deref(), record.principal.as_deref());
-                self.transactions.fence_attempt(&next, now, ATTEMPT_NOT_STARTED, hash, principal).await?;
+                self.transactions.fence_attempt(&next, now, ATTEMPT_NOT_STARTED, &record).await?;
                 if let Some(current) = self.transactions.get(&record.transaction_id).await? {
                     record = current;
                 }
@@ -1010,17 +1009,31 @@ impl Coordinator {
         Ok(Reply::answering(&record))
     }
 
-    /// The attempt `id` that `earlier`'s `retriedAs` names; if it has no record (its coordinator stopped after
-    /// naming it, or is about to create it), it is recorded ABORTED first, conditionally, on its request's
-    /// behalf (its key's hash, its caller), so that it can never begin afterwards.
-    async fn attempt_named(&self, id: &str, earlier: &TransactionRecord) -> Result<TransactionRecord, StoreError> {
-        match self.transactions.get(id).await? {
-            Some(record) => Ok(record),
-            None => {
-                let (hash, principal) = (earlier.request_hash.as_deref(), earlier.principal.as_deref());
-                self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, hash, principal).await
+    /// The attempt `id` that `earlier`'s `retriedAs` names. Its coordinator creates it once the earlier
+    /// attempt's abort is driven, so it is waited for while that coordinator may still be at work (until
+    /// the earlier attempt's deadline and twice the clock margin, within `answer_by`); if it still has no
+    /// record then (its coordinator stopped after naming it, or is slower than the budget), it is recorded
+    /// ABORTED first, conditionally, on its request's behalf ([`TransactionStore::fence_attempt`]), so that
+    /// it can never begin afterwards.
+    async fn attempt_named(
+        &self,
+        id: &str,
+        earlier: &TransactionRecord,
+        answer_by: std::time::Instant,
+    ) -> Result<TransactionRecord, StoreError> {
+        let mut wait = Duration::from_millis(20);
+        loop {
+            if let Some(record) = self.transactions.get(id).await? {
+                return Ok(record);
             }
+            let left = answer_by.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || self.clock.now_ms() > resolvable_after(earlier.deadline) {
+                break;
+            }
+            tokio::time::sleep(wait.min(left)).await;
+            wait = (wait * 2).min(Duration::from_millis(250));
         }
+        self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, earlier).await
     }
 
     /// Whether an aborted attempt's coordinator may still start the next one. Only a record written before
@@ -1398,9 +1411,7 @@ impl Coordinator {
             record = match (self.transactions.get(&next).await?, decision) {
                 (Some(attempt), _) => attempt,
                 (None, HeldDecision::Abort) => {
-                    let (hash, principal) = (record.request_hash.as_deref(), record.principal.as_deref());
-                    let now = self.clock.now_ms();
-                    self.transactions.fence_attempt(&next, now, HELD_ABORT_REASON, hash, principal).await?
+                    self.transactions.fence_attempt(&next, self.clock.now_ms(), HELD_ABORT_REASON, &record).await?
                 }
                 (None, HeldDecision::Commit) => {
                     let mut reply = Reply::error(

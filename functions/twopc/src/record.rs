@@ -860,24 +860,24 @@ impl TransactionStore {
             .await
     }
 
-    /// [`TransactionStore::abort_if_absent`] for an attempt of a keyed request (`request_hash`) that was
-    /// claimed but never created: kept as long as the request's other records (no retention clock), so that
-    /// the chain's link to it can never come to name a later execution.
+    /// Records ABORTED the attempt `id` that follows `earlier` (named by its `retriedAs`) when it has no
+    /// record yet, unless one appears first, so that it can never begin afterwards. The record is its
+    /// request's, as every attempt's is: its key's hash (kept as long as the request's other records, so
+    /// that the chain's link can never come to name a later execution), its caller, its hold, its age and
+    /// its place in the chain; so the caller's GET and held decisions find it as any attempt of theirs.
     pub async fn fence_attempt(
         &self,
         id: &str,
         now_ms: u64,
         reason: &str,
-        request_hash: Option<&str>,
-        principal: Option<&str>,
+        earlier: &TransactionRecord,
     ) -> Result<TransactionRecord, StoreError> {
         let mut record = absent_owner_record(id, now_ms, reason);
-        // Written on the request's behalf: its caller's, as every record of its request is.
-        record.principal = principal.map(str::to_owned);
-        if let Some(hash) = request_hash {
-            record.request_hash = Some(hash.to_owned());
-            record.expire_at = None;
-        }
+        record.request_hash = earlier.request_hash.clone();
+        record.principal = earlier.principal.clone();
+        record.hold_ms = earlier.hold_ms;
+        record = record.as_attempt(earlier.age(), earlier.attempt_number() + 1, earlier.first_id().to_owned());
+        record = record.ended(Status::Aborted, now_ms);
         Ok(self.create(&record).await?.unwrap_or(record))
     }
 
@@ -885,7 +885,8 @@ impl TransactionStore {
     /// resolution does this before releasing a lock whose owner never wrote its record, so that owner
     /// can never commit afterwards. Returns the record as it now is.
     pub async fn abort_if_absent(&self, id: &str, now_ms: u64, reason: &str) -> Result<TransactionRecord, StoreError> {
-        self.fence_attempt(id, now_ms, reason, None, None).await
+        let record = absent_owner_record(id, now_ms, reason);
+        Ok(self.create(&record).await?.unwrap_or(record))
     }
 
     /// Puts an open transaction the sweeper could not finish behind the others until `sweep_at`, with why
