@@ -337,3 +337,92 @@ async fn a_fenced_attempt_of_a_held_request_answers_its_callers_decisions() {
     assert_eq!(env.balance("service-a", "A").await, "100");
     assert_no_locks(&env).await;
 }
+
+/// The caller's abort of a held request reads the attempt still PREPARING, and the coordinator's own
+/// abort naming the next attempt lands before the caller's write (which then loses): the abort must
+/// follow the chain to the next attempt, not answer 200 ABORTED for the attempt it read while the
+/// request goes on as the next one, held and committable. Found in review of issue 41.
+#[tokio::test]
+async fn a_held_abort_that_loses_to_the_coordinators_retry_follows_it() {
+    let faults = DynamoFaults::new(4103);
+    let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+    a_held_by_an_older_transaction(&env).await;
+    let invoker = env.fresh_invoker();
+    // The refusal reaches the coordinator late, so the attempt stays PREPARING a while.
+    invoker.set("service-a", Action::Prepare, EdgeFault::DelayReply(Duration::from_millis(300)));
+    let coordinator = env.coordinator_with(&invoker, Faults::default());
+    let first = caller_idempotent_id(Some(ALICE), "held-raced");
+    let client = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move {
+            let body = a_to_b("10", 3_000, Some(5_000));
+            post_as(&coordinator, &body, Some("held-raced"), None, Some(ALICE)).await
+        })
+    };
+    while env.transactions.get(&first).await.unwrap().is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The abort route's read of the attempt is answered late: it reads PREPARING, and the coordinator's
+    // abort (with retriedAs) lands before the route writes its own.
+    faults.add(
+        Rule::new(DynamoFault::Late(Duration::from_millis(900)))
+            .operation("GetItem")
+            .table(env.transactions.table())
+            .body_contains(&first)
+            .nth(1),
+    );
+    let caller = coordinator.access().iam(Some(ALICE));
+    let abort = {
+        let (coordinator, first, caller) = (coordinator.clone(), first.clone(), caller.clone());
+        tokio::spawn(async move { coordinator.abort_held_by(&first, &caller).await })
+    };
+    refused_once(&invoker).await;
+    abort_holder(&env, "tx-older", "A").await;
+    let aborted = abort.await.unwrap();
+    let (status, answer) = client.await.unwrap();
+    assert_eq!(faults.fired(), 1, "the route's read was answered late");
+
+    assert_eq!((aborted.status, aborted.body["status"].as_str()), (200, Some("ABORTED")), "{}", aborted.body);
+    // The POST answered before or after the abort took effect: refused, or held as the attempt the abort
+    // then reached; either way that attempt is aborted now, and so is the request.
+    match (status, answer["status"].as_str()) {
+        (409, Some("ABORTED")) => {}
+        (202, Some("PREPARED")) => {
+            let held = answer["transactionId"].as_str().unwrap();
+            assert_eq!(aborted.body["transactionId"], held, "the abort reached the held attempt: {}", aborted.body);
+            let (_, now) = env.get(held).await;
+            assert_eq!(now["status"], "ABORTED", "{now}");
+        }
+        _ => panic!("{status} {answer}"),
+    }
+    let commit = coordinator.commit_held_by(&first, &caller).await;
+    assert_eq!((commit.status, commit.body["status"].as_str()), (409, Some("ABORTED")), "{}", commit.body);
+    env.sweep_until_quiet().await;
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert_no_locks(&env).await;
+}
+
+/// The refused attempt's abort takes the time the next attempt needed (a participant slow to release):
+/// the next attempt, named already, is recorded ABORTED without beginning (no prepare of it is sent), and
+/// its abort is the answer. A request starts no attempt with less than 100 ms before its deadline.
+#[tokio::test]
+async fn a_named_attempt_left_no_time_by_its_predecessors_abort_never_begins() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let invoker = env.fresh_invoker();
+    invoker.set("service-b", Action::Abort, EdgeFault::DelayReply(Duration::from_millis(900)));
+    let coordinator = env.coordinator_with(&invoker, Faults::default());
+
+    let (status, answer) = post(&coordinator, &a_to_b("10", 1_000, None), Some("slow-release"), None).await;
+
+    let first = caller_idempotent_id(None, "slow-release");
+    let next = format!("{first}-2");
+    assert_eq!((status, answer["transactionId"].as_str()), (409, Some(next.as_str())), "{answer}");
+    let record = env.transactions.get(&next).await.unwrap().expect("the named attempt is recorded");
+    assert_eq!(record.reason.as_deref(), Some("too little time was left before the deadline to begin this attempt"));
+    assert!(invoker.calls().iter().all(|c| c.transaction_id != next), "the named attempt sent nothing");
+    abort_holder(&env, "tx-older", "A").await;
+    env.sweep_until_quiet().await;
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert_no_locks(&env).await;
+}
