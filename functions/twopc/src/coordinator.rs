@@ -50,6 +50,8 @@ pub const ANSWER_BUDGET: Duration = Duration::from_millis(27_000);
 const ABANDON_AFTER_BUDGET: Duration = Duration::from_millis(1_000);
 /// What a caller is told when the decision could not be recorded and the locks were released.
 const UNRECORDED_DECISION: &str = "the decision could not be recorded, so the transaction was aborted";
+/// Why an attempt its coordinator named never ran: the refused one's abort took the time it needed.
+const NO_TIME_TO_BEGIN: &str = "too little time was left before the deadline to begin this attempt";
 /// Why an attempt recorded ABORTED by a retried key's replay never ran.
 const ATTEMPT_NOT_STARTED: &str = "the coordinator stopped before this attempt began";
 /// A request refused for contention (CONFLICT) is tried again by the coordinator, keeping its age, up to
@@ -521,6 +523,16 @@ impl Coordinator {
                 return Ok(self.with_age_token(attempted.reply, &refused.record, body_hash, timeout_ms).await);
             };
             self.faults.check(CoordinatorCrash::AfterClaim)?;
+            // The refused attempt's second phase may have taken the time the next one needed: then the next
+            // one is fenced (it never begins) and its abort is the request's answer.
+            let budget_left = answer_by.saturating_duration_since(std::time::Instant::now());
+            let now = self.clock.now_ms();
+            if now > refused.record.deadline.saturating_sub(MIN_ATTEMPT_MS)
+                || budget_left < Duration::from_millis(MIN_ATTEMPT_MS)
+            {
+                let fenced = self.transactions.fence_attempt(&next_id, now, NO_TIME_TO_BEGIN, &refused.record).await?;
+                return Ok(Reply::for_record(&fenced));
+            }
             let attempt = refused.record.attempt_number() + 1;
             let next = refused.record.next_attempt(next_id, attempt, self.clock.now_ms());
             info!(tx = %next.transaction_id, attempt, "retrying a refusal for contention");
@@ -711,7 +723,8 @@ impl Coordinator {
     /// The decision of a keyed transaction: PREPARING → COMMITTING or ABORTING on its record, with the
     /// votes. Whatever the record then says is the decision (lock resolution may have aborted it first;
     /// a status found as this execution wanted it is its own write whose reply was lost: only this
-    /// execution ever writes COMMITTING, and any ABORTING is the same decision).
+    /// execution ever writes COMMITTING; an ABORTING found is the abort either way, but only this
+    /// execution's own carries its `refusedForContention` and `retriedAs`, which alone lead to a retry).
     async fn decide_recorded(
         &self,
         record: &TransactionRecord,
@@ -1289,10 +1302,9 @@ impl Coordinator {
         .await
     }
 
-    /// A status change, retried on infrastructure errors: its condition makes a repeat harmless, and a
-    /// retry that finds the status it wanted found its own earlier write.
     /// This execution's abort decision of its keyed attempt `id` ([`TransactionStore::decide_abort`]), retried
-    /// as any record write is.
+    /// on infrastructure errors: a retry that finds ABORTING with this execution's `retriedAs` or
+    /// `refusedForContention` found its own earlier write; any other ABORTING is someone else's abort.
     async fn abort_retrying(
         &self,
         id: &str,
@@ -1306,6 +1318,8 @@ impl Coordinator {
         .await
     }
 
+    /// A status change, retried on infrastructure errors: its condition makes a repeat harmless, and a
+    /// retry that finds the status it wanted found its own earlier write.
     async fn transition_retrying(
         &self,
         id: &str,
@@ -1402,61 +1416,57 @@ impl Coordinator {
             return Ok(reply);
         }
         // An attempt its coordinator retried: the decision is the request's, so it goes to the attempt that
-        // lives. One named but not begun is fenced by an abort (it can then never begin), and is still
-        // preparing for a commit.
+        // lives, and so after each write it lost (the coordinator's own abort may have named the next attempt
+        // between this call's read and its write). A status may move on between the read and the write (the
+        // first execution recording PREPARED, a concurrent call, the expiry): each write is conditional on the
+        // status read, and a lost one is followed by another from the record found, until it is decided.
         let mut record = record;
         let mut hops = 0;
-        while let Some(next) = record.successor().map(str::to_owned).filter(|_| hops < MAX_CHAIN_HOPS) {
-            hops += 1;
-            record = match (self.transactions.get(&next).await?, decision) {
-                (Some(attempt), _) => attempt,
-                (None, HeldDecision::Abort) => {
-                    self.transactions.fence_attempt(&next, self.clock.now_ms(), HELD_ABORT_REASON, &record).await?
-                }
-                (None, HeldDecision::Commit) => {
-                    let mut reply = Reply::error(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "transaction {id} was retried as {next}, which is still preparing: it can be committed \
-                             once it is PREPARED (GET /transactions/{next} tells)"
-                        ),
-                    );
-                    reply.body["transactionId"] = Value::String(next);
-                    return Ok(reply);
-                }
+        for _ in 0..4 {
+            record = match self.live_attempt(record, decision, &mut hops).await? {
+                Ok(live) => live,
+                Err(reply) => return Ok(reply),
             };
-        }
-        // Past its deadline still preparing (its coordinator stopped), or past its hold: aborted first, as
-        // recovery would.
-        let mut record = self.abort_expired(record).await?;
-        // A status may move on between the read and the write (the first execution recording PREPARED, a
-        // concurrent call, the expiry): each write is conditional on the status read, and a lost one is
-        // followed by another from the status found, until the transaction is decided.
-        for _ in 0..3 {
-            record = match (record.status, decision) {
+            // Past its deadline still preparing (its coordinator stopped), or past its hold: aborted first, as
+            // recovery would (an expiry's abort names no successor).
+            record = self.abort_expired(record).await?;
+            let current_id = record.transaction_id.clone();
+            match (record.status, decision) {
                 (Status::Preparing, HeldDecision::Commit) => {
                     let mut reply = Reply::error(
                         ErrorCode::Unavailable,
                         format!(
-                            "transaction {id} is still preparing: it can be committed once it is PREPARED \
-                             (GET /transactions/{id} tells)"
+                            "transaction {current_id} is still preparing: it can be committed once it is PREPARED \
+                             (GET /transactions/{current_id} tells)"
                         ),
                     );
-                    reply.body["transactionId"] = Value::String(id.to_owned());
+                    reply.body["transactionId"] = Value::String(current_id);
                     return Ok(reply);
                 }
                 (Status::Preparing | Status::Prepared, _) => match self.write_held_decision(&record, decision).await? {
-                    Transition::Done(decided) | Transition::Lost(Some(decided)) => decided,
+                    Transition::Done(decided) => {
+                        record = decided;
+                        break;
+                    }
+                    Transition::Lost(Some(current)) => record = current,
                     Transition::Lost(None) => {
                         return Err(StoreError::internal(
                             "UpdateItem",
                             self.transactions.table(),
-                            format!("record {id} disappeared"),
+                            format!("record {current_id} disappeared"),
                         )
                         .into());
                     }
                 },
+                _ if record.successor().is_some() => {}
                 _ => break,
+            }
+        }
+        // The last write lost to the coordinator's own abort naming the next attempt: that one decides.
+        if record.successor().is_some() {
+            record = match self.live_attempt(record, decision, &mut hops).await? {
+                Ok(live) => live,
+                Err(reply) => return Ok(reply),
             };
         }
         if matches!(record.status, Status::Committing | Status::Aborting) {
@@ -1473,6 +1483,39 @@ impl Coordinator {
         };
         info!(status = %record.status, http = reply.status, "held transaction answered");
         Ok(self.as_seen_by(caller, reply, &record))
+    }
+
+    /// The attempt of `record`'s request that lives: its coordinator's chain followed from `record`. One named
+    /// but not begun is fenced by an abort (it can then never begin); for a commit it is still preparing
+    /// (`Err`: the 503 that says so).
+    async fn live_attempt(
+        &self,
+        mut record: TransactionRecord,
+        decision: HeldDecision,
+        hops: &mut usize,
+    ) -> Result<Result<TransactionRecord, Reply>, DriveError> {
+        while let Some(next) = record.successor().map(str::to_owned).filter(|_| *hops < MAX_CHAIN_HOPS) {
+            *hops += 1;
+            record = match (self.transactions.get(&next).await?, decision) {
+                (Some(attempt), _) => attempt,
+                (None, HeldDecision::Abort) => {
+                    self.transactions.fence_attempt(&next, self.clock.now_ms(), HELD_ABORT_REASON, &record).await?
+                }
+                (None, HeldDecision::Commit) => {
+                    let mut reply = Reply::error(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "transaction {} was retried as {next}, which is still preparing: it can be committed \
+                             once it is PREPARED (GET /transactions/{next} tells)",
+                            record.transaction_id
+                        ),
+                    );
+                    reply.body["transactionId"] = Value::String(next);
+                    return Ok(Err(reply));
+                }
+            };
+        }
+        Ok(Ok(record))
     }
 
     /// The caller's decision, written conditionally on the status read (PREPARED, or PREPARING for an abort

@@ -162,8 +162,8 @@ pub struct TransactionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_transaction_id: Option<String>,
     /// An aborted attempt that its coordinator retried: the next attempt's id, written in the same
-    /// conditional write as this attempt's abort (records from before issue 41: claimed after it,
-    /// [`TransactionStore::claim_successor`]). Only [`TransactionRecord::successor`] is followed.
+    /// conditional write as this attempt's abort (records from before issue 41: claimed after it, by a
+    /// conditional update of its own). Only [`TransactionRecord::successor`] is followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retried_as: Option<String>,
     /// The recorded abort is this attempt's own coordinator's refusal for contention: written only with
