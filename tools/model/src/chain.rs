@@ -18,13 +18,13 @@
 //! | token retry | the caller's retry with the age token of the key's final 409, under another key, same body: its id is its key's; a record there → `replay` (another body's: 422). Else the claim of the refused attempt (`ageClaimedBy`, conditional on `refusedForContention`, no `retriedAs`, no other claim) and the retry's record (`ageOf`, the refused attempt's `startedAt`, attempt number + 1) in one `TransactWriteItems` ([`ChainSwitches::atomic_token_claim`]); its write may fail (503, nothing written) |
 //! | other body | another request under the token retry's key, with another body and no token: a keyed POST like any other |
 //! | replay | a key sent again (`replay`), up to twice, at any moment: from the key's record (another body's: 422), follows `retriedAs` a read at a time ([`ChainSwitches::token_links_apart`]: coordinator links only), a link to no record fenced (`attempt_named` → `fence_attempt`, ABORTED) and answered 409; PREPARING → it waits; PREPARED → 202; COMMITTED → 200; aborted, no link → 409 (before rule A, at an attempt its coordinator refused with attempts left, `may_be_retried`: it waits for the link, its budget may run out first, and it fences the next attempt's id, as the age model checks) |
-//! | commit, abort | `POST /transactions/{id}/commit` / `abort` (`decide_held`) for the held request, addressed to the key's first id or the id its POST answered; ([`ChainSwitches::routes_follow_chain`]) it follows `retriedAs` as a replay does, then writes its decision conditionally on the status read: abort of PREPARING or PREPARED → ABORTING (200 ABORTED), commit of PREPARED → COMMITTING (200); a commit of a PREPARING attempt answers 503 and writes nothing (not a step: nothing changes) |
+//! | commit, abort | `POST /transactions/{id}/commit` / `abort` (`decide_held`) for the held request, addressed to the key's first id or the id its POST answered; ([`ChainSwitches::routes_follow_chain`]) it follows `retriedAs` as a replay does (`live_attempt`), then writes its decision conditionally on the status read (`write_held_decision`): abort of PREPARING or PREPARED → ABORTING (200 ABORTED), commit of PREPARED → COMMITTING (200); a commit of a PREPARING attempt answers 503 and writes nothing (not a step: nothing changes). An abort's read of a PREPARING attempt and its write are two steps (the route's state between them: the attempt read and its status); a write conditional on PREPARED is taken with its read (nothing that moves a PREPARED record names a next attempt). A lost write ([`ChainSwitches::route_refollows_after_lost_write`]) follows the chain again from the record found and writes again on the attempt that lives, up to [`ROUTE_RETRIES`] times (then a non-final answer: the caller may send it again) |
 //! | expiry | a held PREPARED record past `holdUntil` aborted by a resolver (the sweeper, lock resolution, a route's `abort_expired`) at any moment; a PREPARING record past its deadline aborted by a resolver racing its slow coordinator (a budget) |
 //!
 //! The model folds the second phase into the decision (COMMITTING and COMMITTED, ABORTING and ABORTED are
 //! one status each: every answer and every condition here reads them alike), and a route's hops along the
-//! chain into its write (links are written once and never change, and the write is conditional on the
-//! status it read, as the code's loop of conditional writes is).
+//! chain into its read (links are written once and never change; its write, a step of its own, is
+//! conditional on the status it read, as the code's loop of conditional writes is).
 
 use stateright::{Model, Property};
 
@@ -54,6 +54,14 @@ pub struct ChainSwitches {
     /// record, aborted, and answers from it (abort 200, commit 409) while the linked attempt may still be
     /// created, held and committed.
     pub routes_fence_successor: bool,
+    /// The review of the fix of defect 1 (a held abort that loses its write). A route's read and its
+    /// conditional write are two requests: between them the coordinator's own abort (PREPARING → ABORTING
+    /// naming the next attempt) may land, and the route's write loses. On: after every lost write the route
+    /// follows the chain again from the record found (`live_attempt`, fencing a named attempt without a
+    /// record for an abort) and writes its decision on the attempt that lives, up to [`ROUTE_RETRIES`] more
+    /// times. Off (before the fix): it goes on from the record found at the attempt it read, and answers from
+    /// it once decided: 200 ABORTED for an attempt its coordinator retried while the next one lives.
+    pub route_refollows_after_lost_write: bool,
     /// Rule B (defect 2). On: a token retry's claim of the refused attempt and its own record are one
     /// `TransactWriteItems`. Off (before the fix): the claim is written first, then the record; the record's
     /// write may fail, or another body under the same key may come first, and the claim names a transaction
@@ -72,6 +80,7 @@ impl Default for ChainSwitches {
             own_refusal_only: true,
             routes_follow_chain: true,
             routes_fence_successor: true,
+            route_refollows_after_lost_write: true,
             atomic_token_claim: true,
             token_links_apart: true,
         }
@@ -264,6 +273,20 @@ pub enum Target {
     Answered,
 }
 
+/// How many more writes a caller's commit or abort makes after its first one lost (the code's loop makes
+/// up to four in all; two more are enough for the chain's lost writes the model has: the coordinator's
+/// PREPARED, its abort naming the next attempt, a resolver's, the other route's).
+pub const ROUTE_RETRIES: u8 = 2;
+
+/// A caller's commit or abort between its read and its write: the attempt it read, the status its write is
+/// conditional on, and how many of its writes lost so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RouteRead {
+    pub at: Id,
+    pub status: Status,
+    pub lost: u8,
+}
+
 /// Things that happened, for the `sometimes` checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainEvent {
@@ -282,6 +305,10 @@ pub enum ChainEvent {
     HoldExpired,
     /// A route met a link to no record and fenced it.
     RouteFenced,
+    /// A route's conditional write lost: the record moved on since its read.
+    RouteWriteLost,
+    /// A route whose write lost followed the chain again to another attempt.
+    RouteRefollowed,
 }
 
 impl ChainEvent {
@@ -297,8 +324,10 @@ pub struct ChainState {
     pub coords: [CCoord; 3],
     /// `replays[key][j]`: the j-th replay of K1 and of K2 (K2's by the token retry's caller, body X).
     pub replays: [[RPc; 2]; 2],
-    /// The caller's commit and abort (`[commit, abort]`).
+    /// The caller's commit and abort (`[commit, abort]`): their final answers.
     pub routes: [Option<Said>; 2],
+    /// The caller's commit and abort between their read and their write.
+    pub route_reads: [Option<RouteRead>; 2],
     pub budget: ChainBudget,
     /// [`ChainEvent`] bits.
     pub seen: u16,
@@ -376,8 +405,12 @@ pub enum ChainAction {
     WriteFails(Ex),
     /// The j-th replay of key 0 (K1) or 1 (K2): its next read.
     Replay(u8, u8),
-    /// The caller's commit (`true`) or abort of the held request.
+    /// The caller's commit (`true`) or abort of the held request: its read of the attempt it is sent to, and
+    /// the chain followed from it.
     Route(bool, Target),
+    /// The caller's abort (`false`): its write, conditional on PREPARING, on the attempt it read. (A write
+    /// conditional on PREPARED is taken in the step of its read: see `ChainModel::route`.)
+    RouteWrite(bool),
     /// A resolver aborts this attempt (a held one past `holdUntil`, or a PREPARING one past its deadline).
     Expire(Id),
 }
@@ -616,6 +649,7 @@ impl ChainModel {
             }
             ChainAction::Replay(key, j) => self.replay(&mut n, key, j, &mut say)?,
             ChainAction::Route(commit, target) => self.route(&mut n, commit, target, &mut say)?,
+            ChainAction::RouteWrite(commit) => self.route_write(&mut n, commit, &mut say)?,
             ChainAction::Expire(id) => {
                 let rec = n.record(id)?;
                 match rec.status {
@@ -1014,14 +1048,17 @@ impl ChainModel {
         Some(())
     }
 
+    /// The caller's commit or abort, its first step: the read of the addressed attempt and the chain followed
+    /// from it (`decide_held` → `live_attempt`: a link to no record fenced). An abort's read of a PREPARING
+    /// attempt is left for the route's write ([`ChainAction::RouteWrite`], conditional on PREPARING); a
+    /// PREPARED one is written in this step (see below); a decided one answers at once.
     fn route(&self, s: &mut ChainState, commit: bool, target: Target, say: &mut impl FnMut(String)) -> Option<()> {
-        let sw = self.cfg.switches;
         let ri = if commit { 0 } else { 1 };
-        if !self.cfg.routes || s.routes[ri].is_some() {
+        if !self.cfg.routes || s.routes[ri].is_some() || s.route_reads[ri].is_some() {
             return None;
         }
         let what = if commit { "commit" } else { "abort" };
-        let mut id = match target {
+        let id = match target {
             Target::First => {
                 let first = Id { ns: 0, n: 1 };
                 s.record(first)?;
@@ -1032,6 +1069,41 @@ impl ChainModel {
                 _ => return None,
             },
         };
+        let (id, hops) = self.follow(s, id);
+        let rec = s.record(id).expect("read");
+        // 503 "still preparing": nothing written, no step.
+        if rec.held && commit && rec.status == Status::Preparing {
+            return None;
+        }
+        let then = self.route_settle(s, commit, id, 0);
+        let write_now = s.route_reads[ri].is_some_and(|r| r.status == Status::Prepared);
+        say(format!(
+            "the caller's {what} of the held request, sent to {}{}: reads {} {:?}{}",
+            match target {
+                Target::First => "the first id",
+                Target::Answered => "the id its POST answered",
+            },
+            hops,
+            self.id_name(id),
+            rec.status,
+            then,
+        ));
+        // A write conditional on PREPARED (every commit's, an abort's of a PREPARED attempt) is taken with
+        // its read, in one step: nothing that moves a PREPARED record names a next attempt (only the
+        // coordinator's abort of a PREPARING one does), so such a write, lost, finds a decided record without
+        // a link and answers what one step at the moment of its write answers (the links its read followed
+        // are written once and never change). Only an abort's read of a PREPARING attempt is a step apart.
+        if write_now {
+            self.route_write(s, commit, say)?;
+        }
+        Some(())
+    }
+
+    /// `live_attempt`: the chain followed from `id` (with [`ChainSwitches::routes_follow_chain`]), a link to
+    /// no record fenced (with [`ChainSwitches::routes_fence_successor`]); the attempt reached, and the hops
+    /// for the trace.
+    fn follow(&self, s: &mut ChainState, mut id: Id) -> (Id, String) {
+        let sw = self.cfg.switches;
         let mut hops = vec![];
         let mut fenced = false;
         if sw.routes_follow_chain {
@@ -1051,22 +1123,38 @@ impl ChainModel {
                 s.seen |= ChainEvent::RouteFollowed.bit();
             }
         }
+        let hops = if hops.is_empty() {
+            String::new()
+        } else {
+            format!(", follows retriedAs to {}{}", hops.join(", "), if fenced { " (no record: fenced)" } else { "" })
+        };
+        (id, hops)
+    }
+
+    /// What a route does with the attempt `id` it has read (after `lost` lost writes): not held → 409
+    /// NOT_HELD; PREPARED (or PREPARING, for an abort) → its write comes next, conditional on that status,
+    /// while it has writes left, else (and a commit of a PREPARING one) a non-final answer (503, or 202 as a
+    /// retried POST is told): the caller may send it again; decided → its final answer. The trace's words.
+    fn route_settle(&self, s: &mut ChainState, commit: bool, id: Id, lost: u8) -> String {
+        let ri = if commit { 0 } else { 1 };
         let rec = s.record(id).expect("read");
+        s.route_reads[ri] = None;
         let answer = if !rec.held {
             CAnswer::NotHeld
         } else {
             match (rec.status, commit) {
-                // 503 "still preparing": nothing written, no step.
-                (Status::Preparing, true) => return None,
-                (Status::Preparing | Status::Prepared, false) => {
-                    let r = s.record_mut(id).as_mut().expect("read");
-                    r.status = Status::Aborted;
-                    r.by = Some(Decider::Caller);
-                    CAnswer::AbortedOk
+                (Status::Preparing, true) => {
+                    return ": 503, still preparing (the caller may send it again)".to_owned();
                 }
-                (Status::Prepared, true) => {
-                    s.record_mut(id).as_mut().expect("read").status = Status::Committed;
-                    CAnswer::Committed
+                (Status::Preparing | Status::Prepared, _) if lost > ROUTE_RETRIES => {
+                    return format!(
+                        ": its {} writes lost, not decided yet: a non-final answer (the caller may send it again)",
+                        lost
+                    );
+                }
+                (Status::Preparing | Status::Prepared, _) => {
+                    s.route_reads[ri] = Some(RouteRead { at: id, status: rec.status, lost });
+                    return format!(": its write is conditional on {:?}", rec.status);
                 }
                 (Status::Committing | Status::Committed, true) => CAnswer::Committed,
                 (Status::Committing | Status::Committed, false) => CAnswer::WasCommitted,
@@ -1075,17 +1163,70 @@ impl ChainModel {
             }
         };
         s.routes[ri] = Some(Said { answer, from: Some(id) });
-        say(format!(
-            "the caller's {what} of the held request, sent to {}{}{}: {} is {:?}: {answer:?}",
-            match target {
-                Target::First => "the first id",
-                Target::Answered => "the id its POST answered",
-            },
-            if hops.is_empty() { String::new() } else { format!(", follows retriedAs to {}", hops.join(", ")) },
-            if fenced { " (no record: fenced)" } else { "" },
-            self.id_name(id),
+        format!(": {answer:?}")
+    }
+
+    /// The caller's commit or abort, its second step: its decision written on the attempt it read,
+    /// conditionally on the status it read (`write_held_decision`): abort of PREPARING or PREPARED →
+    /// ABORTING (200 ABORTED), commit of PREPARED → COMMITTING (200). Lost (the record moved on since the
+    /// read: the coordinator's PREPARED or its own abort naming the next attempt, a resolver, the other
+    /// route), it takes the record found; with [`ChainSwitches::route_refollows_after_lost_write`] it follows
+    /// the chain from it again (`live_attempt`, fencing a named attempt without a record) and tries again on
+    /// the attempt that lives; without, it goes on from the record found at the attempt it read (the code
+    /// before the fix).
+    fn route_write(&self, s: &mut ChainState, commit: bool, say: &mut impl FnMut(String)) -> Option<()> {
+        let sw = self.cfg.switches;
+        let ri = if commit { 0 } else { 1 };
+        let read = s.route_reads[ri]?;
+        let what = if commit { "commit" } else { "abort" };
+        let name = self.id_name(read.at);
+        let rec = s.record(read.at).expect("read");
+        if rec.status == read.status {
+            let r = s.record_mut(read.at).as_mut().expect("read");
+            let answer = if commit {
+                r.status = Status::Committed;
+                CAnswer::Committed
+            } else {
+                r.status = Status::Aborted;
+                r.by = Some(Decider::Caller);
+                CAnswer::AbortedOk
+            };
+            s.route_reads[ri] = None;
+            s.routes[ri] = Some(Said { answer, from: Some(read.at) });
+            say(format!(
+                "the caller's {what} writes {name} {:?} → {}: {answer:?}",
+                read.status,
+                if commit { "COMMITTING" } else { "ABORTING" }
+            ));
+            return Some(());
+        }
+        s.seen |= ChainEvent::RouteWriteLost.bit();
+        let found = format!(
+            "{:?}{}{}",
             rec.status,
+            rec.by.map(|b| format!(" by {b:?}")).unwrap_or_default(),
+            rec.retried_as.map(|l| format!(", retriedAs {}", self.id_name(l))).unwrap_or_default()
+        );
+        let (id, hops) = if sw.route_refollows_after_lost_write {
+            let (id, hops) = self.follow(s, read.at);
+            if id != read.at {
+                s.seen |= ChainEvent::RouteRefollowed.bit();
+            }
+            (id, if hops.is_empty() { hops } else { format!(", it follows the chain again{hops}") })
+        } else {
+            (read.at, String::new())
+        };
+        let status = s.record(id).expect("read").status;
+        let then = self.route_settle(s, commit, id, read.lost + 1);
+        say(format!(
+            "the caller's {what}'s write to {name} (expects {:?}) loses: {name} is {found}{hops}; {} is {status:?}{then}",
+            read.status,
+            self.id_name(id),
         ));
+        // A write conditional on PREPARED: in the step of its read, as in `route`.
+        if s.route_reads[ri].is_some_and(|r| r.status == Status::Prepared) {
+            self.route_write(s, commit, say)?;
+        }
         Some(())
     }
 
@@ -1138,6 +1279,7 @@ impl Model for ChainModel {
             coords: [idle; 3],
             replays: [[RPc::Idle; 2]; 2],
             routes: [None; 2],
+            route_reads: [None; 2],
             budget: self.cfg.budget,
             seen: 0,
         }]
@@ -1176,6 +1318,7 @@ impl Model for ChainModel {
             out.push(ChainAction::Route(commit, Target::First));
             out.push(ChainAction::Route(commit, Target::Answered));
         }
+        out.push(ChainAction::RouteWrite(false));
         for (id, r) in s.all_records() {
             if matches!(r.status, Status::Preparing | Status::Prepared) {
                 out.push(ChainAction::Expire(id));
@@ -1277,6 +1420,16 @@ impl Model for ChainModel {
                     seen::<{ ChainEvent::RouteFenced as u16 }>,
                 ));
             }
+            p.push(Property::<Self>::sometimes(
+                "sometimes the caller's commit or abort loses its write",
+                seen::<{ ChainEvent::RouteWriteLost as u16 }>,
+            ));
+            if sw.routes_follow_chain && sw.route_refollows_after_lost_write {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the caller's commit or abort loses its write and follows the chain again",
+                    seen::<{ ChainEvent::RouteRefollowed as u16 }>,
+                ));
+            }
         }
         if cfg.token_retry {
             p.push(Property::<Self>::sometimes("sometimes a token retry commits (or, held, is PREPARED)", |_, s| {
@@ -1323,6 +1476,7 @@ impl Traced for ChainModel {
             ("own_refusal_only", sw.own_refusal_only),
             ("routes_follow_chain", sw.routes_follow_chain),
             ("routes_fence_successor", sw.routes_fence_successor),
+            ("route_refollows_after_lost_write", sw.route_refollows_after_lost_write),
             ("atomic_token_claim", sw.atomic_token_claim),
             ("token_links_apart", sw.token_links_apart),
         ]);
@@ -1369,13 +1523,18 @@ impl Traced for ChainModel {
                 _ => format!("replay {} -", KEYS[k]),
             })
             .collect();
+        let route = |k: usize| match (s.routes[k], s.route_reads[k]) {
+            (Some(a), _) => format!("{:?}", a.answer),
+            (None, Some(r)) => format!("read {} {:?}, its write next", self.id_name(r.at), r.status),
+            (None, None) => "-".to_owned(),
+        };
         format!(
             "records [{}]; [{}]; [{}]; commit {}, abort {}",
             records.join(", "),
             answers.join(", "),
             replays.join(", "),
-            said(s.routes[0]),
-            said(s.routes[1])
+            route(0),
+            route(1)
         )
     }
 }

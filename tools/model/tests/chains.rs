@@ -6,7 +6,7 @@
 //! it prevents, printing the trace (breadth first, cut at the first state that violates the property:
 //! `Run::expect_violation`; not always the shortest, as the checker's threads hand work out in batches).
 //!
-//! The configurations are small (under a second each: no locks, a vote left to chance), so there is no
+//! The configurations are small (seconds at most: no locks, a vote left to chance), so there is no
 //! `MODEL_BIG` one: `together` has `MAX_ATTEMPTS` 4 and two faults of each kind already.
 
 use twopc_model::chain::{
@@ -108,6 +108,30 @@ fn design_41_a_route_that_stops_at_a_link_to_no_record_answers_aborted_before_th
     let last = path.last_state();
     assert_eq!(last.routes[1].map(|a| (a.answer, a.from)), Some((CAnswer::AbortedOk, Some(Id { ns: 0, n: 1 }))));
     assert!(last.record(Id { ns: 0, n: 2 }).is_some_and(|r| r.status.commit()), "K1-2 committed");
+}
+
+/// The review of defect 1's fix (`route_refollows_after_lost_write` off: a route whose conditional write
+/// lost goes on from the record found at the attempt it read, as the code did before). The caller's abort
+/// reads K1 PREPARING; before its write, K1's votes come back CONFLICT and its coordinator writes PREPARING →
+/// ABORTING with `retriedAs` K1-2; the route's write (expects PREPARING) loses, and it answers 200 ABORTED
+/// from K1, while K1-2 is created, held PREPARED, and committed by the caller's commit of the answered id.
+/// With the fix the route follows the chain again from K1 and aborts K1-2 (or fences it, not yet created).
+#[test]
+fn defect_41_review_a_held_abort_that_loses_its_write_stops_at_the_attempt_it_read() {
+    let model = switched(ChainConfig::held(ChainBudget::default()).max_attempts(2).replays(0), |s| {
+        s.route_refollows_after_lost_write = false
+    });
+    let run = check(model, Some(KEY_ANSWERS));
+    let path = run.expect_violation(KEY_ANSWERS);
+    let last = path.last_state();
+    let k1 = last.record(Id { ns: 0, n: 1 }).expect("K1");
+    assert_eq!(k1.by, Some(Decider::Own), "K1 was refused for contention by its coordinator");
+    assert_eq!(k1.retried_as, Some(Id { ns: 0, n: 2 }), "naming K1-2");
+    assert_eq!(last.routes[1].map(|a| (a.answer, a.from)), Some((CAnswer::AbortedOk, Some(Id { ns: 0, n: 1 }))));
+    assert!(last.record(Id { ns: 0, n: 2 }).is_some_and(|r| r.status.commit()), "K1-2 committed");
+    // The same, read against the records: the caller's 200 ABORTED while an attempt of K1's commits.
+    let run = check(run.model.clone(), Some(OWN_OUTCOME));
+    run.expect_violation(OWN_OUTCOME);
 }
 
 /// Defect 2 (`atomic_token_claim` off: the token retry's claim is written before its record). The token
