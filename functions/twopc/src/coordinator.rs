@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::access::{Caller, Policy, entity_id, entity_ids};
+use crate::attempts::{AgeClaim, ContentionAbort};
 use crate::auth::KeySource;
 use crate::clock::{SharedClock, resolvable_after};
 use crate::custom::{Catalog, Catalogs};
@@ -33,9 +34,11 @@ use crate::model::{
     Action, ErrorCode, Invalid, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
     STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
-use crate::record::{AgeClaim, ContentionAbort, ParticipantEntry, TransactionRecord, TransactionStore, Transition};
+use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
 use crate::telemetry;
+
+mod chain;
 
 /// One commit or abort message gets this long before it is counted as failed and tried again.
 const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -542,44 +545,6 @@ impl Coordinator {
         }
     }
 
-    /// What an attempt's abort records of its own: whether it is a refusal for contention only, and the
-    /// attempt it is retried as, when it is one the coordinator retries: refused for contention (CONFLICT)
-    /// only, attempts and time left, and not blocked by a transaction held for its caller's decision
-    /// (outside the bound: its refusal is the answer).
-    async fn contention_abort(
-        &self,
-        record: &TransactionRecord,
-        votes: &[ParticipantEntry],
-        blocked_by: Option<&str>,
-        answer_by: std::time::Instant,
-    ) -> ContentionAbort {
-        let refused = refused_for_contention(votes);
-        let attempt = record.attempt_number();
-        let last_start = record.deadline.saturating_sub(MIN_ATTEMPT_MS);
-        let budget_left = answer_by.saturating_duration_since(std::time::Instant::now());
-        let retried = retryable_votes(votes)
-            && attempt < MAX_ATTEMPTS
-            && self.clock.now_ms() <= last_start
-            && budget_left >= Duration::from_millis(MIN_ATTEMPT_MS)
-            && !self.held_blocker(blocked_by).await;
-        let successor = retried.then(|| format!("{}-{}", record.first_id(), attempt + 1));
-        ContentionAbort { refused, successor }
-    }
-
-    /// Whether the transaction whose lock refused an attempt is held for its caller's decision (or cannot be
-    /// read: then the refusal is the answer too).
-    async fn held_blocker(&self, blocked_by: Option<&str>) -> bool {
-        let Some(blocker) = blocked_by else { return false };
-        match self.transactions.get(blocker).await {
-            Ok(Some(holder)) => holder.status == Status::Prepared,
-            Ok(None) => false,
-            Err(e) => {
-                warn!(error = %e, blocker, "could not read the blocking transaction; answering the refusal");
-                true
-            }
-        }
-    }
-
     /// `reply` with the `ageToken` of its request when its last attempt was refused for contention only
     /// (CONFLICT, or TIMEOUT waiting for a younger lock): a caller's retry with it keeps the request's age.
     async fn with_age_token(
@@ -989,7 +954,7 @@ impl Coordinator {
             if self.may_be_retried(&record) {
                 // Its coordinator stopped between the attempts, or is slower than the deadline: the next
                 // attempt is fenced, so that this answer stays the request's answer.
-                let next = format!("{}-{}", record.first_id(), record.attempt_number() + 1);
+                let next = crate::attempts::attempt_id(record.first_id(), record.attempt_number() + 1);
                 let now = self.clock.now_ms();
                 self.transactions.fence_attempt(&next, now, ATTEMPT_NOT_STARTED, &record).await?;
                 if let Some(current) = self.transactions.get(&record.transaction_id).await? {
@@ -1020,47 +985,6 @@ impl Coordinator {
         }
         // No age token from a replay: a request's token comes with its own answer and expires with it.
         Ok(Reply::answering(&record))
-    }
-
-    /// The attempt `id` that `earlier`'s `retriedAs` names. Its coordinator creates it once the earlier
-    /// attempt's abort is driven, so it is waited for while that coordinator may still be at work (until
-    /// the earlier attempt's deadline and twice the clock margin, within `answer_by`); if it still has no
-    /// record then (its coordinator stopped after naming it, or is slower than the budget), it is recorded
-    /// ABORTED first, conditionally, on its request's behalf ([`TransactionStore::fence_attempt`]), so that
-    /// it can never begin afterwards.
-    async fn attempt_named(
-        &self,
-        id: &str,
-        earlier: &TransactionRecord,
-        answer_by: std::time::Instant,
-    ) -> Result<TransactionRecord, StoreError> {
-        let mut wait = Duration::from_millis(20);
-        loop {
-            if let Some(record) = self.transactions.get(id).await? {
-                return Ok(record);
-            }
-            let left = answer_by.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() || self.clock.now_ms() > resolvable_after(earlier.deadline) {
-                break;
-            }
-            tokio::time::sleep(wait.min(left)).await;
-            wait = (wait * 2).min(Duration::from_millis(250));
-        }
-        self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, earlier).await
-    }
-
-    /// Whether an aborted attempt's coordinator may still start the next one. Only a record written before
-    /// issue 41 can be in that state (its coordinator named the next attempt after the abort, then): refused
-    /// for contention only, attempts left, not retried yet, and its deadline (with the clock margins) not
-    /// passed. Today's coordinator names the next attempt in the abort itself (and marks its own refusal
-    /// `refusedForContention`): an abort that names none is final.
-    fn may_be_retried(&self, record: &TransactionRecord) -> bool {
-        matches!(record.status, Status::Aborting | Status::Aborted)
-            && !record.refused_for_contention
-            && record.retried_as.is_none()
-            && record.attempt_number() < MAX_ATTEMPTS
-            && retryable_votes(&record.participants)
-            && self.clock.now_ms() <= resolvable_after(record.deadline)
     }
 
     /// Sends prepare to every participant at once, each bounded by the deadline, and records the votes.
@@ -1483,39 +1407,6 @@ impl Coordinator {
         };
         info!(status = %record.status, http = reply.status, "held transaction answered");
         Ok(self.as_seen_by(caller, reply, &record))
-    }
-
-    /// The attempt of `record`'s request that lives: its coordinator's chain followed from `record`. One named
-    /// but not begun is fenced by an abort (it can then never begin); for a commit it is still preparing
-    /// (`Err`: the 503 that says so).
-    async fn live_attempt(
-        &self,
-        mut record: TransactionRecord,
-        decision: HeldDecision,
-        hops: &mut usize,
-    ) -> Result<Result<TransactionRecord, Reply>, DriveError> {
-        while let Some(next) = record.successor().map(str::to_owned).filter(|_| *hops < MAX_CHAIN_HOPS) {
-            *hops += 1;
-            record = match (self.transactions.get(&next).await?, decision) {
-                (Some(attempt), _) => attempt,
-                (None, HeldDecision::Abort) => {
-                    self.transactions.fence_attempt(&next, self.clock.now_ms(), HELD_ABORT_REASON, &record).await?
-                }
-                (None, HeldDecision::Commit) => {
-                    let mut reply = Reply::error(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "transaction {} was retried as {next}, which is still preparing: it can be committed \
-                             once it is PREPARED (GET /transactions/{next} tells)",
-                            record.transaction_id
-                        ),
-                    );
-                    reply.body["transactionId"] = Value::String(next);
-                    return Ok(Err(reply));
-                }
-            };
-        }
-        Ok(Ok(record))
     }
 
     /// The caller's decision, written conditionally on the status read (PREPARED, or PREPARING for an abort

@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod age;
+pub mod attempts;
 pub mod attr;
 pub mod auth;
 pub mod clock;

@@ -15,6 +15,7 @@ use serde_json::{Number, Value};
 
 use super::convert::{self, ConvertError};
 use super::topic::Topic;
+use crate::attempts::attempt_id;
 use crate::config::{self, ConfigError};
 use crate::tables::{item_attr, tx_attr};
 
@@ -477,10 +478,10 @@ fn attempt_links(new: &Image, id: &str) -> (Option<String>, Option<String>) {
         Some(AttributeValue::N(n)) => n.parse::<u32>().unwrap_or(1),
         _ => 1,
     };
-    let successor = format!("{}-{}", first.unwrap_or(id), attempt.saturating_add(1));
+    let successor = attempt_id(first.unwrap_or(id), attempt.saturating_add(1));
     let retried_as = string(new, tx_attr::RETRIED_AS).filter(|next| *next == successor);
     // A token retry recorded before issue 41 (`<first>-r<n>`) carries the first id too: its request is its own.
-    let first = first.filter(|first| id == format!("{first}-{attempt}"));
+    let first = first.filter(|first| id == attempt_id(first, attempt));
     (first.map(str::to_owned), retried_as.map(str::to_owned))
 }
 

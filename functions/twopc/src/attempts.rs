@@ -1,0 +1,183 @@
+//! A request's attempts (issue 41): what links them, written only where the protocol lets it be.
+//!
+//! The coordinator retries its own refusal for contention as the next attempt, named (`retriedAs`) in the
+//! same conditional write as the refused attempt's abort ([`ContentionAbort`], [`TransactionStore::decide_abort`]);
+//! a caller's retry with an age token is a request of its own, whose claim of the refused attempt's age and
+//! whose record are one write ([`TransactionStore::claim_age`]); an attempt named but never begun is
+//! recorded ABORTED on its request's behalf ([`TransactionStore::fence_attempt`]).
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+
+use crate::expr::{Expr, s};
+use crate::model::Status;
+use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition, absent_owner_record};
+use crate::store::{AttemptWatch, StoreError};
+use crate::tables::tx_attr as a;
+
+/// The id the coordinator gives attempt `attempt` of the request first tried as `first_id`: the one rule
+/// by which a `retriedAs` is told to be the coordinator's link (a token retry recorded before issue 41,
+/// `<first id>-r<n>`, is not).
+pub fn attempt_id(first_id: &str, attempt: u32) -> String {
+    format!("{first_id}-{attempt}")
+}
+
+/// What an attempt's abort records of its own making (issue 41): only this execution's own abort, written
+/// in the same conditional write, can say that it was a refusal for contention and name the next attempt.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContentionAbort {
+    /// Refused for contention only: an age token may carry the request's age on (`refusedForContention`).
+    pub refused: bool,
+    /// The coordinator retries it as this attempt (`retriedAs`).
+    pub successor: Option<String>,
+}
+
+impl ContentionAbort {
+    /// `record` with these attributes, for an abort that creates its record.
+    pub fn applied_to(&self, mut record: TransactionRecord) -> TransactionRecord {
+        record.refused_for_contention = self.refused;
+        record.retried_as = self.successor.clone();
+        record
+    }
+}
+
+/// What a caller's retry with an age token found when it claimed the refused attempt's age and created its
+/// own record in one write ([`TransactionStore::claim_age`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgeClaim {
+    /// Both written (by this write, or by an earlier one of the same execution whose reply was lost).
+    Claimed,
+    /// The retry's record exists already, written by another execution: here it is.
+    Exists(Box<TransactionRecord>),
+    /// The refused attempt does not give its age (not its coordinator's refusal for contention, retried by
+    /// its coordinator, or its age taken by another retry): here it is as it is (None: no record).
+    Refused(Option<Box<TransactionRecord>>),
+}
+
+impl TransactionStore {
+    /// A caller's retry with an age token: claims the age of the refused attempt `refused` for `retry` and
+    /// creates `retry`'s record, in one `TransactWriteItems`, so that a claim never names a record that does
+    /// not exist, nor one that runs another body. The claim holds only on an attempt whose recorded abort is
+    /// its own coordinator's refusal for contention, that its coordinator did not retry, and whose age no
+    /// other retry took.
+    pub async fn claim_age(&self, refused: &str, retry: &TransactionRecord) -> Result<AgeClaim, StoreError> {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+        let retry = retry.clone().bounded();
+        let id = &retry.transaction_id;
+        let mut e = Expr::new();
+        let set = format!("SET {} = {}", e.name(a::AGE_CLAIMED_BY), e.value(s(id)));
+        let condition = format!(
+            "{contention} = {yes} AND attribute_not_exists({retried}) AND (attribute_not_exists({claimed}) OR {claimed} = {id})",
+            contention = e.name(a::REFUSED_FOR_CONTENTION),
+            yes = e.value(AttributeValue::Bool(true)),
+            retried = e.name(a::RETRIED_AS),
+            claimed = e.name(a::AGE_CLAIMED_BY),
+            id = e.value(s(id)),
+        );
+        let claim = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(refused)))
+            .update_expression(set)
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| StoreError::internal("TransactWriteItems", &self.table, err.to_string()))?;
+        let mut p = Expr::new();
+        let create = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(retry.to_item()))
+            .condition_expression(format!("attribute_not_exists({})", p.name(a::ID)))
+            .set_expression_attribute_names(p.names())
+            .build()
+            .map_err(|err| StoreError::internal("TransactWriteItems", &self.table, err.to_string()))?;
+        let watch = AttemptWatch::default();
+        let out = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(claim).build())
+            .transact_items(TransactWriteItem::builder().put(create).build())
+            .customize()
+            .interceptor(watch.clone())
+            .send()
+            .await;
+        let err = match out {
+            Ok(_) => return Ok(AgeClaim::Claimed),
+            Err(err) => err,
+        };
+        let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = err.as_service_error() else {
+            return Err(watch.error("TransactWriteItems", &self.table, err));
+        };
+        let failed = |index: usize| {
+            cancelled.cancellation_reasons().get(index).is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+        };
+        // The retry's record first: found with this execution's id, it is this claim's own write whose reply
+        // was lost (the claim then names it too); found with another's, it is that execution's request.
+        if failed(1) {
+            return match self.get(id).await? {
+                Some(existing) if existing.execution_id == retry.execution_id => Ok(AgeClaim::Claimed),
+                Some(existing) => Ok(AgeClaim::Exists(Box::new(existing))),
+                None => Err(StoreError::internal(
+                    "TransactWriteItems",
+                    &self.table,
+                    format!("record {id} reported but not found"),
+                )),
+            };
+        }
+        if failed(0) {
+            let current = match cancelled.cancellation_reasons()[0].item() {
+                Some(item) if !item.is_empty() => Some(TransactionRecord::from_item(item)?),
+                _ => self.get(refused).await?,
+            };
+            return Ok(AgeClaim::Refused(current.map(Box::new)));
+        }
+        // A conflict with another transactional write, throttling, an invalid item: not applied.
+        Err(watch.error("TransactWriteItems", &self.table, err))
+    }
+
+    /// The abort decision of an attempt, PREPARING → ABORTING with its votes and reason, as
+    /// [`TransactionStore::transition`] writes it, and in the same conditional write what only this abort
+    /// may say of it: that it is this execution's refusal for contention, and the attempt it is retried as.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn decide_abort(
+        &self,
+        id: &str,
+        keyed: bool,
+        now_ms: u64,
+        participants: &[ParticipantEntry],
+        reason: Option<&str>,
+        contention: &ContentionAbort,
+    ) -> Result<Transition, StoreError> {
+        let mut extra = Vec::new();
+        if contention.refused {
+            extra.push((a::REFUSED_FOR_CONTENTION, AttributeValue::Bool(true)));
+        }
+        if let Some(next) = &contention.successor {
+            extra.push((a::RETRIED_AS, s(next)));
+        }
+        self.transition_with(id, Status::Preparing, Status::Aborting, keyed, now_ms, Some(participants), reason, &extra)
+            .await
+    }
+
+    /// Records ABORTED the attempt `id` that follows `earlier` (named by its `retriedAs`) when it has no
+    /// record yet, unless one appears first, so that it can never begin afterwards. The record is its
+    /// request's, as every attempt's is: its key's hash (kept as long as the request's other records, so
+    /// that the chain's link can never come to name a later execution), its caller, its hold, its age and
+    /// its place in the chain; so the caller's GET and held decisions find it as any attempt of theirs.
+    pub async fn fence_attempt(
+        &self,
+        id: &str,
+        now_ms: u64,
+        reason: &str,
+        earlier: &TransactionRecord,
+    ) -> Result<TransactionRecord, StoreError> {
+        let mut record = absent_owner_record(id, now_ms, reason);
+        record.request_hash = earlier.request_hash.clone();
+        record.principal = earlier.principal.clone();
+        record.hold_ms = earlier.hold_ms;
+        record = record.as_attempt(earlier.age(), earlier.attempt_number() + 1, earlier.first_id().to_owned());
+        record = record.ended(Status::Aborted, now_ms);
+        Ok(self.create(&record).await?.unwrap_or(record))
+    }
+}
