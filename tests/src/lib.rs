@@ -21,6 +21,7 @@ use twopc::record::TransactionStore;
 use twopc::tables;
 use twopc_client::{Decimal, Transaction, op};
 
+pub mod contention;
 pub mod dynamo_faults;
 pub use dynamo_faults::{DynamoFault, DynamoFaults, Rule};
 

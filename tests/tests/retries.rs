@@ -6,52 +6,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use twopc::coordinator::{Coordinator, caller_idempotent_id};
 use twopc::faults::{CoordinatorCrash, Faults};
-use twopc::model::{Action, ParticipantRequest, Vote};
-use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, FaultyInvoker, Rule, TestEnv};
+use twopc::model::Action;
+use twopc_tests::contention::*;
+use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, Rule, TestEnv};
 
 const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
-
-fn a(id: &str) -> (&'static str, &str) {
-    ("service-a", id)
-}
-fn b(id: &str) -> (&'static str, &str) {
-    ("service-b", id)
-}
-
-fn message(value: Value) -> ParticipantRequest {
-    serde_json::from_value(value).expect("a participant message")
-}
-
-fn debit(id: &str) -> Value {
-    json!([{"op": "add", "key": {"entityId": id}, "field": "balance", "delta": -1}])
-}
-
-/// A transaction older than anything the test submits, holding item `id` of service-a.
-async fn older_holder(env: &TestEnv, tx: &str, id: &str) {
-    let now = env.clock_now();
-    let prepare = env.signed(
-        "service-a",
-        message(json!({"action": "prepare", "transactionId": tx, "deadline": now + 30_000,
-            "startedAt": now - 60_000, "operations": debit(id)})),
-    );
-    let vote = env.participants["service-a"].handle(&prepare).await.unwrap();
-    assert_eq!(vote.vote, Some(Vote::Prepared), "{vote:?}");
-}
-
-/// The older holder decided abort, as its coordinator would: its record, then its lock released.
-async fn abort_holder(env: &TestEnv, tx: &str, id: &str) {
-    env.transactions.abort_if_absent(tx, env.clock_now(), "aborted by the test").await.unwrap();
-    let abort =
-        env.signed("service-a", message(json!({"action": "abort", "transactionId": tx, "operations": debit(id)})));
-    env.participants["service-a"].handle(&abort).await.unwrap();
-}
-
-/// A = 100 on service-a, held by `tx-older`, and B = 0 on service-b.
-async fn a_held_by_an_older_transaction(env: &TestEnv) {
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
-    older_holder(env, "tx-older", "A").await;
-}
 
 /// A transfer of `amount` from A to B with its own `timeoutMs`, held `hold_ms` when given.
 fn a_to_b(amount: &str, timeout_ms: u64, hold_ms: Option<u64>) -> Value {
@@ -61,13 +20,6 @@ fn a_to_b(amount: &str, timeout_ms: u64, hold_ms: Option<u64>) -> Value {
         body["holdMs"] = json!(hold_ms);
     }
     body
-}
-
-/// Until a prepare sent through `invoker` was refused CONFLICT.
-async fn refused_once(invoker: &FaultyInvoker) {
-    while !invoker.calls().iter().any(|c| c.answer == "REFUSED:CONFLICT") {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn post_as(
@@ -84,11 +36,6 @@ async fn post_as(
 
 async fn post(coordinator: &Coordinator, body: &Value, key: Option<&str>, token: Option<&str>) -> (u16, Value) {
     post_as(coordinator, body, key, token, None).await
-}
-
-async fn assert_no_locks(env: &TestEnv) {
-    let locked = env.locked_items().await;
-    assert!(locked.is_empty(), "locks left: {locked:#?}");
 }
 
 /// Defect 1: the caller aborts a held request while its first attempt is still preparing (its prepare at
