@@ -400,7 +400,9 @@ impl Coordinator {
         let mut created = false;
         if let Some(age) = &age {
             // A key (or the same token) that ran already is answered from its record: nothing is claimed for
-            // it, so that no chain ever links to a transaction of another body, or to one of its own.
+            // it, so that no chain ever links to a transaction of another body, or to one of its own. Read
+            // first, not left to the claim's write: the key may name the refused attempt itself, and one
+            // TransactWriteItems cannot touch one item twice.
             match self.transactions.get(&id).await {
                 Ok(Some(existing)) => {
                     return match self.replay(existing, record.request_hash.as_deref(), answer_by).await {
