@@ -89,6 +89,8 @@ COMMIT_PHASE_MARGIN_MS = 10_000
 # The files are the stores of one table each, so the actions are checked per table.
 CODE_TABLE_STORES = {
     "twopc/src/record.rs": "transactions",  # TransactionStore
+    # the chain of attempts' writes (decide_abort, claim_age, fence_attempt): transactions records only
+    "twopc/src/attempts.rs": "transactions",
     "twopc/src/participant/store.rs": "participant",  # DataTable, every participant data table
     # Barrier, a resource participant's entries in its own table (the example payments' payments-data):
     # the tables of resource participants only.
