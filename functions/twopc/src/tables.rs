@@ -61,6 +61,9 @@ pub mod item_attr {
     pub const VERSION: &str = "version";
     pub const LAST_TX: &str = "lastTx";
     pub const LOCK: &str = "lock";
+    /// In the lock: what the prepare voted to apply (`participant::operations::Voted`, JSON), which is what
+    /// the commit applies whatever a later message or record says.
+    pub const LOCK_VOTED: &str = "op";
     /// Present only while locked: the partition key of the locks index (sharded to spread writes).
     pub const LOCK_SHARD: &str = "lockShard";
     /// Present only while locked: the lock's expiry, the sort key of the locks index.

@@ -110,6 +110,86 @@ pub(crate) fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
     sets.join(", ")
 }
 
+/// What a prepare voted to apply to one item, kept in its lock (`lock.op`, JSON): what the commit, and any
+/// roll-forward, applies — never what a later message or record says (issue 42: a record rewritten after
+/// the vote, or a forged message, cannot change what commits). The values a commit writes are the ones
+/// the prepare reserved in `pending`; only an `add`'s delta is kept here.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
+pub enum Voted {
+    /// `data` becomes `pending`.
+    Put,
+    /// Each field becomes its value in `pending`.
+    Set {
+        fields: Vec<String>,
+    },
+    /// The field moves by the delta (its canonical text).
+    Add {
+        field: String,
+        delta: String,
+    },
+    Delete,
+    /// Nothing changes: the commit releases the lock.
+    Check,
+    /// `data` becomes `pending`, as the service's own code computed it at prepare.
+    Custom,
+}
+
+impl Voted {
+    pub fn of(op: &Operation) -> Voted {
+        match op {
+            Operation::Put { .. } => Voted::Put,
+            Operation::Set { set, .. } => Voted::Set { fields: set.keys().cloned().collect() },
+            Operation::Add { field, delta, .. } => Voted::Add { field: field.clone(), delta: plain(delta.value()) },
+            Operation::Delete { .. } => Voted::Delete,
+            Operation::Check { .. } => Voted::Check,
+            Operation::Custom { .. } => Voted::Custom,
+        }
+    }
+
+    /// As kept in `lock.op`: the same text for the same vote (a `Set`'s fields come sorted from the map).
+    pub fn text(&self) -> String {
+        serde_json::to_string(self).expect("a vote serializes")
+    }
+
+    /// The vote a lock keeps; None for a lock without one (taken before issue 42) or one this code cannot
+    /// read (then the commit refuses to guess: see `DataTable::commit_item`).
+    pub fn of_lock(item: &Item) -> Option<Result<Voted, String>> {
+        let text = get_m(item, a::LOCK)?.get(a::LOCK_VOTED)?.as_s().ok()?;
+        Some(serde_json::from_str(text).map_err(|e| format!("lock.{}: {e}", a::LOCK_VOTED)))
+    }
+}
+
+/// The SET clauses (without "SET") that apply a vote as a commit of `tx`: every value from the item itself
+/// (`pending`, or the kept delta), none from the message.
+pub(crate) fn apply_voted(e: &mut Expr, voted: &Voted, tx: &str) -> String {
+    let version = e.name(a::VERSION);
+    let last_tx = e.name(a::LAST_TX);
+    let data = e.name(a::DATA);
+    let zero = e.value(n(0));
+    let one = e.value(n(1));
+    let tx_value = e.value(s(tx));
+    let mut sets =
+        vec![format!("{version} = if_not_exists({version}, {zero}) + {one}"), format!("{last_tx} = {tx_value}")];
+    match voted {
+        Voted::Put | Voted::Custom => sets.push(format!("{data} = {}", e.name(a::PENDING))),
+        Voted::Set { fields } => {
+            for field in fields {
+                let path = e.path(&[a::DATA, field]);
+                let value = e.path(&[a::PENDING, field]);
+                sets.push(format!("{path} = {value}"));
+            }
+        }
+        Voted::Add { field, delta } => {
+            let path = e.path(&[a::DATA, field]);
+            let delta = e.value(n(delta));
+            sets.push(format!("{path} = {path} + {delta}"));
+        }
+        Voted::Delete | Voted::Check => unreachable!("delete and check do not update"),
+    }
+    sets.join(", ")
+}
+
 /// Why an operation's guard does not hold on the item as it is (`None`: no such item), in words with
 /// the numbers (`balance 50 + -100 = -50 is below the minimum 0 on entity ...`); `None` if it holds.
 pub fn guard_refusal(op: &Operation, item: Option<&Item>) -> Option<(RefusalCode, String)> {

@@ -687,15 +687,23 @@ impl Participant {
                     .map(|v| Operation::parse_for(v, "record", &Catalog::any()))
                     .filter_map(Result::ok)
                     .find(|op| self.table.key(op.key()).as_ref() == Ok(key));
-                let Some(op) = op else {
-                    return Err(ParticipantError::Unresolvable {
-                        owner: owner.to_owned(),
-                        detail: "its record does not list this item".to_owned(),
-                    });
-                };
                 // With the token the owner's record lists: a stray lock of a late prepare is released, not applied.
                 let token = entry.and_then(|p| p.lock_token.as_deref());
-                self.table.commit_item(owner, &op, key, token).await?;
+                match op {
+                    Some(op) => {
+                        self.table.commit_item(owner, &op, key, token).await?;
+                    }
+                    // What commits is the vote the lock keeps, not the record's list (which may have been
+                    // changed after the vote): an item the record no longer lists is still rolled forward.
+                    None => {
+                        if self.table.commit_as_voted(owner, key, token).await?.is_none() {
+                            return Err(ParticipantError::Unresolvable {
+                                owner: owner.to_owned(),
+                                detail: "its record does not list this item, and its lock keeps no vote".to_owned(),
+                            });
+                        }
+                    }
+                }
             }
         }
         Ok(None)

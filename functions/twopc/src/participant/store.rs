@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use serde_json::Value;
 
-use super::operations::{apply, guard, reservation};
+use super::operations::{Voted, apply, apply_voted, guard, reservation};
 use crate::attr;
 use crate::expr::{Expr, n, s};
 use crate::model::{Key, Operation};
@@ -370,9 +370,14 @@ impl DataTable {
         }
     }
 
-    /// Applies a prepared operation and releases the lock in one conditional write, if the item holds the
-    /// lock `token` names (the one the participant's vote reported). Without a token (a message from before
-    /// tokens existed) any lock of `tx` on an item it has not committed yet will do.
+    /// Applies what the prepare voted for the item and releases the lock, in one conditional write, if the
+    /// item holds the lock `token` names (the one the participant's vote reported). Without a token (a
+    /// message from before tokens existed) any lock of `tx` on an item it has not committed yet will do.
+    ///
+    /// `op` is what the message (or the record, for a roll-forward) says; what is applied is the vote kept
+    /// in the lock ([`Voted`]). When they agree, one write; when they differ (a record rewritten after the
+    /// vote, a forged message), the refused write returns the item and the vote is applied from it. A lock
+    /// taken before votes were kept commits `op`, as it did then (such locks last at most a hold, 24 h).
     pub async fn commit_item(
         &self,
         tx: &str,
@@ -380,19 +385,34 @@ impl DataTable {
         key: &Item,
         token: Option<&str>,
     ) -> Result<CommitOutcome, StoreError> {
-        if let Operation::Check { .. } = op {
-            // A check changes nothing: releasing the lock is its commit.
-            return self.release(tx, key, None, "commit").await.map(|_| CommitOutcome::Applied);
-        }
-        let (update, condition, e) = commit_expressions(tx, token, op);
-        let returned = match self.update_or_delete(key, update, condition, e).await? {
+        let said = Voted::of(op);
+        let item = match self.commit_voted(tx, &said, key, token).await? {
             None => return Ok(CommitOutcome::Applied),
-            Some(old) => old,
+            Some(item) => item,
         };
-        // The endpoint may not return the item (DynamoDB Local before 2.x did not): read it.
-        let item = match returned {
-            Some(item) => Some(item),
-            None => self.get(key).await?,
+        let ours = item
+            .as_ref()
+            .and_then(Lock::of)
+            .is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token));
+        let last = match item.as_ref().filter(|_| ours).map(Voted::of_lock) {
+            Some(Some(Ok(voted))) => {
+                if voted != said {
+                    tracing::warn!(said = %said.text(), voted = %voted.text(), "commit names another operation than the vote: applying the vote");
+                }
+                self.commit_voted(tx, &voted, key, token).await?
+            }
+            Some(Some(Err(unreadable))) => {
+                // Applying the message instead would be applying what nobody voted for.
+                return Ok(CommitOutcome::NotPrepared {
+                    detail: format!("its lock's vote cannot be read: {unreadable}"),
+                });
+            }
+            Some(None) => self.commit_legacy(tx, op, key, token).await?,
+            None => Some(item),
+        };
+        let item = match last {
+            None => return Ok(CommitOutcome::Applied),
+            Some(item) => item,
         };
         let outcome = commit_outcome(tx, token, item.as_ref());
         if let (CommitOutcome::NotPrepared { .. }, Some(stray)) = (&outcome, item.as_ref().and_then(Lock::of))
@@ -404,6 +424,78 @@ impl DataTable {
             self.release(tx, key, stray.token.as_deref(), "stray lock of a late prepare").await?;
         }
         Ok(outcome)
+    }
+
+    /// Applies the vote the item's own lock keeps (a roll-forward of an item its owner's record does not
+    /// list: the record may have been changed after the vote; the lock was not). None: no lock of `tx` with
+    /// a readable vote is there.
+    pub async fn commit_as_voted(
+        &self,
+        tx: &str,
+        key: &Item,
+        token: Option<&str>,
+    ) -> Result<Option<CommitOutcome>, StoreError> {
+        let Some(item) = self.get(key).await? else { return Ok(None) };
+        let Some(lock) = Lock::of(&item).filter(|l| l.transaction_id == tx) else { return Ok(None) };
+        let Some(Ok(voted)) = Voted::of_lock(&item) else { return Ok(None) };
+        let token = token.or(lock.token.as_deref());
+        Ok(Some(match self.commit_voted(tx, &voted, key, token).await? {
+            None => CommitOutcome::Applied,
+            Some(item) => commit_outcome(tx, token, item.as_ref()),
+        }))
+    }
+
+    /// The commit write of `voted`, conditioned on the lock keeping that very vote. None: written; Some: the
+    /// condition failed, with the item as it was (read if the endpoint did not return it).
+    async fn commit_voted(
+        &self,
+        tx: &str,
+        voted: &Voted,
+        key: &Item,
+        token: Option<&str>,
+    ) -> Result<Option<Option<Item>>, StoreError> {
+        let (update, condition, e) = voted_commit_expressions(tx, token, voted);
+        let returned = match voted {
+            // A check changes nothing: releasing the lock (and a placeholder the prepare made) is its commit.
+            Voted::Check => {
+                return match self.release_if(tx, key, token, "commit", Some(voted)).await? {
+                    true => Ok(None),
+                    false => Ok(Some(self.get(key).await?)),
+                };
+            }
+            _ => match self.update_or_delete(key, update, condition, e).await? {
+                None => return Ok(None),
+                Some(returned) => returned,
+            },
+        };
+        // The endpoint may not return the item (DynamoDB Local before 2.x did not): read it.
+        Ok(Some(match returned {
+            Some(item) => Some(item),
+            None => self.get(key).await?,
+        }))
+    }
+
+    /// The commit of a lock taken before votes were kept: `op` as the message says, on a lock without one.
+    async fn commit_legacy(
+        &self,
+        tx: &str,
+        op: &Operation,
+        key: &Item,
+        token: Option<&str>,
+    ) -> Result<Option<Option<Item>>, StoreError> {
+        if let Operation::Check { .. } = op {
+            return match self.release(tx, key, token, "commit").await? {
+                true => Ok(None),
+                false => Ok(Some(self.get(key).await?)),
+            };
+        }
+        let (update, condition, mut e) = commit_expressions(tx, token, op);
+        let no_vote = format!("{condition} AND attribute_not_exists({})", e.path(&[a::LOCK, a::LOCK_VOTED]));
+        Ok(match self.update_or_delete(key, update, no_vote, e).await? {
+            None => None,
+            Some(Some(item)) => Some(Some(item)),
+            Some(None) => Some(self.get(key).await?),
+        })
     }
 
     /// Moves the expiry of `tx`'s lock on the item (the one `token` names, when given) to `until`, in the
@@ -508,8 +600,23 @@ impl DataTable {
         token: Option<&str>,
         why: &'static str,
     ) -> Result<bool, StoreError> {
+        self.release_if(tx, key, token, why, None).await
+    }
+
+    /// [`DataTable::release`], and with `voted`, only a lock that keeps that vote (a check's commit).
+    async fn release_if(
+        &self,
+        tx: &str,
+        key: &Item,
+        token: Option<&str>,
+        why: &'static str,
+        voted: Option<&Voted>,
+    ) -> Result<bool, StoreError> {
         let mut e = Expr::new();
-        let held = lock_held_condition(&mut e, tx, token);
+        let mut held = lock_held_condition(&mut e, tx, token);
+        if let Some(voted) = voted {
+            held += &voted_condition(&mut e, voted);
+        }
         let version = e.name(a::VERSION);
         let data = e.name(a::DATA);
         let release = format!("REMOVE {}", release_names(&mut e));
@@ -545,12 +652,16 @@ impl DataTable {
         let Some(item) = item else { return Ok(false) };
         let ours =
             Lock::of(&item).is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token));
-        if !ours {
+        let keeps_vote = voted.is_none_or(|voted| matches!(Voted::of_lock(&item), Some(Ok(kept)) if &kept == voted));
+        if !ours || !keeps_vote {
             return Ok(false);
         }
         // Our lock on a placeholder: the key did not exist before this transaction, so neither does it after.
         let mut e = Expr::new();
-        let held = lock_held_condition(&mut e, tx, token);
+        let mut held = lock_held_condition(&mut e, tx, token);
+        if let Some(voted) = voted {
+            held += &voted_condition(&mut e, voted);
+        }
         let data = e.name(a::DATA);
         let out = self
             .client
@@ -636,6 +747,7 @@ fn lock_expressions(spec: LockSpec<'_>, op: &Operation, seen: Seen) -> (String, 
         ("expiresAt".to_owned(), n(spec.expires_at)),
         ("startedAt".to_owned(), n(spec.started_at)),
         ("token".to_owned(), s(spec.token)),
+        (a::LOCK_VOTED.to_owned(), s(Voted::of(op).text())),
     ])));
     let shard = e.name(a::LOCK_SHARD);
     let shard_value = e.value(s(shard_of(spec.tx, "lock")));
@@ -708,6 +820,34 @@ fn commit_expressions(tx: &str, token: Option<&str>, op: &Operation) -> (Option<
         }
     };
     (update, condition, e)
+}
+
+/// The commit write of a vote: the update (None for a delete) and the condition that the lock named by
+/// `token` is there and keeps this vote.
+fn voted_commit_expressions(tx: &str, token: Option<&str>, voted: &Voted) -> (Option<String>, String, Expr) {
+    let mut e = Expr::new();
+    let mut condition = lock_held_condition(&mut e, tx, token);
+    if token.is_none() {
+        let last_tx = e.name(a::LAST_TX);
+        let tx_value = e.value(s(tx));
+        condition += &format!(" AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})");
+    }
+    condition += &voted_condition(&mut e, voted);
+    let update = match voted {
+        Voted::Delete | Voted::Check => None,
+        _ => {
+            let release = release_names(&mut e);
+            let sets = apply_voted(&mut e, voted, tx);
+            Some(format!("SET {sets} REMOVE {release}"))
+        }
+    };
+    (update, condition, e)
+}
+
+/// ` AND lock.op = <the vote>`.
+fn voted_condition(e: &mut Expr, voted: &Voted) -> String {
+    let kept = e.path(&[a::LOCK, a::LOCK_VOTED]);
+    format!(" AND {kept} = {}", e.value(s(voted.text())))
 }
 
 /// `lock.transactionId = tx` (and `lock.token = token` when given).

@@ -1,0 +1,169 @@
+//! Trust boundaries (issue 42): a participant applies at commit, and at every roll-forward, exactly what
+//! it voted for at prepare, whatever a later record or message says. Against DynamoDB Local.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::json;
+use twopc::model::{Status, Vote};
+use twopc_client::{Transaction, op};
+use twopc_tests::TestEnv;
+use twopc_tests::contention::message;
+
+const ALICE: &str = "arn:aws:iam::123456789012:user/alice";
+
+/// A = 100 (service-a), B = 0 (service-b).
+async fn world() -> TestEnv {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+    env
+}
+
+/// Posts a transfer of 30 from A to B held for a minute, as ALICE: its id, PREPARED.
+async fn held_transfer(env: &TestEnv) -> String {
+    let mut body = Transaction::new()
+        .participant("service-a", [op::add("A", "balance", -30).min(0)])
+        .participant("service-b", [op::add("B", "balance", 30)])
+        .to_json();
+    body["holdMs"] = json!(60_000);
+    let mut event = twopc_tests::rest_event(
+        "POST",
+        "/transactions",
+        "/transactions",
+        None,
+        json!({"content-type": "application/json"}),
+        Some(&body.to_string()),
+    );
+    event["requestContext"]["identity"]["userArn"] = json!(ALICE);
+    let (status, answer) = env.call(&event).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("PREPARED")), "{answer}");
+    answer["transactionId"].as_str().unwrap().to_owned()
+}
+
+/// The record's operations rewritten as a participant's operator could (straight to the table): every
+/// `add`'s delta times 1000; with `status`, the status too; with `drop_b`, B taken off service-b's list.
+async fn rewrite_record(env: &TestEnv, id: &str, status: Option<Status>, drop_b: bool) {
+    let mut record = env.transactions.get(id).await.unwrap().expect("record");
+    for entry in &mut record.participants {
+        for op in &mut entry.operations {
+            let delta: f64 = op["delta"].as_f64().expect("an add");
+            op["delta"] = json!(delta * 1000.0);
+        }
+        if drop_b && entry.service == "service-b" {
+            entry.operations.clear();
+        }
+    }
+    if let Some(status) = status {
+        record.status = status;
+    }
+    env.client
+        .put_item()
+        .table_name(env.transactions.table())
+        .set_item(Some(record.to_item()))
+        .send()
+        .await
+        .expect("put");
+}
+
+#[tokio::test]
+async fn a_commit_applies_what_was_voted_not_what_the_record_says_later() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    rewrite_record(&env, &id, None, false).await;
+
+    let mut event = twopc_tests::decision_event(&id, "commit");
+    event["requestContext"]["identity"]["userArn"] = json!(ALICE);
+    let (status, answer) = env.call(&event).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert_eq!(env.balance("service-a", "A").await, "70");
+    assert_eq!(env.balance("service-b", "B").await, "30");
+    assert!(env.locked_items().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_commit_message_naming_other_operations_applies_the_voted_ones() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    let token = env.transactions.get(&id).await.unwrap().unwrap().participants[1].lock_token.clone();
+
+    // Signed like the coordinator's, but naming another field, another delta, another kind of operation.
+    for (i, operations) in [
+        json!([{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 30000}]),
+        json!([{"op": "add", "key": {"entityId": "B"}, "field": "other", "delta": 30}]),
+        json!([{"op": "set", "key": {"entityId": "B"}, "set": {"balance": 1000000}}]),
+        json!([{"op": "delete", "key": {"entityId": "B"}}]),
+        json!([{"op": "check", "key": {"entityId": "B"}}]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            // Each case on a fresh lock of its own transaction: the last one committed B.
+            env.put_account("service-b", "B", "0").await;
+        }
+        let (tx, token) = if i == 0 { (id.clone(), token.clone()) } else { prepared_credit(&env, i).await };
+        let mut commit = json!({"action": "commit", "transactionId": tx, "operations": operations});
+        if let Some(token) = &token {
+            commit["lockToken"] = json!(token);
+        }
+        let reply = env.participants["service-b"].handle(&env.signed("service-b", message(commit))).await.unwrap();
+        assert_eq!(reply.status.as_deref(), Some("COMMITTED"), "case {i}: {reply:?}");
+        let item = env.item("service-b", "B").await.expect("B is still there");
+        assert_eq!(env.balance("service-b", "B").await, "30", "case {i}: {item}");
+        assert!(item.get("lock").is_none() && item["data"].get("other").is_none(), "case {i}: {item}");
+    }
+}
+
+/// A prepare of a credit of 30 to B at service-b, for a transaction of its own: its id and the voted token.
+async fn prepared_credit(env: &TestEnv, n: usize) -> (String, Option<String>) {
+    let tx = format!("tx-voted-{n}");
+    let now = env.clock_now();
+    let prepare = message(json!({"action": "prepare", "transactionId": tx, "deadline": now + 20_000,
+        "operations": [{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 30}]}));
+    let vote = env.participants["service-b"].handle(&env.signed("service-b", prepare)).await.unwrap();
+    assert_eq!(vote.vote, Some(Vote::Prepared), "{vote:?}");
+    (tx, vote.lock_token)
+}
+
+#[tokio::test]
+async fn a_roll_forward_applies_what_was_voted_even_for_an_item_the_record_no_longer_lists() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    // Decided commit, its operations rewritten and B taken off service-b's list.
+    rewrite_record(&env, &id, Some(Status::Committing), true).await;
+    // Past the locks' expiry: the next transaction on A and B resolves them (rolls them forward).
+    let hold_until = env.transactions.get(&id).await.unwrap().unwrap().hold_until.expect("held");
+    env.clock.advance(hold_until + 2 * twopc::clock::CLOCK_MARGIN_MS + 1 - env.clock_now());
+
+    let (status, answer) = env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "1"), None).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert_eq!(env.balance("service-a", "A").await, "69");
+    assert_eq!(env.balance("service-b", "B").await, "31");
+    // (The record itself stays COMMITTING: a commit message with no operations is refused as invalid. Only a
+    // role that can rewrite records could do that, and none but the coordinator's and the sweeper's can.)
+    assert!(env.locked_items().await.is_empty(), "{:?}", env.locked_items().await);
+}
+
+#[tokio::test]
+async fn a_lock_taken_before_the_upgrade_commits_what_its_message_says() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    // A lock as a participant before issue 42 wrote it: no voted operation beside it.
+    for (service, key) in [("service-a", "A"), ("service-b", "B")] {
+        env.client
+            .update_item()
+            .table_name(env.table(service))
+            .key("entityId", AttributeValue::S(key.to_owned()))
+            .update_expression("REMOVE #lock.#op")
+            .expression_attribute_names("#lock", "lock")
+            .expression_attribute_names("#op", "op")
+            .send()
+            .await
+            .expect("update");
+    }
+    let mut event = twopc_tests::decision_event(&id, "commit");
+    event["requestContext"]["identity"]["userArn"] = json!(ALICE);
+    let (status, answer) = env.call(&event).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert_eq!(env.balance("service-a", "A").await, "70");
+    assert_eq!(env.balance("service-b", "B").await, "30");
+}
