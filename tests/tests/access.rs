@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use local_stack::{Auth, Config, Stack};
 use serde_json::{Value, json};
 use twopc::access::{Caller, HIDDEN_REASON};
-use twopc::coordinator::{caller_idempotent_id, idempotent_id};
+use twopc::coordinator::{caller_idempotent_id, idempotent_id, one_phase_id};
 use twopc_client::{Client, Error, ErrorCode, Outcome, Push, RefusalCode, Subscription, Transaction, op, topic};
 use twopc_tests::TestEnv;
 
@@ -165,9 +165,10 @@ async fn users_follow_only_their_items_and_transactions() {
     // Bob's next transaction, keyed: its id is known before it exists (as anyone who learnt it would).
     let issuer = &stack.endpoints().issuer.clone().expect("an issuer");
     let bob = twopc::access::jwt_principal(issuer, "bob");
-    let bobs_future = caller_idempotent_id(Some(&bob), "bob-1");
+    // (Each a credit at one service: one phase, so its id carries the service.)
+    let bobs_future = one_phase_id("service-b", &caller_idempotent_id(Some(&bob), "bob-1"));
     let alice = twopc::access::jwt_principal(issuer, "alice");
-    let alices_future = caller_idempotent_id(Some(&alice), "alice-1");
+    let alices_future = one_phase_id("service-a", &caller_idempotent_id(Some(&alice), "alice-1"));
 
     let mut pushes = Subscription::connect_with_token(&e.websocket, &users.tokens[0]).await.expect("alice connects");
     pushes
@@ -286,8 +287,12 @@ async fn bad_tokens_are_refused_at_both_apis_and_connections_are_capped() {
 async fn a_key_from_before_scoping_finds_its_first_execution_for_its_own_caller_only() {
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "A", "0").await;
+    // Two participants: a one-phase request's id carries its service (issue 42), a record from before
+    // scoping does not.
     let body = json!({"participants": [{"service": "service-a", "operations": [
-        {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1}]}]});
+        {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1}]},
+        {"service": "service-b", "operations": [{"op": "check", "key": {"entityId": "A"}, "exists": true}]}]});
     let bytes = serde_json::to_vec(&body).unwrap();
     let access = env.coordinator.access().clone();
     // Before the upgrade: recorded under the key's own id.

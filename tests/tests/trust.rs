@@ -167,3 +167,40 @@ async fn a_lock_taken_before_the_upgrade_commits_what_its_message_says() {
     assert_eq!(env.balance("service-a", "A").await, "70");
     assert_eq!(env.balance("service-b", "B").await, "30");
 }
+
+#[tokio::test]
+async fn a_one_phase_record_is_written_under_its_services_prefix() {
+    let env = world().await;
+    let body = Transaction::new().participant("service-a", [op::add("A", "balance", -1).min(0)]).to_json();
+    let (status, answer) = env.post(&body, None).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    let id = answer["transactionId"].as_str().unwrap();
+    assert!(id.starts_with("1p~service-a~tx-"), "{id}");
+    assert_eq!(env.get(id).await.0, 200);
+
+    // Keyed: the same key and body answer the same.
+    let (status, first) = env.post(&body, Some("key-1")).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, again) = env.post(&body, Some("key-1")).await;
+    assert_eq!((status, &again["transactionId"]), (200, &first["transactionId"]), "{again}");
+    assert_eq!(env.balance("service-a", "A").await, "98");
+
+    // A key whose one-phase run was recorded before the prefix, under the key's plain id, is found there.
+    let (status, legacy) = env.post(&body, Some("key-2")).await;
+    assert_eq!(status, 200, "{legacy}");
+    let scoped = legacy["transactionId"].as_str().unwrap();
+    let plain = scoped.strip_prefix("1p~service-a~").expect("a one-phase id");
+    let mut record = env.transactions.get(scoped).await.unwrap().unwrap();
+    record.transaction_id = plain.to_owned();
+    env.client.put_item().table_name(env.transactions.table()).set_item(Some(record.to_item())).send().await.unwrap();
+    env.client
+        .delete_item()
+        .table_name(env.transactions.table())
+        .key("transactionId", AttributeValue::S(scoped.to_owned()))
+        .send()
+        .await
+        .unwrap();
+    let (status, replayed) = env.post(&body, Some("key-2")).await;
+    assert_eq!((status, replayed["transactionId"].as_str()), (200, Some(plain)), "{replayed}");
+    assert_eq!(env.balance("service-a", "A").await, "97", "applied once");
+}

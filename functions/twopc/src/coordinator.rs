@@ -64,6 +64,9 @@ pub const MAX_ATTEMPTS: u32 = 16;
 const MIN_ATTEMPT_MS: u64 = 100;
 /// A retried keyed request follows its attempts' `retriedAs` links at most this far.
 const MAX_CHAIN_HOPS: usize = 256;
+/// Expired owners resolved for one prepare (or one-phase commit) before its refusal stands: one per item
+/// it meets locked, at most a few in practice.
+const MAX_RESOLUTIONS_PER_MESSAGE: u32 = 4;
 
 /// An HTTP answer: status code and JSON body.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,6 +213,52 @@ impl Coordinator {
             .await
             .map_err(|e| InvokeError::Unsigned { service: service.to_owned(), message: e.to_string() })?;
         self.invoker.invoke(service, &signed).await
+    }
+
+    /// The service of a request that commits in one phase: a sole participant, not held, whose operations
+    /// [`takes_one_phase`].
+    fn one_phase_service(&self, record: &TransactionRecord) -> Option<String> {
+        match record.participants.as_slice() {
+            // (A name with `~` could pass for another's prefix: such a service commits in two phases.)
+            [sole]
+                if !record.is_held()
+                    && !sole.service.contains('~')
+                    && takes_one_phase(&sole.operations, self.catalogs.of(&sole.service)) =>
+            {
+                Some(sole.service.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Coordinator::call`] for a prepare or a one-phase commit: a refusal that names an expired lock's
+    /// owner the participant may not decide ([`ParticipantResponse::unresolved_owner`]) is resolved here,
+    /// with this role's rights and from that owner's own record only (past its expiry it is aborted by the
+    /// same conditional write every resolver races its coordinator with), and the message sent again.
+    /// An owner with no record is left to the sweeper, which reads the lock itself: a participant's word
+    /// alone never makes this coordinator write a decision.
+    async fn call_resolving(
+        &self,
+        service: &str,
+        request: &ParticipantRequest,
+    ) -> Result<ParticipantResponse, InvokeError> {
+        let mut resolved = 0;
+        loop {
+            let response = self.call(service, request).await?;
+            let Some(owner) = response.unresolved_owner.as_deref() else { return Ok(response) };
+            if resolved == MAX_RESOLUTIONS_PER_MESSAGE || owner == request.transaction_id {
+                return Ok(response);
+            }
+            resolved += 1;
+            match crate::recovery::resolve_recorded(&self.transactions, owner, self.clock.now_ms()).await {
+                Ok(true) => info!(service, owner, "resolved an expired lock's owner for a participant; asking again"),
+                Ok(false) => return Ok(response),
+                Err(e) => {
+                    warn!(service, owner, error = %e, "could not resolve an expired lock's owner");
+                    return Ok(response);
+                }
+            }
+        }
     }
 
     /// The same coordinator answering within `budget` instead of [`ANSWER_BUDGET`].
@@ -361,7 +410,7 @@ impl Coordinator {
                 }
             }
         };
-        let (id, request_hash) = match idempotency_key {
+        let (mut id, request_hash) = match idempotency_key {
             // A retry with an age token is idempotent by its token: its id is the token's next attempt's, and
             // its record is written first, so the same token sent again finds it. (`-r`: not the id the
             // coordinator's own retry would have had, which a retried key's replay may have fenced.)
@@ -392,7 +441,30 @@ impl Coordinator {
             }
         };
         let now = self.clock.now_ms();
-        let mut record = TransactionRecord::preparing(id.clone(), &request, request_hash, now);
+        let mut record = TransactionRecord::preparing(id.clone(), &request, request_hash.clone(), now);
+        // One phase: the sole participant writes the record in the same write as its items, under an id only
+        // its own service's role may put (issue 42: no participant role may write another's record). Not
+        // for a token's retry, whose record is written before it runs.
+        if age.is_none()
+            && let Some(service) = self.one_phase_service(&record)
+        {
+            if idempotency_key.is_some() {
+                // A keyed request that ran in one phase before ids were scoped ran under the key's plain id.
+                match self.transactions.get(&id).await {
+                    Ok(Some(existing)) => {
+                        return match self.replay(existing, record.request_hash.as_deref(), answer_by).await {
+                            Ok(reply) => reply,
+                            Err(e) => drive_error_reply(e, &id),
+                        };
+                    }
+                    Ok(None) => {}
+                    Err(e) => return unavailable(&e, None),
+                }
+            }
+            let scoped = one_phase_id(&service, &id);
+            record = TransactionRecord::preparing(scoped.clone(), &request, request_hash, now);
+            id = scoped;
+        }
         record.principal = caller.principal.clone();
         if let Err(invalid) = record.check_first_write() {
             return Reply::invalid(invalid);
@@ -594,6 +666,7 @@ impl Coordinator {
             && !record.is_held()
             && !created
             && takes_one_phase(&sole.operations, self.catalogs.of(&sole.service))
+            && is_one_phase_id(&record.transaction_id, &sole.service)
         {
             return self.run_one_phase(record, answer_by).await;
         }
@@ -854,7 +927,7 @@ impl Coordinator {
             ..ParticipantRequest::new(Action::Commit, &record.transaction_id)
         };
         let budget = Duration::from_millis(record.deadline.saturating_sub(now));
-        let answer = tokio::time::timeout(budget, self.call(&entry.service, &request)).await;
+        let answer = tokio::time::timeout(budget, self.call_resolving(&entry.service, &request)).await;
         let mut aborted = record.clone().ended(Status::Aborted, now);
         match answer {
             Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
@@ -1027,7 +1100,7 @@ impl Coordinator {
                     let sent = self.clock.now_ms();
                     // Each bounded by the deadline from when it is sent (one at a time, a later one starts later).
                     let budget = Duration::from_millis(record.deadline.saturating_sub(sent));
-                    let result = tokio::time::timeout(budget, self.call(&entry.service, &request)).await;
+                    let result = tokio::time::timeout(budget, self.call_resolving(&entry.service, &request)).await;
                     if let Ok(Ok(ParticipantResponse { received_at: Some(at), answered_at: Some(answered), .. })) =
                         &result
                     {
@@ -1507,6 +1580,24 @@ where
         }
     }
     Err(last.expect("at least one attempt"))
+}
+
+/// What a one-phase transaction's id starts with: its sole participant's service between `1p~` and `~`.
+/// Its participant's role may put records only under ids of this form for its own service (the
+/// templates' `dynamodb:LeadingKeys`), so it can write the record of its own one-phase commits and no
+/// other (issue 42). A service whose name has `~` never commits in one phase.
+pub fn one_phase_prefix(service: &str) -> String {
+    format!("1p~{service}~")
+}
+
+/// `id` as the id of a one-phase transaction of `service`.
+pub fn one_phase_id(service: &str, id: &str) -> String {
+    format!("{}{id}", one_phase_prefix(service))
+}
+
+/// Whether `id` is the id of a one-phase transaction of `service` (its attempts' ids too: they extend it).
+pub fn is_one_phase_id(id: &str, service: &str) -> bool {
+    id.starts_with(&one_phase_prefix(service))
 }
 
 /// A sole participant commits in one phase when it writes something and deletes nothing, and its

@@ -897,6 +897,12 @@ pub struct ParticipantResponse {
     /// waits until that transaction is decided, so one attempt of it refuses a younger one at most once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<String>,
+    /// A refusal because a lock's owner is past its deadline (or has no record) and a participant may not
+    /// decide another transaction (issue 42): the transaction it names. The coordinator, whose role may,
+    /// resolves it from that transaction's own record and asks again; one with no record is the sweeper's
+    /// (it reads the lock itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unresolved_owner: Option<String>,
 }
 
 impl ParticipantResponse {

@@ -47,6 +47,15 @@ pub async fn owner_fate(transactions: &TransactionStore, owner: &str, now_ms: u6
     decide(transactions, record, now_ms).await
 }
 
+/// Resolves `owner` from its own record, for a participant that may not write one (issue 42): decided
+/// already, or aborted now if past its expiry. Returns whether it is decided now (its locks can be
+/// followed); false when it has no record (the sweeper's, which reads the lock itself) or is still
+/// undecided within its deadline or hold.
+pub async fn resolve_recorded(transactions: &TransactionStore, owner: &str, now_ms: u64) -> Result<bool, StoreError> {
+    let Some(record) = transactions.get(owner).await? else { return Ok(false) };
+    Ok(!matches!(decide(transactions, record, now_ms).await?, OwnerFate::Undecided | OwnerFate::Held(_)))
+}
+
 async fn decide(
     transactions: &TransactionStore,
     record: TransactionRecord,
