@@ -64,6 +64,12 @@ async fn rewrite_record(env: &TestEnv, id: &str, status: Option<Status>, drop_b:
         .expect("put");
 }
 
+/// Whether `id`'s record says it was decided abort.
+async fn aborted(env: &TestEnv, id: &str) -> bool {
+    let record = env.transactions.get(id).await.unwrap().expect("record");
+    matches!(record.status, Status::Aborting | Status::Aborted)
+}
+
 #[tokio::test]
 async fn a_commit_applies_what_was_voted_not_what_the_record_says_later() {
     let env = world().await;
@@ -166,6 +172,75 @@ async fn a_lock_taken_before_the_upgrade_commits_what_its_message_says() {
     assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
     assert_eq!(env.balance("service-a", "A").await, "70");
     assert_eq!(env.balance("service-b", "B").await, "30");
+}
+
+/// A prepare of a debit of 1 from A at service-a for `tx`, signed as its coordinator would send it.
+fn prepare_on_a(env: &TestEnv, tx: &str) -> twopc::model::ParticipantRequest {
+    let now = env.clock_now();
+    env.signed(
+        "service-a",
+        message(json!({"action": "prepare", "transactionId": tx, "deadline": now + 20_000, "startedAt": now,
+            "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1}]})),
+    )
+}
+
+/// Moves the world's clock past `expiry` and twice the clock margin: resolvers may act on it.
+fn past(env: &TestEnv, expiry: u64) {
+    let now = env.clock_now();
+    let due = expiry + 2 * twopc::clock::CLOCK_MARGIN_MS + 1;
+    env.clock.advance(due.saturating_sub(now));
+}
+
+#[tokio::test]
+async fn a_participant_refuses_an_expired_owner_instead_of_deciding_it_and_the_coordinator_decides() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    let hold_until = env.transactions.get(&id).await.unwrap().unwrap().hold_until.expect("held");
+    past(&env, hold_until);
+
+    // The participant only reads: it names the owner and writes nothing to the record.
+    let vote = env.participants["service-a"].handle(&prepare_on_a(&env, "tx-next")).await.unwrap();
+    assert_eq!((vote.vote, vote.unresolved_owner.as_deref()), (Some(Vote::Refused), Some(id.as_str())), "{vote:?}");
+    assert_eq!(env.transactions.get(&id).await.unwrap().unwrap().status, Status::Prepared, "the record is untouched");
+
+    // Through the coordinator, which may decide: the expired hold is aborted, the new transfer commits.
+    let (status, answer) = env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "1"), None).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert!(aborted(&env, &id).await, "the hold was aborted");
+    assert_eq!(env.balance("service-a", "A").await, "99");
+    env.sweep_until_quiet().await;
+    assert!(env.locked_items().await.is_empty(), "{:?}", env.locked_items().await);
+}
+
+#[tokio::test]
+async fn a_one_phase_commit_meeting_an_expired_owner_is_resolved_by_the_coordinator() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    let hold_until = env.transactions.get(&id).await.unwrap().unwrap().hold_until.expect("held");
+    past(&env, hold_until);
+
+    let body = Transaction::new().participant("service-a", [op::add("A", "balance", -1).min(0)]).to_json();
+    let (status, answer) = env.post(&body, None).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert!(aborted(&env, &id).await, "the hold was aborted");
+    assert_eq!(env.balance("service-a", "A").await, "99");
+}
+
+#[tokio::test]
+async fn an_owner_with_no_record_is_left_to_the_sweeper_which_reads_the_lock() {
+    let env = world().await;
+    // A lock whose owner never wrote a record (its coordinator stopped before it could).
+    let vote = env.participants["service-a"].handle(&prepare_on_a(&env, "tx-ghost")).await.unwrap();
+    assert_eq!(vote.vote, Some(Vote::Prepared), "{vote:?}");
+    past(&env, env.clock_now() + 20_000);
+
+    let vote = env.participants["service-a"].handle(&prepare_on_a(&env, "tx-next")).await.unwrap();
+    assert_eq!((vote.vote, vote.unresolved_owner.as_deref()), (Some(Vote::Refused), Some("tx-ghost")), "{vote:?}");
+    assert!(env.raw_record("tx-ghost").await.is_none(), "a participant writes no record");
+
+    env.sweep_until_quiet().await;
+    assert!(aborted(&env, "tx-ghost").await);
+    assert!(env.locked_items().await.is_empty(), "{:?}", env.locked_items().await);
 }
 
 #[tokio::test]

@@ -23,6 +23,9 @@ pub enum OwnerFate {
     /// hold message that moves it there may have been lost: a resolver that meets the lock moves it, so
     /// that it stops heading the sweeper's index for the whole hold).
     Held(Box<TransactionRecord>),
+    /// Past its expiry and undecided, or never recorded: only a role that may write a decision (the
+    /// coordinator's, the sweeper's) resolves it ([`read_owner_fate`] never returns the others' writes).
+    Expired,
 }
 
 pub const ABANDONED_REASON: &str = "no transaction record was written before the lock expired";
@@ -54,6 +57,26 @@ pub async fn owner_fate(transactions: &TransactionStore, owner: &str, now_ms: u6
 pub async fn resolve_recorded(transactions: &TransactionStore, owner: &str, now_ms: u64) -> Result<bool, StoreError> {
     let Some(record) = transactions.get(owner).await? else { return Ok(false) };
     Ok(!matches!(decide(transactions, record, now_ms).await?, OwnerFate::Undecided | OwnerFate::Held(_)))
+}
+
+/// The fate of `owner` as its record says, without writing anything: what a participant, which may not
+/// decide another transaction, follows. Past its expiry but undecided, or with no record: `Expired`.
+pub async fn read_owner_fate(
+    transactions: &TransactionStore,
+    owner: &str,
+    now_ms: u64,
+) -> Result<OwnerFate, StoreError> {
+    let Some(record) = transactions.get(owner).await? else { return Ok(OwnerFate::Expired) };
+    Ok(match record.status {
+        Status::Committing => OwnerFate::Commit(Box::new(record)),
+        Status::Committed => OwnerFate::Committed,
+        Status::Aborting | Status::Aborted => OwnerFate::Abort,
+        Status::Prepared if now_ms <= crate::clock::resolvable_after(record.expiry()) => {
+            OwnerFate::Held(Box::new(record))
+        }
+        Status::Preparing if now_ms <= crate::clock::resolvable_after(record.expiry()) => OwnerFate::Undecided,
+        Status::Preparing | Status::Prepared => OwnerFate::Expired,
+    })
 }
 
 async fn decide(

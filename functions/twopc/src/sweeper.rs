@@ -214,7 +214,8 @@ impl Sweeper {
             let fate = owner_fate(self.coordinator.transactions(), &owner, now).await.map_err(|e| e.to_string())?;
             let key_only = json!({"op": "check", "key": key_json(key)});
             let (action, operations, lock_token, outcome) = match fate {
-                OwnerFate::Undecided => return Ok(LockOutcome::Waiting),
+                // (`Expired` is what a participant reads; `owner_fate` decides it.)
+                OwnerFate::Undecided | OwnerFate::Expired => return Ok(LockOutcome::Waiting),
                 // Its hold message was lost (or this lock is the first the sweeper meets): the hold it
                 // missed, so that the lock leaves the head of the index until holdUntil.
                 OwnerFate::Held(record) => {

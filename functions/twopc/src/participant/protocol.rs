@@ -16,7 +16,7 @@ use crate::model::{
     STATUS_COMMITTED, STATUS_FAILED, STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, Vote,
 };
 use crate::record::TransactionStore;
-use crate::recovery::{OwnerFate, owner_fate};
+use crate::recovery::{OwnerFate, read_owner_fate};
 use crate::store::{Item, StoreError, get_s};
 use crate::tables::item_attr as a;
 
@@ -655,9 +655,22 @@ impl Participant {
     /// still deciding; `None` means the item is free to try again.
     async fn resolve(&self, owner: &str, key: &Item) -> Result<Option<ParticipantResponse>, ParticipantError> {
         let now = self.clock.now_ms();
-        let fate = owner_fate(&self.transactions, owner, now).await?;
+        // Read only: a participant may not write another transaction's decision (issue 42).
+        let fate = read_owner_fate(&self.transactions, owner, now).await?;
         warn!(owner, ?key, fate = fate_name(&fate), "resolving a lock (expired, or its owner decided)");
         match fate {
+            OwnerFate::Expired => {
+                return Ok(Some(ParticipantResponse {
+                    unresolved_owner: Some(owner.to_owned()),
+                    ..blocked(
+                        owner,
+                        format!(
+                            "entity is locked by transaction {owner}, past its deadline and undecided; \
+                             it is aborted by the coordinator or the sweeper, not by a participant"
+                        ),
+                    )
+                }));
+            }
             OwnerFate::Undecided => {
                 return Ok(Some(blocked(
                     owner,
@@ -981,6 +994,7 @@ fn fate_name(fate: &OwnerFate) -> &'static str {
         OwnerFate::Abort => "release (owner aborted)",
         OwnerFate::Undecided => "conflict (owner deciding)",
         OwnerFate::Held(_) => "conflict (owner held; its lock moved to holdUntil)",
+        OwnerFate::Expired => "refused (owner expired undecided or unrecorded: the coordinator or the sweeper decides)",
     }
 }
 
