@@ -714,6 +714,39 @@ def check_participant_isolation(stack: Stack) -> list[str]:
     return problems
 
 
+def check_participants_cannot_decide(stack: Stack) -> list[str]:
+    """No participant role can write a decision or overwrite a record (issue 42). On the transactions
+    table a participant may read records (GetItem: lock resolution follows an owner's decision) and put
+    a record only under its own service's one-phase ids (PutItem with the one condition
+    `ForAllValues:StringLike` `dynamodb:LeadingKeys` = ["1p~<service>~*"]: the record of its own one-phase
+    commit); nothing else: no UpdateItem (a status, the operations), no DeleteItem, no batch write."""
+    problems = []
+    ids = table_ids(stack)
+    transactions = "${%s.Arn}" % ids.get("transactions")
+    for service, deployment in participant_deployments(stack).items():
+        role = role_of(stack, deployment["function"])
+        for statement in allow_statements(stack, role):
+            if not any(str(r).startswith(transactions) for r in statement["Resource"]):
+                continue
+            for action in (str(a) for a in statement["Action"]):
+                if action == "dynamodb:GetItem":
+                    continue
+                if action == "dynamodb:PutItem":
+                    condition = stack.resolve(statement.get("Condition") or {})
+                    expected = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"1p~{service}~*"]}}
+                    if condition != expected:
+                        problems.append(
+                            f"participant {service} ({role}) may PutItem on the transactions table under "
+                            f"{json.dumps(condition)}: only under its own one-phase ids, {json.dumps(expected)}"
+                        )
+                    continue
+                problems.append(
+                    f"participant {service} ({role}) may {action} on the transactions table: only the "
+                    "coordinator and the sweeper may write a decision or change a record"
+                )
+    return problems
+
+
 def stream_sources(stack: Stack, function: str) -> set[str]:
     """Stream ARNs (`${Table.StreamArn}`) of the function's event source mappings."""
     return {

@@ -21,6 +21,7 @@ from template_checks import (
     check_iam,
     check_invoke_only_registered,
     check_participant_isolation,
+    check_participants_cannot_decide,
     check_permissions_complete,
     with_jwt,
 )
@@ -36,6 +37,39 @@ def test_invoke_only_registered_participants(stack):
 
 def test_participants_reach_only_their_own_table(stack):
     assert check_participant_isolation(stack) == []
+
+
+def test_no_participant_can_write_a_decision_or_reshape_a_record(stack):
+    assert check_participants_cannot_decide(stack) == []
+
+
+def _participant_records_statement(stack, binary, action):
+    return b.statement(stack, binary, action, where="TransactionsTable")
+
+
+@pytest.mark.parametrize("binary", ["participant", "inventory"])
+def test_decision_check_catches_a_participant_that_may_update_a_record(stack, binary):
+    # The grant issue 42 took away: a status flip to COMMITTING, operations rewritten.
+    _participant_records_statement(stack, binary, "dynamodb:GetItem")["Action"] = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+    assert any("UpdateItem" in p for p in check_participants_cannot_decide(stack))
+
+
+@pytest.mark.parametrize("binary", ["participant", "inventory"])
+def test_decision_check_catches_a_put_of_any_record(stack, binary):
+    # PutItem without the key condition: any record overwritten, a held one as COMMITTING.
+    _participant_records_statement(stack, binary, "dynamodb:PutItem").pop("Condition")
+    assert any("PutItem" in p for p in check_participants_cannot_decide(stack))
+
+
+def test_decision_check_catches_a_put_under_another_services_one_phase_ids(stack):
+    statement = _participant_records_statement(stack, "participant", "dynamodb:PutItem")
+    statement["Condition"] = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["1p~*"]}}
+    assert any("PutItem" in p for p in check_participants_cannot_decide(stack))
+
+
+def test_decision_check_catches_a_delete_of_records(stack):
+    _participant_records_statement(stack, "participant", "dynamodb:GetItem")["Action"] = ["dynamodb:GetItem", "dynamodb:DeleteItem"]
+    assert any("DeleteItem" in p for p in check_participants_cannot_decide(stack))
 
 
 def test_permissions_cover_every_table(stack):

@@ -1145,7 +1145,8 @@ def test_the_record_attributes_are_read_from_the_code(contract):
         "startedAt", "attempt", "firstTransactionId", "retriedAs", "refusedForContention", "ageClaimedBy", "ageOf",
     }
     assert writes["ownerAbort"] == {"transactionId", "status", "updatedAt", "reason", "sweepError"}
-    # The sweeper resolves expired locks as a participant does: an owner's abort is a write of recovery.
+    # The sweeper and the coordinator abort an expired owner (a participant no longer may, issue 42): an
+    # owner's abort is a write of recovery.
     assert writes["ownerAbort"] <= writes["recovery"]
 
 
@@ -1157,7 +1158,7 @@ def _code_writes(stack, writer: str, attribute: str) -> None:
 
 @pytest.mark.parametrize(
     "writer, attribute, who",
-    [("recovery", "holdUntil", "sweeper"), ("recovery", "principal", "sweeper"), ("ownerAbort", "participants", "participant")],
+    [("recovery", "holdUntil", "sweeper"), ("recovery", "principal", "sweeper")],
 )
 def test_the_record_writes_check_catches_a_write_the_code_starts(stack, writer, attribute, who):
     # The code starts writing an attribute the deployment refuses that writer: every local test passes
@@ -1438,38 +1439,30 @@ BREAKAGES.update(
                 Condition={"StringNotEquals": {"dynamodb:Attributes": ["principal"]}}
             ),
         ),
-        "participant-updates-records-unconditionally": (
+        # issue 42: a participant may read records and put only its own one-phase commits' records
+        "participant-may-update-records": (
             "record-writes",
-            lambda s: _transactions_statement(s, "participant", "dynamodb:UpdateItem").pop("Condition"),
-        ),
-        "participant-may-write-votes": (
-            "record-writes",
-            lambda s: _attributes(_transactions_statement(s, "inventory", "dynamodb:UpdateItem")).remove("participants"),
-        ),
-        "participant-refused-its-reason": (
-            "record-writes",
-            lambda s: _attributes(_transactions_statement(s, "participant", "dynamodb:UpdateItem")).append("reason"),
-        ),
-        "participant-may-not-abort-a-record": ("record-writes", lambda s: _remove_statement(s, "inventory", "dynamodb:UpdateItem")),
-        "participant-one-phase-record-put-conditioned": (
-            "record-writes",
-            lambda s: _transactions_statement(s, "participant", "dynamodb:PutItem").update(
-                Condition={"ForAllValues:StringNotEquals": {"dynamodb:Attributes": ["principal"]}}
+            lambda s: _transactions_statement(s, "participant", "dynamodb:GetItem").update(
+                Action=["dynamodb:GetItem", "dynamodb:UpdateItem"]
             ),
         ),
-        # a deny list naming what the code writes: the end of a record (recovery), the shortened abort's
-        # removal of sweepError (a participant)
+        "participant-puts-any-record": (
+            "record-writes",
+            lambda s: _transactions_statement(s, "inventory", "dynamodb:PutItem").pop("Condition"),
+        ),
+        "participant-puts-under-every-prefix": (
+            "record-writes",
+            lambda s: _transactions_statement(s, "participant", "dynamodb:PutItem").update(
+                Condition={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["*"]}}
+            ),
+        ),
+        # a deny list naming what the code writes: the end of a record (recovery)
         "sweeper-refused-the-retention-clock": (
             "record-writes",
             lambda s: _attributes(_transactions_statement(s, "sweeper", "dynamodb:UpdateItem")).append("expireAt"),
         ),
-        "participant-refused-the-shortened-abort": (
-            "record-writes",
-            lambda s: _attributes(_transactions_statement(s, "participant", "dynamodb:UpdateItem")).append("sweepError"),
-        ),
         # the code writing what the deployment refuses (the contract as if recovery wrote the hold)
         "recovery-writes-the-hold": ("record-writes", lambda s: _code_writes(s, "recovery", "holdUntil")),
-        "owner-abort-writes-the-votes": ("record-writes", lambda s: _code_writes(s, "ownerAbort", "participants")),
         # who may invoke each function
         "coordinator-invokable-by-anyone": (
             "invokers",

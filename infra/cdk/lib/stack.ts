@@ -794,36 +794,24 @@ export class TwoPhaseCommitStack extends Stack {
               ],
               Resource: own.attrArn,
             },
-            // Lock resolution (read the owner, abort an absent one) and the one-phase commit (the
-            // COMMITTED record, put in the same TransactWriteItems as the items). PutItem carries no
-            // condition: the one-phase commit puts the whole record (its principal, requestHash,
-            // executionId, holdMs with the rest), and IAM cannot tell that Put inside a
-            // TransactWriteItems from a plain PutItem.
+            // Reading records: lock resolution follows a lock's owner (roll forward a commit, release an
+            // abort; one past its deadline is decided by the coordinator or the sweeper, never here).
             {
-              Sid: 'TransactionRecords',
+              Sid: 'ReadTransactionRecords',
               Effect: 'Allow',
-              Action: ['dynamodb:GetItem', 'dynamodb:PutItem'],
+              Action: 'dynamodb:GetItem',
               Resource: transactionsTable.attrArn,
             },
-            // Its one update of a record (twopc::recovery, an owner past its deadline: PREPARING or
-            // PREPARED to ABORTING) writes the status, updatedAt and the reason (sweepError removed when
-            // shortened), never the votes, the owner, the idempotency hash, the hold or the sweeper's
-            // index fields: IAM refuses an update naming any of those.
+            // The one-phase commit puts its COMMITTED record in the same TransactWriteItems as the items,
+            // and only under its own service's one-phase ids (`1p~<service>~...`,
+            // twopc::coordinator::one_phase_id): it can write the record of its own one-phase commits and
+            // no other transaction's record, so no decision of a transaction of several participants.
             {
-              Sid: 'AbortTransactionRecords',
+              Sid: 'OwnOnePhaseRecords',
               Effect: 'Allow',
-              Action: 'dynamodb:UpdateItem',
+              Action: 'dynamodb:PutItem',
               Resource: transactionsTable.attrArn,
-              Condition: refusingAttributes([
-                'participants',
-                ...coordinatorOnly,
-                'createdAt',
-                'deadline',
-                'expireAt',
-                'openShard',
-                'sweepAt',
-                'sweepAttempts',
-              ]),
+              Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`1p~${name}~*`] } },
             },
           ];
       const role = lambdaRole(`Participant${service.key}Role`, 'participant', group, [

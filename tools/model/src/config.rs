@@ -105,6 +105,14 @@ pub struct Switches {
     /// (before the fix): the lock is left at its deadline (its hold message lost): every sweeper run lists
     /// it, finds the owner held and leaves it, changing nothing, for the whole hold.
     pub resolver_extends_hold: bool,
+    /// Issue 42. On: no participant's role may write a decision or change a record (the templates grant a
+    /// participant GetItem on the transactions table, and PutItem only under its own one-phase ids); a lock
+    /// whose owner is past its deadline is aborted by the coordinator (asked by the participant's refusal,
+    /// from the owner's own record) or the sweeper, with the same conditional write the model's resolver
+    /// makes, so who performs it changes no interleaving the model tells apart. Off (the grants before the
+    /// fix: PutItem of any record, UpdateItem of a status): a participant's operator writes a record
+    /// straight to the table, once, at any moment: COMMITTING over a held, aborting or aborted record.
+    pub participants_cannot_write_records: bool,
 }
 
 impl Default for Switches {
@@ -126,6 +134,7 @@ impl Default for Switches {
             recheck: true,
             held_undecided: true,
             resolver_extends_hold: true,
+            participants_cannot_write_records: true,
         }
     }
 }

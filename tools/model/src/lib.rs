@@ -442,6 +442,7 @@ impl Model for TwoPc {
             rnet: vec![],
             declined: 0,
             deployed: 0,
+            forged: false,
             records: vec![None; cfg.txs.len()],
             clock: 0,
             hold: 0,
@@ -678,6 +679,14 @@ impl Model for TwoPc {
             }
             if s.budget.loss > 0 && s.budget.total > 0 {
                 out.push(Action::TryLose(i));
+            }
+        }
+        // Issue 42: before the fix, a participant's operator could write any record (once, at any moment).
+        if !self.cfg.switches.participants_cannot_write_records && !s.forged {
+            for tx in 0..self.cfg.txs.len() as Tx {
+                if s.status(tx).is_some_and(|st| matches!(st, Status::Prepared | Status::Aborting | Status::Aborted)) {
+                    out.push(Action::ForgeCommit(tx));
+                }
             }
         }
         // Issue 30: a service with its own operations is redeployed (once) at any moment.

@@ -549,6 +549,9 @@ pub struct State {
     pub declined: u8,
     /// Issue 30: bit per service: it was redeployed (its own operation computes `balance - 2q`).
     pub deployed: u8,
+    /// Issue 42, with `participants_cannot_write_records` off: a participant's operator has written a record
+    /// straight to the table (once).
+    pub forged: bool,
     pub records: Vec<Option<Record>>,
     /// Two bits per tx: the phase of its deadline by its coordinator's clock ([`phase`]; it moves
     /// forward at any moment after the transaction began).

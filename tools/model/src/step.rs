@@ -111,6 +111,10 @@ pub enum Action {
     TryDup(u8),
     /// Issue 31: the network loses a try request (it never lands).
     TryLose(u8),
+    /// Issue 42, with `participants_cannot_write_records` off: a participant's operator writes COMMITTING
+    /// over the record of a transaction its service takes part in (held, aborting or aborted), straight to
+    /// the table, as the participant roles' grants before the fix allowed.
+    ForgeCommit(Tx),
     /// Issue 31: a resource prepare stops waiting for its try's answer: at its cutoff (its call's timeout:
     /// it refuses UNAVAILABLE, the entry stays TRYING), or before it on a timeout (a fault while the
     /// request is still in flight: it may land later) or once no answer can come, and sends the try again.
@@ -314,6 +318,16 @@ impl TwoPc {
             Action::Budget(ci) => {
                 ctx.note(|| format!("{}: the answer budget runs out", self.coord_name(ci)));
                 self.budget_spent(&mut s, ci, &mut ctx);
+            }
+            Action::ForgeCommit(tx) => {
+                s.forged = true;
+                ctx.note(|| {
+                    format!(
+                        "a participant's operator writes {}'s record as COMMITTING, straight to the table",
+                        self.tx_name(tx)
+                    )
+                });
+                self.set_status(&mut s, tx, Status::Committing, None, &mut ctx);
             }
             Action::Redeploy(svc) => {
                 s.deployed |= 1 << svc;

@@ -268,3 +268,21 @@ fn defect_32_a_sweeper_run_that_leaves_a_held_owners_lock_changes_nothing() {
     assert!(stuck.items.iter().any(|it| it.lock.is_some_and(|l| l.tx == 0 && !l.held)), "a lock at its deadline");
     assert_eq!(stuck.hold_phase(0), phase::ON_TIME, "within the hold");
 }
+
+/// Issue 42, a participant's role that may write records: T1 is held (PREPARED, answered 202) and its
+/// caller aborts it (ABORTING); a participant's operator then writes T1's record as COMMITTING straight to
+/// the table, as the participant roles' PutItem and UpdateItem grants allowed: a commit decided over an
+/// abort. With the fix no participant role can write a record of a transaction of several participants.
+#[test]
+fn defect_42_a_participant_role_that_may_write_records_decides_commit_over_an_abort() {
+    let cfg = Config::held(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { participants_cannot_write_records: false, ..Switches::default() });
+    let name = "one decision per transaction, status only moves forward";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.forged, "the operator wrote the record");
+    assert!(last.ghost.violations & Violation::StatusBackwards.bit() != 0, "COMMITTING written over an abort");
+}
