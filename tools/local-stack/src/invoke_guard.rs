@@ -266,7 +266,8 @@ mod tests {
         let http = reqwest::Client::builder().no_proxy().build().unwrap();
         let invoke = format!("http://127.0.0.1:{port}/2015-03-31/functions/coordinator/invocations");
 
-        let attacks: Vec<(&str, Vec<(&str, &str)>, u16)> = vec![
+        type Headers = Vec<(&'static str, &'static str)>;
+        let attacks: Vec<(&str, Headers, u16)> = vec![
             ("a no-cors text/plain POST", vec![("content-type", "text/plain;charset=UTF-8")], 415),
             ("a form", vec![("content-type", "application/x-www-form-urlencoded")], 415),
             ("a multipart form", vec![("content-type", "multipart/form-data; boundary=x")], 415),
