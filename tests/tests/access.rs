@@ -362,6 +362,43 @@ async fn the_live_page_signs_in_as_a_chosen_local_user() {
     stack.stop().await;
 }
 
+/// Issue 42, item 6: `/local/token` signs anyone in as anyone, admin included, so it answers the stack's
+/// own page only: a page of another site (its `Origin`, or a browser's `Sec-Fetch-Site: cross-site`) gets
+/// no token even with a JSON body and the stack's own `Host`.
+#[tokio::test]
+async fn the_local_issuer_answers_only_the_stacks_own_page() {
+    let stack = stack("own-page", 10).await;
+    let api = &stack.endpoints().api;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let ask = |headers: &[(&'static str, &str)]| {
+        let mut request = http.post(format!("{api}/local/token")).json(&json!({"sub": "mallory", "admin": true}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send()
+    };
+    for refused in [
+        vec![("origin", "https://evil.example")],
+        vec![("origin", "null")],
+        vec![("origin", "https://evil.example"), ("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "cors")],
+        vec![("sec-fetch-site", "cross-site")],
+    ] {
+        let answer = ask(&refused).await.unwrap();
+        let status = answer.status().as_u16();
+        let body = answer.text().await.unwrap();
+        assert_eq!(status, 403, "{refused:?}: {body}");
+        assert!(!body.contains("token\""), "no token for {refused:?}: {body}");
+        assert!(body.contains("own page"), "the refusal says why: {body}");
+    }
+    // The stack's own page (its origin, same-origin fetch metadata), and a client that is no browser.
+    let own = api.clone();
+    for allowed in [vec![("origin", own.as_str()), ("sec-fetch-site", "same-origin")], vec![]] {
+        let answer: Value = ask(&allowed).await.unwrap().json().await.unwrap();
+        assert!(answer["token"].is_string(), "{allowed:?}: {answer}");
+    }
+    stack.stop().await;
+}
+
 /// The per-principal cap through DynamoDB faults: a place whose write took effect but whose reply was
 /// lost (the SDK's retry then fails the version condition), a `$connect` delivered twice, and a release
 /// whose reply was lost are each counted once.

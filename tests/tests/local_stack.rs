@@ -378,10 +378,11 @@ async fn cross_origin(stack: &Stack) {
             "{what}"
         );
     }
-    // The local stack's own routes are same-origin only: no other origin reads the lake or the page.
-    for path in ["/", "/local/lake", "/local/stack.json", "/openapi.yaml"] {
+    // The local stack's own routes are same-origin only: no other origin reads the lake or the page, and
+    // the `/local/` routes (`/local/token` among them) refuse another origin outright.
+    for (path, status) in [("/", 200), ("/local/lake", 403), ("/local/stack.json", 403), ("/openapi.yaml", 200)] {
         let answer = http.get(format!("{api}{path}")).header("origin", origin).send().await.unwrap();
-        assert_eq!(answer.status(), 200, "{path}");
+        assert_eq!(answer.status(), status, "{path}");
         assert!(answer.headers().get("access-control-allow-origin").is_none(), "{path} is shared with other origins");
     }
 }
@@ -445,6 +446,31 @@ async fn cargo_lambda_watch_runs_the_real_functions() {
         5,
         "four participant deployments (the inventory and the payments run their own binaries) and the other functions"
     );
+    // Issue 42, item 6: a page's no-cors POST to an Invoke API the stack hands out invokes nothing (it
+    // would have run the coordinator with an event naming any caller); the stack's SDK invokes (in
+    // `drive`) still go through.
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let get = json!({"resource": "/transactions/{id}", "path": "/transactions/x", "httpMethod": "GET",
+        "pathParameters": {"id": "x"}, "requestContext": {"stage": "local", "authorizer": {"principalId": "root"}}});
+    for (deployment, url, functions) in &stack.endpoints().lambda {
+        for (origin, content_type) in [(Some("https://evil.example"), "text/plain;charset=UTF-8"), (None, "text/plain")]
+        {
+            let mut request = http
+                .post(format!("{url}/2015-03-31/functions/{}/invocations", functions[0]))
+                .header("content-type", content_type)
+                .body(get.to_string());
+            if let Some(origin) = origin {
+                request = request.header("origin", origin);
+            }
+            let answer = request.send().await.expect("the Invoke API answers");
+            let status = answer.status().as_u16();
+            assert!(
+                [403, 415].contains(&status),
+                "{deployment} ({origin:?}, {content_type}): {status} {}",
+                answer.text().await.unwrap_or_default()
+            );
+        }
+    }
     drive(&stack).await;
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&lake);

@@ -20,15 +20,20 @@
 //! `javac`, into `<workspace>/.local/dynamodb-local/` (or `$DYNAMODB_LOCAL_DIR`). Later starts
 //! reuse it. The install goes into a temporary folder that is renamed into place once complete,
 //! under a file lock, so concurrent processes install once and an interrupted install is redone.
-//! Needs `mvn` (first use only) and a Java 17+ runtime (`$JAVA_HOME/bin/java` or `java`).
+//! Needs `mvn` and a JDK's `javac` (first use only) and a Java 17+ runtime (`$JAVA_HOME/bin/java`
+//! or `java`).
 //!
-//! # Listening on loopback only
+//! # Only this machine's own clients
 //!
-//! DynamoDB Local has no option for the listen address and binds every interface. The launcher
-//! (`java/LoopbackServerRunner.java`) builds the server through DynamoDB Local's own
-//! `ServerRunner` and restricts its Jetty connector to 127.0.0.1 before starting it. Without a
-//! `javac` at install time the stock `ServerRunner` is used and listens on all interfaces.
-//! Telemetry is always off.
+//! DynamoDB Local checks no signature: whoever reaches it reads and writes every table. It has no
+//! option for the listen address and binds every interface, and it answers any `Host`. The launcher
+//! (`java/LoopbackServerRunner.java`) builds the server through DynamoDB Local's own `ServerRunner`,
+//! restricts its Jetty connector to 127.0.0.1, and puts a handler in front of DynamoDB Local's that
+//! answers `403` to a request whose `Host` is not `127.0.0.1:PORT` or `localhost:PORT` (a web page
+//! that rebinds a name of its own to 127.0.0.1 sends its own name) or that carries an `Origin` (a
+//! browser page; SDK clients send none). So every user of this crate (the tests, the benchmark, the
+//! local stack) gets a DynamoDB Local that only this machine's SDK clients can use. Telemetry is
+//! always off.
 //!
 //! [DynamoDB Local]: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/DynamoDBLocal.html
 
@@ -60,7 +65,6 @@ macro_rules! progress {
 const POM_XML: &str = include_str!("../pom.xml");
 const LAUNCHER_SOURCE: &str = include_str!("../java/LoopbackServerRunner.java");
 const LAUNCHER_CLASS: &str = "LoopbackServerRunner";
-const SERVER_RUNNER_CLASS: &str = "software.amazon.dynamodb.services.local.main.ServerRunner";
 /// The one origin DynamoDB Local allows (`-cors`): none a browser page can have.
 const NO_BROWSER_ORIGIN: &str = "https://no-browser.invalid";
 /// Written into an install folder once everything else is in place.
@@ -240,18 +244,11 @@ fn launch(installation: &Installation, port: u16, options: &Options) -> Result<D
     command.arg("-XX:+UseSerialGC");
     // sqlite4java's native library (`libsqlite4java-linux-amd64-<version>.so`) is in lib/.
     command.arg(jvm_arg("-Djava.library.path=", &installation.lib_dir));
-    let mut class_path = Vec::new();
-    if let Some(launcher_dir) = &installation.launcher_dir {
-        class_path.push(launcher_dir.clone());
-    }
-    class_path.push(installation.lib_dir.join("*"));
+    let class_path = [installation.launcher_dir.clone(), installation.lib_dir.join("*")];
     let class_path = std::env::join_paths(class_path)
         .map_err(|error| start_error(format!("bad class path: {error}"), String::new()))?;
     command.arg("-cp").arg(class_path);
-    command.arg(match installation.launcher_dir {
-        Some(_) => LAUNCHER_CLASS,
-        None => SERVER_RUNNER_CLASS,
-    });
+    command.arg(LAUNCHER_CLASS);
     // CORS for no origin: DynamoDB Local checks no signature, so a page open in the same browser that it
     // let in could read and write every table. Its documented default is `*` (3.1.0 answers a preflight
     // without Access-Control-Allow-Origin either way); this keeps a later version from opening it.
@@ -482,8 +479,8 @@ fn jvm_arg(prefix: &str, path: &Path) -> OsString {
 struct Installation {
     dir: PathBuf,
     lib_dir: PathBuf,
-    /// Holds the compiled loopback launcher; `None` if `javac` was missing at install time.
-    launcher_dir: Option<PathBuf>,
+    /// Holds the compiled launcher (loopback only, its own `Host` only).
+    launcher_dir: PathBuf,
 }
 
 /// `$DYNAMODB_LOCAL_DIR`, else `.local/dynamodb-local` of [`local_dir`].
@@ -535,27 +532,13 @@ fn installation() -> Result<Installation, Error> {
     }
     let root = install_root();
     let installation = install(&root).map_err(|message| Error::Install { dir: root.clone(), message })?;
-    if installation.launcher_dir.is_none() {
-        progress!(
-            "warning: DynamoDB Local was installed without its loopback launcher (no javac), so it \
-             listens on all interfaces; delete {} to reinstall",
-            installation.dir.display()
-        );
-    }
     *installed = Some(installation.clone());
     Ok(installation)
 }
 
 fn install(root: &Path) -> Result<Installation, String> {
     let dir = root.join(install_name());
-    let found = |dir: PathBuf| {
-        let launcher_dir = dir.join("launcher");
-        Installation {
-            lib_dir: dir.join("lib"),
-            launcher_dir: launcher_dir.join(format!("{LAUNCHER_CLASS}.class")).is_file().then_some(launcher_dir),
-            dir,
-        }
-    };
+    let found = |dir: PathBuf| Installation { lib_dir: dir.join("lib"), launcher_dir: dir.join("launcher"), dir };
     if dir.join(MARKER).is_file() {
         return Ok(found(dir));
     }
@@ -615,12 +598,11 @@ fn install_into(temp: &Path) -> Result<(), String> {
     fs::write(&source, LAUNCHER_SOURCE).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
     let mut javac = Command::new(java_tool("javac"));
     javac.arg("-d").arg(&launcher_dir).arg("-cp").arg(lib_dir.join("*")).arg(&source);
-    match javac.stdin(Stdio::null()).output() {
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            let _ = fs::remove_dir_all(&launcher_dir); // falls back to the stock ServerRunner
-        }
-        output => check(output, "javac")?,
-    }
+    // No fallback to DynamoDB Local's own ServerRunner: it would answer every interface and any Host.
+    check(
+        javac.stdin(Stdio::null()).output(),
+        "javac (a JDK, needed once to compile the launcher that keeps DynamoDB Local to this machine's own clients)",
+    )?;
 
     let marker = temp.join(MARKER);
     fs::write(&marker, format!("DynamoDBLocal {DYNAMODB_LOCAL_VERSION}\n"))

@@ -21,6 +21,7 @@ use twopc::record::TransactionStore;
 use twopc::sweeper::{SweepLimits, Sweeper};
 
 use crate::events::{self, HttpRequest, ProxyResponse, WebSocketConnection, WebSocketEvent};
+use crate::invoke_guard::{GuardTask, WatchPort};
 use crate::watch::Watch;
 use crate::{Error, LambdaOptions, REGION, Tables};
 
@@ -123,6 +124,8 @@ pub struct Lambda {
     /// The Invoke API of the deployment that runs coordinator, connections, stream-processor and sweeper.
     client: aws_sdk_lambda::Client,
     watches: Vec<Watch>,
+    /// The guards in front of the watches' Invoke APIs (`crate::invoke_guard`), and the watches' own ports.
+    _guards: Vec<(GuardTask, WatchPort)>,
 }
 
 /// How long the first invocations may take: they build the function binaries.
@@ -196,9 +199,23 @@ impl Functions {
             ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
             (twopc::config::TRANSACTIONS_TABLE_NAME, wiring.tables.transactions.clone()),
         ];
-        let port_for = |i: usize| match options.invoke_port {
-            0 => crate::ports::free_port(),
-            base => Ok(base + i as u16),
+        // Each watch listens on a port of its own; the stack hands out (and invokes through) a guard's
+        // port in front of it, which no browser page gets through (`crate::invoke_guard`).
+        let mut guards = Vec::new();
+        let mut guarded = async |i: usize| -> Result<(u16, u16), Error> {
+            let public = match options.invoke_port {
+                0 => 0,
+                base => base + i as u16,
+            };
+            let listener = crate::ports::bind(public, "a cargo lambda watch Invoke API", "--invoke-port").await?;
+            let public = listener
+                .local_addr()
+                .map_err(|source| Error::Io { what: "the invoke guard's address".into(), source })?
+                .port();
+            let watch = crate::invoke_guard::watch_port()?;
+            let own = watch.port;
+            guards.push((crate::invoke_guard::serve(listener, own)?, watch));
+            Ok((public, own))
         };
         let mut participant_ports = BTreeMap::new();
         let mut watches = Vec::new();
@@ -207,7 +224,7 @@ impl Functions {
         let mut deployments: Vec<(&String, &String)> = wiring.tables.participants.iter().collect();
         deployments.sort_by_key(|(service, _)| participant_function(service) != "participant");
         for (i, (service, table)) in deployments.into_iter().enumerate() {
-            let port = port_for(i + 1)?;
+            let (port, watch_port) = guarded(i + 1).await?;
             let mut env: Vec<(&str, String)> = common.to_vec();
             env.extend([
                 ("AWS_ENDPOINT_URL", wiring.dynamodb_endpoint.clone()),
@@ -219,7 +236,7 @@ impl Functions {
             if let (payments::SERVICE, Some(api)) = (service.as_str(), &wiring.payment_api_url) {
                 env.push((twopc::config::PAYMENT_API_URL, api.clone()));
             }
-            let watch = Watch::spawn(&format!("participant-{service}"), port, &env, options)?;
+            let watch = Watch::spawn(&format!("participant-{service}"), watch_port, &env, options)?;
             participant_ports.insert(service.clone(), (port, participant_function(service)));
             watches.push(watch);
         }
@@ -227,7 +244,7 @@ impl Functions {
             .iter()
             .map(|(s, (port, function))| (s, format!("http://127.0.0.1:{port}/{function}")))
             .collect();
-        let system_port = port_for(0)?;
+        let (system_port, system_watch_port) = guarded(0).await?;
         let mut env: Vec<(&str, String)> = common.to_vec();
         env.extend([
             ("AWS_ENDPOINT_URL_DYNAMODB", wiring.dynamodb_endpoint.clone()),
@@ -258,7 +275,7 @@ impl Functions {
                 (twopc::jwt::JWKS_URL, jwt.jwks_url.clone()),
             ]);
         }
-        watches.push(Watch::spawn(SYSTEM, system_port, &env, options)?);
+        watches.push(Watch::spawn(SYSTEM, system_watch_port, &env, options)?);
         for watch in &watches {
             watch.wait_ready(Duration::from_secs(120)).await?;
         }
@@ -271,7 +288,7 @@ impl Functions {
                     .build(),
             )
         };
-        let lambda = Lambda { client: client(system_port), watches };
+        let lambda = Lambda { client: client(system_port), watches, _guards: guards };
 
         // Warm-up: the first invocation of each function builds and starts it (minutes the first
         // time, seconds after); a harmless event each.

@@ -15,6 +15,7 @@
 
 pub mod events;
 mod functions;
+mod invoke_guard;
 pub mod issuer;
 mod page;
 mod ports;

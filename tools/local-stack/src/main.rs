@@ -268,6 +268,10 @@ fn print_endpoints(stack: &Stack, config: &Config) {
             "  auth          {:<28} JWT (`twopc-local token --sub alice [--admin]`), the access policy applies",
             issuer
         );
+        println!(
+            "  /local/token  {:<28} signs anyone in as anyone, admin included: it answers only this stack's own page",
+            format!("{}/local/token", e.api)
+        );
     }
     for (deployment, url, functions) in &e.lambda {
         println!("  λ {:<11} {:<28} cargo lambda watch: {}", deployment, url, functions.join(", "));

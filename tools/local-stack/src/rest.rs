@@ -169,6 +169,15 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     }
     let method = parts.method.as_str();
     let path = parts.uri.path();
+    if path.starts_with("/local/")
+        && let Some(Err(refused)) = api.same_origin.as_ref().map(|s| s.check_own_page(&parts.headers))
+    {
+        // `/local/token` signs anyone in as anyone: only the stack's own page may ask for a token.
+        warn!(peer = %peer, "{method} {path} refused: {}", refused.message);
+        let mut response = message(StatusCode::FORBIDDEN, refused.message);
+        response.extensions_mut().insert(LocalOnly);
+        return response;
+    }
     if (method, path) == ("GET", "/openapi.yaml") {
         let mut response = ([(header::CONTENT_TYPE, "application/yaml")], api.openapi.clone()).into_response();
         response.extensions_mut().insert(LocalOnly);

@@ -9,6 +9,10 @@
 //! - A POST must say `Content-Type: application/json`: a cross-origin page can send a "simple" request
 //!   (a form, or `text/plain`) without asking first, but not a JSON one, for which the browser sends a
 //!   CORS preflight that only `--cors-allow-origin` passes.
+//! - The stack's own routes (`/local/...`: `/local/token`, which signs anyone in as anyone, admin
+//!   included, and what the page reads) answer the stack's own page only: an `Origin` other than the
+//!   REST API's own (not even `--cors-allow-origin`'s) or a `Sec-Fetch-Site` other than `same-origin`
+//!   (or `none`, a request the user typed) is refused.
 
 use std::net::SocketAddr;
 
@@ -79,6 +83,35 @@ impl SameOrigin {
                 self.api_port
             ),
         })
+    }
+
+    /// A request to one of the stack's own routes (`/local/...`): sent by the stack's own page, or by a
+    /// client that is no browser (no `Origin`, no `Sec-Fetch-Site`).
+    pub(crate) fn check_own_page(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        let port = self.api_port;
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = String::from_utf8_lossy(origin.as_bytes());
+            if !LOCAL_NAMES.iter().any(|name| origin.eq_ignore_ascii_case(&format!("http://{name}:{port}"))) {
+                return Err(Refused {
+                    status: 403,
+                    message: format!(
+                        "Origin {origin:?}: the local stack's own routes answer only its own page (http://127.0.0.1:{port} or http://localhost:{port})"
+                    ),
+                });
+            }
+        }
+        if let Some(site) = headers.get("sec-fetch-site") {
+            let site = String::from_utf8_lossy(site.as_bytes());
+            if !["same-origin", "none"].contains(&site.as_ref()) {
+                return Err(Refused {
+                    status: 403,
+                    message: format!(
+                        "Sec-Fetch-Site {site:?}: the local stack's own routes answer only its own page (http://127.0.0.1:{port})"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// A WebSocket handshake: `Host` is the WebSocket API, and `Origin`, when sent, is allowed.
@@ -157,6 +190,28 @@ mod tests {
         assert_eq!(allowed.check_upgrade(&from_app), Ok(()));
         assert_eq!(stack(Some("*")).check_upgrade(&from_app), Ok(()));
         assert!(stack(None).check_upgrade(&from_app).is_err());
+    }
+
+    #[test]
+    fn the_stacks_own_routes_answer_its_own_page_and_clients_that_are_no_browser() {
+        let s = stack(Some("*"));
+        for allowed in [
+            headers(&[]),
+            headers(&[("origin", "http://127.0.0.1:3000"), ("sec-fetch-site", "same-origin")]),
+            headers(&[("origin", "http://LOCALHOST:3000")]),
+            headers(&[("sec-fetch-site", "none")]),
+        ] {
+            assert_eq!(s.check_own_page(&allowed), Ok(()), "{allowed:?}");
+        }
+        for refused in [
+            headers(&[("origin", "https://evil.example")]),
+            headers(&[("origin", "null")]),
+            headers(&[("origin", "http://127.0.0.1:3001")]),
+            headers(&[("origin", "http://127.0.0.1:3000"), ("sec-fetch-site", "cross-site")]),
+            headers(&[("sec-fetch-site", "same-site")]),
+        ] {
+            assert_eq!(s.check_own_page(&refused).map_err(|r| r.status), Err(403), "{refused:?}");
+        }
     }
 
     #[test]

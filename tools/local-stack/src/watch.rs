@@ -46,6 +46,8 @@ impl Watch {
             // --locked: the watch builds what Cargo.lock says (the `cargo run` or `cargo test` that started
             // this stack has just brought the lock up to date), never a newer release it resolves itself.
             .args(["lambda", "watch", "--locked", "--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
+            // Its default CORS answer would let any page read what it invokes; the stack's clients are no pages.
+            .arg("--disable-cors")
             .current_dir(&options.workspace)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
