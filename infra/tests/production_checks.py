@@ -1447,7 +1447,7 @@ def auth_contract(source: Path = AUTH_SOURCE, config: Path = CONFIG_SOURCE) -> d
     from `twopc::auth` and `twopc::config`."""
     auth, names = rust_constants(source), rust_constants(config)
     missing = [n for n in ["LOCAL_KEYS", "MAX_MESSAGE_AGE_MS"] if n not in auth]
-    missing += [n for n in ["PARTICIPANT_KEYS", "PARTICIPANT_KEY"] if n not in names]
+    missing += [n for n in ["PARTICIPANT_KEYS", "PARTICIPANT_KEY", "AGE_TOKEN_KEY"] if n not in names]
     ttl = re.search(r"pub const KEY_CACHE_TTL: Duration = Duration::from_secs\(([0-9_]+)\);", source.read_text())
     if missing or ttl is None:
         raise AssertionError(f"no constant {missing or ['KEY_CACHE_TTL']} in {source} / {config}")
@@ -1455,6 +1455,7 @@ def auth_contract(source: Path = AUTH_SOURCE, config: Path = CONFIG_SOURCE) -> d
         "localKeys": str(auth["LOCAL_KEYS"]),
         "keysVariable": str(names["PARTICIPANT_KEYS"]),
         "keyVariable": str(names["PARTICIPANT_KEY"]),
+        "ageTokenKeyVariable": str(names["AGE_TOKEN_KEY"]),
         "maxMessageAgeMs": int(auth["MAX_MESSAGE_AGE_MS"]),
         "keyCacheTtlSeconds": int(ttl.group(1).replace("_", "")),
     }
@@ -1556,13 +1557,15 @@ def check_participant_keys(stack: Stack) -> list[str]:
         problems += _secret_reads(stack, function, {keys[service]}, f"participant {service}")
     every_key = set(keys.values())
     signers = [f for binary in KEY_SIGNERS for f in functions_of(stack, binary)]
+    # The coordinator reads its own age-token key too (check_age_token_key).
+    own = {f: {"${%s}" % secret} for f in functions_of(stack, "coordinator") if (secret := _age_token_secret(stack, f))}
     for binary in KEY_SIGNERS:
         if not functions_of(stack, binary):
             problems.append(f"no {binary}")
     for function in signers:
         if environment(stack, function).get(keys_variable) == contract["localKeys"]:
             problems.append(f"{function}: {keys_variable} names the local development keys")
-            problems += _secret_reads(stack, function, every_key, "signs for every service")
+            problems += _secret_reads(stack, function, every_key | own.get(function, set()), "signs for every service")
             continue
         named = json_variable(stack, function, keys_variable, problems)
         if named is None:
@@ -1574,7 +1577,7 @@ def check_participant_keys(stack: Stack) -> list[str]:
         for service, value in sorted(named.items()):
             if service in keys and value != keys[service]:
                 problems.append(f"{function}: {keys_variable}[{service}] is {value!r}, not {service}'s key {keys[service]} (its participant's {key_variable})")
-        problems += _secret_reads(stack, function, every_key, "signs for every service")
+        problems += _secret_reads(stack, function, every_key | own.get(function, set()), "signs for every service")
     participants = {d["function"] for d in deployments.values()}
     for function in functions(stack):
         if function in participants or function in signers:
@@ -1582,6 +1585,52 @@ def check_participant_keys(stack: Stack) -> list[str]:
         problems += _secret_reads(stack, function, set(), "reads no key")
     for secret, service in sorted(owners.items()):
         problems += _key_secret_problems(stack, secret, service, contract)
+    return sorted(set(problems), key=problems.index)
+
+
+def _age_token_secret(stack: Stack, function: str) -> str | None:
+    """The secret of the template the function's AGE_TOKEN_KEY names (Ref), or None."""
+    return _secret(stack, environment(stack, function).get(auth_contract()["ageTokenKeyVariable"]))
+
+
+def check_age_token_key(stack: Stack) -> list[str]:
+    """Issue 42: the coordinator signs and verifies age tokens with a key of its own. Its AGE_TOKEN_KEY
+    is (the ARN of) a secret of the template that is no participant service's message key (a participant
+    can read its own: its operator could mint tokens), generated as the keys are (`_key_secret_problems`),
+    and the coordinator's role is the only role that may read it (not the sweeper's, not a participant's)."""
+    contract = auth_contract()
+    variable = contract["ageTokenKeyVariable"]
+    problems: list[str] = []
+    coordinators = functions_of(stack, "coordinator")
+    if not coordinators:
+        return ["no coordinator"]
+    message_keys = {
+        secret
+        for d in participant_deployments(stack).values()
+        if (secret := _secret(stack, environment(stack, d["function"]).get(contract["keyVariable"])))
+    }
+    secrets: set[str] = set()
+    for function in coordinators:
+        value = environment(stack, function).get(variable)
+        secret = _secret(stack, value)
+        if value is None:
+            problems.append(f"{function}: no {variable} (the coordinator's own age-token key)")
+        elif value == contract["localKeys"]:
+            problems.append(f"{function}: {variable} names the local development keys")
+        elif secret is None:
+            problems.append(f"{function}: {variable} is {value!r}, not the ARN (Ref) of a secret of the template")
+        elif secret in message_keys:
+            problems.append(f"{function}: {variable} names {secret}, a participant's message key (its participant can read it)")
+        else:
+            secrets.add(secret)
+            if "${%s}" % secret not in set(granted(stack, role_of(stack, function), SECRET_READ)):
+                problems.append(f"{function}: its role may not {SECRET_READ} on its {variable} {secret}")
+    readers = {role_of(stack, f) for f in coordinators}
+    for secret in sorted(secrets):
+        for role in sorted(stack.resources("AWS::IAM::Role")):
+            if role not in readers and "${%s}" % secret in set(granted(stack, role, SECRET_READ)):
+                problems.append(f"{role}: may {SECRET_READ} on the coordinator's age-token key {secret}; only the coordinator's role may")
+        problems += _key_secret_problems(stack, secret, "coordinator", contract)
     return sorted(set(problems), key=problems.index)
 
 

@@ -63,6 +63,7 @@ from production_checks import (
     check_no_local_keys,
     check_participant_invokers,
     check_participant_keys,
+    check_age_token_key,
     check_reserved_concurrency,
     check_resource_participants,
     check_throttling,
@@ -97,6 +98,7 @@ CHECKS = {
     "fanout-alarms": check_fanout_alarms,
     "dead-letter-replay": check_dead_letter_replay,
     "participant-keys": check_participant_keys,
+    "age-token-key": check_age_token_key,
     "participant-invokers": check_participant_invokers,
     "no-local-keys": check_no_local_keys,
     "resource-participants": check_resource_participants,
@@ -173,12 +175,15 @@ def test_the_message_keys_are_read_from_the_code(contract):
         "localKeys": "local-development-keys",
         "keysVariable": "PARTICIPANT_KEYS",
         "keyVariable": "PARTICIPANT_KEY",
+        "ageTokenKeyVariable": "AGE_TOKEN_KEY",
         "maxMessageAgeMs": 45_000,
         "keyCacheTtlSeconds": 60,
     }
     environment = contract["functionEnvironment"]
     assert "PARTICIPANT_KEYS" in environment["coordinator"] and "PARTICIPANT_KEYS" in environment["sweeper"]
     assert "PARTICIPANT_KEY" in environment["participant"]
+    # The coordinator's own age-token key (issue 42): the coordinator's alone.
+    assert [f for f, names in environment.items() if "AGE_TOKEN_KEY" in names] == ["coordinator"]
 
 
 def test_no_template_file_names_the_local_keys():
@@ -1143,6 +1148,7 @@ def test_the_record_attributes_are_read_from_the_code(contract):
     assert writes["attributes"] - writes["recovery"] == {
         "principal", "requestHash", "executionId", "holdMs", "holdUntil",
         "startedAt", "attempt", "firstTransactionId", "retriedAs", "refusedForContention", "ageClaimedBy", "ageOf",
+        "bodyHash",
     }
     assert writes["ownerAbort"] == {"transactionId", "status", "updatedAt", "reason", "sweepError"}
     # The sweeper and the coordinator abort an expired owner (a participant no longer may, issue 42): an
@@ -1555,5 +1561,52 @@ BREAKAGES.update(
         "waf-not-associated": ("waf", lambda s: [s.template["Resources"].pop(n) for n in b.of_type(s, "AWS::WAFv2::WebACLAssociation")]),
         "waf-unlogged": ("waf", lambda s: [s.template["Resources"].pop(n) for n in b.of_type(s, "AWS::WAFv2::LoggingConfiguration")]),
         "waf-without-its-condition": ("waf", lambda s: b.resource(s, b.of_type(s, "AWS::WAFv2::WebACL")[0]).pop("Condition")),
+    }
+)
+
+
+def _age_token_secret(stack) -> str:
+    """The logical id of the secret the coordinator's AGE_TOKEN_KEY names."""
+    return b.variables(stack, "coordinator")["AGE_TOKEN_KEY"]["Ref"]
+
+
+def _reads_the_age_token_key(stack, function_id: str) -> None:
+    """The role of the function (by logical id) may also read the coordinator's age-token key."""
+    b.raw_statements(stack, b.role_of(stack, function_id))[0].append(
+        {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": b.ref(_age_token_secret(stack))}
+    )
+
+
+BREAKAGES.update(
+    {
+        # issue 42: the coordinator's own age-token key, read by its role alone
+        "age-token-key-missing": ("age-token-key", lambda s: b.variables(s, "coordinator").pop("AGE_TOKEN_KEY")),
+        "age-token-key-local": ("age-token-key", lambda s: b.variables(s, "coordinator").update(AGE_TOKEN_KEY=LOCAL_KEYS)),
+        "age-token-key-a-participants-key": (
+            "age-token-key",
+            lambda s: b.variables(s, "coordinator").update(AGE_TOKEN_KEY=b.ref(b.key_secret(s, 0))),
+        ),
+        "age-token-key-written-in-the-template": (
+            "age-token-key",
+            lambda s: [
+                b.props(s, _age_token_secret(s)).pop("GenerateSecretString"),
+                b.props(s, _age_token_secret(s)).update(SecretString='{"id": "k1", "secret": "0123456789abcdef0123456789abcdef"}'),
+            ],
+        ),
+        "age-token-key-too-short": (
+            "age-token-key",
+            lambda s: b.props(s, _age_token_secret(s))["GenerateSecretString"].update(PasswordLength=16),
+        ),
+        "age-token-key-read-by-the-sweeper": ("age-token-key", lambda s: _reads_the_age_token_key(s, b.function(s, "sweeper"))),
+        "age-token-key-read-by-a-participant": (
+            "age-token-key",
+            lambda s: _reads_the_age_token_key(s, b.participant(s, 0)["function"]),
+        ),
+        "age-token-key-unreadable-by-the-coordinator": (
+            "age-token-key",
+            lambda s: b.statement(s, "coordinator", "secretsmanager:GetSecretValue", where=_age_token_secret(s)).update(
+                Resource=[OTHER_SECRET]
+            ),
+        ),
     }
 )

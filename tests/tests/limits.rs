@@ -402,6 +402,7 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
         refused_for_contention: false,
         age_claimed_by: None,
         age_of: None,
+        body_hash: Some("0".repeat(64)),
     }
     .opened();
     let short = item_size(&record.to_item());

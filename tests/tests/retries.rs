@@ -373,3 +373,202 @@ async fn a_named_attempt_left_no_time_by_its_predecessors_abort_never_begins() {
     assert_eq!(env.balance("service-a", "A").await, "100");
     assert_no_locks(&env).await;
 }
+
+// --- Issue 42: age tokens only the coordinator can mint; a chain is its first attempt's caller's and body's.
+
+const MALLORY: &str = "arn:aws:iam::123456789012:user/mallory";
+
+/// An age token as the coordinator signed them before issue 42 (`twopc/age-token/v1`, under the request's
+/// first participant service's message key), made by whoever holds that key: that service's participant,
+/// and so its operator. Any age, any attempt to claim.
+fn forged_with_participant_key(body: &Value, principal: &str, retry_of: &str, now: u64) -> String {
+    let request =
+        twopc::model::TransactionRequest::parse(body.to_string().as_bytes(), |_| true).expect("a valid request");
+    let key = twopc::auth::LocalKeys::key_set("service-a").keys[0].clone();
+    let age = json!({
+        "startedAt": 1, "principal": principal, "bodyHash": request.canonical_hash(),
+        "firstTransactionId": "tx-forged", "retryOf": retry_of, "attempt": 2,
+        "expiresAt": now + 600_000, "keyId": key.id, "service": "service-a",
+    });
+    let payload = serde_json::to_vec(&age).unwrap();
+    let mut signed = b"twopc/age-token/v1\n".to_vec();
+    signed.extend_from_slice(&payload);
+    let mac = twopc::auth::hmac_sha256(key.secret.as_bytes(), &signed);
+    format!("{}.{}", hex::encode(&payload), hex::encode(mac))
+}
+
+/// Issue 42, item 2: another service's operator holds its participant's message key. A token it signs
+/// with that key (any age, `retryOf` another principal's refused transaction) is refused 400
+/// INVALID_AGE_TOKEN and writes nothing: the other transaction gets no link, its owner's key still answers
+/// its own outcome, and its owner's own token still keeps its place.
+#[tokio::test]
+async fn an_age_token_signed_with_a_participants_key_is_refused() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 2_500, None);
+    let (status, refused) = post_as(&env.coordinator, &body, Some("alice-key"), None, Some(ALICE)).await;
+    assert_eq!((status, refused["status"].as_str()), (409, Some("ABORTED")), "{refused}");
+    let alices_token = refused["ageToken"].as_str().expect("a refusal for contention carries a token").to_owned();
+    let victim = refused["transactionId"].as_str().unwrap().to_owned();
+    let before = env.records().await.len();
+
+    let theirs = a_to_b("1", 2_500, None);
+    let forged = forged_with_participant_key(&theirs, MALLORY, &victim, env.clock_now());
+    let (status, answer) = post_as(&env.coordinator, &theirs, None, Some(&forged), Some(MALLORY)).await;
+
+    assert_eq!((status, answer["error"]["code"].as_str()), (400, Some("INVALID_AGE_TOKEN")), "{answer}");
+    assert_eq!(env.records().await.len(), before, "nothing written");
+    assert!(env.transactions.get("tx-forged-r2").await.unwrap().is_none());
+    let record = env.transactions.get(&victim).await.unwrap().unwrap();
+    assert_eq!((record.retried_as, record.age_claimed_by), (None, None), "no link on the victim's transaction");
+    let (status, again) = post_as(&env.coordinator, &body, Some("alice-key"), None, Some(ALICE)).await;
+    assert_eq!((status, again["transactionId"].as_str()), (409, Some(victim.as_str())), "{again}");
+    // The owner's own token keeps its place.
+    abort_holder(&env, "tx-older", "A").await;
+    let (status, retried) = post_as(&env.coordinator, &body, None, Some(&alices_token), Some(ALICE)).await;
+    assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
+    assert_eq!(env.balance("service-a", "A").await, "90");
+}
+
+/// How a chain's next attempt is not its request's: written by someone else under the id the
+/// coordinator named (its caller, or its body, another).
+#[derive(Clone, Copy, Debug)]
+enum Foreign {
+    Principal,
+    Body,
+}
+
+/// A record at `id`, the attempt `earlier`'s `retriedAs` names, that is not `earlier`'s request's: as a
+/// writer with the participants' unconditional PutItem on the transactions table could put it.
+async fn put_foreign_attempt(env: &TestEnv, earlier: &str, id: &str, status: &str, foreign: Foreign) {
+    let mut item = env.raw_record(earlier).await.expect("the earlier attempt is recorded");
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    for name in ["retriedAs", "refusedForContention", "ageClaimedBy", "reason", "expireAt", "openShard", "sweepAt"] {
+        item.remove(name);
+    }
+    item.insert("transactionId".into(), Av::S(id.to_owned()));
+    item.insert("status".into(), Av::S(status.to_owned()));
+    item.insert("attempt".into(), Av::N("2".into()));
+    item.insert("firstTransactionId".into(), Av::S(earlier.to_owned()));
+    item.insert("executionId".into(), Av::S("f".repeat(32)));
+    if status == "PREPARED" {
+        item.insert("holdUntil".into(), Av::N((env.clock_now() + 60_000).to_string()));
+    }
+    match foreign {
+        Foreign::Principal => {
+            item.insert("principal".into(), Av::S(MALLORY.to_owned()));
+        }
+        Foreign::Body => {
+            for name in ["requestHash", "bodyHash"] {
+                item.insert(name.into(), Av::S("f".repeat(64)));
+            }
+        }
+    }
+    env.client.put_item().table_name(env.transactions.table()).set_item(Some(item)).send().await.expect("put");
+}
+
+/// Alice's keyed request refused once; its coordinator stops once the abort names the next attempt.
+async fn alices_request_stopped_after_naming(env: &TestEnv, key: &str, hold_ms: Option<u64>) -> String {
+    let invoker = env.fresh_invoker();
+    let crashing = env.coordinator_with(&invoker, Faults::crash_at(CoordinatorCrash::AfterClaim));
+    let (status, crashed) = post_as(&crashing, &a_to_b("10", 3_000, hold_ms), Some(key), None, Some(ALICE)).await;
+    assert_eq!(status, 500, "the injected crash: {crashed}");
+    let first = caller_idempotent_id(Some(ALICE), key);
+    let record = env.transactions.get(&first).await.unwrap().unwrap();
+    assert_eq!(record.successor(), Some(format!("{first}-2").as_str()), "{record:?}");
+    first
+}
+
+/// Issue 42, item 2: a key's replay follows its chain only through attempts of its own request (its
+/// first attempt's caller and body). An attempt named by the chain but written by someone else (another
+/// caller, another body) is not followed: the key answers its own last attempt, and the other record is
+/// left as it is.
+#[tokio::test]
+async fn a_keys_replay_does_not_follow_its_chain_into_another_request() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    for (key, foreign) in [("replay-principal", Foreign::Principal), ("replay-body", Foreign::Body)] {
+        let first = alices_request_stopped_after_naming(&env, key, None).await;
+        let next = format!("{first}-2");
+        put_foreign_attempt(&env, &first, &next, "COMMITTED", foreign).await;
+
+        let (status, answer) =
+            post_as(&env.coordinator, &a_to_b("10", 3_000, None), Some(key), None, Some(ALICE)).await;
+
+        assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{foreign:?}: {answer}");
+        assert_eq!(answer["transactionId"], first.as_str(), "{foreign:?}: {answer}");
+    }
+}
+
+/// Issue 42, item 2: a held request's commit sent to its first attempt follows the chain only through
+/// attempts of its own request: a PREPARED record of another caller (or another body) under the id the
+/// chain names is neither committed nor aborted by it.
+#[tokio::test]
+async fn a_held_commit_does_not_follow_its_chain_into_another_request() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let caller = env.coordinator.access().iam(Some(ALICE));
+    for (key, foreign) in [("held-principal", Foreign::Principal), ("held-body", Foreign::Body)] {
+        let first = alices_request_stopped_after_naming(&env, key, Some(5_000)).await;
+        let next = format!("{first}-2");
+        put_foreign_attempt(&env, &first, &next, "PREPARED", foreign).await;
+
+        let commit = env.coordinator.commit_held_by(&first, &caller).await;
+
+        assert_eq!(
+            (commit.status, commit.body["status"].as_str(), commit.body["transactionId"].as_str()),
+            (409, Some("ABORTED"), Some(first.as_str())),
+            "{foreign:?}: {}",
+            commit.body
+        );
+        let other = env.transactions.get(&next).await.unwrap().unwrap();
+        assert_eq!(other.status, twopc::model::Status::Prepared, "{foreign:?}: left as it is");
+        let abort = env.coordinator.abort_held_by(&first, &caller).await;
+        assert_eq!(abort.body["transactionId"], first.as_str(), "{foreign:?}: {}", abort.body);
+        let other = env.transactions.get(&next).await.unwrap().unwrap();
+        assert_eq!(other.status, twopc::model::Status::Prepared, "{foreign:?}: left as it is");
+    }
+}
+
+/// Issue 42, item 2: a token's claim takes the age only of an attempt of the token's caller and body: a
+/// refused attempt whose recorded caller (or body hash) is another's is refused 400 INVALID_AGE_TOKEN,
+/// nothing written, even with a token the coordinator signed.
+#[tokio::test]
+async fn a_tokens_claim_of_an_attempt_of_another_caller_or_body_is_refused() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 2_500, None);
+    for (key, foreign) in [("claim-principal", Foreign::Principal), ("claim-body", Foreign::Body)] {
+        let (status, refused) = post_as(&env.coordinator, &body, Some(key), None, Some(ALICE)).await;
+        assert_eq!(status, 409, "{refused}");
+        let token = refused["ageToken"].as_str().expect("a token").to_owned();
+        let refused_id = refused["transactionId"].as_str().unwrap().to_owned();
+        use aws_sdk_dynamodb::types::AttributeValue as Av;
+        let (set, values) = match foreign {
+            Foreign::Principal => ("SET principal = :p", vec![(":p", Av::S(MALLORY.into()))]),
+            Foreign::Body => ("SET requestHash = :h, bodyHash = :h", vec![(":h", Av::S("f".repeat(64)))]),
+        };
+        let mut update = env
+            .client
+            .update_item()
+            .table_name(env.transactions.table())
+            .key("transactionId", Av::S(refused_id.clone()))
+            .update_expression(set);
+        for (name, value) in values {
+            update = update.expression_attribute_values(name, value);
+        }
+        update.send().await.expect("update");
+        let before = env.records().await.len();
+
+        let (status, answer) = post_as(&env.coordinator, &body, None, Some(&token), Some(ALICE)).await;
+
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("INVALID_AGE_TOKEN")),
+            "{foreign:?}: {answer}"
+        );
+        assert_eq!(env.records().await.len(), before, "{foreign:?}: nothing written");
+        let record = env.transactions.get(&refused_id).await.unwrap().unwrap();
+        assert_eq!(record.age_claimed_by, None, "{foreign:?}");
+    }
+}

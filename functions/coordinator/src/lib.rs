@@ -20,6 +20,7 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     let services: Vec<String> = registry.keys().cloned().collect();
     let invoker = LambdaInvoker::from_registry(&aws, registry);
     let keys = config::keys(&aws, config::PARTICIPANT_KEYS, &config::required(config::PARTICIPANT_KEYS)?)?;
+    let age_keys = config::age_token_keys(&aws)?;
     let operations = config::service_operations()?;
     let holds = config::hold_policy()?;
     // A schema for a service outside the registry is a deployment that lost a participant or misnames one.
@@ -31,6 +32,7 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     }
     Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
         .with_keys(keys)
+        .with_age_keys(age_keys)
         .with_operations(operations)
         .with_hold_policy(holds)
         .with_access(twopc::access::Policy::from_env()?))

@@ -49,7 +49,8 @@ pub enum AgeClaim {
     /// The retry's record exists already, written by another execution: here it is.
     Exists(Box<TransactionRecord>),
     /// The refused attempt does not give its age (not its coordinator's refusal for contention, retried by
-    /// its coordinator, or its age taken by another retry): here it is as it is (None: no record).
+    /// its coordinator, its age taken by another retry, or not the retry's caller's or body's): here it is
+    /// as it is (None: no record).
     Refused(Option<Box<TransactionRecord>>),
 }
 
@@ -57,8 +58,8 @@ impl TransactionStore {
     /// A caller's retry with an age token: claims the age of the refused attempt `refused` for `retry` and
     /// creates `retry`'s record, in one `TransactWriteItems`, so that a claim never names a record that does
     /// not exist, nor one that runs another body. The claim holds only on an attempt whose recorded abort is
-    /// its own coordinator's refusal for contention, that its coordinator did not retry, and whose age no
-    /// other retry took.
+    /// its own coordinator's refusal for contention, that its coordinator did not retry, whose age no other
+    /// retry took, and that is the retry's caller's and runs its body (issue 42: `principal`, `bodyHash`).
     pub async fn claim_age(&self, refused: &str, retry: &TransactionRecord) -> Result<AgeClaim, StoreError> {
         use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
         use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
@@ -66,8 +67,23 @@ impl TransactionStore {
         let id = &retry.transaction_id;
         let mut e = Expr::new();
         let set = format!("SET {} = {}", e.name(a::AGE_CLAIMED_BY), e.value(s(id)));
+        // The refused attempt is this retry's caller's and runs this body (issue 42): a record written
+        // before `bodyHash` by its `requestHash`; one with neither gives no age.
+        let body = retry.body_hash.as_deref().ok_or_else(|| {
+            StoreError::internal("TransactWriteItems", &self.table, format!("retry {id} has no body hash"))
+        })?;
+        let same_body = format!(
+            "({hash} = {body} OR (attribute_not_exists({hash}) AND {request} = {body}))",
+            hash = e.name(a::BODY_HASH),
+            request = e.name(a::REQUEST_HASH),
+            body = e.value(s(body)),
+        );
+        let same_caller = match &retry.principal {
+            Some(principal) => format!("{} = {}", e.name(a::PRINCIPAL), e.value(s(principal))),
+            None => format!("attribute_not_exists({})", e.name(a::PRINCIPAL)),
+        };
         let condition = format!(
-            "{contention} = {yes} AND attribute_not_exists({retried}) AND (attribute_not_exists({claimed}) OR {claimed} = {id})",
+            "{contention} = {yes} AND attribute_not_exists({retried}) AND (attribute_not_exists({claimed}) OR {claimed} = {id}) AND {same_body} AND {same_caller}",
             contention = e.name(a::REFUSED_FOR_CONTENTION),
             yes = e.value(AttributeValue::Bool(true)),
             retried = e.name(a::RETRIED_AS),
@@ -174,6 +190,7 @@ impl TransactionStore {
     ) -> Result<TransactionRecord, StoreError> {
         let mut record = absent_owner_record(id, now_ms, reason);
         record.request_hash = earlier.request_hash.clone();
+        record.body_hash = earlier.body_hash.clone();
         record.principal = earlier.principal.clone();
         record.hold_ms = earlier.hold_ms;
         record = record.as_attempt(earlier.age(), earlier.attempt_number() + 1, earlier.first_id().to_owned());

@@ -340,7 +340,8 @@ fn message_bytes(service: &str, key_id: &str, signed_at: u64, unsigned: &Partici
     format!("{DOMAIN}\n{service}\n{key_id}\n{signed_at}\n{}", crate::model::canonical_json(&message)).into_bytes()
 }
 
-pub(crate) fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
+/// HMAC-SHA-256 of `data` under `key` (the tests forge signatures with it).
+pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(data);
     mac.finalize().into_bytes().to_vec()

@@ -37,6 +37,10 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 /// Coordinator and sweeper: where each participant service's message key is, JSON `{"service": "secret
 /// ARN"}` (Secrets Manager), or `local-development-keys` ([`crate::auth::LOCAL_KEYS`], the local stack).
 pub const PARTICIPANT_KEYS: &str = "PARTICIPANT_KEYS";
+/// Coordinator: its own key, which signs and verifies age tokens (issue 42): the ARN of a secret only its
+/// role may read, or a key set written out (the local stack's, made at each start); never a participant's
+/// key ([`crate::age::keys_from_setting`]).
+pub const AGE_TOKEN_KEY: &str = "AGE_TOKEN_KEY";
 /// Participant: its own service's message key, a secret ARN, or `local-development-keys`.
 pub const PARTICIPANT_KEY: &str = "PARTICIPANT_KEY";
 /// The payments example (a resource participant): its payment API's base URL.
@@ -72,6 +76,12 @@ pub fn service_operations() -> Result<crate::custom::Catalogs, ConfigError> {
 }
 
 /// The key source a setting names (see [`crate::auth::from_setting`]).
+/// The coordinator's own age-token keys, from its required `AGE_TOKEN_KEY`.
+pub fn age_token_keys(sdk: &aws_config::SdkConfig) -> Result<std::sync::Arc<dyn crate::auth::KeySource>, ConfigError> {
+    crate::age::keys_from_setting(sdk, &required(AGE_TOKEN_KEY)?)
+        .map_err(|message| ConfigError::Invalid { name: AGE_TOKEN_KEY, message })
+}
+
 pub fn keys(
     sdk: &aws_config::SdkConfig,
     name: &'static str,
@@ -172,6 +182,7 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             METRICS_NAMESPACE,
             CORS_ALLOW_ORIGIN,
             PARTICIPANT_KEYS,
+            AGE_TOKEN_KEY,
             SERVICE_OPERATIONS,
             HOLD_POLICY,
             MAX_HOLD_MS,

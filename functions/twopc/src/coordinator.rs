@@ -138,6 +138,8 @@ pub struct Coordinator {
     invoker: Arc<dyn ParticipantInvoker>,
     /// The participants' keys: every message is signed with its service's ([`crate::auth`]).
     keys: Arc<dyn KeySource>,
+    /// Its own key, which signs and verifies age tokens ([`crate::age`]): no participant can read it.
+    age_keys: Arc<dyn KeySource>,
     /// Each service's own operation kinds, validated before anything is written ([`crate::custom`]).
     catalogs: Arc<Catalogs>,
     services: BTreeSet<String>,
@@ -164,6 +166,7 @@ impl Coordinator {
             transactions,
             invoker,
             keys: Arc::new(crate::auth::LocalKeys),
+            age_keys: crate::age::process_keys(),
             catalogs: Arc::new(Catalogs::default()),
             services: services.into_iter().collect(),
             clock,
@@ -195,6 +198,12 @@ impl Coordinator {
     /// keys, [`crate::auth::LocalKeys`]; the deployed functions always read theirs from the environment).
     pub fn with_keys(self, keys: Arc<dyn KeySource>) -> Coordinator {
         Coordinator { keys, ..self }
+    }
+
+    /// The same coordinator, signing and verifying age tokens with `keys` (by default a random key of this
+    /// process, [`crate::age::process_keys`]; the deployed function reads its own from `AGE_TOKEN_KEY`).
+    pub fn with_age_keys(self, age_keys: Arc<dyn KeySource>) -> Coordinator {
+        Coordinator { age_keys, ..self }
     }
 
     /// The same coordinator, validating each service's own operation kinds (its `SERVICE_OPERATIONS`).
@@ -394,10 +403,9 @@ impl Coordinator {
         let age = match age_token {
             None => None,
             Some(token) => {
-                let first_service = &request.participants[0].service;
                 let principal = caller.principal.as_deref();
                 let now = self.clock.now_ms();
-                match crate::age::verify(self.keys.as_ref(), token, first_service, principal, &body_hash, now).await {
+                match crate::age::verify(self.age_keys.as_ref(), token, principal, &body_hash, now).await {
                     Ok(age) => Some(age),
                     Err(crate::age::AgeTokenError::Keys(message)) => {
                         error!(error = %message, "the age token's key could not be read");
@@ -498,6 +506,19 @@ impl Coordinator {
                         Ok(reply) => reply,
                         Err(e) => drive_error_reply(e, &id),
                     };
+                }
+                // Signed by this coordinator for this caller and body, yet naming an attempt of another
+                // caller or body (a record changed behind it): not this request's age (issue 42).
+                Ok(AgeClaim::Refused(Some(current))) if !record.same_request(&current) => {
+                    error!(refused = %age.retry_of, "an age token names an attempt of another caller or body");
+                    return Reply::error(
+                        ErrorCode::InvalidAgeToken,
+                        format!(
+                            "the Age-Token's transaction {} is not this caller's request with this body; nothing \
+                             was written",
+                            age.retry_of
+                        ),
+                    );
                 }
                 Ok(AgeClaim::Refused(current)) => {
                     let why = match current.as_deref() {
@@ -642,9 +663,8 @@ impl Coordinator {
             attempt: last.attempt_number() + 1,
             expires_at: now + timeout_ms,
             key_id: String::new(),
-            service: last.participants[0].service.clone(),
         };
-        match crate::age::issue(self.keys.as_ref(), age, now).await {
+        match crate::age::issue(self.age_keys.as_ref(), age, now).await {
             Ok(token) => reply.body["ageToken"] = Value::String(token),
             Err(e) => warn!(error = %e, "could not sign an age token; answering without one"),
         }
@@ -999,13 +1019,19 @@ impl Coordinator {
                 ),
             ));
         }
+        // Each attempt followed is the same request's (issue 42): the caller and body of the key's record.
+        let owner = existing.clone();
         let mut record = existing;
         let mut hops = 0;
+        let mut foreign = false;
         loop {
             // Its attempts: each one retried names the next (which a replay that finds it missing fences).
-            while let Some(next) = record.successor().map(str::to_owned).filter(|_| hops < MAX_CHAIN_HOPS) {
+            while let Some(next) = record.successor().map(str::to_owned).filter(|_| hops < MAX_CHAIN_HOPS && !foreign) {
                 hops += 1;
-                record = self.attempt_named(&next, &record, answer_by).await?;
+                match self.attempt_named(&next, &record, &owner, answer_by).await? {
+                    Some(attempt) => record = attempt,
+                    None => foreign = true,
+                }
             }
             let mut wait = Duration::from_millis(20);
             // A held one answers at once: PREPARED (202 with holdUntil) while the hold lasts. An attempt
@@ -1036,11 +1062,11 @@ impl Coordinator {
                     record = current;
                 }
             }
-            if record.successor().is_none() || hops >= MAX_CHAIN_HOPS {
+            if record.successor().is_none() || hops >= MAX_CHAIN_HOPS || foreign {
                 break;
             }
         }
-        if hops >= MAX_CHAIN_HOPS && record.successor().is_some() {
+        if hops >= MAX_CHAIN_HOPS && record.successor().is_some() && !foreign {
             let mut reply = Reply::error(
                 ErrorCode::Unavailable,
                 format!(

@@ -70,6 +70,7 @@ pub const RECORD_ATTRIBUTES: &[&str] = &[
     a::REFUSED_FOR_CONTENTION,
     a::AGE_CLAIMED_BY,
     a::AGE_OF,
+    a::BODY_HASH,
 ];
 
 /// The top-level attributes recovery may write to a record, as IAM's `dynamodb:Attributes` counts them
@@ -177,6 +178,11 @@ pub struct TransactionRecord {
     /// A caller's retry with an age token: the refused attempt whose age it keeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub age_of: Option<String>,
+    /// The canonical hash of the request's body (issue 42), on every attempt the coordinator records:
+    /// what a step along a chain compares ([`TransactionRecord::same_request`]). Absent on records written
+    /// before it, and on those a resolver writes for an owner without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_hash: Option<String>,
 }
 
 /// One service's part, stored with its operations so that recovery can finish the transaction from
@@ -275,6 +281,7 @@ impl TransactionRecord {
             refused_for_contention: false,
             age_claimed_by: None,
             age_of: None,
+            body_hash: Some(request.canonical_hash()),
         }
     }
 
@@ -300,6 +307,21 @@ impl TransactionRecord {
         let next = self.retried_as.as_deref()?;
         let expected = crate::attempts::attempt_id(self.first_id(), self.attempt_number() + 1);
         (next == expected).then_some(next)
+    }
+
+    /// Whether `attempt`, reached from this record along its request's chain (a token's claim, a key's
+    /// replay, a held decision), is an attempt of this record's request: the same caller and the same body
+    /// (issue 42). A record written before `bodyHash` is compared by its `requestHash` (a keyed or token
+    /// request's, the same hash); one with neither (unkeyed from before, or written by a resolver for an
+    /// owner without a record) cannot be told to be the request's, and is not.
+    pub fn same_request(&self, attempt: &TransactionRecord) -> bool {
+        fn hash(record: &TransactionRecord) -> Option<&str> {
+            record.body_hash.as_deref().or(record.request_hash.as_deref())
+        }
+        match (hash(self), hash(attempt)) {
+            (Some(ours), Some(theirs)) => ours == theirs && self.principal == attempt.principal,
+            _ => false,
+        }
     }
 
     /// This record as attempt `attempt` of the request first tried as `first_transaction_id` at
@@ -341,6 +363,7 @@ impl TransactionRecord {
             refused_for_contention: false,
             age_claimed_by: None,
             age_of: None,
+            body_hash: self.body_hash.clone(),
         }
         .as_attempt(self.age(), attempt, self.first_id().to_owned())
     }
@@ -827,6 +850,7 @@ pub(crate) fn absent_owner_record(id: &str, now_ms: u64, reason: &str) -> Transa
         refused_for_contention: false,
         age_claimed_by: None,
         age_of: None,
+        body_hash: None,
     }
     .ended(Status::Aborted, now_ms)
 }
@@ -1053,6 +1077,7 @@ mod tests {
             age_claimed_by: None,
             // A caller's retry with an age token names the attempt whose age it keeps.
             age_of: Some(format!("tx-{}-{}", "0".repeat(32), u32::MAX)),
+            body_hash: Some("0".repeat(64)),
         }
         .opened();
         let short = item_size(&record.to_item());
@@ -1260,6 +1285,7 @@ mod tests {
             refused_for_contention: true,
             age_claimed_by: Some("tx-9".into()),
             age_of: Some("tx-8-2".into()),
+            body_hash: Some("1".repeat(64)),
         }
     }
 
@@ -1279,6 +1305,31 @@ mod tests {
         (first.attempt, first.first_transaction_id, first.transaction_id) = (None, None, "tx-0".into());
         first.retried_as = Some("tx-0-2".into());
         assert_eq!(first.successor(), Some("tx-0-2"));
+    }
+
+    /// A chain's step follows an attempt of the same caller and body only (issue 42); a record from before
+    /// `bodyHash` by its `requestHash`, and one with neither never.
+    #[test]
+    fn an_attempt_is_the_same_requests_by_its_caller_and_body_hash() {
+        let first = record_with_every_field(Status::Aborted);
+        let next = first.next_attempt("tx-0-3".into(), 3, 1);
+        assert!(first.same_request(&next));
+        let mut other_caller = next.clone();
+        other_caller.principal = Some("arn:aws:iam::123456789012:user/mallory".into());
+        assert!(!first.same_request(&other_caller));
+        let mut other_body = next.clone();
+        other_body.body_hash = Some("f".repeat(64));
+        assert!(!first.same_request(&other_body));
+        // Written before bodyHash: its requestHash (a keyed request's is its body's hash) stands in.
+        let (mut old_first, mut old_next) = (first.clone(), next.clone());
+        (old_first.body_hash, old_next.body_hash) = (None, None);
+        old_first.request_hash = first.body_hash.clone();
+        old_next.request_hash = first.body_hash.clone();
+        assert!(old_first.same_request(&old_next) && first.same_request(&old_next));
+        old_next.request_hash = None;
+        assert!(!old_first.same_request(&old_next), "neither hash: not followed");
+        let resolved = absent_owner_record("tx-0-3", 1, "no record");
+        assert!(!first.same_request(&resolved), "a resolver's record names no caller and no body");
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub mod tx_attr {
     pub const AGE_CLAIMED_BY: &str = "ageClaimedBy";
     /// A caller's retry with an age token: the refused attempt whose age it keeps (its request is its own).
     pub const AGE_OF: &str = "ageOf";
+    /// The canonical hash of the request body every attempt of a request runs (issue 42): a step along a
+    /// chain (a token's claim, a key's replay, a held decision) follows only attempts of the same body.
+    /// Not `requestHash`, which also marks a keyed record, kept for ever.
+    pub const BODY_HASH: &str = "bodyHash";
 }
 
 /// Attribute names of a participant data table.

@@ -162,6 +162,13 @@ const messageKeyDescription = (serviceName: string) =>
   'digits>", "notBefore": <ms since the epoch, at least 60 s ahead>}]}, then remove the old key 120 s ' +
   'after that notBefore (infra/DEPLOY.md, Who may invoke a participant).';
 
+const AGE_TOKEN_KEY_DESCRIPTION =
+  'Age-token key of the 2PC coordinator: the coordinator alone signs and verifies age tokens with ' +
+  'HMAC-SHA-256 under it. Value {"id": "k1", "secret": "..."}. To rotate, put {"keys": [old key, ' +
+  '{"id": "k2", "secret": "<new, 64 letters and digits>", "notBefore": <ms since the epoch, at least 60 s ' +
+  'ahead>}]}, then remove the old key 120 s after that notBefore (infra/DEPLOY.md, The coordinator\'s ' +
+  'age-token key).';
+
 export class TwoPhaseCommitStack extends Stack {
   constructor(scope: Construct, id: string, props: TwoPhaseCommitStackProps) {
     super(scope, id, props);
@@ -737,7 +744,7 @@ export class TwoPhaseCommitStack extends Stack {
     });
     // The attributes the coordinator alone writes: who created a transaction, its idempotency hash, its
     // execution, its hold, and a retried attempt's age and chain (issue 35).
-    const coordinatorOnly = ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf'];
+    const coordinatorOnly = ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf', 'bodyHash'];
 
     // --- participants: one deployment (function + role + log group + table + key) per service, each
     // running the generic participant or the service's own (the participant library with its own
@@ -883,11 +890,33 @@ export class TwoPhaseCommitStack extends Stack {
     };
 
     // --- coordinator: REST API (IAM-authorized), owns the transactions table, invokes participants --
+    // Its own key (functions/twopc/src/age.rs, issue 42): it signs the age tokens of its answers with
+    // HMAC-SHA-256 under it and verifies them on the retry. Readable by the coordinator's role alone: not
+    // the sweeper's, not any participant's (a participant can read its service's message key, so a token
+    // under that key would be one its operator could mint). Generated and rotated as the message keys.
+    const ageTokenKey = new secretsmanager.CfnSecret(this, 'CoordinatorAgeTokenKey', {
+      description: AGE_TOKEN_KEY_DESCRIPTION,
+      generateSecretString: {
+        secretStringTemplate: '{"id":"k1"}',
+        generateStringKey: 'secret',
+        passwordLength: 64,
+        excludePunctuation: true,
+      },
+    });
+    skip(ageTokenKey, [
+      [
+        'CKV_AWS_149',
+        'Under the AWS-managed key aws/secretsmanager by design: no key policy or grant to keep (infra/DEPLOY.md, Who may invoke a participant)',
+      ],
+    ]);
     const coordinatorLogGroup = functionLogGroup('CoordinatorLogGroup', 'coordinator');
     const coordinatorRole = lambdaRole('CoordinatorRole', 'coordinator', coordinatorLogGroup, [
       transactionRecords,
       invokeRegisteredParticipants,
       readParticipantKeys,
+      // Its own key, which signs and verifies age tokens (twopc::age; AGE_TOKEN_KEY names it): no other
+      // role may read it.
+      { Sid: 'AgeTokenKey', Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: ageTokenKey.ref },
     ]);
     const coordinator = rust('CoordinatorFunction', 'coordinator', coordinatorRole, coordinatorLogGroup, {
       skips: [synchronous('API Gateway (the REST API)')],
@@ -903,6 +932,8 @@ export class TwoPhaseCommitStack extends Stack {
         CORS_ALLOW_ORIGIN: corsAllowOrigin.valueAsString,
         PARTICIPANTS: registry,
         PARTICIPANT_KEYS: participantKeys,
+        // Its own key (the ARN of its secret), which signs and verifies age tokens.
+        AGE_TOKEN_KEY: ageTokenKey.ref,
         // Each service's own operation schemas (infra/service-operations.json, compact): what the
         // coordinator validates of their operations. Every service it names must be in PARTICIPANTS
         // (the coordinator refuses to start otherwise).

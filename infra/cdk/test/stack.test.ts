@@ -349,7 +349,7 @@ test('an auditor\'s deployment: the alarm topic, access logs, the lake\'s audit 
   ).filter((s) => s.Sid === 'RecoverTransactionRecords');
   assert.equal(statements.length, 1);
   assert.deepEqual(statements[0].Condition, {
-    'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf'] },
+    'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf', 'bodyHash'] },
   });
 });
 
@@ -360,6 +360,7 @@ test('participants: a message key each, read by the coordinator, the sweeper and
   assert.ok(!JSON.stringify(template).includes('local-development-keys'));
   const secrets = ofType(template, 'AWS::SecretsManager::Secret');
   assert.deepEqual(secrets.map(([id]) => id).sort(), [
+    'CoordinatorAgeTokenKey',
     'ServiceAMessageKey',
     'ServiceBMessageKey',
     'ServiceInventoryMessageKey',
@@ -414,6 +415,21 @@ test('participants: a message key each, read by the coordinator, the sweeper and
       )
       .sort(),
   );
+});
+
+test('the coordinator signs age tokens with a key of its own, which no other role may read', () => {
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  assert.deepEqual(variables('CoordinatorFunction').AGE_TOKEN_KEY, { Ref: 'CoordinatorAgeTokenKey' });
+  const readers = ofType(template, 'AWS::IAM::Role')
+    .filter(([, role]) => JSON.stringify(role.Properties).includes('"CoordinatorAgeTokenKey"'))
+    .map(([id]) => id);
+  assert.deepEqual(readers, ['CoordinatorRole']);
+  for (const [id, fn] of ofType(template, 'AWS::Lambda::Function')) {
+    if (id !== 'CoordinatorFunction') {
+      assert.ok(!JSON.stringify(fn.Properties).includes('AGE_TOKEN_KEY'), id);
+    }
+  }
 });
 
 test('one more service is one more participant deployment', () => {

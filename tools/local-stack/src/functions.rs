@@ -251,6 +251,9 @@ impl Functions {
             ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
             (twopc::config::PARTICIPANTS, json!(registry).to_string()),
             (twopc::config::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
+            // The coordinator's own age-token key, made at each start (in one process, the coordinator
+            // makes its own): never a participant's key.
+            (twopc::config::AGE_TOKEN_KEY, age_token_key()),
             (
                 twopc::config::SERVICE_OPERATIONS,
                 service_operations(wiring.tables.participants.keys()).to_json().to_string(),
@@ -542,4 +545,10 @@ async fn invoke(client: &aws_sdk_lambda::Client, function: &str, payload: &Value
     serde_json::from_slice(&body).map_err(|e| {
         format!("{function} answered something that is not JSON ({e}): {}", String::from_utf8_lossy(&body))
     })
+}
+
+/// A key set of the local stack's own making for its coordinator's age tokens, as `AGE_TOKEN_KEY` takes it.
+fn age_token_key() -> String {
+    let key = &twopc::age::random_key_set().keys[0];
+    json!({"id": key.id, "secret": key.secret}).to_string()
 }

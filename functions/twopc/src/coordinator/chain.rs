@@ -1,5 +1,10 @@
 //! The chain of a request's attempts, as the coordinator walks it (issue 41): whether an abort of its own
 //! names the next attempt, and how a key's replay and a held decision reach the attempt that lives.
+//!
+//! A step along the chain follows an attempt only if it is the same request's (issue 42,
+//! [`TransactionRecord::same_request`]): the caller of the attempt it started from, the same body. A
+//! record under the id the chain names that is another's (written by someone who could write the table)
+//! is neither followed, nor driven, nor decided: the walk ends at the request's own last attempt.
 
 use super::*;
 
@@ -47,17 +52,19 @@ impl Coordinator {
     /// the earlier attempt's deadline and twice the clock margin, within `answer_by`); if it still has no
     /// record then (its coordinator stopped after naming it, or is slower than the budget), it is recorded
     /// ABORTED first, conditionally, on its request's behalf ([`TransactionStore::fence_attempt`]), so that
-    /// it can never begin afterwards.
+    /// it can never begin afterwards. None: the record there is not `owner`'s request's (its caller or its
+    /// body is another's), which the chain does not follow.
     pub(super) async fn attempt_named(
         &self,
         id: &str,
         earlier: &TransactionRecord,
+        owner: &TransactionRecord,
         answer_by: std::time::Instant,
-    ) -> Result<TransactionRecord, StoreError> {
+    ) -> Result<Option<TransactionRecord>, StoreError> {
         let mut wait = Duration::from_millis(20);
         loop {
             if let Some(record) = self.transactions.get(id).await? {
-                return Ok(record);
+                return Ok(own_attempt(owner, record));
             }
             let left = answer_by.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() || self.clock.now_ms() > resolvable_after(earlier.deadline) {
@@ -66,7 +73,8 @@ impl Coordinator {
             tokio::time::sleep(wait.min(left)).await;
             wait = (wait * 2).min(Duration::from_millis(250));
         }
-        self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, earlier).await
+        let fenced = self.transactions.fence_attempt(id, self.clock.now_ms(), ATTEMPT_NOT_STARTED, earlier).await?;
+        Ok(own_attempt(owner, fenced))
     }
 
     /// Whether an aborted attempt's coordinator may still start the next one. Only a record written before
@@ -85,16 +93,18 @@ impl Coordinator {
 
     /// The attempt of `record`'s request that lives: its coordinator's chain followed from `record`. One named
     /// but not begun is fenced by an abort (it can then never begin); for a commit it is still preparing
-    /// (`Err`: the 503 that says so).
+    /// (`Err`: the 503 that says so). One that is not `record`'s request's (another caller, another body)
+    /// is not followed: the last attempt of its own is the one that lives.
     pub(super) async fn live_attempt(
         &self,
         mut record: TransactionRecord,
         decision: HeldDecision,
         hops: &mut usize,
     ) -> Result<Result<TransactionRecord, Reply>, DriveError> {
+        let owner = record.clone();
         while let Some(next) = record.successor().map(str::to_owned).filter(|_| *hops < MAX_CHAIN_HOPS) {
             *hops += 1;
-            record = match (self.transactions.get(&next).await?, decision) {
+            let attempt = match (self.transactions.get(&next).await?, decision) {
                 (Some(attempt), _) => attempt,
                 (None, HeldDecision::Abort) => {
                     self.transactions.fence_attempt(&next, self.clock.now_ms(), HELD_ABORT_REASON, &record).await?
@@ -112,7 +122,25 @@ impl Coordinator {
                     return Ok(Err(reply));
                 }
             };
+            match own_attempt(&owner, attempt) {
+                Some(attempt) => record = attempt,
+                None => break,
+            }
         }
         Ok(Ok(record))
     }
+}
+
+/// `attempt` when it is an attempt of `owner`'s request (its caller, its body); else None, logged: a record
+/// under an id the chain names that is another's was written by someone other than the coordinator.
+fn own_attempt(owner: &TransactionRecord, attempt: TransactionRecord) -> Option<TransactionRecord> {
+    if owner.same_request(&attempt) {
+        return Some(attempt);
+    }
+    error!(
+        tx = %owner.transaction_id,
+        attempt = %attempt.transaction_id,
+        "the chain names an attempt of another caller or body; not followed"
+    );
+    None
 }
