@@ -258,6 +258,50 @@ async fn an_old_boolean_policy_credits_the_write_services_fields() {
     assert_eq!(env.balance("service-b", "B").await, "11");
 }
 
+/// Issue 42: a refusal on one's own item names the transaction in the way only when it is the caller's
+/// own; another caller's (here an admin's held one) is "another caller's transaction", in the answer and
+/// in GET. The admin sees the ids.
+#[tokio::test]
+async fn refusals_name_only_the_callers_own_transactions() {
+    let stack = stack("blockers", 10).await;
+    let users = users(&stack);
+    open_accounts(&users).await;
+
+    let admins = Transaction::new().participant("service-a", [op::add("alice", "balance", -1).min(0)]).hold_ms(60_000);
+    let admins = users.admin.submit(&admins).await.expect("the admin holds alice's account");
+    let admins_id = admins.transaction_id().to_owned();
+    let debit = Transaction::new().participant("service-a", [op::add("alice", "balance", -5).min(0)]);
+    let Outcome::Aborted(refused) = users.alice.submit(&debit).await.expect("answered") else {
+        panic!("her debit meets the admin's lock")
+    };
+    assert_eq!(refused.participants[0].code, Some(RefusalCode::Conflict), "{refused:?}");
+    let reason = refused.participants[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("another caller's transaction") && reason.contains("held"), "{reason}");
+    let shown = format!("{refused:?}");
+    assert!(!shown.contains(&admins_id), "{shown}");
+    let Outcome::Aborted(got) = users.alice.get(&refused.transaction_id).await.expect("hers") else {
+        panic!("aborted")
+    };
+    assert_eq!((&got.reason, &got.participants), (&refused.reason, &refused.participants));
+    let Outcome::Aborted(whole) = users.admin.get(&refused.transaction_id).await.expect("the admin's view") else {
+        panic!("aborted")
+    };
+    assert!(format!("{whole:?}").contains(&admins_id), "the admin sees the id: {whole:?}");
+    users.admin.abort(&admins_id).await.expect("aborted");
+
+    // Her own held transaction in her way: named, she may decide it.
+    let own = Transaction::new().participant("service-b", [op::add("alice", "balance", 5)]).hold_ms(60_000);
+    let own = users.alice.submit(&own).await.expect("her own hold");
+    let again = Transaction::new().participant("service-b", [op::add("alice", "balance", 1)]);
+    let Outcome::Aborted(refused) = users.alice.submit(&again).await.expect("answered") else {
+        panic!("her own hold is in the way")
+    };
+    let reason = refused.participants[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains(own.transaction_id()), "{reason}");
+    users.alice.abort(own.transaction_id()).await.expect("aborted");
+    stack.stop().await;
+}
+
 #[tokio::test]
 async fn idempotency_keys_are_each_callers_own() {
     let stack = stack("keys", 10).await;

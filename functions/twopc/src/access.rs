@@ -415,6 +415,69 @@ impl Policy {
     }
 }
 
+/// What a refusal shown to a non-admin says in place of `transaction <id>` when that transaction is not
+/// one the caller may see ([`Policy::may_see`]): whose lock is in the way is no business of the caller's,
+/// and an id is what a forged retry would aim at.
+pub const ANOTHER_CALLERS_TRANSACTION: &str = "another caller's transaction";
+
+/// The transaction ids an answer's reasons name (`transaction <id>`: how a participant names a lock's
+/// owner: CONFLICT, TIMEOUT, "still deciding", held), the answer's own id excepted.
+pub fn transactions_named(body: &Value) -> std::collections::BTreeSet<String> {
+    let own = body.get("transactionId").and_then(Value::as_str);
+    reasons(body)
+        .flat_map(|reason| mentions(reason).map(|(_, id)| id.to_owned()).collect::<Vec<_>>())
+        .filter(|id| Some(id.as_str()) != own)
+        .collect()
+}
+
+/// The answer with each of `hidden` named as [`ANOTHER_CALLERS_TRANSACTION`] instead, in the
+/// participants' reasons and the transaction's.
+pub fn hide_transactions(body: &mut Value, hidden: &std::collections::BTreeSet<String>) {
+    if hidden.is_empty() {
+        return;
+    }
+    let hide = |reason: &mut Value| {
+        let Some(text) = reason.as_str() else { return };
+        let mut shown = String::with_capacity(text.len());
+        let mut rest = 0;
+        for (at, id) in mentions(text) {
+            if hidden.contains(id) {
+                shown.push_str(&text[rest..at]);
+                shown.push_str(ANOTHER_CALLERS_TRANSACTION);
+                rest = at + MENTION.len() + id.len();
+            }
+        }
+        shown.push_str(&text[rest..]);
+        *reason = Value::String(shown);
+    };
+    if let Some(reason) = body.get_mut("reason") {
+        hide(reason);
+    }
+    for entry in body.get_mut("participants").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(reason) = entry.get_mut("reason") {
+            hide(reason);
+        }
+    }
+}
+
+const MENTION: &str = "transaction ";
+
+/// Each `transaction <id>` of a text: where the mention starts, and the id (a transaction id's
+/// characters: letters, digits, `-` and `_`).
+fn mentions(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.match_indices(MENTION).filter_map(move |(at, _)| {
+        let start = at + MENTION.len();
+        let tail = &text[start..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_')).unwrap_or(tail.len());
+        (end > 0).then(|| (at, &tail[..end]))
+    })
+}
+
+fn reasons(body: &Value) -> impl Iterator<Item = &str> {
+    let participants = body.get("participants").and_then(Value::as_array).into_iter().flatten();
+    body.get("reason").and_then(Value::as_str).into_iter().chain(participants.filter_map(|p| p.get("reason")?.as_str()))
+}
+
 /// The `entityId`s an operation list (as JSON) touches.
 pub fn entity_ids<'a>(operations: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
     operations.into_iter().map(|op| op["key"][item_attr::KEY].as_str().unwrap_or_default().to_owned()).collect()
@@ -644,6 +707,50 @@ mod tests {
         let mut admin_view = answer.clone();
         policy.redact_answer(&Caller::jwt("https://issuer", "root", true), &mut admin_view, &items);
         assert_eq!(admin_view, answer);
+    }
+
+    #[test]
+    fn another_callers_blocker_is_named_without_its_id() {
+        // Each way a participant names a lock's owner (protocol.rs: wait-die, TIMEOUT, still deciding, held).
+        let answer = json!({
+            "transactionId": "tx-mine",
+            "status": "ABORTED",
+            "reason": "service-a: entity d/alice is locked by transaction tx-other-2, held for its caller's decision; \
+                       service-b: entity d/alice#2 is locked by transaction tx-own; waited 80 ms for it, as long as the deadline allows",
+            "participants": [
+                {"service": "service-a", "code": "CONFLICT",
+                 "reason": "entity d/alice is locked by transaction tx-other-2, held for its caller's decision"},
+                {"service": "service-b", "code": "TIMEOUT",
+                 "reason": "entity d/alice#2 is locked by transaction tx-own; waited 80 ms for it, as long as the deadline allows"},
+                {"service": "inventory", "code": "CONFLICT",
+                 "reason": "entity is locked by transaction tx-third, which is still deciding"},
+                {"service": "payments", "code": "CONFLICT",
+                 "reason": "transaction tx-mine holds only some of its items here: it is already being finished"},
+            ],
+        });
+        let named = transactions_named(&answer);
+        let expected: std::collections::BTreeSet<String> =
+            ["tx-other-2", "tx-own", "tx-third"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(named, expected);
+        let mut seen = answer.clone();
+        let hidden = ["tx-other-2", "tx-third"].iter().map(|s| s.to_string()).collect();
+        hide_transactions(&mut seen, &hidden);
+        let text = seen.to_string();
+        assert!(!text.contains("tx-other") && !text.contains("tx-third"), "{text}");
+        assert_eq!(
+            seen["participants"][0]["reason"],
+            "entity d/alice is locked by another caller's transaction, held for its caller's decision"
+        );
+        assert_eq!(
+            seen["participants"][2]["reason"],
+            "entity is locked by another caller's transaction, which is still deciding"
+        );
+        assert_eq!(seen["participants"][1], answer["participants"][1], "the caller's own is named");
+        assert_eq!(seen["participants"][3], answer["participants"][3]);
+        assert!(
+            seen["reason"].as_str().unwrap().starts_with("service-a: entity d/alice is locked by another caller's")
+        );
+        assert!(seen["reason"].as_str().unwrap().contains("transaction tx-own;"));
     }
 
     #[test]
