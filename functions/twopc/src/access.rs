@@ -188,8 +188,8 @@ pub enum Allowed {
     Credit,
 }
 
-/// What a caller may not do, as the answer says it: `code` decides the status (403 `FORBIDDEN`, 400
-/// `GUARD_NOT_ALLOWED`).
+/// What a caller may not do, as the answer says it: `code` decides the status (403 `FORBIDDEN` and
+/// `HELD_CREDIT_NOT_ALLOWED`, 400 `GUARD_NOT_ALLOWED`).
 pub type Refusal = Invalid;
 
 impl Policy {
@@ -200,17 +200,18 @@ impl Policy {
             Some(text) => serde_json::from_str(text).map_err(|e| format!("expected the access policy's JSON: {e}"))?,
         };
         if let Credits::Any(allowed) = policy.allow_credits {
+            let meaning = match allowed {
+                true => {
+                    "true lets non-admins credit any field of every service in writeServices (all services \
+                         when it is null), stock and counters included."
+                }
+                false => "false allows no credits, as {} does.",
+            };
             // Said at every start: a deployment keeps working, and learns what to write instead.
             tracing::warn!(
                 allow_credits = allowed,
-                "the access policy's allowCredits is a boolean, which is deprecated: {} Name the fields \
-                 instead, such as \"allowCredits\": {{\"service-a\": [\"balance\"]}} (infra/DEPLOY.md)",
-                match allowed {
-                    true =>
-                        "true lets non-admins credit any numeric field of every service in writeServices (all \
-                             services when it is null), stock and counters included.",
-                    false => "false allows no credits, as {} does.",
-                }
+                "the access policy's allowCredits is a boolean, which is deprecated: {meaning} Name the fields \
+                 instead, such as \"allowCredits\": {{\"service-a\": [\"balance\"]}} (infra/DEPLOY.md)"
             );
         }
         Ok(policy)
@@ -630,6 +631,39 @@ mod tests {
             let refused = Policy::parse(Some(bad)).unwrap_err();
             assert!(refused.contains(r#"{"service-a": ["balance"]}"#), "{bad}: {refused}");
         }
+    }
+
+    /// What `parse` logs for a policy (the warnings a reader gives at its start).
+    fn logged_parsing(text: &str) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        tracing::subscriber::with_default(subscriber, || Policy::parse(Some(text)).unwrap());
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn the_old_boolean_is_parsed_with_a_warning() {
+        for old in [r#"{"allowCredits": true}"#, r#"{"allowCredits": false}"#] {
+            let logged = logged_parsing(old);
+            assert!(
+                logged.contains("WARN") && logged.contains("allowCredits is a boolean, which is deprecated"),
+                "{logged}"
+            );
+        }
+        assert_eq!(logged_parsing(WALLETS), "");
+        assert_eq!(logged_parsing("{}"), "");
     }
 
     #[test]
