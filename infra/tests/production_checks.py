@@ -2004,7 +2004,8 @@ def check_hold_policy(stack: Stack) -> list[str]:
 
 ACCESS_POLICY_PARAMETER = "AccessPolicy"
 ACCESS_POLICY_VARIABLE = "ACCESS_POLICY"
-ACCESS_POLICY_DEFAULT = "{}"
+# The example wallets' balances are what non-admins may credit (issue 42): `{}` would allow no credits.
+ACCESS_POLICY_DEFAULT = '{"allowCredits": {"service-a": ["balance"], "service-b": ["balance"]}}'
 # The functions that read the access policy (issue 33's contract): who may do what (coordinator),
 # follow what (connections), see what is pushed (stream processor), is an admin (authorizer).
 ACCESS_POLICY_READERS = ("coordinator", "connections", "stream-processor", AUTHORIZER_BINARY)
@@ -2012,6 +2013,11 @@ ACCESS_POLICY_READERS = ("coordinator", "connections", "stream-processor", AUTHO
 ACCESS_POLICY_OTHER_VALUE = (
     '{"adminGroups": ["admins"], "adminClaim": "twopc:admin", "iamAdmins": ["ops-role"], '
     '"allowCredits": false, "readTables": ["service-a-data"], "writeServices": ["service-a"]}'
+)
+# The policy of every field with credits named per service: the parameter's pattern must take it too.
+ACCESS_POLICY_NAMED_CREDITS = (
+    '{"adminGroups": ["admins"], "iamAdmins": ["ops-role"], '
+    '"allowCredits": {"service-a": ["balance"], "inventory": ["stock", "reserved"]}, "writeServices": null}'
 )
 # Values no other part of the template could hold by chance: where they show up, the parameter went.
 ACCESS_POLICY_MARKER = '{"adminGroups": ["access-marker-group"]}'
@@ -2205,11 +2211,16 @@ def check_authorization(stack: Stack) -> list[str]:
 
 
 def check_access_policy(stack: Stack) -> list[str]:
-    """AccessPolicy (String, default `{}`, a JSON object) reaches the coordinator, the connections
-    function, the stream processor and (with JwtIssuer set) the authorizer as ACCESS_POLICY, with any
-    value; no other function gets the variable or the parameter's value."""
+    """AccessPolicy (String, a JSON object, its default naming the example wallets' balances as what
+    non-admins may credit) reaches the coordinator, the connections function, the stream processor and
+    (with JwtIssuer set) the authorizer as ACCESS_POLICY, with any value; no other function gets the
+    variable or the parameter's value."""
     problems = _string_parameter(
-        stack, ACCESS_POLICY_PARAMETER, ACCESS_POLICY_DEFAULT, [ACCESS_POLICY_DEFAULT, ACCESS_POLICY_OTHER_VALUE, ACCESS_POLICY_MARKER], ["admins"]
+        stack,
+        ACCESS_POLICY_PARAMETER,
+        ACCESS_POLICY_DEFAULT,
+        ["{}", ACCESS_POLICY_DEFAULT, ACCESS_POLICY_OTHER_VALUE, ACCESS_POLICY_NAMED_CREDITS, ACCESS_POLICY_MARKER],
+        ["admins"],
     )
     if ACCESS_POLICY_PARAMETER not in stack.template.get("Parameters", {}):
         return problems

@@ -287,6 +287,8 @@ BREAKAGES = {
     # the access policy
     "no-access-policy-parameter": ("access-policy", lambda s: _parameters(s).pop("AccessPolicy")),
     "access-policy-default": ("access-policy", lambda s: _parameters(s)["AccessPolicy"].update(Default='{"allowCredits": false}')),
+    # The default of older versions: credits to nothing named (issue 42 names the wallets' balances).
+    "access-policy-default-names-no-credits": ("access-policy", lambda s: _parameters(s)["AccessPolicy"].update(Default="{}")),
     "access-policy-pattern-refuses-a-policy": ("access-policy", lambda s: _parameters(s)["AccessPolicy"].update(AllowedPattern="\\{\\}")),
     "access-policy-missing-on-the-stream-processor": (
         "access-policy",

@@ -132,6 +132,176 @@ async fn refusals_tell_a_user_only_about_items_it_may_read() {
     stack.stop().await;
 }
 
+/// Issue 42: a held credit to another's item would hold the owner's item (its debits refused CONFLICT)
+/// for the whole hold, and its abort would cost nothing. Refused before anything is written, alone (a
+/// request that would otherwise commit in one phase) or beside the caller's own debit, under a key too.
+#[tokio::test]
+async fn a_held_request_may_not_credit_an_item_its_caller_does_not_own() {
+    let stack = stack("held-credits", 10).await;
+    let users = users(&stack);
+    open_accounts(&users).await;
+    let is_held_credit = |refused: &Result<Outcome, Error>| matches!(refused, Err(Error::Forbidden(e)) if e.code == ErrorCode::HeldCreditNotAllowed);
+
+    let pay = Transaction::new()
+        .participant("service-a", [op::add("alice", "balance", -10).min(0)])
+        .participant("service-b", [op::add("bob", "balance", 10)]);
+    let held_pay = pay.clone().hold_ms(60_000);
+    let refused = users.alice.submit(&held_pay).await;
+    assert!(is_held_credit(&refused), "{refused:?}");
+    let Err(Error::Forbidden(e)) = &refused else { unreachable!() };
+    assert!(e.message.starts_with("participants[1].operations[0]: "), "{e:?}");
+    // Alone, the credit would be one participant's (one phase without the hold): refused as well.
+    let refused = users.alice.submit(&credit("service-b", "bob", 1).hold_ms(60_000)).await;
+    assert!(is_held_credit(&refused), "{refused:?}");
+    // Under a key: nothing recorded, so the key then runs the request without the hold.
+    let refused = users.alice.submit_with_key(&held_pay, "held-1").await;
+    assert!(is_held_credit(&refused), "{refused:?}");
+
+    // Nothing was written or locked: bob debits his own account at once, and it is as it was.
+    let bobs = Transaction::new().participant("service-b", [op::add("bob", "balance", -1).min(0)]);
+    let Outcome::Aborted(untouched) = users.bob.submit(&bobs).await.expect("answered") else {
+        panic!("bob's balance is 0: his guard refuses")
+    };
+    assert_eq!(untouched.participants[0].code, Some(RefusalCode::ConditionFailed), "not locked: {untouched:?}");
+    assert!(users.alice.submit_with_key(&pay, "held-1").await.expect("the key is free").is_committed());
+    let check = Transaction::new().participant("service-b", [op::add("bob", "balance", 0).min(10).max(10)]);
+    assert!(users.bob.submit(&check).await.expect("bob reads his own").is_committed());
+
+    // A held request on her own items, crediting her own account elsewhere: allowed.
+    let own = Transaction::new()
+        .participant("service-a", [op::add("alice", "balance", -5).min(0)])
+        .participant("service-b", [op::add("alice", "balance", 5)])
+        .hold_ms(60_000);
+    let held = users.alice.submit(&own).await.expect("her own items");
+    assert!(matches!(held, Outcome::Held(_)), "{held:?}");
+    assert!(users.alice.commit(held.transaction_id()).await.expect("committed").is_committed());
+    // An admin may hold a credit to anyone.
+    let admins = users.admin.submit(&credit("service-b", "bob", 1).hold_ms(60_000)).await.expect("an admin's");
+    assert!(matches!(admins, Outcome::Held(_)), "{admins:?}");
+    users.admin.abort(admins.transaction_id()).await.expect("aborted");
+    stack.stop().await;
+}
+
+/// Issue 42: credits are to the fields the policy names (the stack's default: the example wallets'
+/// balances), checked before anything is written; no longer any numeric field of any service.
+#[tokio::test]
+async fn credits_are_only_to_the_fields_the_policy_names() {
+    let stack = stack("named-credits", 10).await;
+    let users = users(&stack);
+    open_accounts(&users).await;
+    let lamp = Transaction::new().participant("inventory", [op::put("lamp", json!({"stock": 5}))]);
+    assert!(users.admin.submit(&lamp).await.expect("the admin stocks lamps").is_committed());
+
+    assert!(users.alice.submit(&credit("service-a", "bob", 5)).await.expect("a wallet").is_committed());
+    let stock = Transaction::new().participant("inventory", [op::add("lamp", "stock", 1_000_000)]);
+    let refused = users.alice.submit(&stock).await;
+    let Err(Error::Forbidden(e)) = &refused else { panic!("a credit to the lamps' stock: {refused:?}") };
+    assert_eq!(e.code, ErrorCode::Forbidden);
+    assert!(e.message.contains("service-a: balance; service-b: balance"), "{e:?}");
+    let points = Transaction::new().participant("service-a", [op::add("bob", "points", 5)]);
+    assert!(matches!(users.alice.submit(&points).await, Err(Error::Forbidden(_))), "a field not named");
+    // Nothing written: still 5 lamps, and bob has no points.
+    let still = Transaction::new().participant("inventory", [op::add("lamp", "stock", 0).min(5).max(5)]);
+    assert!(users.admin.submit(&still).await.expect("answered").is_committed());
+    let table = &stack.endpoints().tables.participants["service-a"];
+    let bob = twopc_tests::dynamodb()
+        .await
+        .get_item()
+        .table_name(table)
+        .key("entityId", aws_sdk_dynamodb::types::AttributeValue::S("bob".to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read")
+        .item
+        .expect("bob's account");
+    let data = bob["data"].as_m().expect("data");
+    assert!(data.contains_key("balance") && !data.contains_key("points"), "{data:?}");
+    stack.stop().await;
+}
+
+/// Issue 42: a deployed policy with the old boolean keeps working: `true` is any field of the services
+/// in `writeServices` (no longer of every service), `false` none; and no credit inside a hold.
+#[tokio::test]
+async fn an_old_boolean_policy_credits_the_write_services_fields() {
+    let env = TestEnv::new().await;
+    env.put_data("service-a", "B", &json!({"balance": 10, "points": 0})).await;
+    env.put_account("service-b", "B", "10").await;
+    let alice = Caller::jwt("https://issuer.example", "A", false);
+    let credit = |service: &str, field: &str, hold: bool| {
+        let mut body = json!({"participants": [{"service": service, "operations": [
+            {"op": "add", "key": {"entityId": "B"}, "field": field, "delta": 1}]}]});
+        if hold {
+            body["holdMs"] = json!(60_000);
+        }
+        serde_json::to_vec(&body).unwrap()
+    };
+    let narrowed = twopc::access::Policy::parse(Some(r#"{"allowCredits": true, "writeServices": ["service-a"]}"#));
+    let coordinator = env.coordinator.clone().with_access(narrowed.expect("the old boolean parses"));
+    let any_field = coordinator.submit_by(&credit("service-a", "points", false), None, &alice).await;
+    assert_eq!(any_field.status, 200, "{}", any_field.body);
+    let outside = coordinator.submit_by(&credit("service-b", "balance", false), None, &alice).await;
+    assert_eq!((outside.status, &outside.body["error"]["code"]), (403, &json!("FORBIDDEN")), "{}", outside.body);
+    let held = coordinator.submit_by(&credit("service-a", "balance", true), None, &alice).await;
+    assert_eq!((held.status, &held.body["error"]["code"]), (403, &json!("HELD_CREDIT_NOT_ALLOWED")), "{}", held.body);
+
+    let everywhere = twopc::access::Policy::parse(Some(r#"{"allowCredits": true}"#)).unwrap();
+    let coordinator = env.coordinator.clone().with_access(everywhere);
+    let answer = coordinator.submit_by(&credit("service-b", "balance", false), None, &alice).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let none = twopc::access::Policy::parse(Some(r#"{"allowCredits": false}"#)).unwrap();
+    let answer =
+        env.coordinator.clone().with_access(none).submit_by(&credit("service-a", "balance", false), None, &alice).await;
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    assert_eq!(env.item("service-a", "B").await.unwrap()["data"]["points"], json!(1));
+    assert_eq!(env.balance("service-a", "B").await, "10");
+    assert_eq!(env.balance("service-b", "B").await, "11");
+}
+
+/// Issue 42: a refusal on one's own item names the transaction in the way only when it is the caller's
+/// own; another caller's (here an admin's held one) is "another caller's transaction", in the answer and
+/// in GET. The admin sees the ids.
+#[tokio::test]
+async fn refusals_name_only_the_callers_own_transactions() {
+    let stack = stack("blockers", 10).await;
+    let users = users(&stack);
+    open_accounts(&users).await;
+
+    let admins = Transaction::new().participant("service-a", [op::add("alice", "balance", -1).min(0)]).hold_ms(60_000);
+    let admins = users.admin.submit(&admins).await.expect("the admin holds alice's account");
+    let admins_id = admins.transaction_id().to_owned();
+    let debit = Transaction::new().participant("service-a", [op::add("alice", "balance", -5).min(0)]);
+    let Outcome::Aborted(refused) = users.alice.submit(&debit).await.expect("answered") else {
+        panic!("her debit meets the admin's lock")
+    };
+    assert_eq!(refused.participants[0].code, Some(RefusalCode::Conflict), "{refused:?}");
+    let reason = refused.participants[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("another caller's transaction") && reason.contains("held"), "{reason}");
+    let shown = format!("{refused:?}");
+    assert!(!shown.contains(&admins_id), "{shown}");
+    let Outcome::Aborted(got) = users.alice.get(&refused.transaction_id).await.expect("hers") else {
+        panic!("aborted")
+    };
+    assert_eq!((&got.reason, &got.participants), (&refused.reason, &refused.participants));
+    let Outcome::Aborted(whole) = users.admin.get(&refused.transaction_id).await.expect("the admin's view") else {
+        panic!("aborted")
+    };
+    assert!(format!("{whole:?}").contains(&admins_id), "the admin sees the id: {whole:?}");
+    users.admin.abort(&admins_id).await.expect("aborted");
+
+    // Her own held transaction in her way: named, she may decide it.
+    let own = Transaction::new().participant("service-b", [op::add("alice", "balance", 5)]).hold_ms(60_000);
+    let own = users.alice.submit(&own).await.expect("her own hold");
+    let again = Transaction::new().participant("service-b", [op::add("alice", "balance", 1)]);
+    let Outcome::Aborted(refused) = users.alice.submit(&again).await.expect("answered") else {
+        panic!("her own hold is in the way")
+    };
+    let reason = refused.participants[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains(own.transaction_id()), "{reason}");
+    users.alice.abort(own.transaction_id()).await.expect("aborted");
+    stack.stop().await;
+}
+
 #[tokio::test]
 async fn idempotency_keys_are_each_callers_own() {
     let stack = stack("keys", 10).await;

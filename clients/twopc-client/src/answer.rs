@@ -135,6 +135,9 @@ code_enum! {
         Forbidden = "FORBIDDEN",
         /// A guard (`min`, `max`, `check`) on an item this caller may not read (400).
         GuardNotAllowed = "GUARD_NOT_ALLOWED",
+        /// A held request (`holdMs`) crediting an item this caller does not own (403): it would hold the
+        /// owner's item for the whole hold.
+        HeldCreditNotAllowed = "HELD_CREDIT_NOT_ALLOWED",
         /// An `Age-Token` not issued for this caller and body, or expired (400).
         InvalidAgeToken = "INVALID_AGE_TOKEN",
         /// The `Age-Token`'s retry already ran under another transaction id (409).

@@ -16,7 +16,8 @@ pub enum Error {
     #[error("not found: {0}")]
     NotFound(ApiError),
     /// 403 `FORBIDDEN`: the access policy does not let this caller write an item of the request (the
-    /// message says which and why). Nothing was written.
+    /// message says which and why); or 403 `HELD_CREDIT_NOT_ALLOWED`: a held request (`holdMs`) credits
+    /// an item this caller does not own. Nothing was written.
     #[error("forbidden: {0}")]
     Forbidden(ApiError),
     /// 409 `NOT_HELD`: `commit` or `abort` of a transaction that was not held (it was decided when it
@@ -62,7 +63,9 @@ impl Error {
         match status {
             400 => Error::Invalid(error),
             404 => Error::NotFound(error),
-            403 if error.code == ErrorCode::Forbidden => Error::Forbidden(error),
+            403 if error.code == ErrorCode::Forbidden || error.code == ErrorCode::HeldCreditNotAllowed => {
+                Error::Forbidden(error)
+            }
             409 if error.code == ErrorCode::NotHeld => Error::NotHeld(error),
             422 => Error::IdempotencyKeyReused(error),
             503 => Error::Unavailable { transaction_id, error },

@@ -6,8 +6,9 @@
 //! its `sub` or starts with `<sub>#`, and may:
 //! - follow `entity:<table>:<id>` and guard (`min`, `max`, `check`) an item only when it owns it: a
 //!   guard is a read, and a refusal an answer about the item's value;
-//! - write only the items it owns, plus credits to others (`add` with a positive `delta` and no guard),
-//!   when the policy allows credits;
+//! - write only the items it owns, plus credits to others (`add` with a positive `delta` and no guard)
+//!   on the fields the policy names (`allowCredits`), and never inside a held request (a held credit
+//!   would hold the owner's own debits for the whole hold, and its abort would cost nothing);
 //! - see (GET, follow `tx:<id>`, commit or abort a held one) only the transactions it created.
 //!
 //! IAM principals are admins unless the policy lists which are (`iamAdmins`); one not listed is held to
@@ -18,10 +19,15 @@
 //! The policy is configuration, not code:
 //! ```json
 //! {"adminGroups": ["admins"], "adminClaim": "twopc:admin", "iamAdmins": ["*"],
-//!  "allowCredits": true, "readTables": null, "writeServices": null}
+//!  "allowCredits": {}, "readTables": null, "writeServices": null}
 //! ```
-//! every field optional, with these defaults. `readTables` (when a list) narrows the tables whose owned
+//! every field optional, with these defaults. `allowCredits` names, per service, the fields a
+//! non-admin may credit on items it does not own (`{"service-a": ["balance"]}`; none by default); the
+//! boolean it was before still works, with a warning at each parse: `true` is any field of the
+//! services in `writeServices`, `false` none. `readTables` (when a list) narrows the tables whose owned
 //! items a non-admin may follow; `writeServices` the services whose owned items it may write or guard.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -113,8 +119,8 @@ pub struct Policy {
     pub admin_claim: String,
     /// IAM principals that are admins: `*` for all, else role names or canonical ARNs.
     pub iam_admins: Vec<String>,
-    /// Non-admins may credit items they do not own (`add`, positive `delta`, no guard).
-    pub allow_credits: bool,
+    /// The fields non-admins may credit on items they do not own (`add`, positive `delta`, no guard).
+    pub allow_credits: Credits,
     /// Tables whose owned items non-admins may follow (None: every table).
     pub read_tables: Option<Vec<String>>,
     /// Services whose owned items non-admins may write or guard (None: every service).
@@ -131,7 +137,7 @@ impl Default for Policy {
             admin_groups: vec!["admins".to_owned()],
             admin_claim: "twopc:admin".to_owned(),
             iam_admins: vec!["*".to_owned()],
-            allow_credits: true,
+            allow_credits: Credits::default(),
             read_tables: None,
             write_services: None,
             self_authorizing_services: Vec::new(),
@@ -139,17 +145,76 @@ impl Default for Policy {
     }
 }
 
-/// What a caller may not do, as the answer says it: `code` decides the status (403 `FORBIDDEN`, 400
-/// `GUARD_NOT_ALLOWED`).
+/// The fields non-admins may credit on items they do not own: `allowCredits`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a map of service names to the fields that may be credited, such as {\"service-a\": [\"balance\"]} \
+                 (or, deprecated, true or false)"
+)]
+pub enum Credits {
+    /// Per service, the numeric fields that may be credited.
+    Fields(BTreeMap<String, Vec<String>>),
+    /// The policy's boolean before fields were named (deprecated): `true` is any field of the services
+    /// in `writeServices` (every service when that is null), `false` none.
+    Any(bool),
+}
+
+impl Default for Credits {
+    /// None: the deployment names what may be credited (the templates' default names the example wallets).
+    fn default() -> Self {
+        Credits::Fields(BTreeMap::new())
+    }
+}
+
+impl Credits {
+    /// Whether any credit at all is allowed.
+    fn any(&self) -> bool {
+        match self {
+            Credits::Fields(fields) => fields.values().any(|f| !f.is_empty()),
+            Credits::Any(allowed) => *allowed,
+        }
+    }
+}
+
+/// How a non-admin's operation is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allowed {
+    /// An admin's, or a self-authorizing service's own operation: the service judges.
+    Unchecked,
+    /// On an item the caller owns.
+    Owned,
+    /// A credit to an item the caller does not own, on a field the policy names.
+    Credit,
+}
+
+/// What a caller may not do, as the answer says it: `code` decides the status (403 `FORBIDDEN` and
+/// `HELD_CREDIT_NOT_ALLOWED`, 400 `GUARD_NOT_ALLOWED`).
 pub type Refusal = Invalid;
 
 impl Policy {
     /// The policy a setting names: unset or blank is the default one.
     pub fn parse(text: Option<&str>) -> Result<Policy, String> {
-        match text.map(str::trim) {
-            None | Some("") => Ok(Policy::default()),
-            Some(text) => serde_json::from_str(text).map_err(|e| format!("expected the access policy's JSON: {e}")),
+        let policy: Policy = match text.map(str::trim) {
+            None | Some("") => Policy::default(),
+            Some(text) => serde_json::from_str(text).map_err(|e| format!("expected the access policy's JSON: {e}"))?,
+        };
+        if let Credits::Any(allowed) = policy.allow_credits {
+            let meaning = match allowed {
+                true => {
+                    "true lets non-admins credit any field of every service in writeServices (all services \
+                         when it is null), stock and counters included."
+                }
+                false => "false allows no credits, as {} does.",
+            };
+            // Said at every start: a deployment keeps working, and learns what to write instead.
+            tracing::warn!(
+                allow_credits = allowed,
+                "the access policy's allowCredits is a boolean, which is deprecated: {meaning} Name the fields \
+                 instead, such as \"allowCredits\": {{\"service-a\": [\"balance\"]}} (infra/DEPLOY.md)"
+            );
         }
+        Ok(policy)
     }
 
     /// `ACCESS_POLICY` from the environment.
@@ -201,6 +266,38 @@ impl Policy {
         self.write_services.as_ref().is_none_or(|s| s.iter().any(|s| s == service))
     }
 
+    /// Whether non-admins may credit `field` of `service`'s items they do not own.
+    pub fn may_credit(&self, service: &str, field: &str) -> bool {
+        match &self.allow_credits {
+            Credits::Fields(fields) => fields.get(service).is_some_and(|f| f.iter().any(|f| f == field)),
+            Credits::Any(allowed) => *allowed && self.may_write_service(service),
+        }
+    }
+
+    /// What the policy lets a non-admin credit, as a refusal says it.
+    fn credits_allowed(&self) -> String {
+        match &self.allow_credits {
+            _ if !self.allow_credits.any() => String::new(),
+            Credits::Fields(fields) => format!(
+                ", and credit others' items (add with a positive delta from 0.000001 to under 10^20) on these \
+                 fields only: {}",
+                fields
+                    .iter()
+                    .filter(|(_, f)| !f.is_empty())
+                    .map(|(service, f)| format!("{service}: {}", f.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            Credits::Any(_) => format!(
+                ", and credit others' items (add with a positive delta from 0.000001 to under 10^20){}",
+                match &self.write_services {
+                    Some(services) => format!(" of the services {}", services.join(", ")),
+                    None => String::new(),
+                }
+            ),
+        }
+    }
+
     /// Whether `caller` may write or guard `operation` on `service`'s item; `Err` says why not. A
     /// service's own operation kinds are its participant's to judge only when the policy says the service
     /// authorizes its callers itself (`selfAuthorizingServices`).
@@ -210,16 +307,16 @@ impl Policy {
         service: &str,
         operation: &Operation,
         path: &str,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Allowed, Refusal> {
         let judged_by_service = matches!(operation, Operation::Custom { .. })
             && self.self_authorizing_services.iter().any(|s| s == service);
         if caller.admin || judged_by_service {
-            return Ok(());
+            return Ok(Allowed::Unchecked);
         }
         let id = entity_id(operation.key());
         let owned = caller.owns(&id) && self.may_write_service(service);
         if owned {
-            return Ok(());
+            return Ok(Allowed::Owned);
         }
         let guarded = match operation {
             Operation::Check { .. } => true,
@@ -235,11 +332,11 @@ impl Policy {
                 ),
             ));
         }
-        if let Operation::Add { delta, .. } = operation
-            && self.allow_credits
+        if let Operation::Add { delta, field, .. } = operation
+            && self.may_credit(service, field)
             && is_credit(delta.value())
         {
-            return Ok(());
+            return Ok(Allowed::Credit);
         }
         Err(Invalid::new(
             ErrorCode::Forbidden,
@@ -251,11 +348,7 @@ impl Policy {
                     Some(sub) => format!("{sub:?} or \"{sub}#...\""),
                     None => "of your own; this request has no identity".to_owned(),
                 },
-                credits = if self.allow_credits {
-                    ", and credit others (add with a positive delta from 0.000001 to under 10^20)"
-                } else {
-                    ""
-                },
+                credits = self.credits_allowed(),
             ),
         ))
     }
@@ -267,7 +360,24 @@ impl Policy {
         }
         for (p, part) in request.participants.iter().enumerate() {
             for (o, operation) in part.operations.iter().enumerate() {
-                self.check_operation(caller, &part.service, operation, &format!("participants[{p}].operations[{o}]"))?;
+                let path = format!("participants[{p}].operations[{o}]");
+                let allowed = self.check_operation(caller, &part.service, operation, &path)?;
+                // A held credit holds the owner's item for the whole hold (its debits and puts are refused
+                // CONFLICT), and its abort costs the caller nothing: a freeze, not a credit.
+                if allowed == Allowed::Credit
+                    && let Some(hold_ms) = request.hold_ms
+                {
+                    return Err(Invalid::new(
+                        ErrorCode::HeldCreditNotAllowed,
+                        format!(
+                            "{path}: a credit to {}'s item {:?}, which you do not own, in a held request (holdMs \
+                             {hold_ms}): a held credit would lock the owner's item until the hold ends; credit \
+                             others in a request without holdMs",
+                            part.service,
+                            entity_id(operation.key()),
+                        ),
+                    ));
+                }
             }
         }
         Ok(())
@@ -304,6 +414,69 @@ impl Policy {
             body["reason"] = Value::String(if shown.is_empty() { HIDDEN_REASON.to_owned() } else { shown.join("; ") });
         }
     }
+}
+
+/// What a refusal shown to a non-admin says in place of `transaction <id>` when that transaction is not
+/// one the caller may see ([`Policy::may_see`]): whose lock is in the way is no business of the caller's,
+/// and an id is what a forged retry would aim at.
+pub const ANOTHER_CALLERS_TRANSACTION: &str = "another caller's transaction";
+
+/// The transaction ids an answer's reasons name (`transaction <id>`: how a participant names a lock's
+/// owner: CONFLICT, TIMEOUT, "still deciding", held), the answer's own id excepted.
+pub fn transactions_named(body: &Value) -> std::collections::BTreeSet<String> {
+    let own = body.get("transactionId").and_then(Value::as_str);
+    reasons(body)
+        .flat_map(|reason| mentions(reason).map(|(_, id)| id.to_owned()).collect::<Vec<_>>())
+        .filter(|id| Some(id.as_str()) != own)
+        .collect()
+}
+
+/// The answer with each of `hidden` named as [`ANOTHER_CALLERS_TRANSACTION`] instead, in the
+/// participants' reasons and the transaction's.
+pub fn hide_transactions(body: &mut Value, hidden: &std::collections::BTreeSet<String>) {
+    if hidden.is_empty() {
+        return;
+    }
+    let hide = |reason: &mut Value| {
+        let Some(text) = reason.as_str() else { return };
+        let mut shown = String::with_capacity(text.len());
+        let mut rest = 0;
+        for (at, id) in mentions(text) {
+            if hidden.contains(id) {
+                shown.push_str(&text[rest..at]);
+                shown.push_str(ANOTHER_CALLERS_TRANSACTION);
+                rest = at + MENTION.len() + id.len();
+            }
+        }
+        shown.push_str(&text[rest..]);
+        *reason = Value::String(shown);
+    };
+    if let Some(reason) = body.get_mut("reason") {
+        hide(reason);
+    }
+    for entry in body.get_mut("participants").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(reason) = entry.get_mut("reason") {
+            hide(reason);
+        }
+    }
+}
+
+const MENTION: &str = "transaction ";
+
+/// Each `transaction <id>` of a text: where the mention starts, and the id (a transaction id's
+/// characters: letters, digits, `-` and `_`).
+fn mentions(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.match_indices(MENTION).filter_map(move |(at, _)| {
+        let start = at + MENTION.len();
+        let tail = &text[start..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_')).unwrap_or(tail.len());
+        (end > 0).then(|| (at, &tail[..end]))
+    })
+}
+
+fn reasons(body: &Value) -> impl Iterator<Item = &str> {
+    let participants = body.get("participants").and_then(Value::as_array).into_iter().flatten();
+    body.get("reason").and_then(Value::as_str).into_iter().chain(participants.filter_map(|p| p.get("reason")?.as_str()))
 }
 
 /// The `entityId`s an operation list (as JSON) touches.
@@ -371,9 +544,12 @@ mod tests {
         assert_eq!(Caller::from_context("arn:aws:iam::1:role/x", None, None), None);
     }
 
+    /// The templates' default: the example wallets' balances may be credited.
+    const WALLETS: &str = r#"{"allowCredits": {"service-a": ["balance"], "service-b": ["balance"]}}"#;
+
     #[test]
     fn the_default_policy_lets_a_user_write_its_own_items_and_credit_others() {
-        let policy = Policy::default();
+        let policy = Policy::parse(Some(WALLETS)).unwrap();
         let alice = alice();
         let own = op(json!({"op": "add", "key": {"entityId": "alice"}, "field": "balance", "delta": -5, "min": 0}));
         assert!(policy.check_operation(&alice, "service-a", &own, "p").is_ok());
@@ -417,6 +593,100 @@ mod tests {
         }
         let admin = Caller::jwt("https://issuer", "root", true);
         assert!(policy.check_operation(&admin, "service-a", &debit, "p").is_ok());
+    }
+
+    #[test]
+    fn credits_are_the_fields_the_policy_names() {
+        let alice = alice();
+        let wallets = Policy::parse(Some(WALLETS)).unwrap();
+        let add = |field: &str| op(json!({"op": "add", "key": {"entityId": "bob"}, "field": field, "delta": 5}));
+        assert_eq!(wallets.check_operation(&alice, "service-b", &add("balance"), "p"), Ok(Allowed::Credit));
+        for (service, field) in [("inventory", "stock"), ("service-a", "points"), ("unknown", "balance")] {
+            let refused = wallets.check_operation(&alice, service, &add(field), "p").unwrap_err();
+            assert_eq!(refused.code, ErrorCode::Forbidden, "{service}.{field}");
+            assert!(refused.message.contains("service-a: balance; service-b: balance"), "{refused}");
+        }
+        // Her own items are hers whatever the credits.
+        let own = op(json!({"op": "add", "key": {"entityId": "alice"}, "field": "stock", "delta": 5}));
+        assert_eq!(wallets.check_operation(&alice, "inventory", &own, "p"), Ok(Allowed::Owned));
+
+        // None by default: a deployment names what may be credited.
+        let refused = Policy::default().check_operation(&alice, "service-a", &add("balance"), "p").unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Forbidden);
+        assert!(!refused.message.contains("credit"), "{refused}");
+
+        // The old boolean: true is any field of the services in writeServices (every one when null).
+        let any = Policy::parse(Some(r#"{"allowCredits": true}"#)).unwrap();
+        assert_eq!(any.allow_credits, Credits::Any(true));
+        assert_eq!(any.check_operation(&alice, "inventory", &add("stock"), "p"), Ok(Allowed::Credit));
+        let narrowed = Policy::parse(Some(r#"{"allowCredits": true, "writeServices": ["service-a"]}"#)).unwrap();
+        assert_eq!(narrowed.check_operation(&alice, "service-a", &add("points"), "p"), Ok(Allowed::Credit));
+        let refused = narrowed.check_operation(&alice, "inventory", &add("stock"), "p").unwrap_err();
+        assert!(refused.message.contains("of the services service-a"), "{refused}");
+        let none = Policy::parse(Some(r#"{"allowCredits": false}"#)).unwrap();
+        assert!(none.check_operation(&alice, "service-a", &add("balance"), "p").is_err());
+
+        // Anything else is refused at parse, saying what is expected.
+        for bad in [r#"{"allowCredits": ["balance"]}"#, r#"{"allowCredits": {"service-a": "balance"}}"#] {
+            let refused = Policy::parse(Some(bad)).unwrap_err();
+            assert!(refused.contains(r#"{"service-a": ["balance"]}"#), "{bad}: {refused}");
+        }
+    }
+
+    /// What `parse` logs for a policy (the warnings a reader gives at its start).
+    fn logged_parsing(text: &str) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        tracing::subscriber::with_default(subscriber, || Policy::parse(Some(text)).unwrap());
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn the_old_boolean_is_parsed_with_a_warning() {
+        for old in [r#"{"allowCredits": true}"#, r#"{"allowCredits": false}"#] {
+            let logged = logged_parsing(old);
+            assert!(
+                logged.contains("WARN") && logged.contains("allowCredits is a boolean, which is deprecated"),
+                "{logged}"
+            );
+        }
+        assert_eq!(logged_parsing(WALLETS), "");
+        assert_eq!(logged_parsing("{}"), "");
+    }
+
+    #[test]
+    fn a_held_request_credits_only_the_callers_own_items() {
+        let wallets = Policy::parse(Some(WALLETS)).unwrap();
+        let alice = alice();
+        let request = |hold: &str, to: &str| {
+            let body = format!(
+                r#"{{"participants": [
+                    {{"service": "service-a", "operations": [{{"op": "add", "key": {{"entityId": "alice"}}, "field": "balance", "delta": -5, "min": 0}}]}},
+                    {{"service": "service-b", "operations": [{{"op": "add", "key": {{"entityId": "{to}"}}, "field": "balance", "delta": 5}}]}}
+                ]{hold}}}"#
+            );
+            TransactionRequest::parse(body.as_bytes(), |_| true).unwrap()
+        };
+        assert!(wallets.check_request(&alice, &request("", "bob")).is_ok());
+        assert!(wallets.check_request(&alice, &request(r#", "holdMs": 60000"#, "alice#2")).is_ok());
+        let refused = wallets.check_request(&alice, &request(r#", "holdMs": 60000"#, "bob")).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::HeldCreditNotAllowed, "{refused}");
+        assert_eq!(refused.code.http_status(), 403);
+        assert!(refused.message.starts_with("participants[1].operations[0]: "), "{refused}");
+        let admin = Caller::jwt("https://issuer", "root", true);
+        assert!(wallets.check_request(&admin, &request(r#", "holdMs": 60000"#, "bob")).is_ok());
     }
 
     #[test]
@@ -471,6 +741,50 @@ mod tests {
         let mut admin_view = answer.clone();
         policy.redact_answer(&Caller::jwt("https://issuer", "root", true), &mut admin_view, &items);
         assert_eq!(admin_view, answer);
+    }
+
+    #[test]
+    fn another_callers_blocker_is_named_without_its_id() {
+        // Each way a participant names a lock's owner (protocol.rs: wait-die, TIMEOUT, still deciding, held).
+        let answer = json!({
+            "transactionId": "tx-mine",
+            "status": "ABORTED",
+            "reason": "service-a: entity d/alice is locked by transaction tx-other-2, held for its caller's decision; \
+                       service-b: entity d/alice#2 is locked by transaction tx-own; waited 80 ms for it, as long as the deadline allows",
+            "participants": [
+                {"service": "service-a", "code": "CONFLICT",
+                 "reason": "entity d/alice is locked by transaction tx-other-2, held for its caller's decision"},
+                {"service": "service-b", "code": "TIMEOUT",
+                 "reason": "entity d/alice#2 is locked by transaction tx-own; waited 80 ms for it, as long as the deadline allows"},
+                {"service": "inventory", "code": "CONFLICT",
+                 "reason": "entity is locked by transaction tx-third, which is still deciding"},
+                {"service": "payments", "code": "CONFLICT",
+                 "reason": "transaction tx-mine holds only some of its items here: it is already being finished"},
+            ],
+        });
+        let named = transactions_named(&answer);
+        let expected: std::collections::BTreeSet<String> =
+            ["tx-other-2", "tx-own", "tx-third"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(named, expected);
+        let mut seen = answer.clone();
+        let hidden = ["tx-other-2", "tx-third"].iter().map(|s| s.to_string()).collect();
+        hide_transactions(&mut seen, &hidden);
+        let text = seen.to_string();
+        assert!(!text.contains("tx-other") && !text.contains("tx-third"), "{text}");
+        assert_eq!(
+            seen["participants"][0]["reason"],
+            "entity d/alice is locked by another caller's transaction, held for its caller's decision"
+        );
+        assert_eq!(
+            seen["participants"][2]["reason"],
+            "entity is locked by another caller's transaction, which is still deciding"
+        );
+        assert_eq!(seen["participants"][1], answer["participants"][1], "the caller's own is named");
+        assert_eq!(seen["participants"][3], answer["participants"][3]);
+        assert!(
+            seen["reason"].as_str().unwrap().starts_with("service-a: entity d/alice is locked by another caller's")
+        );
+        assert!(seen["reason"].as_str().unwrap().contains("transaction tx-own;"));
     }
 
     #[test]

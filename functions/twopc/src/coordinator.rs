@@ -39,6 +39,7 @@ use crate::store::{StoreError, WriteOutcome};
 use crate::telemetry;
 
 mod chain;
+mod seen;
 
 /// One commit or abort message gets this long before it is counted as failed and tried again.
 const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -307,20 +308,22 @@ impl Coordinator {
     pub async fn get_by(&self, id: &str, caller: &Caller) -> Reply {
         match self.transactions.get(id).await {
             Ok(Some(record)) if self.access.may_see(caller, record.principal.as_deref()) => {
-                self.as_seen_by(caller, Reply::for_record(&record), &record)
+                self.as_seen_by(caller, Reply::for_record(&record), &record).await
             }
             Ok(_) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
             Err(e) => unavailable(&e, None),
         }
     }
 
-    /// A record's answer as `caller` may see it ([`Policy::redact_answer`]).
-    fn as_seen_by(&self, caller: &Caller, mut reply: Reply, record: &TransactionRecord) -> Reply {
+    /// A record's answer as `caller` may see it ([`Policy::redact_answer`], and others' transactions
+    /// unnamed: [`Coordinator::hide_others_transactions`]).
+    async fn as_seen_by(&self, caller: &Caller, mut reply: Reply, record: &TransactionRecord) -> Reply {
         if caller.admin {
             return reply;
         }
         let items: Vec<Vec<String>> = record.participants.iter().map(|p| entity_ids(&p.operations)).collect();
         self.access.redact_answer(caller, &mut reply.body, &items);
+        self.hide_others_transactions(caller, &mut reply.body).await;
         reply
     }
 
@@ -387,6 +390,7 @@ impl Coordinator {
         };
         let mut reply = self.answer_authorized(request, idempotency_key, age_token, caller).await;
         self.access.redact_answer(caller, &mut reply.body, &items);
+        self.hide_others_transactions(caller, &mut reply.body).await;
         reply
     }
 
@@ -1507,7 +1511,7 @@ impl Coordinator {
             _ => 409,
         };
         info!(status = %record.status, http = reply.status, "held transaction answered");
-        Ok(self.as_seen_by(caller, reply, &record))
+        Ok(self.as_seen_by(caller, reply, &record).await)
     }
 
     /// The caller's decision, written conditionally on the status read (PREPARED, or PREPARING for an abort

@@ -41,6 +41,9 @@ pub enum ErrorCode {
     Forbidden,
     /// A guard (`min`, `max`, `check`) on an item the caller may not read (400).
     GuardNotAllowed,
+    /// A non-admin's held request (`holdMs`) that credits an item its caller does not own: it would hold
+    /// the owner's item for the whole hold (403).
+    HeldCreditNotAllowed,
     /// An `Age-Token` header that is not one the coordinator issued for this caller and this body, or has
     /// expired (400).
     InvalidAgeToken,
@@ -49,7 +52,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::InvalidRequest,
         ErrorCode::MalformedJson,
         ErrorCode::BodyTooLarge,
@@ -69,6 +72,7 @@ impl ErrorCode {
         ErrorCode::NotHeld,
         ErrorCode::Forbidden,
         ErrorCode::GuardNotAllowed,
+        ErrorCode::HeldCreditNotAllowed,
         ErrorCode::InvalidAgeToken,
         ErrorCode::AgeTokenUsed,
     ];
@@ -94,6 +98,7 @@ impl ErrorCode {
             ErrorCode::NotHeld => "NOT_HELD",
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::GuardNotAllowed => "GUARD_NOT_ALLOWED",
+            ErrorCode::HeldCreditNotAllowed => "HELD_CREDIT_NOT_ALLOWED",
             ErrorCode::InvalidAgeToken => "INVALID_AGE_TOKEN",
             ErrorCode::AgeTokenUsed => "AGE_TOKEN_USED",
         }
@@ -109,7 +114,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => 503,
             ErrorCode::NotHeld => 409,
             ErrorCode::AgeTokenUsed => 409,
-            ErrorCode::Forbidden => 403,
+            ErrorCode::Forbidden | ErrorCode::HeldCreditNotAllowed => 403,
             _ => 400,
         }
     }

@@ -390,19 +390,25 @@ export class TwoPhaseCommitStack extends Stack {
     });
     const accessPolicy = parameter('AccessPolicy', {
       type: 'String',
-      default: '{}',
+      // The example wallets' balances are what non-admins may credit (rename the services here when you
+      // rename ServiceAName or ServiceBName); {} allows no credits.
+      default: '{"allowCredits": {"service-a": ["balance"], "service-b": ["balance"]}}',
       // A JSON object; the functions check the rest and refuse to start on a bad one.
       allowedPattern: '\\s*\\{.*\\}\\s*',
-      constraintDescription: 'must be a JSON object such as {"adminGroups": ["admins"], "allowCredits": false}',
+      constraintDescription:
+        'must be a JSON object such as {"adminGroups": ["admins"], "allowCredits": {"service-a": ["balance"]}}',
       description:
         'Who may do what, as JSON (the ACCESS_POLICY of the coordinator, the connections function, the ' +
         'stream processor and the authorizer), every field optional: {"adminGroups": [groups whose ' +
         'members are admins (cognito:groups or groups claim)], "adminClaim": "<claim that is true for an ' +
         'admin>", "iamAdmins": ["*" (the default: every IAM principal) or role names or ARNs], ' +
-        '"allowCredits": true|false (non-admins may add a positive delta to items they do not own), ' +
+        '"allowCredits": {"<service>": [fields non-admins may credit (add a positive delta) on items they ' +
+        'do not own], ...} (the boolean of older versions still works, deprecated: true is any field of the ' +
+        'services in writeServices), ' +
         '"readTables": null (every table) or [tables whose owned items a non-admin may read and follow], ' +
         '"writeServices": null (every service) or [services whose owned items a non-admin may write]}. ' +
-        '{} (the default): the code\'s defaults (infra/DEPLOY.md, "Authorization").',
+        'The default names the example wallets\' balances; {}: the code\'s defaults, which allow no credits ' +
+        '(infra/DEPLOY.md, "Authorization").',
     });
     const maxConnectionsPerPrincipal = parameter('MaxConnectionsPerPrincipal', {
       type: 'Number',

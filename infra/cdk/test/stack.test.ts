@@ -194,7 +194,8 @@ test('the JWT authorizer: only with JwtIssuer; then every method and $connect us
     ['JwtIssuer', ''],
     ['JwtAudience', ''],
     ['JwksUrl', ''],
-    ['AccessPolicy', '{}'],
+    // The example wallets' balances are what non-admins may credit (issue 42).
+    ['AccessPolicy', '{"allowCredits": {"service-a": ["balance"], "service-b": ["balance"]}}'],
   ]) {
     assert.equal((template.Parameters[name] as { Default: string }).Default, fallback, name);
   }

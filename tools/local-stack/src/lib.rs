@@ -50,6 +50,16 @@ pub const DEFAULT_WEBSOCKET_PORT: u16 = 3001;
 /// which runs its own (`functions/inventory`, with its `reserve` and `release`), and the example
 /// payments, a resource participant (`functions/payments`) against the stand-in payment API.
 pub const DEFAULT_SERVICES: [&str; 4] = ["service-a", "service-b", "inventory", "payments"];
+/// The stack's access policy unless one is given (`--access-policy`): the templates' default, which
+/// names the example wallets' balances as the fields non-admins may credit (infra/template.yaml
+/// `AccessPolicy`).
+pub const DEFAULT_ACCESS_POLICY: &str = r#"{"allowCredits": {"service-a": ["balance"], "service-b": ["balance"]}}"#;
+
+/// [`DEFAULT_ACCESS_POLICY`], parsed.
+pub fn default_access_policy() -> twopc::access::Policy {
+    twopc::access::Policy::parse(Some(DEFAULT_ACCESS_POLICY)).expect("the default access policy parses")
+}
+
 /// Region and credentials every local client uses (DynamoDB Local accepts any).
 pub const REGION: &str = "us-east-1";
 
@@ -129,7 +139,7 @@ pub struct Config {
     /// `--auth jwt`: a development issuer, and both APIs behind the authorizer; `None`: no authorization
     /// (every caller is one without identity, as before).
     pub auth: Auth,
-    /// Who may do what (`ACCESS_POLICY`; the default policy unless given).
+    /// Who may do what (`ACCESS_POLICY`; [`DEFAULT_ACCESS_POLICY`] unless given).
     pub access: twopc::access::Policy,
     /// Open WebSocket connections per principal (`MAX_CONNECTIONS_PER_PRINCIPAL`).
     pub max_connections_per_principal: usize,
@@ -172,7 +182,7 @@ impl Default for Config {
             mode: Mode::InProcess,
             example_items: false,
             auth: Auth::None,
-            access: twopc::access::Policy::default(),
+            access: default_access_policy(),
             max_connections_per_principal: twopc::config::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
             auth_dir: local_dir().join("auth"),
         }

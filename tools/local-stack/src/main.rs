@@ -128,7 +128,8 @@ struct StackArgs {
     /// (`twopc-local token --sub alice` prints one) and the access policy, as a JwtIssuer deployment does.
     #[arg(long, value_enum, default_value = "none")]
     auth: AuthArg,
-    /// The access policy (ACCESS_POLICY's JSON) [default: its defaults].
+    /// The access policy (ACCESS_POLICY's JSON) [default: the templates' default, which lets non-admins
+    /// credit the balance of service-a's and service-b's items].
     #[arg(long, value_name = "JSON", value_parser = |text: &str| twopc::access::Policy::parse(Some(text)))]
     access_policy: Option<twopc::access::Policy>,
     /// With --lambda: do not rebuild and restart functions when their code changes.
@@ -168,7 +169,7 @@ impl StackArgs {
             sweep_interval: Duration::from_secs(self.sweep_secs.max(1)),
             // `up` starts with items to show and order; the demo makes its own.
             example_items: keep_data_by_default,
-            access: self.access_policy.clone().unwrap_or_default(),
+            access: self.access_policy.clone().unwrap_or_else(local_stack::default_access_policy),
             auth: match self.auth {
                 AuthArg::None => local_stack::Auth::None,
                 AuthArg::Jwt => local_stack::Auth::Jwt,
