@@ -464,12 +464,14 @@ pub fn hide_transactions(body: &mut Value, hidden: &std::collections::BTreeSet<S
 const MENTION: &str = "transaction ";
 
 /// Each `transaction <id>` of a text: where the mention starts, and the id (a transaction id's
-/// characters: letters, digits, `-` and `_`).
+/// characters: letters, digits, `-`, `_` and `~`).
 fn mentions(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.match_indices(MENTION).filter_map(move |(at, _)| {
         let start = at + MENTION.len();
         let tail = &text[start..];
-        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_')).unwrap_or(tail.len());
+        // `~`: a one-phase transaction's id carries its service (`1p~<service>~...`, coordinator::one_phase_id).
+        let end =
+            tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '~')).unwrap_or(tail.len());
         (end > 0).then(|| (at, &tail[..end]))
     })
 }
@@ -760,17 +762,26 @@ mod tests {
                  "reason": "entity is locked by transaction tx-third, which is still deciding"},
                 {"service": "payments", "code": "CONFLICT",
                  "reason": "transaction tx-mine holds only some of its items here: it is already being finished"},
+                // An expired owner a participant may not decide (issue 42), and a one-phase id (`~`).
+                {"service": "s5", "code": "CONFLICT",
+                 "reason": "entity is locked by transaction tx-expired, past its deadline and undecided; \
+                            it is aborted by the coordinator or the sweeper, not by a participant"},
+                {"service": "s6", "code": "CONFLICT", "reason": "retry of transaction 1p~s6~tx-one-2 ran"},
             ],
         });
         let named = transactions_named(&answer);
         let expected: std::collections::BTreeSet<String> =
-            ["tx-other-2", "tx-own", "tx-third"].iter().map(|s| s.to_string()).collect();
+            ["tx-other-2", "tx-own", "tx-third", "tx-expired", "1p~s6~tx-one-2"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         assert_eq!(named, expected);
         let mut seen = answer.clone();
-        let hidden = ["tx-other-2", "tx-third"].iter().map(|s| s.to_string()).collect();
+        let hidden = ["tx-other-2", "tx-third", "tx-expired", "1p~s6~tx-one-2"].iter().map(|s| s.to_string()).collect();
         hide_transactions(&mut seen, &hidden);
         let text = seen.to_string();
         assert!(!text.contains("tx-other") && !text.contains("tx-third"), "{text}");
+        assert!(!text.contains("tx-expired") && !text.contains("tx-one"), "{text}");
         assert_eq!(
             seen["participants"][0]["reason"],
             "entity d/alice is locked by another caller's transaction, held for its caller's decision"
