@@ -36,7 +36,13 @@ fn first_write_bytes(env: &TestEnv, body: &Value, keyed: bool) -> usize {
     let request = twopc::coordinator::parse_request(body.to_string().as_bytes(), |_| true).expect("a valid request");
     let hash = keyed.then(|| request.canonical_hash());
     let now = env.clock_now() / 10 * 10 + 1;
-    TransactionRecord::preparing(format!("tx-{}", "0".repeat(32)), &request, hash, now).first_write_bytes()
+    let id = format!("tx-{}", "0".repeat(32));
+    // A one-phase request's id carries its service (issue 42): one participant, not held, writing.
+    let id = match request.participants.as_slice() {
+        [sole] if request.hold_ms.is_none() => twopc::coordinator::one_phase_id(&sole.service, &id),
+        _ => id,
+    };
+    TransactionRecord::preparing(id, &request, hash, now).first_write_bytes()
 }
 
 /// `body` with the data of its first operation padded (dense lists, then a string for the last bytes)

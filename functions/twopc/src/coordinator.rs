@@ -225,6 +225,24 @@ impl Coordinator {
         self.invoker.invoke(service, &signed).await
     }
 
+    /// The answer of a request whose record `id` exists already (its replay; a 503 when it cannot be
+    /// read); None when there is none.
+    async fn answer_if_recorded(
+        &self,
+        id: &str,
+        request_hash: Option<&str>,
+        answer_by: std::time::Instant,
+    ) -> Option<Reply> {
+        match self.transactions.get(id).await {
+            Ok(Some(existing)) => Some(match self.replay(existing, request_hash, answer_by).await {
+                Ok(reply) => reply,
+                Err(e) => drive_error_reply(e, id),
+            }),
+            Ok(None) => None,
+            Err(e) => Some(unavailable(&e, None)),
+        }
+    }
+
     /// The service of a request that commits in one phase: a sole participant, not held, whose operations
     /// [`takes_one_phase`].
     fn one_phase_service(&self, record: &TransactionRecord) -> Option<String> {
@@ -460,18 +478,11 @@ impl Coordinator {
         if age.is_none()
             && let Some(service) = self.one_phase_service(&record)
         {
-            if idempotency_key.is_some() {
-                // A keyed request that ran in one phase before ids were scoped ran under the key's plain id.
-                match self.transactions.get(&id).await {
-                    Ok(Some(existing)) => {
-                        return match self.replay(existing, record.request_hash.as_deref(), answer_by).await {
-                            Ok(reply) => reply,
-                            Err(e) => drive_error_reply(e, &id),
-                        };
-                    }
-                    Ok(None) => {}
-                    Err(e) => return unavailable(&e, None),
-                }
+            // A keyed request that ran in one phase before ids were scoped ran under the key's plain id.
+            if idempotency_key.is_some()
+                && let Some(reply) = self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by).await
+            {
+                return reply;
             }
             let scoped = one_phase_id(&service, &id);
             record = TransactionRecord::preparing(scoped.clone(), &request, request_hash, now);
@@ -487,15 +498,8 @@ impl Coordinator {
             // it, so that no chain ever links to a transaction of another body, or to one of its own. Read
             // first, not left to the claim's write: the key may name the refused attempt itself, and one
             // TransactWriteItems cannot touch one item twice.
-            match self.transactions.get(&id).await {
-                Ok(Some(existing)) => {
-                    return match self.replay(existing, record.request_hash.as_deref(), answer_by).await {
-                        Ok(reply) => reply,
-                        Err(e) => drive_error_reply(e, &id),
-                    };
-                }
-                Ok(None) => {}
-                Err(e) => return unavailable(&e, None),
+            if let Some(reply) = self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by).await {
+                return reply;
             }
             // A request of its own (its first attempt, its own key) that keeps the refused request's age.
             record.started_at = Some(age.started_at);

@@ -67,7 +67,14 @@ pub async fn read_owner_fate(
     now_ms: u64,
 ) -> Result<OwnerFate, StoreError> {
     let Some(record) = transactions.get(owner).await? else { return Ok(OwnerFate::Expired) };
-    Ok(match record.status {
+    Ok(fate_of(record, now_ms))
+}
+
+/// What `record` says of its owner at `now_ms`. Resolvers act only past the deadline (a held
+/// transaction's: its holdUntil) and twice the clock margin (crate::clock): then an undecided owner is
+/// `Expired`, for a role that may decide to abort.
+fn fate_of(record: TransactionRecord, now_ms: u64) -> OwnerFate {
+    match record.status {
         Status::Committing => OwnerFate::Commit(Box::new(record)),
         Status::Committed => OwnerFate::Committed,
         Status::Aborting | Status::Aborted => OwnerFate::Abort,
@@ -76,7 +83,7 @@ pub async fn read_owner_fate(
         }
         Status::Preparing if now_ms <= crate::clock::resolvable_after(record.expiry()) => OwnerFate::Undecided,
         Status::Preparing | Status::Prepared => OwnerFate::Expired,
-    })
+    }
 }
 
 async fn decide(
@@ -84,28 +91,11 @@ async fn decide(
     record: TransactionRecord,
     now_ms: u64,
 ) -> Result<OwnerFate, StoreError> {
-    Ok(match record.status {
-        Status::Committing => OwnerFate::Commit(Box::new(record)),
-        Status::Committed => OwnerFate::Committed,
-        Status::Aborting | Status::Aborted => OwnerFate::Abort,
-        // Resolvers act only past the deadline (a held transaction's: its holdUntil) and twice the clock
-        // margin (crate::clock).
-        Status::Prepared if now_ms <= crate::clock::resolvable_after(record.expiry()) => {
-            OwnerFate::Held(Box::new(record))
-        }
-        Status::Preparing if now_ms <= crate::clock::resolvable_after(record.expiry()) => OwnerFate::Undecided,
-        Status::Preparing | Status::Prepared => {
-            let reason = expiry_reason(record.status);
+    let (id, status, keyed) = (record.transaction_id.clone(), record.status, record.is_keyed());
+    Ok(match fate_of(record, now_ms) {
+        OwnerFate::Expired => {
             match transactions
-                .transition(
-                    &record.transaction_id,
-                    record.status,
-                    Status::Aborting,
-                    record.is_keyed(),
-                    now_ms,
-                    None,
-                    Some(reason),
-                )
+                .transition(&id, status, Status::Aborting, keyed, now_ms, None, Some(expiry_reason(status)))
                 .await?
             {
                 Transition::Done(_) => OwnerFate::Abort,
@@ -121,5 +111,6 @@ async fn decide(
                 Transition::Lost(None) => OwnerFate::Abort,
             }
         }
+        fate => fate,
     })
 }

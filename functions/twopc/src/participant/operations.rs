@@ -71,16 +71,20 @@ pub(crate) fn reservation(e: &mut Expr, op: &Operation) -> Option<String> {
 /// The number DynamoDB stores in the most bytes: 38 significant digits.
 const LARGEST_NUMBER: &str = "-9.9999999999999999999999999999999999999E+125";
 
-/// The SET clauses (without "SET") that apply a writing operation as a commit of `tx`.
-pub(crate) fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
+/// What every commit of `tx` sets besides the data: the next `version`, and `lastTx`.
+fn committed_by(e: &mut Expr, tx: &str) -> Vec<String> {
     let version = e.name(a::VERSION);
     let last_tx = e.name(a::LAST_TX);
-    let data = e.name(a::DATA);
     let zero = e.value(n(0));
     let one = e.value(n(1));
     let tx_value = e.value(s(tx));
-    let mut sets =
-        vec![format!("{version} = if_not_exists({version}, {zero}) + {one}"), format!("{last_tx} = {tx_value}")];
+    vec![format!("{version} = if_not_exists({version}, {zero}) + {one}"), format!("{last_tx} = {tx_value}")]
+}
+
+/// The SET clauses (without "SET") that apply a writing operation as a commit of `tx`.
+pub(crate) fn apply(e: &mut Expr, op: &Operation, tx: &str) -> String {
+    let mut sets = committed_by(e, tx);
+    let data = e.name(a::DATA);
     match op {
         Operation::Put { data: value, .. } => {
             let value = e.value(AttributeValue::M(attr::to_item(value)));
@@ -163,14 +167,8 @@ impl Voted {
 /// The SET clauses (without "SET") that apply a vote as a commit of `tx`: every value from the item itself
 /// (`pending`, or the kept delta), none from the message.
 pub(crate) fn apply_voted(e: &mut Expr, voted: &Voted, tx: &str) -> String {
-    let version = e.name(a::VERSION);
-    let last_tx = e.name(a::LAST_TX);
+    let mut sets = committed_by(e, tx);
     let data = e.name(a::DATA);
-    let zero = e.value(n(0));
-    let one = e.value(n(1));
-    let tx_value = e.value(s(tx));
-    let mut sets =
-        vec![format!("{version} = if_not_exists({version}, {zero}) + {one}"), format!("{last_tx} = {tx_value}")];
     match voted {
         Voted::Put | Voted::Custom => sets.push(format!("{data} = {}", e.name(a::PENDING))),
         Voted::Set { fields } => {
