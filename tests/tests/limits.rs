@@ -385,6 +385,7 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
                 lock_token: (status == Status::Committing).then(|| token(i)),
                 service_code: None,
                 blocked_by: None,
+                unresolved_owner: None,
             })
             .collect(),
         created_at: now - 60_000,

@@ -238,6 +238,13 @@ async fn an_owner_with_no_record_is_left_to_the_sweeper_which_reads_the_lock() {
     assert_eq!((vote.vote, vote.unresolved_owner.as_deref()), (Some(Vote::Refused), Some("tx-ghost")), "{vote:?}");
     assert!(env.raw_record("tx-ghost").await.is_none(), "a participant writes no record");
 
+    // Through the coordinator: it cannot resolve an owner with no record, and a retry could not wait it
+    // out: the refusal is the answer at once, not a burst of attempts.
+    let (status, answer) = env.post(&TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "1"), None).await;
+    assert_eq!((status, answer["participants"][0]["code"].as_str()), (409, Some("CONFLICT")), "{answer}");
+    assert!(answer.get("attempts").is_none(), "one attempt: {answer}");
+    assert!(env.raw_record("tx-ghost").await.is_none(), "nor does the coordinator, on a participant's word");
+
     env.sweep_until_quiet().await;
     assert!(aborted(&env, "tx-ghost").await);
     assert!(env.locked_items().await.is_empty(), "{:?}", env.locked_items().await);
@@ -278,4 +285,71 @@ async fn a_one_phase_record_is_written_under_its_services_prefix() {
     let (status, replayed) = env.post(&body, Some("key-2")).await;
     assert_eq!((status, replayed["transactionId"].as_str()), (200, Some(plain)), "{replayed}");
     assert_eq!(env.balance("service-a", "A").await, "97", "applied once");
+}
+
+/// Sets the `lock.op` of `key`'s lock at `service` to `value`, as another version of the code might keep it.
+async fn set_kept_vote(env: &TestEnv, service: &str, key: &str, value: AttributeValue) {
+    env.client
+        .update_item()
+        .table_name(env.table(service))
+        .key("entityId", AttributeValue::S(key.to_owned()))
+        .update_expression("SET #lock.#op = :v")
+        .expression_attribute_names("#lock", "lock")
+        .expression_attribute_names("#op", "op")
+        .expression_attribute_values(":v", value)
+        .send()
+        .await
+        .expect("update");
+}
+
+async fn commit_as_alice(env: &TestEnv, id: &str) -> (u16, serde_json::Value) {
+    let mut event = twopc_tests::decision_event(id, "commit");
+    event["requestContext"]["identity"]["userArn"] = json!(ALICE);
+    env.call(&event).await
+}
+
+#[tokio::test]
+async fn a_vote_kept_in_another_form_is_applied_not_released_as_a_stray() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    // The same vote, its fields in another order (as another version of the code might write them).
+    set_kept_vote(&env, "service-b", "B", AttributeValue::S(r#"{"delta":"30","field":"balance","op":"add"}"#.into()))
+        .await;
+    let (status, answer) = commit_as_alice(&env, &id).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert_eq!(env.balance("service-b", "B").await, "30", "applied, not released unapplied");
+    assert!(env.locked_items().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_vote_that_cannot_be_read_leaves_the_commit_open_instead_of_ending_it_unapplied() {
+    let env = world().await;
+    let id = held_transfer(&env).await;
+    set_kept_vote(&env, "service-b", "B", AttributeValue::N("1".into())).await;
+    commit_as_alice(&env, &id).await;
+    // Not COMMITTED with B unapplied: still COMMITTING, B's lock kept for an operator (and the sweeper).
+    let record = env.transactions.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Committing, "{record:?}");
+    assert_eq!(env.balance("service-b", "B").await, "0");
+    assert!(env.item("service-b", "B").await.unwrap().get("lock").is_some(), "the lock stays");
+}
+
+#[tokio::test]
+async fn the_largest_set_validation_accepts_commits_in_two_phases() {
+    let env = world().await;
+    let body = |n: usize| {
+        let fields: serde_json::Map<String, serde_json::Value> =
+            (0..n).map(|i| (format!("f{i:03}"), json!(i))).collect();
+        json!({"participants": [
+            {"service": "service-a", "operations": [{"op": "set", "key": {"entityId": "A"}, "set": fields}]},
+            {"service": "service-b", "operations": [{"op": "add", "key": {"entityId": "B"}, "field": "balance", "delta": 1}]}]})
+    };
+    let accepted = |n: usize| twopc::coordinator::parse_request(body(n).to_string().as_bytes(), |_| true).is_ok();
+    let largest = (1..1_000).take_while(|&n| accepted(n)).last().expect("some set is accepted");
+    assert!(largest < 999, "validation bounds a set's fields");
+    let (status, answer) = env.post(&body(largest), None).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{largest} fields: {answer}");
+    let a = env.item("service-a", "A").await.unwrap();
+    assert_eq!(a["data"][format!("f{:03}", largest - 1)], json!(largest - 1), "every field written");
+    assert!(env.locked_items().await.is_empty());
 }

@@ -1666,6 +1666,7 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
             entry.vote = Some(Vote::Refused);
             entry.code = response.code;
             entry.blocked_by = response.blocked_by.filter(|_| response.code == Some(RefusalCode::Conflict));
+            entry.unresolved_owner = response.unresolved_owner;
             entry.service_code =
                 response.service_code.map(|c| crate::record::cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
             // As the record keeps it: the answer and GET then say the same.
@@ -1698,7 +1699,11 @@ struct Refused {
 }
 
 fn retryable_votes(votes: &[ParticipantEntry]) -> bool {
-    votes.iter().any(|p| p.code == Some(RefusalCode::Conflict)) && votes.iter().all(prepared_conflicted_or_unasked)
+    // An owner the coordinator could not resolve (no record: the sweeper's) is no contention a retry could
+    // wait out: the refusal is the answer, not a burst of attempts until the sweeper's next run.
+    votes.iter().any(|p| p.code == Some(RefusalCode::Conflict))
+        && votes.iter().all(prepared_conflicted_or_unasked)
+        && votes.iter().all(|p| p.unresolved_owner.is_none())
 }
 
 /// A vote that does not stand in a retry's way: prepared, refused for contention, or not asked (a retry's

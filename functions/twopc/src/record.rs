@@ -211,6 +211,10 @@ pub struct ParticipantEntry {
     /// waits for. Not recorded: it is only the next attempt's business.
     #[serde(skip)]
     pub blocked_by: Option<String>,
+    /// A `CONFLICT` refusal at a lock whose owner is past its deadline and the coordinator could not
+    /// resolve (it has no record: the sweeper's): no retry can wait it out. Not recorded.
+    #[serde(skip)]
+    pub unresolved_owner: Option<String>,
 }
 
 impl ParticipantEntry {
@@ -226,6 +230,7 @@ impl ParticipantEntry {
             lock_token: None,
             service_code: None,
             blocked_by: None,
+            unresolved_owner: None,
         }
     }
 }
@@ -1049,6 +1054,7 @@ mod tests {
             lock_token: None,
             service_code: None,
             blocked_by: None,
+            unresolved_owner: None,
         };
         let mut record = TransactionRecord {
             transaction_id: "tx-00000000000000000000000000000000".into(),
@@ -1263,6 +1269,7 @@ mod tests {
                 lock_token: Some("f".repeat(32)),
                 service_code: Some("code".into()),
                 blocked_by: None,
+                unresolved_owner: None,
             }],
             created_at: 1_764_000_000_000,
             updated_at: 1_764_000_000_001,

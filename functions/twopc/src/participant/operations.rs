@@ -143,7 +143,12 @@ impl Voted {
     pub fn of(op: &Operation) -> Voted {
         match op {
             Operation::Put { .. } => Voted::Put,
-            Operation::Set { set, .. } => Voted::Set { fields: set.keys().cloned().collect() },
+            // Sorted: a record read back from DynamoDB (whose maps keep no order) names the same vote.
+            Operation::Set { set, .. } => {
+                let mut fields: Vec<String> = set.keys().cloned().collect();
+                fields.sort();
+                Voted::Set { fields }
+            }
             Operation::Add { field, delta, .. } => Voted::Add { field: field.clone(), delta: plain(delta.value()) },
             Operation::Delete { .. } => Voted::Delete,
             Operation::Check { .. } => Voted::Check,
@@ -151,16 +156,24 @@ impl Voted {
         }
     }
 
-    /// As kept in `lock.op`: the same text for the same vote (a `Set`'s fields come sorted from the map).
+    /// As kept in `lock.op`: the same text for the same vote (a `Set`'s fields sorted).
     pub fn text(&self) -> String {
         serde_json::to_string(self).expect("a vote serializes")
     }
 
-    /// The vote a lock keeps; None for a lock without one (taken before issue 42) or one this code cannot
-    /// read (then the commit refuses to guess: see `DataTable::commit_item`).
-    pub fn of_lock(item: &Item) -> Option<Result<Voted, String>> {
-        let text = get_m(item, a::LOCK)?.get(a::LOCK_VOTED)?.as_s().ok()?;
-        Some(serde_json::from_str(text).map_err(|e| format!("lock.{}: {e}", a::LOCK_VOTED)))
+    /// The vote a lock keeps, with its text as stored (a commit is conditioned on that very text); None
+    /// for a lock without one (taken before issue 42); an error for one this code cannot read (then the
+    /// commit refuses to guess: see `DataTable::commit_item`).
+    pub fn of_lock(item: &Item) -> Option<Result<(Voted, String), String>> {
+        let kept = get_m(item, a::LOCK)?.get(a::LOCK_VOTED)?;
+        let Ok(text) = kept.as_s() else {
+            return Some(Err(format!("lock.{} is not a string: {kept:?}", a::LOCK_VOTED)));
+        };
+        Some(
+            serde_json::from_str(text)
+                .map(|voted| (voted, text.clone()))
+                .map_err(|e| format!("lock.{}: {e}", a::LOCK_VOTED)),
+        )
     }
 }
 

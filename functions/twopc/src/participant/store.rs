@@ -386,7 +386,7 @@ impl DataTable {
         token: Option<&str>,
     ) -> Result<CommitOutcome, StoreError> {
         let said = Voted::of(op);
-        let item = match self.commit_voted(tx, &said, key, token).await? {
+        let item = match self.commit_voted(tx, &said, &said.text(), key, token).await? {
             None => return Ok(CommitOutcome::Applied),
             Some(item) => item,
         };
@@ -395,18 +395,21 @@ impl DataTable {
             .and_then(Lock::of)
             .is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token));
         let last = match item.as_ref().filter(|_| ours).map(Voted::of_lock) {
-            Some(Some(Ok(voted))) => {
+            Some(Some(Ok((voted, kept)))) => {
                 if voted != said {
-                    tracing::warn!(said = %said.text(), voted = %voted.text(), "commit names another operation than the vote: applying the vote");
+                    tracing::warn!(said = %said.text(), voted = %kept, "commit names another operation than the vote: applying the vote");
                 }
-                self.commit_voted(tx, &voted, key, token).await?
+                let refused = self.commit_voted(tx, &voted, &kept, key, token).await?;
+                if refused.as_ref().is_some_and(|item| self.holds_vote(tx, token, item.as_ref(), &kept)) {
+                    // Our lock, its vote as read, and still refused: never release it as a stray, nor
+                    // answer as if nothing were prepared (the transaction would end with its vote unapplied).
+                    return Err(self.unappliable(tx, "the write of the lock's own vote was refused"));
+                }
+                refused
             }
-            Some(Some(Err(unreadable))) => {
-                // Applying the message instead would be applying what nobody voted for.
-                return Ok(CommitOutcome::NotPrepared {
-                    detail: format!("its lock's vote cannot be read: {unreadable}"),
-                });
-            }
+            // Applying the message instead would be applying what nobody voted for; answering NOT_PREPARED
+            // would end the transaction with this item unapplied. An error leaves it COMMITTING, visible.
+            Some(Some(Err(unreadable))) => return Err(self.unappliable(tx, &unreadable)),
             Some(None) => self.commit_legacy(tx, op, key, token).await?,
             None => Some(item),
         };
@@ -418,12 +421,25 @@ impl DataTable {
         if let (CommitOutcome::NotPrepared { .. }, Some(stray)) = (&outcome, item.as_ref().and_then(Lock::of))
             && stray.transaction_id == tx
             && token.is_some()
+            && stray.token.as_deref() != token
         {
             // The voted lock is gone, so it was committed (only a commit removes the lock of a transaction
             // decided to commit); this one was taken afterwards by a late duplicate prepare.
             self.release(tx, key, stray.token.as_deref(), "stray lock of a late prepare").await?;
         }
         Ok(outcome)
+    }
+
+    /// Whether `item` still holds `tx`'s lock (the one `token` names) keeping the vote `kept`.
+    fn holds_vote(&self, tx: &str, token: Option<&str>, item: Option<&Item>, kept: &str) -> bool {
+        item.is_some_and(|item| {
+            Lock::of(item).is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token))
+                && matches!(Voted::of_lock(item), Some(Ok((_, text))) if text == kept)
+        })
+    }
+
+    fn unappliable(&self, tx: &str, why: &str) -> StoreError {
+        StoreError::internal("UpdateItem", &self.name, format!("the vote of {tx}'s lock cannot be applied: {why}"))
     }
 
     /// Applies the vote the item's own lock keeps (a roll-forward of an item its owner's record does not
@@ -437,28 +453,30 @@ impl DataTable {
     ) -> Result<Option<CommitOutcome>, StoreError> {
         let Some(item) = self.get(key).await? else { return Ok(None) };
         let Some(lock) = Lock::of(&item).filter(|l| l.transaction_id == tx) else { return Ok(None) };
-        let Some(Ok(voted)) = Voted::of_lock(&item) else { return Ok(None) };
+        let Some(Ok((voted, kept))) = Voted::of_lock(&item) else { return Ok(None) };
         let token = token.or(lock.token.as_deref());
-        Ok(Some(match self.commit_voted(tx, &voted, key, token).await? {
+        Ok(Some(match self.commit_voted(tx, &voted, &kept, key, token).await? {
             None => CommitOutcome::Applied,
             Some(item) => commit_outcome(tx, token, item.as_ref()),
         }))
     }
 
-    /// The commit write of `voted`, conditioned on the lock keeping that very vote. None: written; Some: the
+    /// The commit write of `voted`, conditioned on the lock keeping that very vote (`kept`: its text as the
+    /// lock holds it). None: written; Some: the
     /// condition failed, with the item as it was (read if the endpoint did not return it).
     async fn commit_voted(
         &self,
         tx: &str,
         voted: &Voted,
+        kept: &str,
         key: &Item,
         token: Option<&str>,
     ) -> Result<Option<Option<Item>>, StoreError> {
-        let (update, condition, e) = voted_commit_expressions(tx, token, voted);
+        let (update, condition, e) = voted_commit_expressions(tx, token, voted, kept);
         let returned = match voted {
             // A check changes nothing: releasing the lock (and a placeholder the prepare made) is its commit.
             Voted::Check => {
-                return match self.release_if(tx, key, token, "commit", Some(voted)).await? {
+                return match self.release_if(tx, key, token, "commit", Some(kept)).await? {
                     true => Ok(None),
                     false => Ok(Some(self.get(key).await?)),
                 };
@@ -603,19 +621,19 @@ impl DataTable {
         self.release_if(tx, key, token, why, None).await
     }
 
-    /// [`DataTable::release`], and with `voted`, only a lock that keeps that vote (a check's commit).
+    /// [`DataTable::release`], and with `kept`, only a lock that keeps that vote (a check's commit).
     async fn release_if(
         &self,
         tx: &str,
         key: &Item,
         token: Option<&str>,
         why: &'static str,
-        voted: Option<&Voted>,
+        kept: Option<&str>,
     ) -> Result<bool, StoreError> {
         let mut e = Expr::new();
         let mut held = lock_held_condition(&mut e, tx, token);
-        if let Some(voted) = voted {
-            held += &voted_condition(&mut e, voted);
+        if let Some(kept) = kept {
+            held += &voted_condition(&mut e, kept);
         }
         let version = e.name(a::VERSION);
         let data = e.name(a::DATA);
@@ -652,15 +670,15 @@ impl DataTable {
         let Some(item) = item else { return Ok(false) };
         let ours =
             Lock::of(&item).is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token));
-        let keeps_vote = voted.is_none_or(|voted| matches!(Voted::of_lock(&item), Some(Ok(kept)) if &kept == voted));
+        let keeps_vote = kept.is_none_or(|kept| matches!(Voted::of_lock(&item), Some(Ok((_, text))) if text == kept));
         if !ours || !keeps_vote {
             return Ok(false);
         }
         // Our lock on a placeholder: the key did not exist before this transaction, so neither does it after.
         let mut e = Expr::new();
         let mut held = lock_held_condition(&mut e, tx, token);
-        if let Some(voted) = voted {
-            held += &voted_condition(&mut e, voted);
+        if let Some(kept) = kept {
+            held += &voted_condition(&mut e, kept);
         }
         let data = e.name(a::DATA);
         let out = self
@@ -824,7 +842,12 @@ fn commit_expressions(tx: &str, token: Option<&str>, op: &Operation) -> (Option<
 
 /// The commit write of a vote: the update (None for a delete) and the condition that the lock named by
 /// `token` is there and keeps this vote.
-fn voted_commit_expressions(tx: &str, token: Option<&str>, voted: &Voted) -> (Option<String>, String, Expr) {
+fn voted_commit_expressions(
+    tx: &str,
+    token: Option<&str>,
+    voted: &Voted,
+    kept: &str,
+) -> (Option<String>, String, Expr) {
     let mut e = Expr::new();
     let mut condition = lock_held_condition(&mut e, tx, token);
     if token.is_none() {
@@ -832,7 +855,7 @@ fn voted_commit_expressions(tx: &str, token: Option<&str>, voted: &Voted) -> (Op
         let tx_value = e.value(s(tx));
         condition += &format!(" AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})");
     }
-    condition += &voted_condition(&mut e, voted);
+    condition += &voted_condition(&mut e, kept);
     let update = match voted {
         Voted::Delete | Voted::Check => None,
         _ => {
@@ -844,10 +867,10 @@ fn voted_commit_expressions(tx: &str, token: Option<&str>, voted: &Voted) -> (Op
     (update, condition, e)
 }
 
-/// ` AND lock.op = <the vote>`.
-fn voted_condition(e: &mut Expr, voted: &Voted) -> String {
-    let kept = e.path(&[a::LOCK, a::LOCK_VOTED]);
-    format!(" AND {kept} = {}", e.value(s(voted.text())))
+/// ` AND lock.op = <the vote's text>`.
+fn voted_condition(e: &mut Expr, kept: &str) -> String {
+    let path = e.path(&[a::LOCK, a::LOCK_VOTED]);
+    format!(" AND {path} = {}", e.value(s(kept)))
 }
 
 /// `lock.transactionId = tx` (and `lock.token = token` when given).
@@ -903,12 +926,26 @@ pub fn check_expressible(op: &Operation) -> Result<(), String> {
     };
     let (lock_update, lock_condition, _) = lock_expressions(spec, locked, Seen::Version(Some(u64::MAX)));
     let (commit_update, commit_condition, _) = commit_expressions(tx, Some(tx), op);
-    let longest = [Some(lock_update), Some(lock_condition), commit_update, Some(commit_condition)]
-        .into_iter()
-        .flatten()
-        .map(|expression| expression.len())
-        .max()
-        .unwrap_or(0);
+    // What commits is the vote (each `set` field from `pending`, longer than from a value), with or
+    // without a token.
+    let voted = Voted::of(op);
+    let (voted_update, voted_condition, _) = voted_commit_expressions(tx, Some(tx), &voted, &voted.text());
+    let (untokened_update, untokened_condition, _) = voted_commit_expressions(tx, None, &voted, &voted.text());
+    let longest = [
+        Some(lock_update),
+        Some(lock_condition),
+        commit_update,
+        Some(commit_condition),
+        voted_update,
+        Some(voted_condition),
+        untokened_update,
+        Some(untokened_condition),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|expression| expression.len())
+    .max()
+    .unwrap_or(0);
     if longest > MAX_EXPRESSION_BYTES {
         return Err(format!(
             "its commit needs an expression of {longest} bytes; DynamoDB's limit is {MAX_EXPRESSION_BYTES} bytes \
