@@ -225,8 +225,8 @@ impl Coordinator {
         self.invoker.invoke(service, &signed).await
     }
 
-    /// The answer of a request whose record `id` exists already (its replay; a 503 when it cannot be
-    /// read); None when there is none.
+    /// The answer of a request whose record `id` exists already (its replay; a 503 naming `id` when it
+    /// cannot be read); None when there is none.
     async fn answer_if_recorded(
         &self,
         id: &str,
@@ -239,7 +239,8 @@ impl Coordinator {
                 Err(e) => drive_error_reply(e, id),
             }),
             Ok(None) => None,
-            Err(e) => Some(unavailable(&e, None)),
+            // Whether the request ran already under `id` is not known: the answer names it (GET tells).
+            Err(e) => Some(unavailable(&e, Some(id))),
         }
     }
 
