@@ -410,7 +410,7 @@ async fn bad_tokens_are_refused_at_both_apis_and_connections_are_capped() {
         ("a '#' in sub", issuer.sign(&claims(json!({"sub": "alice#2"})))),
         ("not a token", "abc.def.ghi".to_owned()),
     ];
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = twopc::https::client_builder().no_proxy().build().unwrap();
     for (what, token) in &bad {
         let answer =
             http.get(format!("{}/transactions/tx-1", e.api)).bearer_auth(token).send().await.expect("the API answers");
@@ -509,7 +509,7 @@ async fn a_key_from_before_scoping_finds_its_first_execution_for_its_own_caller_
 async fn the_live_page_signs_in_as_a_chosen_local_user() {
     let stack = stack("page", 10).await;
     let api = &stack.endpoints().api;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = twopc::https::client_builder().no_proxy().build().unwrap();
     let described: Value = http.get(format!("{api}/local/stack.json")).send().await.unwrap().json().await.unwrap();
     assert_eq!(described["auth"], "jwt");
     let signed_in: Value = http
@@ -539,7 +539,7 @@ async fn the_live_page_signs_in_as_a_chosen_local_user() {
 async fn the_local_issuer_answers_only_the_stacks_own_page() {
     let stack = stack("own-page", 10).await;
     let api = &stack.endpoints().api;
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = twopc::https::client_builder().no_proxy().build().unwrap();
     let ask = |headers: &[(&'static str, &str)]| {
         let mut request = http.post(format!("{api}/local/token")).json(&json!({"sub": "mallory", "admin": true}));
         for (name, value) in headers {

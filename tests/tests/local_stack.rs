@@ -131,7 +131,7 @@ async fn held_transactions(stack: &Stack) {
     let e = stack.endpoints();
     let (a, b) = (&e.tables.participants["service-a"], &e.tables.participants["service-b"]);
     let api = Client::new(&e.api).expect("the API's URL");
-    let http = reqwest::Client::new();
+    let http = twopc::https::client_builder().build().unwrap();
     let open = Transaction::new()
         .participant("service-a", [op::put("HA", json!({"balance": 100})).if_not_exists()])
         .participant("service-b", [op::put("HB", json!({"balance": 0})).if_not_exists()]);
@@ -271,7 +271,7 @@ async fn inventory_orders(stack: &Stack) {
         other => panic!("a reserve without its quantity is a 400 naming it: {other:?}"),
     }
 
-    let http = reqwest::Client::new();
+    let http = twopc::https::client_builder().build().unwrap();
     let items = http.get(format!("{}/local/items", e.api)).send().await.unwrap().bytes().await.unwrap();
     let items: Value = serde_json::from_slice(&items).expect("/local/items is JSON");
     let listed = items["services"][op::inventory::SERVICE]["items"].as_array().expect("the inventory's items");
@@ -307,7 +307,7 @@ async fn inventory_orders(stack: &Stack) {
 /// The live page's own routes: the page, where the WebSocket API is, and the lake's newest files.
 async fn page_routes(stack: &Stack, committed: &str) {
     let e = stack.endpoints();
-    let http = reqwest::Client::new();
+    let http = twopc::https::client_builder().build().unwrap();
     let page = http.get(format!("{}/", e.api)).send().await.expect("the page is served");
     assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
     let html = page.text().await.unwrap();
@@ -336,7 +336,7 @@ async fn page_routes(stack: &Stack, committed: &str) {
 /// answers, and what API Gateway answers itself, each with the allowed origin.
 async fn cross_origin(stack: &Stack) {
     let api = &stack.endpoints().api;
-    let http = reqwest::Client::new();
+    let http = twopc::https::client_builder().build().unwrap();
     let origin = "https://app.example.com";
     for path in ["/transactions", "/transactions/tx-1"] {
         let preflight = http
@@ -396,7 +396,7 @@ async fn the_stack_commits_pushes_and_writes_the_lake() {
     config.example_items = true;
     let stack = Stack::start(config).await.expect("the stack starts");
     // The example items are in before the REST API answers: the page's first read shows them.
-    let http = reqwest::Client::new();
+    let http = twopc::https::client_builder().build().unwrap();
     let items = http.get(format!("{}/local/items?limit=2", stack.endpoints().api)).send().await.unwrap();
     let items: Value = serde_json::from_slice(&items.bytes().await.unwrap()).expect("/local/items is JSON");
     let skus = &items["services"]["inventory"];
@@ -449,7 +449,7 @@ async fn cargo_lambda_watch_runs_the_real_functions() {
     // Issue 42, item 6: a page's no-cors POST to an Invoke API the stack hands out invokes nothing (it
     // would have run the coordinator with an event naming any caller); the stack's SDK invokes (in
     // `drive`) still go through.
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = twopc::https::client_builder().no_proxy().build().unwrap();
     let get = json!({"resource": "/transactions/{id}", "path": "/transactions/x", "httpMethod": "GET",
         "pathParameters": {"id": "x"}, "requestContext": {"stage": "local", "authorizer": {"principalId": "root"}}});
     for (deployment, url, functions) in &stack.endpoints().lambda {
@@ -561,7 +561,9 @@ async fn a_stop_and_a_restart_lose_no_commit() {
 /// the status it is answered with (101 when the upgrade is accepted).
 async fn handshake(ws: &str, host: &str, origin: Option<&str>) -> u16 {
     let url = ws.replacen("ws://", "http://", 1);
-    let mut request = reqwest::Client::new()
+    let mut request = twopc::https::client_builder()
+        .build()
+        .unwrap()
         .get(url)
         .header("host", host)
         .header("connection", "Upgrade")
@@ -595,7 +597,7 @@ async fn a_page_of_another_origin_cannot_drive_the_stack() {
     assert_eq!(handshake(&ws, &ws_host, Some("https://evil.example")).await, 403, "another origin");
     assert_eq!(handshake(&ws, &format!("rebound.evil.example:{ws_port}"), None).await, 403, "a rebound name");
 
-    let http = reqwest::Client::new();
+    let http = twopc::https::client_builder().build().unwrap();
     let body = Transaction::new()
         .participant("service-a", [op::put("cross-site", json!({"balance": 1})).if_not_exists()])
         .body_bytes();

@@ -77,6 +77,8 @@ impl Client {
         if loopback {
             http = http.no_proxy();
         }
+        let tls = if base.scheme() == "https" { crate::tls::config()? } else { crate::tls::config_or_none_trusted() };
+        http = http.use_preconfigured_tls((*tls).clone());
         let http = http.build().map_err(Error::Transport)?;
         Ok(Client { http, base, signer: None, bearer: None, retry: Retry::default() })
     }
@@ -104,7 +106,8 @@ impl Client {
         self
     }
 
-    /// Uses this HTTP client (its own timeouts, proxies, TLS settings).
+    /// Uses this HTTP client (its own timeouts, proxies, TLS settings); start from
+    /// [`http_client_builder`](crate::http_client_builder) for this crate's TLS.
     pub fn with_http_client(mut self, http: reqwest::Client) -> Client {
         self.http = http;
         self

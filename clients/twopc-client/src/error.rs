@@ -46,7 +46,7 @@ pub enum Error {
     Credentials(#[source] aws_credential_types::provider::error::CredentialsError),
     #[error("signing: {0}")]
     Signing(String),
-    /// No TLS configuration for `wss://` (no root certificates on this system).
+    /// No TLS configuration for `https://` or `wss://` (no root certificates on this system).
     #[error("TLS: {0}")]
     Tls(String),
     #[error("WebSocket: {0}")]

@@ -26,6 +26,7 @@ mod error;
 mod request;
 mod sign;
 mod subscribe;
+mod tls;
 
 pub use answer::{ApiError, ErrorCode, Outcome, ParticipantState, RefusalCode, Status, TransactionState, Vote};
 pub use aws_credential_types::Credentials;
@@ -35,6 +36,7 @@ pub use error::Error;
 pub use request::{Decimal, Key, NotADecimal, Operation, Participant, Transaction, op};
 pub use sign::{SERVICE, Signer, presign_websocket_url, presign_websocket_url_at, sign_headers};
 pub use subscribe::{Change, Commit, Push, RefusedTopic, Subscription, subscribe, topic};
+pub use tls::http_client_builder;
 
 /// The README's example, compiled (and its other Rust blocks run) as doc tests.
 #[cfg(doctest)]

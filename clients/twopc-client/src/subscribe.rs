@@ -2,7 +2,6 @@
 //! pushes.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use futures::{SinkExt, Stream};
@@ -232,7 +231,7 @@ impl Subscription {
 
     async fn connect_request(url: &str, token: Option<&str>) -> Result<Subscription, Error> {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-        let connector = if url.starts_with("wss://") { Some(Connector::Rustls(tls_config()?)) } else { None };
+        let connector = if url.starts_with("wss://") { Some(Connector::Rustls(crate::tls::config()?)) } else { None };
         let mut request = url.into_client_request().map_err(Error::WebSocket)?;
         if let Some(token) = token {
             let value = format!("Bearer {token}")
@@ -295,24 +294,6 @@ impl Stream for Subscription {
     }
 }
 
-/// TLS for `wss://` with an explicit crypto provider: tokio-tungstenite's own default asks rustls for
-/// the process-wide provider, which panics when the application links two of them (the AWS SDK brings
-/// aws-lc-rs, reqwest ring).
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, Error> {
-    let mut roots = rustls::RootCertStore::empty();
-    let found = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(found.certs);
-    if roots.is_empty() {
-        return Err(Error::Tls(format!("no root certificates found on this system: {:?}", found.errors)));
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,11 +354,5 @@ mod tests {
         assert_eq!(e.message, "topics is empty");
         assert_eq!(Push::parse(r#"{"type":"gossip"}"#).unwrap(), Push::Other(json!({"type": "gossip"})));
         assert!(matches!(Push::parse("not json"), Err(Error::Push { .. })));
-    }
-
-    #[test]
-    fn the_wss_tls_config_builds_with_two_providers_linked() {
-        // This workspace links both ring and aws-lc-rs into rustls, as an application on the AWS SDK does.
-        tls_config().unwrap();
     }
 }

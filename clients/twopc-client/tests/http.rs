@@ -128,7 +128,7 @@ async fn retries_reuse_the_idempotency_key_and_the_body() {
 #[tokio::test]
 async fn an_attempt_that_times_out_is_retried_under_the_same_key() {
     let (url, script) = server(vec![Reply::Hang, Reply::Answer(202, state("COMMITTING"))]).await;
-    let http = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    let http = twopc_client::http_client_builder().unwrap().timeout(Duration::from_millis(300)).build().unwrap();
     let client = client(&url).with_http_client(http);
     let outcome = client.submit_with_key(&transfer(), "transfer-7").await.unwrap();
     assert!(matches!(&outcome, Outcome::Pending(s) if s.status == Status::Committing), "{outcome:?}");

@@ -42,7 +42,7 @@ enum Answer {
 
 impl Payments {
     pub fn new(api: &str) -> Payments {
-        let http = reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().expect("an HTTP client");
+        let http = twopc::https::client_builder().timeout(REQUEST_TIMEOUT).build().expect("an HTTP client builds");
         Payments { api: api.trim_end_matches('/').to_owned(), http }
     }
 

@@ -108,7 +108,7 @@ pub struct Verifier {
 
 impl Verifier {
     pub fn new(settings: JwtSettings, policy: Policy) -> Verifier {
-        let http = reqwest::Client::builder().timeout(FETCH_TIMEOUT).build().expect("an HTTP client builds");
+        let http = crate::https::client_builder().timeout(FETCH_TIMEOUT).build().expect("an HTTP client builds");
         Verifier { settings, policy, http, cache: Mutex::new(None) }
     }
 

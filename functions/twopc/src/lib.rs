@@ -21,6 +21,7 @@ pub mod fanout;
 pub mod faults;
 pub mod hold;
 pub mod hot;
+pub mod https;
 pub mod invoke;
 pub mod jwt;
 

@@ -15,13 +15,14 @@
 //!
 //! # Installation
 //!
-//! The first start runs `mvn dependency:copy-dependencies` on this crate's `pom.xml` (DynamoDB
-//! Local [`DYNAMODB_LOCAL_VERSION`] and its jars, about 50 MB) and compiles a small launcher with
-//! `javac`, into `<workspace>/.local/dynamodb-local/` (or `$DYNAMODB_LOCAL_DIR`). Later starts
+//! The first start downloads DynamoDB Local [`DYNAMODB_LOCAL_VERSION`] and the jars it runs with
+//! (`artifacts.txt`: each file's path and SHA-256, about 50 MB) from Maven Central, or from the mirror
+//! in `$DYNAMODB_LOCAL_MAVEN_REPOSITORY`, refusing any file whose checksum differs; a file already in
+//! `~/.m2/repository` with the pinned checksum is copied instead. It then compiles a small launcher
+//! with `javac`, into `<workspace>/.local/dynamodb-local/` (or `$DYNAMODB_LOCAL_DIR`). Later starts
 //! reuse it. The install goes into a temporary folder that is renamed into place once complete,
 //! under a file lock, so concurrent processes install once and an interrupted install is redone.
-//! Needs `mvn` and a JDK's `javac` (first use only) and a Java 17+ runtime (`$JAVA_HOME/bin/java`
-//! or `java`).
+//! Needs a JDK 17+ (its `javac` on first use, its `java` always: `$JAVA_HOME/bin` or `PATH`); no Maven.
 //!
 //! # Only this machine's own clients
 //!
@@ -48,8 +49,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The DynamoDB Local release installed (`software.amazon.dynamodb:DynamoDBLocal`, pinned in
-/// `pom.xml`).
+mod fetch;
+pub use fetch::{CENTRAL, REPOSITORY_ENV};
+
+/// The DynamoDB Local release installed (`software.amazon.dynamodb:DynamoDBLocal`, pinned with its
+/// dependencies in `artifacts.txt`).
 pub const DYNAMODB_LOCAL_VERSION: &str = "3.1.0";
 
 /// Environment variable overriding the install folder.
@@ -62,7 +66,6 @@ macro_rules! progress {
     }};
 }
 
-const POM_XML: &str = include_str!("../pom.xml");
 const LAUNCHER_SOURCE: &str = include_str!("../java/LoopbackServerRunner.java");
 const LAUNCHER_CLASS: &str = "LoopbackServerRunner";
 /// The one origin DynamoDB Local allows (`-cors`): none a browser page can have.
@@ -516,7 +519,7 @@ pub fn local_dir() -> PathBuf {
 fn install_name() -> String {
     // FNV-1a: stable across Rust releases, unlike `DefaultHasher`.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in POM_XML.bytes().chain([0]).chain(LAUNCHER_SOURCE.bytes()) {
+    for byte in fetch::ARTIFACTS_TXT.bytes().chain([0]).chain(LAUNCHER_SOURCE.bytes()) {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -554,7 +557,8 @@ fn install(root: &Path) -> Result<Installation, String> {
     remove_stale_temp_dirs(root);
 
     progress!(
-        "installing DynamoDB Local {DYNAMODB_LOCAL_VERSION} from Maven Central into {} (first use only)",
+        "installing DynamoDB Local {DYNAMODB_LOCAL_VERSION} from {} into {} (first use only)",
+        fetch::Sources::from_environment().repository,
         dir.display()
     );
     let started = Instant::now();
@@ -578,20 +582,16 @@ fn install_into(temp: &Path) -> Result<(), String> {
     for dir in [&lib_dir, &launcher_dir] {
         fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let pom = temp.join("pom.xml");
-    fs::write(&pom, POM_XML).map_err(|e| format!("cannot write {}: {e}", pom.display()))?;
-
-    let mut mvn = Command::new("mvn");
-    mvn.args(["-B", "-q", "-f"])
-        .arg(&pom)
-        .arg("dependency:copy-dependencies")
-        .arg(jvm_arg("-DoutputDirectory=", &lib_dir))
-        .current_dir(temp);
-    let output = mvn.stdin(Stdio::null()).output();
-    check(output, "mvn (Maven 3, needed once to download DynamoDB Local)")?;
+    let fetched = fetch::fetch_into(fetch::pinned(), &lib_dir, fetch::Sources::from_environment())?;
+    progress!(
+        "DynamoDB Local: {} files downloaded, {} copied from ~/.m2, {:.1} MB",
+        fetched.downloaded,
+        fetched.copied,
+        fetched.bytes as f64 / 1e6
+    );
     let jar = lib_dir.join(format!("DynamoDBLocal-{DYNAMODB_LOCAL_VERSION}.jar"));
     if !jar.is_file() {
-        return Err(format!("Maven did not produce {}", jar.display()));
+        return Err(format!("artifacts.txt does not pin {}", jar.display()));
     }
 
     let source = launcher_dir.join(format!("{LAUNCHER_CLASS}.java"));
@@ -678,18 +678,6 @@ impl InstallLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn version_matches_pom() {
-        let after_artifact =
-            POM_XML.split("<artifactId>DynamoDBLocal</artifactId>").nth(1).expect("pom.xml names DynamoDBLocal");
-        let version = after_artifact
-            .split("<version>")
-            .nth(1)
-            .and_then(|rest| rest.split("</version>").next())
-            .expect("DynamoDBLocal has a version");
-        assert_eq!(version.trim(), DYNAMODB_LOCAL_VERSION);
-    }
 
     #[test]
     fn default_root_is_under_the_workspace() {

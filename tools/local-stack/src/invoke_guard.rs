@@ -151,7 +151,7 @@ struct Guard {
 pub(crate) fn serve(listener: TcpListener, upstream: u16) -> Result<GuardTask, Error> {
     let address: SocketAddr =
         listener.local_addr().map_err(|source| Error::Io { what: "the invoke guard's address".into(), source })?;
-    let client = reqwest::Client::builder()
+    let client = twopc::https::client_builder()
         .no_proxy()
         .build()
         .map_err(|e| Error::Lambda(format!("the invoke guard's HTTP client: {e}")))?;
@@ -263,7 +263,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let _guard = serve(listener, watch).unwrap();
-        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let http = twopc::https::client_builder().no_proxy().build().unwrap();
         let invoke = format!("http://127.0.0.1:{port}/2015-03-31/functions/coordinator/invocations");
 
         type Headers = Vec<(&'static str, &'static str)>;

@@ -76,7 +76,13 @@ impl Page {
             return no_store(json!({"authorizations": []}));
         };
         let listed = async {
-            let response = reqwest::get(format!("{api}/v1/authorizations")).await.ok()?;
+            let response = twopc::https::client_builder()
+                .build()
+                .ok()?
+                .get(format!("{api}/v1/authorizations"))
+                .send()
+                .await
+                .ok()?;
             response.json::<Value>().await.ok()
         };
         no_store(listed.await.unwrap_or_else(|| json!({"error": "the payment API did not answer"})))
