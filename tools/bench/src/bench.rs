@@ -23,6 +23,7 @@ use twopc::record::TransactionStore;
 use twopc_client as client;
 
 use crate::counter::RequestCounter;
+use crate::projection::{ModelledHttpClient, ModelledInvoker, Sampler};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -133,14 +134,27 @@ impl ParticipantInvoker for DelayedInvoker {
 
 impl Bench {
     pub async fn new(endpoint: &str, invoke_delay: Duration) -> Result<Bench, BoxError> {
+        Bench::build(endpoint, invoke_delay, None).await
+    }
+
+    /// Scenario 7's world: every DynamoDB request and participant Invoke of `coordinator` takes a
+    /// latency drawn by `sampler`.
+    pub async fn projected(endpoint: &str, sampler: Arc<Sampler>) -> Result<Bench, BoxError> {
+        Bench::build(endpoint, Duration::ZERO, Some(sampler)).await
+    }
+
+    async fn build(endpoint: &str, invoke_delay: Duration, sampler: Option<Arc<Sampler>>) -> Result<Bench, BoxError> {
         let counter = RequestCounter::default();
-        let config = aws_sdk_dynamodb::Config::builder()
+        let mut config = aws_sdk_dynamodb::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("local", "local", None, None, "bench"))
             .endpoint_url(endpoint)
-            .interceptor(counter.clone())
-            .build();
+            .interceptor(counter.clone());
+        if let Some(sampler) = &sampler {
+            config = config.http_client(ModelledHttpClient::new(Arc::clone(sampler)));
+        }
+        let config = config.build();
         let client = Client::from_conf(config);
         let mut specs = vec![twopc::tables::transactions_table(TRANSACTIONS_TABLE)];
         specs.extend((1..=SERVICES).map(|k| twopc::tables::participant_table(&table(k))));
@@ -160,12 +174,12 @@ impl Bench {
             .collect();
         let invoker = InProcessInvoker::new(participants);
         let delayed_invoker = DelayedInvoker { inner: invoker.clone(), delay: invoke_delay };
-        let coordinator = Coordinator::new(
-            transactions.clone(),
-            Arc::new(invoker),
-            (1..=SERVICES).map(service),
-            twopc::clock::system(),
-        );
+        let direct: Arc<dyn ParticipantInvoker> = match sampler {
+            Some(sampler) => Arc::new(ModelledInvoker { inner: invoker, sampler }),
+            None => Arc::new(invoker),
+        };
+        let coordinator =
+            Coordinator::new(transactions.clone(), direct, (1..=SERVICES).map(service), twopc::clock::system());
         let sequential = coordinator.with_sequential_prepares();
         let delayed = Coordinator::new(
             transactions,

@@ -16,6 +16,7 @@ mod bench;
 mod capacity;
 mod counter;
 mod fanout;
+mod projection;
 mod scenarios;
 mod stats;
 mod svg;
@@ -66,7 +67,7 @@ struct Cli {
     /// No progress bars.
     #[arg(long)]
     no_progress: bool,
-    /// Run only these scenarios (comma-separated: 1, 2, 2b, 3, 4, 4b, 5, 6); the targets of the others
+    /// Run only these scenarios (comma-separated: 1, 2, 2b, 3, 4, 4b, 5, 6, 7); the targets of the others
     /// show as not run. 4 includes its TransactWriteItems peer 4b; the contention target needs 3 as well.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -135,6 +136,8 @@ struct Figures {
     /// 4b: `TransactWriteItems` on the same hot accounts.
     contention_transact: Option<ContentionPeer>,
     requests: Option<(Vec<CostCase>, u64)>,
+    /// 7: a deployed run's projection, per latency model.
+    projection: Option<Vec<projection::ProjectionRow>>,
     fanout: Option<fanout::FanOut>,
     /// Peak memory of scenario 6's own DynamoDB Local, and how long it took to start.
     fanout_dynamodb: (Option<u64>, Option<Duration>),
@@ -203,7 +206,7 @@ async fn main() -> ExitCode {
         cli.only.is_empty() || cli.only.iter().any(|o| o == number || (number == "4b" && o == "4"))
     };
     // The warm-up is for scenarios 1–5 (scenario 6 runs on a DynamoDB Local of its own, and warms it).
-    if ["1", "2", "2b", "3", "4", "4b", "5"].into_iter().any(selected) {
+    if ["1", "2", "2b", "3", "4", "4b", "5", "7"].into_iter().any(selected) {
         let phase = PhaseClock::start(jvm.clone());
         if let Err(e) = scenarios::warm_up(&bench, &plan, progress).await {
             f.errors.push(format!("warm-up: {e}"));
@@ -244,6 +247,7 @@ async fn main() -> ExitCode {
         scenarios::contention_transact(&bench, &plan, progress)
     );
     scenario!("5. requests", requests, scenarios::requests(&bench, &plan, progress));
+    scenario!("7. projection", projection, projection::run(&endpoint, &plan, progress));
 
     // Whatever ran, no lock may be left anywhere, and no transaction left open. (Scenario 6 checks its
     // own tables.)
@@ -805,6 +809,35 @@ fn contended_row(l: &Load) -> Vec<String> {
     ]
 }
 
+/// Scenario 7's table: per model, the transfer and its `TransactWriteItems` peer.
+fn projection_report(o: &mut String, rows: &[projection::ProjectionRow], plan: &Plan) {
+    let _ = writeln!(
+        o,
+        "7. Projection of a deployed run: each DynamoDB request and participant Invoke takes a drawn latency ({} transfers per model after {} warm-up), ms",
+        plan.projection_iterations, plan.projection_warmup
+    );
+    if let Some(first) = rows.first() {
+        let _ = writeln!(
+            o,
+            "  single-item request {}; TransactWriteItems of 5 items {} (2 items: {}); Invoke {}",
+            first.model.single,
+            first.model.transact_5,
+            first.model.transact(2),
+            first.model.invoke
+        );
+    }
+    let mut table_rows = vec![];
+    for row in rows {
+        for (path, s) in [("2PC, 2 services", &row.twopc), ("TransactWriteItems, same items", &row.transact)] {
+            let mut cells = vec![row.label.to_owned(), path.to_owned()];
+            cells.extend(summary_cells(s));
+            table_rows.push(cells);
+        }
+    }
+    table(o, "llrrrr", &["model", "path", "p50", "p95", "p99", "mean"], &table_rows);
+    let _ = writeln!(o);
+}
+
 fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: usize, elapsed: Duration) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -855,6 +888,9 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
             let _ = writeln!(o, "  p50 N=8 / N=2 (parallel): {:.2}×", eight.parallel.p50 / two.parallel.p50);
         }
         let _ = writeln!(o);
+    }
+    if let Some(rows) = &f.projection {
+        projection_report(&mut o, rows, plan);
     }
     let header = ["path", "committed/s", "committed", "aborted", "202", "failed", "p50 ms", "p99 ms"];
     if let Some(t) = &f.throughput {
@@ -1227,6 +1263,14 @@ fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elap
             "transactWriteItems": l.baseline.json(),
             "ratioP50": round(l.twopc.p50 / l.baseline.p50, 3),
         })),
+        "projection": f.projection.as_ref().map(|rows| rows.iter().map(|r| json!({
+            "model": r.label,
+            "singleItemMs": {"p50": r.model.single.p50_ms, "p99": r.model.single.p99_ms},
+            "transactWriteItems5Ms": {"p50": r.model.transact_5.p50_ms, "p99": r.model.transact_5.p99_ms},
+            "invokeMs": {"p50": r.model.invoke.p50_ms, "p99": r.model.invoke.p99_ms},
+            "twopc": r.twopc.json(),
+            "transactWriteItems": r.transact.json(),
+        })).collect::<Vec<_>>()),
         "scaling": f.scaling.as_ref().map(|points| points.iter().map(|p| json!({
             "n": p.n,
             "parallel": p.parallel.json(),

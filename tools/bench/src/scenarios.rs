@@ -51,6 +51,9 @@ pub struct Plan {
     pub load_window: Duration,
     pub cost_warmup: usize,
     pub cost_transactions: usize,
+    /// Scenario 7, per model: transfers (and as many `TransactWriteItems`) measured after the warm-up.
+    pub projection_warmup: usize,
+    pub projection_iterations: usize,
 }
 
 impl Plan {
@@ -72,6 +75,8 @@ impl Plan {
             load_window: Duration::from_secs(10),
             cost_warmup: 3,
             cost_transactions: 20,
+            projection_warmup: 10,
+            projection_iterations: 300,
         }
     }
 
@@ -89,6 +94,8 @@ impl Plan {
             load_window: Duration::from_millis(1500),
             cost_warmup: 1,
             cost_transactions: 3,
+            projection_warmup: 1,
+            projection_iterations: 8,
             ..Plan::full()
         }
     }
@@ -142,7 +149,7 @@ impl Drop for Ticker {
     }
 }
 
-fn committed(outcome: Outcome, what: &str) -> Result<(), String> {
+pub fn committed(outcome: Outcome, what: &str) -> Result<(), String> {
     match outcome {
         Outcome::Committed => Ok(()),
         other => Err(format!("{what} did not commit: {other:?}")),
