@@ -304,14 +304,22 @@ impl Functions {
             async move {
                 // A read-only prepare: it reads one item and locks nothing (a resource participant refuses
                 // it as not its own operation). Signed as the coordinator signs: unsigned, it is refused.
-                let check = twopc::model::ParticipantRequest {
-                    operations: vec![json!({"op": "check", "key": {"entityId": "warm-up"}})],
-                    ..twopc::model::ParticipantRequest::new(twopc::model::Action::Prepare, "warm-up")
+                let signed_check = || -> Result<Value, String> {
+                    let check = twopc::model::ParticipantRequest {
+                        operations: vec![json!({"op": "check", "key": {"entityId": "warm-up"}})],
+                        ..twopc::model::ParticipantRequest::new(twopc::model::Action::Prepare, "warm-up")
+                    };
+                    let now = twopc::clock::Clock::now_ms(&twopc::clock::SystemClock);
+                    let signed =
+                        twopc::auth::sign_with(&twopc::auth::LocalKeys::key_set(service), service, &check, now)
+                            .map_err(|e| e.to_string())?;
+                    serde_json::to_value(&signed).map_err(|e| e.to_string())
                 };
-                let now = twopc::clock::Clock::now_ms(&twopc::clock::SystemClock);
-                let signed = twopc::auth::sign_with(&twopc::auth::LocalKeys::key_set(service), service, &check, now)
-                    .map_err(|e| e.to_string())?;
-                invoke(&client, function, &serde_json::to_value(&signed).map_err(|e| e.to_string())?).await
+                // The first call builds and starts the function, which can take longer than a signed message
+                // stays fresh (a first build: minutes), so its answer may be a refusal as stale. The check is
+                // the second call, signed when it is sent.
+                let _ = invoke(&client, function, &signed_check()?).await;
+                invoke(&client, function, &signed_check()?).await
             }
         });
         let connection = WebSocketConnection {
