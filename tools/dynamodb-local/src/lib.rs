@@ -98,7 +98,7 @@ pub enum Error {
     #[error("installing DynamoDB Local {DYNAMODB_LOCAL_VERSION} into {} failed: {message}", dir.display())]
     Install { dir: PathBuf, message: String },
     /// No Java runtime to run DynamoDB Local.
-    #[error("`{}` not found: DynamoDB Local needs a Java 17+ runtime on PATH or in JAVA_HOME", command.display())]
+    #[error("`{}` not found: DynamoDB Local needs a JDK 17+ (its `java`, and `javac` once) on PATH or in JAVA_HOME", command.display())]
     JavaNotFound { command: PathBuf },
     /// The Java process could not be spawned, exited, or did not answer in time.
     #[error("DynamoDB Local on 127.0.0.1:{port} did not start: {message}{}", output_section(output))]

@@ -227,11 +227,18 @@ pub fn workspace_dir() -> PathBuf {
     dynamodb_local::workspace_root().unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// Where the stack keeps its data, lake and checkpoints: `<workspace>/.local` (git-ignored), found at
-/// run time, or `./.local` outside any workspace.
+/// Where the stack keeps its data, lakes, checkpoints, dead letters and the issuer's key: `$TWOPC_LOCAL_DIR`
+/// when set, else `<workspace>/.local` (git-ignored), found at run time, or `./.local` outside any
+/// workspace. DynamoDB Local's own install stays in `<workspace>/.local` ([`dynamodb_local::local_dir`]).
 pub fn local_dir() -> PathBuf {
-    dynamodb_local::local_dir()
+    match std::env::var_os(LOCAL_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        Some(dir) => std::path::absolute(PathBuf::from(&dir)).unwrap_or_else(|_| PathBuf::from(dir)),
+        None => dynamodb_local::local_dir(),
+    }
 }
+
+/// Names the folder [`local_dir`] answers, for a stack kept apart from the checkout's own.
+pub const LOCAL_DIR_ENV: &str = "TWOPC_LOCAL_DIR";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tables {
@@ -324,6 +331,49 @@ impl DataLock {
         }
         let _ = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| write!(file, "{}", std::process::id()));
         Ok(DataLock { _file: file })
+    }
+}
+
+/// Held by every `twopc-local up`, `demo` and `replay` of a checkout while it runs (shared: several may
+/// run at once, on other data folders and ports), and by `reset` (exclusive), so that `reset` never
+/// deletes the lake, the checkpoints or the issuer's key under a running stack, its data in memory
+/// or not.
+pub struct CheckoutLock {
+    _file: std::fs::File,
+}
+
+impl CheckoutLock {
+    pub const FILE: &str = "twopc-local.lock";
+
+    /// A running stack's share of `local` (`.local/`), taken at its start.
+    pub fn shared(local: &std::path::Path) -> Result<CheckoutLock, Error> {
+        Self::take(local, libc::LOCK_SH)?.ok_or_else(|| Error::Io {
+            what: format!("locking {}", local.join(Self::FILE).display()),
+            source: std::io::Error::other("a reset of this checkout is running"),
+        })
+    }
+
+    /// `reset`'s: `None` while any stack of this checkout runs.
+    pub fn exclusive(local: &std::path::Path) -> Result<Option<CheckoutLock>, Error> {
+        Self::take(local, libc::LOCK_EX)
+    }
+
+    fn take(local: &std::path::Path, mode: libc::c_int) -> Result<Option<CheckoutLock>, Error> {
+        use std::os::fd::AsRawFd;
+        std::fs::create_dir_all(local).map_err(io_error(format!("creating {}", local.display())))?;
+        let path = local.join(Self::FILE);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_error(format!("opening {}", path.display())))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is involved.
+        if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {
+            return Ok(None);
+        }
+        Ok(Some(CheckoutLock { _file: file }))
     }
 }
 
@@ -546,6 +596,10 @@ impl Stack {
             lake_dir: config.lake_dir.clone(),
             dynamodb: ddb.clone(),
             payment_api: payment_api.as_ref().map(|api| api.url().to_owned()),
+            http: twopc::https::client_builder().no_proxy().build().map_err(|e| Error::Io {
+                what: "making the page's HTTP client".into(),
+                source: std::io::Error::other(e),
+            })?,
             jwt: issuer.is_some(),
         };
         let operations = service_operations(tables.participants.keys());

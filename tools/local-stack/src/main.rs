@@ -11,8 +11,10 @@
 //! - `twopc-local sign FILE`: print a participant message signed now with the local development key,
 //!   for `cargo lambda invoke` (a participant acts only on a message the coordinator or the sweeper
 //!   signed, and only for a while after it was signed).
-//! - `twopc-local token --sub alice [--admin]`: print a token of the development issuer a stack
-//!   started with `--auth jwt` runs (`Authorization: Bearer <token>`, or `?token=` on the WebSocket).
+//! - `twopc-local token --sub alice [--admin]`: print a token of the development issuer the running
+//!   stack started with `--auth jwt` runs (`Authorization: Bearer <token>`, or `?token=` on the
+//!   WebSocket); refused when no such stack runs, since the next one makes a new key pair.
+//! - `twopc-local subscribe TOPIC...`: follow topics on the WebSocket API and print each message.
 
 mod demo;
 
@@ -41,7 +43,8 @@ enum Command {
     /// (ranges of the streams the polling gave up on) through the stream processor, print the answer, stop.
     Replay(StackArgs),
     /// Delete what the stack keeps under .local/: DynamoDB Local's data, the lakes (`up`'s and the
-    /// demo's), the stream checkpoints, the dead letters. Refused while a stack uses the data.
+    /// demo's), the stream checkpoints, the dead letters, the development issuer's key (auth/).
+    /// Refused while a stack uses the data: stop it first.
     Reset,
     /// Print the participant message in FILE (JSON, as `events/participant-*.json`) signed now with the
     /// local development key of SERVICE, as the coordinator signs what it sends; its signature, if it has
@@ -55,7 +58,8 @@ enum Command {
     },
     /// Print a token of the development issuer of the stack running with `--auth jwt` (its key is
     /// under .local/auth/): `Authorization: Bearer <token>` on the REST API, `?token=<token>` (or the
-    /// same header) on the WebSocket.
+    /// same header) on the WebSocket. Refused when no such stack runs: each `up --auth jwt` makes a
+    /// new key pair, which refuses the tokens of the one before.
     Token {
         /// The user: the token's `sub`, which owns the items whose entityId is it or starts with `<sub>#`.
         #[arg(long)]
@@ -66,6 +70,20 @@ enum Command {
         /// How long the token is valid.
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
+    },
+    /// Follow TOPICs on the WebSocket API (`entity:<table>:<entityId>`, `tx:<transactionId>`) and print
+    /// each message it sends, one JSON line each, until Ctrl-C: the subscribe answer, then every
+    /// commit and transaction push.
+    Subscribe {
+        /// The topics to follow.
+        #[arg(required = true, value_name = "TOPIC")]
+        topics: Vec<String>,
+        /// Port of the WebSocket API (`up --ws-port`).
+        #[arg(long = "ws-port", default_value_t = local_stack::DEFAULT_WEBSOCKET_PORT)]
+        websocket_port: u16,
+        /// A token for a stack started with `--auth jwt` (`twopc-local token --sub alice`).
+        #[arg(long)]
+        token: Option<String>,
     },
 }
 
@@ -132,12 +150,14 @@ struct StackArgs {
     /// credit the balance of service-a's and service-b's items].
     #[arg(long, value_name = "JSON", value_parser = |text: &str| twopc::access::Policy::parse(Some(text)))]
     access_policy: Option<twopc::access::Policy>,
-    /// With --lambda: do not rebuild and restart functions when their code changes.
-    #[arg(long, requires = "lambda")]
+    /// With --lambda: do not rebuild and restart functions when their code changes (without
+    /// --lambda nothing is rebuilt: it changes nothing).
+    #[arg(long)]
     no_reload: bool,
-    /// With --lambda: the Invoke API of coordinator, connections, stream-processor and sweeper;
-    /// service-a's participant takes the next port, service-b's the one after (0: free ports).
-    #[arg(long, default_value_t = local_stack::DEFAULT_INVOKE_PORT, requires = "lambda")]
+    /// With --lambda: the Invoke API of coordinator, connections, stream-processor and sweeper; the
+    /// participants of service-a, service-b, inventory and payments take the next four ports (0: free
+    /// ports). Without --lambda no Invoke API runs, and it changes nothing.
+    #[arg(long, default_value_t = local_stack::DEFAULT_INVOKE_PORT)]
     invoke_port: u16,
 }
 
@@ -193,12 +213,28 @@ impl StackArgs {
 const DEMO_LAKE: &str = "demo-lake";
 /// What `up` keeps under .local/ (besides DynamoDB Local's own install, which `reset` leaves).
 /// DynamoDB Local's data last: its folder holds the lock that keeps a stack from starting meanwhile.
-const KEPT: [&str; 5] = ["lake", DEMO_LAKE, "checkpoints", "dead-letters", DATA];
+const KEPT: [&str; 6] = ["lake", DEMO_LAKE, "checkpoints", "dead-letters", AUTH, DATA];
 const DATA: &str = "dynamodb-data";
+/// The development issuer's key pair (`up --auth jwt`).
+const AUTH: &str = "auth";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a Tokio runtime");
+    // Every command that runs a stack holds its share of the checkout's .local/ meanwhile (`reset` waits
+    // for none: it refuses).
+    let _running = match &cli.command {
+        Command::Up(_) | Command::Demo(_) | Command::Replay(_) => {
+            match local_stack::CheckoutLock::shared(&local_stack::local_dir()) {
+                Ok(lock) => Some(lock),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        _ => None,
+    };
     let result = runtime.block_on(async {
         match cli.command {
             Command::Up(args) => up(args).await,
@@ -206,7 +242,10 @@ fn main() -> ExitCode {
             Command::Replay(args) => replay(args).await,
             Command::Reset => reset(),
             Command::Sign { file, service } => sign(&file, &service),
-            Command::Token { sub, admin, ttl_secs } => token(&sub, admin, ttl_secs),
+            Command::Token { sub, admin, ttl_secs } => token(&sub, admin, ttl_secs).await,
+            Command::Subscribe { topics, websocket_port, token } => {
+                subscribe(&topics, websocket_port, token.as_deref()).await
+            }
         }
     });
     match result {
@@ -221,8 +260,14 @@ fn main() -> ExitCode {
 fn init_logs(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stderr).try_init();
+    // Colours only for a terminal: a log redirected to a file gets none of ANSI's escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Where a path shows best: relative to the current folder when inside it.
@@ -279,14 +324,76 @@ fn print_endpoints(stack: &Stack, config: &Config) {
     }
 }
 
-/// `twopc-local token`: a token of the development issuer `up --auth jwt` made.
-fn token(sub: &str, admin: bool, ttl_secs: u64) -> Result<(), String> {
+/// `twopc-local token`: a token of the development issuer the running `up --auth jwt` made. Its key
+/// file outlives the stack, and the next `up --auth jwt` makes a new key pair, so a token signed with
+/// it while no stack serves its key would be refused (401) by the next: the stack is asked first.
+async fn token(sub: &str, admin: bool, ttl_secs: u64) -> Result<(), String> {
     if !twopc::jwt::is_valid_sub(sub) {
         return Err(format!("--sub must be a user name the authorizer takes: {}", twopc::jwt::SUB_RULE));
     }
-    let issuer = local_stack::issuer::DevIssuer::load(&Config::default().auth_dir)?;
+    let start = "start one with `twopc-local up --auth jwt` first (each start makes a new key pair, which refuses the tokens of the one before)";
+    let issuer = local_stack::issuer::DevIssuer::load(&Config::default().auth_dir)
+        .map_err(|_| format!("no stack with --auth jwt has run from this checkout: {start}"))?;
+    let jwks = format!("{}/.well-known/jwks.json", issuer.issuer);
+    let http = twopc::https::client_builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| format!("an HTTP client: {e}"))?;
+    let served: serde_json::Value = match http.get(&jwks).send().await {
+        Ok(answer) if answer.status().is_success() => answer.json().await.unwrap_or_default(),
+        Ok(answer) => {
+            return Err(format!(
+                "{jwks} answered {}: the stack there does not run --auth jwt; {start}",
+                answer.status()
+            ));
+        }
+        Err(_) => return Err(format!("no stack with --auth jwt answers at {jwks}: {start}")),
+    };
+    let keys = served["keys"].as_array().into_iter().flatten();
+    if !keys.filter_map(|key| key["kid"].as_str()).any(|kid| kid == issuer.kid) {
+        return Err(format!(
+            "the stack at {} runs another key than {} (it was started elsewhere): {start}",
+            issuer.issuer,
+            show(&local_stack::issuer::DevIssuer::path(&Config::default().auth_dir))
+        ));
+    }
     println!("{}", issuer.token(sub, admin, Duration::from_secs(ttl_secs)));
     Ok(())
+}
+
+/// `twopc-local subscribe`: the WebSocket API's messages for `topics`, one JSON line each, as a
+/// WebSocket client sees them.
+async fn subscribe(topics: &[String], websocket_port: u16, token: Option<&str>) -> Result<(), String> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let mut url = format!("ws://127.0.0.1:{websocket_port}");
+    if let Some(token) = token {
+        url = format!("{url}/?token={token}");
+    }
+    let shown = format!("ws://127.0.0.1:{websocket_port}");
+    let (mut socket, _) = tokio_tungstenite::connect_async(url.as_str()).await.map_err(|e| {
+        format!("connecting to {shown}: {e} (is `twopc-local up` running? its WebSocket port is --ws-port)")
+    })?;
+    let message = serde_json::json!({"action": "subscribe", "topics": topics});
+    socket.send(Message::Text(message.to_string().into())).await.map_err(|e| format!("{shown}: {e}"))?;
+    eprintln!("following {} on {shown} (Ctrl-C stops)", topics.join(", "));
+    loop {
+        let next = tokio::select! {
+            next = socket.next() => next,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        match next {
+            None | Some(Ok(Message::Close(_))) => return Err(format!("{shown} closed the connection")),
+            Some(Err(e)) => return Err(format!("{shown}: {e}")),
+            Some(Ok(Message::Text(text))) => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{}", text.as_str()).and_then(|_| out.flush());
+            }
+            Some(Ok(_)) => {}
+        }
+    }
 }
 
 /// `twopc-local sign`: the message signed now with the local development key of `service`.
@@ -307,10 +414,24 @@ fn sign(file: &std::path::Path, service: &str) -> Result<(), String> {
 
 fn reset() -> Result<(), String> {
     let local = local_stack::local_dir();
+    let running = "stop it first (Ctrl-C where it runs), then reset; nothing was deleted";
+    let _checkout = local_stack::CheckoutLock::exclusive(&local)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("a twopc-local (up, demo or replay) is running from this checkout: {running}"))?;
     let data = local.join(DATA);
     // Held while it runs: nothing is deleted under a running stack.
-    let _lock =
-        if data.is_dir() { Some(local_stack::DataLock::acquire(&data).map_err(|e| e.to_string())?) } else { None };
+    let _lock = if data.is_dir() {
+        Some(local_stack::DataLock::acquire(&data).map_err(|e| match e {
+            local_stack::Error::DataInUse { pid, .. } => format!(
+                "a twopc-local{} is using {}: {running}",
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                show(&data)
+            ),
+            other => other.to_string(),
+        })?)
+    } else {
+        None
+    };
     let mut removed = Vec::new();
     for name in KEPT {
         let dir = local.join(name);

@@ -35,6 +35,8 @@ pub(crate) struct Page {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// The stand-in payment API, whose authorizations `/local/payments` lists.
     pub payment_api: Option<String>,
+    /// Reads the payment API: made once, not per request.
+    pub http: reqwest::Client,
     /// `--auth jwt`: the page signs in as a local user (`/local/token`).
     pub jwt: bool,
 }
@@ -76,13 +78,7 @@ impl Page {
             return no_store(json!({"authorizations": []}));
         };
         let listed = async {
-            let response = twopc::https::client_builder()
-                .build()
-                .ok()?
-                .get(format!("{api}/v1/authorizations"))
-                .send()
-                .await
-                .ok()?;
+            let response = self.http.get(format!("{api}/v1/authorizations")).send().await.ok()?;
             response.json::<Value>().await.ok()
         };
         no_store(listed.await.unwrap_or_else(|| json!({"error": "the payment API did not answer"})))
