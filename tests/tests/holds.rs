@@ -108,7 +108,7 @@ async fn an_approved_hold_commits_and_its_repeat_answers_the_same() {
     let held = record(&env, &id).await;
     assert_eq!((held.status, held.hold_until, held.sweep_at), (Status::Prepared, Some(hold_until), Some(hold_until)));
     let (status, got) = env.get(&id).await;
-    assert_eq!((status, got["status"].as_str(), got["holdUntil"].as_u64()), (202, Some("PREPARED"), Some(hold_until)));
+    assert_eq!((status, got["status"].as_str(), got["holdUntil"].as_u64()), (200, Some("PREPARED"), Some(hold_until)));
     assert!(env.sweeper(None).sweep().await.unwrap().is_quiet(), "a hold is not the sweeper's before it ends");
 
     let (status, answer) = decide(&env, &id, "commit", Some(ALICE)).await;

@@ -142,6 +142,8 @@ code_enum! {
         InvalidAgeToken = "INVALID_AGE_TOKEN",
         /// The `Age-Token`'s retry already ran under another transaction id (409).
         AgeTokenUsed = "AGE_TOKEN_USED",
+        /// The local stack only: a POST without `Content-Type: application/json` (415).
+        UnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE",
     }
 }
 
@@ -291,9 +293,9 @@ impl Outcome {
         &self.state().transaction_id
     }
 
-    /// The HTTP status `POST /transactions` and `GET /transactions/{id}` answer this outcome with (a
-    /// held transaction's `commit` or `abort` answers its own call's outcome with 200, and the other
-    /// decision's with 409).
+    /// The HTTP status `POST /transactions` answers this outcome with (a held transaction's `commit` or
+    /// `abort` answers its own call's outcome with 200, and the other decision's with 409; a
+    /// `GET /transactions/{id}` that finds the transaction answers 200 whatever its state).
     pub fn http_status(&self) -> u16 {
         match self {
             Outcome::Committed(_) => 200,

@@ -104,6 +104,14 @@ impl Reply {
         reply
     }
 
+    /// A read's answer (`GET /transactions/{id}`): the record's body with 200 whatever its state, since
+    /// the read succeeded; the body's `status` tells the outcome. (A POST answers with its outcome's code,
+    /// [`Reply::for_record`]: a `curl -f`, a cache or a monitor would count an aborted transaction's read
+    /// as a failed request.)
+    pub fn reading(record: &TransactionRecord) -> Reply {
+        Reply { status: 200, ..Reply::for_record(record) }
+    }
+
     /// The contract's status code for a record's state. A decided abort is answered as the outcome it is
     /// (ABORTED: nothing applied, ever), while the sweeper may still be releasing its locks.
     pub fn for_record(record: &TransactionRecord) -> Reply {
@@ -327,7 +335,7 @@ impl Coordinator {
     pub async fn get_by(&self, id: &str, caller: &Caller) -> Reply {
         match self.transactions.get(id).await {
             Ok(Some(record)) if self.access.may_see(caller, record.principal.as_deref()) => {
-                self.as_seen_by(caller, Reply::for_record(&record), &record).await
+                self.as_seen_by(caller, Reply::reading(&record), &record).await
             }
             Ok(_) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
             Err(e) => unavailable(&e, None),

@@ -49,10 +49,13 @@ pub enum ErrorCode {
     InvalidAgeToken,
     /// An `Age-Token` whose retry already ran under another transaction id (409).
     AgeTokenUsed,
+    /// The local stack only: a POST without `Content-Type: application/json` (415), which a page of
+    /// another origin could send without a CORS preflight.
+    UnsupportedMediaType,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidRequest,
         ErrorCode::MalformedJson,
         ErrorCode::BodyTooLarge,
@@ -75,6 +78,7 @@ impl ErrorCode {
         ErrorCode::HeldCreditNotAllowed,
         ErrorCode::InvalidAgeToken,
         ErrorCode::AgeTokenUsed,
+        ErrorCode::UnsupportedMediaType,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -101,6 +105,7 @@ impl ErrorCode {
             ErrorCode::HeldCreditNotAllowed => "HELD_CREDIT_NOT_ALLOWED",
             ErrorCode::InvalidAgeToken => "INVALID_AGE_TOKEN",
             ErrorCode::AgeTokenUsed => "AGE_TOKEN_USED",
+            ErrorCode::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
         }
     }
 
@@ -115,6 +120,7 @@ impl ErrorCode {
             ErrorCode::NotHeld => 409,
             ErrorCode::AgeTokenUsed => 409,
             ErrorCode::Forbidden | ErrorCode::HeldCreditNotAllowed => 403,
+            ErrorCode::UnsupportedMediaType => 415,
             _ => 400,
         }
     }

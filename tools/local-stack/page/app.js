@@ -28,7 +28,7 @@ async function signIn(sub, admin) {
   const response = await fetch('/local/token', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sub, admin }) });
   const answer = await response.json().catch(() => ({}));
   if (!response.ok || !answer.token) {
-    $('#user-status').textContent = `sign-in refused: ${answer.message || response.status}`;
+    $('#user-status').textContent = `sign-in refused: ${answer.error?.message || answer.message || response.status}`;
     return;
   }
   state.token = answer.token;
@@ -192,7 +192,7 @@ const progress = (status) => ({ PREPARING: 0, PREPARED: 1, COMMITTING: 2, ABORTI
 async function refresh(id) {
   let response;
   try { response = await fetch(`/transactions/${encodeURIComponent(id)}`, { headers: authorized() }); } catch { return; }
-  // 200 committed, 202 not ended yet (or held), 409 aborted: each with the record; 404 and 503 without.
+  // 200 with the record whatever its state (the body's status tells it); 404 and 503 without.
   const record = await response.json().catch(() => ({}));
   if (!record.transactionId || !record.status) return;
   const entry = state.transactions.get(id) || { source: 'stream', sentAt: Date.now() };

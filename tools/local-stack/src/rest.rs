@@ -22,8 +22,9 @@ use crate::events::{self, HttpRequest};
 use crate::functions::Authorized;
 use crate::issuer::{DevIssuer, ISSUER_PATH};
 use crate::page::Page;
-use crate::same_origin::SameOrigin;
+use crate::same_origin::{Refused, SameOrigin};
 use twopc::custom::Catalogs;
+use twopc::model::ErrorCode;
 
 /// The REST API's specification, served at `/openapi.yaml` so that tools can read it from the running stack.
 pub const OPENAPI: &str = include_str!("../../../openapi.yaml");
@@ -132,8 +133,24 @@ pub(crate) async fn serve(listener: TcpListener, api: Api) {
     }
 }
 
+/// An answer of API Gateway's own (`{"message"}`), where the deployed API answers one: the authorizer's
+/// 401 and 403, 413, 502.
 fn message(status: StatusCode, text: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], json!({"message": text}).to_string()).into_response()
+}
+
+/// An answer of the local stack's own checks, in the API's error shape (`{"error": {"code", "message"}}`)
+/// so that a client reads it as it reads the coordinator's.
+fn local_error(code: ErrorCode, text: String) -> Response {
+    let reply = twopc::coordinator::Reply::error(code, text);
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, [(header::CONTENT_TYPE, "application/json")], reply.body.to_string()).into_response()
+}
+
+/// A same-origin refusal: 415 for a POST that is not JSON, 403 for a foreign `Host` or `Origin`.
+fn refusal(refused: Refused) -> Response {
+    let code = if refused.status == 415 { ErrorCode::UnsupportedMediaType } else { ErrorCode::Forbidden };
+    local_error(code, refused.message)
 }
 
 /// Marks an answer that is the coordinator's own: passed on as it is, its CORS header included.
@@ -162,8 +179,7 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     if let Some(Err(refused)) = api.same_origin.as_ref().map(|s| s.check_rest(&parts.method, &parts.headers)) {
         warn!(peer = %peer, "{} {} refused: {}", parts.method, parts.uri.path(), refused.message);
-        let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::FORBIDDEN);
-        let mut response = message(status, refused.message);
+        let mut response = refusal(refused);
         response.extensions_mut().insert(LocalOnly);
         return response;
     }
@@ -174,7 +190,7 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     {
         // `/local/token` signs anyone in as anyone: only the stack's own page may ask for a token.
         warn!(peer = %peer, "{method} {path} refused: {}", refused.message);
-        let mut response = message(StatusCode::FORBIDDEN, refused.message);
+        let mut response = refusal(refused);
         response.extensions_mut().insert(LocalOnly);
         return response;
     }
@@ -200,8 +216,8 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
                     let token = issuer.token(sub, admin, crate::issuer::DEFAULT_TOKEN_TTL);
                     axum::Json(json!({"token": token, "sub": sub, "admin": admin})).into_response()
                 }
-                None => message(
-                    StatusCode::BAD_REQUEST,
+                None => local_error(
+                    ErrorCode::InvalidRequest,
                     format!("expected {{\"sub\": \"<user>\", \"admin\"?: bool}}; sub: {}", twopc::jwt::SUB_RULE),
                 ),
             };
@@ -241,8 +257,8 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
     }
     let Some((resource, path_parameters)) = events::rest_resource(method, path) else {
         // The deployed API answers 403 "Missing Authentication Token" for a route it does not have.
-        return message(
-            StatusCode::NOT_FOUND,
+        return local_error(
+            ErrorCode::NotFound,
             format!(
                 "no route for {method} {path}: the API has POST /transactions, GET /transactions/{{id}}, POST /transactions/{{id}}/commit and POST /transactions/{{id}}/abort (deployed, API Gateway answers 403 Missing Authentication Token here)"
             ),
