@@ -301,30 +301,41 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { what, source }
 }
 
-/// A data folder held by one process: an exclusive `flock` on `<dir>/twopc-local.lock`, released when
-/// the process ends however it ends (no stale lock after a crash).
+/// `<dir>/twopc-local.lock` (the folder created), opened and `flock`ed in `mode` without waiting: the
+/// file and whether the lock was taken. Released when the process ends however it ends (no stale lock
+/// after a crash).
+fn lock_file(dir: &std::path::Path, mode: libc::c_int) -> Result<(std::fs::File, bool), Error> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir).map_err(io_error(format!("creating {}", dir.display())))?;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_error(format!("opening {}", path.display())))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is involved.
+    let taken = unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } == 0;
+    Ok((file, taken))
+}
+
+const LOCK_FILE: &str = "twopc-local.lock";
+
+/// A data folder held by one process: an exclusive lock on `<dir>/twopc-local.lock`, which names the
+/// process holding it.
 pub struct DataLock {
     _file: std::fs::File,
 }
 
 impl DataLock {
-    pub const FILE: &str = "twopc-local.lock";
+    pub const FILE: &str = LOCK_FILE;
 
     /// Takes the folder (creating it), or says which process holds it.
     pub fn acquire(dir: &std::path::Path) -> Result<DataLock, Error> {
         use std::io::{Read, Seek, Write};
-        use std::os::fd::AsRawFd;
-        std::fs::create_dir_all(dir).map_err(io_error(format!("creating the data folder {}", dir.display())))?;
-        let path = dir.join(Self::FILE);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_error(format!("opening {}", path.display())))?;
-        // SAFETY: flock on a descriptor this function owns; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let (mut file, taken) = lock_file(dir, libc::LOCK_EX)?;
+        if !taken {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             return Err(Error::DataInUse { dir: dir.to_path_buf(), pid: holder.trim().parse().ok() });
@@ -343,37 +354,21 @@ pub struct CheckoutLock {
 }
 
 impl CheckoutLock {
-    pub const FILE: &str = "twopc-local.lock";
-
     /// A running stack's share of `local` (`.local/`), taken at its start.
     pub fn shared(local: &std::path::Path) -> Result<CheckoutLock, Error> {
-        Self::take(local, libc::LOCK_SH)?.ok_or_else(|| Error::Io {
-            what: format!("locking {}", local.join(Self::FILE).display()),
-            source: std::io::Error::other("a reset of this checkout is running"),
-        })
+        match lock_file(local, libc::LOCK_SH)? {
+            (file, true) => Ok(CheckoutLock { _file: file }),
+            (_, false) => Err(Error::Io {
+                what: format!("locking {}", local.join(LOCK_FILE).display()),
+                source: std::io::Error::other("a reset of this checkout is running"),
+            }),
+        }
     }
 
     /// `reset`'s: `None` while any stack of this checkout runs.
     pub fn exclusive(local: &std::path::Path) -> Result<Option<CheckoutLock>, Error> {
-        Self::take(local, libc::LOCK_EX)
-    }
-
-    fn take(local: &std::path::Path, mode: libc::c_int) -> Result<Option<CheckoutLock>, Error> {
-        use std::os::fd::AsRawFd;
-        std::fs::create_dir_all(local).map_err(io_error(format!("creating {}", local.display())))?;
-        let path = local.join(Self::FILE);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_error(format!("opening {}", path.display())))?;
-        // SAFETY: flock on a descriptor this function owns; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {
-            return Ok(None);
-        }
-        Ok(Some(CheckoutLock { _file: file }))
+        let (file, taken) = lock_file(local, libc::LOCK_EX)?;
+        Ok(taken.then_some(CheckoutLock { _file: file }))
     }
 }
 
