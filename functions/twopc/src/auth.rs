@@ -334,7 +334,12 @@ fn mac(key: &Key, service: &str, unsigned: &ParticipantRequest, signed_at: u64) 
 }
 
 /// What a MAC covers: the domain, the service, the key, the time, and the whole message in a canonical
-/// JSON form (keys sorted at every level, numbers as their decimal text).
+/// JSON form (keys sorted at every level, numbers as their decimal text); `docs/participant-protocol.md`
+/// gives it byte for byte, with test vectors.
+pub fn signing_input(service: &str, key_id: &str, signed_at: u64, unsigned: &ParticipantRequest) -> Vec<u8> {
+    message_bytes(service, key_id, signed_at, unsigned)
+}
+
 fn message_bytes(service: &str, key_id: &str, signed_at: u64, unsigned: &ParticipantRequest) -> Vec<u8> {
     let message = serde_json::to_value(unsigned).expect("messages serialize");
     format!("{DOMAIN}\n{service}\n{key_id}\n{signed_at}\n{}", crate::model::canonical_json(&message)).into_bytes()
