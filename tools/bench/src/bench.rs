@@ -23,7 +23,7 @@ use twopc::record::TransactionStore;
 use twopc_client as client;
 
 use crate::counter::RequestCounter;
-use crate::projection::{ModelledHttpClient, ModelledInvoker, Sampler};
+use crate::projection::{ModelledHttpClient, Sampler};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -112,11 +112,18 @@ pub struct Bench {
     pub delayed_sequential: Coordinator,
 }
 
-/// Calls in-process participants after a fixed delay: the round trip of a warm Lambda Invoke,
-/// which in-process calls do not have.
+/// Calls in-process participants after a delay: the round trip of a warm Lambda Invoke, which
+/// in-process calls do not have (the participant's own DynamoDB requests are modelled, if at all, by
+/// the HTTP client).
 pub struct DelayedInvoker {
     inner: InProcessInvoker,
-    delay: Duration,
+    delay: InvokeDelay,
+}
+
+/// How long an Invoke's round trip takes: always the same, or drawn from a model (scenario 7).
+enum InvokeDelay {
+    Fixed(Duration),
+    Drawn(Arc<Sampler>),
 }
 
 impl ParticipantInvoker for DelayedInvoker {
@@ -126,7 +133,11 @@ impl ParticipantInvoker for DelayedInvoker {
         request: &'a ParticipantRequest,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
         Box::pin(async move {
-            tokio::time::sleep(self.delay).await;
+            let delay = match &self.delay {
+                InvokeDelay::Fixed(delay) => *delay,
+                InvokeDelay::Drawn(sampler) => sampler.invoke_latency(),
+            };
+            tokio::time::sleep(delay).await;
             self.inner.invoke(service, request).await
         })
     }
@@ -173,9 +184,9 @@ impl Bench {
             })
             .collect();
         let invoker = InProcessInvoker::new(participants);
-        let delayed_invoker = DelayedInvoker { inner: invoker.clone(), delay: invoke_delay };
+        let delayed_invoker = DelayedInvoker { inner: invoker.clone(), delay: InvokeDelay::Fixed(invoke_delay) };
         let direct: Arc<dyn ParticipantInvoker> = match sampler {
-            Some(sampler) => Arc::new(ModelledInvoker { inner: invoker, sampler }),
+            Some(sampler) => Arc::new(DelayedInvoker { inner: invoker, delay: InvokeDelay::Drawn(sampler) }),
             None => Arc::new(invoker),
         };
         let coordinator =

@@ -16,10 +16,7 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use futures::future::BoxFuture;
 use serde_json::Value;
-use twopc::invoke::{InProcessInvoker, InvokeError, ParticipantInvoker};
-use twopc::model::{ParticipantRequest, ParticipantResponse};
 
 use crate::stats::Rng;
 
@@ -104,12 +101,14 @@ impl LatencyModel {
         let target = request.headers().get("x-amz-target").unwrap_or_default();
         let operation = target.rsplit('.').next().unwrap_or_default();
         if operation.starts_with("Transact") {
+            // The SDK sends every Transact request with its body in memory: one that cannot be read is a
+            // change of the SDK's, which would make every figure of the projection wrong, so it stops the run.
             let items = request
                 .body()
                 .bytes()
                 .and_then(|body| serde_json::from_slice::<Value>(body).ok())
                 .and_then(|body| body.get("TransactItems").and_then(Value::as_array).map(Vec::len))
-                .unwrap_or(2);
+                .unwrap_or_else(|| panic!("a {operation} request without a readable TransactItems body"));
             self.transact(items)
         } else {
             self.single
@@ -127,6 +126,11 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(model: LatencyModel, seed: u64) -> Arc<Sampler> {
         Arc::new(Sampler { model, rng: Mutex::new(Rng::new(seed)) })
+    }
+
+    /// The round trip of one participant Invoke.
+    pub(crate) fn invoke_latency(&self) -> Duration {
+        self.draw(self.model.invoke)
     }
 
     fn draw(&self, distribution: Distribution) -> Duration {
@@ -171,26 +175,6 @@ impl HttpConnector for ModelledConnector {
                 tokio::time::sleep(rest).await;
             }
             answer
-        })
-    }
-}
-
-/// In-process participants called after a drawn Invoke latency (the round trip's; the participant's
-/// own DynamoDB requests are modelled by the HTTP client).
-pub struct ModelledInvoker {
-    pub inner: InProcessInvoker,
-    pub sampler: Arc<Sampler>,
-}
-
-impl ParticipantInvoker for ModelledInvoker {
-    fn invoke<'a>(
-        &'a self,
-        service: &'a str,
-        request: &'a ParticipantRequest,
-    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        Box::pin(async move {
-            tokio::time::sleep(self.sampler.draw(self.sampler.model.invoke)).await;
-            self.inner.invoke(service, request).await
         })
     }
 }
