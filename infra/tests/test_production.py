@@ -163,6 +163,14 @@ def test_the_hold_parameters_are_the_same_in_both_templates(sam, cdk):
         assert sam.template["Parameters"][name] == cdk.template["Parameters"][name], name
 
 
+def test_the_signature_parameter_is_the_same_in_both_templates_and_v1_by_default(sam, cdk):
+    # docs/participant-protocol.md: every participant verifies v1 and v2; senders stay on v1 until
+    # every participant does (infra/DEPLOY.md, "Moving participant messages to signature v2").
+    assert sam.template["Parameters"]["ParticipantSignature"] == cdk.template["Parameters"]["ParticipantSignature"]
+    assert sam.template["Parameters"]["ParticipantSignature"]["Default"] == "v1"
+    assert sam.template["Parameters"]["ParticipantSignature"]["AllowedValues"] == ["v1", "v2"]
+
+
 def test_the_clock_margin_and_the_dead_letters_are_read_from_the_code():
     assert clock_margin_ms() == 250
     assert replay_contract() == {"action": "replay-dead-letters", "maxDeadLetterBytes": 256 * 1024}

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
+use twopc::auth::{Envelope, SignatureVersion};
 use twopc::clock::{SharedClock, ShiftedClock};
 use twopc::coordinator::Coordinator;
 use twopc::invoke::{InProcessInvoker, InvokeError, ParticipantInvoker};
@@ -81,6 +82,8 @@ pub struct Call {
     pub one_phase: bool,
     /// The late copy of a message ([`EdgeFault::LateCopy`]), not the coordinator's own delivery.
     pub late_copy: bool,
+    /// Sent sealed in a v2 envelope, not signed in v1.
+    pub sealed: bool,
     /// The participant's answer in short: `PREPARED`, `REFUSED:CONFLICT`, `COMMITTED`, `error: ...`.
     pub answer: String,
     pub started: std::time::Instant,
@@ -151,11 +154,12 @@ impl FaultyInvoker {
     fn note(
         &self,
         service: &str,
-        request: &ParticipantRequest,
+        message: &Message,
         answer: &Result<ParticipantResponse, InvokeError>,
         late_copy: bool,
         started: std::time::Instant,
     ) {
+        let request = message.request();
         let answer = match answer {
             Ok(ParticipantResponse { vote: Some(vote), code, .. }) => {
                 let vote = serde_json::to_value(vote).unwrap().as_str().unwrap_or_default().to_owned();
@@ -175,23 +179,84 @@ impl FaultyInvoker {
             transaction_id: request.transaction_id.clone(),
             one_phase: request.one_phase_record.is_some(),
             late_copy,
+            sealed: matches!(message, Message::Sealed(_)),
             answer,
             started,
             ended: std::time::Instant::now(),
         });
     }
 
-    /// Delivers a copy of `request` to `service` after `delay`, in a task of its own.
-    fn send_late_copy(&self, service: &str, request: &ParticipantRequest, delay: Duration) {
-        let (this, service, request) = (self.clone(), service.to_owned(), request.clone());
+    /// Delivers a copy of `message` to `service` after `delay`, in a task of its own.
+    fn send_late_copy(&self, service: &str, message: &Message, delay: Duration) {
+        let (this, service, message) = (self.clone(), service.to_owned(), message.clone());
         let copy = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let started = std::time::Instant::now();
-            let answer = this.inner.invoke(&service, &request).await;
+            let answer = message.deliver(&this.inner, &service).await;
+            let request = message.request();
             tracing::info!(service, action = request.action.as_str(), tx = %request.transaction_id, ?answer, "late copy delivered");
-            this.note(&service, &request, &answer, true, started);
+            this.note(&service, &message, &answer, true, started);
         });
         self.late.pending.lock().unwrap().push(copy);
+    }
+
+    /// `message` to `service` through the fault set for its action.
+    async fn run(&self, service: &str, message: Message) -> Result<ParticipantResponse, InvokeError> {
+        let started = std::time::Instant::now();
+        let request = message.request();
+        let fault = self.faults.lock().unwrap().get(&(service.to_owned(), request.action)).copied();
+        let result = match fault {
+            None => message.deliver(&self.inner, service).await,
+            Some(EdgeFault::LoseReply) => {
+                let _ = message.deliver(&self.inner, service).await;
+                Err(InvokeError::Transport { service: service.to_owned(), message: "reply lost (injected)".into() })
+            }
+            Some(EdgeFault::Duplicate) => {
+                let _ = message.deliver(&self.inner, service).await;
+                message.deliver(&self.inner, service).await
+            }
+            Some(EdgeFault::DelayReply(delay)) => {
+                let result = message.deliver(&self.inner, service).await;
+                tokio::time::sleep(delay).await;
+                result
+            }
+            Some(EdgeFault::LateCopy(delay)) => {
+                let result = message.deliver(&self.inner, service).await;
+                self.send_late_copy(service, &message, delay);
+                result
+            }
+            Some(EdgeFault::Fail) => Err(InvokeError::FunctionError {
+                service: service.to_owned(),
+                message: "participant failed (injected)".into(),
+            }),
+        };
+        self.note(service, &message, &result, false, started);
+        result
+    }
+}
+
+/// A message as its sender signed it: v1 (the signature inside) or v2 (sealed in an envelope). Copies
+/// of it (duplicates, late copies) are the same bytes, as the SDK re-sends them.
+#[derive(Clone)]
+enum Message {
+    Signed(ParticipantRequest),
+    Sealed(Envelope),
+}
+
+impl Message {
+    /// What it carries, for the faults (set per action) and the log.
+    fn request(&self) -> ParticipantRequest {
+        match self {
+            Message::Signed(request) => request.clone(),
+            Message::Sealed(envelope) => serde_json::from_str(&envelope.message).expect("a sealed participant message"),
+        }
+    }
+
+    async fn deliver(&self, inner: &InProcessInvoker, service: &str) -> Result<ParticipantResponse, InvokeError> {
+        match self {
+            Message::Signed(request) => inner.invoke(service, request).await,
+            Message::Sealed(envelope) => inner.invoke_sealed(service, envelope).await,
+        }
     }
 }
 
@@ -201,37 +266,15 @@ impl ParticipantInvoker for FaultyInvoker {
         service: &'a str,
         request: &'a ParticipantRequest,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        Box::pin(async move {
-            let started = std::time::Instant::now();
-            let fault = self.faults.lock().unwrap().get(&(service.to_owned(), request.action)).copied();
-            let result = match fault {
-                None => self.inner.invoke(service, request).await,
-                Some(EdgeFault::LoseReply) => {
-                    let _ = self.inner.invoke(service, request).await;
-                    Err(InvokeError::Transport { service: service.to_owned(), message: "reply lost (injected)".into() })
-                }
-                Some(EdgeFault::Duplicate) => {
-                    let _ = self.inner.invoke(service, request).await;
-                    self.inner.invoke(service, request).await
-                }
-                Some(EdgeFault::DelayReply(delay)) => {
-                    let result = self.inner.invoke(service, request).await;
-                    tokio::time::sleep(delay).await;
-                    result
-                }
-                Some(EdgeFault::LateCopy(delay)) => {
-                    let result = self.inner.invoke(service, request).await;
-                    self.send_late_copy(service, request, delay);
-                    result
-                }
-                Some(EdgeFault::Fail) => Err(InvokeError::FunctionError {
-                    service: service.to_owned(),
-                    message: "participant failed (injected)".into(),
-                }),
-            };
-            self.note(service, request, &result, false, started);
-            result
-        })
+        Box::pin(self.run(service, Message::Signed(request.clone())))
+    }
+
+    fn invoke_sealed<'a>(
+        &'a self,
+        service: &'a str,
+        envelope: &'a Envelope,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        Box::pin(self.run(service, Message::Sealed(envelope.clone())))
     }
 }
 
@@ -310,13 +353,16 @@ impl TestEnv {
         let late_copies = LateCopies::default();
         let invoker =
             FaultyInvoker::with_late_copies(InProcessInvoker::new(participants.values().cloned()), late_copies.clone());
+        // Signed as a deployment that moved to v2 signs (every fault test sends envelopes); the
+        // coordinators of `coordinator_of`, over invokers of a test's own, sign v1.
         let coordinator = Coordinator::new(
             transactions.clone(),
             Arc::new(invoker.clone()),
             services.iter().map(|s| s.to_string()),
             shared,
         )
-        .with_operations(catalogs);
+        .with_operations(catalogs)
+        .with_signature(SignatureVersion::V2);
         TestEnv {
             client,
             store_client,
@@ -347,7 +393,7 @@ impl TestEnv {
     /// A coordinator of its own, with its own edge faults and crash point: concurrent clients of a
     /// fault test each get one, so one client's faults never touch another's transactions.
     pub fn coordinator_with(&self, invoker: &FaultyInvoker, faults: twopc::faults::Faults) -> Coordinator {
-        self.coordinator_of(invoker).with_faults(faults)
+        self.coordinator_of(invoker).with_faults(faults).with_signature(SignatureVersion::V2)
     }
 
     /// A coordinator over this world's store, clock and services' own operations, calling `invoker`.

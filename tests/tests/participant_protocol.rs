@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
-use twopc::auth::{KeySet, sign_with, signing_input, verify};
+use twopc::auth::{Envelope, KeySet, hmac_sha256, open, seal_with, sign_with, signing_input, signing_input_v2, verify};
 use twopc::model::{
     Action, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED, STATUS_FAILED,
     STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
@@ -202,4 +202,31 @@ fn the_sample_participant_events_are_valid_messages() {
         let event: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         valid(&validator, &path.display().to_string(), &event);
     }
+}
+
+/// The v2 example: valid under the envelope's schema, opened under the page's key to the v1 example's
+/// message, its printed signing input the code's, and the code seals that message to the same envelope.
+#[tokio::test]
+async fn the_envelope_example_opens_to_the_same_message() {
+    let blocks = blocks();
+    let (_, validator) = schema(&blocks, "envelope");
+    let block = blocks.iter().find(|b| b.attribute("envelope").is_some()).expect("an envelope example");
+    let name = block.attribute("envelope").unwrap();
+    let service = block.attribute("service").expect("the service it is sealed for");
+    let sent: Value = serde_json::from_str(&block.text).unwrap();
+    valid(&validator, name, &sent);
+    let envelope: Envelope = serde_json::from_str(&block.text).unwrap();
+    let keys = twopc::auth::MemoryKeys::new();
+    keys.set(service, KeySet::single(KEY_ID, SECRET));
+    let opened = open(keys.as_ref(), service, &envelope, SIGNED_AT).await.expect("the envelope opens");
+    let example = blocks.iter().find(|b| b.attribute("example") == Some(name)).expect("the v1 example it seals");
+    let mut message: ParticipantRequest = serde_json::from_str(&example.text).unwrap();
+    message.signature = None;
+    assert_eq!(opened, message);
+    let input = blocks.iter().find(|b| b.attribute("signing-input-v2") == Some(name)).expect("its signing input");
+    let bytes = signing_input_v2(service, KEY_ID, SIGNED_AT, envelope.message.as_bytes());
+    assert_eq!(input.text.as_bytes(), bytes.as_slice());
+    assert_eq!(hex::encode(hmac_sha256(SECRET.as_bytes(), &bytes)), envelope.mac);
+    let sealed = seal_with(&KeySet::single(KEY_ID, SECRET), service, &message, SIGNED_AT).unwrap();
+    assert_eq!(sealed, envelope, "the code seals the message to the printed envelope");
 }

@@ -32,6 +32,7 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
     }
     Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
         .with_keys(keys)
+        .with_signature(config::participant_signature()?)
         .with_age_keys(age_keys)
         .with_operations(operations)
         .with_hold_policy(holds)

@@ -1,6 +1,7 @@
 //! The participant function: a participant invocation event in, its answer out. Deployed once per
 //! service, each with its own table.
 
+use twopc::auth::Envelope;
 use twopc::clock;
 use twopc::config::{self, ConfigError};
 use twopc::model::{ParticipantRequest, ParticipantResponse};
@@ -32,13 +33,29 @@ pub enum HandlerError {
     Participant(#[from] ParticipantError),
 }
 
-/// Handles one invocation. An infrastructure failure is an error (the invoker sees a function error),
-/// never a vote: a participant that could not ask DynamoDB has not prepared anything.
+/// Handles one invocation: a message signed in v1 (its `signature` inside it) or sealed in v2 (an
+/// envelope: `{"envelope", "keyId", "signedAt", "mac", "message"}`), whichever the sender uses
+/// (docs/participant-protocol.md). An infrastructure failure is an error (the invoker sees a function
+/// error), never a vote: a participant that could not ask DynamoDB has not prepared anything.
 pub async fn handle(participant: &Participant, event: serde_json::Value) -> Result<ParticipantResponse, HandlerError> {
     let started = std::time::SystemTime::now();
-    let request: ParticipantRequest = serde_json::from_value(event).map_err(HandlerError::BadEvent)?;
-    let response = participant.handle(&request).await;
+    let (response, request) = if event.get("envelope").is_some() {
+        let envelope: Envelope = serde_json::from_value(event).map_err(HandlerError::BadEvent)?;
+        // For the trace only: what the envelope says it carries (acted on only once opened).
+        let carried = serde_json::from_str::<ParticipantRequest>(&envelope.message).ok();
+        (participant.handle_sealed(&envelope).await, carried)
+    } else {
+        let request: ParticipantRequest = serde_json::from_value(event).map_err(HandlerError::BadEvent)?;
+        (participant.handle(&request).await, Some(request))
+    };
     let outcome = response.as_ref().map_or("ERROR", ParticipantResponse::outcome);
-    twopc::xray::record(&format!("participant {}", request.action.as_str()), &request.transaction_id, outcome, started);
+    if let Some(request) = request {
+        twopc::xray::record(
+            &format!("participant {}", request.action.as_str()),
+            &request.transaction_id,
+            outcome,
+            started,
+        );
+    }
     Ok(response?)
 }

@@ -21,7 +21,9 @@ pub async fn from_env() -> Result<Sweeper, ConfigError> {
     let invoker = Arc::new(LambdaInvoker::from_registry(&aws, registry));
     let transactions = TransactionStore::new(dynamodb.clone(), transactions);
     let keys = config::keys(&aws, config::PARTICIPANT_KEYS, &config::required(config::PARTICIPANT_KEYS)?)?;
-    let coordinator = Coordinator::new(transactions, invoker, services, clock::system()).with_keys(keys);
+    let coordinator = Coordinator::new(transactions, invoker, services, clock::system())
+        .with_keys(keys)
+        .with_signature(config::participant_signature()?);
     let tables: BTreeMap<String, DataTable> =
         tables.into_iter().map(|(service, table)| (service, DataTable::new(dynamodb.clone(), table))).collect();
     Ok(Sweeper::new(coordinator, tables, SweepLimits::default()))

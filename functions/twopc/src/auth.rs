@@ -39,6 +39,47 @@ pub const MAX_MESSAGE_AGE_MS: u64 = 45_000;
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(60);
 /// What a MAC is computed over starts with this, so it can never be taken for another kind of signature.
 const DOMAIN: &str = "twopc/participant-message/v1";
+/// A version-2 message's `envelope`, and the first line of what its MAC covers.
+pub const ENVELOPE_V2: &str = "twopc/participant-message/v2";
+
+/// How a sender signs: v1 (the signature inside the message, over a canonical form of it) or v2 (an
+/// [`Envelope`]: the message's bytes as sent, the signature over exactly those bytes beside them). A
+/// participant verifies both; senders move to v2 once every participant does (infra/DEPLOY.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SignatureVersion {
+    #[default]
+    V1,
+    V2,
+}
+
+impl SignatureVersion {
+    /// `PARTICIPANT_SIGNATURE`: `v1` (or unset) or `v2`.
+    pub fn parse(text: Option<&str>) -> Result<SignatureVersion, String> {
+        match text.map(str::trim) {
+            None | Some("") | Some("v1") => Ok(SignatureVersion::V1),
+            Some("v2") => Ok(SignatureVersion::V2),
+            Some(other) => Err(format!("{other:?} is not a signature version: v1 or v2")),
+        }
+    }
+}
+
+/// A version-2 message: `message` is the message's JSON text exactly as signed, and the MAC covers its
+/// bytes, so a participant that would write the message otherwise (another serializer, another version's
+/// fields or number forms) verifies it all the same. A MAC cannot sit inside the bytes it covers: it sits
+/// beside them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope {
+    /// [`ENVELOPE_V2`].
+    pub envelope: String,
+    pub key_id: String,
+    /// When it was signed (ms since the epoch, the signer's clock).
+    pub signed_at: u64,
+    /// HMAC-SHA-256 of [`signing_input_v2`], hex.
+    pub mac: String,
+    /// The message (a [`ParticipantRequest`] without `signature`), as JSON text.
+    pub message: String,
+}
 
 /// A message's signature (`signature` of a participant message).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -269,6 +310,10 @@ pub enum Unauthenticated {
     FromTheFuture { ahead_ms: u64 },
     #[error("{0}")]
     Keys(String),
+    #[error("the envelope is {0:?}, not {ENVELOPE_V2}")]
+    UnknownEnvelope(String),
+    #[error("the signed message is not a participant message: {0}")]
+    NotAMessage(String),
 }
 
 /// Signs `request` for `service` with its current key, as signed at `now_ms`.
@@ -297,6 +342,84 @@ pub fn sign_with(
     Ok(signed)
 }
 
+/// Seals `request` for `service` (v2): its JSON text, and a MAC over those bytes under the newest key of
+/// `set` valid at `now_ms`.
+pub fn seal_with(set: &KeySet, service: &str, request: &ParticipantRequest, now_ms: u64) -> Result<Envelope, KeyError> {
+    let key = set.signing_key(now_ms).ok_or_else(|| KeyError::NoValidKey { service: service.to_owned() })?;
+    let mut unsigned = request.clone();
+    unsigned.signature = None;
+    let message = serde_json::to_string(&unsigned).expect("messages serialize");
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.secret.as_bytes()).expect("HMAC takes any key length");
+    mac.update(&signing_input_v2(service, &key.id, now_ms, message.as_bytes()));
+    Ok(Envelope {
+        envelope: ENVELOPE_V2.to_owned(),
+        key_id: key.id.clone(),
+        signed_at: now_ms,
+        mac: hex::encode(mac.finalize().into_bytes()),
+        message,
+    })
+}
+
+/// Seals `request` for `service` with its current key (v2).
+pub async fn seal(
+    keys: &dyn KeySource,
+    service: &str,
+    request: &ParticipantRequest,
+    now_ms: u64,
+) -> Result<Envelope, KeyError> {
+    let set = keys.keys(service).await?;
+    seal_with(&set, service, request, now_ms)
+}
+
+/// The message of `envelope`, once its MAC is checked over the bytes as sent, for `service`, with one of
+/// its keys, and not stale at `now_ms` (the same window as v1's). A `signature` inside the message is
+/// ignored: the envelope is what was verified.
+pub async fn open(
+    keys: &dyn KeySource,
+    service: &str,
+    envelope: &Envelope,
+    now_ms: u64,
+) -> Result<ParticipantRequest, Unauthenticated> {
+    if envelope.envelope != ENVELOPE_V2 {
+        return Err(Unauthenticated::UnknownEnvelope(envelope.envelope.clone()));
+    }
+    let set = keys.keys(service).await.map_err(|e| Unauthenticated::Keys(e.to_string()))?;
+    let key = set
+        .key(&envelope.key_id)
+        .ok_or_else(|| Unauthenticated::UnknownKey(envelope.key_id.clone(), service.to_owned()))?;
+    let mut expected = Hmac::<Sha256>::new_from_slice(key.secret.as_bytes()).expect("HMAC takes any key length");
+    expected.update(&signing_input_v2(service, &envelope.key_id, envelope.signed_at, envelope.message.as_bytes()));
+    let given = hex::decode(&envelope.mac).map_err(|_| Unauthenticated::BadSignature)?;
+    expected.verify_slice(&given).map_err(|_| Unauthenticated::BadSignature)?;
+    within_window(envelope.signed_at, now_ms)?;
+    let mut request: ParticipantRequest =
+        serde_json::from_str(&envelope.message).map_err(|e| Unauthenticated::NotAMessage(e.to_string()))?;
+    request.signature = None;
+    Ok(request)
+}
+
+/// What a v2 MAC covers: the envelope's name, the service, the key, the time, and the message's bytes as
+/// sent (`docs/participant-protocol.md` gives a test vector).
+pub fn signing_input_v2(service: &str, key_id: &str, signed_at: u64, message: &[u8]) -> Vec<u8> {
+    let mut input = format!("{ENVELOPE_V2}\n{service}\n{key_id}\n{signed_at}\n").into_bytes();
+    input.extend_from_slice(message);
+    input
+}
+
+/// A message signed at `signed_at` is acted on at `now_ms`: neither stale nor from the future, by the same
+/// window either way (a sender whose clock runs ahead is as far off as one behind).
+fn within_window(signed_at: u64, now_ms: u64) -> Result<(), Unauthenticated> {
+    let limit = MAX_MESSAGE_AGE_MS + CLOCK_MARGIN_MS;
+    if signed_at > now_ms + limit {
+        return Err(Unauthenticated::FromTheFuture { ahead_ms: signed_at - now_ms });
+    }
+    let age = now_ms.saturating_sub(signed_at);
+    if age > limit {
+        return Err(Unauthenticated::Stale { age_ms: age, limit_ms: limit });
+    }
+    Ok(())
+}
+
 /// Checks that `request` was signed for `service` with one of its keys, and is not stale at `now_ms`.
 pub async fn verify(
     keys: &dyn KeySource,
@@ -315,16 +438,7 @@ pub async fn verify(
     expected.update(&message_bytes(service, &signature.key_id, signature.signed_at, &unsigned));
     let given = hex::decode(&signature.mac).map_err(|_| Unauthenticated::BadSignature)?;
     expected.verify_slice(&given).map_err(|_| Unauthenticated::BadSignature)?;
-    // The same window either way: a sender whose clock runs ahead is as far off as one behind.
-    let limit = MAX_MESSAGE_AGE_MS + CLOCK_MARGIN_MS;
-    if signature.signed_at > now_ms + limit {
-        return Err(Unauthenticated::FromTheFuture { ahead_ms: signature.signed_at - now_ms });
-    }
-    let age = now_ms.saturating_sub(signature.signed_at);
-    if age > limit {
-        return Err(Unauthenticated::Stale { age_ms: age, limit_ms: limit });
-    }
-    Ok(())
+    within_window(signature.signed_at, now_ms)
 }
 
 fn mac(key: &Key, service: &str, unsigned: &ParticipantRequest, signed_at: u64) -> String {
@@ -395,6 +509,89 @@ mod tests {
             verify(&keys, "service-a", &signed_late, 1_000).await,
             Err(Unauthenticated::FromTheFuture { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_sealed_message_opens_and_every_change_to_its_bytes_does_not() {
+        let keys = LocalKeys;
+        let sealed = seal(&keys, "service-a", &message(), 1_000).await.unwrap();
+        assert_eq!(open(&keys, "service-a", &sealed, 1_100).await, Ok(message()));
+        // Through JSON, as a participant receives it: the envelope's `message` string keeps its bytes.
+        let received: Envelope = serde_json::from_str(&serde_json::to_string(&sealed).unwrap()).unwrap();
+        assert_eq!(open(&keys, "service-a", &received, 1_100).await, Ok(message()));
+
+        let mut other_bytes = sealed.clone();
+        other_bytes.message = other_bytes.message.replace("tx-1", "tx-2");
+        let mut spaced = sealed.clone();
+        spaced.message = format!(" {}", sealed.message);
+        let mut later = sealed.clone();
+        later.signed_at += 1;
+        for forged in [other_bytes, spaced, later] {
+            assert_eq!(open(&keys, "service-a", &forged, 1_100).await, Err(Unauthenticated::BadSignature));
+        }
+        assert_eq!(open(&keys, "service-b", &sealed, 1_100).await, Err(Unauthenticated::BadSignature));
+        let mut v3 = sealed.clone();
+        v3.envelope = "twopc/participant-message/v3".into();
+        assert!(matches!(open(&keys, "service-a", &v3, 1_100).await, Err(Unauthenticated::UnknownEnvelope(_))));
+        let stale = 1_000 + MAX_MESSAGE_AGE_MS + CLOCK_MARGIN_MS + 1;
+        assert!(matches!(open(&keys, "service-a", &sealed, stale).await, Err(Unauthenticated::Stale { .. })));
+        assert!(open(&keys, "service-a", &sealed, stale - 1).await.is_ok(), "a late copy within the window");
+        let sealed_late = seal(&keys, "service-a", &message(), stale).await.unwrap();
+        assert!(matches!(
+            open(&keys, "service-a", &sealed_late, 1_000).await,
+            Err(Unauthenticated::FromTheFuture { .. })
+        ));
+    }
+
+    /// The point of v2: a sender that writes the message otherwise than this code would (whitespace, key
+    /// order, `1.5E0` for `1.50`, a field this version does not know) is verified over what it sent, where
+    /// v1 would verify over this code's re-serialization and refuse it.
+    #[tokio::test]
+    async fn a_message_written_by_another_serializer_verifies_in_v2() {
+        let set = LocalKeys::key_set("service-a");
+        let key = set.signing_key(1_000).unwrap();
+        let text = r#"{ "transactionId": "tx-1", "action": "prepare", "startedAt": 1000, "deadline": 2e3,
+            "operations": [{"key": {"entityId": "A"}, "op": "add", "field": "balance", "delta": -1.5E0, "min": 0}],
+            "fromALaterVersion": {"x": 1} }"#;
+        let mac = hex::encode(hmac_sha256(
+            key.secret.as_bytes(),
+            &signing_input_v2("service-a", "local", 1_000, text.as_bytes()),
+        ));
+        let envelope = Envelope {
+            envelope: ENVELOPE_V2.into(),
+            key_id: "local".into(),
+            signed_at: 1_000,
+            mac: mac.clone(),
+            message: text.into(),
+        };
+        let opened = open(&LocalKeys, "service-a", &envelope, 1_100).await;
+        assert!(matches!(&opened, Err(Unauthenticated::NotAMessage(_))), "2e3 is no integer deadline: {opened:?}");
+        let text = text.replace("2e3", "2000");
+        let mac = hex::encode(hmac_sha256(
+            key.secret.as_bytes(),
+            &signing_input_v2("service-a", "local", 1_000, text.as_bytes()),
+        ));
+        let envelope = Envelope { message: text.clone(), mac, ..envelope };
+        let opened = open(&LocalKeys, "service-a", &envelope, 1_100).await.expect("verified over the bytes sent");
+        // The participant reads the value as its parser does; what was verified is what was sent.
+        assert_eq!(opened.operations[0]["delta"].to_string(), "-1.5e+0");
+        // v1 of the same message, signed over the sender's own canonical form, is refused here.
+        let mut v1: ParticipantRequest = serde_json::from_str(&text).unwrap();
+        let canonical_of_sender = text.replace(' ', "");
+        let v1_mac = hex::encode(hmac_sha256(
+            key.secret.as_bytes(),
+            format!("{DOMAIN}\nservice-a\nlocal\n1000\n{canonical_of_sender}").as_bytes(),
+        ));
+        v1.signature = Some(MessageSignature { key_id: "local".into(), signed_at: 1_000, mac: v1_mac });
+        assert_eq!(verify(&LocalKeys, "service-a", &v1, 1_100).await, Err(Unauthenticated::BadSignature));
+    }
+
+    #[test]
+    fn the_signature_version_is_v1_unless_v2_is_asked() {
+        assert_eq!(SignatureVersion::parse(None), Ok(SignatureVersion::V1));
+        assert_eq!(SignatureVersion::parse(Some("v1")), Ok(SignatureVersion::V1));
+        assert_eq!(SignatureVersion::parse(Some("v2")), Ok(SignatureVersion::V2));
+        assert!(SignatureVersion::parse(Some("2")).is_err());
     }
 
     #[test]

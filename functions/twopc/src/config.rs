@@ -43,6 +43,10 @@ pub const PARTICIPANT_KEYS: &str = "PARTICIPANT_KEYS";
 pub const AGE_TOKEN_KEY: &str = "AGE_TOKEN_KEY";
 /// Participant: its own service's message key, a secret ARN, or `local-development-keys`.
 pub const PARTICIPANT_KEY: &str = "PARTICIPANT_KEY";
+/// Coordinator and sweeper: how participant messages are signed, `v1` (the default) or `v2` (an
+/// envelope whose MAC covers the message's bytes as sent). Switch to `v2` only once every participant
+/// verifies it (infra/DEPLOY.md); every participant verifies both.
+pub const PARTICIPANT_SIGNATURE: &str = "PARTICIPANT_SIGNATURE";
 /// The payments example (a resource participant): its payment API's base URL.
 pub const PAYMENT_API_URL: &str = "PAYMENT_API_URL";
 /// Coordinator: each service's own operation kinds, JSON `{"service": [operation schema, ...]}`
@@ -126,6 +130,13 @@ fn parse_positive(name: &'static str, text: &str) -> Result<usize, ConfigError> 
     }
 }
 
+/// `PARTICIPANT_SIGNATURE`: v1 when unset or empty.
+pub fn participant_signature() -> Result<crate::auth::SignatureVersion, ConfigError> {
+    let text = std::env::var(PARTICIPANT_SIGNATURE).ok();
+    crate::auth::SignatureVersion::parse(text.as_deref())
+        .map_err(|message| ConfigError::Invalid { name: PARTICIPANT_SIGNATURE, message })
+}
+
 /// A JSON object of string values, such as the service registry.
 pub fn string_map(name: &'static str) -> Result<BTreeMap<String, String>, ConfigError> {
     let text = required(name)?;
@@ -182,6 +193,7 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             METRICS_NAMESPACE,
             CORS_ALLOW_ORIGIN,
             PARTICIPANT_KEYS,
+            PARTICIPANT_SIGNATURE,
             AGE_TOKEN_KEY,
             SERVICE_OPERATIONS,
             HOLD_POLICY,
@@ -194,7 +206,17 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
     ("inventory", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
     // The example resource participant: the participant library's settings, and its payment API.
     ("payments", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY, PAYMENT_API_URL]),
-    ("sweeper", &[TRANSACTIONS_TABLE_NAME, PARTICIPANTS, PARTICIPANT_TABLES, METRICS_NAMESPACE, PARTICIPANT_KEYS]),
+    (
+        "sweeper",
+        &[
+            TRANSACTIONS_TABLE_NAME,
+            PARTICIPANTS,
+            PARTICIPANT_TABLES,
+            METRICS_NAMESPACE,
+            PARTICIPANT_KEYS,
+            PARTICIPANT_SIGNATURE,
+        ],
+    ),
     (
         "stream-processor",
         &[

@@ -24,7 +24,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::access::{Caller, Policy, entity_id, entity_ids};
 use crate::attempts::{AgeClaim, ContentionAbort};
-use crate::auth::KeySource;
+use crate::auth::{KeySource, SignatureVersion};
 use crate::clock::{SharedClock, resolvable_after};
 use crate::custom::{Catalog, Catalogs};
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
@@ -147,6 +147,8 @@ pub struct Coordinator {
     invoker: Arc<dyn ParticipantInvoker>,
     /// The participants' keys: every message is signed with its service's ([`crate::auth`]).
     keys: Arc<dyn KeySource>,
+    /// How messages are signed: v1 until every participant verifies v2 (infra/DEPLOY.md).
+    signature: SignatureVersion,
     /// Its own key, which signs and verifies age tokens ([`crate::age`]): no participant can read it.
     age_keys: Arc<dyn KeySource>,
     /// Each service's own operation kinds, validated before anything is written ([`crate::custom`]).
@@ -175,6 +177,7 @@ impl Coordinator {
             transactions,
             invoker,
             keys: Arc::new(crate::auth::LocalKeys),
+            signature: SignatureVersion::V1,
             age_keys: crate::age::process_keys(),
             catalogs: Arc::new(Catalogs::default()),
             services: services.into_iter().collect(),
@@ -205,6 +208,11 @@ impl Coordinator {
 
     /// The same coordinator, signing participant messages with `keys` (by default the local development
     /// keys, [`crate::auth::LocalKeys`]; the deployed functions always read theirs from the environment).
+    /// Signs participant messages in `version` (`PARTICIPANT_SIGNATURE`).
+    pub fn with_signature(self, version: SignatureVersion) -> Coordinator {
+        Coordinator { signature: version, ..self }
+    }
+
     pub fn with_keys(self, keys: Arc<dyn KeySource>) -> Coordinator {
         Coordinator { keys, ..self }
     }
@@ -227,10 +235,22 @@ impl Coordinator {
 
     /// Sends one message to a participant, signed with its service's current key.
     pub async fn call(&self, service: &str, request: &ParticipantRequest) -> Result<ParticipantResponse, InvokeError> {
-        let signed = crate::auth::sign(self.keys.as_ref(), service, request, self.clock.now_ms())
-            .await
-            .map_err(|e| InvokeError::Unsigned { service: service.to_owned(), message: e.to_string() })?;
-        self.invoker.invoke(service, &signed).await
+        let unsigned =
+            |e: crate::auth::KeyError| InvokeError::Unsigned { service: service.to_owned(), message: e.to_string() };
+        match self.signature {
+            SignatureVersion::V1 => {
+                let signed = crate::auth::sign(self.keys.as_ref(), service, request, self.clock.now_ms())
+                    .await
+                    .map_err(unsigned)?;
+                self.invoker.invoke(service, &signed).await
+            }
+            SignatureVersion::V2 => {
+                let sealed = crate::auth::seal(self.keys.as_ref(), service, request, self.clock.now_ms())
+                    .await
+                    .map_err(unsigned)?;
+                self.invoker.invoke_sealed(service, &sealed).await
+            }
+        }
     }
 
     /// The answer of a request whose record `id` exists already (its replay; a 503 naming `id` when it

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use aws_sdk_lambda::primitives::Blob;
 use futures::future::BoxFuture;
 
+use crate::auth::Envelope;
 use crate::model::{ParticipantRequest, ParticipantResponse};
 use crate::participant::Participant;
 
@@ -43,11 +44,28 @@ impl InvokeError {
 }
 
 pub trait ParticipantInvoker: Send + Sync {
+    /// A message signed in v1 (its `signature` inside it).
     fn invoke<'a>(
         &'a self,
         service: &'a str,
         request: &'a ParticipantRequest,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>>;
+
+    /// A message sealed in v2 ([`Envelope`]): sent as the envelope itself. An invoker that carries only
+    /// v1 (a test's recording one) refuses it.
+    fn invoke_sealed<'a>(
+        &'a self,
+        service: &'a str,
+        envelope: &'a Envelope,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        let _ = envelope;
+        Box::pin(async move {
+            Err(InvokeError::Transport {
+                service: service.to_owned(),
+                message: "this invoker carries v1 messages only".into(),
+            })
+        })
+    }
 }
 
 /// Invokes the registered Lambda function of each service, synchronously.
@@ -86,10 +104,9 @@ impl LambdaInvoker {
         LambdaInvoker { targets }
     }
 
-    async fn call(&self, service: &str, request: &ParticipantRequest) -> Result<ParticipantResponse, InvokeError> {
+    async fn call(&self, service: &str, payload: Vec<u8>) -> Result<ParticipantResponse, InvokeError> {
         let (client, function) =
             self.targets.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
-        let payload = serde_json::to_vec(request).expect("requests serialize");
         let result = client.invoke().function_name(function).payload(Blob::new(payload)).send().await;
         let out = match result {
             Ok(out) => out,
@@ -126,7 +143,15 @@ impl ParticipantInvoker for LambdaInvoker {
         service: &'a str,
         request: &'a ParticipantRequest,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        Box::pin(self.call(service, request))
+        Box::pin(self.call(service, serde_json::to_vec(request).expect("requests serialize")))
+    }
+
+    fn invoke_sealed<'a>(
+        &'a self,
+        service: &'a str,
+        envelope: &'a Envelope,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        Box::pin(self.call(service, serde_json::to_vec(envelope).expect("envelopes serialize")))
     }
 }
 
@@ -155,6 +180,21 @@ impl ParticipantInvoker for InProcessInvoker {
                 self.participants.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
             participant
                 .handle(request)
+                .await
+                .map_err(|e| InvokeError::FunctionError { service: service.to_owned(), message: e.to_string() })
+        })
+    }
+
+    fn invoke_sealed<'a>(
+        &'a self,
+        service: &'a str,
+        envelope: &'a Envelope,
+    ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
+        Box::pin(async move {
+            let participant =
+                self.participants.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
+            participant
+                .handle_sealed(envelope)
                 .await
                 .map_err(|e| InvokeError::FunctionError { service: service.to_owned(), message: e.to_string() })
         })

@@ -351,6 +351,19 @@ export class TwoPhaseCommitStack extends Stack {
         "to 86400000 (24 h); each service's own maximum (HoldPolicy) applies below it.",
     });
 
+    // How the coordinator and the sweeper sign participant messages (docs/participant-protocol.md; the
+    // order of a switch: infra/DEPLOY.md, "Moving participant messages to signature v2").
+    const participantSignature = parameter('ParticipantSignature', {
+      type: 'String',
+      default: 'v1',
+      allowedValues: ['v1', 'v2'],
+      description:
+        'How the coordinator and the sweeper sign participant messages (their PARTICIPANT_SIGNATURE): v1, ' +
+        'the signature inside the message over a canonical form of it, or v2, an envelope whose MAC covers ' +
+        'the message\'s bytes as sent. Every participant verifies both; choose v2 once every participant ' +
+        'runs a version that does.',
+    });
+
     // Who may call (infra/DEPLOY.md, "Authorization"): AWS IAM (SigV4-signed requests) unless JwtIssuer
     // is set; then both APIs take JSON Web Tokens of that issuer, checked by the authorizer function
     // (functions/authorizer) before a request reaches the coordinator or a WebSocket connects. What
@@ -938,6 +951,7 @@ export class TwoPhaseCommitStack extends Stack {
         CORS_ALLOW_ORIGIN: corsAllowOrigin.valueAsString,
         PARTICIPANTS: registry,
         PARTICIPANT_KEYS: participantKeys,
+        PARTICIPANT_SIGNATURE: participantSignature.valueAsString,
         // Its own key (the ARN of its secret), which signs and verifies age tokens.
         AGE_TOKEN_KEY: ageTokenKey.ref,
         // Each service's own operation schemas (infra/service-operations.json, compact): what the
@@ -1009,6 +1023,7 @@ export class TwoPhaseCommitStack extends Stack {
         PARTICIPANTS: registry,
         PARTICIPANT_TABLES: participantTables,
         PARTICIPANT_KEYS: participantKeys,
+        PARTICIPANT_SIGNATURE: participantSignature.valueAsString,
       },
       // Recovery keeps running whatever the coordinator's load (0 reserves nothing).
       reservedConcurrency: [reserveSweeper, sweeperReservedConcurrency],

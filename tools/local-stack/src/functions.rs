@@ -158,7 +158,10 @@ impl Functions {
             .collect();
         let invoker: Arc<dyn ParticipantInvoker> = Arc::new(InProcessInvoker::new(participants));
         let services: Vec<String> = tables.participants.keys().cloned().collect();
+        // Sealed in v2, as a deployment that moved to it signs (docs/participant-protocol.md); its
+        // participants take v1 too (`twopc-local sign`'s messages).
         let coordinator = Coordinator::new(transactions.clone(), invoker, services.clone(), clock::system())
+            .with_signature(twopc::auth::SignatureVersion::V2)
             .with_operations(service_operations(&services))
             .with_access(wiring.access.clone());
         let data_tables: BTreeMap<String, DataTable> = tables
@@ -251,6 +254,8 @@ impl Functions {
             ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
             (twopc::config::PARTICIPANTS, json!(registry).to_string()),
             (twopc::config::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
+            // Envelopes over the real wire, through each participant binary's entry.
+            (twopc::config::PARTICIPANT_SIGNATURE, "v2".to_owned()),
             // The coordinator's own age-token key, made at each start (in one process, the coordinator
             // makes its own): never a participant's key.
             (twopc::config::AGE_TOKEN_KEY, age_token_key()),

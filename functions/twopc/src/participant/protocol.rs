@@ -158,12 +158,39 @@ impl Participant {
         &self.table
     }
 
+    /// A message signed in v1 (its `signature` inside it), checked before anything else: only the
+    /// coordinator's and the sweeper's messages are acted on.
     pub async fn handle(&self, request: &ParticipantRequest) -> Result<ParticipantResponse, ParticipantError> {
+        let received_at = self.clock.now_ms();
+        let checked = crate::auth::verify(self.keys.as_ref(), &self.service, request, received_at).await;
+        self.answer(request, received_at, checked).await
+    }
+
+    /// A message sealed in v2 (an [`Envelope`](crate::auth::Envelope)): opened, its MAC checked over the
+    /// bytes as sent, before anything else.
+    pub async fn handle_sealed(
+        &self,
+        envelope: &crate::auth::Envelope,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let received_at = self.clock.now_ms();
+        match crate::auth::open(self.keys.as_ref(), &self.service, envelope, received_at).await {
+            Ok(request) => self.answer(&request, received_at, Ok(())).await,
+            Err(refused) => {
+                warn!(service = %self.service, error = %refused, "message refused: not sealed by the coordinator or the sweeper");
+                Err(refused.into())
+            }
+        }
+    }
+
+    async fn answer(
+        &self,
+        request: &ParticipantRequest,
+        received_at: u64,
+        checked: Result<(), crate::auth::Unauthenticated>,
+    ) -> Result<ParticipantResponse, ParticipantError> {
         let span = info_span!("participant", tx = %request.transaction_id, service = %self.service, action = request.action.as_str());
         async {
-            let received_at = self.clock.now_ms();
-            // Before anything else: only the coordinator's and the sweeper's messages are acted on.
-            if let Err(refused) = crate::auth::verify(self.keys.as_ref(), &self.service, request, received_at).await {
+            if let Err(refused) = checked {
                 warn!(error = %refused, "message refused: not signed by the coordinator or the sweeper");
                 return Err(refused.into());
             }
