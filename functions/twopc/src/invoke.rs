@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 
 use crate::auth::Envelope;
 use crate::model::{ParticipantRequest, ParticipantResponse};
-use crate::participant::Participant;
+use crate::participant::{Participant, ParticipantError};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum InvokeError {
@@ -167,6 +167,15 @@ impl InProcessInvoker {
             participants: participants.into_iter().map(|p| (p.service().to_owned(), Arc::new(p))).collect(),
         }
     }
+
+    fn participant(&self, service: &str) -> Result<&Participant, InvokeError> {
+        self.participants.get(service).map(Arc::as_ref).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))
+    }
+}
+
+/// A participant's error, as the Invoke API reports a function error.
+fn function_error(service: &str) -> impl FnOnce(ParticipantError) -> InvokeError + '_ {
+    move |e| InvokeError::FunctionError { service: service.to_owned(), message: e.to_string() }
 }
 
 impl ParticipantInvoker for InProcessInvoker {
@@ -175,14 +184,7 @@ impl ParticipantInvoker for InProcessInvoker {
         service: &'a str,
         request: &'a ParticipantRequest,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        Box::pin(async move {
-            let participant =
-                self.participants.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
-            participant
-                .handle(request)
-                .await
-                .map_err(|e| InvokeError::FunctionError { service: service.to_owned(), message: e.to_string() })
-        })
+        Box::pin(async move { self.participant(service)?.handle(request).await.map_err(function_error(service)) })
     }
 
     fn invoke_sealed<'a>(
@@ -190,13 +192,8 @@ impl ParticipantInvoker for InProcessInvoker {
         service: &'a str,
         envelope: &'a Envelope,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        Box::pin(async move {
-            let participant =
-                self.participants.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
-            participant
-                .handle_sealed(envelope)
-                .await
-                .map_err(|e| InvokeError::FunctionError { service: service.to_owned(), message: e.to_string() })
-        })
+        Box::pin(
+            async move { self.participant(service)?.handle_sealed(envelope).await.map_err(function_error(service)) },
+        )
     }
 }
