@@ -161,8 +161,9 @@ async fn a_token_retry_whose_record_was_not_written_claims_nothing() {
     let faults = DynamoFaults::new(41);
     let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
     a_held_by_an_older_transaction(&env).await;
-    // A token lasts the request's timeout after its answer: long enough for the throttled writes' retries.
-    let body = a_to_b("10", 6_000, None);
+    // A token lasts the request's timeout after its answer. The throttled writes' retries take up to about
+    // nine seconds (three coordinator attempts of three SDK attempts, with jittered backoff).
+    let body = a_to_b("10", 12_000, None);
     let (refused, token) = refused_with_token(&env, &body, "original").await;
     let retry_id = caller_idempotent_id(None, "retry-key");
     // Every write that creates the retry's record is refused (throttled): certainly not applied.
@@ -178,15 +179,15 @@ async fn a_token_retry_whose_record_was_not_written_claims_nothing() {
     let (_, record) = env.get(refused_id).await;
     assert!(record.get("retriedAs").is_none() && record.get("ageClaimedBy").is_none(), "{record}");
 
+    // The token keeps its place for a retry under a fresh key (first: the token's time is running).
+    let (status, retried) = post(&env.coordinator, &body, Some("fresh-key"), Some(&token)).await;
+    assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
     // Another body under the retry's key commits as a request of its own.
     let other = a_to_b("7", 2_500, None);
     let (status, other_answer) = post(&env.coordinator, &other, Some("retry-key"), None).await;
     assert_eq!((status, other_answer["status"].as_str()), (200, Some("COMMITTED")), "{other_answer}");
     let (status, original) = post(&env.coordinator, &body, Some("original"), None).await;
     assert_eq!((status, &original["transactionId"]), (409, &refused["transactionId"]), "{original}");
-    // The token keeps its place for a retry under a fresh key.
-    let (status, retried) = post(&env.coordinator, &body, Some("fresh-key"), Some(&token)).await;
-    assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
     assert_eq!(env.balance("service-a", "A").await, "83");
 }
 
