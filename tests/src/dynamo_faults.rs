@@ -46,12 +46,16 @@ pub enum DynamoFault {
     /// Answered 400 ValidationException (an item over 400 KB) without forwarding: refused as invalid, as a
     /// write that would make its item too large is, every time it is sent.
     Invalid,
+    /// Answered 400 without forwarding, as DynamoDB answers a write that met another transaction on its
+    /// items: `TransactionCanceledException` with every reason `TransactionConflict` for a
+    /// `TransactWriteItems`, `TransactionConflictException` for a write of one item.
+    Conflict,
 }
 
 impl DynamoFault {
     /// Whether the request reaches DynamoDB under this fault.
     pub fn forwards(self) -> bool {
-        !matches!(self, DynamoFault::Throttle | DynamoFault::Invalid)
+        !matches!(self, DynamoFault::Throttle | DynamoFault::Invalid | DynamoFault::Conflict)
     }
 
     /// A short name for reports: `lose-reply`, `drop-connection`, `throttle`, `late`.
@@ -62,6 +66,7 @@ impl DynamoFault {
             DynamoFault::Throttle => "throttle",
             DynamoFault::Late(_) => "late",
             DynamoFault::Invalid => "invalid",
+            DynamoFault::Conflict => "conflict",
         }
     }
 }
@@ -71,6 +76,7 @@ pub const INJECTED_THROTTLING_MESSAGE: &str = "Rate of requests exceeds the allo
 pub const INJECTED_INTERNAL_MESSAGE: &str = "The server encountered an internal error (injected)";
 pub const INJECTED_RESET_MESSAGE: &str = "connection reset after the request was sent (injected)";
 pub const INJECTED_INVALID_MESSAGE: &str = "Item size has exceeded the maximum allowed size (injected)";
+pub const INJECTED_CONFLICT_MESSAGE: &str = "Transaction is ongoing for the item (injected)";
 
 /// Which requests get a fault. Every filter set must match; then `skip`, `times` and the chance decide.
 #[derive(Debug, Clone)]
@@ -327,7 +333,11 @@ impl HttpConnector for FaultyConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let target = request.headers().get("x-amz-target").unwrap_or_default();
         let operation = target.rsplit('.').next().unwrap_or_default().to_owned();
-        let fault = self.faults.decide(&operation, request.body().bytes().unwrap_or_default());
+        let body = request.body().bytes().unwrap_or_default();
+        let fault = self.faults.decide(&operation, body);
+        let writes = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|b| b["TransactItems"].as_array().map(Vec::len));
         let inner = self.inner.clone();
         HttpConnectorFuture::new(async move {
             match fault {
@@ -354,6 +364,23 @@ impl HttpConnector for FaultyConnector {
                 Some(DynamoFault::Invalid) => {
                     Ok(error_response(400, "com.amazon.coral.validate#ValidationException", INJECTED_INVALID_MESSAGE))
                 }
+                Some(DynamoFault::Conflict) => Ok(match writes {
+                    Some(writes) => {
+                        let reason =
+                            serde_json::json!({"Code": "TransactionConflict", "Message": INJECTED_CONFLICT_MESSAGE});
+                        let body = serde_json::json!({
+                            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                            "message": format!("Transaction cancelled, please refer cancellation reasons for specific reasons [{}]", vec!["TransactionConflict"; writes].join(", ")),
+                            "CancellationReasons": vec![reason; writes],
+                        });
+                        json_response(400, body)
+                    }
+                    None => error_response(
+                        400,
+                        "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+                        INJECTED_CONFLICT_MESSAGE,
+                    ),
+                }),
                 Some(DynamoFault::Late(delay)) => {
                     let answer = inner.call(request).await;
                     tokio::time::sleep(delay).await;
@@ -366,7 +393,11 @@ impl HttpConnector for FaultyConnector {
 
 /// A DynamoDB JSON error answer, as the service sends it.
 fn error_response(status: u16, error_type: &str, message: &str) -> HttpResponse {
-    let body = serde_json::json!({"__type": error_type, "message": message}).to_string();
+    json_response(status, serde_json::json!({"__type": error_type, "message": message}))
+}
+
+fn json_response(status: u16, body: serde_json::Value) -> HttpResponse {
+    let body = body.to_string();
     let mut response = HttpResponse::new(StatusCode::try_from(status).expect("a valid status"), SdkBody::from(body));
     response.headers_mut().insert("content-type", "application/x-amz-json-1.0");
     response.headers_mut().insert("x-amzn-requestid", uuid::Uuid::new_v4().to_string());

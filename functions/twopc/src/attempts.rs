@@ -6,12 +6,13 @@
 //! whose record are one write ([`TransactionStore::claim_age`]); an attempt named but never begun is
 //! recorded ABORTED on its request's behalf ([`TransactionStore::fence_attempt`]).
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::expr::{Expr, s};
 use crate::model::Status;
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition, absent_owner_record};
-use crate::store::{AttemptWatch, StoreError};
+use crate::store::StoreError;
+use crate::store::write::{Decided, Sending, Write, conditional};
 use crate::tables::tx_attr as a;
 
 /// The id the coordinator gives attempt `attempt` of the request first tried as `first_id`: the one rule
@@ -61,8 +62,6 @@ impl TransactionStore {
     /// its own coordinator's refusal for contention, that its coordinator did not retry, whose age no other
     /// retry took, and that is the retry's caller's and runs its body (issue 42: `principal`, `bodyHash`).
     pub async fn claim_age(&self, refused: &str, retry: &TransactionRecord) -> Result<AgeClaim, StoreError> {
-        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-        use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
         let retry = retry.clone().bounded();
         let id = &retry.transaction_id;
         let mut e = Expr::new();
@@ -90,47 +89,17 @@ impl TransactionStore {
             claimed = e.name(a::AGE_CLAIMED_BY),
             id = e.value(s(id)),
         );
-        let claim = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(refused)))
-            .update_expression(set)
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|err| StoreError::internal("TransactWriteItems", &self.table, err.to_string()))?;
+        let claim = Write::update(&self.table, Self::key(refused), set, condition, e);
         let mut p = Expr::new();
-        let create = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(retry.to_item()))
-            .condition_expression(format!("attribute_not_exists({})", p.name(a::ID)))
-            .set_expression_attribute_names(p.names())
-            .build()
-            .map_err(|err| StoreError::internal("TransactWriteItems", &self.table, err.to_string()))?;
-        let watch = AttemptWatch::default();
-        let out = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(claim).build())
-            .transact_items(TransactWriteItem::builder().put(create).build())
-            .customize()
-            .interceptor(watch.clone())
-            .send()
-            .await;
-        let err = match out {
-            Ok(_) => return Ok(AgeClaim::Claimed),
-            Err(err) => err,
-        };
-        let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = err.as_service_error() else {
-            return Err(watch.error("TransactWriteItems", &self.table, err));
-        };
-        let failed = |index: usize| {
-            cancelled.cancellation_reasons().get(index).is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+        let not_there = format!("attribute_not_exists({})", p.name(a::ID));
+        let create = Write::put(&self.table, retry.to_item(), not_there, p);
+        let refusals = match conditional(&self.client, vec![claim, create], Sending::default()).await?.decided()? {
+            Decided::Applied(_) => return Ok(AgeClaim::Claimed),
+            Decided::Refused(refusals) => refusals,
         };
         // The retry's record first: found with this execution's id, it is this claim's own write whose reply
         // was lost (the claim then names it too); found with another's, it is that execution's request.
-        if failed(1) {
+        if refusals.iter().any(|r| r.index == 1) {
             return match self.get(id).await? {
                 Some(existing) if existing.execution_id == retry.execution_id => Ok(AgeClaim::Claimed),
                 Some(existing) => Ok(AgeClaim::Exists(Box::new(existing))),
@@ -141,15 +110,11 @@ impl TransactionStore {
                 )),
             };
         }
-        if failed(0) {
-            let current = match cancelled.cancellation_reasons()[0].item() {
-                Some(item) if !item.is_empty() => Some(TransactionRecord::from_item(item)?),
-                _ => self.get(refused).await?,
-            };
-            return Ok(AgeClaim::Refused(current.map(Box::new)));
-        }
-        // A conflict with another transactional write, throttling, an invalid item: not applied.
-        Err(watch.error("TransactWriteItems", &self.table, err))
+        let current = match refusals.into_iter().next().and_then(|r| r.item) {
+            Some(item) => Some(TransactionRecord::from_item(&item)?),
+            None => self.get(refused).await?,
+        };
+        Ok(AgeClaim::Refused(current.map(Box::new)))
     }
 
     /// The abort decision of an attempt, PREPARING → ABORTING with its votes and reason, as

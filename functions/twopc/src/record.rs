@@ -2,7 +2,7 @@
 //! conditional write on the status before it, so status only moves forward and exactly one decision wins.
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::warn;
@@ -11,7 +11,8 @@ use crate::attr;
 use crate::expr::{Expr, n, s};
 use crate::model::{ErrorCode, Invalid, Operation, RefusalCode, Status, TransactionRequest, Vote};
 use crate::size::{MAX_ITEM_BYTES, item_size};
-use crate::store::{AttemptWatch, Item, StoreError, shard_of};
+use crate::store::write::{Decided, Sending, Write, conditional};
+use crate::store::{Item, StoreError, shard_of};
 use crate::tables::tx_attr as a;
 
 /// Terminal records of requests without an `Idempotency-Key` stay readable (`GET /transactions/{id}`) this
@@ -562,32 +563,17 @@ impl TransactionStore {
     async fn put_new(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
         let mut e = Expr::new();
         let id = e.name(a::ID);
-        let watch = AttemptWatch::default();
-        let out = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(record.to_item()))
-            .condition_expression(format!("attribute_not_exists({id})"))
-            .set_expression_attribute_names(e.names())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .customize()
-            .interceptor(watch.clone())
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(None),
-            Err(err) => match err.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
-                    match c.item() {
-                        Some(item) => Ok(Some(TransactionRecord::from_item(item)?)),
-                        None => self.get(&record.transaction_id).await?.map(Some).ok_or_else(|| {
-                            StoreError::internal("PutItem", &self.table, "record exists but cannot be read")
-                        }),
-                    }
+        let write = Write::put(&self.table, record.to_item(), format!("attribute_not_exists({id})"), e);
+        match conditional(&self.client, vec![write], Sending::default()).await?.decided()? {
+            Decided::Applied(_) => Ok(None),
+            refused => {
+                match refused.refused_item() {
+                    Some(item) => Ok(Some(TransactionRecord::from_item(&item)?)),
+                    None => self.get(&record.transaction_id).await?.map(Some).ok_or_else(|| {
+                        StoreError::internal("PutItem", &self.table, "record exists but cannot be read")
+                    }),
                 }
-                _ => Err(watch.error("PutItem", &self.table, err)),
-            },
+            }
         }
     }
 
@@ -702,7 +688,7 @@ impl TransactionStore {
         let mut e = Expr::new();
         let expression = update.expression(&mut e);
         let condition = format!("{} = {}", e.name(a::STATUS), e.value(s(from.as_str())));
-        self.update_if(id, &e, expression, condition).await
+        self.update_if(id, e, expression, condition).await
     }
 
     /// One conditional UpdateItem of record `id` (`e` holds the expressions' names and values): the record
@@ -710,42 +696,17 @@ impl TransactionStore {
     async fn update_if(
         &self,
         id: &str,
-        e: &Expr,
+        e: Expr,
         expression: String,
         condition: String,
     ) -> Result<Transition, StoreError> {
-        let watch = AttemptWatch::default();
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(id)))
-            .update_expression(expression)
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .customize()
-            .interceptor(watch.clone())
-            .send()
-            .await;
-        match out {
-            Ok(out) => {
-                let item = out.attributes.unwrap_or_default();
-                Ok(Transition::Done(TransactionRecord::from_item(&item)?))
-            }
-            Err(err) => match err.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    // An update on a missing key fails the condition with no item: there is no record.
-                    match c.item() {
-                        Some(item) if !item.is_empty() => {
-                            Ok(Transition::Lost(Some(TransactionRecord::from_item(item)?)))
-                        }
-                        _ => Ok(Transition::Lost(self.get(id).await?)),
-                    }
-                }
-                _ => Err(watch.error("UpdateItem", &self.table, err)),
+        let write = Write::update(&self.table, Self::key(id), expression, condition, e);
+        match conditional(&self.client, vec![write], Sending::default().returning_new()).await?.decided()? {
+            Decided::Applied(item) => Ok(Transition::Done(TransactionRecord::from_item(&item.unwrap_or_default())?)),
+            // An update on a missing key fails the condition with no item: there is no record.
+            refused => match refused.refused_item() {
+                Some(item) => Ok(Transition::Lost(Some(TransactionRecord::from_item(&item)?))),
+                None => Ok(Transition::Lost(self.get(id).await?)),
             },
         }
     }
@@ -779,22 +740,8 @@ impl TransactionStore {
         let mut e = Expr::new();
         let expression = update.expression(&mut e);
         let condition = format!("attribute_exists({})", e.name(a::OPEN_SHARD));
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(id)))
-            .update_expression(expression)
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
-            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
-        }
+        let write = Write::update(&self.table, Self::key(id), expression, condition, e);
+        Ok(conditional(&self.client, vec![write], Sending::default()).await?.decided()?.applied())
     }
 
     /// Ids of open transactions due for the sweeper before `before_ms`, at most `limit` from each shard.

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
 
+pub mod write;
+
 pub type Item = HashMap<String, AttributeValue>;
 
 /// An infrastructure failure: DynamoDB could not be asked or did not answer. Never a business answer.

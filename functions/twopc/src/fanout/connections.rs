@@ -28,11 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Delete, DeleteRequest, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-    WriteRequest,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, WriteRequest};
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -42,7 +38,9 @@ use super::lake::RetryPolicy;
 use super::realtime::{StoreError, Subscriptions};
 use super::topic::Topic;
 use crate::access::{Caller, CallerKind, Policy};
+use crate::expr::{Expr, n};
 use crate::record::TransactionStore;
+use crate::store::write::{Sending, Write, Written, conditional};
 use crate::tables::{TOPIC_INDEX, connection_attr};
 
 /// Topics one subscribe or unsubscribe message may name.
@@ -322,31 +320,21 @@ impl ConnectionStore {
             let until = now_secs + CONNECTION_LIFETIME.as_secs();
             places.insert(connection_id.to_owned(), AttributeValue::N(until.to_string()));
             let last = places.values().filter_map(|u| number(Some(u))).max().unwrap_or(0) as u64;
-            let mut put = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(key.clone()))
-                .item(connection_attr::CONNECTIONS, AttributeValue::M(places))
-                .item(connection_attr::VERSION, AttributeValue::N((version.unwrap_or(0) + 1).to_string()))
-                .item(connection_attr::EXPIRE_AT, AttributeValue::N(last.max(until).to_string()));
-            put = match version {
-                Some(v) => put
-                    .condition_expression("#v = :v")
-                    .expression_attribute_names("#v", connection_attr::VERSION)
-                    .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
-                None => put
-                    .condition_expression("attribute_not_exists(#c)")
-                    .expression_attribute_names("#c", connection_attr::CONNECTION_ID),
+            let mut item = key.clone();
+            item.insert(connection_attr::CONNECTIONS.to_owned(), AttributeValue::M(places));
+            item.insert(connection_attr::VERSION.to_owned(), n(version.unwrap_or(0) + 1));
+            item.insert(connection_attr::EXPIRE_AT.to_owned(), n(last.max(until)));
+            let mut e = Expr::new();
+            let unchanged = match version {
+                Some(v) => format!("{} = {}", e.name(connection_attr::VERSION), e.value(n(v))),
+                None => format!("attribute_not_exists({})", e.name(connection_attr::CONNECTION_ID)),
             };
-            match put.send().await {
-                Ok(_) => return Ok(Connected::Open),
-                Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
-                    busy += 1;
-                    self.wait_out_conflict(busy, "PutItem").await?;
-                }
-                Err(err) => return Err(StoreError::new("PutItem", &self.table, err)),
+            let put = Write::put(&self.table, item, unchanged, e);
+            if conditional(&self.client, vec![put], Sending::default()).await?.decided()?.applied() {
+                return Ok(Connected::Open);
             }
+            busy += 1;
+            self.wait_out_conflict(busy, "PutItem").await?;
         }
     }
 
@@ -355,25 +343,18 @@ impl ConnectionStore {
     async fn release_place(&self, principal: &str, connection_id: &str) -> Result<(), StoreError> {
         let key =
             Self::key(&format!("{}{principal}", connection_attr::PRINCIPAL_PREFIX), connection_attr::PRINCIPAL_TOPIC);
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key))
-            .update_expression("REMOVE #c.#id ADD #v :one")
-            .condition_expression("attribute_exists(#c)")
-            .expression_attribute_names("#c", connection_attr::CONNECTIONS)
-            .expression_attribute_names("#id", connection_id)
-            .expression_attribute_names("#v", connection_attr::VERSION)
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            // No item: the principal has no place to give back (its item expired, or no cap was kept).
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
-            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
-        }
+        let mut e = Expr::new();
+        let places = e.name(connection_attr::CONNECTIONS);
+        let update = format!(
+            "REMOVE {places}.{place} ADD {version} {one}",
+            place = e.name(connection_id),
+            version = e.name(connection_attr::VERSION),
+            one = e.value(n(1)),
+        );
+        let give_back = Write::update(&self.table, key, update, format!("attribute_exists({places})"), e);
+        // Refused: no item, so the principal has no place to give back (its item expired, or no cap was kept).
+        conditional(&self.client, vec![give_back], Sending::default()).await?.decided()?;
+        Ok(())
     }
 
     /// The caller a connection's `$connect` recorded; a connection recorded without one (before callers
@@ -570,96 +551,60 @@ impl ConnectionStore {
         topics: &[String],
         change: Change,
     ) -> Result<Changed, StoreError> {
-        let n = topics.len();
+        let count = topics.len();
+        let key = Self::key(connection_id, connection_attr::CONNECTION_TOPIC);
+        let mut e = Expr::new();
+        let topic_count = e.name(connection_attr::TOPIC_COUNT);
         let counter = match change {
-            Change::Add { now } => Update::builder()
-                .update_expression("ADD #n :n SET #e = if_not_exists(#e, :e)")
-                .condition_expression("attribute_not_exists(#n) OR #n <= :room")
-                .expression_attribute_names("#e", connection_attr::EXPIRE_AT)
-                .expression_attribute_values(":n", AttributeValue::N(n.to_string()))
-                .expression_attribute_values(":room", AttributeValue::N((self.max_topics - n).to_string()))
-                .expression_attribute_values(":e", self.expire_at(now)),
-            Change::Remove => Update::builder()
-                .update_expression("ADD #n :n")
-                .condition_expression("#n >= :d")
-                .expression_attribute_values(":n", AttributeValue::N(format!("-{n}")))
-                .expression_attribute_values(":d", AttributeValue::N(n.to_string())),
-        }
-        .table_name(&self.table)
-        .set_key(Some(Self::key(connection_id, connection_attr::CONNECTION_TOPIC)))
-        .expression_attribute_names("#n", connection_attr::TOPIC_COUNT)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .build()
-        .expect("table, key and expression are set");
-        let mut items = vec![TransactWriteItem::builder().update(counter).build()];
+            Change::Add { now } => {
+                let update = format!(
+                    "ADD {topic_count} {count} SET {expire} = if_not_exists({expire}, {at})",
+                    count = e.value(n(count)),
+                    expire = e.name(connection_attr::EXPIRE_AT),
+                    at = e.value(self.expire_at(now)),
+                );
+                let room = format!(
+                    "attribute_not_exists({topic_count}) OR {topic_count} <= {}",
+                    e.value(n(self.max_topics - count))
+                );
+                Write::update(&self.table, key, update, room, e)
+            }
+            Change::Remove => {
+                let update = format!("ADD {topic_count} {}", e.value(AttributeValue::N(format!("-{count}"))));
+                let enough = format!("{topic_count} >= {}", e.value(n(count)));
+                Write::update(&self.table, key, update, enough, e)
+            }
+        };
+        let mut writes = vec![counter];
         for topic in topics {
-            let item = match change {
+            let mut e = Expr::new();
+            let topic_name = e.name(connection_attr::TOPIC);
+            writes.push(match change {
                 Change::Add { now } => {
                     let mut item = Self::key(connection_id, topic);
                     item.insert(connection_attr::EXPIRE_AT.to_owned(), self.expire_at(now));
-                    let put = Put::builder()
-                        .table_name(&self.table)
-                        .set_item(Some(item))
-                        .condition_expression("attribute_not_exists(#t)")
-                        .expression_attribute_names("#t", connection_attr::TOPIC)
-                        .build()
-                        .expect("table and item are set");
-                    TransactWriteItem::builder().put(put).build()
+                    Write::put(&self.table, item, format!("attribute_not_exists({topic_name})"), e)
                 }
                 Change::Remove => {
-                    let delete = Delete::builder()
-                        .table_name(&self.table)
-                        .set_key(Some(Self::key(connection_id, topic)))
-                        .condition_expression("attribute_exists(#t)")
-                        .expression_attribute_names("#t", connection_attr::TOPIC)
-                        .build()
-                        .expect("table and key are set");
-                    TransactWriteItem::builder().delete(delete).build()
+                    let key = Self::key(connection_id, topic);
+                    Write::delete(&self.table, key, format!("attribute_exists({topic_name})"), e)
                 }
-            };
-            items.push(item);
+            });
         }
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .client_request_token(uuid::Uuid::new_v4().to_string())
-            .send()
-            .await;
-        let err = match result {
-            Ok(_) => return Ok(Changed::Done),
-            Err(err) => err,
+        let refused = match conditional(&self.client, writes, Sending::default().idempotent()).await? {
+            Written::Applied(_) => return Ok(Changed::Done),
+            Written::Contention(_) => return Ok(Changed::Busy),
+            Written::Unstorable { error, .. } => return Err(error),
+            Written::Refused(refused) => refused,
         };
-        match err.as_service_error() {
-            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
-                let reasons = cancelled.cancellation_reasons();
-                let failed = |i: usize| reasons.get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed");
-                if reasons.iter().any(|r| r.code() == Some("ConditionalCheckFailed")) {
-                    let counter = failed(0).then(|| {
-                        match reasons[0].item().and_then(|item| number(item.get(connection_attr::TOPIC_COUNT))) {
-                            Some(count) => Counter::Holds(count),
-                            None => Counter::Missing,
-                        }
-                    });
-                    let topics: Vec<String> =
-                        topics.iter().enumerate().filter(|(i, _)| failed(i + 1)).map(|(_, t)| t.clone()).collect();
-                    if counter.is_none() && topics.is_empty() {
-                        return Err(StoreError::internal(
-                            "TransactWriteItems",
-                            &self.table,
-                            format!("cancelled with reasons that name none of its items: {reasons:?}"),
-                        ));
-                    }
-                    Ok(Changed::Cancelled { counter, topics })
-                } else if reasons.iter().any(|r| r.code() == Some("TransactionConflict")) {
-                    Ok(Changed::Busy)
-                } else {
-                    Err(StoreError::new("TransactWriteItems", &self.table, err))
-                }
+        let counter = refused.iter().find(|r| r.index == 0).map(|r| {
+            match r.item.as_ref().and_then(|item| number(item.get(connection_attr::TOPIC_COUNT))) {
+                Some(count) => Counter::Holds(count),
+                None => Counter::Missing,
             }
-            Some(e) if e.is_transaction_in_progress_exception() => Ok(Changed::Busy),
-            _ => Err(StoreError::new("TransactWriteItems", &self.table, err)),
-        }
+        });
+        let topics = refused.iter().filter(|r| r.index > 0).map(|r| topics[r.index - 1].clone()).collect();
+        Ok(Changed::Cancelled { counter, topics })
     }
 
     /// Backs off before another try of a write that met another transaction on the same items (two

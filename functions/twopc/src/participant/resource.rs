@@ -38,7 +38,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tracing::{info, warn};
@@ -49,6 +49,7 @@ use crate::expr::{Expr, n, s};
 use crate::model::{
     Operation, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED,
 };
+use crate::store::write::{Decided, Sending, Write, conditional};
 use crate::store::{Item, StoreError, get_m, get_n, get_s, shard_of};
 use crate::tables::item_attr as a;
 
@@ -286,28 +287,12 @@ impl Barrier {
     async fn put_new(&self, item: Item) -> Result<Begun, StoreError> {
         let mut e = Expr::new();
         let key = e.name(a::KEY);
-        let out = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(format!("attribute_not_exists({key})"))
-            .set_expression_attribute_names(e.names())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(Begun::Written),
-            Err(err) => match err.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
-                    match c.item().and_then(Entry::of) {
-                        Some(entry) => Ok(Begun::Existing(Box::new(entry))),
-                        None => {
-                            Err(StoreError::internal("PutItem", &self.table, "an entry that is not a barrier entry"))
-                        }
-                    }
-                }
-                _ => Err(StoreError::new("PutItem", &self.table, err)),
+        let write = Write::put(&self.table, item, format!("attribute_not_exists({key})"), e);
+        match conditional(&self.client, vec![write], Sending::default()).await?.decided()? {
+            Decided::Applied(_) => Ok(Begun::Written),
+            refused => match refused.refused_item().as_ref().and_then(Entry::of) {
+                Some(entry) => Ok(Begun::Existing(Box::new(entry))),
+                None => Err(StoreError::internal("PutItem", &self.table, "an entry that is not a barrier entry")),
             },
         }
     }
@@ -331,28 +316,13 @@ impl Barrier {
             let token_value = e.value(s(token));
             condition += &format!(" AND {barrier}.{token_name} = {token_value}");
         }
-        self.update_if(tx, &e, update, condition).await
+        self.update_if(tx, e, update, condition).await
     }
 
     /// One conditional UpdateItem of the entry of `tx` (names and values in `e`): false if the condition failed.
-    async fn update_if(&self, tx: &str, e: &Expr, update: String, condition: String) -> Result<bool, StoreError> {
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(tx)))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values(ReturnValue::None)
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
-            Err(err) => Err(StoreError::new("UpdateItem", &self.table, err)),
-        }
+    async fn update_if(&self, tx: &str, e: Expr, update: String, condition: String) -> Result<bool, StoreError> {
+        let write = Write::update(&self.table, Self::key(tx), update, condition, e);
+        Ok(conditional(&self.client, vec![write], Sending::default()).await?.decided()?.applied())
     }
 
     fn release(e: &mut Expr) -> String {
@@ -462,7 +432,7 @@ impl Barrier {
         let condition = format!(
             "attribute_not_exists({lock}) AND attribute_not_exists({expiry_name}) AND ({barrier}.{state} IN ({refused}, {confirmed}) OR ({barrier}.{state} = {cancelled} AND attribute_exists({barrier}.{rechecked})))"
         );
-        self.update_if(tx, &e, format!("SET {expiry}"), condition).await
+        self.update_if(tx, e, format!("SET {expiry}"), condition).await
     }
 }
 

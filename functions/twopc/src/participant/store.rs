@@ -6,15 +6,14 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
 
 use super::operations::{Voted, apply, apply_voted, guard, reservation};
 use crate::attr;
 use crate::expr::{Expr, n, s};
 use crate::model::{Key, Operation};
+use crate::store::write::{Decided, Sending, Write, Written, conditional};
 use crate::store::{Item, StoreError, get_m, get_n, get_s, shard_of};
 use crate::tables::item_attr as a;
 
@@ -117,23 +116,16 @@ impl DataTable {
     /// The write that locks one item, if the operation's precondition holds and no lock is there, and
     /// reserves what the commit will write (`pending`), so that an item the commit would push past
     /// DynamoDB's limits is refused now rather than failing at commit.
-    fn lock_update(&self, spec: LockSpec<'_>, op: &Operation, key: Item, seen: Seen) -> Update {
+    fn lock_write(&self, spec: LockSpec<'_>, op: &Operation, key: Item, seen: Seen) -> Write {
         let (update, condition, e) = lock_expressions(spec, op, seen);
-        Update::builder()
-            .table_name(&self.name)
-            .set_key(Some(key))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .expect("table, key and expression are set")
+        Write::update(&self.name, key, update, condition, e)
     }
 
-    /// Locks every item of `ops`, all or none. A failed condition names every item whose condition
-    /// failed, with the item as it was when the endpoint returns it. With a `timeout`, no answer by then
-    /// is a failure (the write may still have taken effect: the caller's next attempt finds out).
+    /// Locks every item of `ops`, all or none. Sent once: the caller retries with a new token (see
+    /// `Participant::prepare`), because an SDK retry re-sends the same token, and a copy landing late with
+    /// the voted token could lock the item again after it was committed and changed. A failed condition names every item whose
+    /// condition failed, with the item as it was when the endpoint returns it. With a `timeout`, no answer
+    /// by then is a failure (the write may still have taken effect: the caller's next attempt finds out).
     pub async fn lock_all(
         &self,
         spec: LockSpec<'_>,
@@ -142,72 +134,17 @@ impl DataTable {
         seen: &[Seen],
     ) -> Result<LockAttempt, StoreError> {
         let seen_at = |i: usize| seen.get(i).copied().unwrap_or(Seen::Anything);
-        if let [(op, key)] = ops {
-            let u = self.lock_update(spec, op, key.clone(), seen_at(0));
-            let result = self
-                .client
-                .update_item()
-                .table_name(u.table_name())
-                .set_key(Some(u.key().clone()))
-                .update_expression(u.update_expression())
-                .set_condition_expression(u.condition_expression().map(str::to_owned))
-                .set_expression_attribute_names(u.expression_attribute_names().cloned())
-                .set_expression_attribute_values(u.expression_attribute_values().cloned())
-                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-                .customize()
-                .config_override(sent_once(timeout))
-                .send()
-                .await;
-            return match result {
-                Ok(out) => Ok(LockAttempt::Locked(out.attributes.into_iter().collect())),
-                Err(err) => match err.as_service_error() {
-                    Some(e) if e.is_conditional_check_failed_exception() => {
-                        let item = match e {
-                            aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => {
-                                c.item().cloned()
-                            }
-                            _ => None,
-                        };
-                        Ok(LockAttempt::ConditionFailed(vec![(0, item)]))
-                    }
-                    Some(e) if e.is_transaction_conflict_exception() => Ok(LockAttempt::Contention),
-                    Some(e) if is_validation(e) => Ok(LockAttempt::Unstorable(validation_message(e))),
-                    _ => Err(StoreError::new("UpdateItem", &self.name, err)),
-                },
-            };
-        }
-        let items: Vec<TransactWriteItem> = ops
-            .iter()
-            .enumerate()
-            .map(|(i, (op, key))| {
-                TransactWriteItem::builder().update(self.lock_update(spec, op, key.clone(), seen_at(i))).build()
-            })
-            .collect();
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .customize()
-            .config_override(sent_once(timeout))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(LockAttempt::Locked(vec![])),
-            Err(err) => match err.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    match Cancellation::of(c.cancellation_reasons()) {
-                        Cancellation::ConditionFailed(failed) => Ok(LockAttempt::ConditionFailed(failed)),
-                        Cancellation::Conflict => Ok(LockAttempt::Contention),
-                        Cancellation::Invalid(message) => Ok(LockAttempt::Unstorable(message)),
-                        Cancellation::Other => Err(StoreError::new("TransactWriteItems", &self.name, err)),
-                    }
-                }
-                Some(e) if e.is_transaction_in_progress_exception() => Ok(LockAttempt::Contention),
-                Some(e) if is_validation(e) => Ok(LockAttempt::Unstorable(validation_message(e))),
-                _ => Err(StoreError::new("TransactWriteItems", &self.name, err)),
-            },
-        }
+        let writes =
+            ops.iter().enumerate().map(|(i, (op, key))| self.lock_write(spec, op, key.clone(), seen_at(i))).collect();
+        let sending = Sending::default().once(timeout).returning_new();
+        Ok(match conditional(&self.client, writes, sending).await? {
+            Written::Applied(locked) => LockAttempt::Locked(locked.into_iter().collect()),
+            Written::Refused(refused) => {
+                LockAttempt::ConditionFailed(refused.into_iter().map(|r| (r.index, r.item)).collect())
+            }
+            Written::Contention(_) => LockAttempt::Contention,
+            Written::Unstorable { reason, .. } => LockAttempt::Unstorable(unstorable(&reason)),
+        })
     }
 
     /// Keys of items whose lock expired before `now_ms`, through the sparse locks index (no scan): at most
@@ -282,92 +219,36 @@ impl DataTable {
         record: Item,
         seen: &[Seen],
     ) -> Result<OnePhase, StoreError> {
-        let mut items = Vec::with_capacity(ops.len() + 1);
+        let mut writes = Vec::with_capacity(ops.len() + 1);
         for (i, (op, key)) in ops.iter().enumerate() {
             let mut e = Expr::new();
             let lock = e.name(a::LOCK);
             let unchanged = seen.get(i).copied().unwrap_or(Seen::Anything).condition(&mut e);
             let condition = format!("attribute_not_exists({lock}){}{unchanged}", guard(&mut e, op));
-            let item = match op {
-                Operation::Delete { .. } => TransactWriteItem::builder().delete(
-                    aws_sdk_dynamodb::types::Delete::builder()
-                        .table_name(&self.name)
-                        .set_key(Some(key.clone()))
-                        .condition_expression(condition)
-                        .set_expression_attribute_names(e.names())
-                        .set_expression_attribute_values(e.values())
-                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                        .build()
-                        .expect("table, key and condition are set"),
-                ),
-                Operation::Check { .. } => TransactWriteItem::builder().condition_check(
-                    aws_sdk_dynamodb::types::ConditionCheck::builder()
-                        .table_name(&self.name)
-                        .set_key(Some(key.clone()))
-                        .condition_expression(condition)
-                        .set_expression_attribute_names(e.names())
-                        .set_expression_attribute_values(e.values())
-                        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                        .build()
-                        .expect("table, key and condition are set"),
-                ),
+            let key = key.clone();
+            writes.push(match op {
+                Operation::Delete { .. } => Write::delete(&self.name, key, condition, e),
+                Operation::Check { .. } => Write::check(&self.name, key, condition, e),
                 _ => {
                     let sets = apply(&mut e, op, tx);
-                    TransactWriteItem::builder().update(
-                        Update::builder()
-                            .table_name(&self.name)
-                            .set_key(Some(key.clone()))
-                            .update_expression(format!("SET {sets}"))
-                            .condition_expression(condition)
-                            .set_expression_attribute_names(e.names())
-                            .set_expression_attribute_values(e.values())
-                            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                            .build()
-                            .expect("table, key and expression are set"),
-                    )
+                    Write::update(&self.name, key, format!("SET {sets}"), condition, e)
                 }
-            };
-            items.push(item.build());
+            });
         }
         let mut e = Expr::new();
         let id = e.name(crate::tables::tx_attr::ID);
-        items.push(
-            TransactWriteItem::builder()
-                .put(
-                    aws_sdk_dynamodb::types::Put::builder()
-                        .table_name(record_table)
-                        .set_item(Some(record))
-                        .condition_expression(format!("attribute_not_exists({id})"))
-                        .set_expression_attribute_names(e.names())
-                        .build()
-                        .expect("table and item are set"),
-                )
-                .build(),
-        );
-        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
-        match result {
-            Ok(_) => Ok(OnePhase::Committed),
-            Err(err) => match err.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    match Cancellation::of(c.cancellation_reasons()) {
-                        Cancellation::ConditionFailed(failed) if failed.iter().any(|(i, _)| *i == ops.len()) => {
-                            Ok(OnePhase::RecordExists)
-                        }
-                        Cancellation::ConditionFailed(mut failed) => {
-                            let (index, item) = failed.swap_remove(0);
-                            Ok(OnePhase::ConditionFailed { index, item })
-                        }
-                        // A result DynamoDB cannot store shows as a validation failure of that item.
-                        Cancellation::Invalid(message) => Ok(OnePhase::Unstorable(message)),
-                        Cancellation::Conflict => Ok(OnePhase::Contention),
-                        Cancellation::Other => Err(StoreError::new("TransactWriteItems", &self.name, err)),
-                    }
-                }
-                Some(e) if e.is_transaction_in_progress_exception() => Ok(OnePhase::Contention),
-                Some(e) if is_validation(e) => Ok(OnePhase::Unstorable(validation_message(e))),
-                _ => Err(StoreError::new("TransactWriteItems", &self.name, err)),
-            },
-        }
+        writes.push(Write::put(record_table, record, format!("attribute_not_exists({id})"), e));
+        Ok(match conditional(&self.client, writes, Sending::default()).await? {
+            Written::Applied(_) => OnePhase::Committed,
+            Written::Refused(refused) if refused.iter().any(|r| r.index == ops.len()) => OnePhase::RecordExists,
+            Written::Refused(mut refused) => {
+                let first = refused.swap_remove(0);
+                OnePhase::ConditionFailed { index: first.index, item: first.item }
+            }
+            // A result DynamoDB cannot store shows as a validation failure of that item.
+            Written::Unstorable { reason, .. } => OnePhase::Unstorable(unstorable(&reason)),
+            Written::Contention(_) => OnePhase::Contention,
+        })
     }
 
     /// Applies what the prepare voted for the item and releases the lock, in one conditional write, if the
@@ -525,37 +406,22 @@ impl DataTable {
         let expires = e.path(&[a::LOCK, "expiresAt"]);
         let index = e.name(a::LOCK_EXPIRES_AT);
         let due = e.value(n(until));
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.name)
-            .set_key(Some(key.clone()))
-            .update_expression(format!("SET {expires} = {due}, {index} = {due}"))
-            .condition_expression(format!("{held} AND {expires} < {due}"))
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(err) => match err.as_service_error() {
-                // Classified from the item as it was: extended already (a repeated hold), or not ours.
-                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    let item = match c.item() {
-                        Some(item) => Some(item.clone()),
-                        None => self.get(key).await?,
-                    };
-                    Ok(item.as_ref().and_then(Lock::of).is_some_and(|l| {
-                        l.transaction_id == tx
-                            && (token.is_none() || l.token.as_deref() == token)
-                            && l.expires_at >= until
-                    }))
-                }
-                Some(e) if is_validation(e) => Ok(false),
-                _ => Err(StoreError::new("UpdateItem", &self.name, err)),
-            },
-        }
+        let update = format!("SET {expires} = {due}, {index} = {due}");
+        let write = Write::update(&self.name, key.clone(), update, format!("{held} AND {expires} < {due}"), e);
+        let refused = match conditional(&self.client, vec![write], Sending::default()).await? {
+            Written::Applied(_) => return Ok(true),
+            Written::Refused(refused) => refused.into_iter().next().and_then(|r| r.item),
+            Written::Unstorable { .. } => return Ok(false),
+            Written::Contention(error) => return Err(error),
+        };
+        // Classified from the item as it was: extended already (a repeated hold), or not ours.
+        let item = match refused {
+            Some(item) => Some(item),
+            None => self.get(key).await?,
+        };
+        Ok(item.as_ref().and_then(Lock::of).is_some_and(|l| {
+            l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token) && l.expires_at >= until
+        }))
     }
 
     /// One conditional write of an item: `update`, or a delete when there is none. None: written; Some:
@@ -567,45 +433,14 @@ impl DataTable {
         condition: String,
         e: Expr,
     ) -> Result<Option<Option<Item>>, StoreError> {
-        let Some(update) = update else {
-            let out = self
-                .client
-                .delete_item()
-                .table_name(&self.name)
-                .set_key(Some(key.clone()))
-                .condition_expression(condition)
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                .send()
-                .await;
-            return match out {
-                Ok(_) => Ok(None),
-                Err(err) => match err.as_service_error() {
-                    Some(DeleteItemError::ConditionalCheckFailedException(c)) => Ok(Some(c.item().cloned())),
-                    _ => Err(StoreError::new("DeleteItem", &self.name, err)),
-                },
-            };
+        let write = match update {
+            Some(update) => Write::update(&self.name, key.clone(), update, condition, e),
+            None => Write::delete(&self.name, key.clone(), condition, e),
         };
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.name)
-            .set_key(Some(key.clone()))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(None),
-            Err(err) => match err.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(c)) => Ok(Some(c.item().cloned())),
-                _ => Err(StoreError::new("UpdateItem", &self.name, err)),
-            },
-        }
+        Ok(match conditional(&self.client, vec![write], Sending::default()).await?.decided()? {
+            Decided::Applied(_) => None,
+            refused => Some(refused.refused_item()),
+        })
     }
 
     /// Releases `tx`'s lock on the item, if it holds one (with `token`, when given): a placeholder made by
@@ -638,30 +473,16 @@ impl DataTable {
         let version = e.name(a::VERSION);
         let data = e.name(a::DATA);
         let release = format!("REMOVE {}", release_names(&mut e));
-        let out = self
-            .client
-            .update_item()
-            .table_name(&self.name)
-            .set_key(Some(key.clone()))
-            .update_expression(release)
-            .condition_expression(format!("{held} AND (attribute_exists({version}) OR attribute_exists({data}))"))
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        let returned = match out {
-            Ok(_) => return Ok(true),
-            Err(err) => match err.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    c.item().cloned()
-                }
-                Some(e) if is_validation(e) => {
-                    tracing::warn!(why, reason = %validation_message(e), "key cannot be stored, so it holds no lock");
-                    return Ok(false);
-                }
-                _ => return Err(StoreError::new("UpdateItem", &self.name, err)),
-            },
+        let condition = format!("{held} AND (attribute_exists({version}) OR attribute_exists({data}))");
+        let write = Write::update(&self.name, key.clone(), release, condition, e);
+        let returned = match conditional(&self.client, vec![write], Sending::default()).await? {
+            Written::Applied(_) => return Ok(true),
+            Written::Refused(refused) => refused.into_iter().next().and_then(|r| r.item),
+            Written::Unstorable { reason, .. } => {
+                tracing::warn!(why, reason = %unstorable(&reason), "key cannot be stored, so it holds no lock");
+                return Ok(false);
+            }
+            Written::Contention(error) => return Err(error),
         };
         let item = match returned {
             Some(item) => Some(item),
@@ -681,24 +502,12 @@ impl DataTable {
             held += &voted_condition(&mut e, kept);
         }
         let data = e.name(a::DATA);
-        let out = self
-            .client
-            .delete_item()
-            .table_name(&self.name)
-            .set_key(Some(key.clone()))
-            .condition_expression(format!("{held} AND attribute_not_exists({data})"))
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
-                tracing::debug!(why, "placeholder changed while releasing; nothing left to release");
-                Ok(false)
-            }
-            Err(err) => Err(StoreError::new("DeleteItem", &self.name, err)),
+        let placeholder = Write::delete(&self.name, key.clone(), format!("{held} AND attribute_not_exists({data})"), e);
+        let deleted = conditional(&self.client, vec![placeholder], Sending::default()).await?.decided()?.applied();
+        if !deleted {
+            tracing::debug!(why, "placeholder changed while releasing; nothing left to release");
         }
+        Ok(deleted)
     }
 }
 
@@ -955,58 +764,7 @@ pub fn check_expressible(op: &Operation) -> Result<(), String> {
     Ok(())
 }
 
-/// A lock write is sent once: its caller retries with a new token (see `Participant::prepare`), because
-/// an SDK retry re-sends the same token, and a copy landing late with the voted token could lock the
-/// item again after it was committed and changed.
-fn sent_once(timeout: Option<std::time::Duration>) -> aws_sdk_dynamodb::config::Builder {
-    let config = aws_sdk_dynamodb::config::Builder::default()
-        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled());
-    match timeout {
-        Some(timeout) => config.timeout_config(
-            aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder().operation_timeout(timeout).build(),
-        ),
-        None => config,
-    }
-}
-
-fn is_validation(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> bool {
-    e.code() == Some("ValidationException")
-}
-
-fn validation_message(e: &impl aws_sdk_dynamodb::error::ProvideErrorMetadata) -> String {
-    let why = e.message().unwrap_or("invalid value");
-    format!("DynamoDB refused the prepared item (at most 400 KB, counting what the commit will write): {why}")
-}
-
-/// What a canceled `TransactWriteItems` says about itself, from its per-item reasons.
-enum Cancellation {
-    /// Every item whose condition failed, as it was.
-    ConditionFailed(Vec<(usize, Option<Item>)>),
-    /// Another transactional write touched one of the items: worth trying again.
-    Conflict,
-    /// An item DynamoDB refused to store.
-    Invalid(String),
-    /// Anything else (throttling, capacity): an infrastructure failure, never a vote.
-    Other,
-}
-
-impl Cancellation {
-    fn of(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Cancellation {
-        let with = |code: &str| reasons.iter().position(|r| r.code() == Some(code));
-        let failed: Vec<(usize, Option<Item>)> = reasons
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
-            .map(|(index, r)| (index, r.item().cloned()))
-            .collect();
-        if !failed.is_empty() {
-            Cancellation::ConditionFailed(failed)
-        } else if let Some(index) = with("ValidationError") {
-            Cancellation::Invalid(reasons[index].message().unwrap_or("invalid value").to_owned())
-        } else if with("TransactionConflict").is_some() {
-            Cancellation::Conflict
-        } else {
-            Cancellation::Other
-        }
-    }
+/// Why DynamoDB refused the prepared item, for the vote.
+fn unstorable(reason: &str) -> String {
+    format!("DynamoDB refused the prepared item (at most 400 KB, counting what the commit will write): {reason}")
 }
