@@ -15,13 +15,6 @@ use crate::store::StoreError;
 use crate::store::write::{Decided, Sending, Write, conditional};
 use crate::tables::tx_attr as a;
 
-/// The id the coordinator gives attempt `attempt` of the request first tried as `first_id`: the one rule
-/// by which a `retriedAs` is told to be the coordinator's link (a token retry recorded before issue 41,
-/// `<first id>-r<n>`, is not).
-pub fn attempt_id(first_id: &str, attempt: u32) -> String {
-    format!("{first_id}-{attempt}")
-}
-
 /// What an attempt's abort records of its own making (issue 41): only this execution's own abort, written
 /// in the same conditional write, can say that it was a refusal for contention and name the next attempt.
 #[derive(Debug, Clone, Default, PartialEq)]

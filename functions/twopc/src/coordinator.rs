@@ -1092,7 +1092,7 @@ impl Coordinator {
             if self.may_be_retried(&record) {
                 // Its coordinator stopped between the attempts, or is slower than the deadline: the next
                 // attempt is fenced, so that this answer stays the request's answer.
-                let next = crate::attempts::attempt_id(record.first_id(), record.attempt_number() + 1);
+                let next = crate::record::attempt_id(record.first_id(), record.attempt_number() + 1);
                 let now = self.clock.now_ms();
                 self.transactions.fence_attempt(&next, now, ATTEMPT_NOT_STARTED, &record).await?;
                 if let Some(current) = self.transactions.get(&record.transaction_id).await? {
@@ -1697,7 +1697,7 @@ fn record_vote(entry: &mut ParticipantEntry, response: ParticipantResponse) {
             entry.blocked_by = response.blocked_by.filter(|_| response.code == Some(RefusalCode::Conflict));
             entry.unresolved_owner = response.unresolved_owner;
             entry.service_code =
-                response.service_code.map(|c| crate::record::cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
+                response.service_code.map(|c| crate::record::cut(&c, crate::model::MAX_SERVICE_CODE_BYTES));
             // As the record keeps it: the answer and GET then say the same.
             entry.reason = response.reason.map(|r| crate::record::cut(&r, crate::record::MAX_REASON_BYTES));
         }

@@ -894,7 +894,7 @@ pub struct ParticipantResponse {
     /// A PREPARED vote that locked items: the token those locks carry (see [`ParticipantRequest::lock_token`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_token: Option<String>,
-    /// A `RULE` refusal: the service's own code.
+    /// A `RULE` refusal: the service's own code (at most [`MAX_SERVICE_CODE_BYTES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_code: Option<String>,
     /// The participant's clock when the message arrived and when it answered (ms since the epoch): the
@@ -928,6 +928,10 @@ impl ParticipantResponse {
         }
     }
 }
+
+/// A service's own refusal code (`serviceCode`) is cut to this many bytes (it is kept in the transaction
+/// record).
+pub const MAX_SERVICE_CODE_BYTES: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]

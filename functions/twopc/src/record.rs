@@ -15,6 +15,13 @@ use crate::store::write::{Decided, Sending, Write, conditional};
 use crate::store::{Item, StoreError, shard_of};
 use crate::tables::tx_attr as a;
 
+/// The id the coordinator gives attempt `attempt` of the request first tried as `first_id`: the one rule
+/// by which a `retriedAs` is told to be the coordinator's link (a token retry recorded before issue 41,
+/// `<first id>-r<n>`, is not).
+pub fn attempt_id(first_id: &str, attempt: u32) -> String {
+    format!("{first_id}-{attempt}")
+}
+
 /// Terminal records of requests without an `Idempotency-Key` stay readable (`GET /transactions/{id}`) this
 /// long, then TTL removes them. A keyed record is kept: it is what stops its key from ever running again.
 pub const RETENTION_SECONDS: u64 = 7 * 24 * 3600;
@@ -243,7 +250,7 @@ impl TransactionRecord {
         self.sweep_error = self.sweep_error.map(|e| cut(&e, MAX_SWEEP_ERROR_BYTES));
         for entry in &mut self.participants {
             entry.reason = entry.reason.take().map(|r| cut(&r, MAX_REASON_BYTES));
-            entry.service_code = entry.service_code.take().map(|c| cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
+            entry.service_code = entry.service_code.take().map(|c| cut(&c, crate::model::MAX_SERVICE_CODE_BYTES));
         }
         self
     }
@@ -311,7 +318,7 @@ impl TransactionRecord {
     /// name a caller's token retry there (`<first id>-r<n>`): a request of its own, never followed.
     pub fn successor(&self) -> Option<&str> {
         let next = self.retried_as.as_deref()?;
-        let expected = crate::attempts::attempt_id(self.first_id(), self.attempt_number() + 1);
+        let expected = attempt_id(self.first_id(), self.attempt_number() + 1);
         (next == expected).then_some(next)
     }
 
@@ -874,7 +881,7 @@ fn entries_value(participants: &[ParticipantEntry]) -> AttributeValue {
         .cloned()
         .map(|mut p| {
             p.reason = p.reason.map(|r| cut(&r, MAX_REASON_BYTES));
-            p.service_code = p.service_code.map(|c| cut(&c, crate::participant::MAX_SERVICE_CODE_BYTES));
+            p.service_code = p.service_code.map(|c| cut(&c, crate::model::MAX_SERVICE_CODE_BYTES));
             p
         })
         .collect();
@@ -1056,7 +1063,7 @@ mod tests {
                 reason: Some("é".repeat(MAX_REASON_BYTES)),
                 read_only: true,
                 lock_token: Some("f".repeat(32)),
-                service_code: Some("c".repeat(crate::participant::MAX_SERVICE_CODE_BYTES)),
+                service_code: Some("c".repeat(crate::model::MAX_SERVICE_CODE_BYTES)),
                 ..p
             })
             .collect()

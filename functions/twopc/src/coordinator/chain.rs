@@ -29,7 +29,7 @@ impl Coordinator {
             && self.clock.now_ms() <= last_start
             && budget_left >= Duration::from_millis(MIN_ATTEMPT_MS)
             && !self.held_blocker(blocked_by).await;
-        let successor = retried.then(|| crate::attempts::attempt_id(record.first_id(), attempt + 1));
+        let successor = retried.then(|| crate::record::attempt_id(record.first_id(), attempt + 1));
         ContentionAbort { refused, successor }
     }
 

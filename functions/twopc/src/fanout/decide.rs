@@ -15,8 +15,8 @@ use serde_json::{Number, Value};
 
 use super::convert::{self, ConvertError};
 use super::topic::Topic;
-use crate::attempts::attempt_id;
 use crate::config::{self, ConfigError};
+use crate::record::attempt_id;
 use crate::tables::{item_attr, tx_attr};
 
 /// What the stream processor needs to know about the tables it reads.

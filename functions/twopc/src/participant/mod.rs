@@ -107,8 +107,7 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// A service's own refusal code is cut to this many bytes (it is kept in the transaction record).
-pub const MAX_SERVICE_CODE_BYTES: usize = 64;
+pub use crate::model::MAX_SERVICE_CODE_BYTES;
 
 impl Refusal {
     pub fn new(code: impl Into<String>, reason: impl Into<String>) -> Refusal {

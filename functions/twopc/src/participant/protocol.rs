@@ -7,7 +7,7 @@ use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::operations::{self, unrepresentable_result};
-use super::store::{CommitOutcome, DataTable, Lock, LockAttempt, LockSpec, OnePhase, Seen, find};
+use super::store::{CommitOutcome, DEFAULT_LOCK_MS, DataTable, Lock, LockAttempt, LockSpec, OnePhase, Seen, find};
 use super::{OperationRefusal, Operations, Prepared, Refusal, Rules};
 use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
 use crate::custom::{Catalog, OperationSchema};
@@ -20,8 +20,6 @@ use crate::recovery::{OwnerFate, read_owner_fate};
 use crate::store::{Item, StoreError, get_s};
 use crate::tables::item_attr as a;
 
-/// Locks live this long when a prepare names no deadline.
-pub const DEFAULT_LOCK_MS: u64 = 30_000;
 /// Attempts at taking the locks when something changes underneath (an expired lock resolved, contention,
 /// a wait for a younger transaction's lock).
 const LOCK_ATTEMPTS: u32 = 12;

@@ -593,7 +593,7 @@ impl Driver {
         now: impl Fn() -> u64,
     ) -> Result<ParticipantResponse, StoreError> {
         let started = now();
-        let deadline = p.deadline.unwrap_or(started + super::protocol::DEFAULT_LOCK_MS);
+        let deadline = p.deadline.unwrap_or(started + super::store::DEFAULT_LOCK_MS);
         let cutoff = crate::clock::lock_cutoff(deadline);
         if started > cutoff {
             return Ok(refused(

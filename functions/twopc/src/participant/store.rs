@@ -17,6 +17,9 @@ use crate::store::write::{Decided, Sending, Write, Written, conditional};
 use crate::store::{Item, StoreError, get_m, get_n, get_s, shard_of};
 use crate::tables::item_attr as a;
 
+/// Locks live this long when a prepare names no deadline.
+pub const DEFAULT_LOCK_MS: u64 = 30_000;
+
 /// The lock an item carries while prepared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
