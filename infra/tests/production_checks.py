@@ -172,10 +172,13 @@ LAKE_RECORD_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "decide.r
 LAKE_RECORD_STRUCT = "ChangeRecord"
 JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
 
-# Cross-origin access to the REST API: the values of `twopc::cors`, read from its source, and the
-# variable of `twopc::config` that gives the coordinator the allowed origin.
+# Cross-origin access to the REST API: the values of `twopc::cors`, read from its source, with the
+# variable that gives the coordinator the allowed origin.
 CORS_SOURCE = REPO / "functions" / "twopc" / "src" / "cors.rs"
-CONFIG_SOURCE = REPO / "functions" / "twopc" / "src" / "config.rs"
+# Each module of twopc names the variables it reads (`twopc::config` keeps only the readers).
+CONNECTIONS_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "connections.rs"
+HOLD_SOURCE = REPO / "functions" / "twopc" / "src" / "hold.rs"
+AGE_SOURCE = REPO / "functions" / "twopc" / "src" / "age.rs"
 CORS_PARAMETER = "CorsAllowOrigin"
 # A value the parameter may take besides its default: each wired value must follow it.
 CORS_OTHER_ORIGIN = "https://app.example.com"
@@ -906,14 +909,14 @@ def rust_constants(source: Path) -> dict[str, str | int]:
     return constants
 
 
-def cors_contract(source: Path = CORS_SOURCE, config: Path = CONFIG_SOURCE) -> dict[str, Any]:
-    """What the deployed API must answer cross-origin callers, from `twopc::cors`, and the name of
-    the coordinator's variable (`twopc::config::CORS_ALLOW_ORIGIN`)."""
-    cors, names = rust_constants(source), rust_constants(config)
+def cors_contract(source: Path = CORS_SOURCE) -> dict[str, Any]:
+    """What the deployed API must answer cross-origin callers, and the name of the coordinator's
+    variable (`CORS_ALLOW_ORIGIN`), from `twopc::cors`."""
+    cors = names = rust_constants(source)
     wanted = ["DEFAULT_ALLOW_ORIGIN", "ALLOW_METHODS", "ALLOW_HEADERS", "MAX_AGE_SECONDS"]
     missing = [name for name in wanted if name not in cors] + [n for n in ["CORS_ALLOW_ORIGIN"] if n not in names]
     if missing:
-        raise AssertionError(f"no constant {missing} in {source} / {config}")
+        raise AssertionError(f"no constant {missing} in {source}")
     return {
         "defaultOrigin": str(cors["DEFAULT_ALLOW_ORIGIN"]),
         "methods": str(cors["ALLOW_METHODS"]),
@@ -1197,8 +1200,8 @@ MAX_TOPICS_BOUNDS = (1, 1000)
 MAX_TOPICS_OTHER_VALUE = "7"
 
 
-def max_topics_contract(config: Path = CONFIG_SOURCE) -> dict[str, Any]:
-    """The variable's name and its default, from `twopc::config`."""
+def max_topics_contract(config: Path = CONNECTIONS_SOURCE) -> dict[str, Any]:
+    """The variable's name and its default, from `twopc::fanout::connections`."""
     names = rust_constants(config)
     missing = [n for n in ["MAX_TOPICS_PER_CONNECTION", "DEFAULT_MAX_TOPICS_PER_CONNECTION"] if n not in names]
     if missing:
@@ -1269,7 +1272,7 @@ def on_failure_queues(stack: Stack) -> dict[str, str | None]:
     return out
 
 
-def dead_letter_variable(config: Path = CONFIG_SOURCE) -> str:
+def dead_letter_variable(config: Path = REPLAY_SOURCE) -> str:
     names = rust_constants(config)
     if "DEAD_LETTER_QUEUE_URL" not in names:
         raise AssertionError(f"no constant DEAD_LETTER_QUEUE_URL in {config}")
@@ -1425,7 +1428,7 @@ def check_dead_letter_replay(stack: Stack) -> list[str]:
 
 # Participants accept only messages signed (HMAC-SHA-256) with their service's key, which the
 # coordinator and the sweeper read to sign (`twopc::auth`): the constants come from there and from
-# `twopc::config`.
+# `twopc::age` (the age-token key).
 AUTH_SOURCE = REPO / "functions" / "twopc" / "src" / "auth.rs"
 # The functions that sign participant messages (and hold the registry).
 KEY_SIGNERS = ("coordinator", "sweeper")
@@ -1442,10 +1445,11 @@ AWS_MANAGED_SECRETS_KEY = "alias/aws/secretsmanager"
 INVOKE = "lambda:InvokeFunction"
 
 
-def auth_contract(source: Path = AUTH_SOURCE, config: Path = CONFIG_SOURCE) -> dict[str, Any]:
+def auth_contract(source: Path = AUTH_SOURCE, config: Path = AGE_SOURCE) -> dict[str, Any]:
     """The local development keys' setting, the key variables, the message age and the key cache TTL,
-    from `twopc::auth` and `twopc::config`."""
-    auth, names = rust_constants(source), rust_constants(config)
+    from `twopc::auth`, and the age-token key's variable, from `twopc::age`."""
+    auth = rust_constants(source)
+    names = {**auth, **rust_constants(config)}
     missing = [n for n in ["LOCAL_KEYS", "MAX_MESSAGE_AGE_MS"] if n not in auth]
     missing += [n for n in ["PARTICIPANT_KEYS", "PARTICIPANT_KEY", "AGE_TOKEN_KEY"] if n not in names]
     ttl = re.search(r"pub const KEY_CACHE_TTL: Duration = Duration::from_secs\(([0-9_]+)\);", source.read_text())
@@ -1840,7 +1844,7 @@ def check_resource_participants(stack: Stack) -> list[str]:
 # 15. Held transactions: their two routes, and the coordinator's hold policy
 # ----------------------------------------------------------------------------------------------
 
-# The bounds and defaults of a hold (`twopc::model`), and the coordinator's variables (`twopc::config`).
+# The bounds and defaults of a hold (`twopc::model`), and the coordinator's variables (`twopc::hold`).
 MODEL_SOURCE = REPO / "functions" / "twopc" / "src" / "model.rs"
 HOLD_POLICY_PARAMETER = "HoldPolicy"
 MAX_HOLD_PARAMETER = "MaxHoldMs"
@@ -1855,8 +1859,8 @@ HOLD_POLICY_MARKER = '{"hold-marker-service": {"maxHoldMs": 4321}}'
 MAX_HOLD_MARKER = "4321987"
 
 
-def hold_contract(config: Path = CONFIG_SOURCE, model: Path = MODEL_SOURCE) -> dict[str, Any]:
-    """The coordinator's hold variables (`twopc::config`) and the bounds of a hold (`twopc::model`)."""
+def hold_contract(config: Path = HOLD_SOURCE, model: Path = MODEL_SOURCE) -> dict[str, Any]:
+    """The coordinator's hold variables (`twopc::hold`) and the bounds of a hold (`twopc::model`)."""
     names, bounds = rust_constants(config), rust_constants(model)
     missing = [n for n in ["HOLD_POLICY", "MAX_HOLD_MS"] if n not in names] + [
         n for n in ["MIN_HOLD_MS", "DEFAULT_MAX_HOLD_MS", "DEFAULT_SERVICE_MAX_HOLD_MS"] if n not in bounds
@@ -2248,8 +2252,8 @@ def check_access_policy(stack: Stack) -> list[str]:
     return sorted(set(problems), key=problems.index)
 
 
-def max_connections_contract(config: Path = CONFIG_SOURCE) -> dict[str, Any]:
-    """The variable's name and its default, from `twopc::config`."""
+def max_connections_contract(config: Path = CONNECTIONS_SOURCE) -> dict[str, Any]:
+    """The variable's name and its default, from `twopc::fanout::connections`."""
     names = rust_constants(config)
     missing = [n for n in ["MAX_CONNECTIONS_PER_PRINCIPAL", "DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL"] if n not in names]
     if missing:
@@ -2263,7 +2267,7 @@ def check_max_connections(stack: Stack) -> list[str]:
     other function's."""
     contract = max_connections_contract()
     if contract["variable"] != MAX_CONNECTIONS_VARIABLE:
-        return [f"twopc::config names the variable {contract['variable']!r}, not {MAX_CONNECTIONS_VARIABLE!r}"]
+        return [f"twopc::fanout::connections names the variable {contract['variable']!r}, not {MAX_CONNECTIONS_VARIABLE!r}"]
     problems = _parameter(stack, MAX_CONNECTIONS_PARAMETER, contract["default"])
     definition = stack.template.get("Parameters", {}).get(MAX_CONNECTIONS_PARAMETER)
     if definition is None:

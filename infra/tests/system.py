@@ -3,7 +3,7 @@ function runs which binary, each function's role and what that role is allowed, 
 deployments and their `live` aliases, the tables by name.
 
 A function's binary is told by its environment: every binary of the code reads a set of variables
-(`twopc::config::FUNCTION_ENVIRONMENT`, printed by the contract example), and every deployment of it
+(`twopc::environment::FUNCTION_ENVIRONMENT`, printed by the contract example), and every deployment of it
 must set exactly those. A function whose variables match no binary exactly is given the nearest one
 (so that the other checks still find it) and check_environment reports it. Binaries built on the same
 library may read the same variables (the generic participant and a service's own participant, such

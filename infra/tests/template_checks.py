@@ -101,8 +101,11 @@ CODE_TABLE_STORES = {
 CODE_TABLE_EXCEPTIONS = {
     # The one-phase commit puts the COMMITTED transaction record in the same TransactWriteItems as
     # the participant's items (DataTable::apply_one_phase).
-    ("twopc/src/participant/store.rs", "Put::builder()"): "transactions",
+    ("twopc/src/participant/store.rs", "Write::put("): "transactions",
 }
+# The one conditional write (`twopc::store::write`): it sends the writes the stores build, so its SDK
+# calls are theirs, each read where a store builds it (`Write::put(`, ...), on that store's table.
+CODE_FOR_THE_STORES = {"twopc/src/store/write.rs"}
 # Files that call the SDK but never run in a deployed function.
 CODE_NOT_DEPLOYED = {
     "twopc/src/tables.rs": "creates tables for the local stack and the tests (CloudFormation does it in AWS)",
@@ -122,6 +125,11 @@ SDK_CALLS = {
     "Delete::builder()": "dynamodb:DeleteItem",
     "ConditionCheck::builder()": "dynamodb:ConditionCheckItem",
     "Get::builder()": "dynamodb:GetItem",
+    # a store's conditional write, sent by twopc::store::write (alone, or in a TransactWriteItems)
+    "Write::put(": "dynamodb:PutItem",
+    "Write::update(": "dynamodb:UpdateItem",
+    "Write::delete(": "dynamodb:DeleteItem",
+    "Write::check(": "dynamodb:ConditionCheckItem",
     # the rest
     ".put_record_batch()": "firehose:PutRecordBatch",
     ".put_record()": "firehose:PutRecord",
@@ -246,57 +254,62 @@ def telemetry_names(source: Path = TELEMETRY_SOURCE) -> dict[str, list[str]]:
     return out
 
 
-# twopc::config, where every variable a function reads is named, and read by a `pub fn` of the file.
-CONFIG_SOURCE = REPO / "functions" / "twopc" / "src" / "config.rs"
+# twopc's modules, each naming the variables it reads, read by a `pub fn` of the same file
+# (`twopc::hold::policy_from_env` reads HOLD_POLICY and MAX_HOLD_MS).
+TWOPC_SOURCES = REPO / "functions" / "twopc" / "src"
 
 
-def config_readers(source: Path = CONFIG_SOURCE) -> dict[str, list[str]]:
-    """The `pub fn`s of `twopc::config` that read variables named by constants of the file
-    (`std::env::var(NAME)`, NAME a `pub const NAME: &str = "..."`), with the variables each reads.
-    Functions that read the variable their caller names (`required(name)`) are not among them: their
-    callers name it, and FUNCTION_ENVIRONMENT lists it."""
-    text = source.read_text()
-    names = dict(re.findall(r'^\s*pub const (\w+): &str = "([^"]*)";', text, re.M))
+def env_readers(sources: Path = TWOPC_SOURCES) -> dict[str, list[str]]:
+    """The top-level `pub fn`s of twopc's modules (`sources`: a folder, or one file) that read variables
+    named by constants of their own file (`std::env::var(NAME)`, NAME a `pub const NAME: &str = "..."`),
+    as `module::function` (the file's name, or its folder's for a `mod.rs`), with the variables each
+    reads. Functions that read the variable their caller names (`required(name)`) are not among them:
+    their callers name it, and FUNCTION_ENVIRONMENT lists it."""
+    files = [sources] if sources.is_file() else sorted(sources.rglob("*.rs"))
     readers: dict[str, list[str]] = {}
-    # Each top-level `pub fn`, up to its closing brace (the first `}` alone at the start of a line).
-    for match in re.finditer(r"^pub (?:async )?fn (\w+)\b(.*?)^\}", text, re.M | re.S):
-        read = [names[c] for c in re.findall(r"std::env::var\((\w+)\)", match.group(2)) if c in names]
-        if read:
-            readers[match.group(1)] = sorted(set(read))
+    for source in files:
+        text = source.read_text()
+        module = source.parent.name if source.stem == "mod" else source.stem
+        names = dict(re.findall(r'^pub const (\w+): &str = "([^"]*)";', text, re.M))
+        # Each top-level `pub fn`, up to its closing brace (the first `}` alone at the start of a line).
+        for match in re.finditer(r"^pub (?:async )?fn (\w+)\b(.*?)^\}", text, re.M | re.S):
+            read = [names[c] for c in re.findall(r"std::env::var\((\w+)\)", match.group(2)) if c in names]
+            if read:
+                readers[f"{module}::{match.group(1)}"] = sorted(set(read))
     return readers
 
 
-def variables_read_through_config(
-    binaries: list[str], functions_dir: Path = REPO / "functions", config: Path = CONFIG_SOURCE
+def variables_read_through_readers(
+    binaries: list[str], functions_dir: Path = REPO / "functions", sources: Path = TWOPC_SOURCES
 ) -> dict[str, list[str]]:
-    """binary -> the variables it reads through the readers of `twopc::config` its sources call
-    (`config::hold_policy()` reads HOLD_POLICY and MAX_HOLD_MS)."""
-    readers = config_readers(config)
+    """binary -> the variables it reads through the readers of twopc its sources call
+    (`hold::policy_from_env()` reads HOLD_POLICY and MAX_HOLD_MS)."""
+    readers = env_readers(sources)
     out: dict[str, list[str]] = {}
     for binary in binaries:
-        sources = sorted((functions_dir / binary / "src").rglob("*.rs"))
-        text = "\n".join(s.read_text() for s in sources)
-        called = set(re.findall(r"\bconfig::(\w+)\s*\(", text))
+        sources_of_binary = sorted((functions_dir / binary / "src").rglob("*.rs"))
+        text = "\n".join(s.read_text() for s in sources_of_binary)
+        called = {f"{m}::{f}" for m, f in re.findall(r"\b(\w+)::(\w+)\s*\(", text)}
         read = sorted({v for reader in called & set(readers) for v in readers[reader]})
         if read:
             out[binary] = read
     return out
 
 
-def with_source_facts(code: dict, functions_dir: Path = REPO / "functions", config: Path = CONFIG_SOURCE) -> dict:
+def with_source_facts(code: dict, functions_dir: Path = REPO / "functions", sources: Path = TWOPC_SOURCES) -> dict:
     """The contract, held to what the sources show: each binary whose `main.rs` calls
     `install_emf_from_env` must list METRICS_NAMESPACE, and each metric list of `twopc::telemetry` must be
     printed, as the source declares it (a difference fails: the contract is what the templates follow).
-    A variable a binary reads through a reader of `twopc::config` (`config::hold_policy()`) that
+    A variable a binary reads through a reader of twopc (`hold::policy_from_env()`) that
     FUNCTION_ENVIRONMENT does not list yet is added to the binary's variables, with a warning: the
     templates must set what the code reads, whether or not the list says so yet."""
     environment = code.get("functionEnvironment", {})
-    for binary, read in variables_read_through_config(sorted(environment), functions_dir, config).items():
+    for binary, read in variables_read_through_readers(sorted(environment), functions_dir, sources).items():
         missing = [v for v in read if v not in environment[binary]]
         if missing:
             warnings.warn(
-                f"{binary} reads {missing} through twopc::config (functions/{binary}/src), which "
-                "twopc::config::FUNCTION_ENVIRONMENT does not list: the templates are held to them all the same",
+                f"{binary} reads {missing} through twopc's readers (functions/{binary}/src), which "
+                "twopc::environment::FUNCTION_ENVIRONMENT does not list: the templates are held to them all the same",
                 stacklevel=2,
             )
             environment[binary] = [*environment[binary], *missing]
@@ -306,7 +319,7 @@ def with_source_facts(code: dict, functions_dir: Path = REPO / "functions", conf
             if METRICS_NAMESPACE_VARIABLE not in environment[binary]:
                 raise AssertionError(
                     f"{binary} reads {METRICS_NAMESPACE_VARIABLE} (functions/{binary}/src/main.rs calls "
-                    f"install_emf_from_env), which twopc::config::FUNCTION_ENVIRONMENT does not list"
+                    f"install_emf_from_env), which twopc::environment::FUNCTION_ENVIRONMENT does not list"
                 )
     metrics = code.get("metrics", {})
     for key, names in telemetry_names().items():
@@ -784,13 +797,13 @@ def code_calls(functions_dir: Path = REPO / "functions") -> tuple[dict[str, set[
     per_table: dict[str, set[str]] = {group: set() for group in set(CODE_TABLE_STORES.values())}
     other: set[str] = set()
     problems = []
-    call = re.compile(r"\.[a-z_]+\(\)|\b[A-Z][A-Za-z]*::builder\(\)")
+    call = re.compile(r"\.[a-z_]+\(\)|\b[A-Z][A-Za-z]*::builder\(\)|\bWrite::[a-z]+\(")
     known = set(SDK_CALLS) | SDK_IGNORED | SDK_ADMIN
     for path in sorted(functions_dir.glob("*/src/**/*.rs")):
         relative = path.relative_to(functions_dir).as_posix()
         text = path.read_text()
         found = [c for c in call.findall(text) if c in known]
-        if not found or relative in CODE_NOT_DEPLOYED:
+        if not found or relative in CODE_NOT_DEPLOYED or relative in CODE_FOR_THE_STORES:
             continue
         admin = sorted({c for c in found if c in SDK_ADMIN})
         if admin:

@@ -1,9 +1,9 @@
 """1. Each deployed template's tables and function environments match what the code uses.
 
 The code's side comes from `cargo run -q -p twopc --example contract` (functions/twopc/examples/
-contract.rs), which prints `twopc::tables` and `twopc::config::FUNCTION_ENVIRONMENT` as JSON. Every
+contract.rs), which prints `twopc::tables` and `twopc::environment::FUNCTION_ENVIRONMENT` as JSON. Every
 test runs on the SAM template (after the transform) and on the CDK template. A variable a binary reads
-through a reader of `twopc::config` (the coordinator's `config::hold_policy()`: HOLD_POLICY and
+through a reader of twopc (the coordinator's `hold::policy_from_env()`: HOLD_POLICY and
 MAX_HOLD_MS) is part of its environment even before FUNCTION_ENVIRONMENT lists it (with a warning). The coordinator's
 SERVICE_OPERATIONS (the services' own operation schemas) is infra/service-operations.json, and names
 only registered services that run a participant of their own (the example inventory; the example
@@ -84,8 +84,8 @@ def test_a_binary_that_writes_metrics_must_list_the_namespace(tmp_path):
         with_source_facts({**listed, "metrics": {**telemetry_names(), "sweeperCounts": ["StuckTransactions"]}}, tmp_path)
 
 
-def test_a_variable_read_through_config_is_part_of_the_environment(tmp_path):
-    # A reader of twopc::config named by a binary's sources (config::hold_policy()) reads its variables:
+def test_a_variable_read_through_a_reader_is_part_of_the_environment(tmp_path):
+    # A reader of twopc named by a binary's sources (hold::policy_from_env()) reads its variables:
     # the contract gets them, with a warning while FUNCTION_ENVIRONMENT does not list them. A function
     # that reads the variable its caller names (required(name)) adds nothing: the caller names it.
     config = tmp_path / "config.rs"

@@ -29,21 +29,26 @@ impl Connections {
 /// configuration error, so the function does not start), `ACCESS_POLICY`, and the transactions table
 /// (`TRANSACTIONS_TABLE_NAME`), where a `tx:` topic's owner is read.
 pub async fn from_env() -> Result<Connections, config::ConfigError> {
-    let api_id = config::required(config::WEBSOCKET_API_ID)?;
+    let api_id = config::required(twopc::fanout::connections::WEBSOCKET_API_ID)?;
     if api_id.is_empty() {
-        return Err(config::ConfigError::Missing(config::WEBSOCKET_API_ID));
+        return Err(config::ConfigError::Missing(twopc::fanout::connections::WEBSOCKET_API_ID));
     }
-    let table = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
-    let max_topics =
-        config::positive_or_default(config::MAX_TOPICS_PER_CONNECTION, config::DEFAULT_MAX_TOPICS_PER_CONNECTION)?;
+    let table = config::or_default(
+        twopc::fanout::connections::CONNECTIONS_TABLE_NAME,
+        twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE,
+    );
+    let max_topics = config::positive_or_default(
+        twopc::fanout::connections::MAX_TOPICS_PER_CONNECTION,
+        twopc::fanout::connections::DEFAULT_MAX_TOPICS_PER_CONNECTION,
+    )?;
     let max_connections = config::positive_or_default(
-        config::MAX_CONNECTIONS_PER_PRINCIPAL,
-        config::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+        twopc::fanout::connections::MAX_CONNECTIONS_PER_PRINCIPAL,
+        twopc::fanout::connections::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
     )?;
     let aws = config::aws().await;
     let transactions = TransactionStore::new(
         aws_sdk_dynamodb::Client::new(&aws),
-        config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE),
+        config::or_default(twopc::record::TRANSACTIONS_TABLE_NAME, twopc::record::DEFAULT_TRANSACTIONS_TABLE),
     );
     let store = ConnectionStore::from_config(&aws, table)
         .with_max_topics(max_topics)

@@ -13,26 +13,26 @@ use twopc::record::TransactionStore;
 
 /// Builds the coordinator from the environment: the transactions table and the service registry.
 pub async fn from_env() -> Result<Coordinator, ConfigError> {
-    let registry = config::string_map(config::PARTICIPANTS)?;
-    let table = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+    let registry = config::string_map(twopc::invoke::PARTICIPANTS)?;
+    let table = config::or_default(twopc::record::TRANSACTIONS_TABLE_NAME, twopc::record::DEFAULT_TRANSACTIONS_TABLE);
     let aws = config::aws().await;
     let transactions = TransactionStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
     let services: Vec<String> = registry.keys().cloned().collect();
     let invoker = LambdaInvoker::from_registry(&aws, registry);
-    let keys = config::keys(&aws, config::PARTICIPANT_KEYS, &config::required(config::PARTICIPANT_KEYS)?)?;
-    let age_keys = config::age_token_keys(&aws)?;
-    let operations = config::service_operations()?;
-    let holds = config::hold_policy()?;
+    let keys = twopc::auth::keys_from_env(&aws, twopc::auth::PARTICIPANT_KEYS)?;
+    let age_keys = twopc::age::keys_from_env(&aws)?;
+    let operations = twopc::custom::catalogs_from_env()?;
+    let holds = twopc::hold::policy_from_env()?;
     // A schema for a service outside the registry is a deployment that lost a participant or misnames one.
     if let Some((unknown, _)) = operations.iter().find(|(service, _)| !services.contains(service)) {
         return Err(ConfigError::Invalid {
-            name: config::SERVICE_OPERATIONS,
-            message: format!("\"{unknown}\" has operations but is not in {}", config::PARTICIPANTS),
+            name: twopc::custom::SERVICE_OPERATIONS,
+            message: format!("\"{unknown}\" has operations but is not in {}", twopc::invoke::PARTICIPANTS),
         });
     }
     Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
         .with_keys(keys)
-        .with_signature(config::participant_signature()?)
+        .with_signature(twopc::auth::signature_from_env()?)
         .with_age_keys(age_keys)
         .with_operations(operations)
         .with_hold_policy(holds)

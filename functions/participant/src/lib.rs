@@ -10,11 +10,12 @@ use twopc::participant::{Participant, ParticipantError};
 use twopc::record::TransactionStore;
 
 pub async fn from_env() -> Result<Participant, ConfigError> {
-    let service = config::required(config::SERVICE_NAME)?;
-    let table = config::required(config::DATA_TABLE_NAME)?;
-    let transactions = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+    let service = config::required(twopc::participant::SERVICE_NAME)?;
+    let table = config::required(twopc::participant::DATA_TABLE_NAME)?;
+    let transactions =
+        config::or_default(twopc::record::TRANSACTIONS_TABLE_NAME, twopc::record::DEFAULT_TRANSACTIONS_TABLE);
     let aws = config::aws().await;
-    let keys = twopc::auth::of_service(&aws, &service, &config::required(config::PARTICIPANT_KEY)?);
+    let keys = twopc::auth::of_service(&aws, &service, &config::required(twopc::auth::PARTICIPANT_KEY)?);
     let client = aws_sdk_dynamodb::Client::new(&aws);
     Ok(Participant::new(
         service,

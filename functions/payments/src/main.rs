@@ -8,7 +8,7 @@ use payments::Payments;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     twopc::config::init_tracing();
-    let api = twopc::config::required(twopc::config::PAYMENT_API_URL)?;
+    let api = twopc::config::required(twopc::environment::PAYMENT_API_URL)?;
     let participant = participant::from_env().await?.with_resource(Payments::new(&api));
     let participant = &participant;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {

@@ -40,7 +40,7 @@ async fn handle(function: &Function, event: LambdaEvent<Value>) -> Result<Value,
             let report = match &function.dead_letters {
                 Some(Queue::Sqs(queue)) => replay::replay(queue.as_ref(), streams, processor, max_messages).await?,
                 Some(Queue::Directory(dir)) => replay::replay(dir.as_ref(), streams, processor, max_messages).await?,
-                None => return Err(config::ConfigError::Missing(config::DEAD_LETTER_QUEUE_URL).into()),
+                None => return Err(config::ConfigError::Missing(twopc::fanout::replay::DEAD_LETTER_QUEUE_URL).into()),
             };
             Ok(serde_json::to_value(report.answer)?)
         }
@@ -55,9 +55,12 @@ async fn stream(processor: &Processor, event: &Event) -> DynamoDbEventResponse {
 async fn main() -> Result<(), Error> {
     config::init_tracing();
     let fanout = FanoutConfig::from_env()?;
-    let stream = config::required(config::FIREHOSE_STREAM_NAME)?;
-    let websocket = config::required(config::WEBSOCKET_ENDPOINT)?;
-    let connections = config::or_default(config::CONNECTIONS_TABLE_NAME, config::DEFAULT_CONNECTIONS_TABLE);
+    let stream = config::required(twopc::fanout::lake::FIREHOSE_STREAM_NAME)?;
+    let websocket = config::required(twopc::fanout::realtime::WEBSOCKET_ENDPOINT)?;
+    let connections = config::or_default(
+        twopc::fanout::connections::CONNECTIONS_TABLE_NAME,
+        twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE,
+    );
     let sdk = config::aws().await;
     let access = twopc::access::Policy::from_env()?;
     let processor = StreamProcessor::new(
@@ -67,12 +70,13 @@ async fn main() -> Result<(), Error> {
         ConnectionStore::from_config(&sdk, connections).with_access(access.clone(), None),
     )
     .with_access(access);
-    let dead_letters = config::required(config::DEAD_LETTER_QUEUE_URL).ok().filter(|url| !url.is_empty()).map(|url| {
-        match url.strip_prefix("file://") {
+    let dead_letters = config::required(twopc::fanout::replay::DEAD_LETTER_QUEUE_URL)
+        .ok()
+        .filter(|url| !url.is_empty())
+        .map(|url| match url.strip_prefix("file://") {
             Some(dir) => Queue::Directory(Arc::new(DirectoryDeadLetters::new(dir))),
             None => Queue::Sqs(Arc::new(SqsDeadLetters::from_config(&sdk, url))),
-        }
-    });
+        });
     let processor = match &dead_letters {
         Some(Queue::Sqs(queue)) => processor.with_dead_letters(queue.clone()),
         Some(Queue::Directory(dir)) => processor.with_dead_letters(dir.clone()),

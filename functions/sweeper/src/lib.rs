@@ -12,18 +12,19 @@ use twopc::record::TransactionStore;
 use twopc::sweeper::{SweepLimits, SweepReport, Sweeper};
 
 pub async fn from_env() -> Result<Sweeper, ConfigError> {
-    let registry = config::string_map(config::PARTICIPANTS)?;
-    let tables = config::string_map(config::PARTICIPANT_TABLES)?;
-    let transactions = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+    let registry = config::string_map(twopc::invoke::PARTICIPANTS)?;
+    let tables = config::string_map(twopc::tables::PARTICIPANT_TABLES)?;
+    let transactions =
+        config::or_default(twopc::record::TRANSACTIONS_TABLE_NAME, twopc::record::DEFAULT_TRANSACTIONS_TABLE);
     let aws = config::aws().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
     let services: Vec<String> = registry.keys().cloned().collect();
     let invoker = Arc::new(LambdaInvoker::from_registry(&aws, registry));
     let transactions = TransactionStore::new(dynamodb.clone(), transactions);
-    let keys = config::keys(&aws, config::PARTICIPANT_KEYS, &config::required(config::PARTICIPANT_KEYS)?)?;
+    let keys = twopc::auth::keys_from_env(&aws, twopc::auth::PARTICIPANT_KEYS)?;
     let coordinator = Coordinator::new(transactions, invoker, services, clock::system())
         .with_keys(keys)
-        .with_signature(config::participant_signature()?);
+        .with_signature(twopc::auth::signature_from_env()?);
     let tables: BTreeMap<String, DataTable> =
         tables.into_iter().map(|(service, table)| (service, DataTable::new(dynamodb.clone(), table))).collect();
     Ok(Sweeper::new(coordinator, tables, SweepLimits::default()))

@@ -1,6 +1,6 @@
 //! Prints the contract the deployment template must satisfy, as JSON: every table the code creates
 //! (from `twopc::tables`, with the default names), the environment each function reads (from
-//! `twopc::config::FUNCTION_ENVIRONMENT`), the longest transaction timeout the coordinator
+//! `twopc::environment::FUNCTION_ENVIRONMENT`), the longest transaction timeout the coordinator
 //! accepts, the metrics the code writes and the attributes of a transaction record each narrower
 //! writer writes (from `twopc::record`). `infra/tests` compares `infra/template.yaml` with it, so the
 //! template cannot drift from the code.
@@ -8,8 +8,10 @@
 //! `cargo run -q -p twopc --example contract`
 
 use serde_json::{Value, json};
-use twopc::config::{DEFAULT_CONNECTIONS_TABLE, DEFAULT_TRANSACTIONS_TABLE, FUNCTION_ENVIRONMENT};
+use twopc::environment::FUNCTION_ENVIRONMENT;
+use twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE;
 use twopc::model::MAX_TIMEOUT_MS;
+use twopc::record::DEFAULT_TRANSACTIONS_TABLE;
 use twopc::tables::{TableSpec, connections_table, participant_table, transactions_table};
 
 /// The participant tables of the default registry (`service-a`, `service-b`).
@@ -54,7 +56,7 @@ fn main() {
         // The metrics the code writes (embedded metric format, namespace from METRICS_NAMESPACE):
         // the only names an alarm or the dashboard may watch.
         "metrics": {
-            "namespaceVariable": twopc::config::METRICS_NAMESPACE,
+            "namespaceVariable": twopc::telemetry::METRICS_NAMESPACE,
             "coordinatorCounts": twopc::telemetry::COORDINATOR_COUNTS,
             "coordinatorLatencies": twopc::telemetry::COORDINATOR_LATENCIES,
             "abortedDimension": twopc::telemetry::REASON,

@@ -30,6 +30,12 @@ use sha2::Sha256;
 
 use crate::auth::{CachedKeys, KEY_CACHE_TTL, KeyError, KeySet, KeySource, MemoryKeys, SecretsManagerKeys};
 use crate::clock::CLOCK_MARGIN_MS;
+use crate::config::{self, ConfigError};
+
+/// Coordinator: its own key, which signs and verifies age tokens (issue 42): the ARN of a secret only its
+/// role may read, or a key set written out (the local stack's, made at each start); never a participant's
+/// key ([`crate::age::keys_from_setting`]).
+pub const AGE_TOKEN_KEY: &str = "AGE_TOKEN_KEY";
 
 /// What a MAC is computed over starts with this, so it can never be taken for another kind of signature.
 /// `v2`: under the coordinator's own key (issue 42); `v1` tokens were signed with a participant's.
@@ -183,6 +189,11 @@ fn signed_bytes(payload: &[u8]) -> Vec<u8> {
     let mut bytes = format!("{DOMAIN}\n").into_bytes();
     bytes.extend_from_slice(payload);
     bytes
+}
+
+/// The coordinator's own age-token keys, from its required `AGE_TOKEN_KEY`.
+pub fn keys_from_env(sdk: &aws_config::SdkConfig) -> Result<Arc<dyn KeySource>, ConfigError> {
+    config::parsed(AGE_TOKEN_KEY, keys_from_setting(sdk, &config::required(AGE_TOKEN_KEY)?))
 }
 
 #[cfg(test)]

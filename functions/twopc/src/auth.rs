@@ -30,7 +30,18 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::clock::CLOCK_MARGIN_MS;
+use crate::config::{self, ConfigError};
 use crate::model::ParticipantRequest;
+
+/// Coordinator and sweeper: where each participant service's message key is, JSON `{"service": "secret
+/// ARN"}` (Secrets Manager), or `local-development-keys` ([`crate::auth::LOCAL_KEYS`], the local stack).
+pub const PARTICIPANT_KEYS: &str = "PARTICIPANT_KEYS";
+/// Participant: its own service's message key, a secret ARN, or `local-development-keys`.
+pub const PARTICIPANT_KEY: &str = "PARTICIPANT_KEY";
+/// Coordinator and sweeper: how participant messages are signed, `v1` (the default) or `v2` (an
+/// envelope whose MAC covers the message's bytes as sent). Switch to `v2` only once every participant
+/// verifies it (infra/DEPLOY.md); every participant verifies both.
+pub const PARTICIPANT_SIGNATURE: &str = "PARTICIPANT_SIGNATURE";
 
 /// How long after it was signed a copy of a message may still arrive: the SDK's three attempts at an
 /// Invoke, each up to the participant function's 10 s, the backoff between them, and room to spare.
@@ -464,6 +475,16 @@ pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(data);
     mac.finalize().into_bytes().to_vec()
+}
+
+/// The key source the variable `name` names (see [`from_setting`]).
+pub fn keys_from_env(sdk: &aws_config::SdkConfig, name: &'static str) -> Result<Arc<dyn KeySource>, ConfigError> {
+    config::parsed(name, from_setting(sdk, &config::required(name)?))
+}
+
+/// `PARTICIPANT_SIGNATURE`: v1 when unset or empty.
+pub fn signature_from_env() -> Result<SignatureVersion, ConfigError> {
+    config::parsed(PARTICIPANT_SIGNATURE, SignatureVersion::parse(std::env::var(PARTICIPANT_SIGNATURE).ok().as_deref()))
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! integration's must. The SAM and CDK templates are held to these values by the infra checks, and
 //! the local stack answers with them.
 
-use crate::config;
+/// Coordinator: the origin its answers allow cross-origin callers (`*`, or one origin such as
+/// `https://app.example.com`); unset or empty, no CORS header (see [`crate::cors`]).
+pub const CORS_ALLOW_ORIGIN: &str = "CORS_ALLOW_ORIGIN";
 
 /// What the templates' `CorsAllowOrigin` parameter defaults to. Any origin: every request must be
 /// SigV4-signed anyway, and no cookie is ever sent, so the origin protects nothing a signature does not.
@@ -16,9 +18,9 @@ pub const ALLOW_HEADERS: &str =
 /// How long a browser may keep a preflight's answer.
 pub const MAX_AGE_SECONDS: u32 = 600;
 
-/// The origin the coordinator's answers allow, from [`config::CORS_ALLOW_ORIGIN`].
+/// The origin the coordinator's answers allow, from [`CORS_ALLOW_ORIGIN`].
 pub fn allow_origin_from_env() -> Option<String> {
-    std::env::var(config::CORS_ALLOW_ORIGIN).ok().filter(|origin| !origin.is_empty())
+    std::env::var(CORS_ALLOW_ORIGIN).ok().filter(|origin| !origin.is_empty())
 }
 
 /// The headers of a preflight's answer (`OPTIONS`) for `origin`.

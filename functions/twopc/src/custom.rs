@@ -12,7 +12,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value, json};
 
+use crate::config::{self, ConfigError};
 use crate::model::{ErrorCode, Invalid, Operation};
+
+/// Coordinator: each service's own operation kinds, JSON `{"service": [operation schema, ...]}`
+/// ([`crate::custom`]); `{}` when no service has any.
+pub const SERVICE_OPERATIONS: &str = "SERVICE_OPERATIONS";
 
 /// One kind of operation a service speaks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -289,5 +294,13 @@ impl Catalogs {
                 })
                 .collect(),
         )
+    }
+}
+
+/// The services' own operation kinds (`SERVICE_OPERATIONS`; none when unset or empty).
+pub fn catalogs_from_env() -> Result<Catalogs, ConfigError> {
+    match std::env::var(SERVICE_OPERATIONS) {
+        Ok(text) if !text.trim().is_empty() => config::parsed(SERVICE_OPERATIONS, Catalogs::parse(&text)),
+        _ => Ok(Catalogs::default()),
     }
 }

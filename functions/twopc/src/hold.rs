@@ -16,9 +16,17 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::config::{self, ConfigError};
 use crate::model::{
     DEFAULT_MAX_HOLD_MS, DEFAULT_SERVICE_MAX_HOLD_MS, ErrorCode, Invalid, MIN_HOLD_MS, TransactionRequest,
 };
+
+/// Coordinator: which services accept held transactions (`holdMs`) and for how long at most, JSON
+/// `{"service": {"accepts"?: bool, "maxHoldMs"?: milliseconds}}` ([`crate::hold`]); a service not named
+/// accepts holds of up to 15 minutes.
+pub const HOLD_POLICY: &str = "HOLD_POLICY";
+/// Coordinator: the longest hold of any transaction, in milliseconds (default and ceiling 24 hours).
+pub const MAX_HOLD_MS: &str = "MAX_HOLD_MS";
 
 /// One service's policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -120,6 +128,14 @@ impl HoldPolicy {
         }
         Ok(())
     }
+}
+
+/// The coordinator's hold policy (`HOLD_POLICY`, `MAX_HOLD_MS`; the defaults when unset or empty).
+pub fn policy_from_env() -> Result<HoldPolicy, ConfigError> {
+    let max = std::env::var(MAX_HOLD_MS).ok();
+    let services = std::env::var(HOLD_POLICY).ok();
+    config::parsed(MAX_HOLD_MS, HoldPolicy::parse(None, max.as_deref()))?;
+    config::parsed(HOLD_POLICY, HoldPolicy::parse(services.as_deref(), max.as_deref()))
 }
 
 #[cfg(test)]

@@ -11,6 +11,9 @@ use crate::auth::Envelope;
 use crate::model::{ParticipantRequest, ParticipantResponse};
 use crate::participant::{Participant, ParticipantError};
 
+/// Coordinator and sweeper: the service registry, JSON `{"service": "function name or ARN"}`.
+pub const PARTICIPANTS: &str = "PARTICIPANTS";
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum InvokeError {
     #[error("service {0} is not registered")]

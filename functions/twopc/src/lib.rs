@@ -16,6 +16,7 @@ pub mod coordinator;
 pub mod cors;
 pub mod custom;
 pub mod decimal;
+pub mod environment;
 pub mod expr;
 pub mod fanout;
 pub mod faults;

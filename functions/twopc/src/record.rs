@@ -15,6 +15,10 @@ use crate::store::write::{Decided, Sending, Write, conditional};
 use crate::store::{Item, StoreError, shard_of};
 use crate::tables::tx_attr as a;
 
+/// Every function but the authorizer: the transactions table (default [`DEFAULT_TRANSACTIONS_TABLE`]).
+pub const TRANSACTIONS_TABLE_NAME: &str = "TRANSACTIONS_TABLE_NAME";
+pub const DEFAULT_TRANSACTIONS_TABLE: &str = "transactions";
+
 /// The id the coordinator gives attempt `attempt` of the request first tried as `first_id`: the one rule
 /// by which a `retriedAs` is told to be the coordinator's link (a token retry recorded before issue 41,
 /// `<first id>-r<n>`, is not).

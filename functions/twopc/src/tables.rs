@@ -7,6 +7,9 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification, TimeToLiveStatus,
 };
 
+/// Sweeper and stream processor: JSON `{"service": "data table name"}`.
+pub const PARTICIPANT_TABLES: &str = "PARTICIPANT_TABLES";
+
 /// Attribute names of the transactions table.
 pub mod tx_attr {
     pub const ID: &str = "transactionId";

@@ -9,6 +9,10 @@ use serde_json::Value;
 
 use crate::config;
 
+/// Coordinator and sweeper: the CloudWatch namespace of their embedded-metric-format metrics.
+pub const METRICS_NAMESPACE: &str = "METRICS_NAMESPACE";
+pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
+
 /// Coordinator: transactions answered COMMITTED.
 pub const COMMITTED: &str = "Committed";
 /// Coordinator: transactions answered ABORTED (409), with the dimension [`REASON`].
@@ -107,7 +111,7 @@ pub fn install_emf(namespace: &str, zeros: Zeros) -> Option<&'static metrics_clo
 
 /// [`install_emf`] in the namespace a function's `METRICS_NAMESPACE` names.
 pub fn install_emf_from_env(zeros: Zeros) -> Option<&'static metrics_cloudwatch_embedded::Collector> {
-    install_emf(&config::or_default(config::METRICS_NAMESPACE, config::DEFAULT_METRICS_NAMESPACE), zeros)
+    install_emf(&config::or_default(METRICS_NAMESPACE, DEFAULT_METRICS_NAMESPACE), zeros)
 }
 
 /// Writes what the invocation recorded as one EMF document on stdout.

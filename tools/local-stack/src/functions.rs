@@ -200,7 +200,7 @@ impl Functions {
             ("AWS_SECRET_ACCESS_KEY", "local".to_owned()),
             ("AWS_REGION", REGION.to_owned()),
             ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
-            (twopc::config::TRANSACTIONS_TABLE_NAME, wiring.tables.transactions.clone()),
+            (twopc::record::TRANSACTIONS_TABLE_NAME, wiring.tables.transactions.clone()),
         ];
         // Each watch listens on a port of its own; the stack hands out (and invokes through) a guard's
         // port in front of it, which no browser page gets through (`crate::invoke_guard`).
@@ -231,13 +231,13 @@ impl Functions {
             let mut env: Vec<(&str, String)> = common.to_vec();
             env.extend([
                 ("AWS_ENDPOINT_URL", wiring.dynamodb_endpoint.clone()),
-                (twopc::config::SERVICE_NAME, service.clone()),
-                (twopc::config::DATA_TABLE_NAME, table.clone()),
+                (twopc::participant::SERVICE_NAME, service.clone()),
+                (twopc::participant::DATA_TABLE_NAME, table.clone()),
                 // The local development keys, as in-process: messages are signed and checked all the same.
-                (twopc::config::PARTICIPANT_KEY, twopc::auth::LOCAL_KEYS.to_owned()),
+                (twopc::auth::PARTICIPANT_KEY, twopc::auth::LOCAL_KEYS.to_owned()),
             ]);
             if let (payments::SERVICE, Some(api)) = (service.as_str(), &wiring.payment_api_url) {
-                env.push((twopc::config::PAYMENT_API_URL, api.clone()));
+                env.push((twopc::environment::PAYMENT_API_URL, api.clone()));
             }
             let watch = Watch::spawn(&format!("participant-{service}"), watch_port, &env, options)?;
             participant_ports.insert(service.clone(), (port, participant_function(service)));
@@ -252,29 +252,32 @@ impl Functions {
         env.extend([
             ("AWS_ENDPOINT_URL_DYNAMODB", wiring.dynamodb_endpoint.clone()),
             ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
-            (twopc::config::PARTICIPANTS, json!(registry).to_string()),
-            (twopc::config::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
+            (twopc::invoke::PARTICIPANTS, json!(registry).to_string()),
+            (twopc::auth::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
             // Envelopes over the real wire, through each participant binary's entry.
-            (twopc::config::PARTICIPANT_SIGNATURE, "v2".to_owned()),
+            (twopc::auth::PARTICIPANT_SIGNATURE, "v2".to_owned()),
             // The coordinator's own age-token key, made at each start (in one process, the coordinator
             // makes its own): never a participant's key.
-            (twopc::config::AGE_TOKEN_KEY, age_token_key()),
+            (twopc::age::AGE_TOKEN_KEY, age_token_key()),
             (
-                twopc::config::SERVICE_OPERATIONS,
+                twopc::custom::SERVICE_OPERATIONS,
                 service_operations(wiring.tables.participants.keys()).to_json().to_string(),
             ),
-            (twopc::config::PARTICIPANT_TABLES, json!(wiring.tables.participants).to_string()),
-            (twopc::config::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
-            (twopc::config::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
-            (twopc::config::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
+            (twopc::tables::PARTICIPANT_TABLES, json!(wiring.tables.participants).to_string()),
+            (twopc::fanout::connections::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
+            (twopc::fanout::lake::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
+            (twopc::fanout::realtime::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
             (twopc::access::ACCESS_POLICY, serde_json::to_string(&wiring.access).expect("a policy serializes")),
-            (twopc::config::MAX_CONNECTIONS_PER_PRINCIPAL, wiring.max_connections_per_principal.to_string()),
-            (twopc::config::WEBSOCKET_API_ID, crate::events::API_ID.to_owned()),
+            (
+                twopc::fanout::connections::MAX_CONNECTIONS_PER_PRINCIPAL,
+                wiring.max_connections_per_principal.to_string(),
+            ),
+            (twopc::fanout::connections::WEBSOCKET_API_ID, crate::events::API_ID.to_owned()),
             // The folder the in-process stack uses, as a `file://` queue: the function dead-letters there.
-            (twopc::config::DEAD_LETTER_QUEUE_URL, format!("file://{}", wiring.dead_letter_dir.display())),
+            (twopc::fanout::replay::DEAD_LETTER_QUEUE_URL, format!("file://{}", wiring.dead_letter_dir.display())),
         ]);
         if let Some(origin) = &wiring.cors_allow_origin {
-            env.push((twopc::config::CORS_ALLOW_ORIGIN, origin.clone()));
+            env.push((twopc::cors::CORS_ALLOW_ORIGIN, origin.clone()));
         }
         if let Some(jwt) = &wiring.jwt {
             env.extend([

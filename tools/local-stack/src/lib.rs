@@ -183,7 +183,7 @@ impl Default for Config {
             example_items: false,
             auth: Auth::None,
             access: default_access_policy(),
-            max_connections_per_principal: twopc::config::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+            max_connections_per_principal: twopc::fanout::connections::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
             auth_dir: local_dir().join("auth"),
         }
     }
@@ -214,8 +214,8 @@ impl Config {
     pub fn tables(&self) -> Tables {
         let p = &self.table_prefix;
         Tables {
-            transactions: format!("{p}{}", twopc::config::DEFAULT_TRANSACTIONS_TABLE),
-            connections: format!("{p}{}", twopc::config::DEFAULT_CONNECTIONS_TABLE),
+            transactions: format!("{p}{}", twopc::record::DEFAULT_TRANSACTIONS_TABLE),
+            connections: format!("{p}{}", twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE),
             participants: self.services.iter().map(|s| (s.clone(), format!("{p}{s}-data"))).collect(),
         }
     }

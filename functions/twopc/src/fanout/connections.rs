@@ -43,14 +43,26 @@ use crate::record::TransactionStore;
 use crate::store::write::{Sending, Write, Written, conditional};
 use crate::tables::{TOPIC_INDEX, connection_attr};
 
+/// Connections and stream processor: the connections table (default [`DEFAULT_CONNECTIONS_TABLE`]).
+pub const CONNECTIONS_TABLE_NAME: &str = "CONNECTIONS_TABLE_NAME";
+/// Connections: the id of the WebSocket API it serves; an event whose `requestContext.apiId` is another
+/// is refused before anything is read or written.
+pub const WEBSOCKET_API_ID: &str = "WEBSOCKET_API_ID";
+/// Connections: how many topics one WebSocket connection may follow at once (default
+/// [`DEFAULT_MAX_TOPICS_PER_CONNECTION`]); topics over it are refused, each with the reason.
+pub const MAX_TOPICS_PER_CONNECTION: &str = "MAX_TOPICS_PER_CONNECTION";
+/// Connections: open WebSocket connections one principal may have (a whole number, at least 1).
+pub const MAX_CONNECTIONS_PER_PRINCIPAL: &str = "MAX_CONNECTIONS_PER_PRINCIPAL";
+pub const DEFAULT_CONNECTIONS_TABLE: &str = "connections";
+
 /// Topics one subscribe or unsubscribe message may name.
 pub const MAX_TOPICS_PER_MESSAGE: usize = 100;
 /// How long connection and subscription items live without a `$disconnect`.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Topics one connection may follow unless configured otherwise (`MAX_TOPICS_PER_CONNECTION`).
-pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = crate::config::DEFAULT_MAX_TOPICS_PER_CONNECTION;
+pub const DEFAULT_MAX_TOPICS_PER_CONNECTION: usize = 50;
 /// Open connections one principal may have unless configured otherwise (`MAX_CONNECTIONS_PER_PRINCIPAL`).
-pub const DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL: usize = crate::config::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL;
+pub const DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL: usize = 10;
 /// How long a connection counts against its principal's cap without a `$disconnect`: API Gateway
 /// closes every WebSocket connection after two hours, so a lost `$disconnect` frees its place then.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(2 * 60 * 60 + 5 * 60);

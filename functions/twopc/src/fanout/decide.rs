@@ -16,7 +16,8 @@ use serde_json::{Number, Value};
 use super::convert::{self, ConvertError};
 use super::topic::Topic;
 use crate::config::{self, ConfigError};
-use crate::record::attempt_id;
+use crate::record::{DEFAULT_TRANSACTIONS_TABLE, TRANSACTIONS_TABLE_NAME, attempt_id};
+use crate::tables::PARTICIPANT_TABLES;
 use crate::tables::{item_attr, tx_attr};
 
 /// What the stream processor needs to know about the tables it reads.
@@ -34,13 +35,13 @@ impl FanoutConfig {
         for (service, table) in participant_tables {
             if let Some(other) = services_by_table.insert(table.clone(), service.clone()) {
                 return Err(ConfigError::Invalid {
-                    name: config::PARTICIPANT_TABLES,
+                    name: PARTICIPANT_TABLES,
                     message: format!("table {table} belongs to both {other} and {service}"),
                 });
             }
             if *table == transactions_table {
                 return Err(ConfigError::Invalid {
-                    name: config::PARTICIPANT_TABLES,
+                    name: PARTICIPANT_TABLES,
                     message: format!("{table} is the transactions table"),
                 });
             }
@@ -50,8 +51,8 @@ impl FanoutConfig {
 
     /// `PARTICIPANT_TABLES` and `TRANSACTIONS_TABLE_NAME`.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let tables = config::string_map(config::PARTICIPANT_TABLES)?;
-        let transactions = config::or_default(config::TRANSACTIONS_TABLE_NAME, config::DEFAULT_TRANSACTIONS_TABLE);
+        let tables = config::string_map(PARTICIPANT_TABLES)?;
+        let transactions = config::or_default(TRANSACTIONS_TABLE_NAME, DEFAULT_TRANSACTIONS_TABLE);
         Self::new(&tables, &transactions)
     }
 }

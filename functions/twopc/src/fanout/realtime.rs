@@ -14,6 +14,9 @@ use tracing::{Instrument, Span, debug, warn};
 use super::topic::Topic;
 use crate::access::{Caller, Policy};
 
+/// Stream processor: the WebSocket API's management endpoint, `https://{api}.execute-api.{region}.amazonaws.com/{stage}`.
+pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
+
 /// Why a post did not reach its connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PostError {

@@ -34,6 +34,10 @@ use super::realtime::{ConnectionPoster, Subscriptions};
 use super::records::{lambda_event, lambda_record};
 use super::{StreamProcessor, record_span};
 
+/// Stream processor: the queue its event source mappings send what they give up on (Lambda's
+/// on-failure records: shard and sequence ranges), which its `replay-dead-letters` action reads back.
+pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
+
 /// The `action` of the stream processor's replay invocation.
 pub const ACTION: &str = "replay-dead-letters";
 /// Messages replayed by one invocation unless `maxMessages` says otherwise.

@@ -57,6 +57,10 @@ use serde_json::{Map, Value};
 
 use crate::model::Operation;
 
+/// Participant: the service it serves and the table it owns.
+pub const SERVICE_NAME: &str = "SERVICE_NAME";
+pub const DATA_TABLE_NAME: &str = "DATA_TABLE_NAME";
+
 /// A service's own rules, judged at prepare.
 pub trait Rules: Send + Sync + 'static {
     /// Judges one operation on its item as it will be locked. `Err` refuses the transaction.

@@ -136,12 +136,12 @@ async fn zip_size(binary: &Path) -> Option<u64> {
 /// as deployed (tables are names; nothing is called before the first event).
 fn function_environment(function: &str) -> Vec<(&'static str, String)> {
     let keys = twopc::auth::LOCAL_KEYS.to_owned();
-    let mut env = vec![(twopc::config::TRANSACTIONS_TABLE_NAME, "transactions".to_owned())];
+    let mut env = vec![(twopc::record::TRANSACTIONS_TABLE_NAME, "transactions".to_owned())];
     let participant = |service: &str, table: &str| {
         vec![
-            (twopc::config::SERVICE_NAME, service.to_owned()),
-            (twopc::config::DATA_TABLE_NAME, table.to_owned()),
-            (twopc::config::PARTICIPANT_KEY, keys.clone()),
+            (twopc::participant::SERVICE_NAME, service.to_owned()),
+            (twopc::participant::DATA_TABLE_NAME, table.to_owned()),
+            (twopc::auth::PARTICIPANT_KEY, keys.clone()),
         ]
     };
     match function {
@@ -149,7 +149,7 @@ fn function_environment(function: &str) -> Vec<(&'static str, String)> {
         "inventory" => env.extend(participant("inventory", "inventory-data")),
         "payments" => {
             env.extend(participant("payments", "payments-data"));
-            env.push((twopc::config::PAYMENT_API_URL, "https://payments.example.invalid".to_owned()));
+            env.push((twopc::environment::PAYMENT_API_URL, "https://payments.example.invalid".to_owned()));
         }
         // The WebSocket $connect's authorizer, deployed with a JWT issuer (the key set is fetched on the first token).
         "authorizer" => env.extend([
@@ -159,19 +159,19 @@ fn function_environment(function: &str) -> Vec<(&'static str, String)> {
         ]),
         _ => env.extend([
             (
-                twopc::config::PARTICIPANTS,
+                twopc::invoke::PARTICIPANTS,
                 json!({"service-a": "participant-a", "service-b": "participant-b"}).to_string(),
             ),
             (
-                twopc::config::PARTICIPANT_TABLES,
+                twopc::tables::PARTICIPANT_TABLES,
                 json!({"service-a": "service-a-data", "service-b": "service-b-data"}).to_string(),
             ),
-            (twopc::config::PARTICIPANT_KEYS, keys.clone()),
-            (twopc::config::AGE_TOKEN_KEY, "cold-start-age-token-key-0123456789abcdef".to_owned()),
-            (twopc::config::CONNECTIONS_TABLE_NAME, "connections".to_owned()),
-            (twopc::config::FIREHOSE_STREAM_NAME, "lake".to_owned()),
-            (twopc::config::WEBSOCKET_ENDPOINT, "https://ws.example.invalid/prod".to_owned()),
-            (twopc::config::WEBSOCKET_API_ID, "ws".to_owned()),
+            (twopc::auth::PARTICIPANT_KEYS, keys.clone()),
+            (twopc::age::AGE_TOKEN_KEY, "cold-start-age-token-key-0123456789abcdef".to_owned()),
+            (twopc::fanout::connections::CONNECTIONS_TABLE_NAME, "connections".to_owned()),
+            (twopc::fanout::lake::FIREHOSE_STREAM_NAME, "lake".to_owned()),
+            (twopc::fanout::realtime::WEBSOCKET_ENDPOINT, "https://ws.example.invalid/prod".to_owned()),
+            (twopc::fanout::connections::WEBSOCKET_API_ID, "ws".to_owned()),
         ]),
     }
     env
