@@ -1845,7 +1845,7 @@ def check_resource_participants(stack: Stack) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 # The bounds and defaults of a hold (`twopc::model`), and the coordinator's variables (`twopc::hold`).
-MODEL_SOURCE = REPO / "functions" / "twopc" / "src" / "model.rs"
+MODEL_SOURCE = REPO / "functions" / "twopc" / "src" / "model" / "request.rs"
 HOLD_POLICY_PARAMETER = "HoldPolicy"
 MAX_HOLD_PARAMETER = "MaxHoldMs"
 # `{}`: no service named, so every service accepts holds up to the code's default (15 minutes).

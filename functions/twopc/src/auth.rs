@@ -31,7 +31,8 @@ use sha2::Sha256;
 
 use crate::clock::CLOCK_MARGIN_MS;
 use crate::config::{self, ConfigError};
-use crate::model::ParticipantRequest;
+use crate::model::wire::ParticipantRequest;
+pub use crate::model::wire::{ENVELOPE_V2, Envelope, MessageSignature};
 
 /// Coordinator and sweeper: where each participant service's message key is, JSON `{"service": "secret
 /// ARN"}` (Secrets Manager), or `local-development-keys` ([`crate::auth::LOCAL_KEYS`], the local stack).
@@ -50,8 +51,6 @@ pub const MAX_MESSAGE_AGE_MS: u64 = 45_000;
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(60);
 /// What a MAC is computed over starts with this, so it can never be taken for another kind of signature.
 const DOMAIN: &str = "twopc/participant-message/v1";
-/// A version-2 message's `envelope`, and the first line of what its MAC covers.
-pub const ENVELOPE_V2: &str = "twopc/participant-message/v2";
 
 /// How a sender signs: v1 (the signature inside the message, over a canonical form of it) or v2 (an
 /// [`Envelope`]: the message's bytes as sent, the signature over exactly those bytes beside them). A
@@ -72,35 +71,6 @@ impl SignatureVersion {
             Some(other) => Err(format!("{other:?} is not a signature version: v1 or v2")),
         }
     }
-}
-
-/// A version-2 message: `message` is the message's JSON text exactly as signed, and the MAC covers its
-/// bytes, so a participant that would write the message otherwise (another serializer, another version's
-/// fields or number forms) verifies it all the same. A MAC cannot sit inside the bytes it covers: it sits
-/// beside them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Envelope {
-    /// [`ENVELOPE_V2`].
-    pub envelope: String,
-    pub key_id: String,
-    /// When it was signed (ms since the epoch, the signer's clock).
-    pub signed_at: u64,
-    /// HMAC-SHA-256 of [`signing_input_v2`], hex.
-    pub mac: String,
-    /// The message (a [`ParticipantRequest`] without `signature`), as JSON text.
-    pub message: String,
-}
-
-/// A message's signature (`signature` of a participant message).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MessageSignature {
-    pub key_id: String,
-    /// When it was signed (ms since the epoch, the signer's clock).
-    pub signed_at: u64,
-    /// HMAC-SHA-256, hex.
-    pub mac: String,
 }
 
 /// One key of a service.
@@ -467,7 +437,7 @@ pub fn signing_input(service: &str, key_id: &str, signed_at: u64, unsigned: &Par
 
 fn message_bytes(service: &str, key_id: &str, signed_at: u64, unsigned: &ParticipantRequest) -> Vec<u8> {
     let message = serde_json::to_value(unsigned).expect("messages serialize");
-    format!("{DOMAIN}\n{service}\n{key_id}\n{signed_at}\n{}", crate::model::canonical_json(&message)).into_bytes()
+    format!("{DOMAIN}\n{service}\n{key_id}\n{signed_at}\n{}", crate::model::wire::canonical_json(&message)).into_bytes()
 }
 
 /// HMAC-SHA-256 of `data` under `key` (the tests forge signatures with it).

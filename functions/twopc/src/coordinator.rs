@@ -39,6 +39,8 @@ use crate::store::{StoreError, WriteOutcome};
 use crate::telemetry;
 
 mod chain;
+#[cfg(test)]
+mod request_tests;
 mod seen;
 
 /// One commit or abort message gets this long before it is counted as failed and tried again.

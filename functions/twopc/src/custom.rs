@@ -13,11 +13,21 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value, json};
 
 use crate::config::{self, ConfigError};
-use crate::model::{ErrorCode, Invalid, Operation};
+use crate::errors::{ErrorCode, Invalid};
 
 /// Coordinator: each service's own operation kinds, JSON `{"service": [operation schema, ...]}`
 /// ([`crate::custom`]); `{}` when no service has any.
 pub const SERVICE_OPERATIONS: &str = "SERVICE_OPERATIONS";
+
+/// The kinds every participant speaks, each with the fields it takes (`Operation::FIELDS`): a service's
+/// own kind may not take one of their names.
+pub const BUILT_IN_KINDS: [(&str, &[&str]); 5] = [
+    ("put", &["op", "key", "data", "ifNotExists"]),
+    ("set", &["op", "key", "set"]),
+    ("add", &["op", "key", "field", "delta", "min", "max"]),
+    ("delete", &["op", "key"]),
+    ("check", &["op", "key", "version", "exists"]),
+];
 
 /// One kind of operation a service speaks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,7 +118,7 @@ impl Catalog {
     pub fn new(schemas: Vec<OperationSchema>) -> Result<Catalog, String> {
         let mut kinds = BTreeMap::new();
         for schema in schemas {
-            if schema.op.is_empty() || Operation::FIELDS.iter().any(|(name, _)| *name == schema.op) {
+            if schema.op.is_empty() || BUILT_IN_KINDS.iter().any(|(name, _)| *name == schema.op) {
                 return Err(format!("operation kind {:?} is empty or a built-in kind", schema.op));
             }
             if let Some(field) = schema.fields.keys().find(|f| *f == "op" || *f == "key" || f.is_empty()) {

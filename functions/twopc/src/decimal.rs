@@ -9,7 +9,7 @@ use bigdecimal::Zero;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::model::{ErrorCode, Invalid};
+use crate::errors::{ErrorCode, Invalid};
 
 /// A number DynamoDB can store, with its original decimal text kept for the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]

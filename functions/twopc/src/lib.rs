@@ -17,6 +17,7 @@ pub mod cors;
 pub mod custom;
 pub mod decimal;
 pub mod environment;
+pub mod errors;
 pub mod expr;
 pub mod fanout;
 pub mod faults;

@@ -315,7 +315,7 @@ export class TwoPhaseCommitStack extends Stack {
     });
     const maxTopicsPerConnection = parameter('MaxTopicsPerConnection', {
       type: 'Number',
-      // functions/twopc/src/config.rs, DEFAULT_MAX_TOPICS_PER_CONNECTION (infra/tests reads it there).
+      // functions/twopc/src/fanout/connections.rs, DEFAULT_MAX_TOPICS_PER_CONNECTION (infra/tests reads it there).
       default: 50,
       minValue: 1,
       maxValue: 1000,
@@ -325,7 +325,7 @@ export class TwoPhaseCommitStack extends Stack {
     });
     // Held transactions (`holdMs`, README "Decide later: held transactions"): the coordinator's
     // HOLD_POLICY and MAX_HOLD_MS (functions/twopc/src/hold.rs; infra/tests reads the bounds and the
-    // defaults in functions/twopc/src/model.rs).
+    // defaults in functions/twopc/src/model/request.rs).
     const holdPolicy = parameter('HoldPolicy', {
       type: 'String',
       default: '{}',
@@ -342,7 +342,7 @@ export class TwoPhaseCommitStack extends Stack {
     });
     const maxHoldMs = parameter('MaxHoldMs', {
       type: 'Number',
-      // functions/twopc/src/model.rs: DEFAULT_MAX_HOLD_MS (24 h, the default and the ceiling), MIN_HOLD_MS.
+      // functions/twopc/src/model/request.rs: DEFAULT_MAX_HOLD_MS (24 h, the default and the ceiling), MIN_HOLD_MS.
       default: 86400000,
       minValue: 1000,
       maxValue: 86400000,
