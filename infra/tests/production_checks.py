@@ -1732,8 +1732,8 @@ RESOURCE_PARAMETER_OTHER_VALUE = "https://api.payments.test/v2"
 # contract's maxTransactionTimeoutMs) and the clock margin, then writes its barrier entry: its
 # function's timeout exceeds the longest transaction by at least this much (as the coordinator's).
 RESOURCE_PREPARE_MARGIN_MS = 10_000
-# The barrier: a resource participant's entries in its own table (twopc::participant::resource).
-BARRIER_SOURCE = REPO / "functions" / "twopc" / "src" / "participant" / "resource.rs"
+# The barrier: a resource participant's entries in its own table (twopc::participant::barrier).
+BARRIER_SOURCE = REPO / "functions" / "twopc" / "src" / "participant" / "barrier.rs"
 
 
 def barrier_actions(source: Path = BARRIER_SOURCE) -> set[str]:

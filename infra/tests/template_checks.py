@@ -94,7 +94,7 @@ CODE_TABLE_STORES = {
     "twopc/src/participant/store.rs": "participant",  # DataTable, every participant data table
     # Barrier, a resource participant's entries in its own table (the example payments' payments-data):
     # the tables of resource participants only.
-    "twopc/src/participant/resource.rs": "barrier",
+    "twopc/src/participant/barrier.rs": "barrier",
     "twopc/src/fanout/connections.rs": "connections",  # ConnectionStore
 }
 # Calls of a store that go to another table: (file, call) -> table group.
@@ -830,7 +830,7 @@ def check_grants_match_code(stack: Stack, functions_dir: Path = REPO / "function
     """The actions granted on each table (over all roles) are exactly what the code's store for that
     table calls, and the other services' actions exactly what the code calls: a grant the code never
     uses is not least privilege, a call nobody may make fails in AWS only. The participant tables are
-    DataTable's (participant/store.rs); the barrier's calls (participant/resource.rs) are granted on
+    DataTable's (participant/store.rs); the barrier's calls (participant/barrier.rs) are granted on
     every resource participant's table and on no item participant's."""
     per_table, other, problems = code_calls(functions_dir)
     ids = table_ids(stack)

@@ -288,7 +288,7 @@ def test_grant_check_reads_the_barrier_as_a_resource_participants_store(tmp_path
     # The barrier starts deleting its entries: no role may (and on no item participant's table).
     functions_dir = tmp_path / "functions"
     shutil.copytree(REPO / "functions", functions_dir, ignore=shutil.ignore_patterns("target", "*.zip"))
-    with open(functions_dir / "twopc" / "src" / "participant" / "resource.rs", "a") as source:
+    with open(functions_dir / "twopc" / "src" / "participant" / "barrier.rs", "a") as source:
         source.write("\n// added by the test\nfn _probe() { client.delete_item(); }\n")
     problems = check_grants_match_code(stack, functions_dir)
     assert any("the barrier calls dynamodb:DeleteItem" in p for p in problems), problems

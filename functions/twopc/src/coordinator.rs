@@ -1800,7 +1800,7 @@ pub fn parse_request_with(
 ) -> Result<TransactionRequest, Invalid> {
     let request = TransactionRequest::parse_with(body, is_registered, catalogs)?;
     for (i, part) in request.participants.iter().enumerate() {
-        crate::participant::store::check_list(&part.operations, &format!("participants[{i}].operations"))?;
+        crate::participant::expressions::check_list(&part.operations, &format!("participants[{i}].operations"))?;
     }
     Ok(request)
 }

@@ -590,7 +590,7 @@ export class TwoPhaseCommitStack extends Stack {
         hashKey: 'entityId',
         index: { name: 'locks-by-expiry', hashKey: ['lockShard', 'S'], rangeKey: ['lockExpiresAt', 'N'] },
         stream: true,
-        // A resource's finished barrier entries expire (functions/twopc/src/participant/resource.rs).
+        // A resource's finished barrier entries expire (functions/twopc/src/participant/barrier.rs).
         ttlAttribute: 'expireAt',
       }),
     );
@@ -795,7 +795,7 @@ export class TwoPhaseCommitStack extends Stack {
       const tables: Statement[] = service.resource
         ? [
             // A resource participant touches no item and no transaction record: what
-            // functions/twopc/src/participant/resource.rs (the barrier) calls: GetItem (read an entry),
+            // functions/twopc/src/participant/barrier.rs (the barrier) calls: GetItem (read an entry),
             // PutItem (the first entry of a transaction, conditional), UpdateItem (its moves).
             {
               Sid: 'OwnDataTable',

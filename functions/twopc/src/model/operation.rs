@@ -110,7 +110,7 @@ impl Operation {
     }
 
     /// Parses and validates one operation; `path` names it in messages. Whether the participant's writes
-    /// can express it is the participant library's to say ([`crate::participant::store::check_expressible`]):
+    /// can express it is the participant library's to say ([`crate::participant::expressions::check_expressible`]):
     /// the coordinator asks it with [`crate::coordinator::parse_request`], a participant when it parses a
     /// message.
     pub fn parse(value: &Value, path: &str) -> Result<Operation, Invalid> {

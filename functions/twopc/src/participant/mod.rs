@@ -43,6 +43,8 @@
 //! item store: the table's items and the writes that lock, commit and release them), [`operations`] (what
 //! an operation does to an item).
 
+mod barrier;
+pub mod expressions;
 pub mod operations;
 mod protocol;
 pub mod resource;

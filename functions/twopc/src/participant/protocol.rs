@@ -6,8 +6,9 @@ use futures::future::try_join_all;
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::expressions::{LockSpec, Seen, check_list};
 use super::operations::{self, unrepresentable_result};
-use super::store::{CommitOutcome, DEFAULT_LOCK_MS, DataTable, Lock, LockAttempt, LockSpec, OnePhase, Seen, find};
+use super::store::{CommitOutcome, DEFAULT_LOCK_MS, DataTable, Lock, LockAttempt, OnePhase, find};
 use super::{OperationRefusal, Operations, Prepared, Refusal, Rules};
 use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
 use crate::custom::{Catalog, OperationSchema};
@@ -103,7 +104,7 @@ impl Participant {
             .unwrap_or_else(|e| panic!("service {}: invalid operation schemas: {e}", self.service));
         let driver = super::resource::Driver {
             resource: std::sync::Arc::new(resource),
-            barrier: super::resource::Barrier::new(self.table.client().clone(), self.table.name()),
+            barrier: super::barrier::Barrier::new(self.table.client().clone(), self.table.name()),
             try_in_flight_ms: super::resource::TRY_IN_FLIGHT_MS,
         };
         Participant { resource: Some(driver), catalog, ..self }
@@ -1032,7 +1033,7 @@ pub fn parse_operations(values: &[Value]) -> Result<Vec<Operation>, Invalid> {
 pub fn parse_operations_for(values: &[Value], catalog: &Catalog) -> Result<Vec<Operation>, Invalid> {
     let list = Value::Array(values.to_vec());
     let operations = Operation::parse_list_for(Some(&list), "operations", catalog)?;
-    super::store::check_list(&operations, "operations")?;
+    check_list(&operations, "operations")?;
     Ok(operations)
 }
 
