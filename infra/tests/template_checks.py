@@ -88,7 +88,7 @@ COMMIT_PHASE_MARGIN_MS = 10_000
 # What the deployed code calls, read from its source: (file under functions/, SDK call) -> IAM action.
 # The files are the stores of one table each, so the actions are checked per table.
 CODE_TABLE_STORES = {
-    "twopc/src/record.rs": "transactions",  # TransactionStore
+    "twopc/src/record/store.rs": "transactions",  # TransactionStore
     # the chain of attempts' writes (decide_abort, claim_age, fence_attempt): transactions records only
     "twopc/src/attempts.rs": "transactions",
     "twopc/src/participant/store.rs": "participant",  # DataTable, every participant data table

@@ -300,7 +300,7 @@ def test_grant_check_reads_the_barrier_as_a_resource_participants_store(tmp_path
         # a participant starts writing its table with BatchWriteItem: no role may
         ("twopc/src/participant/store.rs", "client.batch_write_item()"),
         # the transactions store starts deleting records: no role may
-        ("twopc/src/record.rs", "client.delete_item()"),
+        ("twopc/src/record/store.rs", "client.delete_item()"),
         # a function starts calling DynamoDB outside the known table stores
         ("twopc/src/sweeper.rs", "client.scan()"),
         # the stream processor starts closing connections through the management API: allowed

@@ -47,7 +47,7 @@ pub struct Switches {
     pub refusal_after_unknown_is_unknown: bool,
     /// Issue 27. On: a write that makes an existing record larger, refused by DynamoDB as invalid (the
     /// record would pass 400 KB), is written again in its shortened form, which never makes the record
-    /// larger (record.rs `transition` → `shortened_transition_update`, `postpone` →
+    /// larger (record/store.rs `transition` → `shortened_transition_update`, `postpone` →
     /// `shortened_postpone_update`); only a commit decision's shortened form can still be refused, and
     /// then the coordinator writes the abort over it (the fence, itself shortened). Off (before the
     /// fix): the refused write is an error, as any other: the decision's fence fails too, the sweeper's

@@ -9,7 +9,7 @@
 //! retry's answer.
 //!
 //! A write refused for size ([`Fault::Oversized`], or any later write that would make the same record
-//! larger) changes nothing; record.rs then reads the record and, if it is still in the status the
+//! larger) changes nothing; record/store.rs then reads the record and, if it is still in the status the
 //! write expected, writes the shortened form under the same condition. The refusal, the read and the
 //! shortened write are one step: nothing another process does in between can be told apart from it
 //! happening before the step. DynamoDB is taken to evaluate a write's condition before its size: a
@@ -1936,7 +1936,7 @@ impl TwoPc {
                 }
             }
             CPc::CreatePreparing => {
-                // record.rs `TransactionStore::create` (attribute_not_exists), the keyed record first;
+                // record/store.rs `TransactionStore::create` (attribute_not_exists), the keyed record first;
                 // then `prepare_all`.
                 match s.record(tx) {
                     None => {
@@ -1973,7 +1973,7 @@ impl TwoPc {
                 }
                 let votes = s.coords[me].votes.clone();
                 if spec.keyed {
-                    // record.rs `transition` PREPARING → to (condition status = PREPARING), with the votes
+                    // record/store.rs `transition` PREPARING → to (condition status = PREPARING), with the votes
                     // (and, for an abort, the reason): a write that makes the record larger.
                     if s.status(tx) == Some(Status::Preparing) {
                         if ctx.for_size(s, tx) {
@@ -2056,7 +2056,7 @@ impl TwoPc {
                 self.check_abort_done(s, ci, ctx);
             }
             CPc::TerminalWrite { to } => {
-                // record.rs `transition` COMMITTING → COMMITTED / ABORTING → ABORTED.
+                // record/store.rs `transition` COMMITTING → COMMITTED / ABORTING → ABORTED.
                 let from = if to == Status::Committed { Status::Committing } else { Status::Aborting };
                 if s.status(tx) == Some(from) {
                     self.set_status(s, tx, to, None, ctx);
@@ -2747,7 +2747,7 @@ impl TwoPc {
                 self.sweep_resolve(s, svc, item, owner, rest, fate, ctx);
             }
             SPc::Postpone { tx, rest } => {
-                // record.rs `postpone`: `sweepAt` later, with the attempts and the error (a write that
+                // record/store.rs `postpone`: `sweepAt` later, with the attempts and the error (a write that
                 // makes the record larger), if the record is open (`attribute_exists(openShard)`), whatever
                 // its status: this run's own recovery may have moved it PREPARING → ABORTING.
                 if ctx.refused(s) {
