@@ -43,6 +43,7 @@
 //! item store: the table's items and the writes that lock, commit and release them), [`operations`] (what
 //! an operation does to an item).
 
+mod answers;
 mod barrier;
 pub mod expressions;
 pub mod operations;

@@ -6,10 +6,11 @@ use futures::future::try_join_all;
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::answers::{blocked, operation_refused, prepared, refused, rule_refused, status};
 use super::expressions::{LockSpec, Seen, check_list};
 use super::operations::{self, unrepresentable_result};
 use super::store::{CommitOutcome, DEFAULT_LOCK_MS, DataTable, Lock, LockAttempt, OnePhase, find};
-use super::{OperationRefusal, Operations, Prepared, Refusal, Rules};
+use super::{Operations, Prepared, Rules};
 use crate::clock::{CLOCK_MARGIN_MS, SharedClock};
 use crate::custom::{Catalog, OperationSchema};
 use crate::model::{
@@ -647,13 +648,7 @@ impl Participant {
             data: data.as_ref(),
             version,
         };
-        operations.prepare(&prepared).map_err(|refusal| {
-            Box::new(match refusal {
-                OperationRefusal::Invalid(reason) => refused(RefusalCode::Invalid, reason),
-                OperationRefusal::ConditionFailed(reason) => refused(RefusalCode::ConditionFailed, reason),
-                OperationRefusal::Rule(refusal) => rule_refused(refusal),
-            })
-        })
+        operations.prepare(&prepared).map_err(|refusal| Box::new(operation_refused(refusal)))
     }
 
     /// The REFUSED vote of the first rule that refuses `op` on `item`, if any.
@@ -906,18 +901,6 @@ fn item_view(item: Option<&Item>) -> (Option<serde_json::Map<String, Value>>, Op
     (data, version)
 }
 
-/// A service's refusal as a vote: REFUSED with the code RULE and the service's own code.
-fn rule_refused(refusal: Refusal) -> ParticipantResponse {
-    info!(service_code = %refusal.code, reason = %refusal.reason, "the service refused");
-    ParticipantResponse {
-        vote: Some(Vote::Refused),
-        code: Some(RefusalCode::Rule),
-        service_code: Some(crate::record::cut(&refusal.code, super::MAX_SERVICE_CODE_BYTES)),
-        reason: Some(refusal.reason),
-        ..Default::default()
-    }
-}
-
 /// Where a transaction stands in wait-die's order, from its prepare message.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Order {
@@ -1035,24 +1018,6 @@ pub fn parse_operations_for(values: &[Value], catalog: &Catalog) -> Result<Vec<O
     let operations = Operation::parse_list_for(Some(&list), "operations", catalog)?;
     check_list(&operations, "operations")?;
     Ok(operations)
-}
-
-fn prepared(lock_token: Option<String>) -> ParticipantResponse {
-    ParticipantResponse { vote: Some(Vote::Prepared), lock_token, ..Default::default() }
-}
-
-/// A CONFLICT refusal by `owner`'s lock, naming it (`blockedBy`): the coordinator's retry starts there, or
-/// does not happen if `owner` is held for its caller's decision.
-fn blocked(owner: &str, reason: String) -> ParticipantResponse {
-    ParticipantResponse { blocked_by: Some(owner.to_owned()), ..refused(RefusalCode::Conflict, reason) }
-}
-
-fn refused(code: RefusalCode, reason: String) -> ParticipantResponse {
-    ParticipantResponse { vote: Some(Vote::Refused), code: Some(code), reason: Some(reason), ..Default::default() }
-}
-
-fn status(status: &str, reason: Option<String>) -> ParticipantResponse {
-    ParticipantResponse { status: Some(status.to_owned()), reason, ..Default::default() }
 }
 
 /// The last moment a participant may write for a transaction: its deadline and the clock margin

@@ -42,6 +42,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use super::OperationRefusal;
+use super::answers::{operation_refused, prepared, refused, status, stored_refusal};
 use super::barrier::{Barrier, Begun, Entry, State};
 use crate::expr::{Expr, n};
 use crate::model::{
@@ -105,41 +106,6 @@ pub enum ResourceError {
     Refused(OperationRefusal),
     /// Not known to have happened, or known not to have: the call may be repeated with the same key.
     Failed(String),
-}
-
-/// The answers a resource participant gives, in the protocol's words.
-fn refused(code: RefusalCode, reason: String) -> ParticipantResponse {
-    ParticipantResponse {
-        vote: Some(crate::model::Vote::Refused),
-        code: Some(code),
-        reason: Some(reason),
-        ..Default::default()
-    }
-}
-
-fn status(status: &str, reason: Option<String>) -> ParticipantResponse {
-    ParticipantResponse { status: Some(status.to_owned()), reason, ..Default::default() }
-}
-
-fn refusal_vote(refusal: OperationRefusal) -> ParticipantResponse {
-    match refusal {
-        OperationRefusal::Invalid(reason) => refused(RefusalCode::Invalid, reason),
-        OperationRefusal::ConditionFailed(reason) => refused(RefusalCode::ConditionFailed, reason),
-        OperationRefusal::Rule(refusal) => ParticipantResponse {
-            service_code: Some(crate::record::cut(&refusal.code, super::MAX_SERVICE_CODE_BYTES)),
-            ..refused(RefusalCode::Rule, refusal.reason)
-        },
-    }
-}
-
-fn stored_refusal(code: &str, reason: &str) -> ParticipantResponse {
-    let parsed: Option<RefusalCode> = serde_json::from_value(Value::String(code.to_owned())).ok();
-    match parsed {
-        Some(code) => refused(code, reason.to_owned()),
-        None => {
-            ParticipantResponse { service_code: Some(code.to_owned()), ..refused(RefusalCode::Rule, reason.to_owned()) }
-        }
-    }
 }
 
 /// A resource call failed in a way that must be repeated: the message is answered with an error, so that
@@ -333,7 +299,7 @@ impl Driver {
                     });
                 }
                 Err(ResourceError::Refused(refusal)) => {
-                    let vote = refusal_vote(refusal);
+                    let vote = operation_refused(refusal);
                     let code = vote
                         .service_code
                         .clone()
@@ -504,10 +470,6 @@ fn describe(error: ResourceError) -> String {
         ResourceError::Refused(OperationRefusal::Invalid(m) | OperationRefusal::ConditionFailed(m)) => m,
         ResourceError::Refused(OperationRefusal::Rule(r)) => format!("{}: {}", r.code, r.reason),
     }
-}
-
-fn prepared(token: Option<String>) -> ParticipantResponse {
-    ParticipantResponse { vote: Some(crate::model::Vote::Prepared), lock_token: token, ..Default::default() }
 }
 
 /// A resource participant's failures: its store's, or its resource's (to be repeated).
