@@ -138,29 +138,59 @@ pub fn shard_of(id: &str, prefix: &str) -> String {
     format!("{prefix}#{}", hash % crate::tables::INDEX_SHARDS)
 }
 
-/// One page of a sparse-index query: the items and where the next page starts.
-pub type Page = (Vec<Item>, Option<Item>);
+/// A sparse index spread over [`crate::tables::INDEX_SHARDS`] partitions (`<prefix>#<n>` in
+/// `shard_attr`), sorted by a time in `sort_attr`: the records open for the sweeper, the locks.
+pub struct ShardedIndex<'a> {
+    pub table: &'a str,
+    pub index: &'a str,
+    pub shard_attr: &'a str,
+    pub prefix: &'a str,
+    pub sort_attr: &'a str,
+}
 
-/// Every shard of a sparse index, oldest first, following `LastEvaluatedKey` until each shard's budget
-/// of `per_shard` items is spent: bounded work per call. `page(shard, limit, start)` runs one query; it
-/// is written by the store that owns the table.
-pub async fn page_shards<F, Fut>(per_shard: i32, mut page: F) -> Result<Vec<Item>, StoreError>
-where
-    F: FnMut(u32, i32, Option<Item>) -> Fut,
-    Fut: std::future::Future<Output = Result<Page, StoreError>>,
-{
-    let mut items = Vec::new();
-    for shard in 0..crate::tables::INDEX_SHARDS {
-        let (mut found, mut start) = (0, None);
-        loop {
-            let (page_items, next) = page(shard, per_shard - found, start).await?;
-            found += page_items.len() as i32;
-            items.extend(page_items);
-            start = next;
-            if start.is_none() || found >= per_shard {
-                break;
+impl ShardedIndex<'_> {
+    /// The entries due before `before_ms`, oldest first in every shard, following `LastEvaluatedKey`
+    /// until each shard's budget of `per_shard` entries is spent: bounded work per call.
+    pub async fn due_before(
+        &self,
+        client: &aws_sdk_dynamodb::Client,
+        before_ms: u64,
+        per_shard: i32,
+    ) -> Result<Vec<Item>, StoreError> {
+        use crate::expr::{Expr, n, s};
+        let mut items = Vec::new();
+        for shard in 0..crate::tables::INDEX_SHARDS {
+            let (mut found, mut start) = (0, None);
+            loop {
+                let mut e = Expr::new();
+                let condition = format!(
+                    "{} = {} AND {} < {}",
+                    e.name(self.shard_attr),
+                    e.value(s(format!("{}#{shard}", self.prefix))),
+                    e.name(self.sort_attr),
+                    e.value(n(before_ms))
+                );
+                let out = client
+                    .query()
+                    .table_name(self.table)
+                    .index_name(self.index)
+                    .key_condition_expression(condition)
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+                    .limit(per_shard - found)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|err| StoreError::new("Query", self.table, err))?;
+                let page = out.items.unwrap_or_default();
+                found += page.len() as i32;
+                items.extend(page);
+                start = out.last_evaluated_key;
+                if start.is_none() || found >= per_shard {
+                    break;
+                }
             }
         }
+        Ok(items)
     }
-    Ok(items)
 }

@@ -12,7 +12,7 @@ use super::expressions::{
 };
 use super::operations::{Voted, apply, guard};
 use crate::attr;
-use crate::expr::{Expr, n, s};
+use crate::expr::{Expr, n};
 use crate::model::{Key, Operation};
 use crate::store::write::{Decided, Sending, Write, Written, conditional};
 use crate::store::{Item, StoreError, get_m, get_n, get_s};
@@ -140,31 +140,14 @@ impl DataTable {
     /// Keys of items whose lock expired before `now_ms`, through the sparse locks index (no scan): at most
     /// `limit` from each shard.
     pub async fn expired_locks(&self, now_ms: u64, limit: i32) -> Result<Vec<Item>, StoreError> {
-        let entries = crate::store::page_shards(limit, |shard, limit, start| {
-            let mut e = Expr::new();
-            let condition = format!(
-                "{} = {} AND {} < {}",
-                e.name(a::LOCK_SHARD),
-                e.value(s(format!("lock#{shard}"))),
-                e.name(a::LOCK_EXPIRES_AT),
-                e.value(n(now_ms))
-            );
-            let query = self
-                .client
-                .query()
-                .table_name(&self.name)
-                .index_name(crate::tables::LOCKS_INDEX)
-                .key_condition_expression(condition)
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .limit(limit)
-                .set_exclusive_start_key(start);
-            async move {
-                let out = query.send().await.map_err(|err| StoreError::new("Query", &self.name, err))?;
-                Ok((out.items.unwrap_or_default(), out.last_evaluated_key))
-            }
-        })
-        .await?;
+        let locks = crate::store::ShardedIndex {
+            table: &self.name,
+            index: crate::tables::LOCKS_INDEX,
+            shard_attr: a::LOCK_SHARD,
+            prefix: "lock",
+            sort_attr: a::LOCK_EXPIRES_AT,
+        };
+        let entries = locks.due_before(&self.client, now_ms, limit).await?;
         Ok(entries
             .iter()
             .filter_map(|item| item.get(a::KEY).map(|k| Item::from([(a::KEY.to_owned(), k.clone())])))

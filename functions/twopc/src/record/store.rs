@@ -242,31 +242,14 @@ impl TransactionStore {
 
     /// Ids of open transactions due for the sweeper before `before_ms`, at most `limit` from each shard.
     pub async fn open_before(&self, before_ms: u64, limit: i32) -> Result<Vec<String>, StoreError> {
-        let entries = crate::store::page_shards(limit, |shard, limit, start| {
-            let mut e = Expr::new();
-            let condition = format!(
-                "{} = {} AND {} < {}",
-                e.name(a::OPEN_SHARD),
-                e.value(s(format!("open#{shard}"))),
-                e.name(a::SWEEP_AT),
-                e.value(n(before_ms))
-            );
-            let query = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(crate::tables::OPEN_TRANSACTIONS_INDEX)
-                .key_condition_expression(condition)
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .limit(limit)
-                .set_exclusive_start_key(start);
-            async move {
-                let out = query.send().await.map_err(|err| StoreError::new("Query", &self.table, err))?;
-                Ok((out.items.unwrap_or_default(), out.last_evaluated_key))
-            }
-        })
-        .await?;
+        let open = crate::store::ShardedIndex {
+            table: &self.table,
+            index: crate::tables::OPEN_TRANSACTIONS_INDEX,
+            shard_attr: a::OPEN_SHARD,
+            prefix: "open",
+            sort_attr: a::SWEEP_AT,
+        };
+        let entries = open.due_before(&self.client, before_ms, limit).await?;
         Ok(entries.iter().filter_map(|i| crate::store::get_s(i, a::ID).map(str::to_owned)).collect())
     }
 }
