@@ -46,13 +46,16 @@
 mod answers;
 mod barrier;
 pub mod expressions;
+mod locks;
 pub mod operations;
+mod prepare;
 mod protocol;
 pub mod resource;
 pub mod store;
 
 pub use crate::custom::{FieldSchema, FieldType, OperationSchema};
-pub use protocol::{Order, Participant, ParticipantError, parse_operations, parse_operations_for};
+pub use locks::Order;
+pub use protocol::{Participant, ParticipantError, parse_operations, parse_operations_for};
 pub use resource::{Resource, ResourceCall, ResourceError};
 pub use store::DataTable;
 

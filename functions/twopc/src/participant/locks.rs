@@ -1,0 +1,212 @@
+//! Wait-die between transactions on one item: the order of two transactions, how long an older one
+//! waits for a younger one's lock, and why a lock could not be taken, decided from the item as it was.
+
+use std::time::Duration;
+
+use super::answers::refused;
+use super::operations;
+use super::store::Lock;
+use crate::clock::CLOCK_MARGIN_MS;
+use crate::model::{Operation, ParticipantResponse, RefusalCode};
+use crate::store::{Item, get_s};
+use crate::tables::item_attr as a;
+
+/// Attempts at taking the locks when something changes underneath (an expired lock resolved, contention,
+/// a wait for a younger transaction's lock).
+pub(super) const LOCK_ATTEMPTS: u32 = 12;
+
+/// The last moment a participant may write for a transaction: its deadline and the clock margin
+/// ([`crate::clock::lock_cutoff`]); none for a message that names no deadline.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cutoff(pub(super) Option<u64>);
+
+impl Cutoff {
+    pub(super) fn of(order: Order) -> Cutoff {
+        Cutoff(order.deadline.map(crate::clock::lock_cutoff))
+    }
+
+    /// The TIMEOUT refusal to answer if `now_ms` is past the cutoff; `what` says what came too late.
+    pub(super) fn passed(self, now_ms: u64, what: &str) -> Option<ParticipantResponse> {
+        let cutoff = self.0?;
+        (now_ms > cutoff).then(|| {
+            refused(
+                RefusalCode::Timeout,
+                format!(
+                    "{what} the deadline: {} ms past it, beyond the clock margin",
+                    now_ms - cutoff + CLOCK_MARGIN_MS
+                ),
+            )
+        })
+    }
+
+    /// How long a write started at `now_ms` may take before the cutoff.
+    pub(super) fn left(self, now_ms: u64) -> Option<Duration> {
+        self.0.map(|cutoff| Duration::from_millis(cutoff.saturating_sub(now_ms).max(1)))
+    }
+}
+
+/// Where a transaction stands in wait-die's order, from its prepare message.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Order {
+    pub started_at: Option<u64>,
+    pub deadline: Option<u64>,
+    /// The transaction holds no lock anywhere ([`crate::model::ParticipantRequest::holds_no_locks`]): it may
+    /// wait for any lock, whatever its age.
+    pub holds_no_locks: bool,
+}
+
+impl Order {
+    /// The time wait-die orders by: the start, or for a message from a coordinator that sends none, the
+    /// deadline (as before start times were sent).
+    pub(super) fn priority(&self) -> Option<u64> {
+        self.started_at.or(self.deadline)
+    }
+}
+
+/// How a wait for a lock ended.
+pub(super) enum Waited {
+    Released,
+    /// Its owner's record settled it: the answer (`None`: try again).
+    Settled(Option<ParticipantResponse>),
+    /// The budget ran out waiting for `owner`'s lock.
+    OutOfTime {
+        owner: String,
+    },
+}
+
+/// A waiter reads the lock's owner's record after this many polls with the lock still there (a lock
+/// usually goes sooner: the read is spared).
+pub(super) const OWNER_CHECK_AFTER_POLLS: u32 = 4;
+
+/// Wait-die between transactions that want the same item. All transactions are ordered by (startedAt,
+/// id), the same order everywhere; one that meets the lock of a transaction later in that order (a
+/// younger one) waits a little for it to finish, one that meets an older one's lock refuses at once.
+/// Waits therefore only ever go from older to younger and can never form a cycle, and a transfer on a
+/// hot item usually waits milliseconds instead of aborting. Ordering by start rather than by deadline
+/// means a longer timeout never makes a transaction the one that yields.
+pub(super) struct Waiting<'a> {
+    pub(super) tx: &'a str,
+    pub(super) started_at: Option<u64>,
+    pub(super) holds_no_locks: bool,
+    /// No wait may end after this.
+    pub(super) until: u64,
+    pub(super) cutoff: Cutoff,
+    /// Rounds begun, and how many of them ended in a wait that saw the lock released.
+    pub(super) rounds: std::sync::atomic::AtomicU32,
+    pub(super) waits: std::sync::atomic::AtomicU32,
+}
+
+impl<'a> Waiting<'a> {
+    pub(super) fn new(tx: &'a str, order: Order, now_ms: u64, max_wait_ms: u64) -> Waiting<'a> {
+        let budget = order.deadline.map_or(0, |d| (d.saturating_sub(now_ms) / 2).min(max_wait_ms));
+        Waiting {
+            tx,
+            started_at: order.priority(),
+            holds_no_locks: order.holds_no_locks,
+            until: now_ms + budget,
+            cutoff: Cutoff::of(order),
+            rounds: std::sync::atomic::AtomicU32::new(0),
+            waits: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// The number of the next attempt at the items, `None` once [`LOCK_ATTEMPTS`] are spent. A round that
+    /// ended waiting for a lock (and saw it released) is not an attempt: the wait is bounded by its budget,
+    /// and an older transaction is never refused for being outrun.
+    pub(super) fn next_attempt(&self) -> Option<u32> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let round = self.rounds.fetch_add(1, Relaxed);
+        let attempt = round - self.waits.load(Relaxed);
+        (attempt < LOCK_ATTEMPTS).then_some(attempt)
+    }
+
+    /// Whether this transaction may wait for `owner`'s lock: it comes before `owner` in wait-die's order (a
+    /// message without an order comes after everyone), or it holds no lock anywhere (no wait of it can
+    /// close a cycle).
+    pub(super) fn may_wait_for(&self, owner: &str, owner_started_at: u64) -> bool {
+        self.holds_no_locks
+            || self.started_at.is_some_and(|started_at| (started_at, self.tx) < (owner_started_at, owner))
+    }
+
+    /// The pause before looking at a lock again, `None` once it would end past the wait budget. A waiter
+    /// that holds locks elsewhere looks often (2–12 ms): everyone waiting for those locks waits for it too.
+    /// One that holds nothing costs only itself by looking later (16–48 ms), and every look is a request
+    /// the endpoint serves instead of a lock write.
+    pub(super) fn pause(&self, polls: u32, now_ms: u64) -> Option<Duration> {
+        let base = if self.holds_no_locks { 16u64 << polls.min(1) } else { 2u64 << polls.min(2) };
+        let jitter = uuid::Uuid::new_v4().as_u128() as u64 % (base / 2);
+        let pause = base + jitter;
+        (now_ms + pause <= self.until).then(|| Duration::from_millis(pause))
+    }
+}
+
+/// Why a lock could not be taken, decided from the item as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockFailure {
+    /// The item already carries a lock of this very transaction: an earlier delivery of the same prepare
+    /// (or this write's own earlier attempt, whose reply was lost) took it, with this token.
+    Ours {
+        token: Option<String>,
+    },
+    Refused {
+        code: RefusalCode,
+        reason: String,
+    },
+    /// Held by another transaction past its expiry and twice the clock margin
+    /// ([`crate::clock::resolvable_after`]): the owner must be resolved before the item is taken.
+    Expired {
+        owner: String,
+    },
+    /// Held by another transaction that is not resolvable yet.
+    Held {
+        owner: String,
+        started_at: u64,
+        /// The item's key as text: the reason is [`locked_by`] it and the owner.
+        entity: String,
+    },
+    /// The item no longer shows why the write failed (it changed since): try again.
+    Unexplained,
+}
+
+/// Why an item cannot be locked now: `owner`'s lock on `entity` (every refusal and wait names the holder).
+pub(super) fn locked_by(entity: &str, owner: &str) -> String {
+    format!("entity {entity} is locked by transaction {owner}")
+}
+
+/// Explains a failed lock from the item as it was (`None`: no such item). Which lock is in the way,
+/// and which guard failed, with the numbers.
+pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> LockFailure {
+    let key = op.key_text();
+    let refuse = |code, reason: String| LockFailure::Refused { code, reason };
+    if let Some(lock) = item.and_then(Lock::of) {
+        if lock.transaction_id == tx {
+            return LockFailure::Ours { token: lock.token };
+        }
+        // Only past its expiry and twice the clock margin: a resolver whose clock runs ahead never
+        // takes a live transaction's lock for expired.
+        if now_ms > crate::clock::resolvable_after(lock.expires_at) {
+            return LockFailure::Expired { owner: lock.transaction_id };
+        }
+        return LockFailure::Held { entity: key, owner: lock.transaction_id, started_at: lock.started_at };
+    }
+    if let Some(item) = item
+        && get_s(item, a::LAST_TX) == Some(tx)
+    {
+        return refuse(RefusalCode::Conflict, format!("transaction {tx} has already committed entity {key}"));
+    }
+    match operations::guard_refusal(op, item) {
+        Some((code, reason)) => refuse(code, reason),
+        None => LockFailure::Unexplained,
+    }
+}
+
+/// Evaluates a read-only `check` against the item as read: the same guards as its lock condition.
+/// Another transaction's lock counts against the check (classified first, as for a lock): a value under
+/// it may be about to change, and reading past it could order this transaction inconsistently with
+/// the lock holder.
+pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> Result<(), LockFailure> {
+    match classify_lock_failure(tx, op, item, now_ms) {
+        LockFailure::Unexplained | LockFailure::Ours { .. } => Ok(()),
+        failure => Err(failure),
+    }
+}

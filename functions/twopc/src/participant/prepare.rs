@@ -1,0 +1,587 @@
+//! A prepare: the service's rules and own operations judge the items, then one conditional write locks
+//! them all (or a read-only prepare reads them), and a failed lock is classified from the item as it
+//! was: this transaction's own earlier lock, a guard that does not hold, an owner to wait for or to
+//! resolve ([`super::locks`]).
+
+use futures::future::try_join_all;
+use serde_json::Value;
+use tracing::warn;
+
+use super::Prepared;
+use super::answers::{blocked, operation_refused, prepared, refused, rule_refused, status};
+use super::expressions::{LockSpec, Seen};
+use super::operations::unrepresentable_result;
+use super::store::{DEFAULT_LOCK_MS, Lock, LockAttempt, OnePhase, find};
+use crate::custom::Catalog;
+use crate::model::{
+    ErrorCode, Invalid, Operation, ParticipantResponse, RefusalCode, STATUS_COMMITTED, STATUS_RECORD_EXISTS, Status,
+    Vote,
+};
+use crate::recovery::{OwnerFate, read_owner_fate};
+use crate::store::{Item, StoreError};
+use crate::tables::item_attr as a;
+
+use super::locks::{
+    Cutoff, LOCK_ATTEMPTS, LockFailure, OWNER_CHECK_AFTER_POLLS, Order, Waited, Waiting, check_holds,
+    classify_lock_failure, locked_by,
+};
+use super::protocol::{Participant, ParticipantError};
+impl Participant {
+    /// Prepare and commit in one atomic write, for a transaction with no other writing participant.
+    pub(super) async fn commit_one_phase(
+        &self,
+        tx: &str,
+        order: Order,
+        principal: Option<&str>,
+        operations: &[Operation],
+        record: &Value,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let keys = match self.keys(operations) {
+            Ok(keys) => keys,
+            Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
+        };
+        let record = match record {
+            Value::Object(map) if map.get("transactionId").and_then(Value::as_str) == Some(tx) => {
+                crate::attr::to_item(map)
+            }
+            _ => {
+                return Err(Invalid::new(
+                    ErrorCode::InvalidRequest,
+                    "onePhaseRecord must be this transaction's record",
+                )
+                .into());
+            }
+        };
+        let cutoff = Cutoff::of(order);
+        let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
+        let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
+        while let Some(attempt) = waiting.next_attempt() {
+            // As for a lock write: no attempt once the deadline and the clock margin passed.
+            let what =
+                if attempt == 0 { "the one-phase commit arrived" } else { "the items could not be committed before" };
+            if let Some(late) = cutoff.passed(self.clock.now_ms(), what) {
+                return Ok(late);
+            }
+            let (ready, seen) = match self.judge(tx, principal, &work).await? {
+                Judged::Refused(refusal) => return Ok(refusal),
+                Judged::Locked(index, item) => {
+                    if let Some(refusal) =
+                        self.after_lock_failure(tx, &work, vec![(index, item)], &waiting, attempt).await?
+                    {
+                        return Ok(refusal);
+                    }
+                    continue;
+                }
+                Judged::Ready(ready, seen) => (ready, seen),
+            };
+            match self.table.apply_one_phase(tx, &ready, self.transactions.table(), record.clone(), &seen).await? {
+                OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
+                OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
+                OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
+                OnePhase::Contention => self.backoff(attempt, cutoff).await,
+                OnePhase::ConditionFailed { index, item } => {
+                    let failed = vec![(index, item)];
+                    if let Some(refusal) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
+                        return Ok(refusal);
+                    }
+                }
+            }
+        }
+        Ok(refused(
+            RefusalCode::Conflict,
+            format!("could not commit after {LOCK_ATTEMPTS} attempts: the items kept changing"),
+        ))
+    }
+
+    /// Locks the items of `operations` for `tx` (a participant whose operations only `check` reads them and
+    /// locks nothing, unless the transaction is `held`: a check means nothing over a long hold otherwise).
+    pub(super) async fn prepare(
+        &self,
+        tx: &str,
+        order: Order,
+        principal: Option<&str>,
+        operations: &[Operation],
+        held: bool,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let keys = match self.keys(operations) {
+            Ok(keys) => keys,
+            Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
+        };
+        let now = self.clock.now_ms();
+        let cutoff = Cutoff::of(order);
+        if let Some(late) = cutoff.passed(now, "prepare arrived") {
+            // Locking now would only hold the item for a transaction that can no longer commit.
+            return Ok(late);
+        }
+        if !held && operations.iter().all(Operation::is_read_only) {
+            return self.prepare_read_only(tx, order, principal, operations, &keys).await;
+        }
+        let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
+        let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
+        let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
+        let started_at = order.priority().unwrap_or(now);
+        while let Some(attempt) = waiting.next_attempt() {
+            // Every attempt checks the cutoff first: no lock is written for a transaction whose deadline
+            // (and the clock margin) passed, however long the attempts before took.
+            if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
+                return Ok(late);
+            }
+            // Every attempt at the lock write carries a token no other request ever carried (the write is
+            // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
+            // request of this prepare that lands late — after the item was committed and changed again —
+            // can only take a lock whose token no vote reported, which commit releases without applying.
+            // With rules or own operations: judged on the items as they are, locked only if they still are.
+            let (ready, seen) = match self.judge(tx, principal, &work).await? {
+                Judged::Refused(refusal) => return Ok(refusal),
+                Judged::Locked(index, item) => {
+                    if let Some(answer) =
+                        self.after_lock_failure(tx, &work, vec![(index, item)], &waiting, attempt).await?
+                    {
+                        return Ok(answer);
+                    }
+                    continue;
+                }
+                Judged::Ready(ready, seen) => (ready, seen),
+            };
+            let token = uuid::Uuid::new_v4().simple().to_string();
+            let spec = LockSpec { tx, token: &token, expires_at, started_at };
+            let timeout = cutoff.left(self.clock.now_ms());
+            let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
+                Ok(locked) => locked,
+                // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
+                // then its own, and its token is the vote's.
+                Err(e) if attempt + 1 < LOCK_ATTEMPTS => {
+                    warn!(error = %e, attempt, "lock write failed; trying again with a new token");
+                    self.backoff(attempt, cutoff).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match locked {
+                LockAttempt::Locked(returned) => return self.verify_locked(tx, &token, &work, returned).await,
+                LockAttempt::Contention => self.backoff(attempt, cutoff).await,
+                LockAttempt::Unstorable(reason) => return Ok(refused(RefusalCode::ConditionFailed, reason)),
+                LockAttempt::ConditionFailed(failed) => {
+                    if let Some(answer) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
+                        return Ok(answer);
+                    }
+                }
+            }
+        }
+        Ok(refused(
+            RefusalCode::Conflict,
+            format!("could not lock the items after {LOCK_ATTEMPTS} attempts: they kept changing"),
+        ))
+    }
+
+    /// The guards held when the locks were taken; one thing they cannot express remains: that an `add`'s
+    /// result fits in a DynamoDB number. Checked here on the locked values, and the locks released if not.
+    async fn verify_locked(
+        &self,
+        tx: &str,
+        token: &str,
+        work: &[(Operation, Item)],
+        returned: Vec<Item>,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let adds: Vec<&(Operation, Item)> = work.iter().filter(|(op, _)| matches!(op, Operation::Add { .. })).collect();
+        if adds.is_empty() {
+            return Ok(prepared(Some(token.to_owned())));
+        }
+        let items = if returned.is_empty() {
+            let keys: Vec<Item> = adds.iter().map(|(_, key)| key.clone()).collect();
+            self.table.get_many(&keys).await?
+        } else {
+            returned
+        };
+        let problem =
+            adds.iter().find_map(|(op, key)| find(&items, key).and_then(|item| unrepresentable_result(op, item)));
+        let Some(problem) = problem else { return Ok(prepared(Some(token.to_owned()))) };
+        try_join_all(work.iter().map(|(_, key)| self.table.release(tx, key, Some(token), "unrepresentable result")))
+            .await?;
+        Ok(refused(RefusalCode::ConditionFailed, problem))
+    }
+
+    /// Classifies a failed lock write from the items as they were: the answer to give (`Some`), or `None`
+    /// once the way is clear to try again (an expired lock resolved, or a pause when an item changed).
+    async fn after_lock_failure(
+        &self,
+        tx: &str,
+        work: &[(Operation, Item)],
+        failed: Vec<(usize, Option<Item>)>,
+        waiting: &Waiting<'_>,
+        attempt: u32,
+    ) -> Result<Option<ParticipantResponse>, ParticipantError> {
+        let now = self.clock.now_ms();
+        let mut failures = Vec::with_capacity(failed.len());
+        for (index, returned) in failed {
+            let (op, key) = &work[index];
+            let item = match returned {
+                Some(item) => Some(item),
+                // Not every endpoint returns the item with the failure: read it.
+                None => self.table.get(key).await?,
+            };
+            failures.push((key, classify_lock_failure(tx, op, item.as_ref(), now)));
+        }
+        let ours: Vec<&Option<String>> = failures
+            .iter()
+            .filter_map(|(_, f)| match f {
+                LockFailure::Ours { token } => Some(token),
+                _ => None,
+            })
+            .collect();
+        if let Some(first) = ours.first() {
+            // An earlier delivery of this prepare (or this write's own attempt whose reply was lost) locked
+            // the items: its vote stands, with its token. Locks on only some of them mean the transaction is
+            // already being finished here, so nothing more may be locked for it.
+            if ours.len() == work.len() && ours.iter().all(|token| token == first) {
+                return Ok(Some(prepared((*first).clone())));
+            }
+            return Ok(Some(refused(
+                RefusalCode::Conflict,
+                format!("transaction {tx} holds only some of its items here: it is already being finished"),
+            )));
+        }
+        let (key, failure) = failures.swap_remove(0);
+        self.settle(failure, key, waiting, attempt).await
+    }
+
+    /// What a lock failure means for this attempt: a refusal to answer (`Some`), or `None` to try again.
+    async fn settle(
+        &self,
+        failure: LockFailure,
+        key: &Item,
+        waiting: &Waiting<'_>,
+        attempt: u32,
+    ) -> Result<Option<ParticipantResponse>, ParticipantError> {
+        match failure {
+            LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
+            LockFailure::Expired { owner } => self.resolve(&owner, key).await,
+            LockFailure::Held { owner, started_at, entity } => {
+                if !waiting.may_wait_for(&owner, started_at) {
+                    // Wait-die: the younger one yields at once, and says to whom (its retry starts there), unless
+                    // the owner is decided or held (read first, below).
+                    if let Some(settled) = self.settle_owner(&owner, key, &entity).await? {
+                        return Ok(settled);
+                    }
+                    return Ok(Some(blocked(&owner, locked_by(&entity, &owner))));
+                }
+                let began = self.clock.now_ms();
+                let last_owner = match self.wait_for_release(key, &entity, owner, waiting).await? {
+                    Waited::Released => return Ok(None),
+                    Waited::Settled(answer) => return Ok(answer),
+                    Waited::OutOfTime { owner } => owner,
+                };
+                Ok(Some(refused(
+                    RefusalCode::Timeout,
+                    format!(
+                        "{}; waited {} ms for it, as long as the deadline allows",
+                        locked_by(&entity, &last_owner),
+                        self.clock.now_ms().saturating_sub(began)
+                    ),
+                )))
+            }
+            LockFailure::Ours { .. } | LockFailure::Unexplained => {
+                self.backoff(attempt, waiting.cutoff).await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// What a live lock's owner's record says, read only. Decided already (a late prepare's stray lock, or
+    /// one whose second phase is in flight): settled now, as lock resolution would after its expiry (its
+    /// owner can never need it again, and it would refuse every younger transaction until then); the
+    /// answer is `Some(None)`, try again. Held for its caller's decision (outside the bound): refused
+    /// CONFLICT at once whatever the age. Undecided or without a record: `None`, left alone.
+    async fn settle_owner(
+        &self,
+        owner: &str,
+        key: &Item,
+        entity: &str,
+    ) -> Result<Option<Option<ParticipantResponse>>, ParticipantError> {
+        match self.transactions.get(owner).await?.map(|r| r.status) {
+            None | Some(Status::Preparing) => Ok(None),
+            Some(Status::Prepared) => {
+                Ok(Some(Some(blocked(owner, format!("{}, held for its caller's decision", locked_by(entity, owner))))))
+            }
+            Some(_) => Ok(Some(self.resolve(owner, key).await?)),
+        }
+    }
+
+    /// A transaction that may wait for `owner`'s lock on `key` (older, or holding nothing): polls the item
+    /// until the lock is no longer `owner`'s (released, or expired and resolvable: the next attempt resolves
+    /// it). A lock that passed to another live holder this transaction may wait for is waited for in turn,
+    /// without a lock write that could only fail: when a hot lock is released every waiter's poll sees it,
+    /// and all but the first to write would lose the race. After a few polls with the same holder its record
+    /// is read once ([`Participant::settle_owner`]): a decided or held owner is not waited for. `OutOfTime`
+    /// once the wait budget is spent, with the holder it waited for last.
+    async fn wait_for_release(
+        &self,
+        key: &Item,
+        entity: &str,
+        mut owner: String,
+        waiting: &Waiting<'_>,
+    ) -> Result<Waited, ParticipantError> {
+        let mut polls = 0;
+        let mut polls_of_owner = 0;
+        while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
+            tokio::time::sleep(pause).await;
+            polls += 1;
+            polls_of_owner += 1;
+            if polls_of_owner == OWNER_CHECK_AFTER_POLLS
+                && let Some(answer) = self.settle_owner(&owner, key, entity).await?
+            {
+                return Ok(Waited::Settled(answer));
+            }
+            let item = self.table.get(key).await?;
+            let now = self.clock.now_ms();
+            match item.as_ref().and_then(Lock::of) {
+                Some(lock)
+                    if now <= crate::clock::resolvable_after(lock.expires_at) && lock.transaction_id == owner => {}
+                Some(lock)
+                    if now <= crate::clock::resolvable_after(lock.expires_at)
+                        && lock.transaction_id != waiting.tx
+                        && waiting.may_wait_for(&lock.transaction_id, lock.started_at) =>
+                {
+                    owner = lock.transaction_id;
+                    polls_of_owner = 0;
+                }
+                _ => {
+                    waiting.waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(Waited::Released);
+                }
+            }
+        }
+        Ok(Waited::OutOfTime { owner })
+    }
+
+    /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
+    /// in the second phase. Its guarantee is that the checks held at the moment of prepare.
+    async fn prepare_read_only(
+        &self,
+        tx: &str,
+        order: Order,
+        principal: Option<&str>,
+        operations: &[Operation],
+        keys: &[Item],
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
+        while let Some(attempt) = waiting.next_attempt() {
+            if let Some(late) = waiting.cutoff.passed(self.clock.now_ms(), "the checked items could not be read before")
+            {
+                return Ok(late);
+            }
+            let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
+            let now = self.clock.now_ms();
+            let failure = operations
+                .iter()
+                .zip(&items)
+                .zip(keys)
+                .find_map(|((op, item), key)| check_holds(tx, op, item.as_ref(), now).err().map(|f| (f, key)));
+            let Some((failure, key)) = failure else {
+                // The service's rules judge what was read (nothing is locked: a check holds when it is read).
+                for (op, item) in operations.iter().zip(&items) {
+                    if let Some(refusal) = self.rule_refusal(tx, principal, op, item.as_ref()) {
+                        return Ok(refusal);
+                    }
+                }
+                return Ok(ParticipantResponse { vote: Some(Vote::Prepared), read_only: true, ..Default::default() });
+            };
+            if let Some(refusal) = self.settle(failure, key, &waiting, attempt).await? {
+                return Ok(refusal);
+            }
+        }
+        Ok(refused(RefusalCode::Conflict, "the checked items kept changing".to_owned()))
+    }
+
+    /// The service's rules and own operations on the items as they are now: a refusal, or the work to lock
+    /// (each custom operation with the data it computed) and what each item was seen at (the lock write's
+    /// condition). Without rules or custom operations nothing is read and nothing is conditioned. An item
+    /// another transaction holds is not judged: that lock is resolved or waited for as always, and the next
+    /// attempt judges again.
+    async fn judge(&self, tx: &str, principal: Option<&str>, work: &[(Operation, Item)]) -> Result<Judged, StoreError> {
+        let custom = work.iter().any(|(op, _)| matches!(op, Operation::Custom { .. }));
+        if self.rules.is_none() && !custom {
+            return Ok(Judged::Ready(work.to_vec(), vec![]));
+        }
+        let keys: Vec<Item> = work.iter().map(|(_, key)| key.clone()).collect();
+        let items = match keys.as_slice() {
+            [key] => self.table.get(key).await?.into_iter().collect(),
+            _ => self.table.get_many(&keys).await?,
+        };
+        let mut seen = Vec::with_capacity(work.len());
+        let mut ready = Vec::with_capacity(work.len());
+        for (index, (op, key)) in work.iter().enumerate() {
+            let item = find(&items, key);
+            if item.and_then(Lock::of).is_some_and(|l| l.transaction_id != tx) {
+                return Ok(Judged::Locked(index, item.cloned()));
+            }
+            if let Some(refusal) = self.rule_refusal(tx, principal, op, item) {
+                return Ok(Judged::Refused(refusal));
+            }
+            let op = match op {
+                Operation::Custom { kind, key: op_key, fields, .. } => {
+                    let computed = match self.compute(tx, principal, op, item) {
+                        Ok(computed) => computed,
+                        Err(refusal) => return Ok(Judged::Refused(*refusal)),
+                    };
+                    Operation::Custom {
+                        kind: kind.clone(),
+                        key: op_key.clone(),
+                        fields: fields.clone(),
+                        computed: Some(computed),
+                    }
+                }
+                op => op.clone(),
+            };
+            ready.push((op, key.clone()));
+            seen.push(Seen::of(item));
+        }
+        Ok(Judged::Ready(ready, seen))
+    }
+
+    /// What one of the service's own operations makes of the item: its new data, or the refusal to vote.
+    fn compute(
+        &self,
+        tx: &str,
+        principal: Option<&str>,
+        op: &Operation,
+        item: Option<&Item>,
+    ) -> Result<serde_json::Map<String, Value>, Box<ParticipantResponse>> {
+        let Some(operations) = &self.operations else {
+            return Err(Box::new(refused(
+                RefusalCode::Invalid,
+                format!("service {} has no operation \"{}\"", self.service, op.kind()),
+            )));
+        };
+        let (data, version) = item_view(item);
+        let prepared = Prepared {
+            service: &self.service,
+            transaction_id: tx,
+            principal,
+            operation: op,
+            data: data.as_ref(),
+            version,
+        };
+        operations.prepare(&prepared).map_err(|refusal| Box::new(operation_refused(refusal)))
+    }
+
+    /// The REFUSED vote of the first rule that refuses `op` on `item`, if any.
+    fn rule_refusal(
+        &self,
+        tx: &str,
+        principal: Option<&str>,
+        op: &Operation,
+        item: Option<&Item>,
+    ) -> Option<ParticipantResponse> {
+        let rules = self.rules.as_ref()?;
+        let (data, version) = item_view(item);
+        let prepared = Prepared {
+            service: &self.service,
+            transaction_id: tx,
+            principal,
+            operation: op,
+            data: data.as_ref(),
+            version,
+        };
+        rules.check(&prepared).err().map(rule_refused)
+    }
+
+    /// Resolves an expired lock of `owner` on one item. `Some` is the refusal to give when the owner is
+    /// still deciding; `None` means the item is free to try again.
+    async fn resolve(&self, owner: &str, key: &Item) -> Result<Option<ParticipantResponse>, ParticipantError> {
+        let now = self.clock.now_ms();
+        // Read only: a participant may not write another transaction's decision (issue 42).
+        let fate = read_owner_fate(&self.transactions, owner, now).await?;
+        warn!(owner, ?key, fate = fate_name(&fate), "resolving a lock (expired, or its owner decided)");
+        match fate {
+            OwnerFate::Expired => {
+                return Ok(Some(ParticipantResponse {
+                    unresolved_owner: Some(owner.to_owned()),
+                    ..blocked(
+                        owner,
+                        format!(
+                            "entity is locked by transaction {owner}, past its deadline and undecided; \
+                             it is aborted by the coordinator or the sweeper, not by a participant"
+                        ),
+                    )
+                }));
+            }
+            OwnerFate::Undecided => {
+                return Ok(Some(blocked(
+                    owner,
+                    format!("entity is locked by transaction {owner}, which is still deciding"),
+                )));
+            }
+            OwnerFate::Held(record) => {
+                // Its hold message may have been lost: the lock belongs at holdUntil, with the voted token.
+                let token =
+                    record.participants.iter().find(|p| p.service == self.service).and_then(|p| p.lock_token.clone());
+                if let (Some(until), Some(token)) = (record.hold_until, token) {
+                    self.table.extend_lock(owner, key, Some(&token), until).await?;
+                }
+                return Ok(Some(blocked(
+                    owner,
+                    format!("entity is locked by transaction {owner}, which is held for its caller's decision"),
+                )));
+            }
+            OwnerFate::Abort | OwnerFate::Committed => {
+                self.table.release(owner, key, None, "lock resolution").await?;
+            }
+            OwnerFate::Commit(record) => {
+                let entry = record.participants.iter().find(|p| p.service == self.service);
+                let op = entry
+                    .into_iter()
+                    .flat_map(|p| p.operations.iter())
+                    .map(|v| Operation::parse_for(v, "record", &Catalog::any()))
+                    .filter_map(Result::ok)
+                    .find(|op| self.table.key(op.key()).as_ref() == Ok(key));
+                // With the token the owner's record lists: a stray lock of a late prepare is released, not applied.
+                let token = entry.and_then(|p| p.lock_token.as_deref());
+                match op {
+                    Some(op) => {
+                        self.table.commit_item(owner, &op, key, token).await?;
+                    }
+                    // What commits is the vote the lock keeps, not the record's list (which may have been
+                    // changed after the vote): an item the record no longer lists is still rolled forward.
+                    None => {
+                        if self.table.commit_as_voted(owner, key, token).await?.is_none() {
+                            return Err(ParticipantError::Unresolvable {
+                                owner: owner.to_owned(),
+                                detail: "its record does not list this item, and its lock keeps no vote".to_owned(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// What judging a prepare's items by the service's rules and own operations came to.
+enum Judged {
+    Refused(ParticipantResponse),
+    /// Another transaction's lock on the item of this operation (as the item was read).
+    Locked(usize, Option<Item>),
+    /// The work to lock (custom operations with what they computed), and what each item was seen at, for
+    /// the lock write's condition (empty: no condition).
+    Ready(Vec<(Operation, Item)>, Vec<Seen>),
+}
+
+/// An item's committed data (as JSON) and version, for a rule or an operation to look at.
+fn item_view(item: Option<&Item>) -> (Option<serde_json::Map<String, Value>>, Option<u64>) {
+    let data = item.and_then(|i| crate::store::get_m(i, a::DATA)).map(crate::attr::item_to_json);
+    let version = item.and_then(|i| crate::store::get_n(i, a::VERSION)).and_then(|v| v.parse().ok());
+    (data, version)
+}
+
+fn fate_name(fate: &OwnerFate) -> &'static str {
+    match fate {
+        OwnerFate::Commit(_) => "roll forward",
+        OwnerFate::Committed => "release (owner finished)",
+        OwnerFate::Abort => "release (owner aborted)",
+        OwnerFate::Undecided => "conflict (owner deciding)",
+        OwnerFate::Held(_) => "conflict (owner held; its lock moved to holdUntil)",
+        OwnerFate::Expired => "refused (owner expired undecided or unrecorded: the coordinator or the sweeper decides)",
+    }
+}
