@@ -615,8 +615,16 @@ impl ConnectionStore {
                 None => Counter::Missing,
             }
         });
-        let topics = refused.iter().filter(|r| r.index > 0).map(|r| topics[r.index - 1].clone()).collect();
-        Ok(Changed::Cancelled { counter, topics })
+        let refused_topics: Vec<String> =
+            refused.iter().filter_map(|r| r.index.checked_sub(1).and_then(|i| topics.get(i)).cloned()).collect();
+        if counter.is_none() && refused_topics.is_empty() {
+            return Err(StoreError::internal(
+                "TransactWriteItems",
+                &self.table,
+                format!("cancelled with reasons that name none of its items: {refused:?}"),
+            ));
+        }
+        Ok(Changed::Cancelled { counter, topics: refused_topics })
     }
 
     /// Backs off before another try of a write that met another transaction on the same items (two

@@ -218,8 +218,9 @@ impl DataTable {
                 let first = refused.swap_remove(0);
                 OnePhase::ConditionFailed { index: first.index, item: first.item }
             }
-            // A result DynamoDB cannot store shows as a validation failure of that item.
-            Written::Unstorable { reason, .. } => OnePhase::Unstorable(unstorable(&reason)),
+            // A result DynamoDB cannot store shows as a validation failure of that item: no item was prepared,
+            // so DynamoDB's own words say it.
+            Written::Unstorable { reason, .. } => OnePhase::Unstorable(reason),
             Written::Contention(_) => OnePhase::Contention,
         })
     }
