@@ -72,8 +72,8 @@ pub struct Switches {
     /// code's in both: the replay may stop waiting or driving at any moment.)
     pub replay_answers_record: bool,
     /// Issue 29. On: a judged operation (a service's rule, or its own operation, reads the item and judges
-    /// it: participant/protocol.rs `judge`) is locked by a write conditioned on the item's `version` being
-    /// the one read (store.rs `Seen::Version`): an item changed in between fails the write, and the prepare
+    /// it: participant/prepare.rs `judge`) is locked by a write conditioned on the item's `version` being
+    /// the one read (participant/expressions.rs `Seen::Version`): an item changed in between fails the write, and the prepare
     /// reads and judges again. Off: the lock write carries no such condition, and a rule may have judged an
     /// item another commit changed since.
     pub rule_version_condition: bool,
@@ -203,7 +203,7 @@ pub struct Op {
 
 impl Op {
     /// Judged at prepare on the item as read (a rule, or a service's own operation): the prepare reads,
-    /// then locks on condition of the version it read (participant/protocol.rs `judge`).
+    /// then locks on condition of the version it read (participant/prepare.rs `judge`).
     pub fn judged(&self) -> bool {
         matches!(self.kind, OpKind::Ruled { .. } | OpKind::Custom { .. })
     }

@@ -77,7 +77,7 @@ pub struct Item {
     pub lock: Option<Lock>,
 }
 
-/// Where a resource participant's barrier entry stands (participant/resource.rs `State`).
+/// Where a resource participant's barrier entry stands (participant/barrier.rs `State`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BState {
     /// Written before the first try request (`begin`, `attribute_not_exists`); the try's outcome unknown.

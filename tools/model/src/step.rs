@@ -1022,7 +1022,7 @@ impl TwoPc {
         }
     }
 
-    /// What a lock the handler's write met means (items.rs `classify_lock_failure`, the other
+    /// What a lock the handler's write met means (participant/locks.rs `classify_lock_failure`, the other
     /// transaction's lock part): resolve an expired one (past `expiry + 2M` by this participant's clock),
     /// wait for a younger one's, refuse an older one's.
     fn met_lock(&self, s: &mut State, mut t: Task, lock: Lock, item: ItemId, ctx: &mut Ctx) {
@@ -1143,7 +1143,7 @@ impl TwoPc {
         }
     }
 
-    /// items.rs `DataTable::lock_all` (`lock_update` per item; one TransactWriteItems for several),
+    /// items.rs `DataTable::lock_all` (`lock_write` per item, sent by store/write.rs `conditional`; one TransactWriteItems for several),
     /// and participant.rs `prepare`'s reading of a failed condition.
     /// Fixed condition: `attribute_not_exists(lock) AND (attribute_not_exists(lastTx) OR lastTx <> T)
     /// AND guard`, update `SET lock = {T, token}`. Today's (`token_check` off): `(attribute_not_exists(lock)
@@ -1206,7 +1206,7 @@ impl TwoPc {
         self.refuse(s, t, ctx)
     }
 
-    /// participant.rs `prepare_read_only` (items.rs `check_holds`): read, vote, lock nothing.
+    /// participant.rs `prepare_read_only` (participant/locks.rs `check_holds`): read, vote, lock nothing.
     fn prepare_read(&self, s: &mut State, t: Task, ctx: &mut Ctx) {
         let tx = t.req.tx();
         if self.past_cutoff(s, &t, ctx) {
@@ -1417,7 +1417,7 @@ impl TwoPc {
                 resume(self, s, t)
             }
             RStage::Extend { token } => {
-                // Issue 32, participant/protocol.rs `resolve`, `OwnerFate::Held`: `extend_lock(owner, key, voted
+                // Issue 32, participant/prepare.rs `resolve`, `OwnerFate::Held`: `extend_lock(owner, key, voted
                 // token, holdUntil)` (its lost reply's retry meets the lock extended and changes nothing: folded),
                 // then refused CONFLICT, naming the holder.
                 self.extend_lock(s, owner, item, token, ctx);

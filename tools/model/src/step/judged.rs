@@ -1,7 +1,7 @@
 //! Issues 29 and 30: operations judged on the item as read. A service's rules (`Rules::check`) and its own
-//! operations (`Operations::prepare`) look at the item before it is locked: participant/protocol.rs `judge`
+//! operations (`Operations::prepare`) look at the item before it is locked: participant/prepare.rs `judge`
 //! reads the item, asks the rule or computes the new value, and the lock write (`DataTable::lock_all`, or
-//! `apply_one_phase`) is conditioned on the item's `version` being the one read (store.rs `Seen`). A write
+//! `apply_one_phase`) is conditioned on the item's `version` being the one read (participant/expressions.rs `Seen`). A write
 //! that fails because the item changed in between (`classify_lock_failure` → Unexplained) is the next
 //! attempt: read and judged again. A service's own operation keeps the value it computed in `pending`
 //! beside the lock, and the commit applies exactly that (`SET data = pending`).
