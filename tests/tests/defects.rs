@@ -145,7 +145,8 @@ async fn commit_leaving_service_b_unacknowledged(env: &TestEnv, body: &Value) ->
     let entry = record.participants.iter().find(|p| p.service == "service-a").unwrap();
     assert_eq!(prepare.transaction_id, id);
     assert_eq!(prepare.deadline, Some(record.deadline));
-    assert_eq!(prepare.operations, entry.operations);
+    let recorded: Vec<Value> = entry.operations.iter().map(twopc::model::Operation::to_json).collect();
+    assert_eq!(prepare.operations, recorded);
     (id, record.deadline, prepare)
 }
 

@@ -371,7 +371,10 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
     let now = env.clock_now();
     let token = |i: usize| format!("{i:032}");
     let services: Vec<String> = env.participants.keys().cloned().collect();
-    let put = |note: usize| json!({"op": "put", "key": {"entityId": "A"}, "data": {"balance": balance, "note": "n".repeat(note)}});
+    let put = |note: usize| {
+        let op = json!({"op": "put", "key": {"entityId": "A"}, "data": {"balance": balance, "note": "n".repeat(note)}});
+        twopc::model::Operation::parse(&op, "operation").unwrap()
+    };
     let mut record = TransactionRecord {
         transaction_id: id.to_owned(),
         status,

@@ -8,9 +8,10 @@ use std::path::Path;
 
 use serde_json::Value;
 use twopc::auth::{Envelope, KeySet, hmac_sha256, open, seal_with, sign_with, signing_input, signing_input_v2, verify};
+use twopc::custom::Catalog;
 use twopc::model::{
-    Action, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED, STATUS_FAILED,
-    STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
+    Action, Message, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
+    STATUS_FAILED, STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Vote,
 };
 
 const DOC: &str = "docs/participant-protocol.md";
@@ -125,6 +126,40 @@ async fn every_message_example_is_the_codes_and_its_signature_the_documented_one
         actions,
         [Action::Prepare, Action::Commit, Action::Abort, Action::Hold].iter().map(|a| a.as_str()).collect()
     );
+}
+
+/// Step 4's typed messages leave the wire as it was: every example reads as its action's message and
+/// that message writes the example again, field for field.
+#[test]
+fn every_message_example_reads_as_its_typed_message_and_writes_back_the_same() {
+    let blocks = blocks();
+    let mut read = BTreeSet::new();
+    let mut normalized = vec![];
+    for block in blocks.iter().filter(|b| b.attribute("example").is_some_and(|e| !e.starts_with("answer-"))) {
+        let name = block.attribute("example").unwrap();
+        let sent: Value = serde_json::from_str(&block.text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let request: ParticipantRequest = serde_json::from_value(sent.clone()).unwrap();
+        let message = Message::read(&request, &Catalog::any()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(message.action(), request.action, "{name}");
+        let written = ParticipantRequest { signature: request.signature.clone(), ..message.to_wire() };
+        // Operations are written as the coordinator has always sent them, in the form a parsed operation
+        // writes (`-0` as `0`: the value the participant writes to the item either way); every other
+        // field as it came.
+        let mut expected = sent.clone();
+        expected["operations"] = twopc::participant::parse_operations_for(&request.operations, &Catalog::any())
+            .unwrap()
+            .iter()
+            .map(Operation::to_json)
+            .collect();
+        if expected != sent {
+            normalized.push(name);
+        }
+        assert_eq!(serde_json::to_value(&written).unwrap(), expected, "{name}: the typed message writes it otherwise");
+        read.insert(format!("{:?}", std::mem::discriminant(&message)));
+    }
+    assert_eq!(read.len(), 5, "an example of each message: prepare, one-phase commit, commit, hold, abort");
+    // Only the example written to show number forms is not in the form the coordinator sends.
+    assert_eq!(normalized, ["prepare-values"]);
 }
 
 #[test]

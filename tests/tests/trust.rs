@@ -45,8 +45,10 @@ async fn rewrite_record(env: &TestEnv, id: &str, status: Option<Status>, drop_b:
     let mut record = env.transactions.get(id).await.unwrap().expect("record");
     for entry in &mut record.participants {
         for op in &mut entry.operations {
-            let delta: f64 = op["delta"].as_f64().expect("an add");
-            op["delta"] = json!(delta * 1000.0);
+            let mut json = op.to_json();
+            let delta: f64 = json["delta"].as_f64().expect("an add");
+            json["delta"] = json!(delta * 1000.0);
+            *op = twopc::model::Operation::parse(&json, "operation").expect("an add");
         }
         if drop_b && entry.service == "service-b" {
             entry.operations.clear();

@@ -481,9 +481,9 @@ fn reasons(body: &Value) -> impl Iterator<Item = &str> {
     body.get("reason").and_then(Value::as_str).into_iter().chain(participants.filter_map(|p| p.get("reason")?.as_str()))
 }
 
-/// The `entityId`s an operation list (as JSON) touches.
-pub fn entity_ids<'a>(operations: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
-    operations.into_iter().map(|op| op["key"][item_attr::KEY].as_str().unwrap_or_default().to_owned()).collect()
+/// The `entityId`s an operation list touches.
+pub fn entity_ids(operations: &[crate::model::Operation]) -> Vec<String> {
+    operations.iter().map(|op| entity_id(op.key())).collect()
 }
 
 /// The `entityId` of a key ("" when it has no string one: nobody owns that item).

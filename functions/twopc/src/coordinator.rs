@@ -30,8 +30,9 @@ use crate::custom::{Catalog, Catalogs};
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
 use crate::hold::HoldPolicy;
 use crate::invoke::{InvokeError, ParticipantInvoker};
+use crate::model::message::{Abort, Commit, Hold, OnePhase, Prepare};
 use crate::model::{
-    Action, ErrorCode, Invalid, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
+    Action, ErrorCode, Invalid, Message, Operation, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
     STATUS_HELD, STATUS_NOT_PREPARED, STATUS_RECORD_EXISTS, Status, TransactionRequest, Vote,
 };
 use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
@@ -236,7 +237,8 @@ impl Coordinator {
     }
 
     /// Sends one message to a participant, signed with its service's current key.
-    pub async fn call(&self, service: &str, request: &ParticipantRequest) -> Result<ParticipantResponse, InvokeError> {
+    pub async fn call(&self, service: &str, message: &Message) -> Result<ParticipantResponse, InvokeError> {
+        let request = &message.to_wire();
         let unsigned =
             |e: crate::auth::KeyError| InvokeError::Unsigned { service: service.to_owned(), message: e.to_string() };
         match self.signature {
@@ -296,16 +298,12 @@ impl Coordinator {
     /// same conditional write every resolver races its coordinator with), and the message sent again.
     /// An owner with no record is left to the sweeper, which reads the lock itself: a participant's word
     /// alone never makes this coordinator write a decision.
-    async fn call_resolving(
-        &self,
-        service: &str,
-        request: &ParticipantRequest,
-    ) -> Result<ParticipantResponse, InvokeError> {
+    async fn call_resolving(&self, service: &str, message: &Message) -> Result<ParticipantResponse, InvokeError> {
         let mut resolved = 0;
         loop {
-            let response = self.call(service, request).await?;
+            let response = self.call(service, message).await?;
             let Some(owner) = response.unresolved_owner.as_deref() else { return Ok(response) };
-            if resolved == MAX_RESOLUTIONS_PER_MESSAGE || owner == request.transaction_id {
+            if resolved == MAX_RESOLUTIONS_PER_MESSAGE || owner == message.transaction_id() {
                 return Ok(response);
             }
             resolved += 1;
@@ -977,14 +975,14 @@ impl Coordinator {
         let mut committed = record.clone().ended(Status::Committed, now);
         committed.participants[0].vote = Some(Vote::Prepared);
         let entry = &record.participants[0];
-        let request = ParticipantRequest {
+        let request = Message::OnePhase(OnePhase {
+            transaction_id: record.transaction_id.clone(),
+            operations: entry.operations.clone(),
             deadline: Some(record.deadline),
             started_at: Some(record.age()),
-            operations: entry.operations.clone(),
-            one_phase_record: Some(serde_json::to_value(&committed).expect("records serialize")),
             principal: record.principal.clone(),
-            ..ParticipantRequest::new(Action::Commit, &record.transaction_id)
-        };
+            record: serde_json::to_value(&committed).expect("records serialize"),
+        });
         let budget = Duration::from_millis(record.deadline.saturating_sub(now));
         let answer = tokio::time::timeout(budget, self.call_resolving(&entry.service, &request)).await;
         let mut aborted = record.clone().ended(Status::Aborted, now);
@@ -1152,15 +1150,15 @@ impl Coordinator {
             .enumerate()
             .map(|(position, &index)| {
                 let entry = &record.participants[index];
-                let request = ParticipantRequest {
+                let request = Message::Prepare(Prepare {
+                    transaction_id: record.transaction_id.clone(),
+                    operations: entry.operations.clone(),
                     deadline: Some(record.deadline),
                     started_at: Some(record.age()),
-                    operations: entry.operations.clone(),
                     principal: record.principal.clone(),
                     held: record.is_held(),
                     holds_no_locks: sole || (sequential && position == 0),
-                    ..ParticipantRequest::new(Action::Prepare, &record.transaction_id)
-                };
+                });
                 async move {
                     let sent = self.clock.now_ms();
                     // Each bounded by the deadline from when it is sent (one at a time, a later one starts later).
@@ -1261,10 +1259,13 @@ impl Coordinator {
         let mut pending: FuturesUnordered<_> = targets
             .iter()
             .map(|entry| {
-                let request = ParticipantRequest {
-                    operations: entry.operations.clone(),
-                    lock_token: entry.lock_token.clone().filter(|_| action == Action::Commit),
-                    ..ParticipantRequest::new(action, &record.transaction_id)
+                let transaction_id = record.transaction_id.clone();
+                let operations = entry.operations.clone();
+                let request = match action {
+                    Action::Commit => {
+                        Message::Commit(Commit { transaction_id, operations, lock_token: entry.lock_token.clone() })
+                    }
+                    _ => Message::Abort(Abort { transaction_id, operations }),
                 };
                 async move { (entry.service.as_str(), self.deliver(&entry.service, &request).await) }
             })
@@ -1284,14 +1285,14 @@ impl Coordinator {
 
     /// One commit or abort, retried until the participant acknowledges it; or why it did not, in words
     /// fit for the record (the participant's own reason, or the invoke's public one).
-    async fn deliver(&self, service: &str, request: &ParticipantRequest) -> Result<(), String> {
+    async fn deliver(&self, service: &str, request: &Message) -> Result<(), String> {
         let mut why = String::new();
         for attempt in 0..SECOND_PHASE_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
             }
             match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.call(service, request)).await {
-                Ok(Ok(response)) if acknowledged(request.action, &response) => return Ok(()),
+                Ok(Ok(response)) if acknowledged(request.action(), &response) => return Ok(()),
                 Ok(Ok(response)) => {
                     warn!(service, ?response, "unexpected second-phase answer");
                     why = match (&response.status, &response.reason) {
@@ -1590,12 +1591,12 @@ impl Coordinator {
             .iter()
             .filter(|p| p.vote == Some(Vote::Prepared) && !p.read_only)
             .map(|entry| {
-                let request = ParticipantRequest {
+                let request = Message::Hold(Hold {
+                    transaction_id: record.transaction_id.clone(),
                     operations: entry.operations.clone(),
                     lock_token: entry.lock_token.clone(),
-                    hold_until: Some(hold_until),
-                    ..ParticipantRequest::new(Action::Hold, &record.transaction_id)
-                };
+                    hold_until,
+                });
                 async move {
                     match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.call(&entry.service, &request)).await {
                         Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_HELD) => {}
@@ -1670,12 +1671,11 @@ pub fn is_one_phase_id(id: &str, service: &str) -> bool {
 /// stays two-phase: the stream tells a delete by a commit from any other delete only by the lock of
 /// the transaction the removed item carried. So does a resource's operation (`catalog` marks it): a
 /// resource beyond DynamoDB cannot commit in the same write as the record.
-fn takes_one_phase(operations: &[Value], catalog: &Catalog) -> bool {
-    let ops = || operations.iter().map(|o| o.get("op").and_then(Value::as_str));
-    let resource = |op: Option<&str>| op.and_then(|kind| catalog.schema(kind)).is_some_and(|schema| schema.resource);
+fn takes_one_phase(operations: &[Operation], catalog: &Catalog) -> bool {
+    let resource = |op: &Operation| catalog.schema(op.kind()).is_some_and(|schema| schema.resource);
     operations.len() < crate::model::MAX_OPERATIONS_PER_PARTICIPANT
-        && ops().any(|op| op != Some("check"))
-        && !ops().any(|op| op == Some("delete") || resource(op))
+        && operations.iter().any(|op| !op.is_read_only())
+        && !operations.iter().any(|op| matches!(op, Operation::Delete { .. }) || resource(op))
 }
 
 /// A record another writer decided, shown with the votes this coordinator collected when it has none.

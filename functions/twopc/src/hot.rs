@@ -75,7 +75,7 @@ mod tests {
 
     fn entry(service: &str, id: &str) -> ParticipantEntry {
         let operation = serde_json::json!({"op": "add", "key": {"entityId": id}, "field": "n", "delta": 1});
-        ParticipantEntry::new(service.to_owned(), vec![operation])
+        ParticipantEntry::new(service.to_owned(), vec![crate::model::Operation::parse(&operation, "op").unwrap()])
     }
 
     #[test]

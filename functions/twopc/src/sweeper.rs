@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::coordinator::Coordinator;
-use crate::model::{Action, ParticipantRequest, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED, Status};
+use crate::model::message::{Abort, Commit, Hold};
+use crate::model::{Message, Operation, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED, Status};
 use crate::participant::store::{DataTable, Lock};
 use crate::recovery::{OwnerFate, owner_fate};
 use crate::store::{Item, StoreError};
@@ -212,8 +212,8 @@ impl Sweeper {
         let span = info_span!("resolve-lock", tx = %owner, service);
         async {
             let fate = owner_fate(self.coordinator.transactions(), &owner, now).await.map_err(|e| e.to_string())?;
-            let key_only = json!({"op": "check", "key": key_json(key)});
-            let (action, operations, lock_token, outcome) = match fate {
+            let transaction_id = owner.clone();
+            let (request, outcome) = match fate {
                 // (`Expired` is what a participant reads; `owner_fate` decides it.)
                 OwnerFate::Undecided | OwnerFate::Expired => return Ok(LockOutcome::Waiting),
                 // Its hold message was lost (or this lock is the first the sweeper meets): the hold it
@@ -222,13 +222,12 @@ impl Sweeper {
                     let Some(entry) = record.participants.into_iter().find(|p| p.service == service) else {
                         return Err(format!("record {owner} lists no operations for {service}"));
                     };
-                    let request = ParticipantRequest {
-                        operations: entry.operations,
-                        lock_token: entry.lock_token,
-                        hold_until: record.hold_until,
-                        ..ParticipantRequest::new(Action::Hold, owner.clone())
+                    let Some(hold_until) = record.hold_until else {
+                        return Err(format!("record {owner} is held without holdUntil"));
                     };
-                    self.coordinator.call(service, &request).await.map_err(|e| e.to_string())?;
+                    let hold =
+                        Hold { transaction_id, operations: entry.operations, lock_token: entry.lock_token, hold_until };
+                    self.coordinator.call(service, &Message::Hold(hold)).await.map_err(|e| e.to_string())?;
                     return Ok(LockOutcome::Waiting);
                 }
                 OwnerFate::Commit(record) => {
@@ -236,13 +235,17 @@ impl Sweeper {
                         return Err(format!("record {owner} lists no operations for {service}"));
                     };
                     // The token the vote reported: a stray lock of a late prepare is released, never applied.
-                    (Action::Commit, entry.operations, entry.lock_token, LockOutcome::RolledForward)
+                    let commit = Commit { transaction_id, operations: entry.operations, lock_token: entry.lock_token };
+                    (Message::Commit(commit), LockOutcome::RolledForward)
                 }
                 // A lock of a finished commit came from a late duplicate prepare: release without applying.
-                OwnerFate::Committed | OwnerFate::Abort => (Action::Abort, vec![key_only], None, LockOutcome::Released),
+                OwnerFate::Committed | OwnerFate::Abort => {
+                    let key_only =
+                        Operation::Check { key: crate::attr::item_to_json(key), version: None, exists: None };
+                    (Message::Abort(Abort { transaction_id, operations: vec![key_only] }), LockOutcome::Released)
+                }
             };
-            let request =
-                ParticipantRequest { operations, lock_token, ..ParticipantRequest::new(action, owner.clone()) };
+            let action = request.action();
             let response = self.coordinator.call(service, &request).await.map_err(|e| e.to_string())?;
             match response.status.as_deref() {
                 Some(STATUS_COMMITTED | STATUS_NOT_PREPARED | STATUS_ABORTED) => {
@@ -255,8 +258,4 @@ impl Sweeper {
         .instrument(span)
         .await
     }
-}
-
-fn key_json(key: &Item) -> Value {
-    Value::Object(crate::attr::item_to_json(key))
 }

@@ -369,3 +369,31 @@ fn check_field_name(name: &str, path: &str) -> Result<(), Invalid> {
     }
     Ok(())
 }
+
+/// A list of operations kept in their contract JSON (a transaction record's `operations`): written with
+/// [`Operation::to_json`], read back with any kind accepted, as a commit or an abort reads them (the
+/// coordinator judged them against the service's kinds before it recorded them). An empty list is a
+/// finished transaction's.
+pub mod as_json {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    use super::Operation;
+    use crate::custom::Catalog;
+
+    pub fn serialize<S: Serializer>(operations: &[Operation], serializer: S) -> Result<S::Ok, S::Error> {
+        let values: Vec<Value> = operations.iter().map(Operation::to_json).collect();
+        values.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Operation>, D::Error> {
+        let any = Catalog::any();
+        Vec::<Value>::deserialize(deserializer)?
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                Operation::parse_for(value, &format!("operations[{i}]"), &any).map_err(serde::de::Error::custom)
+            })
+            .collect()
+    }
+}

@@ -12,7 +12,6 @@ use super::answers::{blocked, operation_refused, prepared, refused, rule_refused
 use super::expressions::{LockSpec, Seen};
 use super::operations::unrepresentable_result;
 use super::store::{DEFAULT_LOCK_MS, Lock, LockAttempt, OnePhase, find};
-use crate::custom::Catalog;
 use crate::model::{
     ErrorCode, Invalid, Operation, ParticipantResponse, RefusalCode, STATUS_COMMITTED, STATUS_RECORD_EXISTS, Status,
     Vote,
@@ -532,14 +531,12 @@ impl Participant {
                 let op = entry
                     .into_iter()
                     .flat_map(|p| p.operations.iter())
-                    .map(|v| Operation::parse_for(v, "record", &Catalog::any()))
-                    .filter_map(Result::ok)
                     .find(|op| self.table.key(op.key()).as_ref() == Ok(key));
                 // With the token the owner's record lists: a stray lock of a late prepare is released, not applied.
                 let token = entry.and_then(|p| p.lock_token.as_deref());
                 match op {
                     Some(op) => {
-                        self.table.commit_item(owner, &op, key, token).await?;
+                        self.table.commit_item(owner, op, key, token).await?;
                     }
                     // What commits is the vote the lock keeps, not the record's list (which may have been
                     // changed after the vote): an item the record no longer lists is still rolled forward.

@@ -15,8 +15,9 @@ use super::store::{CommitOutcome, DataTable};
 use super::{Operations, Rules};
 use crate::clock::SharedClock;
 use crate::custom::{Catalog, OperationSchema};
+use crate::model::message::{OnePhase, Prepare};
 use crate::model::{
-    Action, ErrorCode, Invalid, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
+    ErrorCode, Invalid, Message, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
     STATUS_COMMITTED, STATUS_FAILED, STATUS_HELD, STATUS_NOT_PREPARED,
 };
 use crate::record::TransactionStore;
@@ -192,37 +193,11 @@ impl Participant {
                 warn!(error = %refused, "message refused: not signed by the coordinator or the sweeper");
                 return Err(refused.into());
             }
-            // A prepare is judged against the service's own kinds; a commit or an abort finishes what a
-            // prepare judged, whatever kinds this deployment knows now.
-            let any = Catalog::any();
-            let catalog = match request.action {
-                Action::Prepare => &self.catalog,
-                Action::Commit if request.one_phase_record.is_some() => &self.catalog,
-                Action::Commit | Action::Abort | Action::Hold => &any,
-            };
-            let operations = parse_operations_for(&request.operations, catalog)?;
-            let tx = &request.transaction_id;
-            // A one-phase commit is its transaction's only write: it holds nothing anywhere while it waits.
-            let holds_no_locks = request.holds_no_locks || request.one_phase_record.is_some();
-            let order = Order { started_at: request.started_at, deadline: request.deadline, holds_no_locks };
-            let principal = request.principal.as_deref();
-            if let Some(driver) = &self.resource {
-                let response = self.drive_resource(driver, request, order, &operations).await?;
-                info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
-                let answered_at = Some(self.clock.now_ms());
-                return Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response });
-            }
-            let response = match request.action {
-                Action::Prepare => self.prepare(tx, order, principal, &operations, request.held).await?,
-                Action::Commit => match &request.one_phase_record {
-                    Some(record) => self.commit_one_phase(tx, order, principal, &operations, record).await?,
-                    None => self.commit(tx, &operations, request.lock_token.as_deref()).await?,
-                },
-                Action::Abort => self.abort(&request.transaction_id, &operations).await?,
-                Action::Hold => {
-                    let until = hold_until(request)?;
-                    self.hold(tx, &operations, request.lock_token.as_deref(), until).await?
-                }
+            let message = Message::read(request, &self.catalog)?;
+            check_list(message.operations(), "operations")?;
+            let response = match &self.resource {
+                Some(driver) => self.drive_resource(driver, message).await?,
+                None => self.drive_items(message).await?,
             };
             info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
             let answered_at = Some(self.clock.now_ms());
@@ -232,29 +207,47 @@ impl Participant {
         .await
     }
 
+    /// An item participant's answer: the item store's locks, commits and releases.
+    async fn drive_items(&self, message: Message) -> Result<ParticipantResponse, ParticipantError> {
+        Ok(match message {
+            Message::Prepare(m) => {
+                self.prepare(&m.transaction_id, order_of_prepare(&m), m.principal.as_deref(), &m.operations, m.held)
+                    .await?
+            }
+            Message::OnePhase(m) => {
+                let order = order_of_one_phase(&m);
+                self.commit_one_phase(&m.transaction_id, order, m.principal.as_deref(), &m.operations, &m.record)
+                    .await?
+            }
+            Message::Commit(m) => self.commit(&m.transaction_id, &m.operations, m.lock_token.as_deref()).await?,
+            Message::Hold(m) => {
+                self.hold(&m.transaction_id, &m.operations, m.lock_token.as_deref(), m.hold_until).await?
+            }
+            Message::Abort(m) => self.abort(&m.transaction_id, &m.operations).await?,
+        })
+    }
+
     /// A resource participant's answer: its try, confirm or cancel, behind the barrier.
     async fn drive_resource(
         &self,
         driver: &super::resource::Driver,
-        request: &ParticipantRequest,
-        order: Order,
-        operations: &[Operation],
+        message: Message,
     ) -> Result<ParticipantResponse, ParticipantError> {
-        let tx = &request.transaction_id;
         let now = || self.clock.now_ms();
-        match request.action {
-            Action::Prepare => {
-                if let Some(other) = operations.iter().find(|op| !matches!(op, Operation::Custom { .. })) {
+        match message {
+            Message::Prepare(m) => {
+                if let Some(other) = m.operations.iter().find(|op| !matches!(op, Operation::Custom { .. })) {
                     return Ok(refused(
                         RefusalCode::Invalid,
                         format!("{} speaks only its own operations, not \"{}\"", self.service, other.kind()),
                     ));
                 }
+                let order = order_of_prepare(&m);
                 let prepare = super::resource::Prepare {
                     service: &self.service,
-                    tx,
-                    principal: request.principal.as_deref(),
-                    operations,
+                    tx: &m.transaction_id,
+                    principal: m.principal.as_deref(),
+                    operations: &m.operations,
                     deadline: order.deadline,
                     started_at: order.priority(),
                 };
@@ -262,14 +255,14 @@ impl Participant {
             }
             // A resource cannot commit atomically with the record: the coordinator commits it in two
             // phases (its schemas are marked `resource`), and a one-phase commit is refused unapplied.
-            Action::Commit if request.one_phase_record.is_some() => {
+            Message::OnePhase(_) => {
                 Ok(refused(RefusalCode::Invalid, format!("{} is a resource: it commits in two phases", self.service)))
             }
-            Action::Commit => {
-                failed_resource(driver.commit(&self.service, tx, request.lock_token.as_deref(), now).await)
+            Message::Commit(m) => {
+                failed_resource(driver.commit(&self.service, &m.transaction_id, m.lock_token.as_deref(), now).await)
             }
-            Action::Abort => failed_resource(driver.abort(&self.service, tx, now).await),
-            Action::Hold => Ok(driver.hold(tx, request.lock_token.as_deref(), hold_until(request)?).await?),
+            Message::Abort(m) => failed_resource(driver.abort(&self.service, &m.transaction_id, now).await),
+            Message::Hold(m) => Ok(driver.hold(&m.transaction_id, m.lock_token.as_deref(), m.hold_until).await?),
         }
     }
 
@@ -330,11 +323,14 @@ impl Participant {
     }
 }
 
-/// A hold message's new expiry: required.
-fn hold_until(request: &ParticipantRequest) -> Result<u64, ParticipantError> {
-    request
-        .hold_until
-        .ok_or_else(|| Invalid::new(ErrorCode::InvalidRequest, "holdUntil: a hold message needs it (epoch ms)").into())
+/// Wait-die's place of a prepare.
+fn order_of_prepare(m: &Prepare) -> Order {
+    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: m.holds_no_locks }
+}
+
+/// A one-phase commit is its transaction's only write: it holds nothing anywhere while it waits.
+fn order_of_one_phase(m: &OnePhase) -> Order {
+    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: true }
 }
 
 /// A resource that did not confirm or cancel is answered FAILED with why (the resource's own words,

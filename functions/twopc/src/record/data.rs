@@ -200,7 +200,8 @@ pub struct TransactionRecord {
 #[serde(rename_all = "camelCase")]
 pub struct ParticipantEntry {
     pub service: String,
-    pub operations: Vec<Value>,
+    #[serde(with = "crate::model::operation::as_json")]
+    pub operations: Vec<Operation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vote: Option<Vote>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,7 +229,7 @@ pub struct ParticipantEntry {
 
 impl ParticipantEntry {
     /// A service's part before its prepare answered.
-    pub fn new(service: String, operations: Vec<Value>) -> ParticipantEntry {
+    pub fn new(service: String, operations: Vec<Operation>) -> ParticipantEntry {
         ParticipantEntry {
             service,
             operations,
@@ -270,9 +271,7 @@ impl TransactionRecord {
             participants: request
                 .participants
                 .iter()
-                .map(|p| {
-                    ParticipantEntry::new(p.service.clone(), p.operations.iter().map(Operation::to_json).collect())
-                })
+                .map(|p| ParticipantEntry::new(p.service.clone(), p.operations.clone()))
                 .collect(),
             created_at: now_ms,
             updated_at: now_ms,

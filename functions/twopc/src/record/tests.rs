@@ -10,12 +10,16 @@ use crate::size::MAX_ITEM_BYTES;
 use crate::size::item_size;
 use crate::tables::tx_attr as a;
 
+fn put(operation: Value) -> crate::model::Operation {
+    crate::model::Operation::parse(&operation, "operation").unwrap()
+}
+
 /// A record whose first write is exactly [`MAX_RECORD_BYTES`], with the most participants, each with
 /// one operation; the first operation's data is padded to the bound.
 fn record_at_the_bound(keyed: bool) -> TransactionRecord {
     let entry = |i: usize, data: &str| ParticipantEntry {
         service: format!("service-{i:02}"),
-        operations: vec![serde_json::json!({"op": "put", "key": {"entityId": "A"}, "data": {"x": data}})],
+        operations: vec![put(serde_json::json!({"op": "put", "key": {"entityId": "A"}, "data": {"x": data}}))],
         vote: None,
         code: None,
         reason: None,
@@ -192,9 +196,8 @@ fn shortened_writes_never_grow_the_record() {
 #[test]
 fn a_record_one_byte_over_the_bound_is_refused_naming_the_limit() {
     let mut record = record_at_the_bound(true);
-    let Some(Value::String(data)) = record.participants[0].operations[0].pointer_mut("/data/x") else {
-        panic!("padded")
-    };
+    let crate::model::Operation::Put { data, .. } = &mut record.participants[0].operations[0] else { panic!("a put") };
+    let Some(Value::String(data)) = data.get_mut("x") else { panic!("padded") };
     data.push('d');
     let refused = record.check_first_write().unwrap_err();
     assert_eq!(refused.code, ErrorCode::LimitExceeded);
@@ -223,7 +226,7 @@ fn record_with_every_field(status: Status) -> TransactionRecord {
         status,
         participants: vec![ParticipantEntry {
             service: "service-a".into(),
-            operations: vec![serde_json::json!({"op": "put", "key": {"entityId": "A"}, "data": {}})],
+            operations: vec![put(serde_json::json!({"op": "put", "key": {"entityId": "A"}, "data": {}}))],
             vote: Some(Vote::Prepared),
             code: Some(RefusalCode::ALL[0]),
             reason: Some("why".into()),
@@ -398,4 +401,34 @@ fn an_owner_abort_writes_only_what_an_owner_abort_may_write() {
     let votes = worst_votes(&record_with_every_field(Status::Preparing));
     let with_votes = transition_update(Status::Aborting, true, now, Some(&votes), None);
     assert_eq!(outside(OWNER_ABORT_WRITES, with_votes.names()), vec![a::PARTICIPANTS]);
+}
+
+/// Operations are typed in the record, and kept in the table as the contract's JSON: what the coordinator
+/// recorded is, read back, the same operations and the same JSON (number forms, a service's own kind and
+/// its fields, an empty list of a finished transaction).
+#[test]
+fn a_records_operations_read_back_as_they_were_written() {
+    let written = [
+        serde_json::json!({"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1.5, "min": 0}),
+        serde_json::json!({"op": "put", "key": {"entityId": "B", "n": 7}, "data": {"x": [1, {"y": null}]}, "ifNotExists": true}),
+        serde_json::json!({"op": "set", "key": {"entityId": "C"}, "set": {"n": 1e3}}),
+        serde_json::json!({"op": "check", "key": {"entityId": "D"}, "version": 4, "exists": true}),
+        serde_json::json!({"op": "delete", "key": {"entityId": "E"}}),
+        serde_json::json!({"op": "reserve", "key": {"entityId": "F"}, "quantity": 3, "note": "two words"}),
+    ];
+    let any = crate::custom::Catalog::any();
+    let operations: Vec<_> =
+        written.iter().map(|op| crate::model::Operation::parse_for(op, "operation", &any).unwrap()).collect();
+    let mut record = record_at_the_bound(false);
+    record.participants.truncate(2);
+    record.participants[0].operations = operations.clone();
+    record.participants[1].operations.clear();
+    let item = record.to_item();
+    let stored: Value = serde_dynamo::from_item(item.clone()).unwrap();
+    assert_eq!(stored["participants"][0]["operations"], Value::Array(written.to_vec()));
+    assert_eq!(stored["participants"][1]["operations"], serde_json::json!([]));
+    let read = TransactionRecord::from_item(&item).unwrap();
+    assert_eq!(read.participants[0].operations, operations);
+    assert!(read.participants[1].operations.is_empty());
+    assert_eq!(read, record);
 }
