@@ -814,9 +814,9 @@ impl TwoPc {
         self.finish(s, t, Ans::Vote(Vote::Refused), ctx);
     }
 
-    /// participant.rs `Cutoff::passed`, before every attempt of a lock write (prepare, check-only prepare,
-    /// one-phase commit): is the participant's clock past `deadline + M`? (Before issue 28, `lock_cutoff`
-    /// off: only on arrival, in `deliver_req`.)
+    /// participant/locks.rs `Cutoff::passed`, on arrival (guard.rs) and before every attempt of a lock write
+    /// (prepare, check-only prepare, one-phase commit): is the participant's clock past `deadline + M`?
+    /// (Before issue 28, `lock_cutoff` off: only on arrival, in `deliver_req`.)
     fn past_cutoff(&self, s: &mut State, t: &Task, ctx: &mut Ctx) -> bool {
         if !self.cfg.switches.lock_cutoff {
             return false;
@@ -1060,7 +1060,9 @@ impl TwoPc {
 
     // ----- participant ---------------------------------------------------------------------------
 
-    /// participant.rs `Participant::handle`: a request arrives; its handler's first step runs.
+    /// participant/protocol.rs `Participant::handle`: a request arrives, passes the guard (guard.rs: its
+    /// signature, its reading, a prepare's arrival cutoff, which is the first attempt's check in
+    /// `past_cutoff`), and its branch's first step runs (port.rs: items, or a resource's `res_deliver`).
     fn deliver_req(&self, s: &mut State, svc: Svc, req: Req, reply: Option<Dest>, ctx: &mut Ctx) {
         let tx = req.tx();
         if s.status(tx).is_some_and(Status::terminal) {

@@ -22,7 +22,12 @@ pub(super) struct Cutoff(pub(super) Option<u64>);
 
 impl Cutoff {
     pub(super) fn of(order: Order) -> Cutoff {
-        Cutoff(order.deadline.map(crate::clock::lock_cutoff))
+        Cutoff::of_deadline(order.deadline)
+    }
+
+    /// A message's cutoff: its deadline and the clock margin (none without a deadline).
+    pub(super) fn of_deadline(deadline: Option<u64>) -> Cutoff {
+        Cutoff(deadline.map(crate::clock::lock_cutoff))
     }
 
     /// The TIMEOUT refusal to answer if `now_ms` is past the cutoff; `what` says what came too late.

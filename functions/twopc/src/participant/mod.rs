@@ -39,15 +39,19 @@
 //! [`Refusal`] is a `REFUSED` vote with the code `RULE`, the service's own code in `serviceCode` and its
 //! reason. A participant without rules (the generic participant) reads nothing more than before.
 //!
-//! The library's seams: [`protocol`] (locks, tokens, resolution, wait-die, the cutoff), [`store`] (the
-//! item store: the table's items and the writes that lock, commit and release them), [`operations`] (what
-//! an operation does to an item).
+//! The library's seams: `protocol` (the participant and its one entry), `guard` (what every message
+//! passes first: signature, reading, arrival cutoff), `port` (the branch a message then goes to: the
+//! items, or a resource), `prepare` and `locks` (locks, tokens, resolution, wait-die, the cutoff),
+//! [`store`] (the item store: the table's items and the writes that lock, commit and release them),
+//! [`operations`] (what an operation does to an item), [`resource`] and `barrier` (try, confirm, cancel).
 
 mod answers;
 mod barrier;
 pub mod expressions;
+mod guard;
 mod locks;
 pub mod operations;
+mod port;
 mod prepare;
 mod protocol;
 pub mod resource;

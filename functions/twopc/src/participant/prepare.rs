@@ -106,12 +106,9 @@ impl Participant {
             Ok(keys) => keys,
             Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
         };
+        // (A prepare that arrived past its cutoff was answered by the guard.)
         let now = self.clock.now_ms();
         let cutoff = Cutoff::of(order);
-        if let Some(late) = cutoff.passed(now, "prepare arrived") {
-            // Locking now would only hold the item for a transaction that can no longer commit.
-            return Ok(late);
-        }
         if !held && operations.iter().all(Operation::is_read_only) {
             return self.prepare_read_only(tx, order, principal, operations, &keys).await;
         }

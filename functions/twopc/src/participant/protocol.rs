@@ -1,29 +1,26 @@
-//! A participant of one service: how it is built (its table, keys, rules, operations, resource), the one
-//! entry every message goes through first ([`Participant::handle`], [`Participant::handle_sealed`]: the
-//! signature, then the action), and the second phase: commit, hold, abort. A prepare and a one-phase
-//! commit are [`super::prepare`]'s; a resource's try, confirm and cancel are [`super::resource`]'s.
+//! A participant of one service: how it is built (its table, keys, rules, operations, resource), and the
+//! one entry every message goes through ([`Participant::handle`], [`Participant::handle_sealed`]): the
+//! guard first ([`super::guard`]: signature, reading, cutoff), then this participant's branch
+//! ([`super::port`]: its items, or its resource).
 
 use std::time::Duration;
 
-use futures::future::try_join_all;
 use serde_json::Value;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info, info_span};
 
-use super::answers::{refused, status};
 use super::expressions::check_list;
-use super::store::{CommitOutcome, DataTable};
+use super::guard::Admission;
+use super::port::{Items, Resources, dispatch};
+use super::store::DataTable;
 use super::{Operations, Rules};
 use crate::clock::SharedClock;
 use crate::custom::{Catalog, OperationSchema};
-use crate::model::message::{OnePhase, Prepare};
-use crate::model::{
-    ErrorCode, Invalid, Message, Operation, ParticipantRequest, ParticipantResponse, RefusalCode, STATUS_ABORTED,
-    STATUS_COMMITTED, STATUS_FAILED, STATUS_HELD, STATUS_NOT_PREPARED,
-};
+use crate::model::{Invalid, Operation, ParticipantRequest, ParticipantResponse};
 use crate::record::TransactionStore;
 use crate::store::{Item, StoreError};
 
-use super::locks::{Cutoff, Order};
+use super::locks::Cutoff;
+
 /// An older transaction waits for a younger one's lock at most this long in all, and never more than
 /// half of what is left before its deadline; then it refuses TIMEOUT (out of time, not of priority): an
 /// older transaction is never refused CONFLICT because of a younger one. Below the participant function's
@@ -157,195 +154,50 @@ impl Participant {
         &self.table
     }
 
-    /// A message signed in v1 (its `signature` inside it), checked before anything else: only the
-    /// coordinator's and the sweeper's messages are acted on.
+    /// A message signed in v1 (its `signature` inside it): through the guard (`guard.rs`), then to
+    /// the branch of this participant (`port.rs`).
     pub async fn handle(&self, request: &ParticipantRequest) -> Result<ParticipantResponse, ParticipantError> {
         let received_at = self.clock.now_ms();
-        let checked = crate::auth::verify(self.keys.as_ref(), &self.service, request, received_at).await;
-        self.answer(request, received_at, checked).await
+        async {
+            let admission = self.admit(request, received_at).await?;
+            self.answer(admission, received_at).await
+        }
+        .instrument(message_span(&self.service, request))
+        .await
     }
 
-    /// A message sealed in v2 (an [`Envelope`](crate::auth::Envelope)): opened, its MAC checked over the
-    /// bytes as sent, before anything else.
+    /// A message sealed in v2 (an [`Envelope`](crate::auth::Envelope)): opened by the guard, its MAC
+    /// checked over the bytes as sent, before anything else.
     pub async fn handle_sealed(
         &self,
         envelope: &crate::auth::Envelope,
     ) -> Result<ParticipantResponse, ParticipantError> {
         let received_at = self.clock.now_ms();
-        match crate::auth::open(self.keys.as_ref(), &self.service, envelope, received_at).await {
-            Ok(request) => self.answer(&request, received_at, Ok(())).await,
-            Err(refused) => {
-                warn!(service = %self.service, error = %refused, "message refused: not sealed by the coordinator or the sweeper");
-                Err(refused.into())
-            }
-        }
+        let (request, admission) = self.admit_sealed(envelope, received_at).await?;
+        self.answer(admission, received_at).instrument(message_span(&self.service, &request)).await
     }
 
-    async fn answer(
-        &self,
-        request: &ParticipantRequest,
-        received_at: u64,
-        checked: Result<(), crate::auth::Unauthenticated>,
-    ) -> Result<ParticipantResponse, ParticipantError> {
-        let span = info_span!("participant", tx = %request.transaction_id, service = %self.service, action = request.action.as_str());
-        async {
-            if let Err(refused) = checked {
-                warn!(error = %refused, "message refused: not signed by the coordinator or the sweeper");
-                return Err(refused.into());
-            }
-            let message = Message::read(request, &self.catalog)?;
-            check_list(message.operations(), "operations")?;
-            let response = match &self.resource {
-                Some(driver) => self.drive_resource(driver, message).await?,
-                None => self.drive_items(message).await?,
-            };
-            info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
-            let answered_at = Some(self.clock.now_ms());
-            Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response })
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// An item participant's answer: the item store's locks, commits and releases.
-    async fn drive_items(&self, message: Message) -> Result<ParticipantResponse, ParticipantError> {
-        Ok(match message {
-            Message::Prepare(m) => {
-                self.prepare(&m.transaction_id, order_of_prepare(&m), m.principal.as_deref(), &m.operations, m.held)
-                    .await?
-            }
-            Message::OnePhase(m) => {
-                let order = order_of_one_phase(&m);
-                self.commit_one_phase(&m.transaction_id, order, m.principal.as_deref(), &m.operations, &m.record)
-                    .await?
-            }
-            Message::Commit(m) => self.commit(&m.transaction_id, &m.operations, m.lock_token.as_deref()).await?,
-            Message::Hold(m) => {
-                self.hold(&m.transaction_id, &m.operations, m.lock_token.as_deref(), m.hold_until).await?
-            }
-            Message::Abort(m) => self.abort(&m.transaction_id, &m.operations).await?,
-        })
-    }
-
-    /// A resource participant's answer: its try, confirm or cancel, behind the barrier.
-    async fn drive_resource(
-        &self,
-        driver: &super::resource::Driver,
-        message: Message,
-    ) -> Result<ParticipantResponse, ParticipantError> {
-        let now = || self.clock.now_ms();
-        match message {
-            Message::Prepare(m) => {
-                if let Some(other) = m.operations.iter().find(|op| !matches!(op, Operation::Custom { .. })) {
-                    return Ok(refused(
-                        RefusalCode::Invalid,
-                        format!("{} speaks only its own operations, not \"{}\"", self.service, other.kind()),
-                    ));
-                }
-                let order = order_of_prepare(&m);
-                let prepare = super::resource::Prepare {
-                    service: &self.service,
-                    tx: &m.transaction_id,
-                    principal: m.principal.as_deref(),
-                    operations: &m.operations,
-                    deadline: order.deadline,
-                    started_at: order.priority(),
-                };
-                Ok(driver.prepare(prepare, now).await?)
-            }
-            // A resource cannot commit atomically with the record: the coordinator commits it in two
-            // phases (its schemas are marked `resource`), and a one-phase commit is refused unapplied.
-            Message::OnePhase(_) => {
-                Ok(refused(RefusalCode::Invalid, format!("{} is a resource: it commits in two phases", self.service)))
-            }
-            Message::Commit(m) => {
-                failed_resource(driver.commit(&self.service, &m.transaction_id, m.lock_token.as_deref(), now).await)
-            }
-            Message::Abort(m) => failed_resource(driver.abort(&self.service, &m.transaction_id, now).await),
-            Message::Hold(m) => Ok(driver.hold(&m.transaction_id, m.lock_token.as_deref(), m.hold_until).await?),
-        }
+    async fn answer(&self, admission: Admission, received_at: u64) -> Result<ParticipantResponse, ParticipantError> {
+        let response = match admission {
+            Admission::Answered(response) => response,
+            Admission::Admitted(message) => match &self.resource {
+                Some(driver) => dispatch(&Resources { participant: self, driver }, message).await?,
+                None => dispatch(&Items(self), message).await?,
+            },
+        };
+        info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
+        let answered_at = Some(self.clock.now_ms());
+        Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response })
     }
 
     pub(super) fn keys(&self, operations: &[Operation]) -> Result<Vec<Item>, String> {
         operations.iter().map(|op| self.table.key(op.key())).collect()
     }
-
-    async fn commit(
-        &self,
-        tx: &str,
-        operations: &[Operation],
-        token: Option<&str>,
-    ) -> Result<ParticipantResponse, ParticipantError> {
-        let keys = self.keys(operations).map_err(|m| Invalid::new(ErrorCode::InvalidRequest, m))?;
-        let outcomes =
-            try_join_all(operations.iter().zip(&keys).map(|(op, key)| self.table.commit_item(tx, op, key, token)))
-                .await?;
-        let unproven: Vec<String> = outcomes
-            .iter()
-            .zip(operations)
-            .filter_map(|(outcome, op)| match outcome {
-                CommitOutcome::NotPrepared { detail } => Some(format!("entity {}: {detail}", op.key_text())),
-                _ => None,
-            })
-            .collect();
-        if unproven.is_empty() {
-            return Ok(status(STATUS_COMMITTED, None));
-        }
-        warn!(?unproven, "commit found no lock of this transaction and no lastTx to prove it");
-        Ok(status(STATUS_NOT_PREPARED, Some(unproven.join("; "))))
-    }
-
-    /// A held transaction's locks with the voted `token` now expire at `until` (a lock that is gone, or
-    /// carries another token, is left alone): answered HELD either way, the coordinator only logs it.
-    async fn hold(
-        &self,
-        tx: &str,
-        operations: &[Operation],
-        token: Option<&str>,
-        until: u64,
-    ) -> Result<ParticipantResponse, ParticipantError> {
-        let keys: Vec<Item> = operations.iter().filter_map(|op| self.table.key(op.key()).ok()).collect();
-        let extended = try_join_all(keys.iter().map(|key| self.table.extend_lock(tx, key, token, until))).await?;
-        let missing = extended.iter().filter(|done| !**done).count();
-        if missing > 0 {
-            warn!(missing, "hold: some locks of the voted token are not there (already finished, or never taken)");
-        }
-        Ok(status(STATUS_HELD, None))
-    }
-
-    /// Releases whatever the transaction holds. A key that does not fit this table (its prepare was
-    /// refused as invalid) can hold nothing, so it is skipped rather than failing the abort: an abort that
-    /// could never succeed would leave its transaction ABORTING for ever.
-    async fn abort(&self, tx: &str, operations: &[Operation]) -> Result<ParticipantResponse, ParticipantError> {
-        let keys: Vec<Item> = operations.iter().filter_map(|op| self.table.key(op.key()).ok()).collect();
-        try_join_all(keys.iter().map(|key| self.table.release(tx, key, None, "abort"))).await?;
-        Ok(status(STATUS_ABORTED, None))
-    }
 }
 
-/// Wait-die's place of a prepare.
-fn order_of_prepare(m: &Prepare) -> Order {
-    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: m.holds_no_locks }
-}
-
-/// A one-phase commit is its transaction's only write: it holds nothing anywhere while it waits.
-fn order_of_one_phase(m: &OnePhase) -> Order {
-    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: true }
-}
-
-/// A resource that did not confirm or cancel is answered FAILED with why (the resource's own words,
-/// kept in the record's `sweepError`), not acknowledged: the coordinator and the sweeper send it again.
-fn failed_resource(
-    outcome: Result<ParticipantResponse, super::resource::ResourceFailedOr>,
-) -> Result<ParticipantResponse, ParticipantError> {
-    match outcome {
-        Ok(response) => Ok(response),
-        Err(super::resource::ResourceFailedOr::Store(e)) => Err(e.into()),
-        Err(super::resource::ResourceFailedOr::Resource(e)) => {
-            warn!(error = %e, "the resource failed; the message is to be sent again");
-            Ok(status(STATUS_FAILED, Some(crate::record::cut(&e.to_string(), 400))))
-        }
-    }
+/// Every line a message's handling logs names its transaction, service and action.
+fn message_span(service: &str, request: &ParticipantRequest) -> tracing::Span {
+    info_span!("participant", tx = %request.transaction_id, service = %service, action = request.action.as_str())
 }
 
 /// A message's operations, as the coordinator validated them, and writable by this library's writes.

@@ -1,0 +1,78 @@
+//! The guard every message passes first, whichever branch then acts on it: the sender's signature (v1
+//! inside the message, v2 around it), the message read once into its typed form
+//! ([`crate::model::Message`]) with operations this library can write, and a prepare or a one-phase
+//! commit that arrives past its cutoff (the deadline and the clock margin) answered TIMEOUT before
+//! anything is read or written. What only a branch can decide it decides behind [`super::port`]:
+//! idempotency (an item's lock token and `lastTx`, a resource's barrier entry) and the other late
+//! messages (an abort before any prepare, a prepare after its abort, a commit that finds no lock).
+
+use tracing::warn;
+
+use super::expressions::check_list;
+use super::locks::Cutoff;
+use super::protocol::{Participant, ParticipantError};
+use crate::auth::{Envelope, Unauthenticated};
+use crate::model::{Message, ParticipantRequest, ParticipantResponse};
+
+/// What the guard made of a message.
+pub(super) enum Admission {
+    /// Signed, readable, in time: a branch acts on it.
+    Admitted(Message),
+    /// Answered by the guard itself (a late prepare's TIMEOUT vote), nothing read or written.
+    Answered(ParticipantResponse),
+}
+
+impl Participant {
+    /// A v1 message (its `signature` inside it) through the guard.
+    pub(super) async fn admit(
+        &self,
+        request: &ParticipantRequest,
+        received_at: u64,
+    ) -> Result<Admission, ParticipantError> {
+        let checked = crate::auth::verify(self.keys.as_ref(), &self.service, request, received_at).await;
+        if let Err(refused) = checked {
+            warn!(error = %refused, "message refused: not signed by the coordinator or the sweeper");
+            return Err(refused.into());
+        }
+        self.admit_verified(request, received_at)
+    }
+
+    /// A v2 message (an [`Envelope`]) through the guard: its MAC checked over the bytes as sent, then
+    /// the message they hold.
+    pub(super) async fn admit_sealed(
+        &self,
+        envelope: &Envelope,
+        received_at: u64,
+    ) -> Result<(ParticipantRequest, Admission), ParticipantError> {
+        let opened: Result<ParticipantRequest, Unauthenticated> =
+            crate::auth::open(self.keys.as_ref(), &self.service, envelope, received_at).await;
+        match opened {
+            Ok(request) => {
+                let admission = self.admit_verified(&request, received_at)?;
+                Ok((request, admission))
+            }
+            Err(refused) => {
+                warn!(service = %self.service, error = %refused, "message refused: not sealed by the coordinator or the sweeper");
+                Err(refused.into())
+            }
+        }
+    }
+
+    fn admit_verified(&self, request: &ParticipantRequest, received_at: u64) -> Result<Admission, ParticipantError> {
+        let message = Message::read(request, &self.catalog)?;
+        check_list(message.operations(), "operations")?;
+        let arrival = match &message {
+            Message::Prepare(m) => Some((m.deadline, "the prepare arrived after")),
+            Message::OnePhase(m) => Some((m.deadline, "the one-phase commit arrived after")),
+            Message::Commit(_) | Message::Hold(_) | Message::Abort(_) => None,
+        };
+        if let Some((deadline, what)) = arrival {
+            // A lock taken now would only hold the item for a transaction that can no longer commit, and
+            // a try would reserve what no commit can confirm.
+            if let Some(late) = Cutoff::of_deadline(deadline).passed(received_at, what) {
+                return Ok(Admission::Answered(late));
+            }
+        }
+        Ok(Admission::Admitted(message))
+    }
+}
