@@ -1,3 +1,6 @@
+//! The WebSocket API's authorizer function: the Lambda runtime around `authorizer::handle` (the caller's
+//! token verified, a policy for `$connect` or a denial).
+
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use twopc::config;
 

@@ -1,3 +1,6 @@
+//! The WebSocket connections function: the Lambda runtime around `connections::handle` (`$connect`,
+//! `$disconnect` and the subscribe and unsubscribe messages).
+
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]

@@ -1,3 +1,6 @@
+//! The coordinator function: the Lambda runtime around `coordinator::handle` (the REST API), with the
+//! CORS origin on every answer and the request's metrics flushed after it.
+
 use lambda_http::{Error, Request, service_fn};
 use twopc::{config, telemetry};
 

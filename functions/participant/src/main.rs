@@ -1,5 +1,8 @@
 #![recursion_limit = "256"]
 
+//! The generic participant function: the Lambda runtime around `participant::handle` (one participant
+//! message, signed, answered by the participant library).
+
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]

@@ -1,5 +1,8 @@
 #![recursion_limit = "256"]
 
+//! The sweeper function: the Lambda runtime around `sweeper::handle`, run on a schedule; its metrics are
+//! flushed only after a sweep that found out what they say.
+
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use twopc::{config, telemetry};
 
