@@ -432,3 +432,35 @@ async fn an_unknown_commit_decision_is_never_released_against() {
     problems.extend(committed_once(&env, &answer, "unknown decision").await);
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+/// A key answers for one request only, even when the store cannot be read. A keyed request that commits
+/// in one phase runs under its scoped id (`1p~<service>~<id>`); sent again, the coordinator first looks
+/// for a record under the key's plain id (where such a request ran before ids were scoped). When that
+/// read fails, whether and where the key ran is unknown: the 503 names no transaction, never the plain
+/// id of a request that did not run (found by the bank test: "one key named several requests").
+#[tokio::test]
+async fn a_keyed_one_phase_replay_whose_read_fails_names_no_other_transaction() {
+    let env = world().await;
+    let debit = Transaction::new().participant("service-a", [op::add("A", "balance", -10).min(0)]).to_json();
+    let (status, first) = env.post(&debit, Some("one-phase-key")).await;
+    assert_eq!((status, first["status"].as_str()), (200, Some("COMMITTED")), "{first}");
+    let scoped = first["transactionId"].as_str().unwrap().to_owned();
+    let plain = scoped.strip_prefix("1p~service-a~").expect("a one-phase id").to_owned();
+    env.dynamo_faults.add(
+        Rule::new(DynamoFault::Throttle)
+            .operation("GetItem")
+            .table(env.transactions.table())
+            .body_contains(&format!("\"S\":\"{plain}\"")),
+    );
+
+    let (status, again) = env.post(&debit, Some("one-phase-key")).await;
+
+    assert!(env.dynamo_faults.fired() > 0, "the plain id's read was refused");
+    assert_eq!(status, 503, "{again}");
+    assert!(
+        again["transactionId"].is_null() || again["transactionId"] == json!(scoped),
+        "the key named another transaction than its own: {again}"
+    );
+    assert!(!again.to_string().contains(&format!("\"{plain}\"")), "{again}");
+    assert_eq!(env.balance("service-a", "A").await, "90", "applied once");
+}

@@ -22,7 +22,7 @@ use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::access::{Caller, Policy, entity_id, entity_ids};
+use crate::access::{Caller, Policy, entity_ids};
 use crate::attempts::{AgeClaim, ContentionAbort};
 use crate::auth::{KeySource, SignatureVersion};
 use crate::clock::{SharedClock, resolvable_after};
@@ -257,13 +257,15 @@ impl Coordinator {
         }
     }
 
-    /// The answer of a request whose record `id` exists already (its replay; a 503 naming `id` when it
-    /// cannot be read); None when there is none.
+    /// The answer of a request whose record `id` exists already (its replay); None when there is none.
+    /// When it cannot be read, a 503 that names `id` if `id` is where the request runs (GET tells), and no
+    /// transaction if the request may have run under another id: a key answers for one request only.
     async fn answer_if_recorded(
         &self,
         id: &str,
         request_hash: Option<&str>,
         answer_by: std::time::Instant,
+        runs_as: RunsAs,
     ) -> Option<Reply> {
         match self.transactions.get(id).await {
             Ok(Some(existing)) => Some(match self.replay(existing, request_hash, answer_by).await {
@@ -271,8 +273,7 @@ impl Coordinator {
                 Err(e) => drive_error_reply(e, id),
             }),
             Ok(None) => None,
-            // Whether the request ran already under `id` is not known: the answer names it (GET tells).
-            Err(e) => Some(unavailable(&e, Some(id))),
+            Err(e) => Some(unavailable(&e, (runs_as == RunsAs::This).then_some(id))),
         }
     }
 
@@ -429,11 +430,7 @@ impl Coordinator {
         // An admin's answer is shown whole: the items are read out only for the others'.
         let items: Vec<Vec<String>> = match caller.admin {
             true => Vec::new(),
-            false => request
-                .participants
-                .iter()
-                .map(|p| p.operations.iter().map(|op| entity_id(op.key())).collect())
-                .collect(),
+            false => request.participants.iter().map(|p| entity_ids(&p.operations)).collect(),
         };
         let mut reply = self.answer_authorized(request, idempotency_key, age_token, caller).await;
         self.access.redact_answer(caller, &mut reply.body, &items);
@@ -507,9 +504,11 @@ impl Coordinator {
         if age.is_none()
             && let Some(service) = self.one_phase_service(&record)
         {
-            // A keyed request that ran in one phase before ids were scoped ran under the key's plain id.
+            // A keyed request that ran in one phase before ids were scoped ran under the key's plain id; one
+            // since, under the scoped id.
             if idempotency_key.is_some()
-                && let Some(reply) = self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by).await
+                && let Some(reply) =
+                    self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by, RunsAs::Either).await
             {
                 return reply;
             }
@@ -527,7 +526,9 @@ impl Coordinator {
             // it, so that no chain ever links to a transaction of another body, or to one of its own. Read
             // first, not left to the claim's write: the key may name the refused attempt itself, and one
             // TransactWriteItems cannot touch one item twice.
-            if let Some(reply) = self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by).await {
+            if let Some(reply) =
+                self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by, RunsAs::This).await
+            {
                 return reply;
             }
             // A request of its own (its first attempt, its own key) that keeps the refused request's age.
@@ -1646,6 +1647,14 @@ where
         }
     }
     Err(last.expect("at least one attempt"))
+}
+
+/// Where a request whose record is looked up runs: under that id, or under it or another (a keyed
+/// one-phase request: its key's plain id from before ids were scoped, or the scoped one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunsAs {
+    This,
+    Either,
 }
 
 /// What a one-phase transaction's id starts with: its sole participant's service between `1p~` and `~`.
