@@ -12,9 +12,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use twopc::custom::Catalog;
 use twopc::fanout::connections::{ConnectionRequest, parse_request};
 use twopc::fanout::topic::{MAX_TOPIC_BYTES, Topic};
-use twopc::model::{MAX_BODY_BYTES, Operation, ParticipantRequest};
+use twopc::model::{MAX_BODY_BYTES, Message, Operation, ParticipantRequest};
 use twopc::participant::parse_operations;
 
 fn is_registered(service: &str) -> bool {
@@ -50,15 +51,21 @@ fn check_transaction_request(data: &[u8]) {
 }
 
 fn check_participant_message(data: &[u8]) {
-    let Ok(message) = serde_json::from_slice::<ParticipantRequest>(data) else {
+    let Ok(request) = serde_json::from_slice::<ParticipantRequest>(data) else {
         return;
     };
-    let Ok(operations) = parse_operations(&message.operations) else {
+    // As a participant reads it (any kind of operation: a generic participant's catalog is the built-in
+    // kinds, a second phase takes any), and as a sender writes the typed message again.
+    let Ok(message) = Message::read(&request, &Catalog::any()) else {
         return;
     };
-    let sent: Vec<Value> = operations.iter().map(Operation::to_json).collect();
-    let again = parse_operations(&sent).unwrap_or_else(|e| panic!("re-serialised operations are refused: {e}"));
-    assert_eq!(again, operations, "re-serialised operations parse to others");
+    let sent = message.to_wire();
+    assert_eq!(sent.action, request.action, "the typed message has another action");
+    let again = Message::read(&sent, &Catalog::any()).unwrap_or_else(|e| panic!("a re-sent message is refused: {e}"));
+    assert_eq!(again, message, "a re-sent message reads as another");
+    if let Ok(operations) = parse_operations(&request.operations) {
+        assert_eq!(operations, message.operations(), "the participant library reads other operations");
+    }
 }
 
 fn check_websocket_message(data: &[u8]) {

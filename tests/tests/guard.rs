@@ -129,3 +129,31 @@ async fn an_unsigned_message_reaches_neither_branch() {
     assert_eq!(barrier_entry(&env, "tx-unsigned-payments").await, None);
     assert_eq!(payment_calls(&env), 0);
 }
+
+/// What a branch cannot take at all is refused as such, late or not (the order of the checks before the
+/// guard): a key that does not fit the table, a built-in operation sent to a resource, a one-phase commit
+/// to a resource, are INVALID even past the cutoff.
+#[tokio::test]
+async fn what_a_branch_cannot_take_is_refused_invalid_even_when_late() {
+    let env = world().await;
+    let late = passed(&env);
+    let wrong_key = json!({"op": "add", "key": {"sku": "A"}, "field": "balance", "delta": -10});
+    let one_phase = |tx: &str, operations: Vec<Value>| ParticipantRequest {
+        one_phase_record: Some(json!({"transactionId": tx, "status": "COMMITTED"})),
+        ..message(Action::Commit, tx, operations, late)
+    };
+    let charge = payments::charge("late-one-phase", CARD, 100);
+    let cases = [
+        ("service-a", message(Action::Prepare, "tx-wrong-key", vec![wrong_key.clone()], late)),
+        ("service-a", one_phase("tx-wrong-key-one-phase", vec![wrong_key])),
+        ("payments", message(Action::Prepare, "tx-built-in-to-resource", vec![debit()], late)),
+        ("payments", one_phase("tx-one-phase-to-resource", vec![charge])),
+    ];
+    for (service, request) in cases {
+        let tx = request.transaction_id.clone();
+        let answer = env.participants[service].handle(&env.signed(service, request)).await.expect("an answer");
+        assert_eq!((answer.vote, answer.code), (Some(Vote::Refused), Some(RefusalCode::Invalid)), "{tx}: {answer:?}");
+    }
+    assert!(env.locked_items().await.is_empty());
+    assert_eq!(payment_calls(&env), 0);
+}

@@ -18,7 +18,8 @@
 # bench reads the answers' new fields when present and calls nothing the older coordinator lacks).
 #
 # Flags after `--` go to every run (`--seconds 6`, or `--quick` for a smoke check of the script).
-# Environment: PAIRS (runs per binary, default 3), RUN_TIMEOUT (seconds per run, default 600),
+# Environment: PAIRS (runs per binary, default 3), ONLY (the scenarios, default 3,4; issue 45 ran 1,3,5:
+# latency, throughput and requests per transaction, uncontended), RUN_TIMEOUT (seconds per run, default 600),
 # OUT (where the runs' JSON and logs go, default target/bench/compare/<date-time>).
 # Every run starts in the workspace root, so each binary finds (or installs) and starts its DynamoDB
 # Local exactly as `cargo run -p twopc-bench` does there. A run that times out or writes no JSON is
@@ -43,8 +44,19 @@ def ratio(doc):
     good, base = get(doc, "contention", "goodputPerSecond"), get(doc, "throughput", "twopc", "perSecond")
     return good / base if good is not None and base else None
 
+def requests(name):
+    return lambda d: next((c.get("perTransaction") for c in (get(d, "requests", "cases") or []) if c.get("name") == name), None)
+
 # (label, how to read it from one run's figures, format)
 FIGURES = [
+    ("uncontended 2PC latency p50 (1.), ms", lambda d: get(d, "latency", "twopc", "p50Ms"), "{:.1f}"),
+    ("uncontended 2PC latency p99 (1.), ms", lambda d: get(d, "latency", "twopc", "p99Ms"), "{:.1f}"),
+    ("uncontended TransactWriteItems latency p50 (1.), ms", lambda d: get(d, "latency", "transactWriteItems", "p50Ms"), "{:.1f}"),
+    ("requests per tx, 2PC 1 participant (5.)", requests("2PC, 1 participant"), "{:g}"),
+    ("requests per tx, 2PC 2 participants (5.)", requests("2PC, 2 participants"), "{:g}"),
+    ("requests per tx, 2PC 8 participants (5.)", requests("2PC, 8 participants"), "{:g}"),
+    ("requests per tx, 2PC 2 participants, key (5.)", requests("2PC, 2 participants, Idempotency-Key"), "{:g}"),
+    ("requests per tx, 2PC abort (5.)", requests("2PC, 2 participants, one refuses (abort)"), "{:g}"),
     ("uncontended 2PC throughput (3.), tx/s", lambda d: get(d, "throughput", "twopc", "perSecond"), "{:.1f}"),
     ("uncontended TransactWriteItems (3.), tx/s", lambda d: get(d, "throughput", "transactWriteItems", "perSecond"), "{:.1f}"),
     ("contended 2PC goodput (4.), tx/s", lambda d: get(d, "contention", "goodputPerSecond"), "{:.1f}"),
@@ -125,13 +137,14 @@ for label in baseline current; do
     [[ -x ${bin[$label]} ]] || { echo "$label: ${bin[$label]} is not an executable" >&2; exit 2; }
 done
 pairs=${PAIRS:-3}
+only=${ONLY:-3,4}
 limit=${RUN_TIMEOUT:-600}
 cd "$root"
 out=$(absolute "${OUT:-target/bench/compare/$(date +%Y%m%d-%H%M%S)}")
 mkdir -p "$out"
 echo "baseline: ${bin[baseline]}"
 echo "current:  ${bin[current]}"
-echo "runs: $pairs of each, alternated, --only 3,4 ${extra[*]}; at most ${limit} s each; into $out"
+echo "runs: $pairs of each, alternated, --only $only ${extra[*]}; at most ${limit} s each; into $out"
 
 for i in $(seq 1 "$pairs"); do
     for label in baseline current; do
@@ -142,7 +155,7 @@ for i in $(seq 1 "$pairs"); do
         # --svg: scenario 2 does not run, so no chart is drawn; named anyway so no run could overwrite
         # BENCHMARKS-latency.svg. --kill-after: a bench that ignores SIGTERM is killed (its DynamoDB
         # Local dies with it: the JVM is started to die with its parent).
-        timeout --kill-after=30 "$limit" "${bin[$label]}" --only 3,4 --no-progress \
+        timeout --kill-after=30 "$limit" "${bin[$label]}" --only "$only" --no-progress \
             --out "$out/$name.json" --svg "$out/$name.svg" "${extra[@]}" >"$out/$name.log" 2>&1 || status=$?
         took=$((SECONDS - started))
         if [[ ! -s $out/$name.json ]]; then

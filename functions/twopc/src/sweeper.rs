@@ -112,19 +112,20 @@ impl Sweeper {
             .into_iter()
             .map(|id| async move {
                 let span = info_span!("sweep", tx = %id);
-                self.recover_transaction(&id).instrument(span).await
+                let outcome = self.recover_transaction(&id).instrument(span).await;
+                (id, outcome)
             })
             .collect();
-        let outcomes: Vec<Result<TxOutcome, String>> =
+        let outcomes: Vec<(String, Result<TxOutcome, String>)> =
             futures::stream::iter(recoveries).buffer_unordered(self.limits.concurrency).collect().await;
-        for outcome in outcomes {
+        for (id, outcome) in outcomes {
             match outcome {
                 Ok(TxOutcome::Committed) => report.committed += 1,
                 Ok(TxOutcome::Aborted) => report.aborted += 1,
                 Ok(TxOutcome::Stuck) => report.stuck += 1,
                 Ok(TxOutcome::Skipped) => {}
                 Err(e) => {
-                    error!(error = %e, "could not recover a transaction");
+                    error!(tx = %id, error = %e, "could not recover a transaction");
                     report.stuck += 1;
                     report.errors += 1;
                 }

@@ -1,8 +1,9 @@
 //! The guard every message passes first, whichever branch then acts on it: the sender's signature (v1
 //! inside the message, v2 around it), the message read once into its typed form
-//! ([`crate::model::Message`]) with operations this library can write, and a prepare or a one-phase
-//! commit that arrives past its cutoff (the deadline and the clock margin) answered TIMEOUT before
-//! anything is read or written. What only a branch can decide it decides behind [`super::port`]:
+//! ([`crate::model::Message`]) with operations this library can write, what the branch cannot take at
+//! all refused (keys that do not fit the table, an operation a resource does not speak), and a prepare
+//! or a one-phase commit that arrives past its cutoff (the deadline and the clock margin) answered
+//! TIMEOUT before anything is read or written. What only a branch can decide it decides behind [`super::port`]:
 //! idempotency (an item's lock token and `lastTx`, a resource's barrier entry) and the other late
 //! messages (an abort before any prepare, a prepare after its abort, a commit that finds no lock).
 
@@ -10,6 +11,7 @@ use tracing::warn;
 
 use super::expressions::check_list;
 use super::locks::Cutoff;
+use super::port::{Items, Resources};
 use super::protocol::{Participant, ParticipantError};
 use crate::auth::{Envelope, Unauthenticated};
 use crate::model::{Message, ParticipantRequest, ParticipantResponse};
@@ -34,7 +36,7 @@ impl Participant {
             warn!(error = %refused, "message refused: not signed by the coordinator or the sweeper");
             return Err(refused.into());
         }
-        self.admit_verified(request, received_at)
+        self.admit_verified(request)
     }
 
     /// A v2 message (an [`Envelope`]) through the guard: its MAC checked over the bytes as sent, then
@@ -48,7 +50,7 @@ impl Participant {
             crate::auth::open(self.keys.as_ref(), &self.service, envelope, received_at).await;
         match opened {
             Ok(request) => {
-                let admission = self.admit_verified(&request, received_at)?;
+                let admission = self.admit_verified(&request)?;
                 Ok((request, admission))
             }
             Err(refused) => {
@@ -58,9 +60,18 @@ impl Participant {
         }
     }
 
-    fn admit_verified(&self, request: &ParticipantRequest, received_at: u64) -> Result<Admission, ParticipantError> {
+    fn admit_verified(&self, request: &ParticipantRequest) -> Result<Admission, ParticipantError> {
         let message = Message::read(request, &self.catalog)?;
         check_list(message.operations(), "operations")?;
+        // What the branch cannot take at all (operations that do not fit its table or its resource) is
+        // refused as such, late or not.
+        let refused = match &self.resource {
+            Some(_) => Resources::refuses(&self.service, &message),
+            None => Items(self).refuses(&message)?,
+        };
+        if let Some(refused) = refused {
+            return Ok(Admission::Answered(refused));
+        }
         let arrival = match &message {
             Message::Prepare(m) => Some((m.deadline, "the prepare arrived after")),
             Message::OnePhase(m) => Some((m.deadline, "the one-phase commit arrived after")),
@@ -69,7 +80,9 @@ impl Participant {
         if let Some((deadline, what)) = arrival {
             // A lock taken now would only hold the item for a transaction that can no longer commit, and
             // a try would reserve what no commit can confirm.
-            if let Some(late) = Cutoff::of_deadline(deadline).passed(received_at, what) {
+            // The clock as the branch would read it: after the signature's check, which may have fetched
+            // a key.
+            if let Some(late) = Cutoff::of_deadline(deadline).passed(self.clock.now_ms(), what) {
                 return Ok(Admission::Answered(late));
             }
         }

@@ -69,6 +69,22 @@ impl Branch for Items<'_> {
     }
 }
 
+impl Items<'_> {
+    /// What the items cannot take at all, answered before the cutoff is looked at (as before the guard):
+    /// a key that does not fit the table (INVALID), a one-phase record that is not this transaction's.
+    pub(super) fn refuses(&self, message: &Message) -> Result<Option<ParticipantResponse>, ParticipantError> {
+        if let Message::Prepare(_) | Message::OnePhase(_) = message
+            && let Err(reason) = self.0.keys(message.operations())
+        {
+            return Ok(Some(refused(RefusalCode::Invalid, reason)));
+        }
+        if let Message::OnePhase(m) = message {
+            super::prepare::one_phase_record(&m.transaction_id, &m.record)?;
+        }
+        Ok(None)
+    }
+}
+
 /// The service's resource, behind the barrier in its table.
 pub(super) struct Resources<'a> {
     pub(super) participant: &'a Participant,
@@ -79,17 +95,32 @@ impl Resources<'_> {
     fn now(&self) -> u64 {
         self.participant.clock.now_ms()
     }
+
+    /// What a resource cannot take at all, answered before the cutoff is looked at: a built-in operation
+    /// (it speaks only its own), and a one-phase commit (a resource cannot commit atomically with the
+    /// record: the coordinator commits it in two phases, its schemas marked `resource`).
+    pub(super) fn refuses(service: &str, message: &Message) -> Option<ParticipantResponse> {
+        match message {
+            Message::Prepare(m) => {
+                m.operations.iter().find(|op| !matches!(op, Operation::Custom { .. })).map(|other| {
+                    refused(
+                        RefusalCode::Invalid,
+                        format!("{service} speaks only its own operations, not \"{}\"", other.kind()),
+                    )
+                })
+            }
+            Message::OnePhase(_) => {
+                Some(refused(RefusalCode::Invalid, format!("{service} is a resource: it commits in two phases")))
+            }
+            Message::Commit(_) | Message::Hold(_) | Message::Abort(_) => None,
+        }
+    }
 }
 
 impl Branch for Resources<'_> {
+    /// (Its operations are the resource's own: [`Resources::refuses`] answered any other.)
     async fn prepare(&self, m: Prepare) -> Answer {
         let service = &self.participant.service;
-        if let Some(other) = m.operations.iter().find(|op| !matches!(op, Operation::Custom { .. })) {
-            return Ok(refused(
-                RefusalCode::Invalid,
-                format!("{service} speaks only its own operations, not \"{}\"", other.kind()),
-            ));
-        }
         let order = order_of_prepare(&m);
         let prepare = super::resource::Prepare {
             service,
@@ -102,11 +133,10 @@ impl Branch for Resources<'_> {
         Ok(self.driver.prepare(prepare, || self.now()).await?)
     }
 
-    /// A resource cannot commit atomically with the record: the coordinator commits it in two phases (its
-    /// schemas are marked `resource`), and a one-phase commit is refused unapplied.
-    async fn one_phase(&self, _: OnePhase) -> Answer {
+    /// Refused unapplied, as [`Resources::refuses`] says.
+    async fn one_phase(&self, m: OnePhase) -> Answer {
         let service = &self.participant.service;
-        Ok(refused(RefusalCode::Invalid, format!("{service} is a resource: it commits in two phases")))
+        Ok(Resources::refuses(service, &Message::OnePhase(m)).expect("a resource refuses every one-phase commit"))
     }
 
     async fn commit(&self, m: Commit) -> Answer {

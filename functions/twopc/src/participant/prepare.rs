@@ -25,6 +25,16 @@ use super::locks::{
     classify_lock_failure, locked_by,
 };
 use super::protocol::{Participant, ParticipantError};
+/// A one-phase commit's record as the item it creates: only this transaction's.
+pub(super) fn one_phase_record(tx: &str, record: &Value) -> Result<Item, Invalid> {
+    match record {
+        Value::Object(map) if map.get("transactionId").and_then(Value::as_str) == Some(tx) => {
+            Ok(crate::attr::to_item(map))
+        }
+        _ => Err(Invalid::new(ErrorCode::InvalidRequest, "onePhaseRecord must be this transaction's record")),
+    }
+}
+
 impl Participant {
     /// Prepare and commit in one atomic write, for a transaction with no other writing participant.
     pub(super) async fn commit_one_phase(
@@ -39,18 +49,7 @@ impl Participant {
             Ok(keys) => keys,
             Err(reason) => return Ok(refused(RefusalCode::Invalid, reason)),
         };
-        let record = match record {
-            Value::Object(map) if map.get("transactionId").and_then(Value::as_str) == Some(tx) => {
-                crate::attr::to_item(map)
-            }
-            _ => {
-                return Err(Invalid::new(
-                    ErrorCode::InvalidRequest,
-                    "onePhaseRecord must be this transaction's record",
-                )
-                .into());
-            }
-        };
+        let record = one_phase_record(tx, record)?;
         let cutoff = Cutoff::of(order);
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);

@@ -463,8 +463,10 @@ impl TransactionRecord {
     }
 
     pub fn from_item(item: &Item) -> Result<TransactionRecord, StoreError> {
-        serde_json::from_value(Value::Object(attr::item_to_json(item)))
-            .map_err(|e| StoreError::internal("decode", "", format!("transaction record is malformed: {e}")))
+        serde_json::from_value(Value::Object(attr::item_to_json(item))).map_err(|e| {
+            let id = item.get(a::ID).and_then(|id| id.as_s().ok()).map_or("", String::as_str);
+            StoreError::internal("decode", "", format!("transaction record {id} is malformed: {e}"))
+        })
     }
 
     /// The contract's answer body.
