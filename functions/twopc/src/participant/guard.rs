@@ -7,11 +7,11 @@
 //! idempotency (an item's lock token and `lastTx`, a resource's barrier entry) and the other late
 //! messages (an abort before any prepare, a prepare after its abort, a commit that finds no lock).
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::expressions::check_list;
 use super::locks::Cutoff;
-use super::port::{Items, Resources};
+use super::port::{Items, Resources, dispatch};
 use super::protocol::{Participant, ParticipantError};
 use crate::auth::{Envelope, Unauthenticated};
 use crate::model::{Message, ParticipantRequest, ParticipantResponse};
@@ -87,5 +87,23 @@ impl Participant {
             }
         }
         Ok(Admission::Admitted(message))
+    }
+
+    /// The guard's answer, or the branch's to what it admitted; each timed as received and answered.
+    pub(super) async fn answer(
+        &self,
+        admission: Admission,
+        received_at: u64,
+    ) -> Result<ParticipantResponse, ParticipantError> {
+        let response = match admission {
+            Admission::Answered(response) => response,
+            Admission::Admitted(message) => match &self.resource {
+                Some(driver) => dispatch(&Resources { participant: self, driver }, message).await?,
+                None => dispatch(&Items(self), message).await?,
+            },
+        };
+        info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
+        let answered_at = Some(self.clock.now_ms());
+        Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response })
     }
 }

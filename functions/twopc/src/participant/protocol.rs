@@ -6,11 +6,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info_span};
 
 use super::expressions::check_list;
-use super::guard::Admission;
-use super::port::{Items, Resources, dispatch};
 use super::store::DataTable;
 use super::{Operations, Rules};
 use crate::clock::SharedClock;
@@ -175,19 +173,6 @@ impl Participant {
         let received_at = self.clock.now_ms();
         let (request, admission) = self.admit_sealed(envelope, received_at).await?;
         self.answer(admission, received_at).instrument(message_span(&self.service, &request)).await
-    }
-
-    async fn answer(&self, admission: Admission, received_at: u64) -> Result<ParticipantResponse, ParticipantError> {
-        let response = match admission {
-            Admission::Answered(response) => response,
-            Admission::Admitted(message) => match &self.resource {
-                Some(driver) => dispatch(&Resources { participant: self, driver }, message).await?,
-                None => dispatch(&Items(self), message).await?,
-            },
-        };
-        info!(vote = ?response.vote, status = ?response.status, reason = ?response.reason, "answered");
-        let answered_at = Some(self.clock.now_ms());
-        Ok(ParticipantResponse { received_at: Some(received_at), answered_at, ..response })
     }
 
     pub(super) fn keys(&self, operations: &[Operation]) -> Result<Vec<Item>, String> {
