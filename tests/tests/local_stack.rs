@@ -609,7 +609,7 @@ async fn a_page_of_another_origin_cannot_drive_the_stack() {
         }
         let answer = post.send().await.unwrap();
         assert_eq!(answer.status(), 415, "{content_type:?}");
-        // The API's error shape, as the README's status table says (issue 44: it was `{"message"}`).
+        // The API's error shape, as docs/api.md's status table says (issue 44: it was `{"message"}`).
         let refused: Value = answer.json().await.unwrap();
         assert_eq!(refused["error"]["code"], "UNSUPPORTED_MEDIA_TYPE", "{refused}");
         assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("application/json"), "{refused}");

@@ -256,7 +256,7 @@ async fn barrier_entry(env: &TestEnv, tx: &str) -> Option<Value> {
     out.item.map(|item| Value::Object(twopc::attr::item_to_json(&item)))
 }
 
-/// The least a finished entry's expiry (epoch seconds) may be, README "Barrier entries expire": past the
+/// The least a finished entry's expiry (epoch seconds) may be, docs/participants.md, "Barrier entries expire": past the
 /// last moment a late try of its transaction could find the entry, i.e. the try cutoff (deadline + M),
 /// the time a request is in flight, and the clock margin again (the table's clock against the
 /// participant's). An entry that knows no deadline takes the latest one its transaction can have.

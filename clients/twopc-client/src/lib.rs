@@ -18,7 +18,7 @@
 //! breaking change, so a `match` on one needs a wildcard arm. The codes also read any code this
 //! version does not know as `Other`.
 //!
-//! A complete example is in the README ("The Rust client"), compiled as a test of this crate.
+//! A complete example is in docs/api.md ("The Rust client"), compiled as a test of this crate.
 
 mod answer;
 mod client;
@@ -38,7 +38,7 @@ pub use sign::{SERVICE, Signer, presign_websocket_url, presign_websocket_url_at,
 pub use subscribe::{Change, Commit, Push, RefusedTopic, Subscription, subscribe, topic};
 pub use tls::http_client_builder;
 
-/// The README's example, compiled (and its other Rust blocks run) as doc tests.
+/// docs/api.md's example, compiled (and its other Rust blocks run) as doc tests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/api.md")]
 struct ReadmeExamples;

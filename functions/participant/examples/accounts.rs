@@ -1,5 +1,5 @@
 //! A service's own participant: the generic participant's library with the service's rules. This file
-//! is the "Write your own participant" example of README.md, compiled by `cargo test`.
+//! is the "Write your own participant" example of docs/participants.md, compiled by `cargo test`.
 
 #![recursion_limit = "256"]
 

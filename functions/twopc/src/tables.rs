@@ -80,7 +80,7 @@ pub mod item_attr {
     pub const PENDING: &str = "pending";
     /// The table's TTL attribute (epoch seconds), on a resource's finished barrier entries only (no item
     /// of data carries it): DynamoDB deletes such an entry once nothing can need it
-    /// (`participant::resource`, README "Barrier entries expire").
+    /// (`participant::resource`, docs/participants.md, "Barrier entries expire").
     pub const EXPIRE_AT: &str = "expireAt";
 }
 

@@ -323,7 +323,7 @@ export class TwoPhaseCommitStack extends Stack {
         "How many topics one WebSocket connection may follow at once (the connections function's " +
         'MAX_TOPICS_PER_CONNECTION); a subscribe beyond it is refused topic by topic, with the reason.',
     });
-    // Held transactions (`holdMs`, README "Decide later: held transactions"): the coordinator's
+    // Held transactions (`holdMs`, docs/protocol.md, "Decide later: held transactions"): the coordinator's
     // HOLD_POLICY and MAX_HOLD_MS (functions/twopc/src/hold.rs; infra/tests reads the bounds and the
     // defaults in functions/twopc/src/model/request.rs).
     const holdPolicy = parameter('HoldPolicy', {

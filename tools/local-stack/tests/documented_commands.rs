@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::Command;
 
 const INVOCATION: &str = "cargo run -p local-stack --";
-const DOCS: [&str; 3] = ["README.md", "docs/LOCAL.md", "infra/DEPLOY.md"];
+const DOCS: [&str; 6] =
+    ["README.md", "docs/LOCAL.md", "docs/api.md", "docs/authorization.md", "docs/participants.md", "infra/DEPLOY.md"];
 
 fn documented_commands() -> Vec<(String, Vec<String>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
