@@ -224,11 +224,25 @@ fn a_command_is_split_from_its_comments_and_continuations() {
 
 // ---- running them -----------------------------------------------------------------------------------
 
+/// Ports for the stacks these tests start come from below the kernel's ephemeral range (Linux's
+/// `ip_local_port_range`, 32768 and up by default): a port the kernel handed out as free (`bind :0`) is an
+/// ephemeral one, and the source port of any outgoing connection (the tests' own HTTP clients, run in
+/// parallel) may take it in the seconds before DynamoDB Local binds it ("port ... is already in use").
+const PORTS_FROM: u16 = 20_000;
+const PORTS_TO: u16 = 32_000;
+
+/// A port that is free now, outside the ephemeral range.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    for _ in 0..1_000 {
+        let port = PORTS_FROM + (uuid::Uuid::new_v4().as_u128() % u128::from(PORTS_TO - PORTS_FROM)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port from {PORTS_FROM} to {PORTS_TO}");
 }
 
-/// `count` consecutive free ports.
+/// `count` consecutive free ports, outside the ephemeral range.
 fn free_ports(count: u16) -> u16 {
     for _ in 0..200 {
         let base = free_port();
