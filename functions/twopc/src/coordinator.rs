@@ -258,14 +258,14 @@ impl Coordinator {
     }
 
     /// The answer of a request whose record `id` exists already (its replay); None when there is none.
-    /// When it cannot be read, a 503 that names `id` if `id` is where the request runs (GET tells), and no
-    /// transaction if the request may have run under another id: a key answers for one request only.
+    /// When it cannot be read, a 503 that names `unread` (GET tells): `id` where the request runs under
+    /// it, none where it may have run under another id (a key answers for one request only).
     async fn answer_if_recorded(
         &self,
         id: &str,
         request_hash: Option<&str>,
         answer_by: std::time::Instant,
-        runs_as: RunsAs,
+        unread: Option<&str>,
     ) -> Option<Reply> {
         match self.transactions.get(id).await {
             Ok(Some(existing)) => Some(match self.replay(existing, request_hash, answer_by).await {
@@ -273,7 +273,7 @@ impl Coordinator {
                 Err(e) => drive_error_reply(e, id),
             }),
             Ok(None) => None,
-            Err(e) => Some(unavailable(&e, (runs_as == RunsAs::This).then_some(id))),
+            Err(e) => Some(unavailable(&e, unread)),
         }
     }
 
@@ -505,10 +505,9 @@ impl Coordinator {
             && let Some(service) = self.one_phase_service(&record)
         {
             // A keyed request that ran in one phase before ids were scoped ran under the key's plain id; one
-            // since, under the scoped id.
+            // since, under the scoped id: an unread plain id names neither.
             if idempotency_key.is_some()
-                && let Some(reply) =
-                    self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by, RunsAs::Either).await
+                && let Some(reply) = self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by, None).await
             {
                 return reply;
             }
@@ -527,7 +526,7 @@ impl Coordinator {
             // first, not left to the claim's write: the key may name the refused attempt itself, and one
             // TransactWriteItems cannot touch one item twice.
             if let Some(reply) =
-                self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by, RunsAs::This).await
+                self.answer_if_recorded(&id, record.request_hash.as_deref(), answer_by, Some(&id)).await
             {
                 return reply;
             }
@@ -1647,14 +1646,6 @@ where
         }
     }
     Err(last.expect("at least one attempt"))
-}
-
-/// Where a request whose record is looked up runs: under that id, or under it or another (a keyed
-/// one-phase request: its key's plain id from before ids were scoped, or the scoped one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RunsAs {
-    This,
-    Either,
 }
 
 /// What a one-phase transaction's id starts with: its sole participant's service between `1p~` and `~`.

@@ -54,23 +54,15 @@ impl Participant {
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
         while let Some(attempt) = waiting.next_attempt() {
-            // As for a lock write: no attempt once the deadline and the clock margin passed.
-            let what =
-                if attempt == 0 { "the one-phase commit arrived" } else { "the items could not be committed before" };
-            if let Some(late) = cutoff.passed(self.clock.now_ms(), what) {
+            // As for a lock write: no attempt once the deadline and the clock margin passed (one that arrived
+            // past it was answered by the guard).
+            if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be committed before") {
                 return Ok(late);
             }
-            let (ready, seen) = match self.judge(tx, principal, &work).await? {
-                Judged::Refused(refusal) => return Ok(refusal),
-                Judged::Locked(index, item) => {
-                    if let Some(refusal) =
-                        self.after_lock_failure(tx, &work, vec![(index, item)], &waiting, attempt).await?
-                    {
-                        return Ok(refusal);
-                    }
-                    continue;
-                }
-                Judged::Ready(ready, seen) => (ready, seen),
+            let (ready, seen) = match self.judge_attempt(tx, principal, &work, &waiting, attempt).await? {
+                Attempt::Answered(answer) => return Ok(answer),
+                Attempt::Again => continue,
+                Attempt::Ready(ready, seen) => (ready, seen),
             };
             match self.table.apply_one_phase(tx, &ready, self.transactions.table(), record.clone(), &seen).await? {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
@@ -126,17 +118,10 @@ impl Participant {
             // request of this prepare that lands late — after the item was committed and changed again —
             // can only take a lock whose token no vote reported, which commit releases without applying.
             // With rules or own operations: judged on the items as they are, locked only if they still are.
-            let (ready, seen) = match self.judge(tx, principal, &work).await? {
-                Judged::Refused(refusal) => return Ok(refusal),
-                Judged::Locked(index, item) => {
-                    if let Some(answer) =
-                        self.after_lock_failure(tx, &work, vec![(index, item)], &waiting, attempt).await?
-                    {
-                        return Ok(answer);
-                    }
-                    continue;
-                }
-                Judged::Ready(ready, seen) => (ready, seen),
+            let (ready, seen) = match self.judge_attempt(tx, principal, &work, &waiting, attempt).await? {
+                Attempt::Answered(answer) => return Ok(answer),
+                Attempt::Again => continue,
+                Attempt::Ready(ready, seen) => (ready, seen),
             };
             let token = uuid::Uuid::new_v4().simple().to_string();
             let spec = LockSpec { tx, token: &token, expires_at, started_at };
@@ -393,6 +378,28 @@ impl Participant {
     /// condition). Without rules or custom operations nothing is read and nothing is conditioned. An item
     /// another transaction holds is not judged: that lock is resolved or waited for as always, and the next
     /// attempt judges again.
+    /// One attempt's judgement: answered (a refusal, or what a lock met on the way decided), to be tried
+    /// again (the lock it met is to be waited for), or ready to write.
+    async fn judge_attempt(
+        &self,
+        tx: &str,
+        principal: Option<&str>,
+        work: &[(Operation, Item)],
+        waiting: &Waiting<'_>,
+        attempt: u32,
+    ) -> Result<Attempt, ParticipantError> {
+        Ok(match self.judge(tx, principal, work).await? {
+            Judged::Refused(refusal) => Attempt::Answered(refusal),
+            Judged::Locked(index, item) => {
+                match self.after_lock_failure(tx, work, vec![(index, item)], waiting, attempt).await? {
+                    Some(answer) => Attempt::Answered(answer),
+                    None => Attempt::Again,
+                }
+            }
+            Judged::Ready(ready, seen) => Attempt::Ready(ready, seen),
+        })
+    }
+
     async fn judge(&self, tx: &str, principal: Option<&str>, work: &[(Operation, Item)]) -> Result<Judged, StoreError> {
         let custom = work.iter().any(|(op, _)| matches!(op, Operation::Custom { .. }));
         if self.rules.is_none() && !custom {
@@ -552,6 +559,12 @@ impl Participant {
 }
 
 /// What judging a prepare's items by the service's rules and own operations came to.
+enum Attempt {
+    Answered(ParticipantResponse),
+    Again,
+    Ready(Vec<(Operation, Item)>, Vec<Seen>),
+}
+
 enum Judged {
     Refused(ParticipantResponse),
     /// Another transaction's lock on the item of this operation (as the item was read).
