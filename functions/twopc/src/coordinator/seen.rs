@@ -4,9 +4,45 @@
 //! participants' reasons whole (the coordinator's retry, admins and the log use them), and admins see
 //! the ids.
 
-use super::*;
+use serde_json::Value;
+use tracing::warn;
+
+use super::Coordinator;
+use super::reply::{Reply, unavailable};
+use crate::access::{Caller, entity_ids};
+use crate::model::ErrorCode;
+use crate::record::TransactionRecord;
 
 impl Coordinator {
+    /// `GET /transactions/{id}` from a caller without a principal.
+    pub async fn get(&self, id: &str) -> Reply {
+        self.get_by(id, &self.access.iam(None)).await
+    }
+
+    /// `GET /transactions/{id}` from `caller`: a transaction it may not see ([`Policy::may_see`]) is
+    /// answered as an unknown one, so its id tells nothing.
+    pub async fn get_by(&self, id: &str, caller: &Caller) -> Reply {
+        match self.transactions.get(id).await {
+            Ok(Some(record)) if self.access.may_see(caller, record.principal.as_deref()) => {
+                self.as_seen_by(caller, Reply::reading(&record), &record).await
+            }
+            Ok(_) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
+            Err(e) => unavailable(&e, None),
+        }
+    }
+
+    /// A record's answer as `caller` may see it ([`Policy::redact_answer`], and others' transactions
+    /// unnamed: [`Coordinator::hide_others_transactions`]).
+    pub(super) async fn as_seen_by(&self, caller: &Caller, mut reply: Reply, record: &TransactionRecord) -> Reply {
+        if caller.admin {
+            return reply;
+        }
+        let items: Vec<Vec<String>> = record.participants.iter().map(|p| entity_ids(&p.operations)).collect();
+        self.access.redact_answer(caller, &mut reply.body, &items);
+        self.hide_others_transactions(caller, &mut reply.body).await;
+        reply
+    }
+
     /// Hides from `body`'s reasons every transaction `caller` may not see. A named transaction whose
     /// record cannot be read, or does not exist, is hidden too.
     pub(super) async fn hide_others_transactions(&self, caller: &Caller, body: &mut Value) {

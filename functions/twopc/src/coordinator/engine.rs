@@ -1,0 +1,393 @@
+//! The phase engine: prepare every participant, decide by one conditional write, drive the second phase.
+//! Every command runs its transactions through it: a request's attempts, a held transaction's decision, a
+//! key's replay and the sweeper's recovery.
+//!
+//! It knows nothing of keys, ages, holds or one phase. A command tells it the order to prepare in
+//! ([`PrepareOrder`]), whether the record exists before the decision ([`Recording`]), and what an abort
+//! records of its own making ([`ContentionAbort`], passed through to the write unread).
+//!
+//! Presumed abort: a transaction recorded only at its decision creates its record then, conditionally
+//! (COMMITTING, or ABORTED); lock resolution that finds a lock whose owner has no record creates it ABORTED
+//! the same way, so exactly one of the two exists. A decision write that fails is never taken to mean "not
+//! decided": the abort is written conditionally over it (a fence), and only the record that results says
+//! whether the locks may be released.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::Value;
+use tracing::{error, warn};
+
+use super::ballot::cast;
+use super::reply::{DriveError, Reply};
+use super::{Coordinator, Driven, UNRECORDED_DECISION};
+use crate::attempts::ContentionAbort;
+use crate::faults::{CoordinatorCrash, Crashed};
+use crate::model::message::{Abort, Commit, Prepare};
+use crate::model::{Action, ErrorCode, Message, ParticipantResponse, Status, Vote};
+use crate::record::{ParticipantEntry, TransactionRecord, Transition};
+use crate::store::{StoreError, WriteOutcome};
+use crate::telemetry;
+
+/// Which participants are asked to prepare, in what order, and whether one at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareOrder {
+    /// Indices into the record's participants.
+    pub order: Vec<usize>,
+    /// One at a time, stopping at the first that does not prepare. The first asked then holds no lock
+    /// anywhere, so it may wait for any transaction's lock instead of being refused by an older one (no
+    /// wait can close a cycle through a transaction that holds nothing), and a refused attempt locked little.
+    pub one_at_a_time: bool,
+}
+
+impl PrepareOrder {
+    /// Everyone at once, in the request's order.
+    pub fn all_at_once(participants: usize) -> PrepareOrder {
+        PrepareOrder { order: (0..participants).collect(), one_at_a_time: false }
+    }
+
+    /// One at a time, `first` first (when it names a participant), then in the request's order.
+    pub fn one_at_a_time(participants: usize, first: Option<usize>) -> PrepareOrder {
+        let order = match first.filter(|&f| f < participants) {
+            Some(f) => std::iter::once(f).chain((0..participants).filter(|&i| i != f)).collect(),
+            None => (0..participants).collect(),
+        };
+        PrepareOrder { order, one_at_a_time: true }
+    }
+}
+
+/// How a transaction's decision is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recording {
+    /// Its record was written before the prepares (PREPARING): the decision is a conditional status change.
+    RecordFirst,
+    /// Presumed abort: no record before the decision, which creates it.
+    AtDecision,
+}
+
+/// What a decision came to.
+#[derive(Debug)]
+pub enum Decided {
+    /// Decided and recorded; the second phase is still to drive (or the caller's, when held).
+    Open(TransactionRecord),
+    /// Ended already, the participants released (an abort recorded at its decision, or a commit that lost to
+    /// one): the answer, and the attempt's aborted record when the abort is its own.
+    Ended { reply: Reply, aborted: Option<TransactionRecord> },
+}
+
+impl Coordinator {
+    /// Sends prepare to the participants `order` names, each bounded by the deadline from when it is sent,
+    /// and returns the record's participants with their votes (one not asked has none).
+    pub(super) async fn prepare(
+        &self,
+        record: &TransactionRecord,
+        order: &PrepareOrder,
+    ) -> Result<Vec<ParticipantEntry>, Crashed> {
+        let sole = record.participants.len() == 1;
+        let prepares: Vec<_> = order
+            .order
+            .iter()
+            .enumerate()
+            .map(|(position, &index)| {
+                let entry = &record.participants[index];
+                let request = Message::Prepare(Prepare {
+                    transaction_id: record.transaction_id.clone(),
+                    operations: entry.operations.clone(),
+                    deadline: Some(record.deadline),
+                    started_at: Some(record.age()),
+                    principal: record.principal.clone(),
+                    held: record.is_held(),
+                    holds_no_locks: sole || (order.one_at_a_time && position == 0),
+                });
+                async move {
+                    let sent = self.clock.now_ms();
+                    let budget = Duration::from_millis(record.deadline.saturating_sub(sent));
+                    let result = tokio::time::timeout(budget, self.call_resolving(&entry.service, &request)).await;
+                    if let Ok(Ok(ParticipantResponse { received_at: Some(at), answered_at: Some(answered), .. })) =
+                        &result
+                    {
+                        telemetry::clock_skew(&entry.service, sent, self.clock.now_ms(), *at, *answered);
+                    }
+                    (index, result)
+                }
+            })
+            .collect();
+        let width = if order.one_at_a_time { 1 } else { record.participants.len().max(1) };
+        let mut pending = futures::stream::iter(prepares).buffer_unordered(width);
+        let mut votes = record.participants.clone();
+        let mut answered = 0;
+        while let Some((index, result)) = pending.next().await {
+            cast(&mut votes[index], result);
+            answered += 1;
+            self.faults.check(CoordinatorCrash::AfterPrepares(answered))?;
+            if order.one_at_a_time && votes[index].vote != Some(Vote::Prepared) {
+                // The attempt aborts: the participants after it are not asked (abort releases nothing there).
+                break;
+            }
+        }
+        Ok(votes)
+    }
+
+    /// The commit decision, with the votes. Recorded first: PREPARING → COMMITTING on the record. At the
+    /// decision: the record is created COMMITTING; [`Decided::Ended`] when the transaction ended aborted
+    /// instead (lock resolution recorded it ABORTED first, or the decision could not be written and the
+    /// abort written over it won).
+    pub(super) async fn commit(
+        &self,
+        mut record: TransactionRecord,
+        votes: Vec<ParticipantEntry>,
+        recording: Recording,
+    ) -> Result<Decided, DriveError> {
+        if recording == Recording::RecordFirst {
+            let id = &record.transaction_id;
+            let written =
+                self.transition_retrying(id, Status::Preparing, Status::Committing, true, Some(&votes), None).await;
+            let none_of_its_own = ContentionAbort::default();
+            let decided = self.settle(&record, Status::Committing, written, votes, &none_of_its_own).await?;
+            return Ok(Decided::Open(decided));
+        }
+        record.participants = votes;
+        record.reason = None;
+        record.updated_at = self.clock.now_ms();
+        self.create_commit(record).await
+    }
+
+    /// The abort decision, with the votes and its reason, and what it records of its own making (`own`).
+    /// Recorded first: PREPARING → ABORTING on the record. At the decision: the ABORTED record is created
+    /// while the participants release, and the transaction has ended ([`Decided::Ended`]).
+    pub(super) async fn abort(
+        &self,
+        mut record: TransactionRecord,
+        votes: Vec<ParticipantEntry>,
+        reason: String,
+        own: &ContentionAbort,
+        recording: Recording,
+    ) -> Result<Decided, DriveError> {
+        if recording == Recording::RecordFirst {
+            let written = self.abort_retrying(&record.transaction_id, &votes, Some(&reason), own).await;
+            return Ok(Decided::Open(self.settle(&record, Status::Aborting, written, votes, own).await?));
+        }
+        record.participants = votes;
+        record.reason = Some(reason);
+        record.updated_at = self.clock.now_ms();
+        let (reply, aborted) = self.create_abort(own.applied_to(record)).await?;
+        Ok(Decided::Ended { reply, aborted })
+    }
+
+    /// What a decision written to an existing record (`written`, wanting `to`) came to. A write that failed
+    /// is settled by writing the abort over it, conditionally: the record then says which one happened (an
+    /// abort's fence is the same decision, with what it says of itself). Whatever the record then says is
+    /// the decision: lock resolution may have aborted it first, and a status found as this execution wanted
+    /// it is its own write whose reply was lost (only this execution ever writes its commit; an ABORTING
+    /// found is the abort either way, but only this execution's own carries `own`, which alone leads to a
+    /// retry).
+    pub(super) async fn settle(
+        &self,
+        record: &TransactionRecord,
+        to: Status,
+        written: Result<Transition, StoreError>,
+        votes: Vec<ParticipantEntry>,
+        own: &ContentionAbort,
+    ) -> Result<TransactionRecord, DriveError> {
+        let id = &record.transaction_id;
+        let transition = match written {
+            Ok(transition) => transition,
+            Err(e) => {
+                warn!(error = %e, "decision write failed; fencing it with an abort");
+                match self.abort_retrying(id, &votes, Some(UNRECORDED_DECISION), own).await {
+                    Ok(transition) => transition,
+                    Err(_) => return Err(self.unrecorded_decision(record, e).await),
+                }
+            }
+        };
+        match transition {
+            // A decision written shortened (the record would have passed 400 KB) may lack the votes: shown.
+            Transition::Done(record) => Ok(with_votes(record, votes)),
+            Transition::Lost(Some(current)) => {
+                if current.status != to {
+                    warn!(status = %current.status, "the record was decided otherwise first; following it");
+                }
+                Ok(with_votes(current, votes))
+            }
+            Transition::Lost(None) => {
+                Err(StoreError::internal("UpdateItem", self.transactions.table(), format!("record {id} disappeared"))
+                    .into())
+            }
+        }
+    }
+
+    /// The commit decision of a transaction without a record: the record is created COMMITTING.
+    async fn create_commit(&self, record: TransactionRecord) -> Result<Decided, DriveError> {
+        let committing = TransactionRecord { status: Status::Committing, ..record.clone() }.opened();
+        let existing = match self.create_own(&committing).await {
+            Ok(None) => return Ok(Decided::Open(committing)),
+            Ok(Some(existing)) => existing,
+            Err(e) => {
+                // Unknown whether the COMMITTING record exists: an ABORTED one created conditionally decides.
+                warn!(error = %e, "decision write failed; fencing it with an abort");
+                let mut aborted = record.clone().ended(Status::Aborted, self.clock.now_ms());
+                aborted.reason = Some(UNRECORDED_DECISION.to_owned());
+                // Whatever made DynamoDB refuse the decision, it cannot be in the fence: an aborted record
+                // needs no operations, nothing is ever finished from it.
+                aborted.participants.iter_mut().for_each(|p| p.operations.clear());
+                let fenced = match self.create_own(&aborted).await {
+                    Ok(fenced) => fenced,
+                    Err(_) => return Err(self.unrecorded_decision(&record, e).await),
+                };
+                match fenced {
+                    None => {
+                        self.abort_participants(&record).await?;
+                        return Ok(Decided::Ended { reply: Reply::for_record(&aborted), aborted: None });
+                    }
+                    Some(existing) if existing.execution_id == committing.execution_id => {
+                        return Ok(Decided::Open(with_votes(existing, committing.participants)));
+                    }
+                    Some(existing) => existing,
+                }
+            }
+        };
+        // Lock resolution found a lock of this transaction expired and recorded it aborted first. It released
+        // only the locks it found expired: release the rest.
+        warn!(status = %existing.status, "lock resolution decided first");
+        self.abort_participants(&record).await?;
+        let reply = Reply::for_record(&with_votes(existing, record.participants));
+        Ok(Decided::Ended { reply, aborted: None })
+    }
+
+    /// Neither the decision nor the abort written over it could be recorded. Only this execution can ever
+    /// write its transaction's commit decision, so if DynamoDB refused every attempt at it, it certainly
+    /// did not happen: the transaction is aborted and its locks released before the 503. If any attempt
+    /// may have taken effect, the record may say COMMITTING: nothing is released, and lock resolution
+    /// settles the locks from the record once they expire.
+    async fn unrecorded_decision(&self, record: &TransactionRecord, error: StoreError) -> DriveError {
+        let released = error.outcome == WriteOutcome::NotApplied;
+        if released {
+            match self.abort_participants(record).await {
+                Ok(_) => warn!("decision refused by the transaction store; locks released"),
+                Err(crashed) => return crashed.into(),
+            }
+        }
+        DriveError::Unrecorded { error, released }
+    }
+
+    /// Aborts a transaction that has no record yet: presumed abort, so nothing had to be written before
+    /// the decision. The ABORTED record is created (conditionally: lock resolution may have written it
+    /// first) while every participant releases what it may hold; the answer comes once they have. No one
+    /// else can ever decide commit for it, so the releases need not wait for the record. The record comes
+    /// back with the answer when it was recorded.
+    async fn create_abort(&self, record: TransactionRecord) -> Result<(Reply, Option<TransactionRecord>), DriveError> {
+        let record = record.ended(Status::Aborted, self.clock.now_ms());
+        let (created, released) = futures::join!(self.create_own(&record), self.abort_participants(&record));
+        released?;
+        let record = match created {
+            Ok(None) => record,
+            Ok(Some(existing)) => with_votes(existing, record.participants),
+            Err(e) => {
+                error!(error = %e, "could not record the abort");
+                let mut reply = Reply::error(
+                    ErrorCode::Unavailable,
+                    "the transaction was aborted and nothing was applied, but its record could not be written: \
+                     GET may not find it",
+                );
+                reply.body["transactionId"] = Value::String(record.transaction_id);
+                return Ok((reply, None));
+            }
+        };
+        Ok((Reply::for_record(&record), Some(record)))
+    }
+
+    /// Drives a decided transaction until `answer_by` at most: the record as it then is (terminal, or still
+    /// decided, the sweeper finishing it).
+    pub(super) async fn drive_within(
+        &self,
+        decided: TransactionRecord,
+        answer_by: Instant,
+    ) -> Result<TransactionRecord, DriveError> {
+        let remaining = answer_by.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, self.drive(decided.clone())).await {
+            Ok(driven) => Ok(driven?.record),
+            Err(_) => {
+                warn!(status = %decided.status, "answer budget spent before the second phase ended; the sweeper finishes it");
+                Ok(decided)
+            }
+        }
+    }
+
+    /// Drives a decided transaction to its end: commits (or aborts) at every participant that holds locks,
+    /// then the terminal status. A participant that cannot be reached leaves it open for the sweeper, and
+    /// the record says so. Also tells whether this call wrote the terminal status, and which participants
+    /// did not acknowledge and why.
+    pub(super) async fn drive(&self, record: TransactionRecord) -> Result<Driven, DriveError> {
+        let (action, terminal) = match record.status {
+            Status::Committing => (Action::Commit, Status::Committed),
+            Status::Aborting => (Action::Abort, Status::Aborted),
+            _ => return Ok(Driven { record, finished_here: false, unacknowledged: vec![] }),
+        };
+        let unacknowledged = self.second_phase(&record, action).await?;
+        if !unacknowledged.is_empty() {
+            return Ok(Driven { record, finished_here: false, unacknowledged });
+        }
+        self.faults.check(CoordinatorCrash::BeforeTerminal)?;
+        let keyed = record.is_keyed();
+        let (record, finished_here) =
+            match self.transition_retrying(&record.transaction_id, record.status, terminal, keyed, None, None).await? {
+                Transition::Done(done) => (done, true),
+                // A sweeper finished it at the same time: the outcome is the same.
+                Transition::Lost(Some(current)) => (current, false),
+                Transition::Lost(None) => (record, false),
+            };
+        Ok(Driven { record, finished_here, unacknowledged: vec![] })
+    }
+
+    /// Everyone who may hold a lock releases it: all but those whose PREPARED vote said they only read. A
+    /// refusal or no answer proves nothing: an earlier delivery of the same prepare may have taken the lock
+    /// (and an abort where nothing was locked is an empty rollback).
+    pub(super) async fn abort_participants(&self, record: &TransactionRecord) -> Result<Vec<String>, Crashed> {
+        self.second_phase(record, Action::Abort).await
+    }
+
+    /// Sends `action` to every participant that may hold a lock, at once, each retried until acknowledged:
+    /// those that never did, each with why.
+    async fn second_phase(&self, record: &TransactionRecord, action: Action) -> Result<Vec<String>, Crashed> {
+        let mut pending: FuturesUnordered<_> = record
+            .participants
+            .iter()
+            .filter(|p| !p.read_only)
+            .map(|entry| {
+                let transaction_id = record.transaction_id.clone();
+                let operations = entry.operations.clone();
+                let request = match action {
+                    Action::Commit => {
+                        Message::Commit(Commit { transaction_id, operations, lock_token: entry.lock_token.clone() })
+                    }
+                    _ => Message::Abort(Abort { transaction_id, operations }),
+                };
+                async move { (entry.service.as_str(), self.deliver(&entry.service, &request).await) }
+            })
+            .collect();
+        let mut unacknowledged = vec![];
+        let mut answered = 0;
+        while let Some((service, delivered)) = pending.next().await {
+            if let Err(why) = delivered {
+                error!(service, action = action.as_str(), why, "participant did not acknowledge; left for the sweeper");
+                unacknowledged.push(format!("{service} did not acknowledge the {}: {why}", action.as_str()));
+            }
+            answered += 1;
+            self.faults.check(CoordinatorCrash::AfterCommits(answered))?;
+        }
+        Ok(unacknowledged)
+    }
+}
+
+/// A record another writer decided, shown with the votes this coordinator collected when it has none.
+pub(super) fn with_votes(mut record: TransactionRecord, votes: Vec<ParticipantEntry>) -> TransactionRecord {
+    if record.participants.iter().all(|p| p.vote.is_none()) {
+        record.participants = votes;
+    }
+    record
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

@@ -1,0 +1,138 @@
+//! The one-phase command: a request with one writing participant has no vote to collect from anyone else,
+//! so that participant applies its operations and creates the record COMMITTED in the same atomic write
+//! (two requests to DynamoDB instead of five). Its id is scoped to the service (`1p~service~id`): a
+//! participant's role may put records only under such ids of its own (issue 42).
+
+use std::time::{Duration, Instant};
+
+use tracing::info;
+
+use super::Coordinator;
+use super::attempts::{Attempted, Refused};
+use super::ballot::{abort_reason, cast};
+use super::reply::{DriveError, Reply};
+use crate::custom::{Catalog, Catalogs};
+use crate::model::message::OnePhase;
+use crate::model::{Message, Operation, STATUS_COMMITTED, STATUS_RECORD_EXISTS, Status, Vote};
+use crate::record::TransactionRecord;
+use crate::store::StoreError;
+
+impl Coordinator {
+    /// One writing participant: no vote to collect from anyone else, so it applies its operations and the
+    /// record is created COMMITTED in the same atomic write (two requests to DynamoDB instead of five).
+    /// Whatever goes wrong on the way, the record decides: if the participant's reply is lost, the
+    /// coordinator creates the record as ABORTED, conditionally, and exactly one of the two writes exists.
+    pub(super) async fn run_one_phase(
+        &self,
+        record: TransactionRecord,
+        answer_by: Instant,
+    ) -> Result<Attempted, DriveError> {
+        let started = Instant::now();
+        let now = self.clock.now_ms();
+        let mut committed = record.clone().ended(Status::Committed, now);
+        committed.participants[0].vote = Some(Vote::Prepared);
+        let entry = &record.participants[0];
+        let request = Message::OnePhase(OnePhase {
+            transaction_id: record.transaction_id.clone(),
+            operations: entry.operations.clone(),
+            deadline: Some(record.deadline),
+            started_at: Some(record.age()),
+            principal: record.principal.clone(),
+            record: serde_json::to_value(&committed).expect("records serialize"),
+        });
+        let budget = Duration::from_millis(record.deadline.saturating_sub(now));
+        let answer = tokio::time::timeout(budget, self.call_resolving(&entry.service, &request)).await;
+        let mut aborted = record.clone().ended(Status::Aborted, now);
+        match answer {
+            Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
+                info!(total_ms = started.elapsed().as_millis() as u64, "committed in one phase");
+                return Ok(Reply::for_record(&committed).into());
+            }
+            Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_RECORD_EXISTS) => {
+                let existing = self.transactions.get(&record.transaction_id).await?;
+                return match existing {
+                    Some(existing) => {
+                        Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into())
+                    }
+                    None => Err(StoreError::internal(
+                        "GetItem",
+                        self.transactions.table(),
+                        format!("record {} reported but not found", record.transaction_id),
+                    )
+                    .into()),
+                };
+            }
+            other => cast(&mut aborted.participants[0], other),
+        }
+        aborted.reason = Some(abort_reason(&aborted.participants));
+        aborted.updated_at = self.clock.now_ms();
+        // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record wins.
+        // The record found is terminal (one phase writes only COMMITTED or ABORTED), so replay answers
+        // it at once, or 422 for a keyed request whose key was used with another body.
+        let blocked_by = aborted.participants[0].blocked_by.clone();
+        let contention = self.contention_abort(&record, &aborted.participants, blocked_by.as_deref(), answer_by).await;
+        let aborted = contention.applied_to(aborted);
+        match self.create_own(&aborted).await? {
+            None => {
+                let blocked_at = blocked_by.as_ref().map(|_| 0);
+                Ok(Attempted {
+                    reply: Reply::for_record(&aborted),
+                    refused: Some(Refused { record: aborted, blocked_at }),
+                })
+            }
+            Some(existing) => Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into()),
+        }
+    }
+}
+
+/// The service of a request that commits in one phase: a sole participant, not held, whose operations
+/// [`takes_one_phase`].
+pub(super) fn one_phase_service(record: &TransactionRecord, catalogs: &Catalogs) -> Option<String> {
+    match record.participants.as_slice() {
+        // (A name with `~` could pass for another's prefix: such a service commits in two phases.)
+        [sole]
+            if !record.is_held()
+                && !sole.service.contains('~')
+                && takes_one_phase(&sole.operations, catalogs.of(&sole.service)) =>
+        {
+            Some(sole.service.clone())
+        }
+        _ => None,
+    }
+}
+
+/// Whether `record` runs in one phase: it would ([`one_phase_service`]), and runs under its service's
+/// one-phase id (a token's retry, recorded before it runs, does not).
+pub(super) fn takes_one_phase_as(record: &TransactionRecord, catalogs: &Catalogs) -> bool {
+    one_phase_service(record, catalogs).is_some_and(|service| is_one_phase_id(&record.transaction_id, &service))
+}
+
+/// What a one-phase transaction's id starts with: its sole participant's service between `1p~` and `~`.
+/// Its participant's role may put records only under ids of this form for its own service (the
+/// templates' `dynamodb:LeadingKeys`), so it can write the record of its own one-phase commits and no
+/// other (issue 42). A service whose name has `~` never commits in one phase.
+pub fn one_phase_prefix(service: &str) -> String {
+    format!("1p~{service}~")
+}
+
+/// `id` as the id of a one-phase transaction of `service`.
+pub fn one_phase_id(service: &str, id: &str) -> String {
+    format!("{}{id}", one_phase_prefix(service))
+}
+
+/// Whether `id` is the id of a one-phase transaction of `service` (its attempts' ids too: they extend it).
+pub fn is_one_phase_id(id: &str, service: &str) -> bool {
+    id.starts_with(&one_phase_prefix(service))
+}
+
+/// A sole participant commits in one phase when it writes something and deletes nothing, and its
+/// operations leave room for the record in one `TransactWriteItems` (100 items at most). A delete
+/// stays two-phase: the stream tells a delete by a commit from any other delete only by the lock of
+/// the transaction the removed item carried. So does a resource's operation (`catalog` marks it): a
+/// resource beyond DynamoDB cannot commit in the same write as the record.
+fn takes_one_phase(operations: &[Operation], catalog: &Catalog) -> bool {
+    let resource = |op: &Operation| catalog.schema(op.kind()).is_some_and(|schema| schema.resource);
+    operations.len() < crate::model::MAX_OPERATIONS_PER_PARTICIPANT
+        && operations.iter().any(|op| !op.is_read_only())
+        && !operations.iter().any(|op| matches!(op, Operation::Delete { .. }) || resource(op))
+}
