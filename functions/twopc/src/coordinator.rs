@@ -20,16 +20,18 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::access::Policy;
+use crate::access::{Caller, Policy};
 use crate::auth::{KeySource, SignatureVersion};
 use crate::clock::SharedClock;
 use crate::custom::Catalogs;
 use crate::faults::Faults;
 use crate::hold::HoldPolicy;
-use crate::invoke::ParticipantInvoker;
+use crate::invoke::{InvokeError, ParticipantInvoker};
+use crate::model::{Message, ParticipantResponse};
 use crate::record::{TransactionRecord, TransactionStore};
+use crate::telemetry;
 
 mod attempts;
 mod ballot;
@@ -42,18 +44,15 @@ mod reply;
 #[cfg(test)]
 mod request_tests;
 mod seen;
-mod send;
 mod submit;
-mod writes;
+mod two_phase;
 
+pub use engine::{Driven, PhaseEngine};
 pub use held::HELD_ABORT_REASON;
 pub use one_phase::{is_one_phase_id, one_phase_id, one_phase_prefix};
 pub use reply::{DriveError, Reply};
 pub use submit::{caller_idempotent_id, idempotent_id, parse_request, parse_request_with};
 
-/// One commit or abort message gets this long before it is counted as failed and tried again.
-const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
-const SECOND_PHASE_ATTEMPTS: u32 = 3;
 /// The coordinator answers within this long of a request, below API Gateway's 29-second integration
 /// timeout, on every path (a first execution, a retried key, its recovery): a commit still being
 /// applied then is answered 202 with its id, an abort 409, an undecided transaction 503 with its id;
@@ -62,8 +61,6 @@ pub const ANSWER_BUDGET: Duration = Duration::from_millis(27_000);
 /// Past the answer budget, a step that has not returned (a DynamoDB call that hangs) is abandoned, as a
 /// crash would abandon it, and the answer is a 503 with the id: still a second before API Gateway's 29 s.
 const ABANDON_AFTER_BUDGET: Duration = Duration::from_millis(1_000);
-/// What a caller is told when the decision could not be recorded and the locks were released.
-const UNRECORDED_DECISION: &str = "the decision could not be recorded, so the transaction was aborted";
 /// Why an attempt its coordinator named never ran: the refused one's abort took the time it needed.
 const NO_TIME_TO_BEGIN: &str = "too little time was left before the deadline to begin this attempt";
 /// A request refused for contention (CONFLICT) is tried again by the coordinator, keeping its age, up to
@@ -71,25 +68,16 @@ const NO_TIME_TO_BEGIN: &str = "too little time was left before the deadline to 
 pub const MAX_ATTEMPTS: u32 = 16;
 /// Another attempt starts only with at least this long left before the request's deadline.
 const MIN_ATTEMPT_MS: u64 = 100;
-/// Expired owners resolved for one prepare (or one-phase commit) before its refusal stands: one per item
-/// it meets locked, at most a few in practice.
-const MAX_RESOLUTIONS_PER_MESSAGE: u32 = 4;
 
 #[derive(Clone)]
 pub struct Coordinator {
-    transactions: TransactionStore,
-    invoker: Arc<dyn ParticipantInvoker>,
-    /// The participants' keys: every message is signed with its service's ([`crate::auth`]).
-    keys: Arc<dyn KeySource>,
-    /// How messages are signed: v1 until every participant verifies v2 (infra/DEPLOY.md).
-    signature: SignatureVersion,
+    /// Prepare, decide, drive the second phase: what every command runs its transactions through.
+    engine: PhaseEngine,
     /// Its own key, which signs and verifies age tokens ([`crate::age`]): no participant can read it.
     age_keys: Arc<dyn KeySource>,
     /// Each service's own operation kinds, validated before anything is written ([`crate::custom`]).
     catalogs: Arc<Catalogs>,
     services: BTreeSet<String>,
-    clock: SharedClock,
-    faults: Faults,
     sequential_prepares: bool,
     answer_budget: Duration,
     /// Which held transactions are accepted ([`crate::hold`]).
@@ -108,15 +96,17 @@ impl Coordinator {
         clock: SharedClock,
     ) -> Coordinator {
         Coordinator {
-            transactions,
-            invoker,
-            keys: Arc::new(crate::auth::LocalKeys),
-            signature: SignatureVersion::V1,
+            engine: PhaseEngine {
+                transactions,
+                invoker,
+                keys: Arc::new(crate::auth::LocalKeys),
+                signature: SignatureVersion::V1,
+                clock,
+                faults: Faults::default(),
+            },
             age_keys: crate::age::process_keys(),
             catalogs: Arc::new(Catalogs::default()),
             services: services.into_iter().collect(),
-            clock,
-            faults: Faults::default(),
             sequential_prepares: false,
             answer_budget: ANSWER_BUDGET,
             holds: Arc::new(HoldPolicy::default()),
@@ -144,11 +134,11 @@ impl Coordinator {
     /// keys, [`crate::auth::LocalKeys`]; the deployed functions always read theirs from the environment).
     /// Signs participant messages in `version` (`PARTICIPANT_SIGNATURE`).
     pub fn with_signature(self, version: SignatureVersion) -> Coordinator {
-        Coordinator { signature: version, ..self }
+        Coordinator { engine: PhaseEngine { signature: version, ..self.engine }, ..self }
     }
 
     pub fn with_keys(self, keys: Arc<dyn KeySource>) -> Coordinator {
-        Coordinator { keys, ..self }
+        Coordinator { engine: PhaseEngine { keys, ..self.engine }, ..self }
     }
 
     /// The same coordinator, signing and verifying age tokens with `keys` (by default a random key of this
@@ -179,29 +169,111 @@ impl Coordinator {
 
     /// The same coordinator, crashing at one point (tests only).
     pub fn with_faults(&self, faults: Faults) -> Coordinator {
-        Coordinator { faults, ..self.clone() }
+        Coordinator { engine: PhaseEngine { faults, ..self.engine.clone() }, ..self.clone() }
     }
 
     pub fn transactions(&self) -> &TransactionStore {
-        &self.transactions
+        &self.engine.transactions
     }
 
     pub fn invoker(&self) -> &Arc<dyn ParticipantInvoker> {
-        &self.invoker
+        &self.engine.invoker
     }
 
     pub fn clock(&self) -> &SharedClock {
-        &self.clock
+        &self.engine.clock
     }
 }
 
-/// What driving a decided transaction came to.
-#[derive(Debug, Clone)]
-pub struct Driven {
-    /// The record as it then is.
-    pub record: TransactionRecord,
-    /// Whether this call wrote its terminal status.
-    pub finished_here: bool,
-    /// The participants that did not acknowledge, each with why (empty once all did).
-    pub unacknowledged: Vec<String>,
+/// The commands as the functions call them: each runs in a file of its own.
+impl Coordinator {
+    /// `POST /transactions` from a caller without a principal.
+    pub async fn submit(&self, body: &[u8], idempotency_key: Option<&str>) -> Reply {
+        self.submit_as(body, idempotency_key, None).await
+    }
+
+    /// `POST /transactions` from the IAM principal `principal` (its canonical form, [`crate::principal`]).
+    pub async fn submit_as(&self, body: &[u8], idempotency_key: Option<&str>, principal: Option<&str>) -> Reply {
+        self.submit_by(body, idempotency_key, &self.access.iam(principal)).await
+    }
+
+    /// `POST /transactions` from `caller`: authorized by the access policy before anything is written;
+    /// its principal is recorded on the transaction and passed to every participant, and its key is its
+    /// own (the same key from another caller is another transaction).
+    pub async fn submit_by(&self, body: &[u8], idempotency_key: Option<&str>, caller: &Caller) -> Reply {
+        self.submit_retry_by(body, idempotency_key, None, caller).await
+    }
+
+    /// [`Coordinator::submit_by`] with the `Age-Token` of an earlier request refused for contention: the
+    /// retry keeps that request's age ([`crate::age`]).
+    pub async fn submit_retry_by(
+        &self,
+        body: &[u8],
+        idempotency_key: Option<&str>,
+        age_token: Option<&str>,
+        caller: &Caller,
+    ) -> Reply {
+        let started = Instant::now();
+        let reply = submit::answer(self, body, idempotency_key, age_token, caller).await;
+        telemetry::answered(reply.status, &reply.body, started.elapsed());
+        reply
+    }
+
+    /// `GET /transactions/{id}` from a caller without a principal.
+    pub async fn get(&self, id: &str) -> Reply {
+        self.get_by(id, &self.access.iam(None)).await
+    }
+
+    /// `GET /transactions/{id}` from `caller`: a transaction it may not see ([`Policy::may_see`]) is
+    /// answered as an unknown one, so its id tells nothing.
+    pub async fn get_by(&self, id: &str, caller: &Caller) -> Reply {
+        seen::read(self, id, caller).await
+    }
+
+    /// `POST /transactions/{id}/commit` from `principal`: a held transaction (PREPARED) commits if the
+    /// coordinator's clock is not past its `holdUntil` (200 COMMITTED, or 202 COMMITTING while a participant
+    /// has not acknowledged); past it, it is aborted (409 ABORTED). Unknown, or created by another
+    /// principal: 404. Not held: 409 NOT_HELD. Repeated after the commit won: the same answer; after an
+    /// abort (the caller's or the expiry's): 409 with the decided body.
+    pub async fn commit_held(&self, id: &str, principal: Option<&str>) -> Reply {
+        held::decide_held_within(self, id, &self.access.iam(principal), held::HeldDecision::Commit).await
+    }
+
+    /// [`Coordinator::commit_held`] from `caller`: only the principal that created it, or an admin.
+    pub async fn commit_held_by(&self, id: &str, caller: &Caller) -> Reply {
+        held::decide_held_within(self, id, caller, held::HeldDecision::Commit).await
+    }
+
+    /// [`Coordinator::abort_held`] from `caller`: only the principal that created it, or an admin.
+    pub async fn abort_held_by(&self, id: &str, caller: &Caller) -> Reply {
+        held::decide_held_within(self, id, caller, held::HeldDecision::Abort).await
+    }
+
+    /// `POST /transactions/{id}/abort` from `principal`: a held transaction aborts (200 ABORTED, once its
+    /// participants released, or the answer budget ran out and the sweeper finishes it). Repeated, or
+    /// after the hold expired: 200 ABORTED again; after a commit: 409 with the committed body.
+    pub async fn abort_held(&self, id: &str, principal: Option<&str>) -> Reply {
+        held::decide_held_within(self, id, &self.access.iam(principal), held::HeldDecision::Abort).await
+    }
+
+    /// Drives a decided transaction to its end: commits (or aborts) at every participant that holds
+    /// locks, then the terminal status. A participant that cannot be reached leaves it open for the
+    /// sweeper, and the record says so.
+    pub async fn finish(&self, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
+        Ok(self.engine.drive(record).await?.record)
+    }
+
+    /// Brings an open transaction to its end: the sweeper's rule, and an idempotent retry's when the
+    /// first execution stopped. PREPARING past its deadline (and twice the clock margin) is aborted by the
+    /// same conditional write that lock resolution uses; a PREPARING one within it is left alone.
+    /// Returns the record as it ends up, and whether this call wrote its terminal status.
+    pub async fn recover(&self, record: TransactionRecord) -> Result<Driven, DriveError> {
+        let record = recover::abort_expired(self, record).await?;
+        self.engine.drive(record).await
+    }
+
+    /// Sends one message to a participant, signed with its service's current key.
+    pub async fn call(&self, service: &str, message: &Message) -> Result<ParticipantResponse, InvokeError> {
+        self.engine.call(service, message).await
+    }
 }

@@ -57,49 +57,61 @@ pub enum Verdict {
     Abort(String),
 }
 
-/// Commit when every participant prepared in time; else abort, saying why.
-pub fn verdict(votes: &[ParticipantEntry], in_time: bool) -> Verdict {
-    match (ballots(votes).all(|b| b == Ballot::Yes), in_time) {
-        (true, true) => Verdict::Commit,
-        (true, false) => Verdict::Abort("the deadline passed before every participant prepared".to_owned()),
-        (false, _) => Verdict::Abort(abort_reason(votes)),
+/// The rules over a transaction's votes (its participants, as prepare left them).
+pub trait Votes {
+    /// Commit when every participant prepared in time; else abort, saying why.
+    fn verdict(&self, in_time: bool) -> Verdict;
+    /// Where a lock refused the attempt, and whose lock it was: the first conflict that named its blocker.
+    fn blocked(&self) -> Option<(usize, &str)>;
+    /// Refused for contention and nothing else, so a later attempt that keeps the request's age may
+    /// prepare: at least one conflict, every other participant prepared or not asked, and no lock whose
+    /// owner only the sweeper can resolve (the refusal is then the answer, not a burst of attempts until
+    /// its next run).
+    fn retryable(&self) -> bool;
+    /// Refused for contention only: conflicts, or TIMEOUT (an older transaction that waited for a younger
+    /// one's lock as long as its deadline allowed), or the deadline passed while every participant
+    /// prepared. An age token carries such a request's age to the caller's retry.
+    fn refused_for_contention(&self) -> bool;
+    /// The abort's reason: each participant that did not prepare, with its own.
+    fn abort_reason(&self) -> String;
+}
+
+impl Votes for [ParticipantEntry] {
+    fn verdict(&self, in_time: bool) -> Verdict {
+        match (ballots(self).all(|b| b == Ballot::Yes), in_time) {
+            (true, true) => Verdict::Commit,
+            (true, false) => Verdict::Abort("the deadline passed before every participant prepared".to_owned()),
+            (false, _) => Verdict::Abort(self.abort_reason()),
+        }
     }
-}
 
-/// Where a lock refused the attempt, and whose lock it was: the first conflict that named its blocker.
-pub fn blocked(votes: &[ParticipantEntry]) -> Option<(usize, &str)> {
-    ballots(votes).enumerate().find_map(|(at, ballot)| match ballot {
-        Ballot::Conflict { blocker: Some(blocker), .. } => Some((at, blocker)),
-        _ => None,
-    })
-}
+    fn blocked(&self) -> Option<(usize, &str)> {
+        ballots(self).enumerate().find_map(|(at, ballot)| match ballot {
+            Ballot::Conflict { blocker: Some(blocker), .. } => Some((at, blocker)),
+            _ => None,
+        })
+    }
 
-/// Refused for contention and nothing else, so a later attempt that keeps the request's age may prepare:
-/// at least one conflict, every other participant prepared or not asked, and no lock whose owner only the
-/// sweeper can resolve (the refusal is then the answer, not a burst of attempts until its next run).
-pub fn retryable(votes: &[ParticipantEntry]) -> bool {
-    ballots(votes).any(|b| matches!(b, Ballot::Conflict { .. }))
-        && ballots(votes).all(Ballot::leaves_room_for_a_retry)
-        && !ballots(votes).any(|b| matches!(b, Ballot::Conflict { expired_owner: Some(_), .. }))
-}
+    fn retryable(&self) -> bool {
+        ballots(self).any(|b| matches!(b, Ballot::Conflict { .. }))
+            && ballots(self).all(Ballot::leaves_room_for_a_retry)
+            && !ballots(self).any(|b| matches!(b, Ballot::Conflict { expired_owner: Some(_), .. }))
+    }
 
-/// Refused for contention only: conflicts, or TIMEOUT (an older transaction that waited for a younger
-/// one's lock as long as its deadline allowed), or the deadline passed while every participant prepared.
-/// An age token carries such a request's age to the caller's retry.
-pub fn refused_for_contention(votes: &[ParticipantEntry]) -> bool {
-    !votes.is_empty()
-        && ballots(votes).all(|b| b.leaves_room_for_a_retry() || b == Ballot::No(Some(RefusalCode::Timeout)))
-}
+    fn refused_for_contention(&self) -> bool {
+        !self.is_empty()
+            && ballots(self).all(|b| b.leaves_room_for_a_retry() || b == Ballot::No(Some(RefusalCode::Timeout)))
+    }
 
-/// The abort's reason: each participant that did not prepare, with its own.
-pub fn abort_reason(votes: &[ParticipantEntry]) -> String {
-    let reasons = votes
-        .iter()
-        .filter(|p| Ballot::of(p) != Ballot::Yes)
-        .map(|p| format!("{}: {}", p.service, p.reason.as_deref().unwrap_or("did not prepare")))
-        .collect::<Vec<_>>()
-        .join("; ");
-    crate::record::cut(&reasons, crate::record::MAX_REASON_BYTES)
+    fn abort_reason(&self) -> String {
+        let reasons = self
+            .iter()
+            .filter(|p| Ballot::of(p) != Ballot::Yes)
+            .map(|p| format!("{}: {}", p.service, p.reason.as_deref().unwrap_or("did not prepare")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        crate::record::cut(&reasons, crate::record::MAX_REASON_BYTES)
+    }
 }
 
 /// Writes onto `entry` what its prepare (or one-phase commit) came to: its answer, the invoke's failure,

@@ -49,15 +49,15 @@ fn tokio_test_elapsed() -> tokio::time::error::Elapsed {
 #[test]
 fn every_participant_prepared_in_time_commits() {
     let votes = [prepared("a"), prepared("b")];
-    assert_eq!(verdict(&votes, true), Verdict::Commit);
-    let Verdict::Abort(reason) = verdict(&votes, false) else { panic!("late votes commit") };
+    assert_eq!(votes.verdict(true), Verdict::Commit);
+    let Verdict::Abort(reason) = votes.verdict(false) else { panic!("late votes commit") };
     assert!(reason.contains("deadline passed"), "{reason}");
 }
 
 #[test]
 fn one_refusal_aborts_with_its_participants_reason() {
     let votes = [prepared("a"), refused("b", RefusalCode::ConditionFailed, None), entry("c")];
-    let Verdict::Abort(reason) = verdict(&votes, true) else { panic!("a refusal commits") };
+    let Verdict::Abort(reason) = votes.verdict(true) else { panic!("a refusal commits") };
     assert_eq!(reason, "b: ConditionFailed; c: did not prepare");
 }
 
@@ -68,30 +68,30 @@ fn a_conflict_carries_its_blocker_and_nothing_else_does() {
     // A blocker named by another refusal is no contention: not kept.
     let guard = refused("b", RefusalCode::ConditionFailed, Some("tx-old"));
     assert_eq!(Ballot::of(&guard), Ballot::No(Some(RefusalCode::ConditionFailed)));
-    assert_eq!(blocked(&[prepared("x"), guard, conflict]), Some((2, "tx-old")));
+    assert_eq!([prepared("x"), guard, conflict].blocked(), Some((2, "tx-old")));
 }
 
 #[test]
 fn contention_alone_is_retried_and_keeps_its_age() {
     let votes = [prepared("a"), refused("b", RefusalCode::Conflict, Some("tx-old")), entry("c")];
-    assert!(retryable(&votes));
-    assert!(refused_for_contention(&votes));
+    assert!(votes.retryable());
+    assert!(votes.refused_for_contention());
 }
 
 #[test]
 fn a_timeout_keeps_the_age_but_is_not_retried_by_the_coordinator() {
     let votes = [prepared("a"), timed_out("b")];
     assert_eq!(Ballot::of(&votes[1]), Ballot::No(Some(RefusalCode::Timeout)));
-    assert!(!retryable(&votes));
-    assert!(refused_for_contention(&votes));
+    assert!(!votes.retryable());
+    assert!(votes.refused_for_contention());
 }
 
 #[test]
 fn any_other_refusal_is_the_answer() {
     let votes = [refused("a", RefusalCode::Conflict, Some("tx-old")), refused("b", RefusalCode::NotFound, None)];
-    assert!(!retryable(&votes));
-    assert!(!refused_for_contention(&votes));
-    assert!(!refused_for_contention(&[]));
+    assert!(!votes.retryable());
+    assert!(!votes.refused_for_contention());
+    assert!(!Vec::<ParticipantEntry>::new().refused_for_contention());
 }
 
 #[test]
@@ -106,8 +106,9 @@ fn a_lock_only_the_sweeper_can_resolve_is_not_waited_out() {
         },
     );
     assert_eq!(Ballot::of(&expired), Ballot::Conflict { blocker: None, expired_owner: Some("tx-gone") });
-    assert!(!retryable(std::slice::from_ref(&expired)));
-    assert!(refused_for_contention(&[expired]));
+    let votes = [expired];
+    assert!(!votes.retryable());
+    assert!(votes.refused_for_contention());
 }
 
 #[test]

@@ -12,23 +12,52 @@
 //! decided": the abort is written conditionally over it (a fence), and only the record that results says
 //! whether the locks may be released.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::Value;
-use tracing::{error, warn};
+use tracing::{error, info, warn};
 
 use super::ballot::cast;
 use super::reply::{DriveError, Reply};
-use super::{Coordinator, Driven, UNRECORDED_DECISION};
 use crate::attempts::ContentionAbort;
-use crate::faults::{CoordinatorCrash, Crashed};
+use crate::auth::{KeySource, SignatureVersion};
+use crate::clock::SharedClock;
+use crate::faults::{CoordinatorCrash, Crashed, Faults};
+use crate::invoke::{InvokeError, ParticipantInvoker};
 use crate::model::message::{Abort, Commit, Prepare};
-use crate::model::{Action, ErrorCode, Message, ParticipantResponse, Status, Vote};
-use crate::record::{ParticipantEntry, TransactionRecord, Transition};
+use crate::model::{
+    Action, ErrorCode, Message, ParticipantResponse, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED, Status,
+    Vote,
+};
+use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition};
 use crate::store::{StoreError, WriteOutcome};
 use crate::telemetry;
+
+/// One commit or abort message gets this long before it is counted as failed and tried again.
+pub(super) const SECOND_PHASE_TIMEOUT: Duration = Duration::from_secs(5);
+const SECOND_PHASE_ATTEMPTS: u32 = 3;
+/// What a caller is told when the decision could not be recorded and the locks were released.
+const UNRECORDED_DECISION: &str = "the decision could not be recorded, so the transaction was aborted";
+/// Expired owners resolved for one prepare (or one-phase commit) before its refusal stands: one per item
+/// it meets locked, at most a few in practice.
+const MAX_RESOLUTIONS_PER_MESSAGE: u32 = 4;
+
+/// What the phase engine works with: the record store, the participants and their keys, the clock, and
+/// the crash points the recovery tests inject. Nothing of a request's key, age, hold or policy.
+#[derive(Clone)]
+pub struct PhaseEngine {
+    pub(super) transactions: TransactionStore,
+    pub(super) invoker: Arc<dyn ParticipantInvoker>,
+    /// The participants' keys: every message is signed with its service's ([`crate::auth`]).
+    pub(super) keys: Arc<dyn KeySource>,
+    /// How messages are signed: v1 until every participant verifies v2 (infra/DEPLOY.md).
+    pub(super) signature: SignatureVersion,
+    pub(super) clock: SharedClock,
+    pub(super) faults: Faults,
+}
 
 /// Which participants are asked to prepare, in what order, and whether one at a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +105,18 @@ pub enum Decided {
     Ended { reply: Reply, aborted: Option<TransactionRecord> },
 }
 
-impl Coordinator {
+/// What driving a decided transaction came to.
+#[derive(Debug, Clone)]
+pub struct Driven {
+    /// The record as it then is.
+    pub record: TransactionRecord,
+    /// Whether this call wrote its terminal status.
+    pub finished_here: bool,
+    /// The participants that did not acknowledge, each with why (empty once all did).
+    pub unacknowledged: Vec<String>,
+}
+
+impl PhaseEngine {
     /// Sends prepare to the participants `order` names, each bounded by the deadline from when it is sent,
     /// and returns the record's participants with their votes (one not asked has none).
     pub(super) async fn prepare(
@@ -386,6 +426,188 @@ pub(super) fn with_votes(mut record: TransactionRecord, votes: Vec<ParticipantEn
         record.participants = votes;
     }
     record
+}
+
+impl PhaseEngine {
+    /// Sends one message to a participant, signed with its service's current key.
+    pub async fn call(&self, service: &str, message: &Message) -> Result<ParticipantResponse, InvokeError> {
+        let request = &message.to_wire();
+        let unsigned =
+            |e: crate::auth::KeyError| InvokeError::Unsigned { service: service.to_owned(), message: e.to_string() };
+        match self.signature {
+            SignatureVersion::V1 => {
+                let signed = crate::auth::sign(self.keys.as_ref(), service, request, self.clock.now_ms())
+                    .await
+                    .map_err(unsigned)?;
+                self.invoker.invoke(service, &signed).await
+            }
+            SignatureVersion::V2 => {
+                let sealed = crate::auth::seal(self.keys.as_ref(), service, request, self.clock.now_ms())
+                    .await
+                    .map_err(unsigned)?;
+                self.invoker.invoke_sealed(service, &sealed).await
+            }
+        }
+    }
+
+    /// [`PhaseEngine::call`] for a prepare or a one-phase commit: a refusal that names an expired lock's
+    /// owner the participant may not decide ([`ParticipantResponse::unresolved_owner`]) is resolved here,
+    /// with this role's rights and from that owner's own record only (past its expiry it is aborted by the
+    /// same conditional write every resolver races its coordinator with), and the message sent again.
+    /// An owner with no record is left to the sweeper, which reads the lock itself: a participant's word
+    /// alone never makes this coordinator write a decision.
+    pub(super) async fn call_resolving(
+        &self,
+        service: &str,
+        message: &Message,
+    ) -> Result<ParticipantResponse, InvokeError> {
+        let mut resolved = 0;
+        loop {
+            let response = self.call(service, message).await?;
+            let Some(owner) = response.unresolved_owner.as_deref() else { return Ok(response) };
+            if resolved == MAX_RESOLUTIONS_PER_MESSAGE || owner == message.transaction_id() {
+                return Ok(response);
+            }
+            resolved += 1;
+            match crate::recovery::resolve_recorded(&self.transactions, owner, self.clock.now_ms()).await {
+                Ok(true) => info!(service, owner, "resolved an expired lock's owner for a participant; asking again"),
+                Ok(false) => return Ok(response),
+                Err(e) => {
+                    warn!(service, owner, error = %e, "could not resolve an expired lock's owner");
+                    return Ok(response);
+                }
+            }
+        }
+    }
+
+    /// One commit or abort, retried until the participant acknowledges it; or why it did not, in words
+    /// fit for the record (the participant's own reason, or the invoke's public one).
+    pub(super) async fn deliver(&self, service: &str, request: &Message) -> Result<(), String> {
+        let mut why = String::new();
+        for attempt in 0..SECOND_PHASE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+            match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.call(service, request)).await {
+                Ok(Ok(response)) if acknowledged(request.action(), &response) => return Ok(()),
+                Ok(Ok(response)) => {
+                    warn!(service, ?response, "unexpected second-phase answer");
+                    why = match (&response.status, &response.reason) {
+                        (Some(status), Some(reason)) => format!("{status}: {reason}"),
+                        (status, _) => format!("answered {}", status.as_deref().unwrap_or("no status")),
+                    };
+                }
+                Ok(Err(e)) => {
+                    warn!(service, error = %e, attempt, "second-phase delivery failed");
+                    why = e.public_reason();
+                }
+                Err(_) => {
+                    warn!(service, attempt, "second-phase delivery timed out");
+                    why = format!("no answer within {SECOND_PHASE_TIMEOUT:?}");
+                }
+            }
+        }
+        Err(why)
+    }
+}
+
+/// Whether an answer completes the second phase for that participant.
+///
+/// A commit answered NOT_PREPARED counts as applied, and that is sound: commit is only ever sent for a
+/// transaction decided COMMITTING, for which every participant voted PREPARED, so each of its items
+/// held a lock of this transaction. That lock goes away only by committing the item (here, or by lock
+/// resolution rolling it forward), never by an abort: aborts and releases happen only for transactions
+/// decided ABORTING, and a status never moves backwards. So a lock that is gone was applied, even when
+/// a later commit by another transaction has since replaced `lastTx`.
+fn acknowledged(action: Action, response: &ParticipantResponse) -> bool {
+    matches!(
+        (action, response.status.as_deref()),
+        (Action::Commit, Some(STATUS_COMMITTED | STATUS_NOT_PREPARED)) | (Action::Abort, Some(STATUS_ABORTED))
+    )
+}
+
+impl PhaseEngine {
+    /// Creates a record unless one exists, retried on infrastructure errors: `Some` is the record another
+    /// write created first. A record found with this execution's id and this status is this very write
+    /// (an attempt whose reply was lost, retried by the SDK or here), and counts as created: an execution
+    /// never creates two records with the same status.
+    pub(super) async fn create_own(&self, record: &TransactionRecord) -> Result<Option<TransactionRecord>, StoreError> {
+        retrying("record write", |_| async move {
+            Ok(match self.transactions.create(record).await? {
+                Some(existing)
+                    if existing.execution_id.is_some()
+                        && existing.execution_id == record.execution_id
+                        && existing.status == record.status =>
+                {
+                    None
+                }
+                found => found,
+            })
+        })
+        .await
+    }
+
+    /// This execution's abort decision of its keyed attempt `id` ([`TransactionStore::decide_abort`]), retried
+    /// on infrastructure errors: a retry that finds ABORTING with this execution's `retriedAs` or
+    /// `refusedForContention` found its own earlier write; any other ABORTING is someone else's abort.
+    pub(super) async fn abort_retrying(
+        &self,
+        id: &str,
+        votes: &[ParticipantEntry],
+        reason: Option<&str>,
+        contention: &ContentionAbort,
+    ) -> Result<Transition, StoreError> {
+        retrying("abort decision", |_| {
+            self.transactions.decide_abort(id, true, self.clock.now_ms(), votes, reason, contention)
+        })
+        .await
+    }
+
+    /// A status change, retried on infrastructure errors: its condition makes a repeat harmless, and a
+    /// retry that finds the status it wanted found its own earlier write.
+    pub(super) async fn transition_retrying(
+        &self,
+        id: &str,
+        from: Status,
+        to: Status,
+        keyed: bool,
+        participants: Option<&[ParticipantEntry]>,
+        reason: Option<&str>,
+    ) -> Result<Transition, StoreError> {
+        retrying("status write", |_| async move {
+            self.transactions.transition(id, from, to, keyed, self.clock.now_ms(), participants, reason).await
+        })
+        .await
+    }
+}
+
+/// A conditional write to a transaction record, tried up to three times on infrastructure errors. The
+/// error it ends with says the write may have taken effect if any attempt may have.
+pub(super) async fn retrying<T, Fut>(what: &str, mut write: impl FnMut(u32) -> Fut) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut last: Option<StoreError> = None;
+    for attempt in 0..3u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+        }
+        match write(attempt).await {
+            Ok(done) => return Ok(done),
+            Err(mut e) => {
+                warn!(error = %e, attempt, "{what} failed");
+                if last.as_ref().is_some_and(|l| l.outcome == WriteOutcome::Unknown) {
+                    e.outcome = WriteOutcome::Unknown;
+                }
+                // Refused as invalid, it would be refused again: the caller fences it.
+                if e.invalid {
+                    return Err(e);
+                }
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.expect("at least one attempt"))
 }
 
 #[cfg(test)]

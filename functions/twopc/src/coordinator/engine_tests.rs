@@ -50,16 +50,22 @@ fn no(code: crate::model::RefusalCode) -> ParticipantResponse {
     ParticipantResponse { vote: Some(Vote::Refused), code: Some(code), reason: Some("no".into()), ..Default::default() }
 }
 
-/// A coordinator over `invoker` whose store is never reached (no test here writes a record).
-fn engine(invoker: std::sync::Arc<Scripted>) -> Coordinator {
+/// An engine over `invoker` whose store is never reached (no test here writes a record).
+fn engine(invoker: std::sync::Arc<Scripted>) -> PhaseEngine {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
         .endpoint_url("http://127.0.0.1:9")
         .build();
     let store = crate::record::TransactionStore::new(aws_sdk_dynamodb::Client::from_conf(config), "unreached");
-    let services = invoker.prepare.keys().map(|s| s.to_string()).collect::<Vec<_>>();
-    Coordinator::new(store, invoker, services, crate::clock::system())
+    PhaseEngine {
+        transactions: store,
+        invoker,
+        keys: Arc::new(crate::auth::LocalKeys),
+        signature: SignatureVersion::V1,
+        clock: crate::clock::system(),
+        faults: Faults::default(),
+    }
 }
 
 fn transaction(services: &[&str]) -> TransactionRecord {
@@ -83,9 +89,9 @@ fn scripted(answers: &[(&'static str, ParticipantResponse)]) -> std::sync::Arc<S
 #[tokio::test]
 async fn everyone_at_once_is_asked_and_every_vote_recorded() {
     let invoker = scripted(&[("a", yes()), ("b", no(crate::model::RefusalCode::NotFound)), ("c", yes())]);
-    let coordinator = engine(invoker.clone());
+    let engine = engine(invoker.clone());
     let record = transaction(&["a", "b", "c"]);
-    let votes = coordinator.prepare(&record, &PrepareOrder::all_at_once(3)).await.unwrap();
+    let votes = engine.prepare(&record, &PrepareOrder::all_at_once(3)).await.unwrap();
     let ballots: Vec<_> = votes.iter().map(crate::coordinator::ballot::Ballot::of).collect();
     use crate::coordinator::ballot::Ballot;
     assert_eq!(ballots, [Ballot::Yes, Ballot::No(Some(crate::model::RefusalCode::NotFound)), Ballot::Yes]);
@@ -98,9 +104,9 @@ async fn everyone_at_once_is_asked_and_every_vote_recorded() {
 #[tokio::test]
 async fn one_at_a_time_stops_at_the_first_refusal_and_only_the_first_holds_nothing() {
     let invoker = scripted(&[("a", yes()), ("b", yes()), ("c", no(crate::model::RefusalCode::Conflict))]);
-    let coordinator = engine(invoker.clone());
+    let engine = engine(invoker.clone());
     let record = transaction(&["a", "b", "c"]);
-    let votes = coordinator.prepare(&record, &PrepareOrder::one_at_a_time(3, Some(2))).await.unwrap();
+    let votes = engine.prepare(&record, &PrepareOrder::one_at_a_time(3, Some(2))).await.unwrap();
     let sent = invoker.sent.lock().unwrap().clone();
     assert_eq!(sent, vec![("c".to_owned(), Action::Prepare, true)]);
     assert_eq!(votes.iter().filter(|v| v.vote.is_some()).count(), 1, "a and b are not asked: {votes:?}");
@@ -109,10 +115,10 @@ async fn one_at_a_time_stops_at_the_first_refusal_and_only_the_first_holds_nothi
 #[tokio::test]
 async fn the_second_phase_goes_to_everyone_that_may_hold_a_lock() {
     let invoker = scripted(&[("a", yes()), ("b", yes())]);
-    let coordinator = engine(invoker.clone());
+    let engine = engine(invoker.clone());
     let mut record = transaction(&["a", "b"]);
     record.participants[1].read_only = true;
-    let unacknowledged = coordinator.abort_participants(&record).await.unwrap();
+    let unacknowledged = engine.abort_participants(&record).await.unwrap();
     assert!(unacknowledged.is_empty());
     assert_eq!(invoker.sent.lock().unwrap().clone(), vec![("a".to_owned(), Action::Abort, false)]);
 }

@@ -8,10 +8,10 @@ use std::time::Instant;
 use serde_json::Value;
 use tracing::{Instrument, error, info, info_span, warn};
 
+use super::engine::{SECOND_PHASE_TIMEOUT, retrying};
 use super::replay::{MAX_CHAIN_HOPS, own_attempt};
 use super::reply::{DriveError, Reply, unavailable};
-use super::writes::retrying;
-use super::{ABANDON_AFTER_BUDGET, Coordinator, SECOND_PHASE_TIMEOUT};
+use super::{ABANDON_AFTER_BUDGET, Coordinator};
 use crate::access::Caller;
 use crate::attempts::ContentionAbort;
 use crate::model::message::Hold;
@@ -29,274 +29,245 @@ pub(super) enum HeldDecision {
 /// The reason a held transaction aborted by its caller keeps.
 pub const HELD_ABORT_REASON: &str = "aborted by its caller while held";
 
-/// A held transaction's decision: `POST /transactions/{id}/commit` and `/abort`.
-impl Coordinator {
-    /// `POST /transactions/{id}/commit` from `principal`: a held transaction (PREPARED) commits if the
-    /// coordinator's clock is not past its `holdUntil` (200 COMMITTED, or 202 COMMITTING while a participant
-    /// has not acknowledged); past it, it is aborted (409 ABORTED). Unknown, or created by another
-    /// principal: 404. Not held: 409 NOT_HELD. Repeated after the commit won: the same answer; after an
-    /// abort (the caller's or the expiry's): 409 with the decided body.
-    pub async fn commit_held(&self, id: &str, principal: Option<&str>) -> Reply {
-        self.decide_held_within(id, &self.access.iam(principal), HeldDecision::Commit).await
-    }
+/// The hold decision of a request that asked for one, every participant prepared: PREPARING → PREPARED
+/// on its record, with the votes, its locks to expire at `holdUntil` (the engine settles a failed write).
+pub(super) async fn hold(
+    c: &Coordinator,
+    record: &TransactionRecord,
+    votes: Vec<ParticipantEntry>,
+) -> Result<TransactionRecord, DriveError> {
+    let id = &record.transaction_id;
+    let hold_until = c.engine.clock.now_ms() + record.hold_ms.unwrap_or_default();
+    let written = retrying("hold write", |_| {
+        let votes = &votes;
+        async move { c.engine.transactions.hold(id, c.engine.clock.now_ms(), votes, hold_until).await }
+    })
+    .await;
+    c.engine.settle(record, Status::Prepared, written, votes, &ContentionAbort::default()).await
+}
 
-    /// [`Coordinator::commit_held`] from `caller`: only the principal that created it, or an admin.
-    pub async fn commit_held_by(&self, id: &str, caller: &Caller) -> Reply {
-        self.decide_held_within(id, caller, HeldDecision::Commit).await
-    }
+/// The answer of a transaction just held: its locks now expire at `holdUntil`. A crash before leaves
+/// them their deadline, and whoever meets one then finds its owner PREPARED, undecided until holdUntil.
+pub(super) async fn answer_held(c: &Coordinator, held: TransactionRecord) -> Reply {
+    extend_locks(c, &held).await;
+    info!(hold_until = held.hold_until, "transaction held");
+    Reply::for_record(&held)
+}
 
-    /// [`Coordinator::abort_held`] from `caller`: only the principal that created it, or an admin.
-    pub async fn abort_held_by(&self, id: &str, caller: &Caller) -> Reply {
-        self.decide_held_within(id, caller, HeldDecision::Abort).await
-    }
-
-    /// `POST /transactions/{id}/abort` from `principal`: a held transaction aborts (200 ABORTED, once its
-    /// participants released, or the answer budget ran out and the sweeper finishes it). Repeated, or
-    /// after the hold expired: 200 ABORTED again; after a commit: 409 with the committed body.
-    pub async fn abort_held(&self, id: &str, principal: Option<&str>) -> Reply {
-        self.decide_held_within(id, &self.access.iam(principal), HeldDecision::Abort).await
-    }
-
-    /// The hold decision of a request that asked for one, every participant prepared: PREPARING → PREPARED
-    /// on its record, with the votes, its locks to expire at `holdUntil` (the engine settles a failed write).
-    pub(super) async fn hold(
-        &self,
-        record: &TransactionRecord,
-        votes: Vec<ParticipantEntry>,
-    ) -> Result<TransactionRecord, DriveError> {
-        let id = &record.transaction_id;
-        let hold_until = self.clock.now_ms() + record.hold_ms.unwrap_or_default();
-        let written = retrying("hold write", |_| {
-            let votes = &votes;
-            async move { self.transactions.hold(id, self.clock.now_ms(), votes, hold_until).await }
-        })
-        .await;
-        self.settle(record, Status::Prepared, written, votes, &ContentionAbort::default()).await
-    }
-
-    /// The answer of a transaction just held: its locks now expire at `holdUntil`. A crash before leaves
-    /// them their deadline, and whoever meets one then finds its owner PREPARED, undecided until holdUntil.
-    pub(super) async fn answer_held(&self, held: TransactionRecord) -> Reply {
-        self.extend_locks(&held).await;
-        info!(hold_until = held.hold_until, "transaction held");
-        Reply::for_record(&held)
-    }
-
-    async fn decide_held_within(&self, id: &str, caller: &Caller, decision: HeldDecision) -> Reply {
-        let answer_by = Instant::now() + self.answer_budget;
-        let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
-        let span = info_span!("held", tx = %id, decision = ?decision);
-        let decided = self.decide_held(id, caller, decision, answer_by).instrument(span);
-        let ran = match tokio::time::timeout_at(abandon_at, decided).await {
-            Ok(ran) => ran,
-            Err(_) => {
-                error!(tx = %id, "the answer budget ran out in a step that did not return; abandoned like a crash");
-                Err(DriveError::Store(StoreError::internal(
-                    "UpdateItem",
-                    self.transactions.table(),
-                    "no answer in time",
-                )))
-            }
-        };
-        match ran {
-            Ok(reply) => reply,
-            Err(DriveError::Store(e)) | Err(DriveError::Unrecorded { error: e, .. }) => unavailable(&e, Some(id)),
-            Err(DriveError::Crashed(c)) => {
-                let mut reply = Reply::error(ErrorCode::Crashed, c.to_string());
-                reply.body["transactionId"] = Value::String(id.to_owned());
-                reply
-            }
+pub(super) async fn decide_held_within(c: &Coordinator, id: &str, caller: &Caller, decision: HeldDecision) -> Reply {
+    let answer_by = Instant::now() + c.answer_budget;
+    let abandon_at = tokio::time::Instant::from_std(answer_by + ABANDON_AFTER_BUDGET);
+    let span = info_span!("held", tx = %id, decision = ?decision);
+    let decided = decide_held(c, id, caller, decision, answer_by).instrument(span);
+    let ran = match tokio::time::timeout_at(abandon_at, decided).await {
+        Ok(ran) => ran,
+        Err(_) => {
+            error!(tx = %id, "the answer budget ran out in a step that did not return; abandoned like a crash");
+            Err(DriveError::Store(StoreError::internal(
+                "UpdateItem",
+                c.engine.transactions.table(),
+                "no answer in time",
+            )))
         }
-    }
-
-    async fn decide_held(
-        &self,
-        id: &str,
-        caller: &Caller,
-        decision: HeldDecision,
-        answer_by: Instant,
-    ) -> Result<Reply, DriveError> {
-        // Another principal's transaction is answered as an unknown one: its id tells nothing.
-        let record = match self.transactions.get(id).await? {
-            Some(record) if self.access.may_see(caller, record.principal.as_deref()) => record,
-            _ => return Ok(Reply::error(ErrorCode::NotFound, format!("no transaction {id}"))),
-        };
-        if !record.is_held() {
-            let mut reply = Reply::error(
-                ErrorCode::NotHeld,
-                format!(
-                    "transaction {id} was not held (its request had no holdMs): it was decided when it was \
-                     submitted, and is {}",
-                    Reply::for_record(&record).body["status"].as_str().unwrap_or_default()
-                ),
-            );
+    };
+    match ran {
+        Ok(reply) => reply,
+        Err(DriveError::Store(e)) | Err(DriveError::Unrecorded { error: e, .. }) => unavailable(&e, Some(id)),
+        Err(DriveError::Crashed(c)) => {
+            let mut reply = Reply::error(ErrorCode::Crashed, c.to_string());
             reply.body["transactionId"] = Value::String(id.to_owned());
-            return Ok(reply);
+            reply
         }
-        // An attempt its coordinator retried: the decision is the request's, so it goes to the attempt that
-        // lives, and so after each write it lost (the coordinator's own abort may have named the next attempt
-        // between this call's read and its write). A status may move on between the read and the write (the
-        // first execution recording PREPARED, a concurrent call, the expiry): each write is conditional on the
-        // status read, and a lost one is followed by another from the record found, until it is decided.
-        let mut record = record;
-        let mut hops = 0;
-        for _ in 0..4 {
-            record = match self.live_attempt(record, decision, &mut hops).await? {
-                Ok(live) => live,
-                Err(reply) => return Ok(reply),
-            };
-            // Past its deadline still preparing (its coordinator stopped), or past its hold: aborted first, as
-            // recovery would (an expiry's abort names no successor).
-            record = self.abort_expired(record).await?;
-            let current_id = record.transaction_id.clone();
-            match (record.status, decision) {
-                (Status::Preparing, HeldDecision::Commit) => {
-                    let mut reply = Reply::error(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "transaction {current_id} is still preparing: it can be committed once it is PREPARED \
-                             (GET /transactions/{current_id} tells)"
-                        ),
-                    );
-                    reply.body["transactionId"] = Value::String(current_id);
-                    return Ok(reply);
-                }
-                (Status::Preparing | Status::Prepared, _) => match self.write_held_decision(&record, decision).await? {
-                    Transition::Done(decided) => {
-                        record = decided;
-                        break;
-                    }
-                    Transition::Lost(Some(current)) => record = current,
-                    Transition::Lost(None) => {
-                        return Err(StoreError::internal(
-                            "UpdateItem",
-                            self.transactions.table(),
-                            format!("record {current_id} disappeared"),
-                        )
-                        .into());
-                    }
-                },
-                _ if record.successor().is_some() => {}
-                _ => break,
-            }
-        }
-        // The last write lost to the coordinator's own abort naming the next attempt: that one decides.
-        if record.successor().is_some() {
-            record = match self.live_attempt(record, decision, &mut hops).await? {
-                Ok(live) => live,
-                Err(reply) => return Ok(reply),
-            };
-        }
-        if matches!(record.status, Status::Committing | Status::Aborting) {
-            record = self.drive_within(record, answer_by).await?;
-        }
-        let mut reply = Reply::for_record(&record);
-        reply.status = match (record.status, decision) {
-            (Status::Committed | Status::Committing, HeldDecision::Commit) => reply.status,
-            (Status::Aborting | Status::Aborted, HeldDecision::Abort) => 200,
-            // Not decided yet (the writes kept losing to status changes): as a retried POST would be told.
-            (Status::Preparing | Status::Prepared, _) => return Ok(Reply::answering(&record)),
-            // The other decision won: the decided body.
-            _ => 409,
+    }
+}
+
+pub(super) async fn decide_held(
+    c: &Coordinator,
+    id: &str,
+    caller: &Caller,
+    decision: HeldDecision,
+    answer_by: Instant,
+) -> Result<Reply, DriveError> {
+    // Another principal's transaction is answered as an unknown one: its id tells nothing.
+    let record = match c.engine.transactions.get(id).await? {
+        Some(record) if c.access.may_see(caller, record.principal.as_deref()) => record,
+        _ => return Ok(Reply::error(ErrorCode::NotFound, format!("no transaction {id}"))),
+    };
+    if !record.is_held() {
+        let mut reply = Reply::error(
+            ErrorCode::NotHeld,
+            format!(
+                "transaction {id} was not held (its request had no holdMs): it was decided when it was \
+                 submitted, and is {}",
+                Reply::for_record(&record).body["status"].as_str().unwrap_or_default()
+            ),
+        );
+        reply.body["transactionId"] = Value::String(id.to_owned());
+        return Ok(reply);
+    }
+    // An attempt its coordinator retried: the decision is the request's, so it goes to the attempt that
+    // lives, and so after each write it lost (the coordinator's own abort may have named the next attempt
+    // between this call's read and its write). A status may move on between the read and the write (the
+    // first execution recording PREPARED, a concurrent call, the expiry): each write is conditional on the
+    // status read, and a lost one is followed by another from the record found, until it is decided.
+    let mut record = record;
+    let mut hops = 0;
+    for _ in 0..4 {
+        record = match live_attempt(c, record, decision, &mut hops).await? {
+            Ok(live) => live,
+            Err(reply) => return Ok(reply),
         };
-        info!(status = %record.status, http = reply.status, "held transaction answered");
-        Ok(self.as_seen_by(caller, reply, &record).await)
-    }
-
-    /// The attempt of `record`'s request that lives: its coordinator's chain followed from `record`. One named
-    /// but not begun is fenced by an abort (it can then never begin); for a commit it is still preparing
-    /// (`Err`: the 503 that says so). One that is not `record`'s request's (another caller, another body)
-    /// is not followed: the last attempt of its own is the one that lives.
-    async fn live_attempt(
-        &self,
-        mut record: TransactionRecord,
-        decision: HeldDecision,
-        hops: &mut usize,
-    ) -> Result<Result<TransactionRecord, Reply>, DriveError> {
-        let owner = record.clone();
-        while let Some(next) = record.successor().map(str::to_owned).filter(|_| *hops < MAX_CHAIN_HOPS) {
-            *hops += 1;
-            let attempt = match (self.transactions.get(&next).await?, decision) {
-                (Some(attempt), _) => attempt,
-                (None, HeldDecision::Abort) => {
-                    self.transactions.fence_attempt(&next, self.clock.now_ms(), HELD_ABORT_REASON, &record).await?
-                }
-                (None, HeldDecision::Commit) => {
-                    let mut reply = Reply::error(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "transaction {} was retried as {next}, which is still preparing: it can be committed \
-                             once it is PREPARED (GET /transactions/{next} tells)",
-                            record.transaction_id
-                        ),
-                    );
-                    reply.body["transactionId"] = Value::String(next);
-                    return Ok(Err(reply));
-                }
-            };
-            match own_attempt(&owner, attempt) {
-                Some(attempt) => record = attempt,
-                None => break,
+        // Past its deadline still preparing (its coordinator stopped), or past its hold: aborted first, as
+        // recovery would (an expiry's abort names no successor).
+        record = super::recover::abort_expired(c, record).await?;
+        let current_id = record.transaction_id.clone();
+        match (record.status, decision) {
+            (Status::Preparing, HeldDecision::Commit) => {
+                let mut reply = Reply::error(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "transaction {current_id} is still preparing: it can be committed once it is PREPARED \
+                         (GET /transactions/{current_id} tells)"
+                    ),
+                );
+                reply.body["transactionId"] = Value::String(current_id);
+                return Ok(reply);
             }
-        }
-        Ok(Ok(record))
-    }
-
-    /// The caller's decision, written conditionally on the status read (PREPARED, or PREPARING for an abort
-    /// that comes before the hold is recorded), retried on infrastructure errors. A commit is written only
-    /// while the coordinator's clock is at or before `holdUntil`, checked before every attempt: past it the
-    /// attempt writes the abort instead (which an earlier attempt's commit, its reply lost, defeats: the
-    /// record then says COMMITTING). Resolvers abort a held transaction only after `holdUntil` and twice the
-    /// clock margin by their clocks, and every one of these writes is conditional: exactly one decision wins.
-    async fn write_held_decision(
-        &self,
-        record: &TransactionRecord,
-        decision: HeldDecision,
-    ) -> Result<Transition, StoreError> {
-        let id = &record.transaction_id;
-        let from = record.status;
-        let hold_until = record.hold_until.unwrap_or(0);
-        let keyed = record.is_keyed();
-        retrying("held decision write", |_| async move {
-            let now = self.clock.now_ms();
-            let (to, reason) = match decision {
-                HeldDecision::Commit if from == Status::Prepared && now <= hold_until => (Status::Committing, None),
-                HeldDecision::Commit => (Status::Aborting, Some(crate::recovery::HOLD_EXPIRED_REASON)),
-                HeldDecision::Abort => (Status::Aborting, Some(HELD_ABORT_REASON)),
-            };
-            // Decided: due for the sweeper as a transaction decided now would be (after its timeout), not at
-            // holdUntil any more.
-            let sweep_at = now + record.deadline.saturating_sub(record.created_at);
-            self.transactions.transition_due(id, from, to, keyed, now, reason, sweep_at).await
-        })
-        .await
-    }
-
-    /// Moves the expiry of a held transaction's locks to its `holdUntil`: a hold message to every
-    /// participant that locked something, with the token its vote reported. Best effort: a participant
-    /// that does not answer keeps its locks' deadline, and whoever meets one of them then finds the owner
-    /// PREPARED, undecided until `holdUntil`, as it would anyway.
-    async fn extend_locks(&self, record: &TransactionRecord) {
-        let Some(hold_until) = record.hold_until else { return };
-        let holds: Vec<_> = record
-            .participants
-            .iter()
-            .filter(|p| p.vote == Some(Vote::Prepared) && !p.read_only)
-            .map(|entry| {
-                let request = Message::Hold(Hold {
-                    transaction_id: record.transaction_id.clone(),
-                    operations: entry.operations.clone(),
-                    lock_token: entry.lock_token.clone(),
-                    hold_until,
-                });
-                async move {
-                    match tokio::time::timeout(SECOND_PHASE_TIMEOUT, self.call(&entry.service, &request)).await {
-                        Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_HELD) => {}
-                        other => warn!(service = %entry.service, answer = ?other.ok(), "locks not extended to holdUntil; they keep their deadline"),
-                    }
+            (Status::Preparing | Status::Prepared, _) => match write_held_decision(c, &record, decision).await? {
+                Transition::Done(decided) => {
+                    record = decided;
+                    break;
                 }
-            })
-            .collect();
-        futures::future::join_all(holds).await;
+                Transition::Lost(Some(current)) => record = current,
+                Transition::Lost(None) => {
+                    return Err(StoreError::internal(
+                        "UpdateItem",
+                        c.engine.transactions.table(),
+                        format!("record {current_id} disappeared"),
+                    )
+                    .into());
+                }
+            },
+            _ if record.successor().is_some() => {}
+            _ => break,
+        }
     }
+    // The last write lost to the coordinator's own abort naming the next attempt: that one decides.
+    if record.successor().is_some() {
+        record = match live_attempt(c, record, decision, &mut hops).await? {
+            Ok(live) => live,
+            Err(reply) => return Ok(reply),
+        };
+    }
+    if matches!(record.status, Status::Committing | Status::Aborting) {
+        record = c.engine.drive_within(record, answer_by).await?;
+    }
+    let mut reply = Reply::for_record(&record);
+    reply.status = match (record.status, decision) {
+        (Status::Committed | Status::Committing, HeldDecision::Commit) => reply.status,
+        (Status::Aborting | Status::Aborted, HeldDecision::Abort) => 200,
+        // Not decided yet (the writes kept losing to status changes): as a retried POST would be told.
+        (Status::Preparing | Status::Prepared, _) => return Ok(Reply::answering(&record)),
+        // The other decision won: the decided body.
+        _ => 409,
+    };
+    info!(status = %record.status, http = reply.status, "held transaction answered");
+    Ok(super::seen::as_seen_by(c, caller, reply, &record).await)
+}
+
+/// The attempt of `record`'s request that lives: its coordinator's chain followed from `record`. One named
+/// but not begun is fenced by an abort (it can then never begin); for a commit it is still preparing
+/// (`Err`: the 503 that says so). One that is not `record`'s request's (another caller, another body)
+/// is not followed: the last attempt of its own is the one that lives.
+pub(super) async fn live_attempt(
+    c: &Coordinator,
+    mut record: TransactionRecord,
+    decision: HeldDecision,
+    hops: &mut usize,
+) -> Result<Result<TransactionRecord, Reply>, DriveError> {
+    let owner = record.clone();
+    while let Some(next) = record.successor().map(str::to_owned).filter(|_| *hops < MAX_CHAIN_HOPS) {
+        *hops += 1;
+        let attempt = match (c.engine.transactions.get(&next).await?, decision) {
+            (Some(attempt), _) => attempt,
+            (None, HeldDecision::Abort) => {
+                c.engine.transactions.fence_attempt(&next, c.engine.clock.now_ms(), HELD_ABORT_REASON, &record).await?
+            }
+            (None, HeldDecision::Commit) => {
+                let mut reply = Reply::error(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "transaction {} was retried as {next}, which is still preparing: it can be committed \
+                         once it is PREPARED (GET /transactions/{next} tells)",
+                        record.transaction_id
+                    ),
+                );
+                reply.body["transactionId"] = Value::String(next);
+                return Ok(Err(reply));
+            }
+        };
+        match own_attempt(&owner, attempt) {
+            Some(attempt) => record = attempt,
+            None => break,
+        }
+    }
+    Ok(Ok(record))
+}
+
+/// The caller's decision, written conditionally on the status read (PREPARED, or PREPARING for an abort
+/// that comes before the hold is recorded), retried on infrastructure errors. A commit is written only
+/// while the coordinator's clock is at or before `holdUntil`, checked before every attempt: past it the
+/// attempt writes the abort instead (which an earlier attempt's commit, its reply lost, defeats: the
+/// record then says COMMITTING). Resolvers abort a held transaction only after `holdUntil` and twice the
+/// clock margin by their clocks, and every one of these writes is conditional: exactly one decision wins.
+pub(super) async fn write_held_decision(
+    c: &Coordinator,
+    record: &TransactionRecord,
+    decision: HeldDecision,
+) -> Result<Transition, StoreError> {
+    let id = &record.transaction_id;
+    let from = record.status;
+    let hold_until = record.hold_until.unwrap_or(0);
+    let keyed = record.is_keyed();
+    retrying("held decision write", |_| async move {
+        let now = c.engine.clock.now_ms();
+        let (to, reason) = match decision {
+            HeldDecision::Commit if from == Status::Prepared && now <= hold_until => (Status::Committing, None),
+            HeldDecision::Commit => (Status::Aborting, Some(crate::recovery::HOLD_EXPIRED_REASON)),
+            HeldDecision::Abort => (Status::Aborting, Some(HELD_ABORT_REASON)),
+        };
+        // Decided: due for the sweeper as a transaction decided now would be (after its timeout), not at
+        // holdUntil any more.
+        let sweep_at = now + record.deadline.saturating_sub(record.created_at);
+        c.engine.transactions.transition_due(id, from, to, keyed, now, reason, sweep_at).await
+    })
+    .await
+}
+
+/// Moves the expiry of a held transaction's locks to its `holdUntil`: a hold message to every
+/// participant that locked something, with the token its vote reported. Best effort: a participant
+/// that does not answer keeps its locks' deadline, and whoever meets one of them then finds the owner
+/// PREPARED, undecided until `holdUntil`, as it would anyway.
+pub(super) async fn extend_locks(c: &Coordinator, record: &TransactionRecord) {
+    let Some(hold_until) = record.hold_until else { return };
+    let holds: Vec<_> = record
+        .participants
+        .iter()
+        .filter(|p| p.vote == Some(Vote::Prepared) && !p.read_only)
+        .map(|entry| {
+            let request = Message::Hold(Hold {
+                transaction_id: record.transaction_id.clone(),
+                operations: entry.operations.clone(),
+                lock_token: entry.lock_token.clone(),
+                hold_until,
+            });
+            async move {
+                match tokio::time::timeout(SECOND_PHASE_TIMEOUT, c.engine.call(&entry.service, &request)).await {
+                    Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_HELD) => {}
+                    other => warn!(service = %entry.service, answer = ?other.ok(), "locks not extended to holdUntil; they keep their deadline"),
+                }
+            }
+        })
+        .collect();
+    futures::future::join_all(holds).await;
 }

@@ -9,7 +9,7 @@ use tracing::info;
 
 use super::Coordinator;
 use super::attempts::{Attempted, Refused};
-use super::ballot::{abort_reason, cast};
+use super::ballot::{Votes, cast};
 use super::reply::{DriveError, Reply};
 use crate::custom::{Catalog, Catalogs};
 use crate::model::message::OnePhase;
@@ -17,72 +17,69 @@ use crate::model::{Message, Operation, STATUS_COMMITTED, STATUS_RECORD_EXISTS, S
 use crate::record::TransactionRecord;
 use crate::store::StoreError;
 
-impl Coordinator {
-    /// One writing participant: no vote to collect from anyone else, so it applies its operations and the
-    /// record is created COMMITTED in the same atomic write (two requests to DynamoDB instead of five).
-    /// Whatever goes wrong on the way, the record decides: if the participant's reply is lost, the
-    /// coordinator creates the record as ABORTED, conditionally, and exactly one of the two writes exists.
-    pub(super) async fn run_one_phase(
-        &self,
-        record: TransactionRecord,
-        answer_by: Instant,
-    ) -> Result<Attempted, DriveError> {
-        let started = Instant::now();
-        let now = self.clock.now_ms();
-        let mut committed = record.clone().ended(Status::Committed, now);
-        committed.participants[0].vote = Some(Vote::Prepared);
-        let entry = &record.participants[0];
-        let request = Message::OnePhase(OnePhase {
-            transaction_id: record.transaction_id.clone(),
-            operations: entry.operations.clone(),
-            deadline: Some(record.deadline),
-            started_at: Some(record.age()),
-            principal: record.principal.clone(),
-            record: serde_json::to_value(&committed).expect("records serialize"),
-        });
-        let budget = Duration::from_millis(record.deadline.saturating_sub(now));
-        let answer = tokio::time::timeout(budget, self.call_resolving(&entry.service, &request)).await;
-        let mut aborted = record.clone().ended(Status::Aborted, now);
-        match answer {
-            Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
-                info!(total_ms = started.elapsed().as_millis() as u64, "committed in one phase");
-                return Ok(Reply::for_record(&committed).into());
-            }
-            Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_RECORD_EXISTS) => {
-                let existing = self.transactions.get(&record.transaction_id).await?;
-                return match existing {
-                    Some(existing) => {
-                        Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into())
-                    }
-                    None => Err(StoreError::internal(
-                        "GetItem",
-                        self.transactions.table(),
-                        format!("record {} reported but not found", record.transaction_id),
-                    )
-                    .into()),
-                };
-            }
-            other => cast(&mut aborted.participants[0], other),
+/// One writing participant: no vote to collect from anyone else, so it applies its operations and the
+/// record is created COMMITTED in the same atomic write (two requests to DynamoDB instead of five).
+/// Whatever goes wrong on the way, the record decides: if the participant's reply is lost, the
+/// coordinator creates the record as ABORTED, conditionally, and exactly one of the two writes exists.
+pub(super) async fn run_one_phase(
+    c: &Coordinator,
+    record: TransactionRecord,
+    answer_by: Instant,
+) -> Result<Attempted, DriveError> {
+    let started = Instant::now();
+    let now = c.engine.clock.now_ms();
+    let mut committed = record.clone().ended(Status::Committed, now);
+    committed.participants[0].vote = Some(Vote::Prepared);
+    let entry = &record.participants[0];
+    let request = Message::OnePhase(OnePhase {
+        transaction_id: record.transaction_id.clone(),
+        operations: entry.operations.clone(),
+        deadline: Some(record.deadline),
+        started_at: Some(record.age()),
+        principal: record.principal.clone(),
+        record: serde_json::to_value(&committed).expect("records serialize"),
+    });
+    let budget = Duration::from_millis(record.deadline.saturating_sub(now));
+    let answer = tokio::time::timeout(budget, c.engine.call_resolving(&entry.service, &request)).await;
+    let existing = match answer {
+        Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_COMMITTED) => {
+            info!(total_ms = started.elapsed().as_millis() as u64, "committed in one phase");
+            return Ok(Reply::for_record(&committed).into());
         }
-        aborted.reason = Some(abort_reason(&aborted.participants));
-        aborted.updated_at = self.clock.now_ms();
-        // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record wins.
-        // The record found is terminal (one phase writes only COMMITTED or ABORTED), so replay answers
-        // it at once, or 422 for a keyed request whose key was used with another body.
-        let blocked_by = aborted.participants[0].blocked_by.clone();
-        let contention = self.contention_abort(&record, &aborted.participants, blocked_by.as_deref(), answer_by).await;
-        let aborted = contention.applied_to(aborted);
-        match self.create_own(&aborted).await? {
-            None => {
-                let blocked_at = blocked_by.as_ref().map(|_| 0);
-                Ok(Attempted {
-                    reply: Reply::for_record(&aborted),
-                    refused: Some(Refused { record: aborted, blocked_at }),
-                })
+        Ok(Ok(response)) if response.status.as_deref() == Some(STATUS_RECORD_EXISTS) => {
+            match c.engine.transactions.get(&record.transaction_id).await? {
+                Some(existing) => existing,
+                None => {
+                    let table = c.engine.transactions.table();
+                    let missing = format!("record {} reported but not found", record.transaction_id);
+                    return Err(StoreError::internal("GetItem", table, missing).into());
+                }
             }
-            Some(existing) => Ok(self.replay(existing, record.request_hash.as_deref(), answer_by).await?.into()),
         }
-    }
+        refused => {
+            let mut aborted = record.clone().ended(Status::Aborted, now);
+            cast(&mut aborted.participants[0], refused);
+            aborted.reason = Some(aborted.participants.abort_reason());
+            aborted.updated_at = c.engine.clock.now_ms();
+            let blocked_by = aborted.participants[0].blocked_by.clone();
+            let own = c.contention_abort(&record, &aborted.participants, blocked_by.as_deref(), answer_by).await;
+            let aborted = own.applied_to(aborted);
+            // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record
+            // wins.
+            match c.engine.create_own(&aborted).await? {
+                None => {
+                    let blocked_at = blocked_by.as_ref().map(|_| 0);
+                    let reply = Reply::for_record(&aborted);
+                    return Ok(Attempted { reply, refused: Some(Refused { record: aborted, blocked_at }) });
+                }
+                Some(existing) => existing,
+            }
+        }
+    };
+    // A record written by another execution (the participant's, its reply lost, or a concurrent one of the
+    // same key): terminal, since one phase writes only COMMITTED or ABORTED, so replay answers it at once,
+    // or 422 for a keyed request whose key was used with another body.
+    Ok(super::replay::replay(c, existing, record.request_hash.as_deref(), answer_by).await?.into())
 }
 
 /// The service of a request that commits in one phase: a sole participant, not held, whose operations

@@ -13,56 +13,53 @@ use crate::access::{Caller, entity_ids};
 use crate::model::ErrorCode;
 use crate::record::TransactionRecord;
 
-impl Coordinator {
-    /// `GET /transactions/{id}` from a caller without a principal.
-    pub async fn get(&self, id: &str) -> Reply {
-        self.get_by(id, &self.access.iam(None)).await
+/// A record's answer as `caller` may see it ([`Policy::redact_answer`], and others' transactions
+/// unnamed: [`Coordinator::hide_others_transactions`]).
+/// `GET /transactions/{id}` from `caller`: a transaction it may not see is answered as an unknown one.
+pub(super) async fn read(c: &Coordinator, id: &str, caller: &Caller) -> Reply {
+    match c.engine.transactions.get(id).await {
+        Ok(Some(record)) if c.access.may_see(caller, record.principal.as_deref()) => {
+            as_seen_by(c, caller, Reply::reading(&record), &record).await
+        }
+        Ok(_) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
+        Err(e) => unavailable(&e, None),
     }
+}
 
-    /// `GET /transactions/{id}` from `caller`: a transaction it may not see ([`Policy::may_see`]) is
-    /// answered as an unknown one, so its id tells nothing.
-    pub async fn get_by(&self, id: &str, caller: &Caller) -> Reply {
-        match self.transactions.get(id).await {
-            Ok(Some(record)) if self.access.may_see(caller, record.principal.as_deref()) => {
-                self.as_seen_by(caller, Reply::reading(&record), &record).await
+pub(super) async fn as_seen_by(
+    c: &Coordinator,
+    caller: &Caller,
+    mut reply: Reply,
+    record: &TransactionRecord,
+) -> Reply {
+    if caller.admin {
+        return reply;
+    }
+    let items: Vec<Vec<String>> = record.participants.iter().map(|p| entity_ids(&p.operations)).collect();
+    c.access.redact_answer(caller, &mut reply.body, &items);
+    hide_others_transactions(c, caller, &mut reply.body).await;
+    reply
+}
+
+/// Hides from `body`'s reasons every transaction `caller` may not see. A named transaction whose
+/// record cannot be read, or does not exist, is hidden too.
+pub(super) async fn hide_others_transactions(c: &Coordinator, caller: &Caller, body: &mut Value) {
+    if caller.admin {
+        return;
+    }
+    let mut hidden = std::collections::BTreeSet::new();
+    for id in crate::access::transactions_named(body) {
+        let visible = match c.engine.transactions.get(&id).await {
+            Ok(Some(record)) => c.access.may_see(caller, record.principal.as_deref()),
+            Ok(None) => false,
+            Err(e) => {
+                warn!(error = %e, tx = %id, "could not read a transaction a reason names; hiding its id");
+                false
             }
-            Ok(_) => Reply::error(ErrorCode::NotFound, format!("no transaction {id}")),
-            Err(e) => unavailable(&e, None),
+        };
+        if !visible {
+            hidden.insert(id);
         }
     }
-
-    /// A record's answer as `caller` may see it ([`Policy::redact_answer`], and others' transactions
-    /// unnamed: [`Coordinator::hide_others_transactions`]).
-    pub(super) async fn as_seen_by(&self, caller: &Caller, mut reply: Reply, record: &TransactionRecord) -> Reply {
-        if caller.admin {
-            return reply;
-        }
-        let items: Vec<Vec<String>> = record.participants.iter().map(|p| entity_ids(&p.operations)).collect();
-        self.access.redact_answer(caller, &mut reply.body, &items);
-        self.hide_others_transactions(caller, &mut reply.body).await;
-        reply
-    }
-
-    /// Hides from `body`'s reasons every transaction `caller` may not see. A named transaction whose
-    /// record cannot be read, or does not exist, is hidden too.
-    pub(super) async fn hide_others_transactions(&self, caller: &Caller, body: &mut Value) {
-        if caller.admin {
-            return;
-        }
-        let mut hidden = std::collections::BTreeSet::new();
-        for id in crate::access::transactions_named(body) {
-            let visible = match self.transactions.get(&id).await {
-                Ok(Some(record)) => self.access.may_see(caller, record.principal.as_deref()),
-                Ok(None) => false,
-                Err(e) => {
-                    warn!(error = %e, tx = %id, "could not read a transaction a reason names; hiding its id");
-                    false
-                }
-            };
-            if !visible {
-                hidden.insert(id);
-            }
-        }
-        crate::access::hide_transactions(body, &hidden);
-    }
+    crate::access::hide_transactions(body, &hidden);
 }

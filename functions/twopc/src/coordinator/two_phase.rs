@@ -1,0 +1,100 @@
+//! The two-phase attempt: an attempt of a request with several participants (or one that cannot commit in
+//! one phase) over the phase engine. A keyed or held request is recorded first, any other only at its
+//! decision (presumed abort); a held one is held for its caller instead of committed; an abort records
+//! what the attempts command needs to retry it.
+
+use std::time::Instant;
+
+use tracing::info;
+
+use super::Coordinator;
+use super::attempts::{Attempted, Refused};
+use super::ballot::{Verdict, Votes};
+use super::engine::{Decided, PrepareOrder, Recording};
+use super::reply::{DriveError, Reply};
+use crate::faults::CoordinatorCrash;
+use crate::model::Status;
+use crate::record::TransactionRecord;
+use crate::telemetry;
+
+/// One two-phase attempt over the phase engine; a retry prepares the participant at index `first` first (where its
+/// predecessor was refused). A keyed or held request is recorded first (`created`: already written),
+/// any other only at its decision (presumed abort).
+pub(super) async fn run_two_phase(
+    c: &Coordinator,
+    record: TransactionRecord,
+    created: bool,
+    answer_by: Instant,
+    first: Option<usize>,
+) -> Result<Attempted, DriveError> {
+    let started = Instant::now();
+    // A held transaction is recorded first too: its record is what its commit and abort find.
+    let recording = match record.is_keyed() || record.is_held() {
+        true => Recording::RecordFirst,
+        false => Recording::AtDecision,
+    };
+    if recording == Recording::RecordFirst && !created {
+        // A keyed request must never run twice: the record is written first and only the writer prepares.
+        if let Some(existing) = c.engine.create_own(&record.clone().opened()).await? {
+            return Ok(super::replay::replay(c, existing, record.request_hash.as_deref(), answer_by).await?.into());
+        }
+        c.engine.faults.check(CoordinatorCrash::AfterCreate)?;
+    }
+    let votes = c.engine.prepare(&record, &c.prepare_order(&record, first)).await?;
+    let blocked = votes.blocked();
+    let blocked_at = blocked.map(|(at, _)| at);
+    let prepared = started.elapsed();
+    telemetry::phase(telemetry::PREPARE_LATENCY, prepared);
+    let deciding = Instant::now();
+    let decided = match votes.verdict(c.engine.clock.now_ms() <= record.deadline) {
+        Verdict::Commit if record.is_held() => Decided::Open(super::held::hold(c, &record, votes).await?),
+        Verdict::Commit => c.engine.commit(record, votes, recording).await?,
+        Verdict::Abort(reason) => {
+            let blocker = blocked.map(|(_, blocker)| blocker.to_owned());
+            let own = c.contention_abort(&record, &votes, blocker.as_deref(), answer_by).await;
+            c.engine.abort(record, votes, reason, &own, recording).await?
+        }
+    };
+    let decided = match decided {
+        Decided::Open(decided) => decided,
+        Decided::Ended { reply, aborted } => {
+            let status = reply.body["status"].as_str().unwrap_or("-").to_owned();
+            info!(status, total_ms = started.elapsed().as_millis() as u64, "transaction answered");
+            return Ok(Attempted { reply, refused: aborted.map(|record| Refused { record, blocked_at }) });
+        }
+    };
+    c.engine.faults.check(CoordinatorCrash::AfterDecision)?;
+    telemetry::phase(telemetry::DECISION_LATENCY, deciding.elapsed());
+    if decided.status == Status::Prepared {
+        return Ok(super::held::answer_held(c, decided).await.into());
+    }
+    let second_phase = Instant::now();
+    let finished = c.engine.drive_within(decided.clone(), answer_by).await?;
+    if decided.status == Status::Committing && finished.status.is_terminal() {
+        telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
+    }
+    info!(
+        status = %finished.status,
+        prepare_ms = prepared.as_millis() as u64,
+        total_ms = started.elapsed().as_millis() as u64,
+        "transaction answered"
+    );
+    let reply = Reply::for_record(&finished);
+    let refused = matches!(finished.status, Status::Aborting | Status::Aborted)
+        .then(|| Refused { record: super::engine::with_votes(finished, decided.participants), blocked_at });
+    Ok(Attempted { reply, refused })
+}
+
+impl Coordinator {
+    /// A retry (an attempt after the first, or a caller's retry with an age token) or a request on a hot
+    /// item prepares one participant at a time, `first` first; any other, everyone at once.
+    pub(super) fn prepare_order(&self, record: &TransactionRecord, first: Option<usize>) -> PrepareOrder {
+        let participants = record.participants.len();
+        let one_at_a_time =
+            self.sequential_prepares || record.attempt_number() > 1 || record.age_of.is_some() || first.is_some();
+        match one_at_a_time {
+            true => PrepareOrder::one_at_a_time(participants, first),
+            false => PrepareOrder::all_at_once(participants),
+        }
+    }
+}
