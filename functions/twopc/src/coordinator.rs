@@ -50,8 +50,9 @@ mod two_phase;
 pub use engine::{Driven, PhaseEngine};
 pub use held::HELD_ABORT_REASON;
 pub use one_phase::{is_one_phase_id, one_phase_id, one_phase_prefix};
+pub use replay::{caller_idempotent_id, idempotent_id};
 pub use reply::{DriveError, Reply};
-pub use submit::{caller_idempotent_id, idempotent_id, parse_request, parse_request_with};
+pub use submit::{parse_request, parse_request_with};
 
 /// The coordinator answers within this long of a request, below API Gateway's 29-second integration
 /// timeout, on every path (a first execution, a retried key, its recovery): a commit still being

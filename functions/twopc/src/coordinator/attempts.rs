@@ -19,25 +19,6 @@ use crate::faults::CoordinatorCrash;
 use crate::model::Status;
 use crate::record::{ParticipantEntry, TransactionRecord};
 
-/// What one attempt of a request came to: its answer, and the attempt's record when it ended aborted (its
-/// abort recorded), for the coordinator to judge whether to retry it.
-pub(super) struct Attempted {
-    pub reply: Reply,
-    pub refused: Option<Refused>,
-}
-
-impl From<Reply> for Attempted {
-    fn from(reply: Reply) -> Attempted {
-        Attempted { reply, refused: None }
-    }
-}
-
-/// An attempt whose abort is recorded, with its votes, and the participant where a lock refused it.
-pub(super) struct Refused {
-    pub record: TransactionRecord,
-    pub blocked_at: Option<usize>,
-}
-
 /// Runs a request's attempts: each is an ordinary transaction; one refused for contention only is
 /// followed by the next, with the same age, which prepares one participant at a time starting where
 /// the refusal was: holding nothing there, it waits for the older transaction's lock to go instead of

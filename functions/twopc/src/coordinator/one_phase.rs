@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use super::Coordinator;
-use super::attempts::{Attempted, Refused};
 use super::ballot::{Votes, cast};
-use super::reply::{DriveError, Reply};
+use super::reply::{Attempted, DriveError, Refused, Reply};
 use crate::custom::{Catalog, Catalogs};
 use crate::model::message::OnePhase;
 use crate::model::{Message, Operation, STATUS_COMMITTED, STATUS_RECORD_EXISTS, Status, Vote};

@@ -15,7 +15,6 @@ use tracing::error;
 
 use super::ballot::Votes;
 use super::reply::{DriveError, Reply, drive_error_reply, unavailable};
-use super::submit::idempotent_id;
 use super::{Coordinator, MAX_ATTEMPTS};
 use crate::access::Caller;
 use crate::clock::resolvable_after;
@@ -212,4 +211,29 @@ pub(super) fn own_attempt(owner: &TransactionRecord, attempt: TransactionRecord)
         "the chain names an attempt of another caller or body; not followed"
     );
     None
+}
+
+/// The transaction id of `principal`'s keyed request: the same key from the same caller always names the
+/// same transaction, and from another caller another one. A request without a principal (no authorizer
+/// ran) keeps the key's own id.
+pub fn caller_idempotent_id(principal: Option<&str>, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    match principal {
+        None => idempotent_id(key),
+        Some(principal) => {
+            let mut hash = Sha256::new();
+            hash.update(b"twopc/idempotency-key/v2\0");
+            hash.update(principal.as_bytes());
+            hash.update(b"\0");
+            hash.update(key.as_bytes());
+            format!("tx-{}", &hex::encode(hash.finalize())[..32])
+        }
+    }
+}
+
+/// The transaction id of a keyed request before keys were scoped per caller (and still, for a request
+/// without a principal): the key alone names it.
+pub fn idempotent_id(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("tx-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32])
 }

@@ -68,6 +68,25 @@ impl Reply {
     }
 }
 
+/// What one attempt of a request came to: its answer, and the attempt's record when it ended aborted (its
+/// abort recorded), for the coordinator to judge whether to retry it.
+pub struct Attempted {
+    pub reply: Reply,
+    pub refused: Option<Refused>,
+}
+
+impl From<Reply> for Attempted {
+    fn from(reply: Reply) -> Attempted {
+        Attempted { reply, refused: None }
+    }
+}
+
+/// An attempt whose abort is recorded, with its votes, and the participant where a lock refused it.
+pub struct Refused {
+    pub record: TransactionRecord,
+    pub blocked_at: Option<usize>,
+}
+
 /// Why driving a transaction stopped short of an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum DriveError {

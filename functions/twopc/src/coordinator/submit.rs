@@ -11,6 +11,7 @@ use tracing::{Instrument, error, info, info_span};
 
 use super::engine::retrying;
 use super::one_phase::{one_phase_id, one_phase_service};
+use super::replay::caller_idempotent_id;
 use super::reply::{Reply, drive_error_reply, unavailable};
 use super::{ABANDON_AFTER_BUDGET, Coordinator};
 use crate::access::{Caller, entity_ids};
@@ -240,29 +241,4 @@ pub fn parse_request_with(
         crate::participant::expressions::check_list(&part.operations, &format!("participants[{i}].operations"))?;
     }
     Ok(request)
-}
-
-/// The transaction id of `principal`'s keyed request: the same key from the same caller always names the
-/// same transaction, and from another caller another one. A request without a principal (no authorizer
-/// ran) keeps the key's own id.
-pub fn caller_idempotent_id(principal: Option<&str>, key: &str) -> String {
-    use sha2::{Digest, Sha256};
-    match principal {
-        None => idempotent_id(key),
-        Some(principal) => {
-            let mut hash = Sha256::new();
-            hash.update(b"twopc/idempotency-key/v2\0");
-            hash.update(principal.as_bytes());
-            hash.update(b"\0");
-            hash.update(key.as_bytes());
-            format!("tx-{}", &hex::encode(hash.finalize())[..32])
-        }
-    }
-}
-
-/// The transaction id of a keyed request before keys were scoped per caller (and still, for a request
-/// without a principal): the key alone names it.
-pub fn idempotent_id(key: &str) -> String {
-    use sha2::{Digest, Sha256};
-    format!("tx-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32])
 }

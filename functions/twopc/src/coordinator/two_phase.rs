@@ -8,10 +8,9 @@ use std::time::Instant;
 use tracing::info;
 
 use super::Coordinator;
-use super::attempts::{Attempted, Refused};
 use super::ballot::{Verdict, Votes};
 use super::engine::{Decided, PrepareOrder, Recording};
-use super::reply::{DriveError, Reply};
+use super::reply::{Attempted, DriveError, Refused, Reply};
 use crate::faults::CoordinatorCrash;
 use crate::model::Status;
 use crate::record::TransactionRecord;
