@@ -24,7 +24,9 @@ fn the_participant_example_is_the_compiled_one() {
 /// The docs whose links are checked: the README, everything in docs/, and the docs beside the code.
 fn linked_docs() -> Vec<String> {
     let mut docs: Vec<String> =
-        ["README.md", "BENCHMARKS.md", "infra/DEPLOY.md", "tools/model/README.md"].map(str::to_owned).into();
+        ["README.md", "BENCHMARKS.md", "infra/DEPLOY.md", "tools/model/README.md", "tools/model/DETAILS.md"]
+            .map(str::to_owned)
+            .into();
     let mut in_docs: Vec<String> = std::fs::read_dir(root().join("docs"))
         .expect("docs/")
         .map(|entry| entry.expect("a docs/ entry").file_name().to_string_lossy().into_owned())

@@ -4,16 +4,16 @@
 //! checks), so this one keeps of each attempt only what the retry reads and writes, and checks every
 //! interleaving of two or three requests contending for the same two items.
 //!
-//! What is modelled (README.md, "Retries that keep their age", says what is left out):
+//! What is modelled (DETAILS.md, "Retries that keep their age", says what is left out):
 //!
 //! | step | mirrors |
 //! |---|---|
-//! | start | `Coordinator::answer_authorized` → `run` → `run_attempt`: attempt 1 of request `Lk`; its age (`startedAt`) is the coordinator's clock, so the requests' ages are the order of their first starts (L0 oldest). A keyed attempt's record is created PREPARING first (`create_own`). Its prepares go out at once (`prepare_all`, in parallel), or, with [`AgeConfig::hot_first_attempts`], one at a time from either item (`HotItems::first_hot`: an item that refused a transaction lately, in its coordinator's memory; of two, the first by service and entity: any choice covers it) |
+//! | start | `Coordinator::answer_authorized` → `run` → `run_two_phase`: attempt 1 of request `Lk`; its age (`startedAt`) is the coordinator's clock, so the requests' ages are the order of their first starts (L0 oldest). A keyed attempt's record is created PREPARING first (`create_own`). Its prepares go out at once (`PhaseEngine::prepare`, in parallel), or, with [`AgeConfig::hot_first_attempts`], one at a time from either item (`HotItems::first_hot`: an item that refused a transaction lately, in its coordinator's memory; of two, the first by service and entity: any choice covers it) |
 //! | prepare | participant/prepare.rs `settle`: the item free → locked for the attempt; locked by another attempt O: if this one may wait for O (`Waiting::may_wait_for`: it holds no lock anywhere, `holds_no_locks`, the first prepare of an attempt that prepares one at a time; or it is older by (startedAt, id)), it waits (`wait_for_release`: no step until the item's lock is no longer O's, then it tries again — the code skips the lock write when the lock passed to an owner it may wait for and waits for that one, which is this step's try failing and waiting again, without the request; or its one read of O's record, `settle_owner` after a few polls, finds O decided, settles O's lock and tries again); else O's record is read (`settle_owner`): decided → O's lock settled (`resolve`: rolled forward or released) and tried again, a step later; undecided → refused CONFLICT at once, naming O (`blockedBy`). Each prepare is a step of its own, in any order (the network reorders); one at a time, the next prepare is sent when the previous one locked |
-//! | decision | `run_attempt`: every vote asked for is in (`prepare_all`: in parallel it waits for every vote, one at a time it stops at the first refusal: the other participant is not asked) → all locked: commit (keyed `transition` PREPARING → COMMITTING, unkeyed `create` COMMITTING); a refusal: abort (keyed → ABORTING; unkeyed `abort_unrecorded`: ABORTED created while the releases are on their way), keeping the first participant (in the request's order A, B) whose vote names a `blockedBy`: where (`blocked_at`) and whom |
+//! | decision | `run_two_phase`: every vote asked for is in (`PhaseEngine::prepare`: in parallel it waits for every vote, one at a time it stops at the first refusal: the other participant is not asked) → all locked: commit (keyed `transition` PREPARING → COMMITTING, unkeyed `create` COMMITTING); a refusal: abort (keyed → ABORTING; unkeyed `create_abort`: ABORTED created while the releases are on their way), keeping the first participant (in the request's order A, B) whose vote names a `blockedBy`: where (`blocked_at`) and whom |
 //! | second phase | `drive`: each commit or release lands at its item (a step per item; a lock a prepare settled already is found gone), then the terminal write (COMMITTED / keyed ABORTED) |
 //! | claim | `next_attempt`: attempt < `MAX_ATTEMPTS` (else the request gives up: 409), then `TransactionStore::claim_successor` (`SET retriedAs = :next IF status IN (ABORTING, ABORTED) AND (attribute_not_exists(retriedAs) OR retriedAs = :next)`); its reply may be lost, and the SDK's retry finds `retriedAs = :next` (`Claim::Claimed`). No wait for the blocker ([`AgeSwitches::retry_waits_at_refusal`]). Since issue 41 the code names the successor in the abort write itself (`retriedAs` with `refusedForContention`), which [`crate::chain`] models; for wait-die's bound the two are the same step |
-//! | next attempt | `TransactionRecord::next_attempt`: attempt n + 1 with the same `startedAt` (its age), its record created PREPARING first if keyed; a record found there (a replay fenced it) → the coordinator follows it: ABORTED, 409, and stops. Then `run_attempt(first = blocked_at)` → `prepare_all`: one participant at a time, from the one where attempt n was refused (A if no vote named a `blockedBy`), its first prepare `holds_no_locks` |
+//! | next attempt | `TransactionRecord::next_attempt`: attempt n + 1 with the same `startedAt` (its age), its record created PREPARING first if keyed; a record found there (a replay fenced it) → the coordinator follows it: ABORTED, 409, and stops. Then `run_two_phase(first = blocked_at)` → `PhaseEngine::prepare`: one participant at a time, from the one where attempt n was refused (A if no vote named a `blockedBy`), its first prepare `holds_no_locks` |
 //! | replay | a client's retry with the same Idempotency-Key (`replay`): finds attempt 1's record, follows `retriedAs` links (a read per hop); a link to an attempt without a record → the fence (`abort_if_absent`: created ABORTED conditionally; if the create loses, the record found is followed); a record COMMITTING/COMMITTED → 202/200; a record decided abort that names no successor → see [`AgeSwitches::replay_waits_for_retry`]; a PREPARING one → it waits |
 //!
 //! Faults: the claim's reply lost (a budget), and the coordinator crashing between the claim and creating
@@ -49,13 +49,13 @@ pub struct AgeSwitches {
     /// before issue 35, `MAX_LOCK_WAIT_MS = 200`, then CONFLICT): a waiting prepare may give up at any moment
     /// and refuse CONFLICT, which its coordinator retries as any other CONFLICT.
     pub older_waits: bool,
-    /// On (`run` → `prepare_all(first)`): a retry prepares one participant at a time, from the one where its
+    /// On (`run` → `PhaseEngine::prepare` (its `PrepareOrder`)): a retry prepares one participant at a time, from the one where its
     /// predecessor was refused (`blocked_at`), and its first prepare, holding no lock anywhere
     /// (`holds_no_locks`), waits for the lock there whoever holds it (`Waiting::may_wait_for`) instead of
     /// being refused by it again; the next prepare follows wait-die. Off: a retry prepares as a first attempt
     /// does, every participant at once with wait-die, and starts at once (no wait for the blocker either).
     pub retry_waits_at_refusal: bool,
-    /// On (`prepare_all`: `width` 1 whenever `holds_no_locks` is set on the first prepare): an attempt whose
+    /// On (`PhaseEngine::prepare`: `width` 1 whenever `holds_no_locks` is set on the first prepare): an attempt whose
     /// first prepare says it holds no lock sends its next prepare only once that one locked, so that it
     /// really holds none while it waits. Off: its prepares go out at once, the first still saying it holds
     /// no lock (the flag without the order that makes it true): its wait can close a cycle.
@@ -68,7 +68,7 @@ pub struct AgeSwitches {
     /// until its commit or release lands, and refuses a younger prepare until then (the retry's second one
     /// included), as often as it comes back: the attempts are not bounded by the number of older attempts.
     pub decided_owner_settled: bool,
-    /// On (coordinator.rs `replay` → `may_be_retried`): a replay that finds the chain's last record decided
+    /// On (the coordinator's `replay` → `may_be_retried`): a replay that finds the chain's last record decided
     /// abort, refused for contention only, with attempts left and naming no successor, waits (its coordinator
     /// may still claim the next attempt and run it) until a successor is named, or its answer budget or the
     /// deadline runs out (at any moment, in the model); then it fences the next attempt's id (`abort_if_absent`:
@@ -922,7 +922,7 @@ impl AgeModel {
                     return Some(());
                 }
                 let sw = cfg.switches;
-                // `run`: `first = refused.blocked_at`; `prepare_all`: one at a time from there (from A without).
+                // `run`: `first = refused.blocked_at`; `PhaseEngine::prepare`: one at a time from there (from A without).
                 let first = sw.retry_waits_at_refusal.then(|| c.blocked_at.unwrap_or(0));
                 say(self.begin(s, r, next.n, !sw.kept_age, first));
             }

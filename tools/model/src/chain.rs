@@ -7,12 +7,12 @@
 //! follow, not wait-die, so it keeps no locks (a vote is PREPARED or CONFLICT, left to chance) and keeps of
 //! each record what those writes read and write.
 //!
-//! What is modelled (README.md, "Retry chains with holds and age tokens", says what is left out):
+//! What is modelled (DETAILS.md, "Retry chains with holds and age tokens", says what is left out):
 //!
 //! | step | mirrors |
 //! |---|---|
-//! | start | `answer_authorized` → `run` → `run_attempt`: the key's record created PREPARING (`create_own`, conditional); found there already → `replay` (another body: 422 `IDEMPOTENCY_KEY_REUSED`) |
-//! | decide | `run_attempt` → `decide_recorded`: the votes are in, all PREPARED or a refusal for contention. PREPARED: a held request writes PREPARING → PREPARED (202 PREPARED with its id), another PREPARING → COMMITTING (driven to COMMITTED, 200; the model folds the second phase). CONFLICT: with [`ChainSwitches::own_refusal_only`] the coordinator decides whether to retry first (attempts left, time left: a choice) and writes PREPARING → ABORTING with `refusedForContention` and, retrying, `retriedAs` = the next attempt, in that one conditional write; the write lost (the caller's abort, a resolver decided first) → it follows the record found: 409, no retry, no age token |
+//! | start | `answer_authorized` → `run` → `run_two_phase`: the key's record created PREPARING (`create_own`, conditional); found there already → `replay` (another body: 422 `IDEMPOTENCY_KEY_REUSED`) |
+//! | decide | `run_two_phase` → `PhaseEngine::settle`: the votes are in, all PREPARED or a refusal for contention. PREPARED: a held request writes PREPARING → PREPARED (202 PREPARED with its id), another PREPARING → COMMITTING (driven to COMMITTED, 200; the model folds the second phase). CONFLICT: with [`ChainSwitches::own_refusal_only`] the coordinator decides whether to retry first (attempts left, time left: a choice) and writes PREPARING → ABORTING with `refusedForContention` and, retrying, `retriedAs` = the next attempt, in that one conditional write; the write lost (the caller's abort, a resolver decided first) → it follows the record found: 409, no retry, no age token |
 //! | claim (before the fix) | `next_attempt` → `claim_successor` after the abort write, whether that write won or lost (`SET retriedAs = :next IF status IN (ABORTING, ABORTED) AND (attribute_not_exists(retriedAs) OR retriedAs = :next)`), and the age token minted from the attempt's own votes |
 //! | next attempt | `TransactionRecord::next_attempt`: created PREPARING (conditional); found there (fenced) → followed: 409, it stops. A crash may come between the link and the create |
 //! | token retry | the caller's retry with the age token of the key's final 409, under another key, same body: its id is its key's; a record there → `replay` (another body's: 422). Else the claim of the refused attempt (`ageClaimedBy`, conditional on `refusedForContention`, no `retriedAs`, no other claim) and the retry's record (`ageOf`, the refused attempt's `startedAt`, attempt number + 1) in one `TransactWriteItems` ([`ChainSwitches::atomic_token_claim`]); its write may fail (503, nothing written) |

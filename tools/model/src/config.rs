@@ -35,7 +35,7 @@ pub struct Switches {
     /// SDK's retry re-sends the same request, hence the same token, as design.md has it ("token: NEW
     /// random token of this execution"); then the retry of a lock write whose first attempt took a
     /// lock that was voted (via another copy) and committed can take the voted token again after
-    /// another transaction committed the item, and the next commit applies twice. See README.md.
+    /// another transaction committed the item, and the next commit applies twice. See DETAILS.md.
     pub fresh_token_per_attempt: bool,
     /// Not one of the four switches of the brief: how the coordinator reads a decision write that
     /// DynamoDB refused *on the SDK's retry* of an attempt whose reply was lost. On (the code): the
@@ -43,7 +43,7 @@ pub struct Switches {
     /// fence) and the record says what happened; if the fence fails too, nothing is released (503,
     /// outcome unknown). Off: a refusal is taken as "certainly not applied", as a literal reading of
     /// design.md ("REFUSED (a 4xx ...) — certainly not applied") would do: the coordinator aborts at
-    /// once, releasing the locks, and records the abort after. See README.md.
+    /// once, releasing the locks, and records the abort after. See DETAILS.md.
     pub refusal_after_unknown_is_unknown: bool,
     /// Issue 27. On: a write that makes an existing record larger, refused by DynamoDB as invalid (the
     /// record would pass 400 KB), is written again in its shortened form, which never makes the record
@@ -157,7 +157,7 @@ pub struct Budget {
     /// Records that DynamoDB refuses to make larger (a `ValidationException`: the record would pass
     /// 400 KB), from the first write that would grow it: that write and every later one that would
     /// grow the record are refused, for ever (this does not stop when faults stop). Only writes that
-    /// add bytes to an existing record can be refused so (README.md, "Faults").
+    /// add bytes to an existing record can be refused so (DETAILS.md, "Faults").
     pub oversized: u8,
     /// Faults of all kinds together.
     pub total: u8,
@@ -240,7 +240,7 @@ pub struct TxSpec {
 }
 
 impl TxSpec {
-    /// coordinator.rs `takes_one_phase`: a sole participant that writes something (no deletes in the model)
+    /// the coordinator's `takes_one_phase`: a sole participant that writes something (no deletes in the model)
     /// and is not a resource (a resource cannot commit in the same write as the record).
     pub fn one_phase(&self) -> bool {
         !self.held
@@ -308,7 +308,7 @@ pub struct Config {
     pub switches: Switches,
 }
 
-/// Issue 32: the caller's decision of a held transaction (coordinator.rs `commit_held`, `abort_held`).
+/// Issue 32: the caller's decision of a held transaction (the coordinator's `commit_held`, `abort_held`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Route {
     Commit,

@@ -347,14 +347,14 @@ pub enum Answer {
     AbortLost,
 }
 
-/// Where a coordinator execution is (coordinator.rs).
+/// Where a coordinator execution is (the coordinator: functions/twopc/src/coordinator/).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CPc {
     /// Not started (a client retry that has not been sent yet).
     Start,
     /// `TransactionStore::create` of the keyed PREPARING record.
     CreatePreparing,
-    /// `prepare_all`: waiting for the votes.
+    /// `PhaseEngine::prepare`: waiting for the votes.
     CollectVotes,
     /// Every vote in (or given up): read the clock and decide.
     Decide,
@@ -362,7 +362,7 @@ pub enum CPc {
     WriteDecision {
         to: Status,
     },
-    /// `decide_recorded` / `decide_unrecorded`: the decision write failed; the abort is written over
+    /// `PhaseEngine::settle` / `create_commit`: the decision write failed; the abort is written over
     /// it conditionally (the fence): keyed `transition` PREPARING → ABORTING with the votes and a
     /// reason, unkeyed `create` ABORTED. `unknown`: the decision write's outcome is unknown (an
     /// earlier attempt may have applied it), which decides what `unrecorded_decision` may release if
@@ -370,7 +370,7 @@ pub enum CPc {
     Fence {
         unknown: bool,
     },
-    /// `abort_unrecorded`: create the ABORTED record.
+    /// `create_abort`: create the ABORTED record.
     AbortCreate,
     /// Waiting for abort acknowledgements before answering: 409 when `recorded`, else 503.
     AbortAwait {

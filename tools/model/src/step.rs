@@ -763,7 +763,7 @@ impl TwoPc {
     }
 
     /// A give-up that costs no fault: nothing can answer any more, or a prepare (or one-phase commit)
-    /// whose transaction's deadline passed (`prepare_all` waits until the deadline).
+    /// whose transaction's deadline passed (`PhaseEngine::prepare` waits until the deadline).
     pub(crate) fn free_give_up(&self, s: &State, d: Dest) -> bool {
         if !self.live(s, d) {
             return true;
@@ -1530,7 +1530,7 @@ impl TwoPc {
 
     // ----- coordinator ---------------------------------------------------------------------------
 
-    /// coordinator.rs `abort_participants`: fixed: every participant but read-only PREPARED voters;
+    /// the coordinator's `abort_participants`: fixed: every participant but read-only PREPARED voters;
     /// today's (`abort_everyone` off): also skips those that voted REFUSED.
     fn abort_targets(&self, votes: &[Vote]) -> Vec<usize> {
         let everyone = self.cfg.switches.abort_everyone;
@@ -1547,7 +1547,7 @@ impl TwoPc {
         (0..votes.len()).filter(|&p| matches!(votes[p], Vote::Prepared { read_only: false, .. })).collect()
     }
 
-    /// coordinator.rs `second_phase`: commit (with each vote's lockToken) to the PREPARED writers, or
+    /// the coordinator's `second_phase`: commit (with each vote's lockToken) to the PREPARED writers, or
     /// abort to the abort targets, each its own invocation.
     fn invoke_all(&self, s: &mut State, actor: u8, tx: Tx, commit: bool, votes: &[Vote], ctx: &mut Ctx) {
         let targets = if commit { Self::commit_targets(votes) } else { self.abort_targets(votes) };
@@ -1742,7 +1742,7 @@ impl TwoPc {
         self.answer(s, ci, a, ctx);
     }
 
-    /// coordinator.rs `replay` within `answer_by`: the budget runs out while it waits (it stops and
+    /// the coordinator's `replay` within `answer_by`: the budget runs out while it waits (it stops and
     /// answers the record it last read: `abort_expired` does nothing to a PREPARING record within the
     /// margin, and `drive_within` has no time left), or while it drives (`drive_within` returns the
     /// decided record). Whatever the record said: 503 PREPARING, 202 COMMITTING, 409 ABORTING, or its end.
@@ -1775,7 +1775,7 @@ impl TwoPc {
         self.answer_for(s, ci, status, ctx);
     }
 
-    /// coordinator.rs `drive` for a decided record: send commit or abort, then wait. (Issue 32: a PREPARED
+    /// the coordinator's `drive` for a decided record: send commit or abort, then wait. (Issue 32: a PREPARED
     /// record is not driven: held.)
     fn drive(&self, s: &mut State, ci: u8, status: Status, ctx: &mut Ctx) {
         if status == Status::Prepared {
@@ -1805,7 +1805,7 @@ impl TwoPc {
         self.answer(s, ci, Answer::Held, ctx);
     }
 
-    /// Issue 32, coordinator.rs `decide_held` (`POST /transactions/{id}/commit` or `/abort`): the record read
+    /// Issue 32, the coordinator's `decide_held` (`POST /transactions/{id}/commit` or `/abort`): the record read
     /// (folded into the write it leads to: each write is conditional on the status read, and a write that
     /// loses is followed from the status found); `abort_expired` first (PREPARING past its deadline, PREPARED
     /// past its `holdUntil`, and twice the margin, by this coordinator's clock: ABORTING); then the caller's
@@ -1894,7 +1894,7 @@ impl TwoPc {
         }
     }
 
-    /// `prepare_all`: send prepare to every participant at once.
+    /// `PhaseEngine::prepare`: send prepare to every participant at once.
     fn send_prepares(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
         let (tx, e) = self.execs[ci as usize];
         s.ghost.executed_by[tx as usize] |= 1 << e;
@@ -1922,7 +1922,7 @@ impl TwoPc {
                 self.follow(s, ci, ctx);
             }
             CPc::Start => {
-                // coordinator.rs `submit` → `run`.
+                // the coordinator's `submit` → `run`.
                 self.progress(s);
                 if spec.one_phase() {
                     // `run_one_phase`: the sole participant commits with the COMMITTED record.
@@ -1939,7 +1939,7 @@ impl TwoPc {
             }
             CPc::CreatePreparing => {
                 // record/store.rs `TransactionStore::create` (attribute_not_exists), the keyed record first;
-                // then `prepare_all`.
+                // then `PhaseEngine::prepare`.
                 match s.record(tx) {
                     None => {
                         let rec = Record::new(Status::Preparing, e, None);
@@ -2037,7 +2037,7 @@ impl TwoPc {
             }
             CPc::Fence { unknown } => self.fence(s, ci, unknown, retrying, ctx),
             CPc::AbortCreate => {
-                // `abort_unrecorded`: create the ABORTED record (conditional; 503 if it cannot be written).
+                // `create_abort`: create the ABORTED record (conditional; 503 if it cannot be written).
                 if ctx.refused(s) {
                     s.ghost.reason |= bit(tx);
                     s.coords[me].pc = CPc::AbortAwait { recorded: false };
@@ -2175,7 +2175,7 @@ impl TwoPc {
     }
 
     /// A decision write that failed (`refused`: by a 4xx, else as invalid for its size); `unknown`: an
-    /// earlier attempt may have applied it. coordinator.rs `decide_recorded` / `decide_unrecorded`:
+    /// earlier attempt may have applied it. the coordinator's `PhaseEngine::settle` / `create_commit`:
     /// the abort is written over it (the fence), and the record then says what happened.
     fn decision_failed(&self, s: &mut State, ci: u8, to: Status, unknown: bool, refused: bool, ctx: &mut Ctx) {
         let (tx, _) = self.execs[ci as usize];
@@ -2269,7 +2269,7 @@ impl TwoPc {
         }
     }
 
-    /// coordinator.rs `unrecorded_decision`: neither the decision nor the fence could be written. If the
+    /// the coordinator's `unrecorded_decision`: neither the decision nor the fence could be written. If the
     /// decision certainly did not apply, the transaction is aborted and its locks released before the
     /// 503; if it may have (`unknown`), nothing is released and the 503 says the outcome is unknown.
     fn unrecorded_decision(&self, s: &mut State, ci: u8, unknown: bool, ctx: &mut Ctx) {
@@ -2306,7 +2306,7 @@ impl TwoPc {
                 self.abort_all(s, ci, CPc::AbortAwait { recorded: false }, ctx);
             }
         } else {
-            // `abort_unrecorded`: abort to the participants and create the ABORTED record.
+            // `create_abort`: abort to the participants and create the ABORTED record.
             self.abort_all(s, ci, CPc::AbortCreate, ctx);
         }
     }
@@ -2343,7 +2343,7 @@ impl TwoPc {
         if self.cfg.txs[tx as usize].keyed {
             s.coords[me].pc = CPc::WriteDecision { to: Status::Aborting };
         } else {
-            // `abort_unrecorded`: abort to the participants and create the ABORTED record.
+            // `create_abort`: abort to the participants and create the ABORTED record.
             self.abort_all(s, ci, CPc::AbortCreate, ctx);
         }
         self.coord_step(s, ci, ctx);

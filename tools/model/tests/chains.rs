@@ -1,4 +1,4 @@
-//! Issue 41: retry chains with holds and age tokens together (`twopc_model::chain`; README.md, "Retry
+//! Issue 41: retry chains with holds and age tokens together (`twopc_model::chain`; DETAILS.md, "Retry
 //! chains with holds and age tokens").
 //!
 //! The first tests check the fixed protocol over every reachable state: every property holds and every

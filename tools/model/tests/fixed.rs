@@ -1,4 +1,4 @@
-//! The fixed protocol (design.md, with the two corrections the model found, see README.md): every
+//! The fixed protocol (design.md, with the two corrections the model found, see DETAILS.md): every
 //! property holds over every reachable state of each configuration, and every `sometimes` check is
 //! met. Each test prints the number of distinct states explored.
 //!
@@ -144,7 +144,7 @@ fn check_only_margin() {
 }
 
 /// design.md taken literally: the SDK's retry of a lock write re-sends the same token. The checker
-/// finds an operation applied twice (README.md, "What the model found").
+/// finds an operation applied twice (DETAILS.md, "What the model found").
 #[test]
 fn design_literal_same_token_on_sdk_retry_applies_twice() {
     let cfg = Config::keyed(faults("dup,db_reply", 2))

@@ -1,6 +1,6 @@
 //! Issue 35: a request refused for contention (CONFLICT) is retried by its coordinator keeping its age
 //! (wait-die's order), and the oldest contending request is never refused for ever (`twopc_model::age`;
-//! README.md, "Retries that keep their age").
+//! DETAILS.md, "Retries that keep their age").
 //!
 //! The first tests check the protocol as the code implements it (a retry prepares one participant at a
 //! time from where its predecessor was refused, its first prepare, holding no lock, waiting for any lock)
