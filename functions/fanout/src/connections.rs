@@ -33,27 +33,22 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::{info, warn};
+use twopc::access::{Caller, CallerKind, Policy};
+use twopc::expr::{Expr, n};
+use twopc::record::TransactionStore;
+use twopc::store::write::{Sending, Write, Written, conditional};
+use twopc::tables::{TOPIC_INDEX, connection_attr};
 
 use super::lake::RetryPolicy;
 use super::realtime::{StoreError, Subscriptions};
 use super::topic::Topic;
-use crate::access::{Caller, CallerKind, Policy};
-use crate::expr::{Expr, n};
-use crate::record::TransactionStore;
-use crate::store::write::{Sending, Write, Written, conditional};
-use crate::tables::{TOPIC_INDEX, connection_attr};
 
-/// Connections and stream processor: the connections table (default [`DEFAULT_CONNECTIONS_TABLE`]).
-pub const CONNECTIONS_TABLE_NAME: &str = "CONNECTIONS_TABLE_NAME";
-/// Connections: the id of the WebSocket API it serves; an event whose `requestContext.apiId` is another
-/// is refused before anything is read or written.
-pub const WEBSOCKET_API_ID: &str = "WEBSOCKET_API_ID";
-/// Connections: how many topics one WebSocket connection may follow at once (default
-/// [`DEFAULT_MAX_TOPICS_PER_CONNECTION`]); topics over it are refused, each with the reason.
-pub const MAX_TOPICS_PER_CONNECTION: &str = "MAX_TOPICS_PER_CONNECTION";
-/// Connections: open WebSocket connections one principal may have (a whole number, at least 1).
-pub const MAX_CONNECTIONS_PER_PRINCIPAL: &str = "MAX_CONNECTIONS_PER_PRINCIPAL";
-pub const DEFAULT_CONNECTIONS_TABLE: &str = "connections";
+/// The variables the connections function reads (and the stream processor, the table's), named in
+/// [`twopc::environment`], which lists every function's.
+pub use twopc::environment::{
+    CONNECTIONS_TABLE_NAME, DEFAULT_CONNECTIONS_TABLE, MAX_CONNECTIONS_PER_PRINCIPAL, MAX_TOPICS_PER_CONNECTION,
+    WEBSOCKET_API_ID,
+};
 
 /// Topics one subscribe or unsubscribe message may name.
 pub const MAX_TOPICS_PER_MESSAGE: usize = 100;

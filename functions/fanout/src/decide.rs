@@ -12,13 +12,13 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::Serialize;
 use serde_dynamo::AttributeValue;
 use serde_json::{Number, Value};
+use twopc::config::{self, ConfigError};
+use twopc::record::{DEFAULT_TRANSACTIONS_TABLE, TRANSACTIONS_TABLE_NAME, attempt_id};
+use twopc::tables::PARTICIPANT_TABLES;
+use twopc::tables::{item_attr, tx_attr};
 
 use super::convert::{self, ConvertError};
 use super::topic::Topic;
-use crate::config::{self, ConfigError};
-use crate::record::{DEFAULT_TRANSACTIONS_TABLE, TRANSACTIONS_TABLE_NAME, attempt_id};
-use crate::tables::PARTICIPANT_TABLES;
-use crate::tables::{item_attr, tx_attr};
 
 /// What the stream processor needs to know about the tables it reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +177,7 @@ pub struct TransactionEnded {
     /// An attempt its coordinator retried: the next attempt's id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retried_as: Option<String>,
-    /// Who created it: who may follow it ([`crate::access::Policy::may_see`]); never in the message.
+    /// Who created it: who may follow it ([`twopc::access::Policy::may_see`]); never in the message.
     #[serde(skip)]
     pub principal: Option<String>,
 }
@@ -470,7 +470,7 @@ fn decide_transaction(record: &EventRecord) -> Decision {
 }
 
 /// The links of an attempt of a request its coordinator retried: its first attempt's id (when it is not the
-/// first) and the attempt it was retried as, read as [`crate::record::TransactionRecord::successor`] reads
+/// first) and the attempt it was retried as, read as [`twopc::record::TransactionRecord::successor`] reads
 /// them: `retriedAs` only when it is the coordinator's link (`<first id>-<attempt + 1>`), never a caller's
 /// token retry (a request of its own) that a record written before issue 41 names there.
 fn attempt_links(new: &Image, id: &str) -> (Option<String>, Option<String>) {

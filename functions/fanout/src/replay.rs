@@ -34,9 +34,9 @@ use super::realtime::{ConnectionPoster, Subscriptions};
 use super::records::{lambda_event, lambda_record};
 use super::{StreamProcessor, record_span};
 
-/// Stream processor: the queue its event source mappings send what they give up on (Lambda's
-/// on-failure records: shard and sequence ranges), which its `replay-dead-letters` action reads back.
-pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
+/// Stream processor: the queue of what its event source mappings give up on, which its
+/// `replay-dead-letters` action reads back (named in [`twopc::environment`]).
+pub use twopc::environment::DEAD_LETTER_QUEUE_URL;
 
 /// The `action` of the stream processor's replay invocation.
 pub const ACTION: &str = "replay-dead-letters";
