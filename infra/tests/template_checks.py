@@ -96,6 +96,7 @@ CODE_TABLE_STORES = {
     # the tables of resource participants only.
     "twopc/src/participant/barrier.rs": "barrier",
     "fanout/src/connections.rs": "connections",  # ConnectionStore
+    "fanout/src/connections/topics.rs": "connections",  # ConnectionStore: subscribe, unsubscribe
 }
 # Calls of a store that go to another table: (file, call) -> table group.
 CODE_TABLE_EXCEPTIONS = {
