@@ -153,7 +153,7 @@ FANOUT_SOURCES = REPO / "functions" / "fanout" / "src"
 # The stream processor's action that replays its dead-letter queue (`twopc_fanout::replay::ACTION`).
 REPLAY_SOURCE = FANOUT_SOURCES / "replay.rs"
 # The dead-letter queue's client (`twopc_fanout::replay`: SqsDeadLetters), whose SQS calls are granted.
-DEAD_LETTER_QUEUE_SOURCE = FANOUT_SOURCES / "replay.rs"
+DEAD_LETTER_QUEUE_SOURCE = FANOUT_SOURCES / "replay" / "sources.rs"
 # The fan-out's variable names: in `twopc::environment`, which lists every function's (twopc-fanout
 # depends on twopc, so twopc names them); their defaults are the fan-out's own.
 ENVIRONMENT_SOURCE = REPO / "functions" / "twopc" / "src" / "environment.rs"

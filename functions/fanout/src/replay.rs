@@ -16,23 +16,30 @@
 //! stream unreadable, a range already trimmed from the stream) stays, is counted in `failed` and is
 //! logged with why; a range the stream no longer holds (streams keep 24 hours) is logged as lost,
 //! as an error, never skipped silently, and its message is kept for an operator to see.
+//!
+//! The messages' formats are in `replay/letters.rs`, the queue and the folder that keep them in
+//! `replay/sources.rs`, the reading of a range back from the stream in `replay/stream.rs`; this file is
+//! the replay itself and what the stream processor is invoked with.
 
-use std::cmp::Ordering;
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+use aws_lambda_events::event::dynamodb::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::lake::ChangeSink;
 use super::realtime::{ConnectionPoster, Subscriptions};
-use super::records::{lambda_event, lambda_record};
+use super::records::lambda_event;
 use super::{StreamProcessor, record_span};
+
+mod letters;
+mod sources;
+mod stream;
+
+pub use letters::{BatchInfo, DeadLetterBody, OnFailureRecord, RequestContext, UnprocessableRecord};
+pub use sources::{DeadLetter, DeadLetters, DirectoryDeadLetters, RecordDeadLetters, SourceError, SqsDeadLetters};
+pub use stream::{FetchError, Fetched, compare_sequence_numbers, fetch_range};
 
 /// Stream processor: the queue of what its event source mappings give up on, which its
 /// `replay-dead-letters` action reads back (named in [`twopc::environment`]).
@@ -46,471 +53,11 @@ pub const DEFAULT_MAX_MESSAGES: usize = 10;
 pub const MAX_RECEIVE: usize = 10;
 /// Records per call of the fan-out, as the event source mapping's batch size (the template's).
 pub const REPLAY_BATCH: usize = 100;
-/// `GetRecords` answers in a row that bring nothing before the range's end, on an open shard, after
-/// which the range is reported as not read (the message stays, for the next replay).
-const MAX_EMPTY_READS: usize = 20;
-
-/// Lambda's on-failure record for a DynamoDB stream event source (the body of a dead-letter message).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OnFailureRecord {
-    pub request_context: RequestContext,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response_context: Option<Value>,
-    pub version: String,
-    pub timestamp: String,
-    #[serde(rename = "DDBStreamBatchInfo")]
-    pub batch: BatchInfo,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RequestContext {
-    pub request_id: String,
-    pub function_arn: String,
-    /// `RetryAttemptsExhausted`, `RecordAgeExceeded`, ...
-    pub condition: String,
-    pub approximate_invoke_count: u64,
-}
-
-/// Where the records given up on are: one shard, first to last sequence number.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchInfo {
-    pub shard_id: String,
-    pub start_sequence_number: String,
-    pub end_sequence_number: String,
-    pub approximate_arrival_of_first_record: String,
-    pub approximate_arrival_of_last_record: String,
-    pub batch_size: u64,
-    pub stream_arn: String,
-}
-
-impl OnFailureRecord {
-    pub fn parse(body: &str) -> Result<OnFailureRecord, serde_json::Error> {
-        serde_json::from_str(body)
-    }
-}
-
-/// A stream record the processor itself gave up on, with its content: one it cannot judge (a `status`
-/// that is not a string, an unknown event name...) or whose lake line is larger than Firehose takes. Sent
-/// to the dead-letter queue by the processor rather than reported as a batch item failure, so that the
-/// records behind it on its shard flow instead of waiting 22 hours of retries; and with the record
-/// itself, since the stream keeps it 24 hours only. [`replay`] runs it through the fan-out again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UnprocessableRecord {
-    /// Why the processor could not deliver it.
-    pub reason: String,
-    /// When it gave up (RFC 3339, UTC).
-    pub dead_lettered_at: String,
-    /// The stream record as Lambda delivered it.
-    pub record: EventRecord,
-}
 
 /// The largest dead-letter message: SQS's default maximum message size (256 KiB). A record whose
 /// message would be larger is reported as a batch item failure instead, as before (retried, then handed
 /// to the dead-letter queue by the event source mapping as a pointer into the stream).
 pub const MAX_DEAD_LETTER_BYTES: usize = 256 * 1024;
-
-/// A dead-letter message of either kind: Lambda's pointer into the stream, or a record the processor
-/// dead-lettered itself (`{"unprocessableRecord": {...}}`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum DeadLetterBody {
-    OnFailure(Box<OnFailureRecord>),
-    Unprocessable(Box<UnprocessableRecord>),
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct UnprocessableMessage {
-    unprocessable_record: UnprocessableRecord,
-}
-
-impl DeadLetterBody {
-    pub fn parse(body: &str) -> Result<DeadLetterBody, String> {
-        let value: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
-        if value.get("unprocessableRecord").is_some() {
-            let message: UnprocessableMessage =
-                serde_json::from_value(value).map_err(|e| format!("not an unprocessable record: {e}"))?;
-            return Ok(DeadLetterBody::Unprocessable(Box::new(message.unprocessable_record)));
-        }
-        serde_json::from_value(value)
-            .map(|r| DeadLetterBody::OnFailure(Box::new(r)))
-            .map_err(|e| format!("not a DynamoDB stream on-failure record: {e}"))
-    }
-}
-
-impl UnprocessableRecord {
-    pub fn new(record: &EventRecord, reason: impl Into<String>) -> UnprocessableRecord {
-        UnprocessableRecord {
-            reason: reason.into(),
-            dead_lettered_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            record: record.clone(),
-        }
-    }
-
-    /// The dead-letter message's body.
-    pub fn to_body(&self) -> String {
-        serde_json::to_string(&UnprocessableMessage { unprocessable_record: self.clone() })
-            .expect("a stream record serializes")
-    }
-}
-
-/// Where the processor dead-letters a record it gives up on (see [`UnprocessableRecord`]).
-pub trait RecordDeadLetters: Send + Sync {
-    fn put<'a>(&'a self, body: &'a str) -> futures::future::BoxFuture<'a, Result<(), SourceError>>;
-}
-
-/// Compares two stream sequence numbers: decimal digits of any length (DynamoDB Local pads them with
-/// zeros, DynamoDB does not), compared as numbers.
-pub fn compare_sequence_numbers(a: &str, b: &str) -> Ordering {
-    let a = a.trim_start_matches('0');
-    let b = b.trim_start_matches('0');
-    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
-}
-
-/// One message of a dead-letter source: a handle to delete it by, and its body (an [`OnFailureRecord`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    pub handle: String,
-    pub body: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("dead-letter source: {0}")]
-pub struct SourceError(pub String);
-
-/// Where dead letters are read from.
-pub trait DeadLetters: Send + Sync {
-    /// At most `max` messages not handed out before in this run (a message received and kept is not
-    /// received again by the same run: SQS hides it for its visibility timeout).
-    fn receive(&self, max: usize) -> impl Future<Output = Result<Vec<DeadLetter>, SourceError>> + Send;
-    /// Removes a message for good (it was replayed).
-    fn delete(&self, handle: &str) -> impl Future<Output = Result<(), SourceError>> + Send;
-    /// How many messages the source still holds (SQS: `ApproximateNumberOfMessages`).
-    fn remaining(&self) -> impl Future<Output = Result<u64, SourceError>> + Send;
-}
-
-/// The deployed dead-letter queue.
-#[derive(Debug, Clone)]
-pub struct SqsDeadLetters {
-    client: aws_sdk_sqs::Client,
-    queue_url: String,
-}
-
-impl SqsDeadLetters {
-    pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
-        SqsDeadLetters { client, queue_url: queue_url.into() }
-    }
-
-    /// A client on the shared AWS configuration (`AWS_ENDPOINT_URL_SQS` points it elsewhere).
-    pub fn from_config(sdk: &aws_config::SdkConfig, queue_url: impl Into<String>) -> Self {
-        Self::new(aws_sdk_sqs::Client::new(sdk), queue_url)
-    }
-}
-
-fn sdk_error<E: std::error::Error + Send + Sync + 'static, R: std::fmt::Debug>(
-    what: &str,
-    e: aws_smithy_runtime_api::client::result::SdkError<E, R>,
-) -> SourceError {
-    SourceError(format!("{what}: {}", aws_smithy_types::error::display::DisplayErrorContext(&e)))
-}
-
-impl RecordDeadLetters for SqsDeadLetters {
-    fn put<'a>(&'a self, body: &'a str) -> futures::future::BoxFuture<'a, Result<(), SourceError>> {
-        Box::pin(async move {
-            self.client
-                .send_message()
-                .queue_url(&self.queue_url)
-                .message_body(body)
-                .send()
-                .await
-                .map_err(|e| sdk_error("SendMessage", e))?;
-            Ok(())
-        })
-    }
-}
-
-impl DeadLetters for SqsDeadLetters {
-    async fn receive(&self, max: usize) -> Result<Vec<DeadLetter>, SourceError> {
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(&self.queue_url)
-            .max_number_of_messages(max.clamp(1, MAX_RECEIVE) as i32)
-            // A short long poll: an empty answer then means the queue has nothing visible, not that
-            // the servers sampled happened to hold nothing.
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .map_err(|e| sdk_error("ReceiveMessage", e))?;
-        Ok(out
-            .messages
-            .unwrap_or_default()
-            .into_iter()
-            .map(|m| DeadLetter { handle: m.receipt_handle.unwrap_or_default(), body: m.body.unwrap_or_default() })
-            .collect())
-    }
-
-    async fn delete(&self, handle: &str) -> Result<(), SourceError> {
-        self.client
-            .delete_message()
-            .queue_url(&self.queue_url)
-            .receipt_handle(handle)
-            .send()
-            .await
-            .map_err(|e| sdk_error("DeleteMessage", e))?;
-        Ok(())
-    }
-
-    async fn remaining(&self) -> Result<u64, SourceError> {
-        use aws_sdk_sqs::types::QueueAttributeName;
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(&self.queue_url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetQueueAttributes", e))?;
-        let text = out
-            .attributes
-            .as_ref()
-            .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
-            .ok_or_else(|| SourceError("GetQueueAttributes answered no ApproximateNumberOfMessages".into()))?;
-        text.parse().map_err(|_| SourceError(format!("ApproximateNumberOfMessages {text:?} is not a number")))
-    }
-}
-
-/// A folder of dead letters, one JSON file per message (the local stack's `.local/dead-letters/`):
-/// the handle is the file's path; a replayed message's file is deleted.
-#[derive(Debug)]
-pub struct DirectoryDeadLetters {
-    dir: PathBuf,
-    /// Handed out in this run: not handed out again (as SQS's visibility timeout).
-    received: Mutex<BTreeSet<PathBuf>>,
-}
-
-impl DirectoryDeadLetters {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        DirectoryDeadLetters { dir: dir.into(), received: Mutex::new(BTreeSet::new()) }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The message files, oldest first (their names start with the time they were written).
-    pub fn files(&self) -> std::io::Result<Vec<PathBuf>> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(e),
-        };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .collect();
-        files.sort();
-        Ok(files)
-    }
-
-    /// Writes one message (written aside, then renamed: a reader never sees half of it). Its name:
-    /// `<UTC time>-<shard id>-<first sequence number>.json`.
-    pub fn put(&self, record: &OnFailureRecord) -> std::io::Result<PathBuf> {
-        let body = serde_json::to_vec_pretty(record).expect("a record serializes");
-        self.write(&format!("{}-{}", safe(&record.batch.shard_id), safe(&record.batch.start_sequence_number)), &body)
-    }
-
-    fn write(&self, what: &str, body: &[u8]) -> std::io::Result<PathBuf> {
-        std::fs::create_dir_all(&self.dir)?;
-        let now = chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ");
-        let path = self.dir.join(format!("{now}-{what}.json"));
-        let partial = path.with_extension("partial");
-        std::fs::write(&partial, body)?;
-        std::fs::rename(&partial, &path)?;
-        Ok(path)
-    }
-}
-
-/// A file name's part from any text: letters, digits, `-`, `_` and `.` kept, the rest `_`.
-fn safe(text: &str) -> String {
-    text.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
-}
-
-/// A record the processor dead-lettered: `<UTC time>-unprocessable-<eventID>.json`.
-impl RecordDeadLetters for DirectoryDeadLetters {
-    fn put<'a>(&'a self, body: &'a str) -> futures::future::BoxFuture<'a, Result<(), SourceError>> {
-        Box::pin(async move {
-            let event_id = DeadLetterBody::parse(body)
-                .ok()
-                .and_then(|b| match b {
-                    DeadLetterBody::Unprocessable(u) => Some(u.record.event_id),
-                    DeadLetterBody::OnFailure(_) => None,
-                })
-                .unwrap_or_default();
-            self.write(&format!("unprocessable-{}", safe(&event_id)), body.as_bytes())
-                .map(|_| ())
-                .map_err(|e| SourceError(format!("writing to {}: {e}", self.dir.display())))
-        })
-    }
-}
-
-impl DeadLetters for DirectoryDeadLetters {
-    async fn receive(&self, max: usize) -> Result<Vec<DeadLetter>, SourceError> {
-        let files = self.files().map_err(|e| SourceError(format!("listing {}: {e}", self.dir.display())))?;
-        let mut received = self.received.lock().expect("not poisoned");
-        let mut out = Vec::new();
-        for file in files {
-            if out.len() >= max {
-                break;
-            }
-            if received.contains(&file) {
-                continue;
-            }
-            let body =
-                std::fs::read_to_string(&file).map_err(|e| SourceError(format!("reading {}: {e}", file.display())))?;
-            received.insert(file.clone());
-            out.push(DeadLetter { handle: file.display().to_string(), body });
-        }
-        Ok(out)
-    }
-
-    async fn delete(&self, handle: &str) -> Result<(), SourceError> {
-        std::fs::remove_file(handle).map_err(|e| SourceError(format!("deleting {handle}: {e}")))
-    }
-
-    async fn remaining(&self) -> Result<u64, SourceError> {
-        let files = self.files().map_err(|e| SourceError(format!("listing {}: {e}", self.dir.display())))?;
-        Ok(files.len() as u64)
-    }
-}
-
-/// What reading a range from the stream came to.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Fetched {
-    /// The records of the range the stream still holds, in order.
-    pub records: Vec<EventRecord>,
-    /// Why part or all of the range cannot be read any more (trimmed, the shard or stream gone).
-    pub lost: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("reading the range from the stream: {0}")]
-pub struct FetchError(pub String);
-
-fn streams_error<E: std::error::Error + Send + Sync + 'static>(
-    e: &aws_sdk_dynamodbstreams::error::SdkError<E>,
-) -> String {
-    aws_smithy_types::error::display::DisplayErrorContext(e).to_string()
-}
-
-/// Reads the records from `startSequenceNumber` to `endSequenceNumber` of one shard: `GetShardIterator`
-/// `AT_SEQUENCE_NUMBER`, then `GetRecords` until a record past the end, or the shard's end. A start
-/// already trimmed from the stream reads what is left of the range from the shard's trim horizon and
-/// says the rest is lost; a shard or stream that no longer exists is lost whole.
-pub async fn fetch_range(client: &aws_sdk_dynamodbstreams::Client, batch: &BatchInfo) -> Result<Fetched, FetchError> {
-    let (start, end) = (batch.start_sequence_number.as_str(), batch.end_sequence_number.as_str());
-    let mut fetched = Fetched::default();
-    let iterator = client
-        .get_shard_iterator()
-        .stream_arn(&batch.stream_arn)
-        .shard_id(&batch.shard_id)
-        .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-        .sequence_number(start)
-        .send()
-        .await;
-    let mut iterator = match iterator {
-        Ok(out) => out.shard_iterator,
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_trimmed_data_access_exception()) => {
-            fetched.lost = Some(format!(
-                "the stream no longer holds sequence number {start} of shard {} (trimmed): records from it are lost",
-                batch.shard_id
-            ));
-            client
-                .get_shard_iterator()
-                .stream_arn(&batch.stream_arn)
-                .shard_id(&batch.shard_id)
-                .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .map_err(|e| FetchError(streams_error(&e)))?
-                .shard_iterator
-        }
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
-            fetched.lost = Some(format!(
-                "shard {} of {} no longer exists: the range {start}..={end} is lost ({})",
-                batch.shard_id,
-                batch.stream_arn,
-                streams_error(&e)
-            ));
-            return Ok(fetched);
-        }
-        Err(e) => return Err(FetchError(streams_error(&e))),
-    };
-    let mut empty_reads = 0;
-    let mut reached_end = false;
-    while let Some(current) = iterator.take() {
-        let out = match client.get_records().shard_iterator(current).send().await {
-            Ok(out) => out,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_trimmed_data_access_exception()) => {
-                fetched.lost = Some(format!(
-                    "the stream trimmed shard {} while the range {start}..={end} was read: the rest is lost",
-                    batch.shard_id
-                ));
-                break;
-            }
-            Err(e) => return Err(FetchError(streams_error(&e))),
-        };
-        let records = out.records.unwrap_or_default();
-        if records.is_empty() {
-            empty_reads += 1;
-        } else {
-            empty_reads = 0;
-        }
-        for record in records {
-            let sequence = record.dynamodb.as_ref().and_then(|d| d.sequence_number.clone()).unwrap_or_default();
-            if compare_sequence_numbers(&sequence, end) == Ordering::Greater {
-                reached_end = true;
-                break;
-            }
-            if compare_sequence_numbers(&sequence, start) != Ordering::Less {
-                fetched.records.push(lambda_record(record, &batch.stream_arn));
-            }
-            if compare_sequence_numbers(&sequence, end) == Ordering::Equal {
-                reached_end = true;
-                break;
-            }
-        }
-        if reached_end {
-            break;
-        }
-        if empty_reads >= MAX_EMPTY_READS {
-            return Err(FetchError(format!(
-                "{MAX_EMPTY_READS} reads of shard {} in a row brought nothing before sequence number {end}",
-                batch.shard_id
-            )));
-        }
-        iterator = out.next_shard_iterator;
-    }
-    if !reached_end && fetched.lost.is_none() {
-        fetched.lost = Some(format!(
-            "shard {} ends before sequence number {end}: the records after {} are lost",
-            batch.shard_id,
-            fetched.records.last().and_then(|r| r.change.sequence_number.clone()).unwrap_or_else(|| start.to_owned())
-        ));
-    }
-    if fetched.records.len() as u64 != batch.batch_size && fetched.lost.is_none() {
-        warn!(
-            shard = %batch.shard_id,
-            found = fetched.records.len(),
-            batch_size = batch.batch_size,
-            "the range holds another number of records than the dead letter says"
-        );
-    }
-    Ok(fetched)
-}
 
 /// The replay's answer (the stream processor's answer to `{"action": "replay-dead-letters"}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -744,6 +291,8 @@ impl Invocation {
 
 #[cfg(test)]
 mod tests {
+    use std::cmp::Ordering;
+
     use super::*;
     use serde_json::json;
 
