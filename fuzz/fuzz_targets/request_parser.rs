@@ -13,10 +13,10 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use twopc::custom::Catalog;
-use twopc::fanout::connections::{ConnectionRequest, parse_request};
-use twopc::fanout::topic::{MAX_TOPIC_BYTES, Topic};
 use twopc::model::{MAX_BODY_BYTES, Message, Operation, ParticipantRequest};
 use twopc::participant::parse_operations;
+use twopc_fanout::connections::{ConnectionRequest, parse_request};
+use twopc_fanout::topic::{MAX_TOPIC_BYTES, Topic};
 
 fn is_registered(service: &str) -> bool {
     matches!(service, "service-a" | "service-b")

@@ -1,5 +1,5 @@
 //! The stream processor's input as Lambda hands it over: bytes decoded into a DynamoDB stream event,
-//! every image converted to JSON and the batch decided (`twopc::fanout::prepare`). Most random bytes
+//! every image converted to JSON and the batch decided (`twopc_fanout::prepare`). Most random bytes
 //! are not event JSON; the seeds (the sample events) and the dictionary keep it close, and
 //! `stream_attribute` builds records directly.
 

@@ -8,8 +8,8 @@ use bigdecimal::BigDecimal;
 use serde_dynamo::AttributeValue;
 use serde_json::{Number, Value};
 use twopc::decimal::Decimal;
-use twopc::fanout::convert::{self, ConvertError};
-use twopc::fanout::{FanoutConfig, prepare};
+use twopc_fanout::convert::{self, ConvertError};
+use twopc_fanout::{FanoutConfig, prepare};
 
 /// The tables the seed events name: two participant tables and the transactions table.
 pub fn fanout_config() -> FanoutConfig {

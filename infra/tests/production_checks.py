@@ -148,8 +148,15 @@ def _client_errors_metric(stack: Stack, metric: Any) -> bool:
     )
 
 
-# The stream processor's action that replays its dead-letter queue (`twopc::fanout::replay::ACTION`).
-REPLAY_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "replay.rs"
+# The fan-out (the twopc-fanout crate): the stream processor's and the connections function's code.
+FANOUT_SOURCES = REPO / "functions" / "fanout" / "src"
+# The stream processor's action that replays its dead-letter queue (`twopc_fanout::replay::ACTION`).
+REPLAY_SOURCE = FANOUT_SOURCES / "replay.rs"
+# The dead-letter queue's client (`twopc_fanout::replay`: SqsDeadLetters), whose SQS calls are granted.
+DEAD_LETTER_QUEUE_SOURCE = FANOUT_SOURCES / "replay" / "sources.rs"
+# The fan-out's variable names: in `twopc::environment`, which lists every function's (twopc-fanout
+# depends on twopc, so twopc names them); their defaults are the fan-out's own.
+ENVIRONMENT_SOURCE = REPO / "functions" / "twopc" / "src" / "environment.rs"
 
 
 def clock_margin_ms(source: Path = CLOCK_SOURCE) -> int:
@@ -160,7 +167,7 @@ def clock_margin_ms(source: Path = CLOCK_SOURCE) -> int:
 
 
 def replay_contract(source: Path = REPLAY_SOURCE) -> dict[str, Any]:
-    """The replay's action name and the largest dead-letter message, from `twopc::fanout::replay`."""
+    """The replay's action name and the largest dead-letter message, from `twopc_fanout::replay`."""
     names = rust_constants(source)
     missing = [n for n in ["ACTION", "MAX_DEAD_LETTER_BYTES"] if n not in names]
     if missing:
@@ -168,7 +175,7 @@ def replay_contract(source: Path = REPLAY_SOURCE) -> dict[str, Any]:
     return {"action": str(names["ACTION"]), "maxDeadLetterBytes": int(names["MAX_DEAD_LETTER_BYTES"])}
 
 # The lake's record, one JSON object per line: the fields of this struct, in serde's camelCase.
-LAKE_RECORD_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "decide.rs"
+LAKE_RECORD_SOURCE = FANOUT_SOURCES / "decide.rs"
 LAKE_RECORD_STRUCT = "ChangeRecord"
 JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
 
@@ -176,7 +183,7 @@ JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
 # variable that gives the coordinator the allowed origin.
 CORS_SOURCE = REPO / "functions" / "twopc" / "src" / "cors.rs"
 # Each module of twopc names the variables it reads (`twopc::config` keeps only the readers).
-CONNECTIONS_SOURCE = REPO / "functions" / "twopc" / "src" / "fanout" / "connections.rs"
+CONNECTIONS_SOURCE = FANOUT_SOURCES / "connections.rs"
 HOLD_SOURCE = REPO / "functions" / "twopc" / "src" / "hold.rs"
 AGE_SOURCE = REPO / "functions" / "twopc" / "src" / "age.rs"
 CORS_PARAMETER = "CorsAllowOrigin"
@@ -1200,12 +1207,12 @@ MAX_TOPICS_BOUNDS = (1, 1000)
 MAX_TOPICS_OTHER_VALUE = "7"
 
 
-def max_topics_contract(config: Path = CONNECTIONS_SOURCE) -> dict[str, Any]:
-    """The variable's name and its default, from `twopc::fanout::connections`."""
-    names = rust_constants(config)
+def max_topics_contract(config: Path = CONNECTIONS_SOURCE, variables: Path = ENVIRONMENT_SOURCE) -> dict[str, Any]:
+    """The variable's name (`twopc::environment`) and its default (`twopc_fanout::connections`)."""
+    names = {**rust_constants(variables), **rust_constants(config)}
     missing = [n for n in ["MAX_TOPICS_PER_CONNECTION", "DEFAULT_MAX_TOPICS_PER_CONNECTION"] if n not in names]
     if missing:
-        raise AssertionError(f"no constant {missing} in {config}")
+        raise AssertionError(f"no constant {missing} in {variables} or {config}")
     return {"variable": str(names["MAX_TOPICS_PER_CONNECTION"]), "default": int(names["DEFAULT_MAX_TOPICS_PER_CONNECTION"])}
 
 
@@ -1255,9 +1262,9 @@ DEAD_LETTER_ACTIONS = {"sqs:SendMessage"}
 ON_FAILURE_ACTIONS = {"sqs:SendMessage"}
 
 
-def queue_actions_of_code(source: Path = REPLAY_SOURCE) -> set[str]:
+def queue_actions_of_code(source: Path = DEAD_LETTER_QUEUE_SOURCE) -> set[str]:
     """The SQS actions the stream processor's code calls on its dead-letter queue
-    (`twopc::fanout::replay`: SqsDeadLetters), through template_checks.SDK_CALLS."""
+    (`twopc_fanout::replay`: SqsDeadLetters), through template_checks.SDK_CALLS."""
     text = source.read_text()
     return {action for call, action in SDK_CALLS.items() if action.startswith("sqs:") and call in text}
 
@@ -1272,7 +1279,7 @@ def on_failure_queues(stack: Stack) -> dict[str, str | None]:
     return out
 
 
-def dead_letter_variable(config: Path = REPLAY_SOURCE) -> str:
+def dead_letter_variable(config: Path = ENVIRONMENT_SOURCE) -> str:
     names = rust_constants(config)
     if "DEAD_LETTER_QUEUE_URL" not in names:
         raise AssertionError(f"no constant DEAD_LETTER_QUEUE_URL in {config}")
@@ -1365,7 +1372,7 @@ def check_dead_letter_replay(stack: Stack) -> list[str]:
     sources gave up on: its DEAD_LETTER_QUEUE_URL is the URL (`Ref`) of the on-failure queue of its
     mappings; its role may SendMessage (its own dead letters, and Lambda's on-failure destination),
     ReceiveMessage, DeleteMessage and GetQueueAttributes (the replay) on exactly that queue, the SQS
-    actions its code calls (`twopc::fanout::replay`), no other SQS action or queue; no other function
+    actions its code calls (`twopc_fanout::replay`), no other SQS action or queue; no other function
     may send to or read the queue; the queue takes the largest dead letter the code sends
     (MaximumMessageSize unset, SQS's default, or at least `MAX_DEAD_LETTER_BYTES`)."""
     problems = []
@@ -2252,12 +2259,12 @@ def check_access_policy(stack: Stack) -> list[str]:
     return sorted(set(problems), key=problems.index)
 
 
-def max_connections_contract(config: Path = CONNECTIONS_SOURCE) -> dict[str, Any]:
-    """The variable's name and its default, from `twopc::fanout::connections`."""
-    names = rust_constants(config)
+def max_connections_contract(config: Path = CONNECTIONS_SOURCE, variables: Path = ENVIRONMENT_SOURCE) -> dict[str, Any]:
+    """The variable's name (`twopc::environment`) and its default (`twopc_fanout::connections`)."""
+    names = {**rust_constants(variables), **rust_constants(config)}
     missing = [n for n in ["MAX_CONNECTIONS_PER_PRINCIPAL", "DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL"] if n not in names]
     if missing:
-        raise AssertionError(f"no constant {missing} in {config}")
+        raise AssertionError(f"no constant {missing} in {variables} or {config}")
     return {"variable": str(names["MAX_CONNECTIONS_PER_PRINCIPAL"]), "default": int(names["DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL"])}
 
 
@@ -2267,7 +2274,7 @@ def check_max_connections(stack: Stack) -> list[str]:
     other function's."""
     contract = max_connections_contract()
     if contract["variable"] != MAX_CONNECTIONS_VARIABLE:
-        return [f"twopc::fanout::connections names the variable {contract['variable']!r}, not {MAX_CONNECTIONS_VARIABLE!r}"]
+        return [f"twopc::environment names the variable {contract['variable']!r}, not {MAX_CONNECTIONS_VARIABLE!r}"]
     problems = _parameter(stack, MAX_CONNECTIONS_PARAMETER, contract["default"])
     definition = stack.template.get("Parameters", {}).get(MAX_CONNECTIONS_PARAMETER)
     if definition is None:

@@ -95,7 +95,8 @@ CODE_TABLE_STORES = {
     # Barrier, a resource participant's entries in its own table (the example payments' payments-data):
     # the tables of resource participants only.
     "twopc/src/participant/barrier.rs": "barrier",
-    "twopc/src/fanout/connections.rs": "connections",  # ConnectionStore
+    "fanout/src/connections.rs": "connections",  # ConnectionStore
+    "fanout/src/connections/topics.rs": "connections",  # ConnectionStore: subscribe, unsubscribe
 }
 # Calls of a store that go to another table: (file, call) -> table group.
 CODE_TABLE_EXCEPTIONS = {

@@ -392,11 +392,11 @@ def test_environment_check_catches_a_missing_authorizer_with_json_web_tokens(sta
 
 def test_grant_check_holds_the_subscriber_read_to_the_code(tmp_path, stack):
     # The stream processor's BatchGetItem on the connections table is granted for the connections
-    # store's push-time read of its subscribers (functions/twopc/src/fanout/connections.rs): when the
+    # store's push-time read of its subscribers (functions/fanout/src/connections.rs): when the
     # store stops calling it, the grant is left over.
     functions_dir = tmp_path / "functions"
     shutil.copytree(REPO / "functions", functions_dir, ignore=shutil.ignore_patterns("target", "*.zip"))
-    store = functions_dir / "twopc" / "src" / "fanout" / "connections.rs"
+    store = functions_dir / "fanout" / "src" / "connections.rs"
     store.write_text(store.read_text().replace(".batch_get_item()", ".batch_read()"))
     problems = check_grants_match_code(stack, functions_dir)
     assert "dynamodb:BatchGetItem is granted on the connections table(s), the code never calls it" in problems, problems

@@ -305,7 +305,7 @@ def test_grant_check_reads_the_barrier_as_a_resource_participants_store(tmp_path
         ("twopc/src/sweeper.rs", "client.scan()"),
         # the stream processor starts closing connections through the management API: allowed
         # (ManageConnections is granted), so this one must NOT be reported
-        ("twopc/src/fanout/realtime.rs", "client.delete_connection()"),
+        ("fanout/src/realtime.rs", "client.delete_connection()"),
     ],
 )
 def test_grant_check_reads_the_source(tmp_path, stack, path, call):

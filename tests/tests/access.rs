@@ -574,7 +574,7 @@ async fn the_local_issuer_answers_only_the_stacks_own_page() {
 /// whose reply was lost are each counted once.
 #[tokio::test]
 async fn a_place_under_the_cap_is_counted_once_whatever_reply_is_lost() {
-    use twopc::fanout::connections::{Connected, ConnectionStore};
+    use twopc_fanout::connections::{Connected, ConnectionStore};
     use twopc_tests::{DynamoFault, Rule};
     let env = TestEnv::new().await;
     let table = format!("c{}-connections", &uuid::Uuid::new_v4().simple().to_string()[..10]);

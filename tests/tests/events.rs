@@ -10,9 +10,9 @@ use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use serde_json::Value;
-use twopc::fanout::FanoutConfig;
-use twopc::fanout::connections::ConnectionStore;
 use twopc::model::ParticipantRequest;
+use twopc_fanout::FanoutConfig;
+use twopc_fanout::connections::ConnectionStore;
 use twopc_tests::TestEnv;
 
 fn events_dir() -> PathBuf {
@@ -187,17 +187,17 @@ fn stream_processor_samples_are_decided() {
     let mut replays = 0;
     for (name, text) in files {
         let payload: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
-        let invocation = twopc::fanout::replay::Invocation::parse(payload)
+        let invocation = twopc_fanout::replay::Invocation::parse(payload)
             .unwrap_or_else(|e| panic!("{name}: not a stream processor invocation: {e}"));
         let event: Event = match invocation {
-            twopc::fanout::replay::Invocation::Stream(event) => *event,
-            twopc::fanout::replay::Invocation::Replay { max_messages } => {
+            twopc_fanout::replay::Invocation::Stream(event) => *event,
+            twopc_fanout::replay::Invocation::Replay { max_messages } => {
                 assert!(max_messages >= 1, "{name}");
                 replays += 1;
                 continue;
             }
         };
-        let batch = twopc::fanout::prepare(&config, &event);
+        let batch = twopc_fanout::prepare(&config, &event);
         assert!(batch.unprocessable.is_empty(), "{name}: {:?}", batch.unprocessable);
         assert!(batch.commits + batch.outcomes > 0, "{name}: produces nothing");
     }
@@ -213,11 +213,11 @@ fn forged_stream_events_are_dropped() {
     let config = FanoutConfig::new(&tables, "transactions").expect("a valid configuration");
     for (name, text) in samples("stream-processor-") {
         let payload: Value = serde_json::from_str(&text).unwrap();
-        let Ok(twopc::fanout::replay::Invocation::Stream(event)) = twopc::fanout::replay::Invocation::parse(payload)
+        let Ok(twopc_fanout::replay::Invocation::Stream(event)) = twopc_fanout::replay::Invocation::parse(payload)
         else {
             continue;
         };
-        assert!(twopc::fanout::prepare(&config, &event).foreign == 0, "{name}: the sample itself is served");
+        assert!(twopc_fanout::prepare(&config, &event).foreign == 0, "{name}: the sample itself is served");
         let forgeries: [(Option<&str>, Option<&str>); 3] = [
             (Some("arn:aws:dynamodb:us-east-1:123456789012:table/elsewhere/stream/2024-05-01T00:00:00.000"), None),
             (Some("arn:aws:dynamodb:us-east-1:123456789012:table/service-a-data"), None),
@@ -229,7 +229,7 @@ fn forged_stream_events_are_dropped() {
                 record.event_source_arn = arn.map(str::to_owned);
                 record.table_name = table.map(str::to_owned);
             }
-            let batch = twopc::fanout::prepare(&config, &forged);
+            let batch = twopc_fanout::prepare(&config, &forged);
             assert_eq!(batch.foreign, forged.records.len(), "{name} from {arn:?}");
             assert!(batch.lines.is_empty() && batch.messages.is_empty() && batch.unprocessable.is_empty(), "{name}");
         }

@@ -13,13 +13,13 @@ use local_services::apigw::{ManagementApi, MemoryRegistry};
 use local_services::firehose::{self, CallFault, Firehose};
 use local_services::streams::{StartAt, StreamReader, lambda_event};
 use serde_json::{Value, json};
-use twopc::fanout::connections::{ConnectionRequest, ConnectionStore};
-use twopc::fanout::memory::{MemoryPoster, MemorySubscriptions};
-use twopc::fanout::{
-    ApiGatewayPoster, FanoutConfig, FirehoseSink, Options, RetryPolicy, StreamProcessor, Topic, prepare,
-};
 use twopc::tables::{self, connection_attr};
 use twopc_client::{Transaction, op};
+use twopc_fanout::connections::{ConnectionRequest, ConnectionStore};
+use twopc_fanout::memory::{MemoryPoster, MemorySubscriptions};
+use twopc_fanout::{
+    ApiGatewayPoster, FanoutConfig, FirehoseSink, Options, RetryPolicy, StreamProcessor, Topic, prepare,
+};
 use twopc_tests::dynamo_faults::faulty_client;
 use twopc_tests::{DynamoFault, DynamoFaults, Rule, TestEnv};
 
@@ -166,7 +166,7 @@ async fn read_stream(client: &aws_sdk_dynamodb::Client, table: &str, key_attribu
     loop {
         records.extend(reader.poll().await.expect("stream read"));
         let seen = records.iter().any(|r: &EventRecord| {
-            twopc::fanout::convert::item_to_json(r.change.keys.inner()).ok().and_then(|k| k.get(key_attribute).cloned())
+            twopc_fanout::convert::item_to_json(r.change.keys.inner()).ok().and_then(|k| k.get(key_attribute).cloned())
                 == Some(json!(marker))
         });
         if seen {
@@ -645,8 +645,8 @@ fn sample_events_are_accepted() {
     // The replay invocation, as the function reads its payload.
     let replay: Value = serde_json::from_slice(&sample("stream-processor-replay.json")).unwrap();
     assert_eq!(
-        twopc::fanout::replay::Invocation::parse(replay).unwrap(),
-        twopc::fanout::replay::Invocation::Replay { max_messages: 10 }
+        twopc_fanout::replay::Invocation::parse(replay).unwrap(),
+        twopc_fanout::replay::Invocation::Replay { max_messages: 10 }
     );
 
     // Every fan-out sample in events/ is covered above.
@@ -1006,14 +1006,14 @@ async fn disconnect_finishes_for_the_largest_allowed_set() {
 /// deleted yet (receipt handle and body); the replay never takes one twice in a run.
 #[derive(Default)]
 struct MemoryQueue {
-    messages: std::sync::Mutex<Vec<twopc::fanout::replay::DeadLetter>>,
+    messages: std::sync::Mutex<Vec<twopc_fanout::replay::DeadLetter>>,
 }
 
 impl MemoryQueue {
     fn send(&self, body: &str) {
         let mut messages = self.messages.lock().unwrap();
         let handle = format!("receipt-{}", uuid::Uuid::new_v4().simple());
-        messages.push(twopc::fanout::replay::DeadLetter { handle, body: body.to_owned() });
+        messages.push(twopc_fanout::replay::DeadLetter { handle, body: body.to_owned() });
     }
 
     fn len(&self) -> usize {
@@ -1021,20 +1021,20 @@ impl MemoryQueue {
     }
 }
 
-impl twopc::fanout::replay::DeadLetters for MemoryQueue {
+impl twopc_fanout::replay::DeadLetters for MemoryQueue {
     async fn receive(
         &self,
         max: usize,
-    ) -> Result<Vec<twopc::fanout::replay::DeadLetter>, twopc::fanout::replay::SourceError> {
+    ) -> Result<Vec<twopc_fanout::replay::DeadLetter>, twopc_fanout::replay::SourceError> {
         Ok(self.messages.lock().unwrap().iter().take(max).cloned().collect())
     }
 
-    async fn delete(&self, handle: &str) -> Result<(), twopc::fanout::replay::SourceError> {
+    async fn delete(&self, handle: &str) -> Result<(), twopc_fanout::replay::SourceError> {
         self.messages.lock().unwrap().retain(|m| m.handle != handle);
         Ok(())
     }
 
-    async fn remaining(&self) -> Result<u64, twopc::fanout::replay::SourceError> {
+    async fn remaining(&self) -> Result<u64, twopc_fanout::replay::SourceError> {
         Ok(self.len() as u64)
     }
 }
@@ -1047,7 +1047,7 @@ async fn stream_batch(table: &str) -> (Vec<EventRecord>, String, String) {
         .await
         .into_iter()
         .filter(|r| {
-            let key = twopc::fanout::convert::item_to_json(r.change.keys.inner()).unwrap();
+            let key = twopc_fanout::convert::item_to_json(r.change.keys.inner()).unwrap();
             !key["entityId"].as_str().is_some_and(|id| id.starts_with("zz-marker"))
         })
         .collect();
@@ -1086,7 +1086,7 @@ fn on_failure_body(arn: &str, shard: &str, records: &[EventRecord]) -> String {
 /// eventId. A range the stream does not hold (an unknown shard) is reported lost, and kept.
 #[tokio::test]
 async fn a_dead_letter_is_replayed_through_the_fan_out() {
-    use twopc::fanout::replay::{DirectoryDeadLetters, OnFailureRecord, replay};
+    use twopc_fanout::replay::{DirectoryDeadLetters, OnFailureRecord, replay};
     let env = TestEnv::new().await;
     let edges = Edges::start().await;
     let processor = edges.processor(fanout_config(&env));
@@ -1156,7 +1156,7 @@ async fn a_dead_letter_is_replayed_through_the_fan_out() {
 /// timeout, then visible again).
 #[tokio::test]
 async fn a_dead_letter_queue_is_replayed_with_the_real_sqs_client() {
-    use twopc::fanout::replay::{SqsDeadLetters, replay};
+    use twopc_fanout::replay::{SqsDeadLetters, replay};
     let env = TestEnv::new().await;
     let edges = Edges::start().await;
     let processor = edges.processor(fanout_config(&env));
@@ -1207,7 +1207,7 @@ async fn a_dead_letter_queue_is_replayed_with_the_real_sqs_client() {
 /// dead-lettered.
 #[tokio::test]
 async fn an_unprocessable_record_is_dead_lettered_with_its_content_and_the_records_behind_it_flow() {
-    use twopc::fanout::replay::{DeadLetterBody, SqsDeadLetters, replay};
+    use twopc_fanout::replay::{DeadLetterBody, SqsDeadLetters, replay};
     let lake = firehose::MemorySink::default();
     let firehose = Firehose::start(lake.clone()).await.unwrap();
     let sqs = local_services::sqs::Sqs::start().await.expect("the SQS endpoint starts");
@@ -1295,11 +1295,11 @@ async fn an_unprocessable_record_is_dead_lettered_with_its_content_and_the_recor
 /// it does not (over 256 KiB).
 #[tokio::test]
 async fn a_commit_too_large_for_firehose_is_dead_lettered_when_its_message_fits() {
-    use twopc::fanout::replay::MAX_DEAD_LETTER_BYTES;
+    use twopc_fanout::replay::MAX_DEAD_LETTER_BYTES;
     let lake = firehose::MemorySink::default();
     let firehose = Firehose::start(lake.clone()).await.unwrap();
     let dir = std::env::temp_dir().join(unique("dead-letters"));
-    let folder = std::sync::Arc::new(twopc::fanout::replay::DirectoryDeadLetters::new(&dir));
+    let folder = std::sync::Arc::new(twopc_fanout::replay::DirectoryDeadLetters::new(&dir));
     let mut options = fast();
     options.limits.max_record_bytes = 20_000;
     let processor = lake_processor(&firehose).with_options(options).with_dead_letters(folder.clone());

@@ -695,14 +695,14 @@ async fn a_second_stack_on_the_same_data_folder_is_refused() {
 
 /// The dead letters under `dir`: (table of its stream, batch size) per file.
 fn dead_letters(dir: &Path) -> Vec<(String, u64)> {
-    let source = twopc::fanout::replay::DirectoryDeadLetters::new(dir);
+    let source = twopc_fanout::replay::DirectoryDeadLetters::new(dir);
     source
         .files()
         .expect("the folder is readable")
         .iter()
         .map(|file| {
             let text = std::fs::read_to_string(file).expect("readable");
-            let record = twopc::fanout::replay::OnFailureRecord::parse(&text).expect("Lambda's on-failure record");
+            let record = twopc_fanout::replay::OnFailureRecord::parse(&text).expect("Lambda's on-failure record");
             let table = record.batch.stream_arn.split(":table/").nth(1).unwrap().split('/').next().unwrap().to_owned();
             (table, record.batch.batch_size)
         })

@@ -78,11 +78,11 @@ async fn answers_and_phases_are_written_as_embedded_metrics() {
     assert!(document.get(telemetry::COMMITTED).is_none(), "a flush starts from zero: {document}");
 
     // The stream processor's record given up on, under the name its alarm reads.
-    let processor = twopc::fanout::StreamProcessor::new(
-        twopc::fanout::FanoutConfig::new(&Default::default(), "transactions").unwrap(),
-        twopc::fanout::memory::MemorySink::default(),
-        twopc::fanout::memory::MemoryPoster::default(),
-        twopc::fanout::memory::MemorySubscriptions::default(),
+    let processor = twopc_fanout::StreamProcessor::new(
+        twopc_fanout::FanoutConfig::new(&Default::default(), "transactions").unwrap(),
+        twopc_fanout::memory::MemorySink::default(),
+        twopc_fanout::memory::MemoryPoster::default(),
+        twopc_fanout::memory::MemorySubscriptions::default(),
     );
     // A transaction record whose status is not a string.
     let unprocessable: aws_lambda_events::event::dynamodb::Event = serde_json::from_value(json!({"Records": [{

@@ -1,6 +1,6 @@
 //! Connections: the WebSocket API's `$connect`, `$disconnect`, `subscribe` and `unsubscribe` routes
 //! (Lambda proxy integration), kept in the connections table. The logic is in
-//! `twopc::fanout::connections`; this maps the proxy event onto it and its answer back.
+//! `twopc_fanout::connections`; this maps the proxy event onto it and its answer back.
 
 use std::time::SystemTime;
 
@@ -8,8 +8,8 @@ use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxy
 use aws_lambda_events::encodings::Body;
 use twopc::access::{Caller, Policy};
 use twopc::config;
-use twopc::fanout::connections::{self, ConnectionRequest, ConnectionResponse, ConnectionStore};
 use twopc::record::TransactionStore;
+use twopc_fanout::connections::{self, ConnectionRequest, ConnectionResponse, ConnectionStore};
 
 /// The connections function: its table, and the one WebSocket API whose events it serves.
 pub struct Connections {
@@ -29,21 +29,21 @@ impl Connections {
 /// configuration error, so the function does not start), `ACCESS_POLICY`, and the transactions table
 /// (`TRANSACTIONS_TABLE_NAME`), where a `tx:` topic's owner is read.
 pub async fn from_env() -> Result<Connections, config::ConfigError> {
-    let api_id = config::required(twopc::fanout::connections::WEBSOCKET_API_ID)?;
+    let api_id = config::required(twopc_fanout::connections::WEBSOCKET_API_ID)?;
     if api_id.is_empty() {
-        return Err(config::ConfigError::Missing(twopc::fanout::connections::WEBSOCKET_API_ID));
+        return Err(config::ConfigError::Missing(twopc_fanout::connections::WEBSOCKET_API_ID));
     }
     let table = config::or_default(
-        twopc::fanout::connections::CONNECTIONS_TABLE_NAME,
-        twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE,
+        twopc_fanout::connections::CONNECTIONS_TABLE_NAME,
+        twopc_fanout::connections::DEFAULT_CONNECTIONS_TABLE,
     );
     let max_topics = config::positive_or_default(
-        twopc::fanout::connections::MAX_TOPICS_PER_CONNECTION,
-        twopc::fanout::connections::DEFAULT_MAX_TOPICS_PER_CONNECTION,
+        twopc_fanout::connections::MAX_TOPICS_PER_CONNECTION,
+        twopc_fanout::connections::DEFAULT_MAX_TOPICS_PER_CONNECTION,
     )?;
     let max_connections = config::positive_or_default(
-        twopc::fanout::connections::MAX_CONNECTIONS_PER_PRINCIPAL,
-        twopc::fanout::connections::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+        twopc_fanout::connections::MAX_CONNECTIONS_PER_PRINCIPAL,
+        twopc_fanout::connections::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
     )?;
     let aws = config::aws().await;
     let transactions = TransactionStore::new(
@@ -106,7 +106,7 @@ pub async fn handle(function: &Connections, request: &ApiGatewayWebsocketProxyRe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use twopc::fanout::Topic;
+    use twopc_fanout::Topic;
 
     fn event(name: &str) -> ApiGatewayWebsocketProxyRequest {
         let text = std::fs::read(format!("{}/../../events/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();

@@ -1,10 +1,10 @@
 //! Stream processor: DynamoDB Streams of the participant tables and the transactions table, with
 //! `ReportBatchItemFailures`. Commits go to Firehose and to WebSocket subscribers; the logic is in
-//! `twopc::fanout`.
+//! `twopc_fanout`.
 //!
 //! Invoked with `{"action": "replay-dead-letters", "maxMessages": N}` (default 10) it replays what the
 //! event source mappings gave up on, from the queue `DEAD_LETTER_QUEUE_URL`, through the same fan-out
-//! (`twopc::fanout::replay`), and answers `{"messages", "records", "failed", "remaining"}`.
+//! (`twopc_fanout::replay`), and answers `{"messages", "records", "failed", "remaining"}`.
 
 use std::sync::Arc;
 
@@ -12,9 +12,9 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
-use twopc::fanout::replay::{self, DirectoryDeadLetters, Invocation, SqsDeadLetters};
-use twopc::fanout::{ApiGatewayPoster, ConnectionStore, FanoutConfig, FirehoseSink, StreamProcessor};
 use twopc::{config, telemetry};
+use twopc_fanout::replay::{self, DirectoryDeadLetters, Invocation, SqsDeadLetters};
+use twopc_fanout::{ApiGatewayPoster, ConnectionStore, FanoutConfig, FirehoseSink, StreamProcessor};
 
 type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, ConnectionStore>;
 
@@ -40,7 +40,7 @@ async fn handle(function: &Function, event: LambdaEvent<Value>) -> Result<Value,
             let report = match &function.dead_letters {
                 Some(Queue::Sqs(queue)) => replay::replay(queue.as_ref(), streams, processor, max_messages).await?,
                 Some(Queue::Directory(dir)) => replay::replay(dir.as_ref(), streams, processor, max_messages).await?,
-                None => return Err(config::ConfigError::Missing(twopc::fanout::replay::DEAD_LETTER_QUEUE_URL).into()),
+                None => return Err(config::ConfigError::Missing(twopc_fanout::replay::DEAD_LETTER_QUEUE_URL).into()),
             };
             Ok(serde_json::to_value(report.answer)?)
         }
@@ -55,11 +55,11 @@ async fn stream(processor: &Processor, event: &Event) -> DynamoDbEventResponse {
 async fn main() -> Result<(), Error> {
     config::init_tracing();
     let fanout = FanoutConfig::from_env()?;
-    let stream = config::required(twopc::fanout::lake::FIREHOSE_STREAM_NAME)?;
-    let websocket = config::required(twopc::fanout::realtime::WEBSOCKET_ENDPOINT)?;
+    let stream = config::required(twopc_fanout::lake::FIREHOSE_STREAM_NAME)?;
+    let websocket = config::required(twopc_fanout::realtime::WEBSOCKET_ENDPOINT)?;
     let connections = config::or_default(
-        twopc::fanout::connections::CONNECTIONS_TABLE_NAME,
-        twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE,
+        twopc_fanout::connections::CONNECTIONS_TABLE_NAME,
+        twopc_fanout::connections::DEFAULT_CONNECTIONS_TABLE,
     );
     let sdk = config::aws().await;
     let access = twopc::access::Policy::from_env()?;
@@ -70,7 +70,7 @@ async fn main() -> Result<(), Error> {
         ConnectionStore::from_config(&sdk, connections).with_access(access.clone(), None),
     )
     .with_access(access);
-    let dead_letters = config::required(twopc::fanout::replay::DEAD_LETTER_QUEUE_URL)
+    let dead_letters = config::required(twopc_fanout::replay::DEAD_LETTER_QUEUE_URL)
         .ok()
         .filter(|url| !url.is_empty())
         .map(|url| match url.strip_prefix("file://") {
@@ -98,8 +98,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use twopc::fanout::memory::{MemoryPoster, MemorySink, MemorySubscriptions};
-    use twopc::fanout::{Topic, prepare};
+    use twopc_fanout::memory::{MemoryPoster, MemorySink, MemorySubscriptions};
+    use twopc_fanout::{Topic, prepare};
 
     fn config() -> FanoutConfig {
         let tables = BTreeMap::from([

@@ -8,8 +8,7 @@
 //! `cargo run -q -p twopc --example contract`
 
 use serde_json::{Value, json};
-use twopc::environment::FUNCTION_ENVIRONMENT;
-use twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE;
+use twopc::environment::{DEFAULT_CONNECTIONS_TABLE, FUNCTION_ENVIRONMENT};
 use twopc::model::MAX_TIMEOUT_MS;
 use twopc::record::DEFAULT_TRANSACTIONS_TABLE;
 use twopc::tables::{TableSpec, connections_table, participant_table, transactions_table};

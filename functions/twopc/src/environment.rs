@@ -1,17 +1,16 @@
 //! The environment each function reads: every variable, named by the module that reads it, listed per
 //! function. A test holds `infra/template.yaml` (and the CDK app) to this list.
+//!
+//! The variables read outside this crate are named here instead: the payments example's, and the
+//! fan-out's (the `twopc-fanout` crate, functions/fanout). That crate depends on this one, so this list
+//! could not name them where they are read; each fan-out module that reads one re-exports its name
+//! (`twopc_fanout::connections::CONNECTIONS_TABLE_NAME` is this `CONNECTIONS_TABLE_NAME`).
 
 use crate::access::ACCESS_POLICY;
 use crate::age::AGE_TOKEN_KEY;
 use crate::auth::{PARTICIPANT_KEY, PARTICIPANT_KEYS, PARTICIPANT_SIGNATURE};
 use crate::cors::CORS_ALLOW_ORIGIN;
 use crate::custom::SERVICE_OPERATIONS;
-use crate::fanout::connections::{
-    CONNECTIONS_TABLE_NAME, MAX_CONNECTIONS_PER_PRINCIPAL, MAX_TOPICS_PER_CONNECTION, WEBSOCKET_API_ID,
-};
-use crate::fanout::lake::FIREHOSE_STREAM_NAME;
-use crate::fanout::realtime::WEBSOCKET_ENDPOINT;
-use crate::fanout::replay::DEAD_LETTER_QUEUE_URL;
 use crate::hold::{HOLD_POLICY, MAX_HOLD_MS};
 use crate::invoke::PARTICIPANTS;
 use crate::jwt::{JWKS_URL, JWT_AUDIENCE, JWT_ISSUER};
@@ -22,6 +21,30 @@ use crate::telemetry::METRICS_NAMESPACE;
 
 /// The payments example (a resource participant): its payment API's base URL.
 pub const PAYMENT_API_URL: &str = "PAYMENT_API_URL";
+
+/// Connections and stream processor: the connections table (default [`DEFAULT_CONNECTIONS_TABLE`];
+/// `twopc_fanout::connections`).
+pub const CONNECTIONS_TABLE_NAME: &str = "CONNECTIONS_TABLE_NAME";
+pub const DEFAULT_CONNECTIONS_TABLE: &str = "connections";
+/// Connections: the id of the WebSocket API it serves; an event whose `requestContext.apiId` is another
+/// is refused before anything is read or written (`twopc_fanout::connections`).
+pub const WEBSOCKET_API_ID: &str = "WEBSOCKET_API_ID";
+/// Connections: how many topics one WebSocket connection may follow at once (default
+/// `twopc_fanout::connections::DEFAULT_MAX_TOPICS_PER_CONNECTION`); topics over it are refused, each
+/// with the reason.
+pub const MAX_TOPICS_PER_CONNECTION: &str = "MAX_TOPICS_PER_CONNECTION";
+/// Connections: open WebSocket connections one principal may have (a whole number, at least 1; default
+/// `twopc_fanout::connections::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL`).
+pub const MAX_CONNECTIONS_PER_PRINCIPAL: &str = "MAX_CONNECTIONS_PER_PRINCIPAL";
+/// Stream processor: the Firehose stream the lake's records go to (`twopc_fanout::lake`).
+pub const FIREHOSE_STREAM_NAME: &str = "FIREHOSE_STREAM_NAME";
+/// Stream processor: the WebSocket API's management endpoint, `https://{api}.execute-api.{region}.amazonaws.com/{stage}`
+/// (`twopc_fanout::realtime`).
+pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
+/// Stream processor: the queue its event source mappings send what they give up on (Lambda's
+/// on-failure records: shard and sequence ranges), which its `replay-dead-letters` action reads back
+/// (`twopc_fanout::replay`).
+pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 
 /// The environment each function reads, for the template check in `tests/`.
 pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[

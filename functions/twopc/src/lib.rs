@@ -2,8 +2,8 @@
 //!
 //! Every piece of protocol logic lives here, free of Lambda glue, so the functions, the local stack
 //! and the tests all run the same code. Remote calls sit behind small traits at the edge
-//! ([`invoke::ParticipantInvoker`], [`fanout`] sinks and notifiers, [`clock::Clock`]); DynamoDB is
-//! used for real, because its condition expressions are the protocol.
+//! ([`invoke::ParticipantInvoker`], the fan-out's sinks and notifiers in `twopc-fanout`,
+//! [`clock::Clock`]); DynamoDB is used for real, because its condition expressions are the protocol.
 
 pub mod access;
 pub mod age;
@@ -19,7 +19,6 @@ pub mod decimal;
 pub mod environment;
 pub mod errors;
 pub mod expr;
-pub mod fanout;
 pub mod faults;
 pub mod hold;
 pub mod hot;

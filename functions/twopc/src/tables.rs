@@ -93,7 +93,7 @@ pub mod connection_attr {
     pub const CONNECTION_TOPIC: &str = "$connection";
     pub const CONNECTED_AT: &str = "connectedAt";
     /// On the connection's own item: how many topics it holds (or has reserved). Subscribes raise it
-    /// with a conditional ADD that keeps it at most the cap; see `fanout::connections`.
+    /// with a conditional ADD that keeps it at most the cap; see `twopc_fanout::connections`.
     pub const TOPIC_COUNT: &str = "topicCount";
     pub const EXPIRE_AT: &str = "expireAt";
     /// On the connection's own item: its caller, as `$connect` established it ([`crate::access`]).

@@ -315,7 +315,7 @@ export class TwoPhaseCommitStack extends Stack {
     });
     const maxTopicsPerConnection = parameter('MaxTopicsPerConnection', {
       type: 'Number',
-      // functions/twopc/src/fanout/connections.rs, DEFAULT_MAX_TOPICS_PER_CONNECTION (infra/tests reads it there).
+      // functions/fanout/src/connections.rs, DEFAULT_MAX_TOPICS_PER_CONNECTION (infra/tests reads it there).
       default: 50,
       minValue: 1,
       maxValue: 1000,
@@ -1310,7 +1310,7 @@ export class TwoPhaseCommitStack extends Stack {
 
     // The lake as an Athena table: Glue database + table over data/, one projected partition key per
     // partition of the Firehose prefix (data/YYYY/MM/DD/HH/), so Athena needs no crawler and no MSCK
-    // REPAIR. Columns: the lake record (functions/twopc/src/fanout/decide.rs, ChangeRecord).
+    // REPAIR. Columns: the lake record (functions/fanout/src/decide.rs, ChangeRecord).
     const lakeDatabase = new glue.CfnDatabase(this, 'LakeDatabase', {
       catalogId: Aws.ACCOUNT_ID,
       databaseInput: {
@@ -1481,7 +1481,7 @@ export class TwoPhaseCommitStack extends Stack {
     // --- connections: the WebSocket routes and the subscription table ---------------------------------
     const connectionsLogGroup = functionLogGroup('ConnectionsLogGroup', 'connections');
     const connectionsRole = lambdaRole('ConnectionsRole', 'connections', connectionsLogGroup, [
-      // What functions/twopc/src/fanout/connections.rs calls: $connect: GetItem and PutItem (the
+      // What functions/fanout/src/connections.rs calls: $connect: GetItem and PutItem (the
       // caller's item: its open connections, under MAX_CONNECTIONS_PER_PRINCIPAL), UpdateItem (the
       // connection's item with its caller, its topic counter kept); subscribe and unsubscribe: GetItem
       // (the connection's caller), Query (the connection's topics), then TransactWriteItems of PutItem

@@ -5,7 +5,7 @@
 //! differences: the SDK has typed fields (`OperationType`, `DateTime`, its own `AttributeValue`) where
 //! the event has JSON (`eventName` text, `ApproximateCreationDateTime` as epoch seconds, DynamoDB
 //! JSON images), and only the event has `eventSourceARN` (the stream ARN, from which the processor
-//! reads the table name). [`lambda_record`] (from `twopc::fanout::records`, shared with the
+//! reads the table name). [`lambda_record`] (from `twopc_fanout::records`, shared with the
 //! dead-letter replay) does that conversion; [`StreamReader`] polls every shard.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-pub use twopc::fanout::records::{attribute, lambda_event, lambda_record};
+pub use twopc_fanout::records::{attribute, lambda_event, lambda_record};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

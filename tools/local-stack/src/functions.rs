@@ -12,13 +12,13 @@ use serde_json::{Value, json};
 use tracing::info;
 use twopc::clock;
 use twopc::coordinator::Coordinator;
-use twopc::fanout::connections::ConnectionStore;
-use twopc::fanout::{ApiGatewayPoster, FanoutConfig, FirehoseSink, StreamProcessor};
 use twopc::invoke::{InProcessInvoker, ParticipantInvoker};
 use twopc::participant::DataTable;
 use twopc::participant::Participant;
 use twopc::record::TransactionStore;
 use twopc::sweeper::{SweepLimits, Sweeper};
+use twopc_fanout::connections::ConnectionStore;
+use twopc_fanout::{ApiGatewayPoster, FanoutConfig, FirehoseSink, StreamProcessor};
 
 use crate::events::{self, HttpRequest, ProxyResponse, WebSocketConnection, WebSocketEvent};
 use crate::invoke_guard::{GuardTask, WatchPort};
@@ -76,7 +76,7 @@ pub(crate) fn stream_processor(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Clie
         ApiGatewayPoster::from_config(&wiring.sdk, &wiring.management_endpoint),
         ConnectionStore::new(dynamodb, &tables.connections).with_access(wiring.access.clone(), None),
     )
-    .with_dead_letters(std::sync::Arc::new(twopc::fanout::replay::DirectoryDeadLetters::new(
+    .with_dead_letters(std::sync::Arc::new(twopc_fanout::replay::DirectoryDeadLetters::new(
         wiring.dead_letter_dir.clone(),
     )))
     .with_access(wiring.access.clone())
@@ -264,17 +264,17 @@ impl Functions {
                 service_operations(wiring.tables.participants.keys()).to_json().to_string(),
             ),
             (twopc::tables::PARTICIPANT_TABLES, json!(wiring.tables.participants).to_string()),
-            (twopc::fanout::connections::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
-            (twopc::fanout::lake::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
-            (twopc::fanout::realtime::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
+            (twopc_fanout::connections::CONNECTIONS_TABLE_NAME, wiring.tables.connections.clone()),
+            (twopc_fanout::lake::FIREHOSE_STREAM_NAME, wiring.stream_name.clone()),
+            (twopc_fanout::realtime::WEBSOCKET_ENDPOINT, wiring.management_endpoint.clone()),
             (twopc::access::ACCESS_POLICY, serde_json::to_string(&wiring.access).expect("a policy serializes")),
             (
-                twopc::fanout::connections::MAX_CONNECTIONS_PER_PRINCIPAL,
+                twopc_fanout::connections::MAX_CONNECTIONS_PER_PRINCIPAL,
                 wiring.max_connections_per_principal.to_string(),
             ),
-            (twopc::fanout::connections::WEBSOCKET_API_ID, crate::events::API_ID.to_owned()),
+            (twopc_fanout::connections::WEBSOCKET_API_ID, crate::events::API_ID.to_owned()),
             // The folder the in-process stack uses, as a `file://` queue: the function dead-letters there.
-            (twopc::fanout::replay::DEAD_LETTER_QUEUE_URL, format!("file://{}", wiring.dead_letter_dir.display())),
+            (twopc_fanout::replay::DEAD_LETTER_QUEUE_URL, format!("file://{}", wiring.dead_letter_dir.display())),
         ]);
         if let Some(origin) = &wiring.cors_allow_origin {
             env.push((twopc::cors::CORS_ALLOW_ORIGIN, origin.clone()));

@@ -183,7 +183,7 @@ impl Default for Config {
             example_items: false,
             auth: Auth::None,
             access: default_access_policy(),
-            max_connections_per_principal: twopc::fanout::connections::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+            max_connections_per_principal: twopc_fanout::connections::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
             auth_dir: local_dir().join("auth"),
         }
     }
@@ -215,7 +215,7 @@ impl Config {
         let p = &self.table_prefix;
         Tables {
             transactions: format!("{p}{}", twopc::record::DEFAULT_TRANSACTIONS_TABLE),
-            connections: format!("{p}{}", twopc::fanout::connections::DEFAULT_CONNECTIONS_TABLE),
+            connections: format!("{p}{}", twopc_fanout::connections::DEFAULT_CONNECTIONS_TABLE),
             participants: self.services.iter().map(|s| (s.clone(), format!("{p}{s}-data"))).collect(),
         }
     }
@@ -286,7 +286,7 @@ pub enum Error {
     #[error("{0}")]
     Lambda(String),
     #[error(transparent)]
-    DeadLetters(#[from] twopc::fanout::replay::SourceError),
+    DeadLetters(#[from] twopc_fanout::replay::SourceError),
     #[error(
         "the data folder {} is in use by another twopc-local{}: stop it first, or give this one another folder (--db-path, or --in-memory)",
         dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
@@ -534,7 +534,7 @@ impl Stack {
         let mut streamed: Vec<&String> = tables.participants.values().collect();
         streamed.push(&tables.transactions);
         let mut pollers = Vec::new();
-        let dead_letters = Arc::new(twopc::fanout::replay::DirectoryDeadLetters::new(config.dead_letter_dir.clone()));
+        let dead_letters = Arc::new(twopc_fanout::replay::DirectoryDeadLetters::new(config.dead_letter_dir.clone()));
         for table in streamed {
             let arn = ddb
                 .describe_table()
@@ -672,10 +672,10 @@ impl Stack {
     /// through the stream processor's core, as the deployed function's `replay-dead-letters` does from
     /// its queue: each message's range is read back from the table's stream and run through the same
     /// fan-out; a message whose records all went through is deleted, the others stay.
-    pub async fn replay_dead_letters(&self) -> Result<twopc::fanout::replay::ReplayReport, Error> {
-        let source = twopc::fanout::replay::DirectoryDeadLetters::new(&self.replay.dir);
+    pub async fn replay_dead_letters(&self) -> Result<twopc_fanout::replay::ReplayReport, Error> {
+        let source = twopc_fanout::replay::DirectoryDeadLetters::new(&self.replay.dir);
         let max = source.files().map_err(io_error(format!("listing {}", self.replay.dir.display())))?.len();
-        Ok(twopc::fanout::replay::replay(&source, &self.replay.streams, &self.replay.processor, max.max(1)).await?)
+        Ok(twopc_fanout::replay::replay(&source, &self.replay.streams, &self.replay.processor, max.max(1)).await?)
     }
 
     /// Runs one sweep now, as the sweeper's timer (the deployed EventBridge schedule) would, and returns

@@ -449,7 +449,7 @@ fn reset() -> Result<(), String> {
 }
 
 async fn up(args: StackArgs) -> Result<(), String> {
-    init_logs("info,twopc::fanout=warn,twopc::sweeper=warn,aws_config=warn,aws_smithy_runtime=warn");
+    init_logs("info,twopc_fanout=warn,twopc::sweeper=warn,aws_config=warn,aws_smithy_runtime=warn");
     let config = args.config(true, true);
     let stack = tokio::select! {
         stack = Stack::start(config.clone()) => stack.map_err(|e| e.to_string())?,

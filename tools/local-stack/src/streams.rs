@@ -5,7 +5,7 @@
 //! retries the batch split in half (`BisectBatchOnFunctionError`), and after [`MAX_RETRIES`] retries
 //! the records are skipped and, as the deployed mapping sends its on-failure destination, Lambda's
 //! on-failure record (shard and sequence range) is written as a file in the dead-letter folder
-//! (`.local/dead-letters/`), where `twopc-local replay` reads it back (`twopc::fanout::replay`).
+//! (`.local/dead-letters/`), where `twopc-local replay` reads it back (`twopc_fanout::replay`).
 //!
 //! A shard read to its end is never read again, though DescribeStream lists a closed shard for 24 h.
 //! Where the tables outlive the stack (kept data, or a DynamoDB endpoint of the user's), each
@@ -35,7 +35,7 @@ use local_services::streams::{lambda_event, lambda_record};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
-use twopc::fanout::replay::{BatchInfo, DirectoryDeadLetters, OnFailureRecord, RequestContext};
+use twopc_fanout::replay::{BatchInfo, DirectoryDeadLetters, OnFailureRecord, RequestContext};
 
 use crate::Functions;
 

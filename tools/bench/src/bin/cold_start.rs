@@ -168,10 +168,10 @@ fn function_environment(function: &str) -> Vec<(&'static str, String)> {
             ),
             (twopc::auth::PARTICIPANT_KEYS, keys.clone()),
             (twopc::age::AGE_TOKEN_KEY, "cold-start-age-token-key-0123456789abcdef".to_owned()),
-            (twopc::fanout::connections::CONNECTIONS_TABLE_NAME, "connections".to_owned()),
-            (twopc::fanout::lake::FIREHOSE_STREAM_NAME, "lake".to_owned()),
-            (twopc::fanout::realtime::WEBSOCKET_ENDPOINT, "https://ws.example.invalid/prod".to_owned()),
-            (twopc::fanout::connections::WEBSOCKET_API_ID, "ws".to_owned()),
+            (twopc_fanout::connections::CONNECTIONS_TABLE_NAME, "connections".to_owned()),
+            (twopc_fanout::lake::FIREHOSE_STREAM_NAME, "lake".to_owned()),
+            (twopc_fanout::realtime::WEBSOCKET_ENDPOINT, "https://ws.example.invalid/prod".to_owned()),
+            (twopc_fanout::connections::WEBSOCKET_API_ID, "ws".to_owned()),
         ]),
     }
     env

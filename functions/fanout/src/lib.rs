@@ -21,6 +21,12 @@
 //! that holds it whole. The event source mapping's bounded retries and its on-failure destination
 //! (set in the template) then hand the shard and sequence numbers to the dead-letter queue, where an
 //! operator can replay them, and the shard moves on.
+//!
+//! A crate of its own beside the functions, not a module of `twopc`: only the stream processor and the
+//! connections function run it (with the local stack and the tests), so the other functions build
+//! neither it nor the Firehose, SQS, DynamoDB Streams and API Gateway management clients it calls. It
+//! uses `twopc`'s tables, stores, access policy and telemetry; `twopc` never uses it, and names the
+//! variables it reads in [`twopc::environment`], the list of every function's.
 
 pub mod connections;
 pub mod convert;
@@ -234,7 +240,7 @@ pub struct StreamProcessor<S, P, L> {
     /// content, so that the records behind it flow; without one it is reported as a batch item failure.
     pub dead_letters: Option<std::sync::Arc<dyn replay::RecordDeadLetters>>,
     /// Who may receive what: every push is authorized when it is sent ([`realtime::push`]).
-    pub access: crate::access::Policy,
+    pub access: twopc::access::Policy,
 }
 
 impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P, L> {
@@ -247,12 +253,12 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
             options: Options::default(),
             rotation: realtime::Rotation::default(),
             dead_letters: None,
-            access: crate::access::Policy::default(),
+            access: twopc::access::Policy::default(),
         }
     }
 
     /// The same processor, authorizing pushes as `policy` says (the function reads `ACCESS_POLICY`).
-    pub fn with_access(mut self, policy: crate::access::Policy) -> Self {
+    pub fn with_access(mut self, policy: twopc::access::Policy) -> Self {
         self.access = policy;
         self
     }
@@ -326,7 +332,7 @@ impl<S: ChangeSink, P: ConnectionPoster, L: Subscriptions> StreamProcessor<S, P,
         let mut dead_lettered = 0;
         for (index, why) in &given_up {
             let record = &event.records[*index];
-            metrics::counter!(crate::telemetry::UNPROCESSABLE_RECORDS).increment(1);
+            metrics::counter!(twopc::telemetry::UNPROCESSABLE_RECORDS).increment(1);
             let keys = serde_json::to_string(&record.change.keys).unwrap_or_default();
             let span = record_span(&record.event_id, decide::transaction_id_hint(record));
             match dead_letter(dead_letters, record, why).await {

@@ -10,12 +10,12 @@ use std::future::Future;
 
 use futures::StreamExt;
 use tracing::{Instrument, Span, debug, warn};
+use twopc::access::{Caller, Policy};
 
 use super::topic::Topic;
-use crate::access::{Caller, Policy};
 
-/// Stream processor: the WebSocket API's management endpoint, `https://{api}.execute-api.{region}.amazonaws.com/{stage}`.
-pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
+/// Stream processor: the WebSocket API's management endpoint (named in [`twopc::environment`]).
+pub use twopc::environment::WEBSOCKET_ENDPOINT;
 
 /// Why a post did not reach its connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,7 +36,7 @@ pub trait ConnectionPoster: Send + Sync {
 }
 
 /// A failure of the subscription store: the core's DynamoDB failure.
-pub use crate::store::StoreError;
+pub use twopc::store::StoreError;
 
 /// Who follows what.
 pub trait Subscriptions: Send + Sync {

@@ -13,8 +13,7 @@ use std::str::FromStr;
 
 use serde_dynamo::AttributeValue;
 use serde_json::{Map, Number, Value};
-
-use crate::decimal::Decimal;
+use twopc::decimal::Decimal;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConvertError {

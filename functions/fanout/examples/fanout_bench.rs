@@ -1,12 +1,12 @@
 //! How fast the stream processor decodes, decides and encodes a batch, against what surrounds it.
 //!
-//! `cargo run --release -p twopc --example fanout_bench`
+//! `cargo run --release -p twopc-fanout --example fanout_bench`
 //!
 //! A batch of 1,000 typical stream records of participant tables, as Lambda delivers them: for each
 //! transaction a prepare (lock added) and a commit (new data, version + 1, lock removed), plus some
 //! aborts (lock removed) and placeholder inserts. Measured: JSON → event (what the runtime does),
 //! then deciding every record and encoding the commits as lake lines and WebSocket messages
-//! ([`twopc::fanout::prepare`]). Network calls are not measured: they are what this step is compared with.
+//! ([`twopc_fanout::prepare`]). Network calls are not measured: they are what this step is compared with.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::dynamodb::Event;
 use serde_json::{Value, json};
-use twopc::fanout::{FanoutConfig, prepare};
+use twopc_fanout::{FanoutConfig, prepare};
 
 const RECORDS: usize = 1_000;
 const ROUNDS: usize = 300;

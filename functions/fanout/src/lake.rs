@@ -9,8 +9,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use tracing::{info, warn};
 
-/// Stream processor: the Firehose stream the lake's records go to.
-pub const FIREHOSE_STREAM_NAME: &str = "FIREHOSE_STREAM_NAME";
+/// Stream processor: the Firehose stream the lake's records go to (named in [`twopc::environment`]).
+pub use twopc::environment::FIREHOSE_STREAM_NAME;
 
 /// `PutRecordBatch` limits: records per call, bytes per call, bytes per record (before base64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

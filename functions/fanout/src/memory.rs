@@ -4,10 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
+use twopc::access::{Caller, Policy};
+
 use super::lake::{ChangeSink, EntryResult, SinkError};
 use super::realtime::{ConnectionPoster, PostError, StoreError, Subscriptions};
 use super::topic::Topic;
-use crate::access::{Caller, Policy};
 
 /// Accepts every record and keeps it.
 #[derive(Debug, Default)]
