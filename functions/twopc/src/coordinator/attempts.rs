@@ -40,9 +40,10 @@ pub(super) async fn run(
     loop {
         // A held transaction never commits in one phase: its decision is the caller's, later. Nor does one
         // whose record is written already (a token's retry): one phase creates its record as it commits.
-        let attempted = match !created && takes_one_phase_as(&record, c.catalogs()) {
-            true => super::one_phase::run_one_phase(c, record, answer_by).await?,
-            false => super::two_phase::run_two_phase(c, record, created, answer_by, first).await?,
+        let attempted = if !created && takes_one_phase_as(&record, c.catalogs()) {
+            super::one_phase::run_one_phase(c, record, answer_by).await?
+        } else {
+            super::two_phase::run_two_phase(c, record, created, answer_by, first).await?
         };
         created = false;
         let Some(refused) = attempted.refused else { return Ok(attempted.reply) };

@@ -28,10 +28,7 @@ pub(super) async fn run_two_phase(
 ) -> Result<Attempted, DriveError> {
     let started = Instant::now();
     // A held transaction is recorded first too: its record is what its commit and abort find.
-    let recording = match record.is_keyed() || record.is_held() {
-        true => Recording::RecordFirst,
-        false => Recording::AtDecision,
-    };
+    let recording = if record.is_keyed() || record.is_held() { Recording::RecordFirst } else { Recording::AtDecision };
     if recording == Recording::RecordFirst && !created {
         // A keyed request must never run twice: the record is written first and only the writer prepares.
         if let Some(existing) = c.engine.create_own(&record.clone().opened()).await? {
@@ -91,9 +88,10 @@ impl Coordinator {
         let participants = record.participants.len();
         let one_at_a_time =
             self.sequential_prepares || record.attempt_number() > 1 || record.age_of.is_some() || first.is_some();
-        match one_at_a_time {
-            true => PrepareOrder::one_at_a_time(participants, first),
-            false => PrepareOrder::all_at_once(participants),
+        if one_at_a_time {
+            PrepareOrder::one_at_a_time(participants, first)
+        } else {
+            PrepareOrder::all_at_once(participants)
         }
     }
 }
