@@ -1,19 +1,19 @@
-//! The coordinator: validates a request, prepares every participant at once, decides by a conditional
-//! write, drives commit or abort, and answers. The sweeper drives decided transactions with the same
-//! code ([`Coordinator::recover`]).
+//! The coordinator: validates a request, prepares its participants, decides by a conditional write,
+//! drives commit or abort, and answers. The sweeper drives decided transactions with the same code
+//! ([`Coordinator::recover`]).
 //!
-//! One phase engine ([`engine`]: prepare, decide, drive the second phase) and a command for each way a
+//! One phase engine (`engine.rs`: prepare, decide, drive the second phase) and a command for each way a
 //! transaction is asked for, each in a file of its own:
-//! - [`submit`]: `POST /transactions`, parsed, authorized and routed;
-//! - [`attempts`]: a request as attempts that keep its age when refused for contention, hot items first;
-//! - [`one_phase`]: a sole writing participant commits with its record in one write;
-//! - [`held`]: a held transaction, and its caller's commit or abort;
-//! - [`replay`]: a key or an age token that ran already, answered from its first execution;
-//! - [`recover`]: the sweeper's rule for a transaction a crash left open;
-//! - [`seen`]: `GET /transactions/{id}`, and what a caller may see of an answer.
+//! - `submit.rs`: `POST /transactions`, parsed, authorized and routed;
+//! - `attempts.rs`: a request as attempts that keep its age when refused for contention, hot items first;
+//! - `two_phase.rs`: one attempt with several participants, recorded first or at its decision;
+//! - `one_phase.rs`: a sole writing participant commits with its record in one write;
+//! - `held.rs`: a held transaction, and its caller's commit or abort;
+//! - `replay.rs`: a key or an age token that ran already, answered from its first execution;
+//! - `recover.rs`: the sweeper's rule for a transaction a crash left open;
+//! - `seen.rs`: `GET /transactions/{id}`, and what a caller may see of an answer.
 //!
-//! [`ballot`] types the votes the engine decides by; [`send`] signs and delivers messages; [`writes`]
-//! retries the record writes; [`reply`] is what every command answers.
+//! `ballot.rs` types the votes the engine decides by; `reply.rs` is what every command answers.
 //!
 //! Every record write carries the execution's own id, so a write that took effect but whose reply was
 //! lost (and whose retry then fails its condition) is recognised as this execution's own.
@@ -47,7 +47,8 @@ mod seen;
 mod submit;
 mod two_phase;
 
-pub use engine::{Driven, PhaseEngine};
+pub use engine::Driven;
+use engine::PhaseEngine;
 pub use held::HELD_ABORT_REASON;
 pub use one_phase::{is_one_phase_id, one_phase_id, one_phase_prefix};
 pub use replay::{caller_idempotent_id, idempotent_id};

@@ -2,8 +2,8 @@
 //! attempts that keep its age (issue 41). Each attempt is an ordinary transaction over the phase engine;
 //! this file adds what only attempts know: where a retry starts preparing (the hot item, the refusal's
 //! place), when a refusal is retried (its abort names the next attempt, `retriedAs`, in the same write),
-//! and the `ageToken` a final refusal answers with. A held request's hold, and one phase, are routed from
-//! here to their own commands.
+//! and the `ageToken` a final refusal answers with. Each attempt runs in one phase (`one_phase.rs`) or in
+//! two (`two_phase.rs`, which holds a held request for its caller).
 
 use std::time::{Duration, Instant};
 

@@ -16,8 +16,8 @@ pub enum Ballot<'a> {
     /// Prepared: its locks are held until the decision (none where it only reads).
     Yes,
     /// Refused because another transaction's lock is in the way: that transaction, when the participant
-    /// named it, and `expired_owner` when the lock's owner is past its deadline but has no record this
-    /// coordinator could resolve (the sweeper's: no retry can wait it out).
+    /// named it, and `expired_owner` when the lock's owner is past its deadline and this coordinator left
+    /// it unresolved (no record: the sweeper's; or its resolution failed): no retry can wait it out.
     Conflict { blocker: Option<&'a str>, expired_owner: Option<&'a str> },
     /// Refused for any other reason, or no answer (TIMEOUT, UNAVAILABLE): its code, none when a
     /// participant refused without one.

@@ -2,7 +2,8 @@
 //! Every command runs its transactions through it: a request's attempts, a held transaction's decision, a
 //! key's replay and the sweeper's recovery.
 //!
-//! It knows nothing of keys, ages, holds or one phase. A command tells it the order to prepare in
+//! It decides nothing by a key, an age, a hold or the access policy (it only carries the record's own
+//! fields, `held` and `startedAt`, onto the wire). A command tells it the order to prepare in
 //! ([`PrepareOrder`]), whether the record exists before the decision ([`Recording`]), and what an abort
 //! records of its own making ([`ContentionAbort`], passed through to the write unread).
 //!
@@ -98,10 +99,11 @@ pub enum Recording {
 /// What a decision came to.
 #[derive(Debug)]
 pub enum Decided {
-    /// Decided and recorded; the second phase is still to drive (or the caller's, when held).
+    /// Decided and recorded; the second phase is still to drive (or, for a hold, the caller's decision).
     Open(TransactionRecord),
     /// Ended already, the participants released (an abort recorded at its decision, or a commit that lost to
-    /// one): the answer, and the attempt's aborted record when the abort is its own.
+    /// one): the answer, and the attempt's ABORTED record when it was recorded (this abort's own, or lock
+    /// resolution's found first, shown with the votes), for the attempts command to judge.
     Ended { reply: Reply, aborted: Option<TransactionRecord> },
 }
 
@@ -547,7 +549,7 @@ impl PhaseEngine {
         .await
     }
 
-    /// This execution's abort decision of its keyed attempt `id` ([`TransactionStore::decide_abort`]), retried
+    /// This execution's abort decision of its attempt `id`, recorded first ([`TransactionStore::decide_abort`]), retried
     /// on infrastructure errors: a retry that finds ABORTING with this execution's `retriedAs` or
     /// `refusedForContention` found its own earlier write; any other ABORTING is someone else's abort.
     pub(super) async fn abort_retrying(

@@ -73,8 +73,8 @@ pub(super) async fn decide_held_within(c: &Coordinator, id: &str, caller: &Calle
     match ran {
         Ok(reply) => reply,
         Err(DriveError::Store(e)) | Err(DriveError::Unrecorded { error: e, .. }) => unavailable(&e, Some(id)),
-        Err(DriveError::Crashed(c)) => {
-            let mut reply = Reply::error(ErrorCode::Crashed, c.to_string());
+        Err(DriveError::Crashed(crash)) => {
+            let mut reply = Reply::error(ErrorCode::Crashed, crash.to_string());
             reply.body["transactionId"] = Value::String(id.to_owned());
             reply
         }

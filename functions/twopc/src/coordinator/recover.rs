@@ -9,9 +9,10 @@ use crate::clock::resolvable_after;
 use crate::model::Status;
 use crate::record::{TransactionRecord, Transition};
 
-/// A PREPARING record past its deadline and twice the clock margin (every resolver's rule,
-/// `crate::clock::resolvable_after`) is aborted by the conditional write lock resolution uses; any
-/// other record is returned as it is. Returns the record as it then is.
+/// An undecided record (PREPARING, or PREPARED held) past its expiry (its deadline, or `holdUntil`) and
+/// twice the clock margin (every resolver's rule, `crate::clock::resolvable_after`) is aborted by the
+/// conditional write lock resolution uses; any other record is returned as it is. Returns the record as
+/// it then is.
 pub(super) async fn abort_expired(c: &Coordinator, record: TransactionRecord) -> Result<TransactionRecord, DriveError> {
     let undecided = matches!(record.status, Status::Preparing | Status::Prepared);
     if !undecided || c.engine.clock.now_ms() <= resolvable_after(record.expiry()) {

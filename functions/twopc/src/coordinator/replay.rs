@@ -7,6 +7,9 @@
 //! [`TransactionRecord::same_request`]): the caller of the attempt it started from, the same body. A
 //! record under the id the chain names that is another's (written by someone who could write the table)
 //! is neither followed, nor driven, nor decided: the walk ends at the request's own last attempt.
+//!
+//! A key names its transaction here too ([`caller_idempotent_id`]), and the held command follows the
+//! same chain with [`own_attempt`].
 
 use std::time::{Duration, Instant};
 
@@ -160,7 +163,7 @@ pub(super) async fn replay(
 /// attempt's abort is driven, so it is waited for while that coordinator may still be at work (until
 /// the earlier attempt's deadline and twice the clock margin, within `answer_by`); if it still has no
 /// record then (its coordinator stopped after naming it, or is slower than the budget), it is recorded
-/// ABORTED first, conditionally, on its request's behalf ([`TransactionStore::fence_attempt`]), so that
+/// ABORTED first, conditionally, on its request's behalf (`TransactionStore::fence_attempt`), so that
 /// it can never begin afterwards. None: the record there is not `owner`'s request's (its caller or its
 /// body is another's), which the chain does not follow.
 pub(super) async fn attempt_named(
@@ -199,6 +202,7 @@ pub(super) fn may_be_retried(c: &Coordinator, record: &TransactionRecord) -> boo
         && record.participants.retryable()
         && c.engine.clock.now_ms() <= resolvable_after(record.deadline)
 }
+
 /// `attempt` when it is an attempt of `owner`'s request (its caller, its body); else None, logged: a record
 /// under an id the chain names that is another's was written by someone other than the coordinator.
 pub(super) fn own_attempt(owner: &TransactionRecord, attempt: TransactionRecord) -> Option<TransactionRecord> {

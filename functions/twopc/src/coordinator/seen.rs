@@ -1,5 +1,5 @@
-//! What a non-admin is told of the transactions an answer's reasons name (issue 42): a lock's owner is
-//! named by id only when the caller may see that transaction ([`Policy::may_see`]: its own); any other
+//! `GET /transactions/{id}`, and what a non-admin is told of the transactions an answer's reasons name (issue 42): a lock's owner is
+//! named by id only when the caller may see that transaction ([`Policy::may_see`](crate::access::Policy::may_see): its own); any other
 //! is "another caller's transaction". Redacted when answering, POST and GET alike: the record keeps the
 //! participants' reasons whole (the coordinator's retry, admins and the log use them), and admins see
 //! the ids.
@@ -13,8 +13,6 @@ use crate::access::{Caller, entity_ids};
 use crate::model::ErrorCode;
 use crate::record::TransactionRecord;
 
-/// A record's answer as `caller` may see it ([`Policy::redact_answer`], and others' transactions
-/// unnamed: [`Coordinator::hide_others_transactions`]).
 /// `GET /transactions/{id}` from `caller`: a transaction it may not see is answered as an unknown one.
 pub(super) async fn read(c: &Coordinator, id: &str, caller: &Caller) -> Reply {
     match c.engine.transactions.get(id).await {
@@ -26,6 +24,8 @@ pub(super) async fn read(c: &Coordinator, id: &str, caller: &Caller) -> Reply {
     }
 }
 
+/// A record's answer as `caller` may see it (`Policy::redact_answer`, and others' transactions unnamed:
+/// [`hide_others_transactions`]).
 pub(super) async fn as_seen_by(
     c: &Coordinator,
     caller: &Caller,

@@ -173,11 +173,11 @@ pub(super) async fn answer_authorized(
             }
             Ok(AgeClaim::Refused(current)) => {
                 let why = match current.as_deref() {
-                    Some(c) if c.age_claimed_by.is_some() => {
-                        format!("already ran as {}", c.age_claimed_by.as_deref().unwrap_or_default())
+                    Some(refused) if refused.age_claimed_by.is_some() => {
+                        format!("already ran as {}", refused.age_claimed_by.as_deref().unwrap_or_default())
                     }
-                    Some(c) if c.retried_as.is_some() => {
-                        format!("was retried as {}", c.retried_as.as_deref().unwrap_or_default())
+                    Some(refused) if refused.retried_as.is_some() => {
+                        format!("was retried as {}", refused.retried_as.as_deref().unwrap_or_default())
                     }
                     _ => "cannot be retried with a token (its abort was not its refusal for contention)".to_owned(),
                 };
