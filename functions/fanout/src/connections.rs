@@ -406,34 +406,23 @@ impl ConnectionStore {
 
     /// The topics a connection's items name (its own item, `$connection`, included).
     async fn topics_of(&self, connection_id: &str) -> Result<Vec<String>, StoreError> {
-        let mut topics = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#c = :c")
-                .expression_attribute_names("#c", connection_attr::CONNECTION_ID)
-                .expression_attribute_values(":c", AttributeValue::S(connection_id.to_owned()))
-                .projection_expression("#c, #t")
-                .expression_attribute_names("#t", connection_attr::TOPIC)
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| StoreError::new("Query", &self.table, e))?;
-            for item in page.items() {
-                if let Some(AttributeValue::S(topic)) = item.get(connection_attr::TOPIC) {
-                    topics.push(topic.clone());
-                }
-            }
-            match page.last_evaluated_key() {
-                Some(key) if !key.is_empty() => start = Some(key.clone()),
-                _ => break,
-            }
-        }
-        Ok(topics)
+        let items = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("#c = :c")
+            .expression_attribute_names("#c", connection_attr::CONNECTION_ID)
+            .expression_attribute_values(":c", AttributeValue::S(connection_id.to_owned()))
+            .projection_expression("#c, #t")
+            .expression_attribute_names("#t", connection_attr::TOPIC)
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::new("Query", &self.table, e))?;
+        Ok(strings(&items, connection_attr::TOPIC))
     }
 
     /// `$disconnect`: the connection item and every subscription (at most the cap and one), in
@@ -451,32 +440,21 @@ impl ConnectionStore {
 
     /// Connection ids subscribed to `topic` (the `by-topic` index, every page).
     pub async fn subscribers_of(&self, topic: &str) -> Result<Vec<String>, StoreError> {
-        let mut ids = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(TOPIC_INDEX)
-                .key_condition_expression("#t = :t")
-                .expression_attribute_names("#t", connection_attr::TOPIC)
-                .expression_attribute_values(":t", AttributeValue::S(topic.to_owned()))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| StoreError::new("Query", &self.table, e))?;
-            for item in page.items() {
-                if let Some(AttributeValue::S(id)) = item.get(connection_attr::CONNECTION_ID) {
-                    ids.push(id.clone());
-                }
-            }
-            match page.last_evaluated_key() {
-                Some(key) if !key.is_empty() => start = Some(key.clone()),
-                _ => break,
-            }
-        }
-        Ok(ids)
+        let items = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(TOPIC_INDEX)
+            .key_condition_expression("#t = :t")
+            .expression_attribute_names("#t", connection_attr::TOPIC)
+            .expression_attribute_values(":t", AttributeValue::S(topic.to_owned()))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::new("Query", &self.table, e))?;
+        Ok(strings(&items, connection_attr::CONNECTION_ID))
     }
 
     /// BatchWriteItem in calls of 25 (side by side), resending unprocessed items with backoff, a
@@ -526,6 +504,17 @@ fn delete_request(connection_id: &str, topic: &str) -> WriteRequest {
     let delete =
         DeleteRequest::builder().set_key(Some(ConnectionStore::key(connection_id, topic))).build().expect("key is set");
     WriteRequest::builder().delete_request(delete).build()
+}
+
+/// The string attribute `name` of each item that has one.
+fn strings(items: &[HashMap<String, AttributeValue>], name: &str) -> Vec<String> {
+    items
+        .iter()
+        .filter_map(|item| match item.get(name) {
+            Some(AttributeValue::S(value)) => Some(value.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn number(value: Option<&AttributeValue>) -> Option<usize> {
