@@ -416,6 +416,7 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
         age_claimed_by: None,
         age_of: None,
         body_hash: Some("0".repeat(64)),
+        audit: Vec::new(),
     }
     .opened();
     let short = item_size(&record.to_item());

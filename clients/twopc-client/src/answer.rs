@@ -144,6 +144,8 @@ code_enum! {
         AgeTokenUsed = "AGE_TOKEN_USED",
         /// The local stack only: a POST without `Content-Type: application/json` (415).
         UnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE",
+        /// An operator's `retry` of a transaction that is not decided (409).
+        NotDecided = "NOT_DECIDED",
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_credential_types::provider::ProvideCredentials;
 use reqwest::{Method, Url};
+use serde_json::Value;
 
 use crate::sign::{Signer, sign_headers};
 use crate::{Error, Outcome, Transaction};
@@ -191,6 +192,68 @@ impl Client {
         Outcome::from_response(status, &answer)
     }
 
+    /// `GET /admin/transactions` (operators only): a page of open transactions, oldest due first, as the
+    /// operator's view of each record (`{"transactions": [...], "next": <token or null>}`); pass the
+    /// page's `next` back in `query.next` for the next.
+    pub async fn admin_list(&self, query: &AdminQuery) -> Result<Value, Error> {
+        let mut url = self.url(&["admin", "transactions"]);
+        {
+            let mut pairs = url.query_pairs_mut();
+            if let Some(status) = &query.status {
+                pairs.append_pair("status", status);
+            }
+            if let Some(age) = query.min_age_ms {
+                pairs.append_pair("minAgeMs", &age.to_string());
+            }
+            if let Some(limit) = query.limit {
+                pairs.append_pair("limit", &limit.to_string());
+            }
+            if let Some(next) = &query.next {
+                pairs.append_pair("next", next);
+            }
+        }
+        self.admin_call(Method::GET, url).await
+    }
+
+    /// `GET /admin/transactions/{id}` (operators only): the record with its chain, sweep count, last
+    /// error, audit and the locks its keys hold.
+    pub async fn admin_show(&self, transaction_id: &str) -> Result<Value, Error> {
+        self.admin_call(Method::GET, self.url(&["admin", "transactions", transaction_id])).await
+    }
+
+    /// `GET /admin/stuck` (operators only): open transactions past their due time, and locks expired at
+    /// least `lock_age_ms` ago (the server's default when None) whose owner has no record or ended.
+    pub async fn admin_stuck(&self, lock_age_ms: Option<u64>) -> Result<Value, Error> {
+        let mut url = self.url(&["admin", "stuck"]);
+        if let Some(age) = lock_age_ms {
+            url.query_pairs_mut().append_pair("lockAgeMs", &age.to_string());
+        }
+        self.admin_call(Method::GET, url).await
+    }
+
+    /// `POST /admin/transactions/{id}/retry` (operators only): drives a decided transaction now; the
+    /// record as it then is. An undecided one: [`Error::Status`] 409 `NOT_DECIDED`.
+    pub async fn admin_retry(&self, transaction_id: &str) -> Result<Value, Error> {
+        self.admin_call(Method::POST, self.url(&["admin", "transactions", transaction_id, "retry"])).await
+    }
+
+    /// `POST /admin/transactions/{id}/abort` (operators only): aborts an undecided transaction; the
+    /// record as it then is, `ABORTED`, or `COMMITTING`/`COMMITTED` when its commit was decided first.
+    pub async fn admin_abort(&self, transaction_id: &str) -> Result<Value, Error> {
+        self.admin_call(Method::POST, self.url(&["admin", "transactions", transaction_id, "abort"])).await
+    }
+
+    /// An admin route's answer: a 200's body, or a 409's that is a record (an abort that lost to the
+    /// commit); any other answer is the error it says. Retried as every call is (each action is idempotent).
+    async fn admin_call(&self, method: Method, url: Url) -> Result<Value, Error> {
+        let (status, body) = self.call(method, url, None, None, None, self.retry).await?;
+        let value: Option<Value> = serde_json::from_slice(&body).ok();
+        match value {
+            Some(value) if status == 200 || (status == 409 && value.get("error").is_none()) => Ok(value),
+            _ => Err(Error::from_status(status, &body)),
+        }
+    }
+
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         url.path_segments_mut().expect("checked to be a base in new").pop_if_empty().extend(segments);
@@ -273,6 +336,19 @@ impl Client {
         let answer = response.bytes().await.map_err(Error::Transport)?;
         Ok((status, answer.to_vec()))
     }
+}
+
+/// `GET /admin/transactions`' filters and page token ([`Client::admin_list`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminQuery {
+    /// Only this open status: `PREPARING`, `PREPARED`, `COMMITTING` or `ABORTING`.
+    pub status: Option<String>,
+    /// Only those started at least this long ago.
+    pub min_age_ms: Option<u64>,
+    /// At most this many (1 to 100).
+    pub limit: Option<u32>,
+    /// The `next` of the page before.
+    pub next: Option<String>,
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ mod tls;
 pub use answer::{ApiError, ErrorCode, Outcome, ParticipantState, RefusalCode, Status, TransactionState, Vote};
 pub use aws_credential_types::Credentials;
 pub use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-pub use client::{Client, Retry};
+pub use client::{AdminQuery, Client, Retry};
 pub use error::Error;
 pub use request::{Decimal, Key, NotADecimal, Operation, Participant, Transaction, op};
 pub use sign::{SERVICE, Signer, presign_websocket_url, presign_websocket_url_at, sign_headers};

@@ -6,7 +6,7 @@ use lambda_http::{Body, Request, RequestExt, Response};
 use twopc::access::{Caller, Policy};
 use twopc::clock;
 use twopc::config::{self, ConfigError};
-use twopc::coordinator::{Coordinator, Reply};
+use twopc::coordinator::{AdminRequest, Coordinator, Reply};
 use twopc::invoke::LambdaInvoker;
 use twopc::model::ErrorCode;
 use twopc::record::TransactionStore;
@@ -36,7 +36,23 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
         .with_age_keys(age_keys)
         .with_operations(operations)
         .with_hold_policy(holds)
-        .with_access(twopc::access::Policy::from_env()?))
+        .with_access(twopc::access::Policy::from_env()?)
+        .with_data_tables(data_tables(&aws_sdk_dynamodb::Client::new(&aws))?))
+}
+
+/// The participants' tables the operators' views read (`PARTICIPANT_TABLES`, service → table); none when
+/// unset: the admin API then shows no locks.
+fn data_tables(
+    dynamodb: &aws_sdk_dynamodb::Client,
+) -> Result<std::collections::BTreeMap<String, twopc::participant::DataTable>, ConfigError> {
+    if std::env::var(twopc::tables::PARTICIPANT_TABLES).is_err() {
+        return Ok(Default::default());
+    }
+    let tables = config::string_map(twopc::tables::PARTICIPANT_TABLES)?;
+    Ok(tables
+        .into_iter()
+        .map(|(service, table)| (service, twopc::participant::DataTable::new(dynamodb.clone(), table)))
+        .collect())
 }
 
 /// The caller, from API Gateway's request context: the JWT principal the authorizer established
@@ -54,8 +70,9 @@ pub fn caller(access: &Policy, request: &Request) -> Caller {
     }
 }
 
-/// Routes `POST /transactions`, `GET /transactions/{id}`, and a held transaction's decision:
-/// `POST /transactions/{id}/commit` and `POST /transactions/{id}/abort`.
+/// Routes `POST /transactions`, `GET /transactions/{id}`, a held transaction's decision
+/// (`POST /transactions/{id}/commit` and `POST /transactions/{id}/abort`), and the operators' routes under
+/// `/admin` (`twopc::coordinator::AdminRequest`).
 pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Body> {
     let started = std::time::SystemTime::now();
     // The path without the stage prefix API Gateway adds; a plain HTTP request (the local stack) has none.
@@ -67,6 +84,32 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
     let method = request.method().as_str();
     let caller = caller(coordinator.access(), &request);
     let reply = match (method, segments.as_slice()) {
+        (_, ["admin", ..]) => {
+            let query: std::collections::BTreeMap<String, String> = request
+                .query_string_parameters_ref()
+                .map(|q| q.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+                .unwrap_or_default();
+            let mut segments = segments.clone();
+            // API Gateway passes the id as a path parameter (decoded); fall back to the path.
+            if let Some(id) = request.path_parameters_ref().and_then(|p| p.first("id"))
+                && segments.len() > 2
+            {
+                segments[2] = id;
+            }
+            match AdminRequest::parse(method, &segments, &query) {
+                Some(Ok(admin)) => coordinator.admin(admin, &caller).await,
+                Some(Err(message)) => Reply::error(ErrorCode::InvalidRequest, message),
+                None => match segments.as_slice() {
+                    ["admin", "transactions" | "stuck"] | ["admin", "transactions", _] => {
+                        return method_not_allowed(method, &path, "GET");
+                    }
+                    ["admin", "transactions", _, "retry" | "abort"] => {
+                        return method_not_allowed(method, &path, "POST");
+                    }
+                    _ => Reply::error(ErrorCode::NotFound, format!("no route for {method} {path}")),
+                },
+            }
+        }
         ("POST", ["transactions"]) => {
             let header = |name: &str| request.headers().get(name).map(|v| v.to_str().map(str::to_owned));
             match (header("idempotency-key"), header(twopc::age::AGE_TOKEN_HEADER)) {

@@ -351,6 +351,8 @@ impl ConnectionStore {
                 kind: CallerKind::Jwt,
                 sub: text(connection_attr::SUB),
                 admin: item.get(connection_attr::ADMIN).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false),
+                // The admin API is not served over WebSocket.
+                operator: false,
             },
             // An IAM caller is judged by the policy in force now, as it is at the REST API.
             _ => self.access.iam(text(connection_attr::PRINCIPAL).as_deref()),

@@ -19,8 +19,11 @@
 //! The policy is configuration, not code:
 //! ```json
 //! {"adminGroups": ["admins"], "adminClaim": "twopc:admin", "iamAdmins": ["*"],
-//!  "allowCredits": {}, "readTables": null, "writeServices": null}
+//!  "allowCredits": {}, "readTables": null, "writeServices": null,
+//!  "operators": [], "operatorGroups": []}
 //! ```
+//! Operators (`operators`: IAM role names or ARNs; `operatorGroups`: JWT groups) may use the admin API
+//! (`/admin`: list, inspect, retry and abort transactions); nobody by default, and an admin is not one.
 //! every field optional, with these defaults. `allowCredits` names, per service, the fields a
 //! non-admin may credit on items it does not own (`{"service-a": ["balance"]}`; none by default); the
 //! boolean it was before still works, with a warning at each parse: `true` is any field of the
@@ -58,18 +61,33 @@ pub struct Caller {
     /// The id its owned items start with: a JWT's `sub`, an IAM principal's ARN.
     pub sub: Option<String>,
     pub admin: bool,
+    /// One of the operators the policy names (`operators`, `operatorGroups`): it may use the admin API
+    /// (`/admin`). Being an admin does not make one: `iamAdmins` is every IAM caller by default.
+    #[serde(default)]
+    pub operator: bool,
 }
 
 impl Caller {
     /// A JWT principal, as the authorizer established it (its claims checked, `admin` per the policy).
     pub fn jwt(issuer: &str, sub: &str, admin: bool) -> Caller {
-        Caller { principal: Some(jwt_principal(issuer, sub)), kind: CallerKind::Jwt, sub: Some(sub.to_owned()), admin }
+        Caller {
+            principal: Some(jwt_principal(issuer, sub)),
+            kind: CallerKind::Jwt,
+            sub: Some(sub.to_owned()),
+            admin,
+            operator: false,
+        }
+    }
+
+    /// This caller, an operator or not as the policy says.
+    pub fn operating(self, operator: bool) -> Caller {
+        Caller { operator, ..self }
     }
 
     /// A caller nobody could establish (an authorizer's context that is not ours, a connection without
     /// its `$connect`): no principal, no admin, owns nothing.
     pub fn nobody() -> Caller {
-        Caller { principal: None, kind: CallerKind::Jwt, sub: None, admin: false }
+        Caller { principal: None, kind: CallerKind::Jwt, sub: None, admin: false, operator: false }
     }
 
     pub fn is_iam(&self) -> bool {
@@ -86,8 +104,13 @@ impl Caller {
         }
     }
 
-    /// The caller for the authorizer's context fields (`principal`, `sub`, `admin`).
-    pub fn from_context(principal: &str, sub: Option<&str>, admin: Option<&str>) -> Option<Caller> {
+    /// The caller for the authorizer's context fields (`principal`, `sub`, `admin`, `operator`).
+    pub fn from_context(
+        principal: &str,
+        sub: Option<&str>,
+        admin: Option<&str>,
+        operator: Option<&str>,
+    ) -> Option<Caller> {
         let rest = principal.strip_prefix(JWT_PREFIX)?;
         // A sub never has `#` (the verifier refuses one); an issuer's URL might.
         let (_, sub_in_principal) = rest.rsplit_once('#')?;
@@ -100,8 +123,18 @@ impl Caller {
             kind: CallerKind::Jwt,
             sub: Some(sub.to_owned()),
             admin: admin == Some("true"),
+            operator: operator == Some("true"),
         })
     }
+}
+
+/// Whether the token's `cognito:groups` or `groups` claim (a list, or one group) holds one of `groups`.
+fn in_groups(claims: &Value, groups: &[String]) -> bool {
+    ["cognito:groups", "groups"].iter().any(|name| match &claims[*name] {
+        Value::Array(held) => held.iter().any(|g| g.as_str().is_some_and(|g| groups.iter().any(|a| a == g))),
+        Value::String(group) => groups.iter().any(|a| a == group),
+        _ => false,
+    })
 }
 
 /// `jwt:<iss>#<sub>`: an OIDC issuer URL has no fragment, so the first `#` ends it.
@@ -129,6 +162,14 @@ pub struct Policy {
     /// caller's principal). Any other service's custom operation is a write like the others: on the
     /// caller's own items only.
     pub self_authorizing_services: Vec<String>,
+    /// IAM principals that may use the admin API (`/admin`): role names or canonical ARNs; `*` is not
+    /// taken (an operator is named). None by default.
+    pub operators: Vec<String>,
+    /// A JWT whose `cognito:groups` or `groups` claim holds one of these is an operator. None by default.
+    pub operator_groups: Vec<String>,
+    /// A request with no identity at all is an operator's. Only the local stack without `--auth` sets
+    /// it (every caller may do everything there); a deployment's API lets no such request through.
+    pub unauthenticated_operator: bool,
 }
 
 impl Default for Policy {
@@ -141,6 +182,9 @@ impl Default for Policy {
             read_tables: None,
             write_services: None,
             self_authorizing_services: Vec::new(),
+            operators: Vec::new(),
+            operator_groups: Vec::new(),
+            unauthenticated_operator: false,
         }
     }
 }
@@ -199,6 +243,11 @@ impl Policy {
             None | Some("") => Policy::default(),
             Some(text) => serde_json::from_str(text).map_err(|e| format!("expected the access policy's JSON: {e}"))?,
         };
+        if policy.operators.iter().any(|entry| entry.contains('*')) {
+            return Err("operators names IAM role names or ARNs one by one: \"*\" is not taken (every IAM caller \
+                        would be an operator)"
+                .to_owned());
+        }
         if let Credits::Any(allowed) = policy.allow_credits {
             let meaning = match allowed {
                 true => {
@@ -230,23 +279,28 @@ impl Policy {
             Some(arn) => entry == arn || role_name(arn) == Some(entry.as_str()),
             None => false,
         });
+        let operator = match principal {
+            Some(arn) => self.operators.iter().any(|entry| entry == arn || role_name(arn) == Some(entry.as_str())),
+            None => self.unauthenticated_operator,
+        };
         Caller {
             principal: principal.map(str::to_owned),
             kind: CallerKind::Iam,
             sub: principal.map(str::to_owned),
             admin,
+            operator,
         }
+    }
+
+    /// Whether a token's claims make its holder an operator: one of `operatorGroups` in its
+    /// `cognito:groups` or `groups` claim.
+    pub fn is_operator_claims(&self, claims: &Value) -> bool {
+        in_groups(claims, &self.operator_groups)
     }
 
     /// Whether a token's claims make its holder an admin.
     pub fn is_admin_claims(&self, claims: &Value) -> bool {
-        let in_group = ["cognito:groups", "groups"].iter().any(|name| match &claims[*name] {
-            Value::Array(groups) => {
-                groups.iter().any(|g| g.as_str().is_some_and(|g| self.admin_groups.iter().any(|a| a == g)))
-            }
-            Value::String(group) => self.admin_groups.iter().any(|a| a == group),
-            _ => false,
-        });
+        let in_group = in_groups(claims, &self.admin_groups);
         let flag = &claims[self.admin_claim.as_str()];
         let flagged = !self.admin_claim.is_empty() && (flag == &Value::Bool(true) || flag.as_str() == Some("true"));
         in_group || flagged

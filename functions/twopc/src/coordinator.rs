@@ -11,14 +11,15 @@
 //! - `held.rs`: a held transaction, and its caller's commit or abort;
 //! - `replay.rs`: a key or an age token that ran already, answered from its first execution;
 //! - `recover.rs`: the sweeper's rule for a transaction a crash left open;
-//! - `seen.rs`: `GET /transactions/{id}`, and what a caller may see of an answer.
+//! - `seen.rs`: `GET /transactions/{id}`, and what a caller may see of an answer;
+//! - `admin.rs`: the operators' views and actions (`/admin`).
 //!
 //! `ballot.rs` types the votes the engine decides by; `reply.rs` is what every command answers.
 //!
 //! Every record write carries the execution's own id, so a write that took effect but whose reply was
 //! lost (and whose retry then fails its condition) is recognised as this execution's own.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,7 @@ use crate::model::{Message, ParticipantResponse};
 use crate::record::{TransactionRecord, TransactionStore};
 use crate::telemetry;
 
+mod admin;
 mod attempts;
 mod ballot;
 mod engine;
@@ -47,6 +49,7 @@ mod seen;
 mod submit;
 mod two_phase;
 
+pub use admin::{AdminRequest, ListQuery, OPERATOR_ABORT_REASON, admin_view};
 pub use engine::Driven;
 use engine::PhaseEngine;
 pub use held::HELD_ABORT_REASON;
@@ -88,6 +91,8 @@ pub struct Coordinator {
     access: Arc<Policy>,
     /// Items that refused a transaction for contention lately ([`crate::hot`]).
     hot: Arc<crate::hot::HotItems>,
+    /// service → its table, read (never written) by the operators' views of locks ([`admin`]).
+    data_tables: Arc<BTreeMap<String, crate::participant::DataTable>>,
 }
 
 impl Coordinator {
@@ -114,7 +119,14 @@ impl Coordinator {
             holds: Arc::new(HoldPolicy::default()),
             hot: Arc::new(crate::hot::HotItems::default()),
             access: Arc::new(Policy::default()),
+            data_tables: Arc::new(BTreeMap::new()),
         }
+    }
+
+    /// The same coordinator, reading the participants' tables (service → table, `PARTICIPANT_TABLES`)
+    /// for the operators' views of locks.
+    pub fn with_data_tables(self, tables: BTreeMap<String, crate::participant::DataTable>) -> Coordinator {
+        Coordinator { data_tables: Arc::new(tables), ..self }
     }
 
     /// The same coordinator, authorizing callers as `policy` says (the function reads `ACCESS_POLICY`).
@@ -248,14 +260,26 @@ impl Coordinator {
 
     /// [`Coordinator::abort_held`] from `caller`: only the principal that created it, or an admin.
     pub async fn abort_held_by(&self, id: &str, caller: &Caller) -> Reply {
-        held::decide_held_within(self, id, caller, held::HeldDecision::Abort).await
+        held::decide_held_within(self, id, caller, held::HeldDecision::Abort(held::HELD_ABORT_REASON)).await
     }
 
     /// `POST /transactions/{id}/abort` from `principal`: a held transaction aborts (200 ABORTED, once its
     /// participants released, or the answer budget ran out and the sweeper finishes it). Repeated, or
     /// after the hold expired: 200 ABORTED again; after a commit: 409 with the committed body.
     pub async fn abort_held(&self, id: &str, principal: Option<&str>) -> Reply {
-        held::decide_held_within(self, id, &self.access.iam(principal), held::HeldDecision::Abort).await
+        held::decide_held_within(
+            self,
+            id,
+            &self.access.iam(principal),
+            held::HeldDecision::Abort(held::HELD_ABORT_REASON),
+        )
+        .await
+    }
+
+    /// An operator's request (`/admin`): 403 for a caller the access policy does not name as an operator,
+    /// before anything is read or written.
+    pub async fn admin(&self, request: AdminRequest, caller: &Caller) -> Reply {
+        admin::answer(self, request, caller).await
     }
 
     /// Drives a decided transaction to its end: commits (or aborts) at every participant that holds

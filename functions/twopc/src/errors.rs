@@ -43,10 +43,13 @@ pub enum ErrorCode {
     /// The local stack only: a POST without `Content-Type: application/json` (415), which a page of
     /// another origin could send without a CORS preflight.
     UnsupportedMediaType,
+    /// An operator's `retry` of a transaction that is not decided (PREPARING, or PREPARED held): only its
+    /// coordinator, its caller or an `abort` decides it (409).
+    NotDecided,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::InvalidRequest,
         ErrorCode::MalformedJson,
         ErrorCode::BodyTooLarge,
@@ -70,6 +73,7 @@ impl ErrorCode {
         ErrorCode::InvalidAgeToken,
         ErrorCode::AgeTokenUsed,
         ErrorCode::UnsupportedMediaType,
+        ErrorCode::NotDecided,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -97,6 +101,7 @@ impl ErrorCode {
             ErrorCode::InvalidAgeToken => "INVALID_AGE_TOKEN",
             ErrorCode::AgeTokenUsed => "AGE_TOKEN_USED",
             ErrorCode::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            ErrorCode::NotDecided => "NOT_DECIDED",
         }
     }
 
@@ -109,7 +114,7 @@ impl ErrorCode {
             ErrorCode::Crashed => 500,
             ErrorCode::Unavailable => 503,
             ErrorCode::NotHeld => 409,
-            ErrorCode::AgeTokenUsed => 409,
+            ErrorCode::AgeTokenUsed | ErrorCode::NotDecided => 409,
             ErrorCode::Forbidden | ErrorCode::HeldCreditNotAllowed => 403,
             ErrorCode::UnsupportedMediaType => 415,
             _ => 400,

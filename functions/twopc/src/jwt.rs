@@ -137,7 +137,8 @@ impl Verifier {
         let Some(sub) = claims["sub"].as_str().filter(|sub| is_valid_sub(sub)) else {
             return Err(Rejected::Invalid(format!("sub is missing or not a subject we take: {SUB_RULE}")));
         };
-        Ok(Caller::jwt(&self.settings.issuer, sub, self.policy.is_admin_claims(&claims)))
+        Ok(Caller::jwt(&self.settings.issuer, sub, self.policy.is_admin_claims(&claims))
+            .operating(self.policy.is_operator_claims(&claims)))
     }
 
     /// The key `kid` of the issuer's set: the cached set while fresh, else (or when it lacks `kid` and
@@ -240,13 +241,14 @@ pub fn authorizer_context(caller: &Caller) -> Value {
         "principal": caller.principal,
         "sub": caller.sub,
         "admin": if caller.admin { "true" } else { "false" },
+        "operator": if caller.operator { "true" } else { "false" },
     })
 }
 
 /// The caller an authorizer context names (None: not one of ours).
 pub fn caller_from_context(fields: &HashMap<String, Value>) -> Option<Caller> {
     let text = |name: &str| fields.get(name).and_then(Value::as_str);
-    Caller::from_context(text("principal")?, text("sub"), text("admin"))
+    Caller::from_context(text("principal")?, text("sub"), text("admin"), text("operator"))
 }
 
 /// The caller of a request from what API Gateway says of it: the context our authorizer gave (one that

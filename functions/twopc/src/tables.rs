@@ -59,6 +59,8 @@ pub mod tx_attr {
     /// chain (a token's claim, a key's replay, a held decision) follows only attempts of the same body.
     /// Not `requestHash`, which also marks a keyed record, kept for ever.
     pub const BODY_HASH: &str = "bodyHash";
+    /// What operators did to the transaction (`/admin`): its last entries, each who, when, what.
+    pub const AUDIT: &str = "audit";
 }
 
 /// Attribute names of a participant data table.

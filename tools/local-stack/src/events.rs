@@ -43,6 +43,16 @@ pub fn rest_resource(method: &str, path: &str) -> Option<(&'static str, Option<V
         ("POST", ["transactions", id, "abort"]) if !id.is_empty() => {
             Some(("/transactions/{id}/abort", Some(json!({"id": percent_decode(id)}))))
         }
+        ("GET", ["admin", "transactions"]) => Some(("/admin/transactions", None)),
+        ("GET", ["admin", "stuck"]) => Some(("/admin/stuck", None)),
+        ("GET", ["admin", "transactions", id]) if !id.is_empty() => {
+            Some(("/admin/transactions/{id}", Some(json!({"id": percent_decode(id)}))))
+        }
+        ("POST", ["admin", "transactions", id, action @ ("retry" | "abort")]) if !id.is_empty() => {
+            let resource =
+                if *action == "retry" { "/admin/transactions/{id}/retry" } else { "/admin/transactions/{id}/abort" };
+            Some((resource, Some(json!({"id": percent_decode(id)}))))
+        }
         _ => None,
     }
 }

@@ -169,6 +169,7 @@ impl Functions {
             .iter()
             .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
             .collect();
+        let coordinator = coordinator.with_data_tables(data_tables.clone());
         let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default());
         let connections = ::connections::Connections::new(
             ConnectionStore::new(dynamodb.clone(), &tables.connections)

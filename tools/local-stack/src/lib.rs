@@ -13,6 +13,7 @@
 //! Gateway WebSocket proxy events, the stream processor gets the Lambda DynamoDB event and its real
 //! Firehose and `@connections` clients talk to local endpoints.
 
+pub mod admin_cli;
 pub mod events;
 mod functions;
 mod invoke_guard;
@@ -504,7 +505,11 @@ impl Stack {
             ),
         };
         let wiring = functions::Wiring {
-            access: config.access.clone(),
+            // Without `--auth` every caller may do everything, the admin API included.
+            access: twopc::access::Policy {
+                unauthenticated_operator: config.auth == Auth::None,
+                ..config.access.clone()
+            },
             jwt: issuer.as_ref().map(|i| twopc::jwt::JwtSettings::new(&i.issuer, &i.audience, None)),
             max_connections_per_principal: config.max_connections_per_principal,
             payment_api_url: payment_api.as_ref().map(|api| api.url().to_owned()),

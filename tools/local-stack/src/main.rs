@@ -15,6 +15,8 @@
 //!   stack started with `--auth jwt` runs (`Authorization: Bearer <token>`, or `?token=` on the
 //!   WebSocket); refused when no such stack runs, since the next one makes a new key pair.
 //! - `twopc-local subscribe TOPIC...`: follow topics on the WebSocket API and print each message.
+//! - `twopc-local admin list|show|stuck|retry|abort`: the operators' API, on the local stack or (with
+//!   `--api URL`) a deployed one.
 
 mod demo;
 
@@ -71,6 +73,10 @@ enum Command {
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
     },
+    /// The operators' API (`/admin`): list open transactions, show one, the stuck view, retry a decided
+    /// one, abort an undecided one. Against the running local stack, or a deployed API with `--api URL`
+    /// (SigV4 from the default AWS credentials, or `--token`).
+    Admin(local_stack::admin_cli::AdminArgs),
     /// Follow TOPICs on the WebSocket API (`entity:<table>:<entityId>`, `tx:<transactionId>`) and print
     /// each message it sends, one JSON line each, until Ctrl-C: the subscribe answer, then every
     /// commit and transaction push.
@@ -243,6 +249,7 @@ fn main() -> ExitCode {
             Command::Reset => reset(),
             Command::Sign { file, service } => sign(&file, &service),
             Command::Token { sub, admin, ttl_secs } => token(&sub, admin, ttl_secs).await,
+            Command::Admin(args) => local_stack::admin_cli::run(&args).await.map(|text| print!("{text}")),
             Command::Subscribe { topics, websocket_port, token } => {
                 subscribe(&topics, websocket_port, token.as_deref()).await
             }

@@ -260,7 +260,7 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
         return local_error(
             ErrorCode::NotFound,
             format!(
-                "no route for {method} {path}: the API has POST /transactions, GET /transactions/{{id}}, POST /transactions/{{id}}/commit and POST /transactions/{{id}}/abort (deployed, API Gateway answers 403 Missing Authentication Token here)"
+                "no route for {method} {path}: the API has POST /transactions, GET /transactions/{{id}}, POST /transactions/{{id}}/commit, POST /transactions/{{id}}/abort and the operators' routes under /admin (deployed, API Gateway answers 403 Missing Authentication Token here)"
             ),
         );
     };

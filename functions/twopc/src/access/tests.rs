@@ -18,12 +18,12 @@ fn owners_are_the_sub_and_its_hash_prefixed_ids() {
     assert!(alice.owns("alice") && alice.owns("alice#savings"));
     assert!(!alice.owns("alicex") && !alice.owns("bob") && !alice.owns("") && !alice.owns("#alice"));
     assert_eq!(alice.principal.as_deref(), Some("jwt:https://issuer#alice"));
-    assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("alice"), Some("false")), Some(alice));
-    assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("bob"), None), None);
+    assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("alice"), Some("false"), None), Some(alice));
+    assert_eq!(Caller::from_context("jwt:https://issuer#alice", Some("bob"), None, None), None);
     let odd = Caller::jwt("https://issuer/#x", "alice", false);
-    let context = Caller::from_context(odd.principal.as_deref().unwrap(), Some("alice"), Some("false"));
+    let context = Caller::from_context(odd.principal.as_deref().unwrap(), Some("alice"), Some("false"), None);
     assert_eq!(context, Some(odd));
-    assert_eq!(Caller::from_context("arn:aws:iam::1:role/x", None, None), None);
+    assert_eq!(Caller::from_context("arn:aws:iam::1:role/x", None, None, None), None);
 }
 
 /// The templates' default: the example wallets' balances may be credited.

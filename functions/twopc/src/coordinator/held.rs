@@ -19,11 +19,12 @@ use crate::model::{ErrorCode, Message, STATUS_HELD, Status, Vote};
 use crate::record::{ParticipantEntry, TransactionRecord, Transition};
 use crate::store::StoreError;
 
-/// The decision a caller makes about a held transaction.
+/// The decision a caller makes about a held transaction (or an operator's abort of any undecided one),
+/// with the reason an abort records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum HeldDecision {
     Commit,
-    Abort,
+    Abort(&'static str),
 }
 
 /// The reason a held transaction aborted by its caller keeps.
@@ -105,17 +106,42 @@ pub(super) async fn decide_held(
         reply.body["transactionId"] = Value::String(id.to_owned());
         return Ok(reply);
     }
-    // An attempt its coordinator retried: the decision is the request's, so it goes to the attempt that
-    // lives, and so after each write it lost (the coordinator's own abort may have named the next attempt
-    // between this call's read and its write). A status may move on between the read and the write (the
-    // first execution recording PREPARED, a concurrent call, the expiry): each write is conditional on the
-    // status read, and a lost one is followed by another from the record found, until it is decided.
+    let record = match decide_on_chain(c, record, decision, answer_by).await? {
+        Ok(record) => record,
+        Err(reply) => return Ok(reply),
+    };
+    let mut reply = Reply::for_record(&record);
+    reply.status = match (record.status, decision) {
+        (Status::Committed | Status::Committing, HeldDecision::Commit) => reply.status,
+        (Status::Aborting | Status::Aborted, HeldDecision::Abort(_)) => 200,
+        // Not decided yet (the writes kept losing to status changes): as a retried POST would be told.
+        (Status::Preparing | Status::Prepared, _) => return Ok(Reply::answering(&record)),
+        // The other decision won: the decided body.
+        _ => 409,
+    };
+    info!(status = %record.status, http = reply.status, "held transaction answered");
+    Ok(super::seen::as_seen_by(c, caller, reply, &record).await)
+}
+
+/// `decision` written to the attempt of `record`'s request that lives, then its second phase driven within
+/// `answer_by`: the record as it then is, or the answer that stops it (a commit of an attempt still
+/// preparing). An attempt its coordinator retried: the decision is the request's, so it goes to the
+/// attempt that lives, and so after each write it lost (the coordinator's own abort may have named the
+/// next attempt between this call's read and its write). A status may move on between the read and the
+/// write (the first execution recording PREPARED, a concurrent call, the expiry): each write is conditional
+/// on the status read, and a lost one is followed by another from the record found, until it is decided.
+pub(super) async fn decide_on_chain(
+    c: &Coordinator,
+    record: TransactionRecord,
+    decision: HeldDecision,
+    answer_by: Instant,
+) -> Result<Result<TransactionRecord, Reply>, DriveError> {
     let mut record = record;
     let mut hops = 0;
     for _ in 0..4 {
         record = match live_attempt(c, record, decision, &mut hops).await? {
             Ok(live) => live,
-            Err(reply) => return Ok(reply),
+            Err(reply) => return Ok(Err(reply)),
         };
         // Past its deadline still preparing (its coordinator stopped), or past its hold: aborted first, as
         // recovery would (an expiry's abort names no successor).
@@ -131,7 +157,7 @@ pub(super) async fn decide_held(
                     ),
                 );
                 reply.body["transactionId"] = Value::String(current_id);
-                return Ok(reply);
+                return Ok(Err(reply));
             }
             (Status::Preparing | Status::Prepared, _) => match write_held_decision(c, &record, decision).await? {
                 Transition::Done(decided) => {
@@ -156,23 +182,13 @@ pub(super) async fn decide_held(
     if record.successor().is_some() {
         record = match live_attempt(c, record, decision, &mut hops).await? {
             Ok(live) => live,
-            Err(reply) => return Ok(reply),
+            Err(reply) => return Ok(Err(reply)),
         };
     }
     if matches!(record.status, Status::Committing | Status::Aborting) {
         record = c.engine.drive_within(record, answer_by).await?;
     }
-    let mut reply = Reply::for_record(&record);
-    reply.status = match (record.status, decision) {
-        (Status::Committed | Status::Committing, HeldDecision::Commit) => reply.status,
-        (Status::Aborting | Status::Aborted, HeldDecision::Abort) => 200,
-        // Not decided yet (the writes kept losing to status changes): as a retried POST would be told.
-        (Status::Preparing | Status::Prepared, _) => return Ok(Reply::answering(&record)),
-        // The other decision won: the decided body.
-        _ => 409,
-    };
-    info!(status = %record.status, http = reply.status, "held transaction answered");
-    Ok(super::seen::as_seen_by(c, caller, reply, &record).await)
+    Ok(Ok(record))
 }
 
 /// The attempt of `record`'s request that lives: its coordinator's chain followed from `record`. One named
@@ -190,8 +206,8 @@ pub(super) async fn live_attempt(
         *hops += 1;
         let attempt = match (c.engine.transactions.get(&next).await?, decision) {
             (Some(attempt), _) => attempt,
-            (None, HeldDecision::Abort) => {
-                c.engine.transactions.fence_attempt(&next, c.engine.clock.now_ms(), HELD_ABORT_REASON, &record).await?
+            (None, HeldDecision::Abort(reason)) => {
+                c.engine.transactions.fence_attempt(&next, c.engine.clock.now_ms(), reason, &record).await?
             }
             (None, HeldDecision::Commit) => {
                 let mut reply = Reply::error(
@@ -234,7 +250,7 @@ pub(super) async fn write_held_decision(
         let (to, reason) = match decision {
             HeldDecision::Commit if from == Status::Prepared && now <= hold_until => (Status::Committing, None),
             HeldDecision::Commit => (Status::Aborting, Some(crate::recovery::HOLD_EXPIRED_REASON)),
-            HeldDecision::Abort => (Status::Aborting, Some(HELD_ABORT_REASON)),
+            HeldDecision::Abort(reason) => (Status::Aborting, Some(reason)),
         };
         // Decided: due for the sweeper as a transaction decided now would be (after its timeout), not at
         // holdUntil any more.

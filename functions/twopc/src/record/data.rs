@@ -80,6 +80,7 @@ pub const RECORD_ATTRIBUTES: &[&str] = &[
     a::AGE_CLAIMED_BY,
     a::AGE_OF,
     a::BODY_HASH,
+    a::AUDIT,
 ];
 
 /// The top-level attributes recovery may write to a record, as IAM's `dynamodb:Attributes` counts them
@@ -192,7 +193,47 @@ pub struct TransactionRecord {
     /// before it, and on those a resolver writes for an owner without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_hash: Option<String>,
+    /// What operators did to it (`/admin` retry and abort), oldest first, the last [`MAX_AUDIT_ENTRIES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEntry>,
 }
+
+/// One operator action on a record: who, when, what, and what the record then said. Each text is cut
+/// ([`MAX_AUDIT_TEXT_BYTES`]) so that the whole audit fits [`MAX_AUDIT_BYTES`] of the record's headroom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    /// Epoch ms, the coordinator's clock.
+    pub at: u64,
+    /// The operator's principal (canonical: an IAM ARN or `jwt:<iss>#<sub>`).
+    pub by: String,
+    /// `retry` or `abort`.
+    pub action: String,
+    /// The record's status after the action.
+    pub result: String,
+}
+
+impl AuditEntry {
+    pub fn new(at: u64, by: &str, action: &str, result: &str) -> AuditEntry {
+        AuditEntry {
+            at,
+            by: cut(by, MAX_AUDIT_TEXT_BYTES),
+            action: cut(action, MAX_AUDIT_WORD_BYTES),
+            result: cut(result, MAX_AUDIT_WORD_BYTES),
+        }
+    }
+}
+
+/// A record keeps the last this many operator actions.
+pub const MAX_AUDIT_ENTRIES: usize = 20;
+/// An audit entry's `by` is cut to this many bytes (an assumed role's ARN with its session can be longer;
+/// its start names the role).
+pub const MAX_AUDIT_TEXT_BYTES: usize = 96;
+/// An audit entry's `action` and `result` (a word, a status) are cut to this many bytes.
+pub const MAX_AUDIT_WORD_BYTES: usize = 16;
+/// The most a record's audit takes: [`MAX_AUDIT_ENTRIES`] entries of the longest texts (the unit test
+/// `a_full_audit_fits_its_share_of_the_headroom` measures it), part of [`RESERVED_PER_RECORD_BYTES`].
+pub const MAX_AUDIT_BYTES: usize = 3_800;
 
 /// One service's part, stored with its operations so that recovery can finish the transaction from
 /// the record alone.
@@ -295,6 +336,7 @@ impl TransactionRecord {
             age_claimed_by: None,
             age_of: None,
             body_hash: Some(request.canonical_hash()),
+            audit: Vec::new(),
         }
     }
 
@@ -377,6 +419,7 @@ impl TransactionRecord {
             age_claimed_by: None,
             age_of: None,
             body_hash: self.body_hash.clone(),
+            audit: Vec::new(),
         }
         .as_attempt(self.age(), attempt, self.first_id().to_owned())
     }
@@ -554,6 +597,7 @@ pub(crate) fn absent_owner_record(id: &str, now_ms: u64, reason: &str) -> Transa
         age_claimed_by: None,
         age_of: None,
         body_hash: None,
+        audit: Vec::new(),
     }
     .ended(Status::Aborted, now_ms)
 }

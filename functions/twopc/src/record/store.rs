@@ -240,6 +240,131 @@ impl TransactionStore {
         Ok(conditional(&self.client, vec![write], Sending::default()).await?.decided()?.applied())
     }
 
+    /// Appends `entry` to the record's audit, keeping the last [`MAX_AUDIT_ENTRIES`]: a read, then a write
+    /// conditional on the audit's last entry being the one read (another operator's entry in between is
+    /// kept: the write is made again from the record as it then is). Whether the record exists.
+    pub async fn append_audit(&self, id: &str, entry: AuditEntry) -> Result<bool, StoreError> {
+        for _ in 0..8 {
+            let Some(record) = self.get(id).await? else { return Ok(false) };
+            let mut audit = record.audit.clone();
+            audit.push(entry.clone());
+            let keep_from = audit.len().saturating_sub(MAX_AUDIT_ENTRIES);
+            let audit: Vec<AuditEntry> = audit.split_off(keep_from);
+            let mut e = Expr::new();
+            let name = e.name(a::AUDIT);
+            let value = serde_json::to_value(&audit).expect("audit entries serialize");
+            let expression = format!("SET {name} = {}", e.value(crate::attr::to_attribute(&value)));
+            let condition = match record.audit.last() {
+                None => format!("attribute_exists({}) AND attribute_not_exists({name})", e.name(a::ID)),
+                Some(last) => {
+                    let index = record.audit.len() - 1;
+                    let (at, by, action) = (e.name("at"), e.name("by"), e.name("action"));
+                    format!(
+                        "{name}[{index}].{at} = {} AND {name}[{index}].{by} = {} AND {name}[{index}].{action} = {}",
+                        e.value(n(last.at)),
+                        e.value(s(&last.by)),
+                        e.value(s(&last.action))
+                    )
+                }
+            };
+            let write = Write::update(&self.table, Self::key(id), expression, condition, e);
+            if conditional(&self.client, vec![write], Sending::default()).await?.decided()?.applied() {
+                return Ok(true);
+            }
+        }
+        Err(StoreError::internal("UpdateItem", &self.table, format!("the audit of {id} kept changing under its write")))
+    }
+
+    /// Reads several records in BatchGetItem calls (100 keys each); the ones that do not exist are left
+    /// out. Eventually consistent: a page of a list, not a decision.
+    pub async fn get_many(&self, ids: &[String]) -> Result<Vec<TransactionRecord>, StoreError> {
+        let mut records = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(100) {
+            let keys: Vec<Item> = chunk.iter().map(|id| Self::key(id)).collect();
+            let mut pending = Some(
+                aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .build()
+                    .expect("keys are set"),
+            );
+            while let Some(request) = pending.take() {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| StoreError::new("BatchGetItem", &self.table, e))?;
+                for item in out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default() {
+                    records.push(TransactionRecord::from_item(&item)?);
+                }
+                pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
+            }
+        }
+        Ok(records)
+    }
+
+    /// A page of the open transactions in the order of their `sweepAt` (then id), after `after` (the last
+    /// entry of the page before), at most `limit`: the sparse open-transactions index, every shard read
+    /// from `after` on and merged. Returns the page's `(sweepAt, id)` entries and whether more follow.
+    pub async fn open_page(
+        &self,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<(Vec<(u64, String)>, bool), StoreError> {
+        let mut entries = Vec::new();
+        let mut more = false;
+        for shard in 0..crate::tables::INDEX_SHARDS {
+            let (mut found, mut start) = (0, None);
+            loop {
+                let mut e = Expr::new();
+                let shard_name = e.name(a::OPEN_SHARD);
+                let shard_value = e.value(s(format!("open#{shard}")));
+                let condition = match after {
+                    Some((sweep_at, _)) => {
+                        format!("{shard_name} = {shard_value} AND {} >= {}", e.name(a::SWEEP_AT), e.value(n(sweep_at)))
+                    }
+                    None => format!("{shard_name} = {shard_value}"),
+                };
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(crate::tables::OPEN_TRANSACTIONS_INDEX)
+                    .key_condition_expression(condition)
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+                    .limit((limit + 1) as i32)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|err| StoreError::new("Query", &self.table, err))?;
+                for item in out.items.unwrap_or_default() {
+                    let id = crate::store::get_s(&item, a::ID).unwrap_or_default().to_owned();
+                    let sweep_at = crate::store::get_n(&item, a::SWEEP_AT).and_then(|t| t.parse().ok()).unwrap_or(0);
+                    // Entries at `after`'s time that sort before it, or are it, were on an earlier page.
+                    if after.is_some_and(|(t, last)| (sweep_at, id.as_str()) <= (t, last)) {
+                        continue;
+                    }
+                    entries.push((sweep_at, id));
+                    found += 1;
+                }
+                start = out.last_evaluated_key;
+                if start.is_none() {
+                    break;
+                }
+                if found > limit {
+                    more = true;
+                    break;
+                }
+            }
+        }
+        entries.sort();
+        more |= entries.len() > limit;
+        entries.truncate(limit);
+        Ok((entries, more))
+    }
+
     /// Ids of open transactions due for the sweeper before `before_ms`, at most `limit` from each shard.
     pub async fn open_before(&self, before_ms: u64, limit: i32) -> Result<Vec<String>, StoreError> {
         let open = crate::store::ShardedIndex {

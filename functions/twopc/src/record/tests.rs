@@ -57,6 +57,7 @@ fn record_at_the_bound(keyed: bool) -> TransactionRecord {
         // A caller's retry with an age token names the attempt whose age it keeps.
         age_of: Some(format!("tx-{}-{}", "0".repeat(32), u32::MAX)),
         body_hash: Some("0".repeat(64)),
+        audit: Vec::new(),
     }
     .opened();
     let short = item_size(&record.to_item());
@@ -258,6 +259,7 @@ fn record_with_every_field(status: Status) -> TransactionRecord {
         age_claimed_by: Some("tx-9".into()),
         age_of: Some("tx-8-2".into()),
         body_hash: Some("1".repeat(64)),
+        audit: vec![AuditEntry::new(1_764_000_000_002, "arn:aws:iam::123456789012:role/ops", "abort", "ABORTED")],
     }
 }
 
@@ -431,4 +433,21 @@ fn a_records_operations_read_back_as_they_were_written() {
     assert_eq!(read.participants[0].operations, operations);
     assert!(read.participants[1].operations.is_empty());
     assert_eq!(read, record);
+}
+
+/// The operators' audit (`/admin`): at most [`MAX_AUDIT_ENTRIES`] entries of cut texts, which take at most
+/// [`MAX_AUDIT_BYTES`], inside the part of the headroom kept for fields added later.
+#[test]
+fn a_full_audit_fits_its_share_of_the_headroom() {
+    let long = "é".repeat(1_000);
+    let entry = AuditEntry::new(u64::MAX, &long, &long, &long);
+    assert!(entry.by.len() <= MAX_AUDIT_TEXT_BYTES && entry.by.ends_with('…'), "{}", entry.by);
+    let mut record = record_with_every_field(Status::Aborted);
+    record.audit = Vec::new();
+    let without = item_size(&record.to_item());
+    record.audit = vec![entry; MAX_AUDIT_ENTRIES];
+    let audit_bytes = item_size(&record.to_item()) - without;
+    println!("a full audit: {audit_bytes} bytes (bound {MAX_AUDIT_BYTES})");
+    assert!(audit_bytes <= MAX_AUDIT_BYTES, "{audit_bytes} > {MAX_AUDIT_BYTES}");
+    const { assert!(MAX_AUDIT_BYTES < RESERVED_PER_RECORD_BYTES) };
 }
