@@ -1173,7 +1173,15 @@ def rest_methods(stack: Stack) -> dict[tuple[str, str], dict]:
 # The REST routes of the coordinator (functions/coordinator/src/lib.rs).
 CREATE_ROUTE = ("POST", "/transactions")
 HOLD_ROUTES = [("POST", "/transactions/{id}/commit"), ("POST", "/transactions/{id}/abort")]
-COORDINATOR_ROUTES = [CREATE_ROUTE, ("GET", "/transactions/{id}"), *HOLD_ROUTES]
+# The operators' routes (twopc::coordinator::AdminRequest): authorized as the others.
+ADMIN_ROUTES = [
+    ("GET", "/admin/transactions"),
+    ("GET", "/admin/transactions/{id}"),
+    ("GET", "/admin/stuck"),
+    ("POST", "/admin/transactions/{id}/retry"),
+    ("POST", "/admin/transactions/{id}/abort"),
+]
+COORDINATOR_ROUTES = [CREATE_ROUTE, ("GET", "/transactions/{id}"), *HOLD_ROUTES, *ADMIN_ROUTES]
 
 
 def expected_rest_authorization(stack: Stack) -> str:

@@ -109,7 +109,7 @@ def add_service_c(raw: dict, skip: str | None = None) -> dict:
                 variables, "PARTICIPANTS", '"${ServiceCName}": "${ServiceC}"', ServiceC={"Ref": "ParticipantCFunction.Alias"}
             )
             _append_json_entry(variables, "PARTICIPANT_KEYS", '"${ServiceCName}": "${ServiceCMessageKey}"')
-        for function in ["SweeperFunction", "StreamProcessorFunction"]:
+        for function in ["CoordinatorFunction", "SweeperFunction", "StreamProcessorFunction"]:
             variables = res[function]["Properties"]["Environment"]["Variables"]
             _append_json_entry(variables, "PARTICIPANT_TABLES", '"${ServiceCName}": "${ServiceCTable}"')
     if skip != "iam":
@@ -121,6 +121,11 @@ def add_service_c(raw: dict, skip: str | None = None) -> dict:
             {"Fn::Sub": "${ServiceCTable.Arn}/index/locks-by-expiry"}
         )
         _statement(template, "SweeperRole", "ReadLockedItems")["Resource"].append({"Fn::GetAtt": ["ServiceCTable", "Arn"]})
+        # The operators' views read the new table's locks index and items too.
+        _statement(template, "CoordinatorRole", "OperatorViews")["Resource"].append(
+            {"Fn::Sub": "${ServiceCTable.Arn}/index/locks-by-expiry"}
+        )
+        _statement(template, "CoordinatorRole", "OperatorReads")["Resource"].append({"Fn::GetAtt": ["ServiceCTable", "Arn"]})
         _statement(template, "StreamProcessorRole", "ReadStreams")["Resource"].append(
             {"Fn::GetAtt": ["ServiceCTable", "StreamArn"]}
         )

@@ -1151,12 +1151,13 @@ def test_the_record_attributes_are_read_from_the_code(contract):
     # The contract's attributes of a record (twopc::record::RECORD_ATTRIBUTES) are those of the table.
     assert writes["attributes"] == set(names.values())
     # What each writer is refused, derived from the code: the sweeper the coordinator's own attributes
-    # (a record's creation, the hold, a retried attempt's age and chain), a participant's update all but
+    # (a record's creation, the hold, a retried attempt's age and chain, the operators' audit), a
+    # participant's update all but
     # its abort of an expired owner.
     assert writes["attributes"] - writes["recovery"] == {
         "principal", "requestHash", "executionId", "holdMs", "holdUntil",
         "startedAt", "attempt", "firstTransactionId", "retriedAs", "refusedForContention", "ageClaimedBy", "ageOf",
-        "bodyHash",
+        "bodyHash", "audit",
     }
     assert writes["ownerAbort"] == {"transactionId", "status", "updatedAt", "reason", "sweepError"}
     # The sweeper and the coordinator abort an expired owner (a participant no longer may, issue 42): an

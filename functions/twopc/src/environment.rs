@@ -62,6 +62,7 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             HOLD_POLICY,
             MAX_HOLD_MS,
             ACCESS_POLICY,
+            PARTICIPANT_TABLES,
         ],
     ),
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),

@@ -419,7 +419,9 @@ export class TwoPhaseCommitStack extends Stack {
         'do not own], ...} (the boolean of older versions still works, deprecated: true is any field of the ' +
         'services in writeServices), ' +
         '"readTables": null (every table) or [tables whose owned items a non-admin may read and follow], ' +
-        '"writeServices": null (every service) or [services whose owned items a non-admin may write]}. ' +
+        '"writeServices": null (every service) or [services whose owned items a non-admin may write], ' +
+        '"operators": [IAM role names or ARNs that may use the operators\' API /admin; none by default, and ' +
+        'an admin is not one], "operatorGroups": [JWT groups whose members are operators]}. ' +
         'The default names the example wallets\' balances; {}: the code\'s defaults, which allow no credits ' +
         '(infra/DEPLOY.md, "Authorization").',
     });
@@ -762,8 +764,8 @@ export class TwoPhaseCommitStack extends Stack {
       'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': attributes },
     });
     // The attributes the coordinator alone writes: who created a transaction, its idempotency hash, its
-    // execution, its hold, and a retried attempt's age and chain (issue 35).
-    const coordinatorOnly = ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf', 'bodyHash'];
+    // execution, its hold, a retried attempt's age and chain (issue 35), the operators' audit (issue 47).
+    const coordinatorOnly = ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf', 'bodyHash', 'audit'];
 
     // --- participants: one deployment (function + role + log group + table + key) per service, each
     // running the generic participant or the service's own (the participant library with its own
@@ -936,10 +938,28 @@ export class TwoPhaseCommitStack extends Stack {
       // Its own key, which signs and verifies age tokens (twopc::age; AGE_TOKEN_KEY names it): no other
       // role may read it.
       { Sid: 'AgeTokenKey', Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: ageTokenKey.ref },
+      // The operators' views (/admin, twopc::coordinator admin): a page of open transactions from the
+      // sparse open index and the locks indexes (never a scan), the page's records in a batch, and the
+      // items a record's keys name (read only: every write to a data table goes through its participant).
+      {
+        Sid: 'OperatorViews',
+        Effect: 'Allow',
+        Action: 'dynamodb:Query',
+        Resource: [
+          indexArn(transactionsTable, 'open-transactions'),
+          ...participants.map((p) => indexArn(p.table, 'locks-by-expiry')),
+        ],
+      },
+      {
+        Sid: 'OperatorReads',
+        Effect: 'Allow',
+        Action: 'dynamodb:BatchGetItem',
+        Resource: [transactionsTable.attrArn, ...participants.map((p) => p.table.attrArn)],
+      },
     ]);
     const coordinator = rust('CoordinatorFunction', 'coordinator', coordinatorRole, coordinatorLogGroup, {
       skips: [synchronous('API Gateway (the REST API)')],
-      description: '2PC coordinator (POST /transactions, GET /transactions/{id}, POST /transactions/{id}/commit and /abort)',
+      description: "2PC coordinator (POST /transactions, GET /transactions/{id}, POST /transactions/{id}/commit and /abort, the operators' /admin)",
       // Longer than the largest transaction timeout the coordinator accepts (MAX_TIMEOUT_MS, 25 s)
       // plus the commit phase (checked by infra/tests against the code); it answers within 27 s.
       timeout: 45,
@@ -962,8 +982,11 @@ export class TwoPhaseCommitStack extends Stack {
         // up to 15 minutes), and the longest hold of any transaction.
         HOLD_POLICY: holdPolicy.valueAsString,
         MAX_HOLD_MS: maxHoldMs.valueAsString,
-        // Who may do what: the owners of the items, the admins (infra/DEPLOY.md, "Authorization").
+        // Who may do what: the owners of the items, the admins, the operators (infra/DEPLOY.md,
+        // "Authorization").
         ACCESS_POLICY: accessPolicy.valueAsString,
+        // The participants' tables, which the operators' views read (locks, the items a record names).
+        PARTICIPANT_TABLES: participantTables,
       },
       // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
       // stream processor need (it also caps the coordinator); 0 reserves nothing.
@@ -1707,6 +1730,28 @@ export class TwoPhaseCommitStack extends Stack {
       transaction.addResource('commit').addMethod('POST', coordinatorIntegration),
       transaction.addResource('abort').addMethod('POST', coordinatorIntegration),
     ];
+    // The operators' routes: authorized as the others; the coordinator answers 403 to any caller the
+    // access policy does not name as an operator. A preflight on each path they serve, as SAM's Cors
+    // (not on /admin itself, which serves nothing).
+    const preflight = {
+      defaultCorsPreflightOptions: {
+        allowOrigins: [corsAllowOrigin.valueAsString],
+        allowMethods: CORS_ALLOW_METHODS,
+        allowHeaders: CORS_ALLOW_HEADERS,
+        maxAge: Duration.seconds(CORS_MAX_AGE_SECONDS),
+        statusCode: 200,
+      },
+    };
+    const admin = restApi.root.addResource('admin');
+    const adminTransactions = admin.addResource('transactions', preflight);
+    const adminTransaction = adminTransactions.addResource('{id}');
+    coordinatorMethods.push(
+      adminTransactions.addMethod('GET', coordinatorIntegration),
+      adminTransaction.addMethod('GET', coordinatorIntegration),
+      admin.addResource('stuck', preflight).addMethod('GET', coordinatorIntegration),
+      adminTransaction.addResource('retry').addMethod('POST', coordinatorIntegration),
+      adminTransaction.addResource('abort').addMethod('POST', coordinatorIntegration),
+    );
     // When JwtIssuer is set, every method (not the preflight) takes the authorizer function as a
     // Lambda REQUEST authorizer on the Authorization header instead of IAM, its answers never cached
     // (TTL 0: an expired token is refused at once).

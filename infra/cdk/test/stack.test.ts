@@ -134,9 +134,9 @@ test('the SAM template logical ids of the main resources', () => {
 test('CORS: an unsigned preflight on each path, the origin from CorsAllowOrigin everywhere', () => {
   const origin = { 'Fn::Join': ['', ["'", { Ref: 'CorsAllowOrigin' }, "'"]] };
   const preflights = ofType(template, 'AWS::ApiGateway::Method').filter(([, m]) => m.Properties?.HttpMethod === 'OPTIONS');
-  // /transactions, /transactions/{id} and its /commit and /abort, as SAM's Cors: not the root, which
-  // serves nothing.
-  assert.equal(preflights.length, 4);
+  // /transactions, /transactions/{id} and its /commit and /abort, and the operators' five paths, as
+  // SAM's Cors: not the root nor /admin, which serve nothing.
+  assert.equal(preflights.length, 9);
   for (const [id, method] of preflights) {
     assert.ok(!JSON.stringify(method.Properties?.ResourceId).includes('RootResourceId'), `${id} is on the root`);
     // The API's default (AWS_IAM) must not reach the preflight: browsers never sign it.
@@ -350,7 +350,7 @@ test('an auditor\'s deployment: the alarm topic, access logs, the lake\'s audit 
   ).filter((s) => s.Sid === 'RecoverTransactionRecords');
   assert.equal(statements.length, 1);
   assert.deepEqual(statements[0].Condition, {
-    'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf', 'bodyHash'] },
+    'ForAllValues:StringNotEquals': { 'dynamodb:Attributes': ['principal', 'requestHash', 'executionId', 'holdMs', 'holdUntil', 'startedAt', 'attempt', 'firstTransactionId', 'retriedAs', 'refusedForContention', 'ageClaimedBy', 'ageOf', 'bodyHash', 'audit'] },
   });
 });
 
