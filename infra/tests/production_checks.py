@@ -177,6 +177,8 @@ def replay_contract(source: Path = REPLAY_SOURCE) -> dict[str, Any]:
 # The lake's record, one JSON object per line: the fields of this struct, in serde's camelCase.
 LAKE_RECORD_SOURCE = FANOUT_SOURCES / "decide.rs"
 LAKE_RECORD_STRUCT = "ChangeRecord"
+# The lake's other kind of line, one per committed transaction: its fields are columns of the same table.
+LAKE_TRANSACTION_STRUCT = "TransactionLine"
 JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
 
 # Cross-origin access to the REST API: the values of `twopc::cors`, read from its source, with the
@@ -701,12 +703,16 @@ def check_deletion_protection(stack: Stack) -> list[str]:
 
 
 def lake_record_fields(source: Path = LAKE_RECORD_SOURCE) -> list[str]:
-    """The lake record's JSON fields: the fields of `ChangeRecord` (serde camelCase)."""
-    match = re.search(r"pub struct %s \{(.*?)\n\}" % LAKE_RECORD_STRUCT, source.read_text(), re.S)
-    if match is None:
-        raise AssertionError(f"no struct {LAKE_RECORD_STRUCT} in {source}")
-    names = re.findall(r"^\s*pub (\w+):", match.group(1), re.M)
-    return [re.sub(r"_(\w)", lambda m: m.group(1).upper(), name) for name in names]
+    """The lake lines' JSON fields: those of `ChangeRecord` (a per-item line), then those of
+    `TransactionLine` (a committed transaction's line) that a per-item line has not (serde camelCase)."""
+    fields: list[str] = []
+    for struct in (LAKE_RECORD_STRUCT, LAKE_TRANSACTION_STRUCT):
+        match = re.search(r"pub struct %s \{(.*?)\n\}" % struct, source.read_text(), re.S)
+        if match is None:
+            raise AssertionError(f"no struct {struct} in {source}")
+        names = re.findall(r"^\s*pub (\w+):", match.group(1), re.M)
+        fields += [f for f in (re.sub(r"_(\w)", lambda m: m.group(1).upper(), name) for name in names) if f not in fields]
+    return fields
 
 
 # Firehose timestamp formats and the digits of their values.

@@ -130,6 +130,11 @@ def test_the_lake_record_is_read_from_the_code():
         "committedAt",
         "data",
         "previous",
+        # A committed transaction's line, beside the per-item ones (the same Glue table).
+        "kind",
+        "firstTransactionId",
+        "participants",
+        "changes",
     ]
 
 

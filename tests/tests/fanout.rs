@@ -578,7 +578,7 @@ async fn websocket_pushes_reach_the_right_connections_and_gone_ones_are_removed(
 }
 
 /// 4. A subscriber of `tx:<id>` learns that the transaction ended, and how; it does not hear about
-/// other transactions, and outcomes never reach the lake.
+/// other transactions. An abort never reaches the lake; a commit gives its transaction line there.
 #[tokio::test]
 async fn transaction_followers_learn_the_outcome() {
     let env = TestEnv::new().await;
@@ -602,7 +602,9 @@ async fn transaction_followers_learn_the_outcome() {
         ]
     );
     assert!(edges.registry.messages("other=").is_empty());
-    assert!(edges.lake.is_empty(), "transaction outcomes are not lake records");
+    let lake = edges.lake.json();
+    assert_eq!(lake.len(), 1, "only the commit's transaction line: {lake:#?}");
+    assert_eq!((lake[0]["kind"].as_str(), lake[0]["transactionId"].as_str()), (Some("transaction"), Some(&*committed)));
     assert_eq!(outcome.summary.outcomes, 2);
 }
 
@@ -1374,4 +1376,124 @@ async fn a_first_attempts_topic_hears_the_requests_outcome_not_a_retried_attempt
         assert_eq!(outcome["transactionId"], format!("{first}-2"), "{outcome}");
         assert_eq!(outcome["firstTransactionId"], first.as_str(), "{outcome}");
     }
+}
+
+/// Issue 47: one lake line per committed transaction, beside its per-item lines, with its participants
+/// and the number of per-item lines of each, so that a reader can tell when it has all of it. Real
+/// transactions of every shape (two phases, one phase, a read-only `check`, a service's own operation,
+/// a resource's, a delete, a refusal) go through the streams of every table in one batch, and each
+/// transaction line agrees with the per-item lines: same ids, the same count per participant.
+#[tokio::test]
+async fn transaction_lines_agree_with_the_per_item_lines() {
+    let env = TestEnv::with_services(&["service-a", "service-b", "inventory", "payments"]).await;
+    let edges = Edges::start().await;
+    env.put_account("service-a", "A", "500").await;
+    env.put_account("service-b", "B", "100").await;
+    env.put_data("inventory", "lamp", &inventory::sku("Lamp", 10, true)).await;
+
+    let mut committed = vec![
+        post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "100"), 200).await,
+        // One writing participant: committed in one phase, its record created COMMITTED at once.
+        post_ok(
+            &env,
+            Transaction::new()
+                .participant("service-a", [op::put("C", json!({"balance": 1})).if_not_exists()])
+                .to_json(),
+            200,
+        )
+        .await,
+    ];
+    // A read-only participant (a check) beside a writer of two items.
+    committed.push(
+        post_ok(
+            &env,
+            json!({"participants": [
+                {"service": "service-b", "operations": [{"op": "check", "key": {"entityId": "B"}, "exists": true}]},
+                {"service": "service-a", "operations": [
+                    {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -1, "min": 0},
+                    {"op": "delete", "key": {"entityId": "C"}}
+                ]}
+            ]}),
+            200,
+        )
+        .await,
+    );
+    // The inventory's own operation writes its item; the card charge is at the payment API, not a table.
+    committed.push(
+        post_ok(
+            &env,
+            json!({"participants": [
+                {"service": "inventory", "operations": [inventory::reserve("lamp", 2)]},
+                {"service": "payments", "operations": [payments::charge("order-1", "4242424242424242", 1500)]},
+                {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": -20, "min": 0}]}
+            ], "timeoutMs": 5000}),
+            200,
+        )
+        .await,
+    );
+    let refused = post_ok(&env, TestEnv::transfer(("service-a", "A"), ("service-b", "B"), "99999"), 409).await;
+    assert!(env.locked_items().await.is_empty());
+
+    let mut records = read_stream(&env.client, env.transactions.table(), tables::tx_attr::ID).await;
+    for service in env.participants.keys() {
+        records.extend(read_stream(&env.client, env.table(service), "entityId").await);
+    }
+    let event = lambda_event(records);
+    let config = fanout_config(&env).with_service_operations(&twopc_tests::catalogs_of(&env.participants));
+    let outcome = edges.processor(config).process(&event).await;
+    assert!(outcome.response.batch_item_failures.is_empty(), "{:?}", outcome.response);
+
+    let lake = edges.lake.json();
+    let (transactions, items): (Vec<&Value>, Vec<&Value>) = lake.iter().partition(|l| l.get("kind").is_some());
+    // Per-item lines keep their contract fields, and only those.
+    for item in &items {
+        let fields: Vec<&str> = item.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(fields, LAKE_FIELDS, "{item}");
+    }
+    let ids: BTreeSet<&str> = transactions.iter().map(|t| t["transactionId"].as_str().unwrap()).collect();
+    assert_eq!(ids, committed.iter().map(String::as_str).collect(), "one line per committed transaction, no other");
+    assert_eq!(transactions.len(), committed.len(), "{transactions:#?}");
+    assert!(!ids.contains(refused.as_str()));
+    for line in &transactions {
+        let id = line["transactionId"].as_str().unwrap();
+        assert_eq!(line["kind"], "transaction");
+        assert!(event.records.iter().any(|r| line["eventId"] == r.event_id.as_str()), "{line}");
+        let at = line["committedAt"].as_str().unwrap();
+        assert!(at.ends_with('Z') && at.as_bytes()[10] == b'T', "{at}");
+        let mut total = 0;
+        for participant in line["participants"].as_array().unwrap() {
+            let service = participant["service"].as_str().unwrap();
+            let lines = items.iter().filter(|i| i["transactionId"] == id && i["service"] == service).count();
+            assert_eq!(participant["changes"].as_u64(), Some(lines as u64), "{service} of {line}");
+            assert_eq!(participant["table"], env.table(service), "{line}");
+            total += lines;
+        }
+        assert_eq!(line["changes"].as_u64(), Some(total as u64), "{line}");
+        let all = items.iter().filter(|i| i["transactionId"] == id).count();
+        assert_eq!(all, total, "every per-item line of {id} belongs to a participant its line names");
+    }
+    let counts: Vec<(u64, Vec<(String, u64)>)> = committed
+        .iter()
+        .map(|id| {
+            let line = transactions.iter().find(|t| t["transactionId"] == id.as_str()).unwrap();
+            let each = line["participants"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p["service"].as_str().unwrap().to_owned(), p["changes"].as_u64().unwrap()))
+                .collect();
+            (line["changes"].as_u64().unwrap(), each)
+        })
+        .collect();
+    let named = |pairs: &[(&str, u64)]| pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect::<Vec<_>>();
+    assert_eq!(
+        counts,
+        vec![
+            (2, named(&[("service-a", 1), ("service-b", 1)])),
+            (1, named(&[("service-a", 1)])),
+            (2, named(&[("service-b", 0), ("service-a", 2)])),
+            (2, named(&[("inventory", 1), ("payments", 0), ("service-a", 1)])),
+        ],
+        "a check, a read-only participant and a resource's charge make no line"
+    );
 }

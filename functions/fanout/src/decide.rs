@@ -4,15 +4,17 @@
 //! the OldImage's (or there is no OldImage), or a REMOVE whose OldImage holds a lock and `data` (a
 //! committed delete). Prepares and aborts leave `lastTx` alone, and an aborted placeholder has no
 //! `data`, so neither is ever emitted. Transactions table: a status that becomes COMMITTED or
-//! ABORTED ends a transaction.
+//! ABORTED ends a transaction; one that becomes COMMITTED also gives the transaction's own lake line
+//! ([`transaction_line`]): its participants and how many per-item lines each one's commit makes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use serde::Serialize;
 use serde_dynamo::AttributeValue;
 use serde_json::{Number, Value};
 use twopc::config::{self, ConfigError};
+use twopc::custom::Catalogs;
 use twopc::record::{DEFAULT_TRANSACTIONS_TABLE, TRANSACTIONS_TABLE_NAME, attempt_id};
 use twopc::tables::PARTICIPANT_TABLES;
 use twopc::tables::{item_attr, tx_attr};
@@ -26,6 +28,10 @@ pub struct FanoutConfig {
     /// Participant data table name → the service that owns it.
     pub services_by_table: HashMap<String, String>,
     pub transactions_table: String,
+    /// (service, op) of every operation of a resource beyond DynamoDB (`SERVICE_OPERATIONS`, schemas with
+    /// `"resource": true`): its commit confirms at the resource and writes no item of the service's table,
+    /// so it makes no per-item lake line, and a transaction line counts it as no change.
+    pub resource_operations: HashSet<(String, String)>,
 }
 
 impl FanoutConfig {
@@ -46,14 +52,35 @@ impl FanoutConfig {
                 });
             }
         }
-        Ok(FanoutConfig { services_by_table, transactions_table: transactions_table.to_owned() })
+        Ok(FanoutConfig {
+            services_by_table,
+            transactions_table: transactions_table.to_owned(),
+            resource_operations: HashSet::new(),
+        })
     }
 
-    /// `PARTICIPANT_TABLES` and `TRANSACTIONS_TABLE_NAME`.
+    /// The same configuration, knowing which of the services' own operations are a resource's (the
+    /// coordinator's `SERVICE_OPERATIONS`), so that transaction lines count only what reaches a table.
+    pub fn with_service_operations(mut self, catalogs: &Catalogs) -> Self {
+        self.resource_operations = catalogs
+            .iter()
+            .flat_map(|(service, catalog)| {
+                catalog.schemas().filter(|schema| schema.resource).map(|schema| (service.clone(), schema.op.clone()))
+            })
+            .collect();
+        self
+    }
+
+    /// `PARTICIPANT_TABLES`, `TRANSACTIONS_TABLE_NAME` and `SERVICE_OPERATIONS` (none when unset).
     pub fn from_env() -> Result<Self, ConfigError> {
         let tables = config::string_map(PARTICIPANT_TABLES)?;
         let transactions = config::or_default(TRANSACTIONS_TABLE_NAME, DEFAULT_TRANSACTIONS_TABLE);
-        Self::new(&tables, &transactions)
+        Ok(Self::new(&tables, &transactions)?.with_service_operations(&twopc::custom::catalogs_from_env()?))
+    }
+
+    /// The data table of `service`, when it has one here.
+    pub fn table_of(&self, service: &str) -> Option<&str> {
+        self.services_by_table.iter().find(|(_, s)| *s == service).map(|(table, _)| table.as_str())
     }
 }
 
@@ -193,6 +220,136 @@ impl TransactionEnded {
         topics.extend(self.first_transaction_id.as_deref().map(Topic::transaction));
         topics
     }
+}
+
+/// A committed transaction's line in the lake, beside its per-item lines ([`ChangeRecord`]):
+/// `{"kind": "transaction", "eventId", "transactionId", "firstTransactionId"?, "committedAt",
+/// "participants": [{"service", "table"?, "changes"}], "changes"}`. `changes` is the number of per-item
+/// lines the commit makes (for each participant, and in all), so a reader that has that many distinct
+/// `eventId`s of the transaction has all of it. Only a transaction line has `kind`: a per-item line
+/// keeps its contract fields and nothing more. One per COMMITTED record: delivery is at least once, so a
+/// reader dedupes by `eventId` (or `transactionId`, which a transaction has one line of).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransactionLine {
+    /// Always `"transaction"`.
+    pub kind: &'static str,
+    /// The transactions table's stream record that made the transaction COMMITTED.
+    pub event_id: String,
+    pub transaction_id: String,
+    /// An attempt after the first of a request its coordinator retried: the first attempt's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_transaction_id: Option<String>,
+    /// When the record became COMMITTED (the stream record's time), RFC 3339: at or after its items'.
+    pub committed_at: String,
+    pub participants: Vec<ParticipantChanges>,
+    /// The sum of the participants' changes; null when one of them is not known.
+    pub changes: Option<u64>,
+}
+
+/// One participant of a committed transaction and how many per-item lines its commit makes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParticipantChanges {
+    pub service: String,
+    /// Its data table (`PARTICIPANT_TABLES`), when the stream processor knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    /// Every operation that writes its item (`put`, `set`, `add`, `delete`, a service's own kind) makes
+    /// one line; a `check`, a read-only participant and a resource's operation make none. Null only when
+    /// neither image of the record holds its operations (an ended record shortened to fit DynamoDB,
+    /// created COMMITTED at once).
+    pub changes: Option<u64>,
+}
+
+impl TransactionLine {
+    /// The lake line: JSON and a newline.
+    pub fn to_ndjson(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).expect("a TransactionLine always serialises");
+        line.push(b'\n');
+        line
+    }
+}
+
+/// The lake line of a transaction `ended` says became COMMITTED (`record` is its transactions-table stream
+/// record). The participants come from the NewImage; a participant's operations from the NewImage, or the
+/// OldImage (COMMITTING) when the COMMITTED record was shortened without them.
+pub fn transaction_line(
+    config: &FanoutConfig,
+    record: &EventRecord,
+    ended: &TransactionEnded,
+) -> Result<TransactionLine, String> {
+    let new = record.change.new_image.inner();
+    let old = record.change.old_image.inner();
+    let entries = |image: &Image| -> Result<Vec<(String, bool, Vec<String>)>, String> {
+        match image.get(tx_attr::PARTICIPANTS) {
+            None => Ok(vec![]),
+            Some(AttributeValue::L(entries)) => entries.iter().map(participant_entry).collect(),
+            Some(other) => Err(format!("participants is not a list: {other:?}")),
+        }
+    };
+    let now = entries(new)?;
+    let before = entries(old).unwrap_or_default();
+    if now.is_empty() {
+        return Err("a COMMITTED record without participants".into());
+    }
+    let participants: Vec<ParticipantChanges> = now
+        .into_iter()
+        .map(|(service, read_only, operations)| {
+            let operations = if operations.is_empty() {
+                before.iter().find(|(s, _, _)| *s == service).map(|(_, _, ops)| ops.clone()).unwrap_or_default()
+            } else {
+                operations
+            };
+            let changes = if read_only {
+                Some(0)
+            } else if operations.is_empty() {
+                None
+            } else {
+                let writes = operations.iter().filter(|op| {
+                    op.as_str() != "check" && !config.resource_operations.contains(&(service.clone(), (*op).clone()))
+                });
+                Some(writes.count() as u64)
+            };
+            ParticipantChanges { table: config.table_of(&service).map(str::to_owned), service, changes }
+        })
+        .collect();
+    let at = &record.change.approximate_creation_date_time;
+    Ok(TransactionLine {
+        kind: "transaction",
+        event_id: record.event_id.clone(),
+        transaction_id: ended.transaction_id.clone(),
+        first_transaction_id: ended.first_transaction_id.clone(),
+        committed_at: rfc3339(at.timestamp(), at.timestamp_subsec_nanos()),
+        changes: participants.iter().map(|p| p.changes).sum(),
+        participants,
+    })
+}
+
+/// (service, read only, the `op` of each operation) of one stored participant entry.
+fn participant_entry(entry: &AttributeValue) -> Result<(String, bool, Vec<String>), String> {
+    let AttributeValue::M(entry) = entry else {
+        return Err(format!("a participant entry is not a map: {entry:?}"));
+    };
+    let Some(service) = optional_string(entry, "service", "participant")? else {
+        return Err("a participant entry without a service".into());
+    };
+    let read_only = matches!(entry.get("readOnly"), Some(AttributeValue::Bool(true)));
+    let operations = match entry.get("operations") {
+        None => vec![],
+        Some(AttributeValue::L(operations)) => operations
+            .iter()
+            .map(|op| match op {
+                AttributeValue::M(op) => match optional_string(op, "op", "operation")? {
+                    Some(kind) => Ok(kind.to_owned()),
+                    None => Err(format!("{service}: an operation without op")),
+                },
+                other => Err(format!("{service}: an operation is not a map: {other:?}")),
+            })
+            .collect::<Result<_, String>>()?,
+        Some(other) => return Err(format!("{service}: operations is not a list: {other:?}")),
+    };
+    Ok((service.to_owned(), read_only, operations))
 }
 
 /// Why a record is not emitted.

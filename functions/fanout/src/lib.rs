@@ -4,7 +4,8 @@
 //! three steps:
 //! 1. [`prepare`]: each record is decided ([`decide::decide`]): a commit becomes a lake line (NDJSON)
 //!    and a `{"type": "commit"}` message for `entity:<table>:<entityId>`; a transaction that ended
-//!    becomes a `{"type": "transaction"}` message for `tx:<id>`; prepares, aborts and writes outside
+//!    becomes a `{"type": "transaction"}` message for `tx:<id>`, and one that committed a lake line of
+//!    its own too (`{"kind": "transaction"}`, [`decide::transaction_line`]); prepares, aborts and writes outside
 //!    the protocol are skipped; a record that cannot be judged is a failure; a record of any stream but
 //!    the configured tables' is dropped and logged.
 //! 2. The lake ([`lake::deliver`]) and realtime ([`realtime::push`]) run side by side: realtime is best
@@ -45,7 +46,7 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use tracing::{Span, debug, error, field, info, info_span, warn};
 
 pub use connections::{ConnectionRequest, ConnectionStore};
-pub use decide::{ChangeRecord, Decision, FanoutConfig, TransactionEnded};
+pub use decide::{ChangeRecord, Decision, FanoutConfig, ParticipantChanges, TransactionEnded, TransactionLine};
 pub use lake::{ChangeSink, FirehoseSink, Limits, RetryPolicy};
 pub use realtime::{ApiGatewayPoster, ConnectionPoster, Message, Subscriptions};
 pub use topic::Topic;
@@ -152,6 +153,21 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                         .in_scope(|| debug!(status = %ended.status, "transaction ended"));
                 }
                 batch.outcomes += 1;
+                // A commit's own lake line, beside its items': in the same batch of lines, so that it is
+                // delivered, retried and reported as a failure as theirs are.
+                if ended.status == "COMMITTED" {
+                    match decide::transaction_line(config, record, &ended) {
+                        Ok(line) => {
+                            batch.lines.push(line.to_ndjson());
+                            batch.line_records.push(index);
+                        }
+                        Err(why) => {
+                            record_span(&record.event_id, Some(&ended.transaction_id))
+                                .in_scope(|| error!("unprocessable COMMITTED record: {why}"));
+                            batch.unprocessable.push((index, why));
+                        }
+                    }
+                }
                 let payload = ended.to_message();
                 for topic in ended.topics() {
                     batch.messages.push(

@@ -140,13 +140,30 @@ mod tests {
     async fn transaction_event_tells_its_followers() {
         let event = parse("stream-processor-transaction.json");
         let batch = prepare(&config(), &event);
-        assert_eq!((batch.commits, batch.outcomes, batch.unprocessable.len()), (0, 1, 0));
+        assert_eq!((batch.commits, batch.outcomes, batch.unprocessable.len(), batch.lines.len()), (0, 1, 0, 1));
         let subscriptions = MemorySubscriptions::default();
         subscriptions.subscribe("c", &Topic::transaction("5d2f8e3a-1c7b-4e9a-8f60-2a4b9c1d0e77"));
         let processor = StreamProcessor::new(config(), MemorySink::default(), MemoryPoster::default(), subscriptions);
         let outcome = processor.process(&event).await;
         assert!(outcome.response.batch_item_failures.is_empty());
-        assert!(processor.sink.records().is_empty());
+        // Its lake line: the participants and the item each commit wrote (issue 47).
+        let lake = processor.sink.json();
+        assert_eq!(lake.len(), 1);
+        assert_eq!(
+            (&lake[0]["kind"], &lake[0]["transactionId"], &lake[0]["changes"]),
+            (
+                &serde_json::json!("transaction"),
+                &serde_json::json!("5d2f8e3a-1c7b-4e9a-8f60-2a4b9c1d0e77"),
+                &serde_json::json!(2)
+            )
+        );
+        assert_eq!(
+            lake[0]["participants"],
+            serde_json::json!([
+                {"service": "service-a", "table": "service-a-data", "changes": 1},
+                {"service": "service-b", "table": "service-b-data", "changes": 1}
+            ])
+        );
         let posts = processor.poster.posts("c");
         let message: serde_json::Value = serde_json::from_slice(&posts[0]).unwrap();
         assert_eq!(

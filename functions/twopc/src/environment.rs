@@ -92,6 +92,8 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             DEAD_LETTER_QUEUE_URL,
             METRICS_NAMESPACE,
             ACCESS_POLICY,
+            // Which operations are a resource's: they make no lake line (a transaction line counts them so).
+            SERVICE_OPERATIONS,
         ],
     ),
     (

@@ -1346,7 +1346,8 @@ export class TwoPhaseCommitStack extends Stack {
       databaseName: lakeDatabase.ref,
       tableInput: {
         name: 'changes',
-        description: 'One row per committed change (NDJSON, GZIP), partitioned by the hour Firehose received it',
+        description:
+          'One row per committed change (kind null) and one per committed transaction (kind transaction), NDJSON, GZIP, partitioned by the hour Firehose received it',
         tableType: 'EXTERNAL_TABLE',
         parameters: {
           classification: 'json',
@@ -1390,6 +1391,16 @@ export class TwoPhaseCommitStack extends Stack {
             { name: 'committedat', type: 'string', comment: 'RFC 3339' },
             { name: 'data', type: 'string', comment: "the item's data after the commit (JSON)" },
             { name: 'previous', type: 'string', comment: "the item's data before the commit (JSON)" },
+            // A transaction line's own columns (null on a per-item line); it has eventid, transactionid and
+            // committedat too (functions/fanout/src/decide.rs, TransactionLine; queries: docs/lake.md).
+            { name: 'kind', type: 'string', comment: 'transaction on a transaction line, null on a per-item line' },
+            { name: 'firsttransactionid', type: 'string', comment: "an attempt after the first: its request's first attempt" },
+            {
+              name: 'participants',
+              type: 'array<struct<service:string,table:string,changes:bigint>>',
+              comment: 'each participant and its number of per-item lines',
+            },
+            { name: 'changes', type: 'bigint', comment: "the transaction's number of per-item lines" },
           ],
         },
       },
@@ -1479,6 +1490,9 @@ export class TwoPhaseCommitStack extends Stack {
         METRICS_NAMESPACE: metricsNamespace,
         // Which subscribers may see a change (read access of each connection's principal).
         ACCESS_POLICY: accessPolicy.valueAsString,
+        // The coordinator's SERVICE_OPERATIONS: a resource's operations (`"resource": true`) write no
+        // item, so a transaction's lake line counts them as no change.
+        SERVICE_OPERATIONS: operations,
       },
       // The fan-out keeps up whatever the coordinator's load (0 reserves nothing).
       reservedConcurrency: [reserveStreamProcessor, streamProcessorReservedConcurrency],

@@ -530,8 +530,10 @@ impl Demo<'_> {
         let wanted: usize = expected.iter().filter(|(_, c, _)| *c).map(|(_, _, e)| e.len()).sum();
         let deadline = Instant::now() + WAIT;
         let lines = loop {
+            // The per-item lines; a committed transaction's own line (`kind`) is counted in the summary.
             let lines: Vec<(PathBuf, Value)> = lake_lines(&self.lake_dir, self.since)
                 .into_iter()
+                .filter(|(_, l)| l.get("kind").is_none())
                 .filter(|(_, l)| l["transactionId"].as_str().is_some_and(|id| ids.iter().any(|i| i == id)))
                 .collect();
             let distinct: std::collections::BTreeSet<&str> =
@@ -863,6 +865,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool, sweep_e
         lines.iter().filter(|(_, l)| l["transactionId"].as_str().is_some_and(|id| ids.iter().any(|i| i == id))).count()
     };
     let (committed_lines, aborted_lines) = (of(&demo.committed), of(&demo.aborted));
+    let transaction_lines = lines.iter().filter(|(_, l)| l["kind"] == "transaction").count();
     let mut balances: BTreeMap<String, (u64, Value)> = BTreeMap::new();
     for (_, line) in lines
         .iter()
@@ -884,7 +887,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool, sweep_e
         total.map_or(String::new(), |t| format!("; total {t}, as opened (100 + 20)"))
     );
     println!(
-        "   lake      {committed_lines} lines, all from the {} committed transactions; {aborted_lines} from the {} refused, rejected or expired",
+        "   lake      {committed_lines} lines, all from the {} committed transactions ({transaction_lines} of them a transaction's own line so far); {aborted_lines} from the {} refused, rejected or expired",
         demo.committed.len(),
         demo.aborted.len()
     );

@@ -67,8 +67,10 @@ pub(crate) type Processor = StreamProcessor<FirehoseSink, ApiGatewayPoster, Conn
 /// only retry layer, as deployed.
 pub(crate) fn stream_processor(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Client) -> Processor {
     let tables = &wiring.tables;
+    // The services' own operations, as deployed (SERVICE_OPERATIONS): a resource's make no lake line.
     let fanout = FanoutConfig::new(&tables.participants, &tables.transactions)
-        .expect("participant tables are distinct from the transactions table");
+        .expect("participant tables are distinct from the transactions table")
+        .with_service_operations(&service_operations(tables.participants.keys()));
     let firehose = wiring.sdk.to_builder().endpoint_url(&wiring.firehose_url).build();
     StreamProcessor::new(
         fanout,

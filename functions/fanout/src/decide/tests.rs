@@ -357,3 +357,52 @@ fn a_table_cannot_belong_to_two_services() {
     tables.insert("b".to_owned(), "t".to_owned());
     assert!(FanoutConfig::new(&tables, "transactions").is_err());
 }
+
+/// Issue 47: a COMMITTED record's lake line counts, per participant, the operations that write an item:
+/// none for a `check`, a read-only participant or a resource's operation; from the OldImage when the
+/// COMMITTED record was shortened without its operations; null when neither image has them.
+#[test]
+fn a_committed_transaction_gives_its_line() {
+    let mut tables = BTreeMap::new();
+    tables.insert("service-a".to_owned(), "service-a-data".to_owned());
+    tables.insert("payments".to_owned(), "payments-data".to_owned());
+    let catalogs = twopc::custom::Catalogs::parse(
+        r#"{"payments": [{"op": "charge", "fields": {"amount": {"type": "integer", "required": true}}, "resource": true}]}"#,
+    )
+    .unwrap();
+    let c = FanoutConfig::new(&tables, "transactions").unwrap().with_service_operations(&catalogs);
+    let op = |kind: &str| json!({"M": {"op": {"S": kind}, "key": {"M": {"entityId": {"S": "A"}}}}});
+    let entry = |service: &str, ops: Vec<Value>, read_only: bool| {
+        let mut entry = json!({"service": {"S": service}, "operations": {"L": ops}});
+        if read_only {
+            entry["readOnly"] = json!({"BOOL": true});
+        }
+        json!({"M": entry})
+    };
+    let image = |status: &str, entries: Vec<Value>| json!({"transactionId": {"S": "T1"}, "status": {"S": status}, "participants": {"L": entries}});
+    let line = |old: Value, new: Value| {
+        let record = record("MODIFY", "transactions", json!({"transactionId": {"S": "T1"}}), old, new);
+        let Decision::Ended(ended) = decide(&c, &record) else { panic!("an end") };
+        serde_json::to_value(transaction_line(&c, &record, &ended).unwrap()).unwrap()
+    };
+    let full = vec![
+        entry("service-a", vec![op("add"), op("delete"), op("check")], false),
+        entry("service-b", vec![op("check")], true),
+        entry("payments", vec![op("charge")], false),
+    ];
+    assert_eq!(
+        line(image("COMMITTING", full.clone()), image("COMMITTED", full.clone())),
+        json!({"kind": "transaction", "eventId": "e1", "transactionId": "T1", "committedAt": "2024-05-01T12:00:00Z",
+               "participants": [{"service": "service-a", "table": "service-a-data", "changes": 2},
+                                {"service": "service-b", "changes": 0},
+                                {"service": "payments", "table": "payments-data", "changes": 0}],
+               "changes": 2})
+    );
+    // Shortened: the operations of the COMMITTING image.
+    let shortened =
+        vec![entry("service-a", vec![], false), entry("service-b", vec![], true), entry("payments", vec![], false)];
+    assert_eq!(line(image("COMMITTING", full), image("COMMITTED", shortened.clone()))["changes"], 2);
+    // Created COMMITTED without its operations: not known.
+    let unknown = line(Value::Null, image("COMMITTED", shortened));
+    assert_eq!((&unknown["changes"], &unknown["participants"][0]["changes"]), (&Value::Null, &Value::Null));
+}
