@@ -470,7 +470,9 @@ mod tests {
             record(3, "service-a-data", "MODIFY", item("B", "T0", 1), item("B", "T2", 2), keys("B")),
             record(4, "unknown-table", "MODIFY", item("B", "T0", 1), item("B", "T2", 2), keys("B")),
             record(5, "transactions", "MODIFY", json!({"transactionId": {"S": "T1"}, "status": {"S": "COMMITTING"}}),
-                   json!({"transactionId": {"S": "T1"}, "status": {"S": "COMMITTED"}}), json!({"transactionId": {"S": "T1"}})),
+                   json!({"transactionId": {"S": "T1"}, "status": {"S": "COMMITTED"}, "participants": {"L": [{"M": {
+                       "service": {"S": "service-a"}, "operations": {"L": [{"M": {"op": {"S": "add"}}}]}}}]}}),
+                   json!({"transactionId": {"S": "T1"}})),
         ]}))
         .unwrap()
     }
@@ -488,7 +490,12 @@ mod tests {
         let outcome = processor.process(&event()).await;
 
         let lake = processor.sink.json();
-        assert_eq!(lake.iter().map(|r| r["transactionId"].as_str().unwrap()).collect::<Vec<_>>(), vec!["T1", "T2"]);
+        assert_eq!(
+            lake.iter().map(|r| r["transactionId"].as_str().unwrap()).collect::<Vec<_>>(),
+            vec!["T1", "T2", "T1"]
+        );
+        assert_eq!(lake[2]["kind"], "transaction", "the commit's own line: {}", lake[2]);
+        assert_eq!(lake[2]["changes"], 1);
         assert!(outcome.failed_sequence_numbers().is_empty(), "a record of another table is dropped, not retried");
         let a: Vec<Value> = processor.poster.posts("c-a").iter().map(|p| serde_json::from_slice(p).unwrap()).collect();
         assert_eq!(a.len(), 2);
@@ -519,7 +526,7 @@ mod tests {
         let processor = StreamProcessor::new(config(), MemorySink::default(), Stuck, subscriptions)
             .with_options(Options { realtime_budget: Duration::from_millis(50), ..Options::default() });
         let outcome = tokio::time::timeout(Duration::from_secs(5), processor.process(&event())).await.unwrap();
-        assert_eq!(processor.sink.records().len(), 2);
+        assert_eq!(processor.sink.records().len(), 3, "two changes and their transaction's line");
         assert_eq!(outcome.summary.realtime, None);
     }
 
