@@ -1890,10 +1890,11 @@ impl TwoPc {
         let (tx, _) = self.execs[ci as usize];
         let me = ci as usize;
         s.ghost.reason |= bit(tx);
-        if from == Status::Prepared {
-            self.event(s, Event::OperatorAbortedHeld);
-        } else {
-            self.event(s, Event::OperatorAbortedPreparing);
+        match from {
+            Status::Prepared => self.event(s, Event::OperatorAbortedHeld),
+            Status::Preparing => self.event(s, Event::OperatorAbortedPreparing),
+            // `operator_writes_conditionally` off: over a commit.
+            _ => {}
         }
         // Its coordinator decided commit (or the hold), and its write comes next: it loses to this one.
         let committing = self.execs_of(tx).any(|o| {
