@@ -6,8 +6,9 @@
 //! it prevents, printing the trace (breadth first, cut at the first state that violates the property:
 //! `Run::expect_violation`; not always the shortest, as the checker's threads hand work out in batches).
 //!
-//! The configurations are small (seconds at most: no locks, a vote left to chance), so there is no
-//! `MODEL_BIG` one: `together` has `MAX_ATTEMPTS` 4 and two faults of each kind already.
+//! The configurations are small (seconds at most: no locks, a vote left to chance): `together` has
+//! `MAX_ATTEMPTS` 4 and two faults of each kind already. One `MODEL_BIG` configuration: `together` with the
+//! operator's abort too (issue 47).
 
 use twopc_model::chain::{
     Body, CAnswer, ChainBudget, ChainConfig, ChainModel, ChainSwitches, DECISIONS, Decider, FIRST, Id, KEY_ANSWERS,
@@ -72,6 +73,19 @@ fn operator_held() {
     let run = check(ChainModel::new(ChainConfig::operator_held(FAULTS).max_attempts(4)), None);
     run.assert_all_hold();
     assert!(run.unique > 5_000, "not vacuous: {} states", run.unique);
+}
+
+/// Issue 47, everything together: `together` with the operator's abort of K1's request. With `MODEL_BIG=1`
+/// only: 9,349,573 states, about 4 minutes on two threads (CI runs `operator` and `operator_held`).
+#[test]
+fn together_with_the_operator() {
+    if !std::env::var("MODEL_BIG").is_ok_and(|v| v == "1") {
+        eprintln!("together_with_the_operator: MODEL_BIG=1 runs it");
+        return;
+    }
+    let cfg = ChainConfig::together(FAULTS).max_attempts(4).with_operator(true);
+    let run = check(ChainModel::new(cfg), None);
+    run.assert_all_hold();
 }
 
 /// Defect 1 (`own_refusal_only` off: the coordinator retries whatever aborted its attempt). The caller
