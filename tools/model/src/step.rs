@@ -1881,11 +1881,12 @@ impl TwoPc {
         self.drive(s, ci, status, ctx);
     }
 
-    /// Issue 47, `POST /admin/transactions/{id}/abort` (`coordinator/admin.rs`, `abort`) of an undecided
-    /// record, held or not: the status read → ABORTING ("aborted by an operator", a reason to abort), in one
-    /// step with its read as the caller's abort (the write is conditional on the status read; lost, the record
-    /// found is followed, which `route_step` does when it reads a decided one); then driven, 200 (or 409 if a
-    /// commit won). No clock is read: an operator's abort is an abort whatever the deadline or `holdUntil`.
+    /// Issue 47, `POST /admin/transactions/{id}/abort` (`coordinator/admin.rs`, `abort` → `decide_on_chain`)
+    /// of an undecided record, held or not: the status read → ABORTING ("aborted by an operator", a reason to
+    /// abort), in one step with its read as the caller's abort (the write is conditional on the status read;
+    /// lost, the record found is followed, which `route_step` does when it reads a decided one); then driven,
+    /// 200 (or 409 if a commit won). No clock is read: an operator's abort is an abort whatever the deadline
+    /// or `holdUntil` (`decide_on_chain`'s `abort_expired` aborts it all the same, with the expiry's reason).
     fn operator_abort(&self, s: &mut State, ci: u8, from: Status, ctx: &mut Ctx) {
         let (tx, _) = self.execs[ci as usize];
         let me = ci as usize;
