@@ -19,6 +19,7 @@
 //! | other body | another request under the token retry's key, with another body and no token: a keyed POST like any other |
 //! | replay | a key sent again (`replay`), up to twice, at any moment: from the key's record (another body's: 422), follows `retriedAs` a read at a time ([`ChainSwitches::token_links_apart`]: coordinator links only), a link to no record fenced (`attempt_named` → `fence_attempt`, ABORTED) and answered 409; PREPARING → it waits; PREPARED → 202; COMMITTED → 200; aborted, no link → 409 (before rule A, at an attempt its coordinator refused with attempts left, `may_be_retried`: it waits for the link, its budget may run out first, and it fences the next attempt's id, as the age model checks) |
 //! | commit, abort | `POST /transactions/{id}/commit` / `abort` (`decide_held`) for the held request, addressed to the key's first id or the id its POST answered; ([`ChainSwitches::routes_follow_chain`]) it follows `retriedAs` as a replay does (`live_attempt`), then writes its decision conditionally on the status read (`write_held_decision`): abort of PREPARING or PREPARED → ABORTING (200 ABORTED), commit of PREPARED → COMMITTING (200); a commit of a PREPARING attempt answers 503 and writes nothing (not a step: nothing changes). An abort's read of a PREPARING attempt and its write are two steps (the route's state between them: the attempt read and its status); a write conditional on PREPARED is taken with its read (nothing that moves a PREPARED record names a next attempt). A lost write ([`ChainSwitches::route_refollows_after_lost_write`]) follows the chain again from the record found and writes again on the attempt that lives, up to [`ROUTE_RETRIES`] times (then a non-final answer: the caller may send it again) |
+//! | operator's abort | issue 47, `POST /admin/transactions/{id}/abort` (`coordinator/admin.rs`, `abort` → `held::decide_on_chain`) for K1's request, held or not, sent to any attempt its coordinator created, once, at any moment: as the caller's abort (`decide_held`) without the hold, it follows `retriedAs` ([`ChainSwitches::operator_follows_chain`]; `live_attempt`, a named attempt without a record fenced), then writes status read → ABORTING ("aborted by an operator": no `refusedForContention`, no `retriedAs`, so no attempt follows it) conditionally on the status read ([`ChainSwitches::operator_writes_conditionally`]); its read of a PREPARING attempt and its write are two steps; lost → followed again from the record found, up to [`OPERATOR_RETRIES`] more writes; COMMITTED → 409 (the committed body), aborted → 200 |
 //! | expiry | a held PREPARED record past `holdUntil` aborted by a resolver (the sweeper, lock resolution, a route's `abort_expired`) at any moment; a PREPARING record past its deadline aborted by a resolver racing its slow coordinator (a budget) |
 //!
 //! The model folds the second phase into the decision (COMMITTING and COMMITTED, ABORTING and ABORTED are
@@ -72,6 +73,15 @@ pub struct ChainSwitches {
     /// request under its own key. Off (before the fix): the claim writes `retriedAs`, and the refused key's
     /// replay follows it into the token retry's outcome.
     pub token_links_apart: bool,
+    /// Issue 47, the operator's abort (`POST /admin/transactions/{id}/abort`). On: it follows `retriedAs`
+    /// from the id it is sent to, as the held abort does (`live_attempt`, fencing a named attempt without a
+    /// record), and again from the record found after each lost write. Off: it acts on the id it is sent to
+    /// (and, its write lost, on the record found there): 200 ABORTED for an attempt its coordinator retried
+    /// while the next attempt goes on.
+    pub operator_follows_chain: bool,
+    /// Issue 47: the operator's write is conditional on the status it read (PREPARING or PREPARED →
+    /// ABORTING). Off: it writes ABORTING whatever the record says by then, over its coordinator's commit too.
+    pub operator_writes_conditionally: bool,
 }
 
 impl Default for ChainSwitches {
@@ -83,6 +93,8 @@ impl Default for ChainSwitches {
             route_refollows_after_lost_write: true,
             atomic_token_claim: true,
             token_links_apart: true,
+            operator_follows_chain: true,
+            operator_writes_conditionally: true,
         }
     }
 }
@@ -136,6 +148,8 @@ pub enum Decider {
     Resolver,
     /// A replay's or a route's fence of a successor without a record.
     Fence,
+    /// Issue 47: an operator's abort (`POST /admin/transactions/{id}/abort`), of an attempt held or not.
+    Operator,
 }
 
 /// A transaction record: what the retry writes and reads of it.
@@ -309,11 +323,41 @@ pub enum ChainEvent {
     RouteWriteLost,
     /// A route whose write lost followed the chain again to another attempt.
     RouteRefollowed,
+    /// Issue 47: the coordinator's contention abort lost to an operator's abort.
+    OwnAbortLostToOperator,
+    /// Issue 47: the coordinator's decision write (PREPARING → COMMITTING, or PREPARED for a hold) lost to an
+    /// operator's abort.
+    CommitLostToOperator,
+    /// Issue 47: the operator's conditional write lost: the record moved on since its read.
+    OperatorWriteLost,
+    /// Issue 47: the operator's write lost, and it followed the chain again to another attempt.
+    OperatorRefollowed,
+    /// Issue 47: the operator met a link to no record and fenced it.
+    OperatorFenced,
+    /// Issue 47: the operator aborted a held PREPARED attempt.
+    OperatorAbortedHeld,
+    /// Issue 47: the operator's abort followed `retriedAs` (on its read or after a lost write).
+    OperatorFollowed,
+}
+
+/// Ghost facts, for the `always` properties of issue 47.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ghost {
+    /// A record decided commit was then written aborted, or one decided abort written committed.
+    TwoDecisions,
+    /// An attempt of K1's request was created after an operator's abort of it was answered 200 ABORTED.
+    BegunAfterOperator,
+}
+
+impl Ghost {
+    pub fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
 }
 
 impl ChainEvent {
-    pub fn bit(self) -> u16 {
-        1 << (self as u16)
+    pub fn bit(self) -> u32 {
+        1 << (self as u32)
     }
 }
 
@@ -328,9 +372,14 @@ pub struct ChainState {
     pub routes: [Option<Said>; 2],
     /// The caller's commit and abort between their read and their write.
     pub route_reads: [Option<RouteRead>; 2],
+    /// Issue 47: the operator's abort of K1's request between its read and its write, and its answer.
+    pub op_read: Option<RouteRead>,
+    pub op_said: Option<Said>,
+    /// [`Ghost`] bits: what no property may see.
+    pub ghost: u8,
     pub budget: ChainBudget,
     /// [`ChainEvent`] bits.
-    pub seen: u16,
+    pub seen: u32,
 }
 
 impl ChainState {
@@ -352,15 +401,21 @@ impl ChainState {
         })
     }
 
-    /// Every answer given under key `key` (its POSTs', its replay's, and for K1 the routes').
+    /// Every answer given under key `key` (its POSTs', its replay's, and for K1 the routes' and the
+    /// operator's: an operator's 200 ABORTED says the request is aborted as the caller's does).
     pub fn key_answers(&self, key: usize) -> Vec<Said> {
         let posts: &[Ex] = if key == 0 { &[FIRST] } else { &[TOKEN_RETRY, OTHER_BODY] };
         let mut all: Vec<Said> = posts.iter().filter_map(|&e| self.coords[e as usize].said).collect();
         all.extend(self.replays[key].iter().filter_map(RPc::said));
         if key == 0 {
             all.extend(self.routes.iter().flatten());
+            all.extend(self.op_said);
         }
         all
+    }
+
+    pub fn has(&self, g: Ghost) -> bool {
+        self.ghost & g.bit() != 0
     }
 
     /// Every answer given to request `ex` (its POST's; K1's replay and routes are K1's; K2's replay is the
@@ -377,6 +432,7 @@ impl ChainState {
         }
         if ex == FIRST {
             all.extend(self.routes.iter().flatten());
+            all.extend(self.op_said);
         }
         all
     }
@@ -413,6 +469,11 @@ pub enum ChainAction {
     RouteWrite(bool),
     /// A resolver aborts this attempt (a held one past `holdUntil`, or a PREPARING one past its deadline).
     Expire(Id),
+    /// Issue 47: an operator's abort of K1's request sent to the attempt `K1-n` (`n` 1: the first id): its
+    /// read, and the chain followed from it. A PREPARED attempt is written in this step, as the caller's.
+    Operator(u8),
+    /// Issue 47: the operator's write, conditional on PREPARING, on the attempt it read.
+    OperatorWrite,
 }
 
 #[derive(Clone, Debug)]
@@ -431,6 +492,9 @@ pub struct ChainConfig {
     pub token_retry: bool,
     /// Another body is sent under K2.
     pub other_body: bool,
+    /// Issue 47: an operator aborts K1's request once, at any moment, sent to any attempt K1's coordinator
+    /// created (held or not; an id without a record is a 404 that writes nothing: no step).
+    pub operator: bool,
     pub budget: ChainBudget,
     pub switches: ChainSwitches,
 }
@@ -447,6 +511,7 @@ impl ChainConfig {
             replays: 2,
             token_retry: false,
             other_body: false,
+            operator: false,
             budget,
             switches: ChainSwitches::default(),
         }
@@ -463,6 +528,7 @@ impl ChainConfig {
             replays: 2,
             token_retry: true,
             other_body: true,
+            operator: false,
             budget,
             switches: ChainSwitches::default(),
         }
@@ -477,6 +543,34 @@ impl ChainConfig {
             other_body: true,
             ..ChainConfig::held(budget)
         }
+    }
+
+    /// Issue 47: K1 not held, refused for contention and retried or committed by its coordinator, and an
+    /// operator's abort of it at any moment; K1 replayed twice, its token retry under K2 (a token claim is
+    /// conditional on the coordinator's own refusal, which an operator's abort never writes).
+    pub fn operator(budget: ChainBudget) -> ChainConfig {
+        ChainConfig {
+            name: "operator",
+            max_attempts: 3,
+            held: false,
+            routes: false,
+            replays: 2,
+            token_retry: true,
+            other_body: false,
+            operator: true,
+            budget,
+            switches: ChainSwitches::default(),
+        }
+    }
+
+    /// Issue 47, held: [`ChainConfig::held`] (its caller's commit and abort) with an operator's abort too.
+    pub fn operator_held(budget: ChainBudget) -> ChainConfig {
+        ChainConfig { name: "operator, held", operator: true, ..ChainConfig::held(budget) }
+    }
+
+    pub fn with_operator(mut self, on: bool) -> ChainConfig {
+        self.operator = on;
+        self
     }
 
     pub fn switches(mut self, switches: ChainSwitches) -> ChainConfig {
@@ -509,6 +603,13 @@ pub const OWN_OUTCOME: &str =
 pub const OWN_BODY: &str = "no key is answered from a record of another body";
 pub const LINKS: &str = "a link names only the attempt created to follow it, of the same body";
 pub const ALL_END: &str = "every request ends and every record is decided";
+pub const DECISIONS: &str = "one decision per attempt: none is written both commit and abort";
+pub const OPERATOR_ENDS: &str = "an attempt an operator aborted names no successor and none follows it; \
+     no attempt of its request begins after the operator's 200";
+
+/// Issue 47: how many more writes the operator's abort makes after its first one lost (`admin.rs`, as
+/// `decide_held`: four writes in all).
+pub const OPERATOR_RETRIES: u8 = 3;
 
 impl ChainModel {
     pub fn new(cfg: ChainConfig) -> ChainModel {
@@ -650,6 +751,8 @@ impl ChainModel {
             ChainAction::Replay(key, j) => self.replay(&mut n, key, j, &mut say)?,
             ChainAction::Route(commit, target) => self.route(&mut n, commit, target, &mut say)?,
             ChainAction::RouteWrite(commit) => self.route_write(&mut n, commit, &mut say)?,
+            ChainAction::Operator(at) => self.operator(&mut n, at, &mut say)?,
+            ChainAction::OperatorWrite => self.operator_write(&mut n, &mut say)?,
             ChainAction::Expire(id) => {
                 let rec = n.record(id)?;
                 match rec.status {
@@ -832,6 +935,9 @@ impl ChainModel {
                     return Some(());
                 }
                 *s.record_mut(next) = Some(self.fresh(ex, rec.attempt + 1, rec.first, Some(cur), None));
+                if ex == FIRST && s.op_said.is_some_and(|a| a.answer == CAnswer::AbortedOk) {
+                    s.ghost |= Ghost::BegunAfterOperator.bit();
+                }
                 let c = &mut s.coords[ex as usize];
                 c.cur = Some(next);
                 c.pc = CPc::Collect;
@@ -870,6 +976,9 @@ impl ChainModel {
         match votes {
             Votes::Prepared => {
                 if !open {
+                    if rec.by == Some(Decider::Operator) {
+                        s.seen |= ChainEvent::CommitLostToOperator.bit();
+                    }
                     finish(s, CAnswer::Aborted, cur, None);
                     say(format!(
                         "{name}: every vote PREPARED, but its decision write finds the record {:?} by {:?}: 409",
@@ -896,6 +1005,7 @@ impl ChainModel {
                     if !open {
                         s.seen |= match rec.by {
                             Some(Decider::Caller) => ChainEvent::OwnAbortLostToCaller.bit(),
+                            Some(Decider::Operator) => ChainEvent::OwnAbortLostToOperator.bit(),
                             _ => ChainEvent::OwnAbortLostToResolver.bit(),
                         };
                         finish(s, CAnswer::Aborted, cur, None);
@@ -937,6 +1047,7 @@ impl ChainModel {
                 } else {
                     s.seen |= match rec.by {
                         Some(Decider::Caller) => ChainEvent::OwnAbortLostToCaller.bit(),
+                        Some(Decider::Operator) => ChainEvent::OwnAbortLostToOperator.bit(),
                         _ => ChainEvent::OwnAbortLostToResolver.bit(),
                     };
                 }
@@ -1102,33 +1213,46 @@ impl ChainModel {
     /// `live_attempt`: the chain followed from `id` (with [`ChainSwitches::routes_follow_chain`]), a link to
     /// no record fenced (with [`ChainSwitches::routes_fence_successor`]); the attempt reached, and the hops
     /// for the trace.
-    fn follow(&self, s: &mut ChainState, mut id: Id) -> (Id, String) {
+    fn follow(&self, s: &mut ChainState, id: Id) -> (Id, String) {
         let sw = self.cfg.switches;
+        let (id, hops, fenced) = self.live_attempt(s, id, sw.routes_follow_chain, sw.routes_fence_successor);
+        if fenced {
+            s.seen |= ChainEvent::RouteFenced.bit();
+        }
+        if !hops.is_empty() {
+            s.seen |= ChainEvent::RouteFollowed.bit();
+        }
+        (id, Self::hops_said(&hops, fenced))
+    }
+
+    /// `live_attempt` for an abort: `retriedAs` followed from `id` (if `follow`), a link to no record fenced
+    /// (if `fence`; else the chain stops before it); the attempt reached, the ids it hopped to, and whether
+    /// it fenced one.
+    fn live_attempt(&self, s: &mut ChainState, mut id: Id, follow: bool, fence: bool) -> (Id, Vec<String>, bool) {
         let mut hops = vec![];
         let mut fenced = false;
-        if sw.routes_follow_chain {
+        if follow {
             while let Some(next) = s.record(id).and_then(|r| self.link(&r)) {
-                if s.record(next).is_none() && !sw.routes_fence_successor {
+                if s.record(next).is_none() && !fence {
                     break;
                 }
                 hops.push(self.id_name(next));
                 id = next;
                 if s.record(id).is_none() {
                     self.fence(s, id, Body::X);
-                    s.seen |= ChainEvent::RouteFenced.bit();
                     fenced = true;
                 }
             }
-            if !hops.is_empty() {
-                s.seen |= ChainEvent::RouteFollowed.bit();
-            }
         }
-        let hops = if hops.is_empty() {
+        (id, hops, fenced)
+    }
+
+    fn hops_said(hops: &[String], fenced: bool) -> String {
+        if hops.is_empty() {
             String::new()
         } else {
             format!(", follows retriedAs to {}{}", hops.join(", "), if fenced { " (no record: fenced)" } else { "" })
-        };
-        (id, hops)
+        }
     }
 
     /// What a route does with the attempt `id` it has read (after `lost` lost writes): not held → 409
@@ -1230,12 +1354,140 @@ impl ChainModel {
         Some(())
     }
 
+    /// Issue 47, the operator's abort (`admin.rs`, `abort`), its first step: the read of K1-`at` (no record:
+    /// 404, nothing written, no step) and the chain followed from it (`live_attempt`, a named attempt without
+    /// a record fenced), held or not. PREPARING → its write is a later step ([`ChainAction::OperatorWrite`]);
+    /// PREPARED → written in this step (as the caller's: nothing that moves a PREPARED record names a next
+    /// attempt); decided → answered at once (COMMITTED: 409 with the committed body; aborted: 200).
+    fn operator(&self, s: &mut ChainState, at: u8, say: &mut impl FnMut(String)) -> Option<()> {
+        if !self.cfg.operator || s.op_said.is_some() || s.op_read.is_some() {
+            return None;
+        }
+        // An attempt of K1's request (the token retry's attempts are named after K1 too: another request's).
+        let sent = Id { ns: 0, n: at };
+        if s.record(sent)?.ex != Some(FIRST) {
+            return None;
+        }
+        let (id, hops) = self.operator_follow(s, sent);
+        let status = s.record(id).expect("read").status;
+        let then = self.operator_settle(s, id, 0);
+        say(format!(
+            "an operator aborts K1's request, sent to {}{hops}: reads {} {status:?}{then}",
+            self.id_name(sent),
+            self.id_name(id)
+        ));
+        if s.op_read.is_some_and(|r| r.status == Status::Prepared) {
+            self.operator_write(s, say)?;
+        }
+        Some(())
+    }
+
+    /// The operator's `live_attempt` from `id` (with [`ChainSwitches::operator_follows_chain`]).
+    fn operator_follow(&self, s: &mut ChainState, id: Id) -> (Id, String) {
+        let follow = self.cfg.switches.operator_follows_chain;
+        let (live, hops, fenced) = self.live_attempt(s, id, follow, true);
+        if fenced {
+            s.seen |= ChainEvent::OperatorFenced.bit();
+        }
+        if !hops.is_empty() {
+            s.seen |= ChainEvent::OperatorFollowed.bit();
+        }
+        (live, Self::hops_said(&hops, fenced))
+    }
+
+    /// What the operator's abort does with the attempt `id` it has read (after `lost` lost writes): PREPARING
+    /// or PREPARED → its write next, conditional on that status, while it has writes left (else a non-final
+    /// answer, 503: the operator may send it again); COMMITTED → 409 with the committed body; aborted → 200.
+    fn operator_settle(&self, s: &mut ChainState, id: Id, lost: u8) -> String {
+        let rec = s.record(id).expect("read");
+        s.op_read = None;
+        let answer = match rec.status {
+            Status::Preparing | Status::Prepared if lost > OPERATOR_RETRIES => {
+                s.op_said = Some(Said { answer: CAnswer::Unavailable, from: Some(id) });
+                return format!(": its {lost} writes lost, not decided yet: 503 (the operator may send it again)");
+            }
+            Status::Preparing | Status::Prepared => {
+                s.op_read = Some(RouteRead { at: id, status: rec.status, lost });
+                return format!(": its write is conditional on {:?}", rec.status);
+            }
+            Status::Committing | Status::Committed => CAnswer::WasCommitted,
+            _ => CAnswer::AbortedOk,
+        };
+        s.op_said = Some(Said { answer, from: Some(id) });
+        format!(": {answer:?}")
+    }
+
+    /// The operator's abort, its write (`admin.rs`: `transition` status read → ABORTING, reason "aborted by
+    /// an operator", no `refusedForContention`, no `retriedAs`), conditional on the status it read
+    /// ([`ChainSwitches::operator_writes_conditionally`]). Won: 200 ABORTED (its second phase folded). Lost
+    /// (its coordinator's commit or PREPARED, its contention abort naming the next attempt, a resolver, the
+    /// caller's route): from the record found, `live_attempt` again and the write again on the attempt that
+    /// lives, up to [`OPERATOR_RETRIES`] more times.
+    fn operator_write(&self, s: &mut ChainState, say: &mut impl FnMut(String)) -> Option<()> {
+        let sw = self.cfg.switches;
+        let read = s.op_read?;
+        let name = self.id_name(read.at);
+        let rec = s.record(read.at).expect("read");
+        if rec.status == read.status || !sw.operator_writes_conditionally {
+            if rec.status.commit() {
+                s.ghost |= Ghost::TwoDecisions.bit();
+            }
+            if rec.status == Status::Prepared {
+                s.seen |= ChainEvent::OperatorAbortedHeld.bit();
+            }
+            let r = s.record_mut(read.at).as_mut().expect("read");
+            r.status = Status::Aborted;
+            r.by = Some(Decider::Operator);
+            s.op_read = None;
+            s.op_said = Some(Said { answer: CAnswer::AbortedOk, from: Some(read.at) });
+            say(format!(
+                "the operator's abort writes {name} {:?} → ABORTING{} (aborted by an operator): 200 ABORTED",
+                rec.status,
+                if sw.operator_writes_conditionally { "" } else { ", unconditionally" }
+            ));
+            return Some(());
+        }
+        s.seen |= ChainEvent::OperatorWriteLost.bit();
+        let found = format!(
+            "{:?}{}{}",
+            rec.status,
+            rec.by.map(|b| format!(" by {b:?}")).unwrap_or_default(),
+            rec.retried_as.map(|l| format!(", retriedAs {}", self.id_name(l))).unwrap_or_default()
+        );
+        let (id, hops) = self.operator_follow(s, read.at);
+        if id != read.at {
+            s.seen |= ChainEvent::OperatorRefollowed.bit();
+        }
+        let status = s.record(id).expect("read").status;
+        let then = self.operator_settle(s, id, read.lost + 1);
+        say(format!(
+            "the operator's write to {name} (expects {:?}) loses: {name} is {found}{hops}; {} is {status:?}{then}",
+            read.status,
+            self.id_name(id),
+        ));
+        if s.op_read.is_some_and(|r| r.status == Status::Prepared) {
+            self.operator_write(s, say)?;
+        }
+        Some(())
+    }
+
+    /// `always` [`OPERATOR_ENDS`]: an attempt an operator aborted names no successor, claims no refusal for
+    /// contention (no token retry may claim it), and no attempt was created to follow it; and no attempt of
+    /// K1's request was created after the operator's 200 ABORTED.
+    pub fn operator_ends_request(&self, s: &ChainState) -> bool {
+        !s.has(Ghost::BegunAfterOperator)
+            && s.all_records().filter(|(_, r)| r.by == Some(Decider::Operator)).all(|(id, r)| {
+                r.retried_as.is_none() && !r.refused_for_contention && s.all_records().all(|(_, t)| t.pred != Some(id))
+            })
+    }
+
     /// Every request ended, every replay answered, every record decided.
     pub fn ended(&self, s: &ChainState) -> bool {
         (0..3).all(|e| {
             matches!(s.coords[e].pc, CPc::Done | CPc::Crashed)
                 || (s.coords[e].pc == CPc::Idle && !self.could_start(s, e as Ex))
         }) && s.replays.iter().flatten().all(|r| !matches!(r, RPc::At(_)))
+            && s.op_read.is_none()
             && s.all_records().all(|(_, r)| !matches!(r.status, Status::Preparing | Status::Prepared))
     }
 
@@ -1261,7 +1513,7 @@ impl ChainModel {
     }
 }
 
-fn seen<const E: u16>(_: &ChainModel, s: &ChainState) -> bool {
+fn seen<const E: u32>(_: &ChainModel, s: &ChainState) -> bool {
     s.seen & (1 << E) != 0
 }
 
@@ -1280,6 +1532,9 @@ impl Model for ChainModel {
             replays: [[RPc::Idle; 2]; 2],
             routes: [None; 2],
             route_reads: [None; 2],
+            op_read: None,
+            op_said: None,
+            ghost: 0,
             budget: self.cfg.budget,
             seen: 0,
         }]
@@ -1319,6 +1574,12 @@ impl Model for ChainModel {
             out.push(ChainAction::Route(commit, Target::Answered));
         }
         out.push(ChainAction::RouteWrite(false));
+        if self.cfg.operator {
+            for n in 1..=self.cfg.max_attempts {
+                out.push(ChainAction::Operator(n));
+            }
+            out.push(ChainAction::OperatorWrite);
+        }
         for (id, r) in s.all_records() {
             if matches!(r.status, Status::Preparing | Status::Prepared) {
                 out.push(ChainAction::Expire(id));
@@ -1363,6 +1624,7 @@ impl Model for ChainModel {
             Property::<Self>::always("at most one attempt of a request commits", |_, s| {
                 (0..3).all(|e| s.all_records().filter(|(_, r)| r.ex == Some(e) && r.status.commit()).count() <= 1)
             }),
+            Property::<Self>::always(DECISIONS, |_, s| !s.has(Ghost::TwoDecisions)),
             Property::<Self>::eventually(ALL_END, |m, s| m.ended(s)),
             Property::<Self>::sometimes("sometimes an attempt after a retry commits", |_, s| {
                 s.all_records().any(|(_, r)| r.pred.is_some() && r.age_of.is_none() && r.status == Status::Committed)
@@ -1374,7 +1636,7 @@ impl Model for ChainModel {
         if cfg.replays > 0 {
             p.push(Property::<Self>::sometimes(
                 "sometimes a replay follows retriedAs",
-                seen::<{ ChainEvent::ReplayFollowed as u16 }>,
+                seen::<{ ChainEvent::ReplayFollowed as u32 }>,
             ));
             p.push(Property::<Self>::sometimes("sometimes a replay answers a commit made after a retry", |_, s| {
                 s.replays[0].iter().any(|r| {
@@ -1385,22 +1647,22 @@ impl Model for ChainModel {
         if b.crash > 0 && cfg.replays > 0 {
             p.push(Property::<Self>::sometimes(
                 "sometimes a link to no record is fenced",
-                seen::<{ ChainEvent::Fenced as u16 }>,
+                seen::<{ ChainEvent::Fenced as u32 }>,
             ));
         }
         if b.resolver > 0 {
             p.push(Property::<Self>::sometimes(
                 "sometimes a resolver aborts an attempt first and its coordinator's abort loses",
-                seen::<{ ChainEvent::OwnAbortLostToResolver as u16 }>,
+                seen::<{ ChainEvent::OwnAbortLostToResolver as u32 }>,
             ));
         }
         if cfg.held {
-            p.push(Property::<Self>::sometimes("sometimes a hold expires", seen::<{ ChainEvent::HoldExpired as u16 }>));
+            p.push(Property::<Self>::sometimes("sometimes a hold expires", seen::<{ ChainEvent::HoldExpired as u32 }>));
         }
         if cfg.routes {
             p.push(Property::<Self>::sometimes(
                 "sometimes the caller's abort of an attempt still preparing wins over its coordinator's refusal",
-                seen::<{ ChainEvent::OwnAbortLostToCaller as u16 }>,
+                seen::<{ ChainEvent::OwnAbortLostToCaller as u32 }>,
             ));
             p.push(Property::<Self>::sometimes("sometimes the caller commits a held attempt after a retry", |_, s| {
                 matches!(s.routes[0], Some(Said { answer: CAnswer::Committed, from: Some(Id { n: 2.., .. }) }))
@@ -1411,23 +1673,67 @@ impl Model for ChainModel {
             if sw.routes_follow_chain {
                 p.push(Property::<Self>::sometimes(
                     "sometimes the caller's commit or abort follows retriedAs",
-                    seen::<{ ChainEvent::RouteFollowed as u16 }>,
+                    seen::<{ ChainEvent::RouteFollowed as u32 }>,
                 ));
             }
             if sw.routes_follow_chain && sw.routes_fence_successor {
                 p.push(Property::<Self>::sometimes(
                     "sometimes the caller's commit or abort fences a linked attempt without a record",
-                    seen::<{ ChainEvent::RouteFenced as u16 }>,
+                    seen::<{ ChainEvent::RouteFenced as u32 }>,
                 ));
             }
             p.push(Property::<Self>::sometimes(
                 "sometimes the caller's commit or abort loses its write",
-                seen::<{ ChainEvent::RouteWriteLost as u16 }>,
+                seen::<{ ChainEvent::RouteWriteLost as u32 }>,
             ));
             if sw.routes_follow_chain && sw.route_refollows_after_lost_write {
                 p.push(Property::<Self>::sometimes(
                     "sometimes the caller's commit or abort loses its write and follows the chain again",
-                    seen::<{ ChainEvent::RouteRefollowed as u16 }>,
+                    seen::<{ ChainEvent::RouteRefollowed as u32 }>,
+                ));
+            }
+        }
+        if cfg.operator {
+            p.push(Property::<Self>::always(OPERATOR_ENDS, |m, s| m.operator_ends_request(s)));
+            let won_over = if cfg.held {
+                "sometimes the operator's abort wins over its coordinator's PREPARED write"
+            } else {
+                "sometimes the operator's abort wins over its coordinator's commit"
+            };
+            p.push(Property::<Self>::sometimes(won_over, seen::<{ ChainEvent::CommitLostToOperator as u32 }>));
+            p.push(Property::<Self>::sometimes(
+                "sometimes the operator's abort wins over its coordinator's contention abort (no retry)",
+                seen::<{ ChainEvent::OwnAbortLostToOperator as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes the operator's write loses",
+                seen::<{ ChainEvent::OperatorWriteLost as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes("sometimes the operator's abort is answered 409: committed", |_, s| {
+                matches!(s.op_said, Some(Said { answer: CAnswer::WasCommitted, .. }))
+            }));
+            p.push(Property::<Self>::sometimes(
+                "sometimes the operator's abort aborts an attempt after a retry",
+                |_, s| s.all_records().any(|(id, r)| id.n > 1 && r.ex.is_some() && r.by == Some(Decider::Operator)),
+            ));
+            if sw.operator_follows_chain {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the operator's abort follows retriedAs",
+                    seen::<{ ChainEvent::OperatorFollowed as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the operator's abort fences a linked attempt without a record",
+                    seen::<{ ChainEvent::OperatorFenced as u32 }>,
+                ));
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the operator's write loses to the contention abort and follows the chain again",
+                    seen::<{ ChainEvent::OperatorRefollowed as u32 }>,
+                ));
+            }
+            if cfg.held {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes the operator aborts a held PREPARED attempt",
+                    seen::<{ ChainEvent::OperatorAbortedHeld as u32 }>,
                 ));
             }
         }
@@ -1447,14 +1753,14 @@ impl Model for ChainModel {
             if b.write_fails > 0 {
                 p.push(Property::<Self>::sometimes(
                     "sometimes the token retry's write fails",
-                    seen::<{ ChainEvent::WriteFailed as u16 }>,
+                    seen::<{ ChainEvent::WriteFailed as u32 }>,
                 ));
             }
         }
         if cfg.token_retry && cfg.other_body {
             p.push(Property::<Self>::sometimes(
                 "sometimes a key is found taken by another body: 422",
-                seen::<{ ChainEvent::KeyTaken as u16 }>,
+                seen::<{ ChainEvent::KeyTaken as u32 }>,
             ));
         }
         p
@@ -1479,13 +1785,16 @@ impl Traced for ChainModel {
             ("route_refollows_after_lost_write", sw.route_refollows_after_lost_write),
             ("atomic_token_claim", sw.atomic_token_claim),
             ("token_links_apart", sw.token_links_apart),
+            ("operator_follows_chain", sw.operator_follows_chain),
+            ("operator_writes_conditionally", sw.operator_writes_conditionally),
         ]);
         let b = cfg.budget;
         format!(
-            "chain model {:?} ({}; MAX_ATTEMPTS {}; faults: crash {} token write fails {} resolver racing a slow coordinator {})",
+            "chain model {:?} ({}; MAX_ATTEMPTS {}; operator's abort {}; faults: crash {} token write fails {} resolver racing a slow coordinator {})",
             cfg.name,
             if off.is_empty() { "the fixed protocol".to_owned() } else { format!("OFF: {}", off.join(", ")) },
             cfg.max_attempts,
+            if cfg.operator { "on" } else { "off" },
             b.crash,
             b.write_fails,
             b.resolver,
@@ -1528,8 +1837,14 @@ impl Traced for ChainModel {
             (None, Some(r)) => format!("read {} {:?}, its write next", self.id_name(r.at), r.status),
             (None, None) => "-".to_owned(),
         };
+        let operator = match (s.op_said, s.op_read) {
+            (Some(a), _) => format!("; operator {:?}", a.answer),
+            (None, Some(r)) => format!("; operator read {} {:?}, its write next", self.id_name(r.at), r.status),
+            (None, None) if self.cfg.operator => "; operator -".to_owned(),
+            (None, None) => String::new(),
+        };
         format!(
-            "records [{}]; [{}]; [{}]; commit {}, abort {}",
+            "records [{}]; [{}]; [{}]; commit {}, abort {}{operator}",
             records.join(", "),
             answers.join(", "),
             replays.join(", "),

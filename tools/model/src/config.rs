@@ -113,6 +113,10 @@ pub struct Switches {
     /// fix: PutItem of any record, UpdateItem of a status): a participant's operator writes a record
     /// straight to the table, once, at any moment: COMMITTING over a held, aborting or aborted record.
     pub participants_cannot_write_records: bool,
+    /// Issue 47. On: an operator's abort writes ABORTING conditionally on the status it read (PREPARING or
+    /// PREPARED); a decided record is followed. Off: it writes ABORTING whatever the record says by its write
+    /// (a read of PREPARING before the coordinator's commit, then an unconditional write).
+    pub operator_writes_conditionally: bool,
 }
 
 impl Default for Switches {
@@ -135,6 +139,7 @@ impl Default for Switches {
             held_undecided: true,
             resolver_extends_hold: true,
             participants_cannot_write_records: true,
+            operator_writes_conditionally: true,
         }
     }
 }
@@ -308,11 +313,17 @@ pub struct Config {
     pub switches: Switches,
 }
 
-/// Issue 32: the caller's decision of a held transaction (the coordinator's `commit_held`, `abort_held`).
+/// Issue 32: the caller's decision of a held transaction (the coordinator's `commit_held`, `abort_held`);
+/// issue 47: an operator's abort of any keyed transaction, held or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Route {
     Commit,
     Abort,
+    /// Issue 47, `POST /admin/transactions/{id}/abort` (`coordinator/admin.rs`, `abort`): the record read
+    /// (absent: 404, nothing written: the call is sent once the record exists), PREPARING or PREPARED →
+    /// ABORTING ("aborted by an operator") conditionally on the status read, held or not, whatever the
+    /// clock; decided → driven and answered as the caller's abort (200 aborted, 409 committed).
+    Operator,
 }
 
 fn add(item: ItemId, delta: i8) -> Op {
@@ -533,6 +544,25 @@ impl Config {
         t1.held = true;
         let mut cfg = Config::with("held", vec![t1, deposit("T2", false, 1, (SA, A))], budget);
         cfg.routes = vec![(0, Route::Commit), (0, Route::Abort)];
+        cfg
+    }
+
+    /// Issue 47: T1 is a keyed transfer A→B, not held; an operator aborts it once, at any moment once its
+    /// record exists (racing its coordinator's commit, PREPARING → COMMITTING, and its prepares). T2
+    /// deposits 1 into A in one phase (it meets T1's lock).
+    pub fn operator(budget: Budget) -> Config {
+        let t1 = transfer("T1", true, 1, (SA, A), (SB, B));
+        let mut cfg = Config::with("operator", vec![t1, deposit("T2", false, 1, (SA, A))], budget);
+        cfg.routes = vec![(0, Route::Operator)];
+        cfg
+    }
+
+    /// Issue 47, held: [`Config::held`] (the caller's commit and abort, the hold's expiry) and an operator's
+    /// abort of T1 too.
+    pub fn operator_held(budget: Budget) -> Config {
+        let mut cfg = Config::held(budget);
+        cfg.name = "operator_held";
+        cfg.routes.push((0, Route::Operator));
         cfg
     }
 

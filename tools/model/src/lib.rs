@@ -187,6 +187,15 @@ pub enum Event {
     HeldAborted,
     /// Issue 32: the caller's abort route wrote PREPARING → ABORTING, before the hold was recorded.
     AbortBeforeHold,
+    /// Issue 47: an operator's abort wrote PREPARING → ABORTING (its coordinator still preparing).
+    OperatorAbortedPreparing,
+    /// Issue 47: an operator's abort wrote PREPARED → ABORTING (a held transaction).
+    OperatorAbortedHeld,
+    /// Issue 47: an operator's abort found the transaction decided commit: 409.
+    OperatorAbortLost,
+    /// Issue 47: a coordinator's commit decision (PREPARING → COMMITTING, or PREPARED) lost to an operator's
+    /// abort: it follows the record and drives the abort.
+    CommitLostToOperator,
     /// Issue 32: a resolver (lock resolution, the sweeper, a route's or retry's `abort_expired`) aborted a
     /// PREPARED transaction past its `holdUntil` and twice the margin.
     HoldExpired,
@@ -256,7 +265,13 @@ impl TwoPc {
         for (t, spec) in cfg.txs.iter().enumerate() {
             // A held request is recorded first: the model's `keyed`; its routes need its record.
             assert!(!spec.held || spec.keyed, "a held transaction is recorded first (keyed)");
-            assert!(cfg.routes.iter().all(|&(tx, _)| cfg.txs[tx as usize].held) || t > 0, "routes of held txs only");
+            assert!(
+                cfg.routes.iter().all(|&(tx, r)| {
+                    let spec = &cfg.txs[tx as usize];
+                    if r == config::Route::Operator { spec.keyed } else { spec.held }
+                }) || t > 0,
+                "the caller's routes of held txs only, an operator's abort of keyed ones"
+            );
         }
         let execs = cfg.executions();
         let route_of =
@@ -271,8 +286,11 @@ impl TwoPc {
     pub fn coord_name(&self, ci: u8) -> String {
         let (tx, e) = self.execs[ci as usize];
         if let Some(route) = self.route_of[ci as usize] {
-            let what = if route == config::Route::Commit { "commit" } else { "abort" };
-            return format!("caller's {what} of {}", self.tx_name(tx));
+            return match route {
+                config::Route::Commit => format!("caller's commit of {}", self.tx_name(tx)),
+                config::Route::Abort => format!("caller's abort of {}", self.tx_name(tx)),
+                config::Route::Operator => format!("operator's abort of {}", self.tx_name(tx)),
+            };
         }
         if self.cfg.txs[tx as usize].executions > 1 {
             format!("coordinator {}#{}", self.tx_name(tx), e + 1)
@@ -514,7 +532,10 @@ impl Model for TwoPc {
             let enabled = match c.pc {
                 // Issue 32: the caller commits once it has the 202; it may abort once the record exists.
                 CPc::Start if self.route_of[ci].is_some() => {
-                    checks = self.route_checks(s, tx);
+                    // Issue 47: the operator's abort reads no clock.
+                    if self.route_of[ci] != Some(config::Route::Operator) {
+                        checks = self.route_checks(s, tx);
+                    }
                     match self.route_of[ci] {
                         Some(config::Route::Commit) => {
                             self.execs_of(tx).any(|o| s.coords[o as usize].answer == Some(Answer::Held))
@@ -974,6 +995,26 @@ impl TwoPc {
         let sw = cfg.switches;
         let b = cfg.budget;
         let mut p = vec![];
+        if cfg.routes.iter().any(|&(_, r)| r == config::Route::Operator) {
+            p.push(Property::<Self>::sometimes(
+                "sometimes an operator aborts a transaction still preparing",
+                seen::<{ Event::OperatorAbortedPreparing as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes an operator's abort wins over its coordinator's decided commit (or hold)",
+                seen::<{ Event::CommitLostToOperator as u32 }>,
+            ));
+            p.push(Property::<Self>::sometimes(
+                "sometimes an operator's abort finds the transaction committed: 409",
+                seen::<{ Event::OperatorAbortLost as u32 }>,
+            ));
+            if cfg.txs.iter().any(|t| t.held) {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes an operator aborts a held (PREPARED) transaction",
+                    seen::<{ Event::OperatorAbortedHeld as u32 }>,
+                ));
+            }
+        }
         if cfg.txs.iter().any(|t| t.held) {
             let routes = |r: config::Route| cfg.routes.iter().any(|&(_, x)| x == r);
             if routes(config::Route::Commit) {

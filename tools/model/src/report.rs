@@ -122,6 +122,7 @@ fn switches_text(model: &TwoPc) -> String {
         ("recheck", s.recheck),
         ("held_undecided", s.held_undecided),
         ("resolver_extends_hold", s.resolver_extends_hold),
+        ("operator_writes_conditionally", s.operator_writes_conditionally),
     ]);
     let b = model.cfg.budget;
     let budget = format!(
@@ -142,7 +143,7 @@ fn switches_text(model: &TwoPc) -> String {
     } else {
         let routes: Vec<String> =
             model.cfg.routes.iter().map(|&(tx, r)| format!("{} {}", route_name(r), model.tx_name(tx))).collect();
-        format!("{budget}; the caller may {} (each once, at any moment)", routes.join(", "))
+        format!("{budget}; calls, each once at any moment: {}", routes.join(", "))
     };
     let budget = match (model.cfg.redeploy, model.cfg.resource) {
         (true, _) => format!("{budget}; a service redeployed once at any moment"),
@@ -156,8 +157,9 @@ fn switches_text(model: &TwoPc) -> String {
 
 fn route_name(r: crate::config::Route) -> &'static str {
     match r {
-        crate::config::Route::Commit => "commit",
-        crate::config::Route::Abort => "abort",
+        crate::config::Route::Commit => "the caller's commit of",
+        crate::config::Route::Abort => "the caller's abort of",
+        crate::config::Route::Operator => "an operator's abort of",
     }
 }
 

@@ -1721,8 +1721,11 @@ impl TwoPc {
     fn answer_for(&self, s: &mut State, ci: u8, status: Status, ctx: &mut Ctx) {
         let route = self.route_of[ci as usize];
         let a = match status {
-            _ if route == Some(crate::config::Route::Abort) => {
+            _ if matches!(route, Some(crate::config::Route::Abort | crate::config::Route::Operator)) => {
                 if status.commit() {
+                    if route == Some(crate::config::Route::Operator) {
+                        self.event(s, Event::OperatorAbortLost);
+                    }
                     Answer::AbortLost
                 } else if status.abort() {
                     Answer::AbortOk
@@ -1821,8 +1824,16 @@ impl TwoPc {
             s.coords[me].votes = v;
         }
         let from = rec.status;
-        if !matches!(from, Status::Preparing | Status::Prepared) {
+        // Issue 47, before the fix: an operator's abort that read the record undecided (any earlier moment)
+        // writes ABORTING unconditionally, over a decision made since.
+        let unconditional = route == crate::config::Route::Operator
+            && !self.cfg.switches.operator_writes_conditionally
+            && from == Status::Committing;
+        if !matches!(from, Status::Preparing | Status::Prepared) && !unconditional {
             return self.follow(s, ci, ctx);
+        }
+        if route == crate::config::Route::Operator {
+            return self.operator_abort(s, ci, from, ctx);
         }
         let expired = if from == Status::Prepared {
             self.hold_resolver_reads_past(s, tx, ctx)
@@ -1868,6 +1879,38 @@ impl TwoPc {
         }
         let status = s.status(tx).expect("decided");
         self.drive(s, ci, status, ctx);
+    }
+
+    /// Issue 47, `POST /admin/transactions/{id}/abort` (`coordinator/admin.rs`, `abort` → `decide_on_chain`)
+    /// of an undecided record, held or not: the status read → ABORTING ("aborted by an operator", a reason to
+    /// abort), in one step with its read as the caller's abort (the write is conditional on the status read;
+    /// lost, the record found is followed, which `route_step` does when it reads a decided one); then driven,
+    /// 200 (or 409 if a commit won). No clock is read: an operator's abort is an abort whatever the deadline
+    /// or `holdUntil` (`decide_on_chain`'s `abort_expired` aborts it all the same, with the expiry's reason).
+    fn operator_abort(&self, s: &mut State, ci: u8, from: Status, ctx: &mut Ctx) {
+        let (tx, _) = self.execs[ci as usize];
+        let me = ci as usize;
+        s.ghost.reason |= bit(tx);
+        match from {
+            Status::Prepared => self.event(s, Event::OperatorAbortedHeld),
+            Status::Preparing => self.event(s, Event::OperatorAbortedPreparing),
+            // `operator_writes_conditionally` off: over a commit.
+            _ => {}
+        }
+        // Its coordinator decided commit (or the hold), and its write comes next: it loses to this one.
+        let committing = self.execs_of(tx).any(|o| {
+            matches!(s.coords[o as usize].pc, CPc::WriteDecision { to: Status::Committing | Status::Prepared })
+        });
+        if committing {
+            self.event(s, Event::CommitLostToOperator);
+        }
+        self.set_status(s, tx, Status::Aborting, None, ctx);
+        if ctx.lost_reply(s) {
+            s.coords[me].retrying = true;
+            s.coords[me].pc = CPc::HeldRetry;
+            return;
+        }
+        self.drive(s, ci, Status::Aborting, ctx);
     }
 
     /// Abort everyone it may have locked, then answer (409 if `recorded`, else 503).

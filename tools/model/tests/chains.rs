@@ -6,12 +6,13 @@
 //! it prevents, printing the trace (breadth first, cut at the first state that violates the property:
 //! `Run::expect_violation`; not always the shortest, as the checker's threads hand work out in batches).
 //!
-//! The configurations are small (seconds at most: no locks, a vote left to chance), so there is no
-//! `MODEL_BIG` one: `together` has `MAX_ATTEMPTS` 4 and two faults of each kind already.
+//! The configurations are small (seconds at most: no locks, a vote left to chance): `together` has
+//! `MAX_ATTEMPTS` 4 and two faults of each kind already. One `MODEL_BIG` configuration: `together` with the
+//! operator's abort too (issue 47).
 
 use twopc_model::chain::{
-    Body, CAnswer, ChainBudget, ChainConfig, ChainModel, ChainSwitches, Decider, FIRST, Id, KEY_ANSWERS, LINKS,
-    OWN_BODY, OWN_OUTCOME, OWN_REFUSAL, RPc, TOKEN_RETRY, check,
+    Body, CAnswer, ChainBudget, ChainConfig, ChainModel, ChainSwitches, DECISIONS, Decider, FIRST, Id, KEY_ANSWERS,
+    LINKS, OPERATOR_ENDS, OWN_BODY, OWN_OUTCOME, OWN_REFUSAL, RPc, TOKEN_RETRY, check,
 };
 
 /// A crash between a link and the next attempt, a failed token retry write, a resolver racing a slow
@@ -52,6 +53,39 @@ fn together() {
     let run = check(ChainModel::new(cfg), None);
     run.assert_all_hold();
     assert!(run.unique > 10_000, "not vacuous: {} states", run.unique);
+}
+
+/// Issue 47: an operator's abort (`POST /admin/transactions/{id}/abort`) of K1's request, not held, sent at
+/// any moment to any of its attempts: it races its coordinator's commit (PREPARING → COMMITTING), its
+/// contention abort naming the next attempt (and that attempt's create), a resolver, the replays and the
+/// token retry; `MAX_ATTEMPTS` 4, two faults of each kind.
+#[test]
+fn operator() {
+    let run = check(ChainModel::new(ChainConfig::operator(FAULTS).max_attempts(4)), None);
+    run.assert_all_hold();
+    assert!(run.unique > 5_000, "not vacuous: {} states", run.unique);
+}
+
+/// Issue 47, held: `held` (its caller's commit and abort, the hold's expiry) with the operator's abort too,
+/// which races the coordinator's PREPARED write, its contention abort, and the caller's routes.
+#[test]
+fn operator_held() {
+    let run = check(ChainModel::new(ChainConfig::operator_held(FAULTS).max_attempts(4)), None);
+    run.assert_all_hold();
+    assert!(run.unique > 5_000, "not vacuous: {} states", run.unique);
+}
+
+/// Issue 47, everything together: `together` with the operator's abort of K1's request. With `MODEL_BIG=1`
+/// only: 9,349,573 states, about 4 minutes on two threads (CI runs `operator` and `operator_held`).
+#[test]
+fn together_with_the_operator() {
+    if !std::env::var("MODEL_BIG").is_ok_and(|v| v == "1") {
+        eprintln!("together_with_the_operator: MODEL_BIG=1 runs it");
+        return;
+    }
+    let cfg = ChainConfig::together(FAULTS).max_attempts(4).with_operator(true);
+    let run = check(ChainModel::new(cfg), None);
+    run.assert_all_hold();
 }
 
 /// Defect 1 (`own_refusal_only` off: the coordinator retries whatever aborted its attempt). The caller
@@ -182,4 +216,45 @@ fn defect_41_3_a_keys_replay_follows_a_token_retry_into_another_outcome() {
     // The same, read against the records: K1's replay answered 200 with no attempt of K1's committed.
     let run = check(run.model.clone(), Some(OWN_OUTCOME));
     run.expect_violation(OWN_OUTCOME);
+}
+
+/// Issue 47, an operator's abort that does not follow `retriedAs` (`operator_follows_chain` off: it acts on
+/// the id it is sent to). K1 is refused for contention and its coordinator names K1-2 in its abort; the
+/// operator's abort of K1 finds K1 ABORTED and answers 200 ABORTED (or its write, after a read of K1
+/// PREPARING, loses to that abort and answers from K1), while K1-2 goes on and commits: the operator was
+/// told the request is aborted, and it committed. With the fix the operator follows K1 → K1-2 and aborts it
+/// (or fences it, not yet created), and the request ends.
+#[test]
+fn issue_47_an_operator_abort_that_stops_at_the_id_it_is_sent_to_lets_the_retry_commit() {
+    let model = switched(ChainConfig::operator(ChainBudget::default()).max_attempts(2).replays(0), |s| {
+        s.operator_follows_chain = false
+    });
+    let run = check(model, Some(KEY_ANSWERS));
+    let path = run.expect_violation(KEY_ANSWERS);
+    let last = path.last_state();
+    assert_eq!(last.op_said.map(|a| (a.answer, a.from)), Some((CAnswer::AbortedOk, Some(Id { ns: 0, n: 1 }))));
+    assert!(last.record(Id { ns: 0, n: 2 }).is_some_and(|r| r.status.commit()), "K1-2 committed");
+    let run = check(run.model.clone(), Some(OWN_OUTCOME));
+    run.expect_violation(OWN_OUTCOME);
+}
+
+/// Issue 47, an operator's abort written unconditionally (`operator_writes_conditionally` off). The operator
+/// reads K1 (or K1-2, after a retry) PREPARING; its votes are all PREPARED and its coordinator writes
+/// PREPARING → COMMITTING (200); the operator's write then lands over the commit: one attempt decided both ways. With the fix the write
+/// is conditional on PREPARING, loses, and the operator is answered 409 with the committed body.
+#[test]
+fn issue_47_an_unconditional_operator_abort_overwrites_its_coordinators_commit() {
+    let model = switched(ChainConfig::operator(ChainBudget::default()).max_attempts(2).replays(0), |s| {
+        s.operator_writes_conditionally = false
+    });
+    let run = check(model.clone(), Some(DECISIONS));
+    let path = run.expect_violation(DECISIONS);
+    let last = path.last_state();
+    let read = last.op_said.and_then(|a| a.from).and_then(|id| last.record(id)).expect("the operator's record");
+    assert_eq!((read.status.abort(), read.by), (true, Some(Decider::Operator)), "aborted by the operator");
+    assert_eq!(last.coords[FIRST as usize].said.map(|a| a.answer), Some(CAnswer::Committed), "after its 200");
+    // Over the coordinator's contention abort naming K1-2 instead, the operator's write leaves that link on a
+    // record it decided: the request goes on after the operator's abort.
+    let run = check(model, Some(OPERATOR_ENDS));
+    run.expect_violation(OPERATOR_ENDS);
 }

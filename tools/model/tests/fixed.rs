@@ -247,3 +247,19 @@ fn held_crash_loss() {
 fn held_margin() {
     run_margin(Config::held, faults("crash", 1), faults("crash,loss", 1));
 }
+
+/// Issue 47: an operator's abort of T1, a keyed transfer not held, at any moment once its record exists:
+/// it races its coordinator's decision (PREPARING → COMMITTING, conditional on PREPARING: exactly one wins),
+/// its prepares (a lock taken after the abort is processed is a late one, released by resolution), and T2's
+/// one-phase deposit meeting T1's lock.
+#[test]
+fn operator() {
+    run(Config::operator, faults("crash,db_reply,loss,refused", 2), false);
+}
+
+/// Issue 47, held: the operator's abort racing the caller's commit and abort, the hold's expiry, and the
+/// coordinator's PREPARED write.
+#[test]
+fn operator_held() {
+    run(Config::operator_held, faults("crash,db_reply,refused", 1), false);
+}

@@ -286,3 +286,37 @@ fn defect_42_a_participant_role_that_may_write_records_decides_commit_over_an_ab
     assert!(last.forged, "the operator wrote the record");
     assert!(last.ghost.violations & Violation::StatusBackwards.bit() != 0, "COMMITTING written over an abort");
 }
+
+/// Issue 47, an operator's abort written unconditionally (`operator_writes_conditionally` off): T1, keyed
+/// and not held, is read PREPARING by an operator's abort; its votes are in and its coordinator writes
+/// PREPARING → COMMITTING; the operator's write, not conditional on the status it read, lands over it:
+/// ABORTING over a commit decision. With the fix the write is conditional, loses, and the operator is
+/// answered 409 (the commit is driven).
+#[test]
+fn defect_47_an_unconditional_operator_abort_writes_an_abort_over_a_commit() {
+    let cfg = Config::operator(Budget::default())
+        .sweeper_races_coordinators(false)
+        .margin(false)
+        .switches(Switches { operator_writes_conditionally: false, ..Switches::default() });
+    let name = "one decision per transaction, status only moves forward";
+    let run = check(TwoPc::new(cfg), Some(name));
+    let path = run.expect_counterexample(name);
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::StatusBackwards.bit() != 0, "ABORTING written over COMMITTING");
+    assert!(last.ghost.decided_commit & 1 != 0, "T1 was decided commit");
+}
+
+/// Issue 47: the operator's abort is a reason to abort, and admitting it hides no self-abort. In the
+/// operator's configuration with issue 28's resolver margin switched off, a resolver whose clock runs ahead
+/// still aborts T1 while its coordinator could commit, with no operator involved: "no self-abort" fails.
+#[test]
+fn issue_47_the_operators_reason_hides_no_self_abort() {
+    let cfg = Config::operator(Budget::default())
+        .sweeper_races_coordinators(false)
+        .switches(Switches { resolver_margin: false, ..Switches::default() });
+    let run = check(TwoPc::new(cfg), Some("no self-abort"));
+    let path = run.expect_counterexample("no self-abort");
+    let last = path.last_state();
+    assert!(last.ghost.violations & Violation::SelfAbort.bit() != 0);
+    assert!((0..2).any(|tx| last.phase(tx) == phase::ON_TIME), "while its coordinator's clock is on time");
+}
