@@ -86,6 +86,7 @@ def written_metric_names(stack: Stack) -> set[str]:
         set(metrics["coordinatorCounts"])
         | set(metrics["coordinatorLatencies"])
         | set(metrics["sweeperCounts"])
+        | set(metrics.get("sweeperGauges", []))
         | set(metrics.get("streamProcessorCounts", []))
     )
 
@@ -421,6 +422,12 @@ def required_alarms(stack: Stack) -> list[Required]:
         Required("the sweeper's StuckTransactions (recovery not making progress)",
                  lambda a: a.on(METRICS_NAMESPACE, "StuckTransactions"),
                  lambda a: a.above(0) and a.window is not None and a.window >= 300, "> 0 for 5 minutes or more")
+    )
+    # The operators' stuck view not emptying (issue 47): what recovery leaves behind.
+    required.append(
+        Required("the sweeper's StuckViewCount (the operators' stuck view not emptying)",
+                 lambda a: a.on(METRICS_NAMESPACE, "StuckViewCount"),
+                 lambda a: a.above(0) and a.window is not None and a.window >= 600, "> 0 for 10 minutes or more")
     )
     # A participant's clock drifting from the coordinator's, long before it reaches the margin M.
     skew = clock_margin_ms() // CLOCK_SKEW_ALARM_FRACTION

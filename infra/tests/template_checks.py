@@ -236,6 +236,7 @@ TELEMETRY_LISTS = {
     "coordinatorCounts": "COORDINATOR_COUNTS",
     "coordinatorLatencies": "COORDINATOR_LATENCIES",
     "sweeperCounts": "SWEEPER_COUNTS",
+    "sweeperGauges": "SWEEPER_GAUGES",
     "streamProcessorCounts": "STREAM_PROCESSOR_COUNTS",
 }
 

@@ -433,7 +433,10 @@ impl TestEnv {
             self.participants.keys().cloned(),
             clock,
         );
-        let tables = self.participants.iter().map(|(s, p)| (s.clone(), p.table().clone())).collect();
+        let tables: BTreeMap<String, DataTable> =
+            self.participants.iter().map(|(s, p)| (s.clone(), p.table().clone())).collect();
+        // As the sweeper function builds it: its tables also for the stuck view's count.
+        let coordinator = coordinator.with_data_tables(tables.clone());
         twopc::sweeper::Sweeper::new(coordinator, tables, limits)
     }
 

@@ -338,3 +338,33 @@ async fn open_transactions_are_listed_page_by_page_each_once() {
     let (status, bad) = admin(&c, "GET", "/admin/transactions", Some(json!({"status": "DONE"}))).await;
     assert_eq!((status, bad["error"]["code"].as_str()), (400, Some("INVALID_REQUEST")), "{bad}");
 }
+
+/// The sweeper's gauges after a run: the open transactions by status, the oldest one's age, and the
+/// stuck view's count (a lock whose owner never wrote a record, past the view's lock age).
+#[tokio::test]
+async fn the_sweepers_census_counts_what_is_open_and_what_is_stuck() {
+    let env = TestEnv::new().await;
+    let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
+    for i in 0..2 {
+        env.put_account("service-a", &format!("A{i}"), "100").await;
+        env.put_account("service-b", &format!("B{i}"), "0").await;
+        let mut held = transfer(&format!("A{i}"), &format!("B{i}"), 1);
+        held["holdMs"] = json!(600_000);
+        assert_eq!(post(&c, &held, None).await.0, 202);
+    }
+    env.clock.advance(5_000);
+    let sweeper = env.sweeper(None);
+    let census = sweeper.census().await.unwrap();
+    assert_eq!(census.by_status, BTreeMap::from([("PREPARED".to_owned(), 2)]), "{census:?}");
+    assert!(census.complete && census.oldest_age_ms >= 5_000, "{census:?}");
+    assert_eq!(census.stuck, 0, "held within holdUntil, no stale lock: {census:?}");
+
+    // A coordinator that stopped after its prepares leaves locks whose owner has no record.
+    env.put_account("service-a", "C", "100").await;
+    env.put_account("service-b", "D", "0").await;
+    let crashing = coordinator(&env, &env.fresh_invoker(), Faults::crash_at(CoordinatorCrash::AfterPrepares(2)));
+    assert_eq!(post(&crashing, &transfer("C", "D", 1), None).await.0, 500);
+    env.clock.advance(twopc::coordinator::DEFAULT_LOCK_AGE_MS + 60_000);
+    let census = sweeper.census().await.unwrap();
+    assert_eq!(census.stuck, 2, "the two locks of the owner without a record: {census:?}");
+}

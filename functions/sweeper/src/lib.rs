@@ -22,17 +22,24 @@ pub async fn from_env() -> Result<Sweeper, ConfigError> {
     let invoker = Arc::new(LambdaInvoker::from_registry(&aws, registry));
     let transactions = TransactionStore::new(dynamodb.clone(), transactions);
     let keys = twopc::auth::keys_from_env(&aws, twopc::auth::PARTICIPANT_KEYS)?;
-    let coordinator = Coordinator::new(transactions, invoker, services, clock::system())
-        .with_keys(keys)
-        .with_signature(twopc::auth::signature_from_env()?);
     let tables: BTreeMap<String, DataTable> =
         tables.into_iter().map(|(service, table)| (service, DataTable::new(dynamodb.clone(), table))).collect();
+    // Its data tables also for the stuck view's count (`StuckViewCount`).
+    let coordinator = Coordinator::new(transactions, invoker, services, clock::system())
+        .with_keys(keys)
+        .with_signature(twopc::auth::signature_from_env()?)
+        .with_data_tables(tables.clone());
     Ok(Sweeper::new(coordinator, tables, SweepLimits::default()))
 }
 
-/// One sweep, counted in the metrics the function's `main` writes after it.
+/// One sweep, counted in the metrics the function's `main` writes after it, then what is open after it
+/// (its gauges: open transactions by status, the oldest one's age, the stuck view's count). A census that
+/// fails fails the run: its gauges would otherwise keep the last run's values.
 pub async fn handle(sweeper: &Sweeper) -> Result<SweepReport, twopc::store::StoreError> {
     let report = sweeper.sweep().await?;
     report.record_metrics();
+    let census = sweeper.census().await?;
+    tracing::info!(?census, "open after the sweep");
+    census.record_metrics();
     Ok(report)
 }

@@ -60,6 +60,7 @@ fn main() {
             "coordinatorLatencies": twopc::telemetry::COORDINATOR_LATENCIES,
             "abortedDimension": twopc::telemetry::REASON,
             "sweeperCounts": twopc::telemetry::SWEEPER_COUNTS,
+            "sweeperGauges": twopc::telemetry::SWEEPER_GAUGES,
             "streamProcessorCounts": twopc::telemetry::STREAM_PROCESSOR_COUNTS,
         },
         // The top-level attributes of a transaction record, and those each narrower writer writes (the

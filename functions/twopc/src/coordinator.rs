@@ -49,7 +49,7 @@ mod seen;
 mod submit;
 mod two_phase;
 
-pub use admin::{AdminRequest, ListQuery, OPERATOR_ABORT_REASON, admin_view};
+pub use admin::{AdminRequest, DEFAULT_LOCK_AGE_MS, ListQuery, OPERATOR_ABORT_REASON, admin_view};
 pub use engine::Driven;
 use engine::PhaseEngine;
 pub use held::HELD_ABORT_REASON;
@@ -280,6 +280,12 @@ impl Coordinator {
     /// before anything is read or written.
     pub async fn admin(&self, request: AdminRequest, caller: &Caller) -> Reply {
         admin::answer(self, request, caller).await
+    }
+
+    /// How many transactions and locks the operators' stuck view lists (`/admin/stuck` with `lock_age_ms`):
+    /// the sweeper's gauge. Reads only.
+    pub async fn stuck_count(&self, lock_age_ms: u64) -> Result<u32, crate::store::StoreError> {
+        admin::stuck_count(self, lock_age_ms).await
     }
 
     /// Drives a decided transaction to its end: commits (or aborts) at every participant that holds

@@ -70,6 +70,36 @@ impl SweepReport {
     }
 }
 
+/// What is open after a run, for the sweeper's gauges: the open transactions by status, the age of the
+/// oldest, and the operators' stuck view's count (`/admin/stuck`, with its default lock age). Read from
+/// the first [`CENSUS_LIMIT`] entries of the open index (in `sweepAt` order): `complete` says whether that
+/// was all of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenCensus {
+    pub by_status: BTreeMap<String, u32>,
+    pub oldest_age_ms: u64,
+    pub complete: bool,
+    pub stuck: u32,
+}
+
+/// A census reads at most this many open transactions (and their records) per run.
+pub const CENSUS_LIMIT: usize = 500;
+
+impl OpenCensus {
+    /// Sets the sweeper's gauges ([`crate::telemetry::SWEEPER_GAUGES`]): every open status, zero included,
+    /// so that an alarm reads a value in every run.
+    pub fn record_metrics(&self) {
+        use crate::telemetry::{OLDEST_OPEN_TRANSACTION_AGE, OPEN_TRANSACTIONS, STATUS, STUCK_VIEW_COUNT};
+        for status in [Status::Preparing, Status::Prepared, Status::Committing, Status::Aborting] {
+            let count = self.by_status.get(status.as_str()).copied().unwrap_or(0);
+            metrics::gauge!(OPEN_TRANSACTIONS, STATUS => status.as_str()).set(f64::from(count));
+        }
+        metrics::gauge!(OLDEST_OPEN_TRANSACTION_AGE).set(self.oldest_age_ms as f64);
+        metrics::gauge!(STUCK_VIEW_COUNT).set(f64::from(self.stuck));
+    }
+}
+
 pub struct Sweeper {
     /// Also the sweeper's store, invoker and clock, so that they can never disagree with it.
     coordinator: Coordinator,
@@ -162,6 +192,37 @@ impl Sweeper {
         }
         info!(?report, "sweep finished");
         Ok(report)
+    }
+
+    /// What is open now ([`OpenCensus`]): read only, from the open index, the records of a page at a time,
+    /// and the operators' stuck view.
+    pub async fn census(&self) -> Result<OpenCensus, StoreError> {
+        let now = self.coordinator.clock().now_ms();
+        let transactions = self.coordinator.transactions();
+        let mut census = OpenCensus { complete: true, ..OpenCensus::default() };
+        let mut after: Option<(u64, String)> = None;
+        let mut read = 0;
+        loop {
+            let (entries, more) = transactions.open_page(after.as_ref().map(|(t, id)| (*t, id.as_str())), 100).await?;
+            let ids: Vec<String> = entries.iter().map(|(_, id)| id.clone()).collect();
+            for record in transactions.get_many(&ids).await? {
+                if !record.status.is_terminal() {
+                    *census.by_status.entry(record.status.as_str().to_owned()).or_default() += 1;
+                    census.oldest_age_ms = census.oldest_age_ms.max(now.saturating_sub(record.age()));
+                }
+            }
+            read += entries.len();
+            after = entries.last().cloned();
+            if !more {
+                break;
+            }
+            if read >= CENSUS_LIMIT {
+                census.complete = false;
+                break;
+            }
+        }
+        census.stuck = self.coordinator.stuck_count(crate::coordinator::DEFAULT_LOCK_AGE_MS).await?;
+        Ok(census)
     }
 
     async fn recover_transaction(&self, id: &str) -> Result<TxOutcome, String> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, histogram};
 use serde_json::Value;
 
 use crate::config;
@@ -39,6 +39,13 @@ pub const STUCK_TRANSACTIONS: &str = "StuckTransactions";
 pub const RECOVERED_TRANSACTIONS: &str = "RecoveredTransactions";
 pub const RESOLVED_LOCKS: &str = "ResolvedLocks";
 pub const SWEEP_ERRORS: &str = "SweepErrors";
+/// Sweeper, after each run: the open transactions by status (dimension [`STATUS`]), the age of the oldest
+/// (milliseconds since its request started), and the operators' stuck view's count (`/admin/stuck`).
+pub const OPEN_TRANSACTIONS: &str = "OpenTransactions";
+pub const OLDEST_OPEN_TRANSACTION_AGE: &str = "OldestOpenTransactionAge";
+pub const STUCK_VIEW_COUNT: &str = "StuckViewCount";
+/// The dimension of [`OPEN_TRANSACTIONS`]: PREPARING, PREPARED, COMMITTING or ABORTING.
+pub const STATUS: &str = "Status";
 
 /// The dimension of [`ABORTED`]: the first refusing participant's code (`CONFLICT`, `GUARD_FAILED`,
 /// ...), `NO_ANSWER` when a participant did not answer, `DEADLINE` when all prepared too late.
@@ -50,6 +57,8 @@ pub const COORDINATOR_COUNTS: &[&str] = &[COMMITTED, ABORTED, ACCEPTED, UNAVAILA
 pub const COORDINATOR_LATENCIES: &[&str] =
     &[PREPARE_LATENCY, DECISION_LATENCY, COMMIT_LATENCY, TRANSACTION_LATENCY, CLOCK_SKEW];
 pub const SWEEPER_COUNTS: &[&str] = &[STUCK_TRANSACTIONS, RECOVERED_TRANSACTIONS, RESOLVED_LOCKS, SWEEP_ERRORS];
+/// The sweeper's gauges, set after each run from what is open then.
+pub const SWEEPER_GAUGES: &[&str] = &[OPEN_TRANSACTIONS, OLDEST_OPEN_TRANSACTION_AGE, STUCK_VIEW_COUNT];
 /// The stream processor's counts.
 pub const STREAM_PROCESSOR_COUNTS: &[&str] = &[UNPROCESSABLE_RECORDS];
 
@@ -61,6 +70,9 @@ pub fn describe() {
     for &name in SWEEPER_COUNTS {
         describe_counter!(name, Unit::Count, "sweeper");
     }
+    describe_gauge!(OPEN_TRANSACTIONS, Unit::Count, "open transactions by status, after a sweep");
+    describe_gauge!(OLDEST_OPEN_TRANSACTION_AGE, Unit::Milliseconds, "the oldest open transaction's age");
+    describe_gauge!(STUCK_VIEW_COUNT, Unit::Count, "what the operators' stuck view lists, after a sweep");
     for &name in STREAM_PROCESSOR_COUNTS {
         describe_counter!(name, Unit::Count, "stream processor");
     }

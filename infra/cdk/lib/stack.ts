@@ -2135,6 +2135,19 @@ class Monitoring {
       datapointsToAlarm: 5,
       threshold: 0,
     });
+    this.alarm('StuckViewAlarm', {
+      alarmDescription:
+        "The operators' stuck view has listed something after every sweep for 15 minutes: open " +
+        "transactions past their sweeper's due time, or locks expired a minute ago or more whose owner has " +
+        'no record or has ended, that recovery has not cleared. GET /admin/stuck (or twopc-local admin ' +
+        'stuck --api <ApiUrl>) lists them with why; a held transaction is not counted before its ' +
+        'holdUntil (infra/DEPLOY.md, "Alarms").',
+      // The sweeper's gauge after each run (embedded metric format, no dimension).
+      metric: this.protocol('StuckViewCount', 'Minimum'),
+      evaluationPeriods: 15,
+      datapointsToAlarm: 15,
+      threshold: 0,
+    });
     this.alarm('ClockSkewAlarm', {
       alarmDescription:
         "A participant's clock was more than 50 ms from the coordinator's (ClockSkew maximum over 5 " +
@@ -2591,12 +2604,24 @@ class Monitoring {
         'Phase latency p50 / p99 (ms)',
         latencies.flatMap((m) => [this.protocol(m, 'p50', `${m} p50`), this.protocol(m, 'p99', `${m} p99`)]),
       ),
-      graph('Sweeper: stuck (per run), recovered, locks resolved, errors', [
-        this.protocol('StuckTransactions', 'Maximum', 'StuckTransactions'),
-        this.protocol('RecoveredTransactions', 'Sum', 'RecoveredTransactions'),
-        this.protocol('ResolvedLocks', 'Sum', 'ResolvedLocks'),
-        this.protocol('SweepErrors', 'Sum', 'SweepErrors'),
-      ]),
+      graph(
+        'Sweeper: stuck (per run), recovered, locks resolved, errors, open by status, the stuck view; the oldest open (ms, right)',
+        [
+          this.protocol('StuckTransactions', 'Maximum', 'StuckTransactions'),
+          this.protocol('RecoveredTransactions', 'Sum', 'RecoveredTransactions'),
+          this.protocol('ResolvedLocks', 'Sum', 'ResolvedLocks'),
+          this.protocol('SweepErrors', 'Sum', 'SweepErrors'),
+          this.protocol('StuckViewCount', 'Maximum', 'StuckViewCount'),
+          new cloudwatch.MathExpression({
+            // One line per open status (the Status dimension: PREPARING, PREPARED, COMMITTING, ABORTING).
+            expression: `SEARCH('{"${this.props.metricsNamespace}",Status} MetricName="OpenTransactions"', 'Maximum', 60)`,
+            usingMetrics: {},
+            label: 'OpenTransactions',
+            period: minute,
+          }),
+        ],
+        [this.protocol('OldestOpenTransactionAge', 'Maximum', 'OldestOpenTransactionAge')],
+      ),
     );
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({

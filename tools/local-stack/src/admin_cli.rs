@@ -143,7 +143,7 @@ fn transactions_table(transactions: &Value) -> String {
                 .collect();
             vec![
                 text(&t["transactionId"]),
-                text(&t["status"]),
+                text(&t["recordedStatus"]),
                 format!("{:.1}s", t["ageMs"].as_f64().unwrap_or(0.0) / 1000.0),
                 text(&t["attempt"]),
                 text(&t["sweepAttempts"]),
@@ -157,7 +157,7 @@ fn detail(t: &Value) -> String {
     let mut out = String::new();
     for (name, field) in [
         ("transaction", "transactionId"),
-        ("status", "status"),
+        ("status", "recordedStatus"),
         ("reason", "reason"),
         ("principal", "principal"),
         ("attempt", "attempt"),

@@ -72,7 +72,8 @@ impl AdminRequest {
         let request = match (method, segments) {
             ("GET", ["admin", "transactions"]) => parse_list(query).map(AdminRequest::List),
             ("GET", ["admin", "transactions", id]) => Ok(AdminRequest::Show((*id).to_owned())),
-            ("GET", ["admin", "stuck"]) => number(query, "lockAgeMs")
+            ("GET", ["admin", "stuck"]) => only(query, &["lockAgeMs"])
+                .and_then(|()| number(query, "lockAgeMs"))
                 .map(|age| AdminRequest::Stuck { lock_age_ms: age.unwrap_or(DEFAULT_LOCK_AGE_MS) }),
             ("POST", ["admin", "transactions", id, "retry"]) => Ok(AdminRequest::Retry((*id).to_owned())),
             ("POST", ["admin", "transactions", id, "abort"]) => Ok(AdminRequest::Abort((*id).to_owned())),
@@ -89,10 +90,16 @@ fn number(query: &BTreeMap<String, String>, name: &str) -> Result<Option<u64>, S
         .transpose()
 }
 
-fn parse_list(query: &BTreeMap<String, String>) -> Result<ListQuery, String> {
-    if let Some(unknown) = query.keys().find(|k| !["status", "minAgeMs", "limit", "next"].contains(&k.as_str())) {
-        return Err(format!("unknown query parameter {unknown}: the list takes status, minAgeMs, limit and next"));
+/// A query that names only `allowed` parameters; `Err` names the first other one.
+fn only(query: &BTreeMap<String, String>, allowed: &[&str]) -> Result<(), String> {
+    match query.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(unknown) => Err(format!("unknown query parameter {unknown}: this route takes {}", allowed.join(", "))),
+        None => Ok(()),
     }
+}
+
+fn parse_list(query: &BTreeMap<String, String>) -> Result<ListQuery, String> {
+    only(query, &["status", "minAgeMs", "limit", "next"])?;
     let status = match query.get("status") {
         None => None,
         Some(text) => match Status::parse(text) {
@@ -153,8 +160,9 @@ pub(super) async fn answer(c: &Coordinator, request: AdminRequest, caller: &Call
 /// What an operator sees of a record: the answer's body, and what the sweeper and operators did to it.
 pub fn admin_view(record: &TransactionRecord, now_ms: u64) -> Value {
     let mut body = record.to_response();
-    // The status as recorded (an answer says ABORTED for ABORTING): an operator wants what is left to do.
-    body["status"] = json!(record.status.as_str());
+    // The status as recorded beside the answer's (which says ABORTED for ABORTING): an operator wants what
+    // is left to do.
+    body["recordedStatus"] = json!(record.status.as_str());
     body["ageMs"] = json!(now_ms.saturating_sub(record.age()));
     body["deadline"] = json!(record.deadline);
     if let Some(principal) = &record.principal {
@@ -271,6 +279,15 @@ fn key_of(item: &Item) -> Item {
 
 fn lock_json(lock: Lock) -> Value {
     json!({"transactionId": lock.transaction_id, "expiresAt": lock.expires_at, "startedAt": lock.started_at})
+}
+
+/// How many transactions and locks [`stuck`] lists: the sweeper's gauge.
+pub(super) async fn stuck_count(c: &Coordinator, lock_age_ms: u64) -> Result<u32, StoreError> {
+    let reply = stuck(c, lock_age_ms).await.map_err(|e| match e {
+        DriveError::Store(e) | DriveError::Unrecorded { error: e, .. } => e,
+        DriveError::Crashed(crash) => StoreError::internal("Query", c.engine.transactions.table(), crash.to_string()),
+    })?;
+    Ok(reply.body["count"].as_u64().unwrap_or(0) as u32)
 }
 
 /// Open transactions past their expiry (deadline, or `holdUntil`) or the sweeper's due time, and the
