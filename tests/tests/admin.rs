@@ -368,3 +368,48 @@ async fn the_sweepers_census_counts_what_is_open_and_what_is_stuck() {
     let census = sweeper.census().await.unwrap();
     assert_eq!(census.stuck, 2, "the two locks of the owner without a record: {census:?}");
 }
+
+/// The operators' actions meet a one-phase commit (a sole writing participant: committed with its
+/// record in one write, never open): nothing to abort (409 with the committed body), retry answers it.
+#[tokio::test]
+async fn a_one_phase_commit_is_answered_as_committed_by_every_action() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "A", "100").await;
+    let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
+    let debit = Transaction::new().participant("service-a", [op::add("A", "balance", -1).min(0)]).to_json();
+    let (status, answer) = post(&c, &debit, None).await;
+    assert_eq!(status, 200, "{answer}");
+    let id = answer["transactionId"].as_str().unwrap().to_owned();
+    assert!(id.starts_with(&twopc::coordinator::one_phase_prefix("service-a")), "{id}");
+    let (status, aborted) = admin(&c, "POST", &format!("/admin/transactions/{id}/abort"), None).await;
+    assert_eq!((status, aborted["status"].as_str()), (409, Some("COMMITTED")), "{aborted}");
+    let (status, retried) = admin(&c, "POST", &format!("/admin/transactions/{id}/retry"), None).await;
+    assert_eq!((status, retried["status"].as_str()), (200, Some("COMMITTED")), "{retried}");
+    let (status, shown) = admin(&c, "GET", &format!("/admin/transactions/{id}"), None).await;
+    assert_eq!((status, shown["chain"].clone()), (200, json!([id])), "{shown}");
+    assert_eq!(env.balance("service-a", "A").await, "99");
+}
+
+/// The operators' abort meets a resource participant (the example payments: a card authorized at
+/// prepare): the held order's authorization is voided, nothing captured.
+#[tokio::test]
+async fn an_operators_abort_voids_a_held_orders_card_authorization() {
+    let env = TestEnv::with_services(&["service-a", "payments"]).await;
+    env.put_account("service-a", "W", "100").await;
+    let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
+    let order = json!({"participants": [
+        {"service": "payments", "operations": [payments::charge("order-9", "4242424242424242", 1500)]},
+        {"service": "service-a", "operations": [{"op": "add", "key": {"entityId": "W"}, "field": "balance", "delta": -20, "min": 0}]}
+    ], "holdMs": 60000});
+    let (status, answer) = post(&c, &order, None).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("PREPARED")), "{answer}");
+    let id = answer["transactionId"].as_str().unwrap().to_owned();
+    let api = env.payment_api.as_deref().unwrap();
+    assert_eq!(api.held().len(), 1, "authorized at prepare");
+    let (status, aborted) = admin(&c, "POST", &format!("/admin/transactions/{id}/abort"), None).await;
+    assert_eq!((status, aborted["status"].as_str()), (200, Some("ABORTED")), "{aborted}");
+    api.settle().await;
+    let statuses: Vec<String> = api.authorizations().into_iter().map(|a| a.status).collect();
+    assert_eq!(statuses, ["voided"], "the authorization is voided, never captured");
+    assert_eq!(env.balance("service-a", "W").await, "100");
+}

@@ -132,6 +132,47 @@ pub fn get_m<'a>(item: &'a Item, name: &str) -> Option<&'a Item> {
     item.get(name).and_then(|v| v.as_m().ok())
 }
 
+/// Reads `keys` of `table` in BatchGetItem calls of at most 100 keys, consistently or not; keys DynamoDB
+/// leaves unprocessed (throttling) are asked again after a wait that doubles from 50 ms, five tries in
+/// all, then it is an error. The items found, in no particular order; keys without an item are left out.
+pub async fn batch_get(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    keys: &[Item],
+    consistent: bool,
+) -> Result<Vec<Item>, StoreError> {
+    const TRIES: u32 = 5;
+    let mut found = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(100) {
+        let mut pending = chunk.to_vec();
+        let mut tries = 0;
+        while !pending.is_empty() {
+            if tries == TRIES {
+                let message = format!("{} keys still unprocessed after {TRIES} tries", pending.len());
+                return Err(StoreError::internal("BatchGetItem", table, message));
+            }
+            if tries > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(50 << (tries - 1))).await;
+            }
+            tries += 1;
+            let request = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut pending)))
+                .consistent_read(consistent)
+                .build()
+                .expect("keys are set");
+            let out = client
+                .batch_get_item()
+                .request_items(table, request)
+                .send()
+                .await
+                .map_err(|e| StoreError::new("BatchGetItem", table, e))?;
+            found.extend(out.responses.and_then(|mut r| r.remove(table)).unwrap_or_default());
+            pending = out.unprocessed_keys.and_then(|mut u| u.remove(table)).map(|k| k.keys).unwrap_or_default();
+        }
+    }
+    Ok(found)
+}
+
 /// Spreads sparse-index writes over [`crate::tables::INDEX_SHARDS`] partition values.
 pub fn shard_of(id: &str, prefix: &str) -> String {
     let hash = id.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));

@@ -154,30 +154,9 @@ impl DataTable {
             .collect())
     }
 
-    /// Reads several items consistently in one request.
+    /// Reads several items consistently ([`crate::store::batch_get`]).
     pub async fn get_many(&self, keys: &[Item]) -> Result<Vec<Item>, StoreError> {
-        let mut found = Vec::with_capacity(keys.len());
-        let mut pending = Some(
-            aws_sdk_dynamodb::types::KeysAndAttributes::builder()
-                .set_keys(Some(keys.to_vec()))
-                .consistent_read(true)
-                .build()
-                .expect("keys are set"),
-        );
-        while let Some(request) = pending.take() {
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(&self.name, request)
-                .send()
-                .await
-                .map_err(|e| StoreError::new("BatchGetItem", &self.name, e))?;
-            if let Some(items) = out.responses.and_then(|mut r| r.remove(&self.name)) {
-                found.extend(items);
-            }
-            pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.name)).filter(|k| !k.keys().is_empty());
-        }
-        Ok(found)
+        crate::store::batch_get(&self.client, &self.name, keys, true).await
     }
 
     /// The one-phase commit of a transaction with a single writing participant: every operation applied

@@ -278,30 +278,9 @@ impl TransactionStore {
     /// Reads several records in BatchGetItem calls (100 keys each); the ones that do not exist are left
     /// out. Eventually consistent: a page of a list, not a decision.
     pub async fn get_many(&self, ids: &[String]) -> Result<Vec<TransactionRecord>, StoreError> {
-        let mut records = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(100) {
-            let keys: Vec<Item> = chunk.iter().map(|id| Self::key(id)).collect();
-            let mut pending = Some(
-                aws_sdk_dynamodb::types::KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .build()
-                    .expect("keys are set"),
-            );
-            while let Some(request) = pending.take() {
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(|e| StoreError::new("BatchGetItem", &self.table, e))?;
-                for item in out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default() {
-                    records.push(TransactionRecord::from_item(&item)?);
-                }
-                pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
-            }
-        }
-        Ok(records)
+        let keys: Vec<Item> = ids.iter().map(|id| Self::key(id)).collect();
+        let items = crate::store::batch_get(&self.client, &self.table, &keys, false).await?;
+        items.iter().map(TransactionRecord::from_item).collect()
     }
 
     /// A page of the open transactions in the order of their `sweepAt` (then id), after `after` (the last
