@@ -83,11 +83,15 @@ impl AdminRequest {
     }
 }
 
+/// The largest number a query takes: JSON's (and JavaScript's) largest exact integer, as openapi.yaml says.
+const MAX_QUERY_NUMBER: u64 = (1 << 53) - 1;
+
 fn number(query: &BTreeMap<String, String>, name: &str) -> Result<Option<u64>, String> {
-    query
-        .get(name)
-        .map(|text| text.parse::<u64>().map_err(|_| format!("{name} must be a whole number, not {text:?}")))
-        .transpose()
+    let Some(text) = query.get(name) else { return Ok(None) };
+    match text.parse::<u64>() {
+        Ok(value) if value <= MAX_QUERY_NUMBER => Ok(Some(value)),
+        _ => Err(format!("{name} must be a whole number from 0 to {MAX_QUERY_NUMBER}, not {text:?}")),
+    }
 }
 
 /// A query that names only `allowed` parameters; `Err` names the first other one.
@@ -159,7 +163,7 @@ pub(super) async fn answer(c: &Coordinator, request: AdminRequest, caller: &Call
 
 /// What an operator sees of a record: the answer's body, and what the sweeper and operators did to it.
 pub fn admin_view(record: &TransactionRecord, now_ms: u64) -> Value {
-    let mut body = record.to_response();
+    let mut body = Reply::for_record(record).body;
     // The status as recorded beside the answer's (which says ABORTED for ABORTING): an operator wants what
     // is left to do.
     body["recordedStatus"] = json!(record.status.as_str());
@@ -452,6 +456,7 @@ mod tests {
             (("limit", "101"), "limit"),
             (("next", "x"), "next"),
             (("minAgeMs", "-1"), "minAgeMs"),
+            (("minAgeMs", "9007199254740992"), "minAgeMs"),
             (("colour", "red"), "colour"),
         ] {
             let parsed = AdminRequest::parse("GET", &["admin", "transactions"], &query(&[bad])).unwrap();
