@@ -3,6 +3,7 @@
 //! policy), through the typed client (bearer tokens, real HTTP and a real WebSocket); and the
 //! idempotency keys of callers from before keys were scoped, against the coordinator's core.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -529,6 +530,39 @@ async fn the_live_page_signs_in_as_a_chosen_local_user() {
         let bad = http.post(format!("{api}/local/token")).json(&json!({"sub": sub})).send().await.unwrap();
         assert_eq!(bad.status().as_u16(), 400, "{sub:?}");
     }
+    stack.stop().await;
+}
+
+/// Issue 47: the live page's "operator" sign-in and `twopc-local token --operator`: a token with the
+/// `operators` group, which the stack's policy names under `--auth jwt`, may use the operators' API; a
+/// user's and an admin's may not (403 FORBIDDEN), and an operator is not an admin.
+#[tokio::test]
+async fn an_operators_token_of_the_local_issuer_opens_the_operators_api_and_an_admins_does_not() {
+    let stack = stack("operator", 10).await;
+    let api = &stack.endpoints().api;
+    let http = twopc::https::client_builder().no_proxy().build().unwrap();
+    let mut tokens = BTreeMap::new();
+    for (who, asked) in [
+        ("user", json!({"sub": "ursula"})),
+        ("admin", json!({"sub": "root", "admin": true})),
+        ("operator", json!({"sub": "olga", "operator": true})),
+    ] {
+        let answer: Value =
+            http.post(format!("{api}/local/token")).json(&asked).send().await.unwrap().json().await.unwrap();
+        assert_eq!(answer["operator"], who == "operator", "{answer}");
+        tokens.insert(who, answer["token"].as_str().expect("a token").to_owned());
+    }
+    let client = |who: &str| Client::new(api).unwrap().with_bearer(&tokens[who]);
+    for who in ["user", "admin"] {
+        let refused = client(who).admin_list(&Default::default()).await.expect_err("not an operator");
+        assert!(matches!(&refused, Error::Forbidden(e) if e.code == ErrorCode::Forbidden), "{who}: {refused:?}");
+    }
+    let listed = client("operator").admin_list(&Default::default()).await.expect("an operator lists");
+    assert!(listed["transactions"].is_array(), "{listed}");
+    // An operator is not an admin: it writes only its own items.
+    let bobs = Transaction::new().participant("service-a", [op::put("bob", json!({"balance": 5}))]);
+    let refused = client("operator").submit(&bobs).await.expect_err("not bob's");
+    assert!(matches!(&refused, Error::Forbidden(_)), "{refused:?}");
     stack.stop().await;
 }
 

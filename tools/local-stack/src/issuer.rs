@@ -19,6 +19,11 @@ use serde_json::{Value, json};
 pub const AUDIENCE: &str = "twopc-local";
 /// The path (on the REST API's origin) the issuer is named by.
 pub const ISSUER_PATH: &str = "/local/issuer";
+/// The group the development issuer puts in an operator's token (`twopc-local token --operator`, the
+/// page's "operator" sign-in); the stack's policy names it among its `operatorGroups` under `--auth jwt`.
+pub const OPERATOR_GROUP: &str = "operators";
+/// The group of an admin's token: the default policy's `adminGroups`.
+pub const ADMIN_GROUP: &str = "admins";
 /// How long a token is valid unless asked otherwise.
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(60 * 60);
 /// The file under the auth folder.
@@ -87,13 +92,25 @@ impl DevIssuer {
     /// A token for `sub`, valid for `ttl` (an admin's carries the `admins` group, as a Cognito user
     /// pool's `cognito:groups` does).
     pub fn token(&self, sub: &str, admin: bool, ttl: Duration) -> String {
+        self.token_for(sub, Roles { admin, operator: false }, ttl)
+    }
+
+    /// A token for `sub` with these roles, valid for `ttl`: an admin's carries the `admins` group, an
+    /// operator's the `operators` group ([`OPERATOR_GROUP`]), in `cognito:groups` as a Cognito user pool
+    /// puts them. Either is given alone: an admin is not an operator, nor an operator an admin.
+    pub fn token_for(&self, sub: &str, roles: Roles, ttl: Duration) -> String {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         let mut claims = json!({
             "iss": self.issuer, "aud": self.audience, "sub": sub,
             "iat": now, "exp": now + ttl.as_secs(), "token_use": "id",
         });
-        if admin {
-            claims["cognito:groups"] = json!(["admins"]);
+        let groups: Vec<&str> = [(roles.admin, ADMIN_GROUP), (roles.operator, OPERATOR_GROUP)]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, g)| *g)
+            .collect();
+        if !groups.is_empty() {
+            claims["cognito:groups"] = json!(groups);
         }
         self.sign(&claims)
     }
@@ -104,6 +121,15 @@ impl DevIssuer {
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, claims, &self.encoding_key()).expect("an ES256 key signs")
     }
+}
+
+/// What a development token makes its holder, beside a user that owns its own items.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Roles {
+    /// In the `admins` group: may do everything but the operators' API.
+    pub admin: bool,
+    /// In the `operators` group: may use the operators' API (`/admin`) when the policy names the group.
+    pub operator: bool,
 }
 
 #[cfg(unix)]
@@ -140,6 +166,29 @@ mod tests {
         assert!(
             jsonwebtoken::decode::<Value>(other.token("alice", false, DEFAULT_TOKEN_TTL), &key, &validation).is_err()
         );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn an_operators_token_carries_the_operators_group_and_an_admins_does_not() {
+        let dir = std::env::temp_dir().join(format!("issuer-{}", uuid::Uuid::new_v4().simple()));
+        let issuer = DevIssuer::create(&dir, "http://127.0.0.1:1/local/issuer").unwrap();
+        let groups = |roles: Roles| {
+            let token = issuer.token_for("olga", roles, DEFAULT_TOKEN_TTL);
+            let payload = token.split('.').nth(1).unwrap();
+            let claims: Value =
+                serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap())
+                    .unwrap();
+            claims["cognito:groups"].clone()
+        };
+        assert_eq!(groups(Roles { admin: false, operator: true }), json!(["operators"]));
+        assert_eq!(groups(Roles { admin: true, operator: false }), json!(["admins"]));
+        assert_eq!(groups(Roles { admin: true, operator: true }), json!(["admins", "operators"]));
+        assert_eq!(groups(Roles::default()), Value::Null);
+        // The stack's policy under --auth jwt names the group: its holder is an operator, an admin is not.
+        let policy = crate::local_policy(&crate::default_access_policy(), crate::Auth::Jwt);
+        assert!(policy.is_operator_claims(&json!({"cognito:groups": ["operators"]})));
+        assert!(!policy.is_operator_claims(&json!({"cognito:groups": ["admins"]})));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -61,6 +61,18 @@ pub fn default_access_policy() -> twopc::access::Policy {
     twopc::access::Policy::parse(Some(DEFAULT_ACCESS_POLICY)).expect("the default access policy parses")
 }
 
+/// The access policy the stack's functions get: without `--auth` every caller may do everything, the
+/// operators' API included; with `--auth jwt` the development issuer's operator group
+/// ([`issuer::OPERATOR_GROUP`], in the tokens of `twopc-local token --operator` and of the page's
+/// "operator" sign-in) is among its `operatorGroups`, beside any the policy names.
+pub fn local_policy(access: &twopc::access::Policy, auth: Auth) -> twopc::access::Policy {
+    let mut policy = twopc::access::Policy { unauthenticated_operator: auth == Auth::None, ..access.clone() };
+    if auth == Auth::Jwt && !policy.operator_groups.iter().any(|g| g == issuer::OPERATOR_GROUP) {
+        policy.operator_groups.push(issuer::OPERATOR_GROUP.to_owned());
+    }
+    policy
+}
+
 /// Region and credentials every local client uses (DynamoDB Local accepts any).
 pub const REGION: &str = "us-east-1";
 
@@ -505,11 +517,7 @@ impl Stack {
             ),
         };
         let wiring = functions::Wiring {
-            // Without `--auth` every caller may do everything, the admin API included.
-            access: twopc::access::Policy {
-                unauthenticated_operator: config.auth == Auth::None,
-                ..config.access.clone()
-            },
+            access: local_policy(&config.access, config.auth),
             jwt: issuer.as_ref().map(|i| twopc::jwt::JwtSettings::new(&i.issuer, &i.audience, None)),
             max_connections_per_principal: config.max_connections_per_principal,
             payment_api_url: payment_api.as_ref().map(|api| api.url().to_owned()),

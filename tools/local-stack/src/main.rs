@@ -11,7 +11,7 @@
 //! - `twopc-local sign FILE`: print a participant message signed now with the local development key,
 //!   for `cargo lambda invoke` (a participant acts only on a message the coordinator or the sweeper
 //!   signed, and only for a while after it was signed).
-//! - `twopc-local token --sub alice [--admin]`: print a token of the development issuer the running
+//! - `twopc-local token --sub alice [--admin] [--operator]`: print a token of the development issuer the running
 //!   stack started with `--auth jwt` runs (`Authorization: Bearer <token>`, or `?token=` on the
 //!   WebSocket); refused when no such stack runs, since the next one makes a new key pair.
 //! - `twopc-local subscribe TOPIC...`: follow topics on the WebSocket API and print each message.
@@ -66,9 +66,13 @@ enum Command {
         /// The user: the token's `sub`, which owns the items whose entityId is it or starts with `<sub>#`.
         #[arg(long)]
         sub: String,
-        /// An admin (in the `admins` group): may do everything.
+        /// An admin (in the `admins` group): may do everything but the operators' API.
         #[arg(long)]
         admin: bool,
+        /// An operator (in the `operators` group, which the stack's policy names under --auth jwt): may
+        /// use the operators' API (`/admin`, `twopc-local admin`). Not an admin unless --admin too.
+        #[arg(long)]
+        operator: bool,
         /// How long the token is valid.
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
@@ -248,7 +252,9 @@ fn main() -> ExitCode {
             Command::Replay(args) => replay(args).await,
             Command::Reset => reset(),
             Command::Sign { file, service } => sign(&file, &service),
-            Command::Token { sub, admin, ttl_secs } => token(&sub, admin, ttl_secs).await,
+            Command::Token { sub, admin, operator, ttl_secs } => {
+                token(&sub, local_stack::issuer::Roles { admin, operator }, ttl_secs).await
+            }
             Command::Admin(args) => local_stack::admin_cli::run(&args).await.map(|text| print!("{text}")),
             Command::Subscribe { topics, websocket_port, token } => {
                 subscribe(&topics, websocket_port, token.as_deref()).await
@@ -318,11 +324,11 @@ fn print_endpoints(stack: &Stack, config: &Config) {
     );
     if let Some(issuer) = &e.issuer {
         println!(
-            "  auth          {:<28} JWT (`twopc-local token --sub alice [--admin]`), the access policy applies",
+            "  auth          {:<28} JWT (`twopc-local token --sub alice [--admin] [--operator]`), the access policy applies",
             issuer
         );
         println!(
-            "  /local/token  {:<28} signs anyone in as anyone, admin included: it answers only this stack's own page",
+            "  /local/token  {:<28} signs anyone in as anyone, admin and operator included: it answers only this stack's own page",
             format!("{}/local/token", e.api)
         );
     }
@@ -334,7 +340,7 @@ fn print_endpoints(stack: &Stack, config: &Config) {
 /// `twopc-local token`: a token of the development issuer the running `up --auth jwt` made. Its key
 /// file outlives the stack, and the next `up --auth jwt` makes a new key pair, so a token signed with
 /// it while no stack serves its key would be refused (401) by the next: the stack is asked first.
-async fn token(sub: &str, admin: bool, ttl_secs: u64) -> Result<(), String> {
+async fn token(sub: &str, roles: local_stack::issuer::Roles, ttl_secs: u64) -> Result<(), String> {
     if !twopc::jwt::is_valid_sub(sub) {
         return Err(format!("--sub must be a user name the authorizer takes: {}", twopc::jwt::SUB_RULE));
     }
@@ -365,7 +371,7 @@ async fn token(sub: &str, admin: bool, ttl_secs: u64) -> Result<(), String> {
             show(&local_stack::issuer::DevIssuer::path(&Config::default().auth_dir))
         ));
     }
-    println!("{}", issuer.token(sub, admin, Duration::from_secs(ttl_secs)));
+    println!("{}", issuer.token_for(sub, roles, Duration::from_secs(ttl_secs)));
     Ok(())
 }
 

@@ -212,13 +212,21 @@ async fn answer(api: &Api, peer: SocketAddr, request: Request) -> Response {
             let asked: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let mut response = match asked["sub"].as_str().filter(|sub| twopc::jwt::is_valid_sub(sub)) {
                 Some(sub) => {
-                    let admin = asked["admin"].as_bool().unwrap_or(false);
-                    let token = issuer.token(sub, admin, crate::issuer::DEFAULT_TOKEN_TTL);
-                    axum::Json(json!({"token": token, "sub": sub, "admin": admin})).into_response()
+                    // An admin and an operator are separate roles: each is asked for on its own.
+                    let roles = crate::issuer::Roles {
+                        admin: asked["admin"].as_bool().unwrap_or(false),
+                        operator: asked["operator"].as_bool().unwrap_or(false),
+                    };
+                    let token = issuer.token_for(sub, roles, crate::issuer::DEFAULT_TOKEN_TTL);
+                    axum::Json(json!({"token": token, "sub": sub, "admin": roles.admin, "operator": roles.operator}))
+                        .into_response()
                 }
                 None => local_error(
                     ErrorCode::InvalidRequest,
-                    format!("expected {{\"sub\": \"<user>\", \"admin\"?: bool}}; sub: {}", twopc::jwt::SUB_RULE),
+                    format!(
+                        "expected {{\"sub\": \"<user>\", \"admin\"?: bool, \"operator\"?: bool}}; sub: {}",
+                        twopc::jwt::SUB_RULE
+                    ),
                 ),
             };
             response.extensions_mut().insert(LocalOnly);
