@@ -289,6 +289,84 @@ test('held transactions: placed from the page, counted down, approved, rejected,
   assert.equal(await balance('service-b', erin).textContent(), '5');
 });
 
+/// A transaction's row in the Operators panel's list of open ones.
+const openRow = (id) => page.locator(`#operator-open tbody tr[data-tx="${id}"]`);
+
+test('the Operators panel: a held transaction listed, its detail with its locks, aborted by an operator', async () => {
+  // Without --auth every caller is an operator: the panel shows, and the page asked the API whether.
+  await page.locator('#operators-section').waitFor({ state: 'visible' });
+  const frank = `frank-${run}`;
+  const grace = `grace-${run}`;
+  for (const [entity, service, amount] of [[frank, 'service-a', '50'], [grace, 'service-b', '0']]) {
+    await page.fill('#open-entity', entity);
+    await page.selectOption('#open-service', service);
+    await page.fill('#open-balance', amount);
+    await page.click('#open');
+  }
+  await balance('service-a', frank).filter({ hasText: /^50$/ }).waitFor();
+  await balance('service-b', grace).filter({ hasText: /^0$/ }).waitFor();
+
+  // Held for 60 s: PREPARED, its locks kept; the panel lists it (re-read every few seconds, or now).
+  await page.check('#transfer-hold');
+  await page.fill('#transfer-hold-seconds', '60');
+  await transfer(frank, grace, 4);
+  await page.uncheck('#transfer-hold');
+  const held = heldEntry(`transfer 4 ${frank} → ${grace} (held 60 s)`);
+  await held.locator('.countdown').waitFor();
+  const id = await held.getAttribute('data-tx');
+  await page.click('#operators-refresh');
+  const row = openRow(id);
+  await row.waitFor();
+  assert.equal(await row.getAttribute('data-status'), 'PREPARED');
+  assert.deepEqual(await row.locator('.participant').evaluateAll((spans) => spans.map((s) => s.textContent)),
+    ['service-a PREPARED', 'service-b PREPARED']);
+  assert.match(await row.locator('td.age').textContent(), /^\d+ s$/);
+
+  // Its detail: participants and votes, the chain, and the locks its items hold now.
+  await row.locator('button.operator-show').click();
+  const detail = page.locator(`#operator-detail[data-tx="${id}"]`);
+  await detail.locator('table.locks').waitFor();
+  assert.equal(await detail.getAttribute('data-status'), 'PREPARED');
+  assert.deepEqual(await detail.locator('table.participants tbody tr').evaluateAll((rows) => rows.map((r) => [r.dataset.service, r.querySelector('.vote').textContent])),
+    [['service-a', 'PREPARED'], ['service-b', 'PREPARED']]);
+  const locks = await detail.locator('table.locks tbody tr').evaluateAll((rows) => rows.map((r) => [r.dataset.service, r.querySelector('.key').textContent, r.dataset.lockedByIt]));
+  assert.deepEqual(locks, [['service-a', JSON.stringify({ entityId: frank }), 'true'], ['service-b', JSON.stringify({ entityId: grace }), 'true']]);
+  assert.equal(await detail.locator('.chain code').first().textContent(), id);
+  assert.match(await detail.locator('[data-field="holdUntil"] td').textContent(), /^\d{4}-\d\d-\d\dT.*\(in /);
+  await detail.locator('p.audit-log', { hasText: 'no operator action yet' }).waitFor();
+
+  // Retry of an undecided one: refused, as the API says (409 NOT_DECIDED); nothing changes.
+  await detail.locator('button.operator-retry').click();
+  const answer = page.locator(`#operator-answer[data-tx="${id}"]`);
+  await page.locator(`#operator-answer[data-tx="${id}"][data-action="retry"]`).waitFor();
+  assert.equal(await answer.getAttribute('data-code'), 'NOT_DECIDED');
+  assert.equal(await answer.getAttribute('data-http'), '409');
+
+  // Abort: ABORTED, out of the open list, its locks released, the audit says who; the page's Held
+  // entry follows it (its tx: topic), and nothing was applied.
+  await row.locator('button.operator-abort').click();
+  await page.locator(`#operator-answer[data-tx="${id}"][data-action="abort"][data-status="ABORTED"]`).waitFor();
+  assert.match(await answer.textContent(), new RegExp(`^abort ${id} → ABORTED \\(HTTP 200\\)$`));
+  await row.waitFor({ state: 'detached' });
+  await page.locator(`#operator-detail[data-tx="${id}"][data-status="ABORTED"]`).waitFor();
+  await detail.locator('table.audit-log tbody tr').first().waitFor();
+  assert.deepEqual(await detail.locator('table.audit-log tbody tr').first().evaluate((r) => [...r.cells].slice(2).map((c) => c.textContent)), ['abort', 'ABORTED']);
+  assert.deepEqual(await detail.locator('table.locks tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.lockedByIt)), ['false', 'false']);
+  await held.locator('.outcome', { hasText: /→ ABORTED$/ }).waitFor();
+  assert.match(await held.locator('.reason').textContent(), /aborted by an operator/);
+  await waitForTransaction((t) => t.id === id && t.status === 'ABORTED', 'aborted by the operator');
+  assert.equal(await balance('service-a', frank).textContent(), '50');
+  assert.equal(await balance('service-b', grace).textContent(), '0');
+
+  // Abort again: the same end, 200 again, and audited again.
+  await detail.locator('button.operator-abort').click();
+  await page.waitForFunction(() => document.querySelectorAll('#operator-detail table.audit-log tbody tr').length === 2);
+  assert.equal(await answer.getAttribute('data-http'), '200');
+  assert.equal(await answer.getAttribute('data-status'), 'ABORTED');
+  // The stuck view answers (with the default lockAgeMs, 60000).
+  await page.locator('#operator-stuck-count', { hasText: /locks expired at least 1 min ago$/ }).waitFor();
+});
+
 test('the REST API answers a page of another origin (CORS preflight in a real browser)', async () => {
   // http://localhost:PORT is another origin than http://127.0.0.1:PORT, in the same (loopback)
   // address space, so the browser applies CORS and nothing else.

@@ -14,6 +14,7 @@ const state = {
   refused: new Map(),      // topic → why the WebSocket API refused it (over the cap, or not this user's)
   auth: null,              // 'jwt' when the stack runs with --auth jwt
   token: null,             // the signed-in user's token (--auth jwt)
+  user: null,              // the signed-in user's name (--auth jwt)
   websocket: null,         // the WebSocket API's URL
 };
 
@@ -23,17 +24,19 @@ const authorized = (headers = {}) => (state.token ? { ...headers, authorization:
 const socketUrl = () => (state.token ? `${state.websocket}/?token=${encodeURIComponent(state.token)}` : state.websocket);
 
 // Signs in as a local user: a token of the stack's development issuer (POST /local/token), then the
-// WebSocket again as that user.
-async function signIn(sub, admin) {
-  const response = await fetch('/local/token', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sub, admin }) });
+// WebSocket again as that user. An admin and an operator are separate roles, each asked for on its own.
+async function signIn(sub, admin, operator) {
+  const response = await fetch('/local/token', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sub, admin, operator }) });
   const answer = await response.json().catch(() => ({}));
   if (!response.ok || !answer.token) {
     $('#user-status').textContent = `sign-in refused: ${answer.error?.message || answer.message || response.status}`;
     return;
   }
   state.token = answer.token;
-  localStorage.setItem('twopc.user', JSON.stringify({ sub, admin }));
-  $('#user-status').textContent = `signed in as ${sub}${admin ? ' (admin)' : ''}`;
+  state.user = sub;
+  localStorage.setItem('twopc.user', JSON.stringify({ sub, admin, operator }));
+  const roles = [admin ? 'admin' : '', operator ? 'operator' : ''].filter(Boolean).join(', ');
+  $('#user-status').textContent = `signed in as ${sub}${roles ? ` (${roles})` : ''}`;
   $('#user-status').dataset.user = sub;
   // The WebSocket again, as this user, at once (its close handler sees it is no longer the current one).
   const previous = state.socket;
@@ -43,6 +46,8 @@ async function signIn(sub, admin) {
     $('#ws-status').className = 'badge pending';
     previous.close();
   }
+  // The Operators panel, if this user is one.
+  if (operators.checking) checkOperator();
 }
 
 const $ = (selector) => document.querySelector(selector);
@@ -307,6 +312,279 @@ function renderHeld() {
     if (entry.decisionError) item.append(element('p', { class: 'error', text: entry.decisionError }));
     return item;
   }));
+}
+
+// ---- the operators' API (/admin) ------------------------------------------------------------
+
+// Whether the caller is one of the operators the policy names, as the API says it: GET
+// /admin/transactions answers 200 to an operator, 403 to anyone else. Only an operator sees the panel
+// and its buttons; anyone else has none in the page at all.
+const operators = {
+  operator: false,         // the last answer said so
+  detail: null,            // the transaction whose detail is shown
+  acting: new Set(),       // `${id} ${action}` sent, not answered yet
+  checking: 0,             // which check is the current one (a sign-in starts another)
+};
+
+function ageText(ms) {
+  const seconds = Math.round(ms / 1000);
+  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min${seconds % 60 ? ` ${seconds % 60} s` : ''}`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+const apiError = (answer, response) => (answer.error ? `${answer.error.code}: ${answer.error.message}` : answer.message || `HTTP ${response.status}`);
+
+async function adminGet(path) {
+  const response = await fetch(path, { headers: authorized() });
+  const answer = await response.json().catch(() => ({}));
+  return { response, answer };
+}
+
+// Asks whether the caller is an operator, with the first page of open transactions; shows or hides
+// the panel. Called when the page starts and after each sign-in.
+async function checkOperator() {
+  const check = ++operators.checking;
+  let listed;
+  try { listed = await adminGet(operatorListPath()); } catch { listed = null; }
+  if (check !== operators.checking) return;
+  const operator = Boolean(listed && listed.response.ok);
+  setOperator(operator);
+  // Who was asked about, and the answer (the browser tests wait for it).
+  Object.assign($('#operators-section').dataset, { checkedFor: state.user || '', operator: String(operator) });
+  if (operator) {
+    renderOpen(listed.answer);
+    refreshStuck();
+  }
+}
+
+function setOperator(operator) {
+  operators.operator = operator;
+  $('#operators-section').hidden = !operator;
+  if (!operator) {
+    // Nothing of an operator's left behind for whoever signs in next: no rows, no buttons.
+    for (const id of ['#operator-open', '#operator-stuck', '#operator-stuck-locks']) $(`${id} tbody`).replaceChildren();
+    $('#operator-detail').replaceChildren();
+    $('#operator-detail').hidden = true;
+    $('#operator-answer').hidden = true;
+    operators.detail = null;
+  }
+}
+
+function operatorListPath() {
+  const status = $('#operators-status').value;
+  return `/admin/transactions?limit=100${status ? `&status=${encodeURIComponent(status)}` : ''}`;
+}
+
+function stuckPath() {
+  const seconds = $('#operators-lock-age').value.trim();
+  return /^\d+$/.test(seconds) ? `/admin/stuck?lockAgeMs=${Number(seconds) * 1000}` : '/admin/stuck';
+}
+
+// Both lists again (every few seconds while the panel shows, at once after an action).
+async function refreshOperators() {
+  if (!operators.operator) return;
+  const check = operators.checking;
+  let listed;
+  try { listed = await adminGet(operatorListPath()); } catch { return; }
+  if (check !== operators.checking || !operators.operator) return;
+  if (listed.response.status === 403) { setOperator(false); return; }
+  if (listed.response.ok) renderOpen(listed.answer);
+  await refreshStuck();
+}
+
+async function refreshStuck() {
+  const check = operators.checking;
+  let stuck;
+  try { stuck = await adminGet(stuckPath()); } catch { return; }
+  if (check !== operators.checking || !operators.operator || !stuck.response.ok) return;
+  renderStuck(stuck.answer);
+}
+
+// The rows of `tbody` as `list` says, each kept by its key: a row already shown is updated in place,
+// so that the buttons under the pointer stay the same elements across refreshes.
+function syncRows(tbody, list, keyOf, build, update) {
+  const existing = new Map([...tbody.children].map((row) => [row.dataset.key, row]));
+  const rows = list.map((entry) => {
+    const key = keyOf(entry);
+    const row = existing.get(key) || build(entry, key);
+    existing.delete(key);
+    update(row, entry);
+    return row;
+  });
+  for (const gone of existing.values()) gone.remove();
+  rows.forEach((row, i) => { if (tbody.children[i] !== row) tbody.insertBefore(row, tbody.children[i] || null); });
+}
+
+const votesText = (record) => (record.participants || []).map((p) => `${p.service} ${p.vote || 'no vote'}${p.code ? ` ${p.code}` : ''}`).join(' · ');
+const sweepsText = (record) => `${record.sweepAttempts || 0}${record.lastError ? ` · ${record.lastError}` : ''}`;
+
+// A transaction's row: its id (opens its detail), status, age, votes, sweeps, and the two actions.
+function transactionRow(columns) {
+  return (record, key) => {
+    const row = element('tr', { class: 'operator-tx', 'data-key': key, 'data-tx': record.transactionId });
+    const show = element('button', { type: 'button', class: 'link operator-show', title: 'Show its detail' }, element('code', { text: record.transactionId }));
+    show.addEventListener('click', () => showDetail(record.transactionId));
+    row.append(element('td', {}, show));
+    for (const name of columns) row.append(element('td', { class: name }));
+    row.append(element('td', { class: 'actions' }, ...actionButtons(record.transactionId)));
+    return row;
+  };
+}
+
+function actionButtons(id) {
+  const retry = element('button', { type: 'button', class: 'operator-retry', 'data-action': 'retry', title: 'POST /admin/transactions/{id}/retry: drive a decided transaction to its end now', text: 'Retry' });
+  const abort = element('button', { type: 'button', class: 'operator-abort reject', 'data-action': 'abort', title: 'POST /admin/transactions/{id}/abort: abort an undecided transaction', text: 'Abort' });
+  retry.addEventListener('click', () => operatorAction(id, 'retry'));
+  abort.addEventListener('click', () => operatorAction(id, 'abort'));
+  for (const button of [retry, abort]) button.disabled = operators.acting.has(`${id} ${button.dataset.action}`);
+  return [retry, abort];
+}
+
+function updateTransactionRow(row, record, why) {
+  row.dataset.status = record.status;
+  const cell = (name) => row.querySelector(`td.${name}`);
+  cell('status').replaceChildren(element('span', { class: `badge ${record.status.toLowerCase()}`, text: record.status }));
+  cell('age').textContent = ageText(record.ageMs || 0);
+  if (cell('votes')) {
+    cell('votes').replaceChildren(...(record.participants || []).map((p) =>
+      element('span', { class: 'participant', 'data-service': p.service },
+        element('span', { text: `${p.service} ` }), element('span', { class: `vote ${(p.vote || '').toLowerCase()}`, text: p.vote || 'no vote' }))));
+    cell('votes').title = votesText(record);
+  }
+  if (cell('why')) cell('why').textContent = why(record);
+  cell('sweeps').textContent = sweepsText(record);
+  for (const button of row.querySelectorAll('td.actions button')) button.disabled = operators.acting.has(`${record.transactionId} ${button.dataset.action}`);
+}
+
+function renderOpen(answer) {
+  const list = answer.transactions || [];
+  syncRows($('#operator-open tbody'), list, (r) => r.transactionId, transactionRow(['status', 'age', 'votes', 'sweeps']), (row, r) => updateTransactionRow(row, r));
+  $('#operator-open-empty').hidden = list.length > 0;
+  $('#operator-open-count').textContent = `${list.length}${answer.next ? '+ (the first page; `twopc-local admin list --next` for more)' : ''}`;
+  $('#operators-updated').textContent = `read ${clockTime(Date.now())}`;
+}
+
+// Why an open transaction is in the stuck view: past what it waits for, and what the sweeper met.
+function stuckWhy(record) {
+  const now = Date.now();
+  const passed = record.holdUntil && record.holdUntil <= now ? 'its hold passed'
+    : record.deadline && record.deadline <= now ? 'its deadline passed' : 'past the sweeper\'s due time';
+  return record.lastError ? `${passed}; the sweeper: ${record.lastError}` : passed;
+}
+
+function renderStuck(answer) {
+  const list = answer.transactions || [];
+  const locks = answer.locks || [];
+  syncRows($('#operator-stuck tbody'), list, (r) => r.transactionId, transactionRow(['status', 'age', 'why', 'sweeps']), (row, r) => updateTransactionRow(row, r, stuckWhy));
+  syncRows($('#operator-stuck-locks tbody'), locks, (l) => `${l.table} ${JSON.stringify(l.key)} ${l.lock && l.lock.transactionId}`,
+    (l, key) => element('tr', { class: 'operator-lock', 'data-key': key, 'data-service': l.service, 'data-owner': (l.lock && l.lock.transactionId) || '' },
+      element('td', { text: `${l.service} ${JSON.stringify(l.key)}` }), element('td', {}, element('code', { text: (l.lock && l.lock.transactionId) || '' })),
+      element('td', { class: 'expired' }), element('td', { class: 'owner', text: l.ownerStatus || 'no record' }), element('td', { class: 'why', text: l.why || '' })),
+    (row, l) => { row.querySelector('.expired').textContent = l.lock && l.lock.expiresAt ? `${ageText(Math.max(0, Date.now() - l.lock.expiresAt))} ago` : ''; });
+  $('#operator-stuck').hidden = list.length === 0;
+  $('#operator-stuck-locks').hidden = locks.length === 0;
+  $('#operator-stuck-empty').hidden = list.length + locks.length > 0;
+  $('#operator-stuck-count').textContent = `${answer.count ?? list.length + locks.length} · locks expired at least ${ageText(answer.lockAgeMs ?? 60_000)} ago`;
+}
+
+// POST /admin/transactions/{id}/retry or /abort, as every POST of the page (JSON), and its answer.
+async function operatorAction(id, action) {
+  const key = `${id} ${action}`;
+  if (operators.acting.has(key)) return;
+  operators.acting.add(key);
+  for (const button of document.querySelectorAll(`#operators-section tr[data-tx="${CSS.escape(id)}"] button[data-action="${action}"], #operator-detail[data-tx="${CSS.escape(id)}"] button[data-action="${action}"]`)) button.disabled = true;
+  let response; let answer;
+  try {
+    response = await fetch(`/admin/transactions/${encodeURIComponent(id)}/${action}`, { method: 'POST', headers: authorized({ 'content-type': 'application/json' }) });
+    answer = await response.json().catch(() => ({}));
+  } catch (error) {
+    showAnswer(id, action, { text: `${action} ${id}: the REST API did not answer: ${error}`, error: true });
+    return;
+  } finally {
+    operators.acting.delete(key);
+  }
+  if (answer.status && !answer.error) {
+    // 200 with the record; 409 with it when a commit was decided first (an abort does not undo it).
+    const note = response.status === 409 ? ': its commit was decided first, not undone' : '';
+    showAnswer(id, action, { status: answer.status, http: response.status, text: `${action} ${id} → ${answer.status} (HTTP ${response.status})${note}`, error: response.status !== 200 });
+  } else {
+    // 409 NOT_DECIDED (a retry of an undecided one), 404, 403 (no longer an operator), 503.
+    showAnswer(id, action, { http: response.status, code: answer.error && answer.error.code, text: `${action} ${id} → HTTP ${response.status} ${apiError(answer, response)}`, error: true });
+    if (response.status === 403) { setOperator(false); return; }
+  }
+  // The page's own entry of it, if it has one, follows (its tx: push brings the end as well).
+  if (state.transactions.has(id)) refresh(id);
+  await refreshOperators();
+  if (operators.detail === id) showDetail(id);
+}
+
+function showAnswer(id, action, { status = '', http = '', code = '', text, error = false }) {
+  const node = $('#operator-answer');
+  node.hidden = false;
+  node.className = `card operator-answer${error ? ' error' : ''}`;
+  Object.assign(node.dataset, { tx: id, action, status, http: String(http), code: code || '' });
+  node.textContent = text;
+}
+
+// A transaction as an operator sees it: GET /admin/transactions/{id}.
+async function showDetail(id) {
+  operators.detail = id;
+  const root = $('#operator-detail');
+  root.hidden = false;
+  root.dataset.tx = id;
+  let shown;
+  try { shown = await adminGet(`/admin/transactions/${encodeURIComponent(id)}`); } catch (error) {
+    root.replaceChildren(element('p', { class: 'error', text: `the REST API did not answer: ${error}` }));
+    return;
+  }
+  if (operators.detail !== id) return;
+  if (shown.response.status === 403) { setOperator(false); return; }
+  const record = shown.answer;
+  if (!shown.response.ok || !record.transactionId) {
+    root.replaceChildren(element('p', { class: 'error', text: `${id}: HTTP ${shown.response.status} ${apiError(record, shown.response)}` }));
+    return;
+  }
+  root.dataset.status = record.status;
+  const reload = element('button', { type: 'button', class: 'operator-reload', text: 'Reload' });
+  const close = element('button', { type: 'button', class: 'operator-close', text: 'Close' });
+  reload.addEventListener('click', () => showDetail(id));
+  close.addEventListener('click', () => { operators.detail = null; root.hidden = true; root.replaceChildren(); });
+  const fact = (name, value) => (value === undefined || value === null || value === '' ? null
+    : element('tr', { 'data-field': name }, element('th', { text: name }), element('td', { text: String(value) })));
+  const when = (ms) => (ms ? `${new Date(ms).toISOString()} (${ms <= Date.now() ? `${ageText(Date.now() - ms)} ago` : `in ${ageText(ms - Date.now())}`})` : null);
+  const facts = [
+    fact('age', ageText(record.ageMs || 0)), fact('reason', record.reason), fact('principal', record.principal),
+    fact('attempt', record.attempt), fact('first attempt', record.firstTransactionId !== record.transactionId ? record.firstTransactionId : null),
+    fact('deadline', when(record.deadline)), fact('holdUntil', when(record.holdUntil)), fact('sweepAt', when(record.sweepAt)),
+    fact('sweeps', record.sweepAttempts), fact('last error', record.lastError),
+  ].filter(Boolean);
+  const participants = (record.participants || []).map((p) => element('tr', { 'data-service': p.service },
+    element('td', { text: p.service }), element('td', { class: `vote ${(p.vote || '').toLowerCase()}`, text: p.vote || 'no vote' }),
+    element('td', { class: 'code', text: [p.code, p.serviceCode].filter(Boolean).join(' ') }), element('td', { class: 'reason', text: p.reason || '' }),
+    element('td', { class: 'muted', text: `${p.operations ?? ''} operation${p.operations === 1 ? '' : 's'}${p.readOnly ? ', read only' : ''}` })));
+  const locks = (record.locks || []).flatMap((l) => (l.items || []).map((item) => element('tr', { class: 'lock', 'data-service': l.service, 'data-locked-by-it': String(Boolean(item.lockedByIt)) },
+    element('td', { text: `${l.service} ${l.table || ''}` }), element('td', { class: 'key', text: JSON.stringify(item.key) }),
+    element('td', { class: 'holder', text: item.lock ? (item.lockedByIt ? 'locked by it' : `locked by ${item.lock.transactionId}`) : 'not locked' }),
+    element('td', { class: 'muted', text: item.lock && item.lock.expiresAt ? `expires ${when(item.lock.expiresAt)}` : '' }))));
+  const audit = (record.audit || []).map((a) => element('tr', { class: 'audit' },
+    element('td', { text: a.at ? new Date(a.at).toISOString() : '' }), element('td', { text: a.by || '' }), element('td', { text: a.action || '' }), element('td', { text: a.result || '' })));
+  const table = (cls, head, rows, empty) => (rows.length
+    ? element('table', { class: cls }, element('thead', {}, element('tr', {}, ...head.map((h) => element('th', { text: h })))), element('tbody', {}, ...rows))
+    : element('p', { class: `muted ${cls}`, text: empty }));
+  root.replaceChildren(
+    element('div', { class: 'head' }, element('span', { class: `badge ${record.status.toLowerCase()}`, text: record.status }), element('code', { text: id }),
+      element('span', { class: 'actions' }, ...actionButtons(id), reload, close)),
+    element('table', { class: 'facts' }, element('tbody', {}, ...facts)),
+    element('h3', { text: 'Participants' }), table('participants', ['service', 'vote', 'code', 'reason', ''], participants, 'none'),
+    element('h3', { text: 'Locks' }), table('locks', ['service', 'item', 'lock', ''], locks, 'no item'),
+    element('h3', { text: 'Chain' }), element('p', { class: 'chain' }, ...(record.chain || [id]).flatMap((t, i) => [i ? ' → ' : '', element('code', { text: t })])),
+    element('h3', { text: 'Audit' }), table('audit-log', ['at', 'by', 'action', 'result'], audit, 'no operator action yet'));
+}
+
+function setUpOperators() {
+  $('#operators-form').addEventListener('submit', (event) => { event.preventDefault(); refreshOperators(); });
+  $('#operators-status').addEventListener('change', () => refreshOperators());
+  setInterval(refreshOperators, 3000);
 }
 
 // ---- forms ---------------------------------------------------------------------------------
@@ -591,11 +869,12 @@ async function start() {
     try { user = JSON.parse(localStorage.getItem('twopc.user')) || user; } catch { /* the default user */ }
     $('#user-sub').value = user.sub;
     $('#user-admin').checked = !!user.admin;
+    $('#user-operator').checked = !!user.operator;
     $('#sign-in').addEventListener('submit', (event) => {
       event.preventDefault();
-      signIn($('#user-sub').value.trim(), $('#user-admin').checked);
+      signIn($('#user-sub').value.trim(), $('#user-admin').checked, $('#user-operator').checked);
     });
-    await signIn(user.sub, !!user.admin);
+    await signIn(user.sub, !!user.admin, !!user.operator);
   }
   await loadItems();
   setUpForms();
@@ -604,6 +883,8 @@ async function start() {
   connect(socketUrl());
   renderLake();
   setInterval(renderLake, 2000);
+  setUpOperators();
+  checkOperator();
   setInterval(tickCountdowns, 250);
   if (state.services.payments) {
     renderPayments();

@@ -1,6 +1,8 @@
 //! The live page at `/`: the items of each service with their live values, a transfer form and a raw
 //! transaction form, held transactions ("decide later") with their `holdUntil` counting down and Approve /
-//! Reject buttons, the transactions as they happen, and the latest lake files. Its assets are built
+//! Reject buttons, the transactions as they happen, the latest lake files, and, to the operators the
+//! access policy names only, the operators' API (`/admin`: open and stuck transactions, a transaction's
+//! detail, Retry and Abort). Its assets are built
 //! into the binary (no network, no CDN). Every value it shows comes from the REST API and the
 //! WebSocket API, as any client's would; the routes under `/local/` tell it where they are, list the
 //! lake, which in AWS is a bucket, not an API, and read the services' items as they are now (in AWS,
