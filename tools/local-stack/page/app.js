@@ -415,6 +415,8 @@ function syncRows(tbody, list, keyOf, build, update) {
   rows.forEach((row, i) => { if (tbody.children[i] !== row) tbody.insertBefore(row, tbody.children[i] || null); });
 }
 
+// The status as recorded (`recordedStatus`: ABORTING where an answer says ABORTED), what is left to do.
+const recorded = (record) => record.recordedStatus || record.status;
 const votesText = (record) => (record.participants || []).map((p) => `${p.service} ${p.vote || 'no vote'}${p.code ? ` ${p.code}` : ''}`).join(' · ');
 const sweepsText = (record) => `${record.sweepAttempts || 0}${record.lastError ? ` · ${record.lastError}` : ''}`;
 
@@ -441,9 +443,9 @@ function actionButtons(id) {
 }
 
 function updateTransactionRow(row, record, why) {
-  row.dataset.status = record.status;
+  row.dataset.status = recorded(record);
   const cell = (name) => row.querySelector(`td.${name}`);
-  cell('status').replaceChildren(element('span', { class: `badge ${record.status.toLowerCase()}`, text: record.status }));
+  cell('status').replaceChildren(element('span', { class: `badge ${recorded(record).toLowerCase()}`, text: recorded(record) }));
   cell('age').textContent = ageText(record.ageMs || 0);
   if (cell('votes')) {
     cell('votes').replaceChildren(...(record.participants || []).map((p) =>
@@ -544,7 +546,7 @@ async function showDetail(id) {
     root.replaceChildren(element('p', { class: 'error', text: `${id}: HTTP ${shown.response.status} ${apiError(record, shown.response)}` }));
     return;
   }
-  root.dataset.status = record.status;
+  root.dataset.status = recorded(record);
   const reload = element('button', { type: 'button', class: 'operator-reload', text: 'Reload' });
   const close = element('button', { type: 'button', class: 'operator-close', text: 'Close' });
   reload.addEventListener('click', () => showDetail(id));
@@ -572,7 +574,7 @@ async function showDetail(id) {
     ? element('table', { class: cls }, element('thead', {}, element('tr', {}, ...head.map((h) => element('th', { text: h })))), element('tbody', {}, ...rows))
     : element('p', { class: `muted ${cls}`, text: empty }));
   root.replaceChildren(
-    element('div', { class: 'head' }, element('span', { class: `badge ${record.status.toLowerCase()}`, text: record.status }), element('code', { text: id }),
+    element('div', { class: 'head' }, element('span', { class: `badge ${recorded(record).toLowerCase()}`, text: recorded(record) }), element('code', { text: id }),
       element('span', { class: 'actions' }, ...actionButtons(id), reload, close)),
     element('table', { class: 'facts' }, element('tbody', {}, ...facts)),
     element('h3', { text: 'Participants' }), table('participants', ['service', 'vote', 'code', 'reason', ''], participants, 'none'),
