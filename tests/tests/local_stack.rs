@@ -81,16 +81,17 @@ async fn drive(stack: &Stack) {
     assert_eq!(push.data["balance"], json!(70), "{push:?}");
     assert_eq!(push.previous["balance"], json!(100), "{push:?}");
 
-    // The lake: both committed changes of the transfer, one line each.
+    // The lake: both committed changes of the transfer, one line each, and the transaction's own line
+    // (`"kind": "transaction"`) saying it made two.
     let deadline = Instant::now() + WAIT;
-    let lines = loop {
-        let lines: Vec<Value> = lake_lines(&e.lake_dir)
+    let (lines, own) = loop {
+        let (own, lines): (Vec<Value>, Vec<Value>) = lake_lines(&e.lake_dir)
             .into_iter()
             .map(|(_, line)| line)
             .filter(|line| line["transactionId"] == id.as_str())
-            .collect();
-        if lines.len() >= 2 {
-            break lines;
+            .partition(|line| line["kind"] == "transaction");
+        if lines.len() >= 2 && !own.is_empty() {
+            break (lines, own);
         }
         assert!(Instant::now() < deadline, "the transfer did not reach the lake in {}", e.lake_dir.display());
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -99,6 +100,7 @@ async fn drive(stack: &Stack) {
     tables.sort();
     assert_eq!(tables, vec![a.as_str(), b.as_str()]);
     assert!(lines.iter().all(|l| l["change"] == "MODIFY" && l["service"].is_string() && l["eventId"].is_string()));
+    assert_eq!(own[0]["changes"], 2, "{own:?}");
 
     // The refused transfer's stream records came before the transfer's on the same shards, so they
     // have been processed by now: none of them may be in the lake.
@@ -482,7 +484,12 @@ fn lake_count(dir: &Path, transactions: &[String]) -> Vec<(String, usize, usize)
     transactions
         .iter()
         .map(|id| {
-            let of: Vec<&Value> = lines.iter().map(|(_, l)| l).filter(|l| l["transactionId"] == id.as_str()).collect();
+            // The per-item lines (a transaction's own line, `"kind": "transaction"`, is not a change).
+            let of: Vec<&Value> = lines
+                .iter()
+                .map(|(_, l)| l)
+                .filter(|l| l["transactionId"] == id.as_str() && l.get("kind").is_none())
+                .collect();
             let events: std::collections::BTreeSet<&str> = of.iter().filter_map(|l| l["eventId"].as_str()).collect();
             (id.clone(), of.len(), events.len())
         })
@@ -781,7 +788,16 @@ async fn a_firehose_outage_loses_nothing_once_the_dead_letters_are_replayed() {
     let after = lake_count(&lake, &committed);
     assert!(after.iter().all(|(_, lines, events)| (*lines, *events) == (2, 2)), "{after:?}");
     let all = lake_lines(&lake);
-    assert_eq!(all.len(), 2 * committed.len(), "only the committed changes: {all:?}");
+    let changes = all.iter().filter(|(_, l)| l.get("kind").is_none()).count();
+    assert_eq!(changes, 2 * committed.len(), "only the committed changes: {all:?}");
+    // And each committed transaction's own line, through the outage and the replay too.
+    let own: std::collections::BTreeSet<&str> = all
+        .iter()
+        .filter(|(_, l)| l["kind"] == "transaction")
+        .filter_map(|(_, l)| l["transactionId"].as_str())
+        .collect();
+    assert_eq!(own.len(), committed.len(), "one transaction line per commit: {own:?}");
+    assert_eq!(all.len() - changes, own.len(), "nothing but changes and transaction lines: {all:?}");
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&lake);
     let _ = std::fs::remove_dir_all(&dead);

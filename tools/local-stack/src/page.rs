@@ -23,7 +23,7 @@ const STYLE: &str = include_str!("../page/app.css");
 pub(crate) const ITEMS_PER_SERVICE: i32 = 100;
 
 /// How many lake files `/local/lake` lists, newest first, unless asked for fewer.
-const LAKE_FILES: usize = 10;
+const LAKE_FILES: usize = 20;
 /// How many of a file's records it shows (the last ones).
 const LAKE_RECORDS_PER_FILE: usize = 20;
 
