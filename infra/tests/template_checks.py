@@ -104,9 +104,9 @@ CODE_TABLE_EXCEPTIONS = {
     # the participant's items (DataTable::apply_one_phase).
     ("twopc/src/participant/store.rs", "Write::put("): "transactions",
 }
-# The one conditional write (`twopc::store::write`) and the sharded-index query (`twopc::store`): they
-# send what the stores build, so their SDK calls are the stores', each read where a store asks for it
-# (`Write::put(`, `.due_before(`, ...), on that store's table.
+# The one conditional write (`twopc::store::write`), the sharded-index query and the batched read
+# (`twopc::store`): they send what the stores build, so their SDK calls are the stores', each read where a
+# store asks for it (`Write::put(`, `.due_before(`, `store::batch_get(`, ...), on that store's table.
 CODE_FOR_THE_STORES = {"twopc/src/store/write.rs", "twopc/src/store.rs"}
 # Files that call the SDK but never run in a deployed function.
 CODE_NOT_DEPLOYED = {
@@ -134,6 +134,8 @@ SDK_CALLS = {
     "Write::check(": "dynamodb:ConditionCheckItem",
     # a store's query of its sharded sparse index (the open records, the locks), sent by twopc::store
     ".due_before(": "dynamodb:Query",
+    # a store's batched read (the records of a page, the items a record names), sent by twopc::store
+    "store::batch_get(": "dynamodb:BatchGetItem",
     # the rest
     ".put_record_batch()": "firehose:PutRecordBatch",
     ".put_record()": "firehose:PutRecord",
@@ -802,7 +804,7 @@ def code_calls(functions_dir: Path = REPO / "functions") -> tuple[dict[str, set[
     per_table: dict[str, set[str]] = {group: set() for group in set(CODE_TABLE_STORES.values())}
     other: set[str] = set()
     problems = []
-    call = re.compile(r"\.[a-z_]+\(\)|\b[A-Z][A-Za-z]*::builder\(\)|\bWrite::[a-z]+\(|\.due_before\(")
+    call = re.compile(r"\.[a-z_]+\(\)|\b[A-Z][A-Za-z]*::builder\(\)|\bWrite::[a-z]+\(|\.due_before\(|\bstore::batch_get\(")
     known = set(SDK_CALLS) | SDK_IGNORED | SDK_ADMIN
     for path in sorted(functions_dir.glob("*/src/**/*.rs")):
         relative = path.relative_to(functions_dir).as_posix()
