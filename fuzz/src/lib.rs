@@ -134,7 +134,9 @@ pub fn check_event(event: &Event) {
         event.records.len(),
         "records counted other than once"
     );
-    assert_eq!(batch.lines.len(), batch.commits);
+    // A line per commit, and one per committed transaction (its own, `"kind": "transaction"`).
+    assert_eq!(batch.lines.len(), batch.commits + batch.transaction_lines);
+    assert!(batch.transaction_lines <= batch.outcomes);
     assert_eq!(batch.line_records.len(), batch.lines.len());
     for (line, &index) in batch.lines.iter().zip(&batch.line_records) {
         let (last, body) = line.split_last().expect("a lake line is not empty");
@@ -143,6 +145,10 @@ pub fn check_event(event: &Event) {
         let json: Value = serde_json::from_slice(body).expect("a lake line is JSON");
         let record = &event.records[index];
         assert_eq!(json["eventId"], record.event_id.as_str());
+        if json["kind"] == "transaction" {
+            assert!(json["participants"].is_array(), "a transaction line names its participants: {json}");
+            continue;
+        }
         let keys = convert::item_to_json(record.change.keys.inner()).expect("a commit's keys convert");
         assert_eq!(json["key"], keys, "the lake line's key is not the record's Keys");
     }

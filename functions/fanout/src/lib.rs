@@ -84,6 +84,8 @@ pub struct PreparedBatch {
     pub unprocessable: Vec<(usize, String)>,
     pub commits: usize,
     pub outcomes: usize,
+    /// Committed transactions' own lake lines (`{"kind": "transaction"}`), among `lines`.
+    pub transaction_lines: usize,
     pub skipped: usize,
     /// Records of streams this function is not configured for, dropped ([`Decision::Foreign`]).
     pub foreign: usize,
@@ -152,21 +154,28 @@ pub fn prepare(config: &FanoutConfig, event: &Event) -> PreparedBatch {
                     record_span(&record.event_id, Some(&ended.transaction_id))
                         .in_scope(|| debug!(status = %ended.status, "transaction ended"));
                 }
-                batch.outcomes += 1;
                 // A commit's own lake line, beside its items': in the same batch of lines, so that it is
-                // delivered, retried and reported as a failure as theirs are.
+                // delivered, retried and reported as a failure as theirs are. A record counts once: an
+                // outcome, or unprocessable when its line cannot be made (its messages still go: a
+                // retried record pushes them again, which subscribers dedupe by eventId).
+                let mut processed = true;
                 if ended.status == "COMMITTED" {
                     match decide::transaction_line(config, record, &ended) {
                         Ok(line) => {
                             batch.lines.push(line.to_ndjson());
                             batch.line_records.push(index);
+                            batch.transaction_lines += 1;
                         }
                         Err(why) => {
                             record_span(&record.event_id, Some(&ended.transaction_id))
                                 .in_scope(|| error!("unprocessable COMMITTED record: {why}"));
                             batch.unprocessable.push((index, why));
+                            processed = false;
                         }
                     }
+                }
+                if processed {
+                    batch.outcomes += 1;
                 }
                 let payload = ended.to_message();
                 for topic in ended.topics() {
