@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use twopc::access::Policy;
-use twopc::coordinator::Coordinator;
+use twopc::coordinator::{Coordinator, caller_idempotent_id};
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::model::{Action, Status};
 use twopc_client::{Transaction, op};
-use twopc_tests::{EdgeFault, FaultyInvoker, TestEnv, call_coordinator, rest_event};
+use twopc_tests::contention::{a_held_by_an_older_transaction, abort_holder, assert_no_locks, refused_once};
+use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, FaultyInvoker, Rule, TestEnv, call_coordinator, rest_event};
 
 /// The operator the policy names (a role), and an IAM admin that is not one.
 const OPERATOR: &str = "arn:aws:iam::123456789012:role/ops";
@@ -67,6 +68,18 @@ async fn post(c: &Coordinator, body: &Value, key: Option<&str>) -> (u16, Value) 
     call_coordinator(c, &event).await
 }
 
+/// Accounts `from` (100) and `to` (0), then a transfer of `amount` between them held for `hold_ms`: its
+/// id, PREPARED.
+async fn held_transfer(env: &TestEnv, c: &Coordinator, from: &str, to: &str, amount: i64, hold_ms: u64) -> String {
+    env.put_account("service-a", from, "100").await;
+    env.put_account("service-b", to, "0").await;
+    let mut held = transfer(from, to, amount);
+    held["holdMs"] = json!(hold_ms);
+    let (status, answer) = post(c, &held, None).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("PREPARED")), "{answer}");
+    answer["transactionId"].as_str().unwrap().to_owned()
+}
+
 #[tokio::test]
 async fn a_committing_transaction_whose_participant_was_down_is_finished_by_an_operators_retry() {
     let env = TestEnv::new().await;
@@ -100,14 +113,8 @@ async fn a_committing_transaction_whose_participant_was_down_is_finished_by_an_o
 #[tokio::test]
 async fn an_undecided_transaction_is_not_retried_and_a_committed_one_is_not_aborted() {
     let env = TestEnv::new().await;
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
     let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
-    let mut held = transfer("A", "B", 10);
-    held["holdMs"] = json!(60_000);
-    let (status, answer) = post(&c, &held, None).await;
-    assert_eq!((status, answer["status"].as_str()), (202, Some("PREPARED")), "{answer}");
-    let id = answer["transactionId"].as_str().unwrap().to_owned();
+    let id = held_transfer(&env, &c, "A", "B", 10, 60_000).await;
     let (status, refused) = admin(&c, "POST", &format!("/admin/transactions/{id}/retry"), None).await;
     assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("NOT_DECIDED")), "{refused}");
     assert_eq!(env.transactions.get(&id).await.unwrap().unwrap().status, Status::Prepared);
@@ -128,13 +135,8 @@ async fn an_undecided_transaction_is_not_retried_and_a_committed_one_is_not_abor
 #[tokio::test]
 async fn an_operator_aborts_a_held_transaction_once_and_its_caller_can_no_longer_commit_it() {
     let env = TestEnv::new().await;
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
     let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
-    let mut held = transfer("A", "B", 10);
-    held["holdMs"] = json!(60_000);
-    let (_, answer) = post(&c, &held, None).await;
-    let id = answer["transactionId"].as_str().unwrap().to_owned();
+    let id = held_transfer(&env, &c, "A", "B", 10, 60_000).await;
 
     let (status, shown) = admin(&c, "GET", &format!("/admin/transactions/{id}"), None).await;
     assert_eq!((status, shown["status"].as_str()), (200, Some("PREPARED")), "{shown}");
@@ -228,13 +230,8 @@ async fn an_operators_abort_racing_the_coordinators_commit_leaves_exactly_one_de
 #[tokio::test]
 async fn a_caller_the_policy_does_not_name_as_an_operator_is_refused_everywhere_and_nothing_is_written() {
     let env = TestEnv::new().await;
-    env.put_account("service-a", "A", "100").await;
-    env.put_account("service-b", "B", "0").await;
     let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
-    let mut held = transfer("A", "B", 10);
-    held["holdMs"] = json!(60_000);
-    let (_, answer) = post(&c, &held, None).await;
-    let id = answer["transactionId"].as_str().unwrap().to_owned();
+    let id = held_transfer(&env, &c, "A", "B", 10, 60_000).await;
     let before = env.transactions.get(&id).await.unwrap().unwrap();
     // The IAM admin (iamAdmins' default is every IAM caller) is no operator; nor is a caller without an
     // identity, nor an admin JWT.
@@ -304,13 +301,7 @@ async fn open_transactions_are_listed_page_by_page_each_once() {
     let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
     let mut ids = Vec::new();
     for i in 0..7 {
-        env.put_account("service-a", &format!("A{i}"), "100").await;
-        env.put_account("service-b", &format!("B{i}"), "0").await;
-        let mut held = transfer(&format!("A{i}"), &format!("B{i}"), 1);
-        held["holdMs"] = json!(60_000 + i * 1_000);
-        let (status, answer) = post(&c, &held, None).await;
-        assert_eq!(status, 202, "{answer}");
-        ids.push(answer["transactionId"].as_str().unwrap().to_owned());
+        ids.push(held_transfer(&env, &c, &format!("A{i}"), &format!("B{i}"), 1, 60_000 + i * 1_000).await);
     }
     let mut listed = Vec::new();
     let mut next: Option<String> = None;
@@ -346,11 +337,7 @@ async fn the_sweepers_census_counts_what_is_open_and_what_is_stuck() {
     let env = TestEnv::new().await;
     let c = coordinator(&env, &env.fresh_invoker(), Faults::default());
     for i in 0..2 {
-        env.put_account("service-a", &format!("A{i}"), "100").await;
-        env.put_account("service-b", &format!("B{i}"), "0").await;
-        let mut held = transfer(&format!("A{i}"), &format!("B{i}"), 1);
-        held["holdMs"] = json!(600_000);
-        assert_eq!(post(&c, &held, None).await.0, 202);
+        held_transfer(&env, &c, &format!("A{i}"), &format!("B{i}"), 1, 600_000).await;
     }
     env.clock.advance(5_000);
     let sweeper = env.sweeper(None);
@@ -412,4 +399,54 @@ async fn an_operators_abort_voids_a_held_orders_card_authorization() {
     let statuses: Vec<String> = api.authorizations().into_iter().map(|a| a.status).collect();
     assert_eq!(statuses, ["voided"], "the authorization is voided, never captured");
     assert_eq!(env.balance("service-a", "W").await, "100");
+}
+
+/// An operator's abort sent to the first attempt of a held request that a contention refusal retried
+/// aborts the attempt that lives (the second), though the abort's write took effect and its reply was
+/// lost; the key's replay then answers that abort, and no attempt follows it.
+#[tokio::test]
+async fn an_operators_abort_of_a_retried_requests_first_attempt_aborts_the_attempt_that_lives() {
+    let faults = DynamoFaults::new(4701);
+    let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+    a_held_by_an_older_transaction(&env).await;
+    let invoker = env.fresh_invoker();
+    let c = coordinator(&env, &invoker, Faults::default());
+    let mut body = transfer("A", "B", 10);
+    body["holdMs"] = json!(60_000);
+    let client = {
+        let (c, body) = (c.clone(), body.clone());
+        tokio::spawn(async move { post(&c, &body, Some("held-retried")).await })
+    };
+    refused_once(&invoker).await;
+    abort_holder(&env, "tx-older", "A").await;
+    let (status, held) = client.await.unwrap();
+    let first = caller_idempotent_id(Some(IAM_ADMIN), "held-retried");
+    let second = format!("{first}-2");
+    assert_eq!((status, held["transactionId"].as_str()), (202, Some(second.as_str())), "{held}");
+
+    faults.add(
+        Rule::new(DynamoFault::LoseReply)
+            .operation("UpdateItem")
+            .table(env.transactions.table())
+            .body_contains(twopc::coordinator::OPERATOR_ABORT_REASON)
+            .nth(1),
+    );
+    let (status, aborted) = admin(&c, "POST", &format!("/admin/transactions/{first}/abort"), None).await;
+    assert_eq!(faults.fired(), 1, "the abort's write took effect and its reply was lost");
+    assert_eq!((status, aborted["status"].as_str()), (200, Some("ABORTED")), "{aborted}");
+    assert_eq!(aborted["transactionId"], second.as_str(), "{aborted}");
+    assert_eq!(aborted["reason"], twopc::coordinator::OPERATOR_ABORT_REASON);
+
+    let (status, replayed) = post(&c, &body, Some("held-retried")).await;
+    assert_eq!((status, replayed["status"].as_str()), (409, Some("ABORTED")), "{replayed}");
+    assert_eq!(replayed["transactionId"], second.as_str(), "{replayed}");
+    assert!(env.transactions.get(&format!("{first}-3")).await.unwrap().is_none(), "no attempt follows the abort");
+    let (_, shown) = admin(&c, "GET", &format!("/admin/transactions/{first}"), None).await;
+    assert_eq!(shown["chain"], json!([first, second]), "{shown}");
+    assert_eq!(shown["audit"], json!([]), "the first attempt's record is not the one acted on: {shown}");
+    let (_, shown) = admin(&c, "GET", &format!("/admin/transactions/{second}"), None).await;
+    assert_eq!(shown["audit"].as_array().unwrap().len(), 1, "{shown}");
+    env.sweep_until_quiet().await;
+    assert_eq!(env.balance("service-a", "A").await, "100");
+    assert_no_locks(&env).await;
 }

@@ -285,7 +285,7 @@ impl Coordinator {
     /// How many transactions and locks the operators' stuck view lists (`/admin/stuck` with `lock_age_ms`):
     /// the sweeper's gauge. Reads only.
     pub async fn stuck_count(&self, lock_age_ms: u64) -> Result<u32, crate::store::StoreError> {
-        admin::stuck_count(self, lock_age_ms).await
+        Ok(admin::stuck(self, lock_age_ms).await?.count() as u32)
     }
 
     /// Drives a decided transaction to its end: commits (or aborts) at every participant that holds

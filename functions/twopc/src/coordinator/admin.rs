@@ -151,7 +151,7 @@ pub(super) async fn answer(c: &Coordinator, request: AdminRequest, caller: &Call
     let done = match request {
         AdminRequest::List(query) => list(c, query).await,
         AdminRequest::Show(id) => show(c, &id).await,
-        AdminRequest::Stuck { lock_age_ms } => stuck(c, lock_age_ms).await,
+        AdminRequest::Stuck { lock_age_ms } => stuck_view(c, lock_age_ms).await,
         AdminRequest::Retry(id) => retry(c, &id, caller).await,
         AdminRequest::Abort(id) => abort(c, &id, caller).await,
     };
@@ -266,7 +266,9 @@ async fn locks_of(c: &Coordinator, record: &TransactionRecord) -> Result<Vec<Val
             .iter()
             .map(|item| {
                 let key = crate::attr::item_to_json(&key_of(item));
-                json!({"key": key, "lock": Lock::of(item).map(lock_json), "lockedByIt": Lock::of(item).is_some_and(|l| l.transaction_id == record.transaction_id)})
+                let lock = Lock::of(item);
+                let locked_by_it = lock.as_ref().is_some_and(|l| l.transaction_id == record.transaction_id);
+                json!({"key": key, "lock": lock.map(lock_json), "lockedByIt": locked_by_it})
             })
             .collect();
         shown.push(json!({"service": entry.service, "table": table.name(), "vote": entry.vote, "items": items}));
@@ -285,38 +287,42 @@ fn lock_json(lock: Lock) -> Value {
     json!({"transactionId": lock.transaction_id, "expiresAt": lock.expires_at, "startedAt": lock.started_at})
 }
 
-/// How many transactions and locks [`stuck`] lists: the sweeper's gauge.
-pub(super) async fn stuck_count(c: &Coordinator, lock_age_ms: u64) -> Result<u32, StoreError> {
-    let reply = stuck(c, lock_age_ms).await.map_err(|e| match e {
-        DriveError::Store(e) | DriveError::Unrecorded { error: e, .. } => e,
-        DriveError::Crashed(crash) => StoreError::internal("Query", c.engine.transactions.table(), crash.to_string()),
-    })?;
-    Ok(reply.body["count"].as_u64().unwrap_or(0) as u32)
+/// What the stuck view found: the open transactions past their due time, and the stale locks (each
+/// already in its answer's shape).
+pub(super) struct Stuck {
+    pub transactions: Vec<TransactionRecord>,
+    pub locks: Vec<Value>,
+}
+
+impl Stuck {
+    /// The sweeper's gauge.
+    pub fn count(&self) -> usize {
+        self.transactions.len() + self.locks.len()
+    }
 }
 
 /// Open transactions past their expiry (deadline, or `holdUntil`) or the sweeper's due time, and the
 /// locks that expired at least `lock_age_ms` ago whose owner has no record or has ended: what the
 /// sweeper has not cleared. Reads only.
-async fn stuck(c: &Coordinator, lock_age_ms: u64) -> Result<Reply, DriveError> {
+pub(super) async fn stuck(c: &Coordinator, lock_age_ms: u64) -> Result<Stuck, StoreError> {
     let now = c.engine.clock.now_ms();
     let overdue = c.engine.transactions.open_before(now, STUCK_LOCKS_PER_SHARD).await?;
-    let transactions: Vec<Value> = c
-        .engine
-        .transactions
-        .get_many(&overdue)
-        .await?
-        .into_iter()
-        .filter(|r| !r.status.is_terminal())
-        .map(|r| admin_view(&r, now))
-        .collect();
+    let mut transactions = c.engine.transactions.get_many(&overdue).await?;
+    transactions.retain(|r| !r.status.is_terminal());
     let mut locks = Vec::new();
     for (service, table) in c.data_tables.iter() {
         locks.extend(stale_locks(c, service, table, now.saturating_sub(lock_age_ms)).await?);
     }
+    Ok(Stuck { transactions, locks })
+}
+
+async fn stuck_view(c: &Coordinator, lock_age_ms: u64) -> Result<Reply, DriveError> {
+    let now = c.engine.clock.now_ms();
+    let found = stuck(c, lock_age_ms).await?;
     let body = json!({
-        "transactions": transactions,
-        "locks": locks,
-        "count": transactions.len() + locks.len(),
+        "count": found.count(),
+        "transactions": found.transactions.iter().map(|r| admin_view(r, now)).collect::<Vec<_>>(),
+        "locks": found.locks,
         "lockAgeMs": lock_age_ms,
     });
     Ok(Reply { status: 200, body })
@@ -413,9 +419,11 @@ async fn audited(c: &Coordinator, record: TransactionRecord, caller: &Caller, ac
     let by = caller.principal.as_deref().unwrap_or("(no identity)");
     let entry = AuditEntry::new(now, by, action, record.status.as_str());
     let mut shown = record.clone();
-    match c.engine.transactions.append_audit(&record.transaction_id, entry.clone()).await {
-        Ok(_) => shown.audit.push(entry),
-        // The action is done and answered; its audit entry is what failed, and the log keeps it.
+    match c.engine.transactions.append_audit(&record, entry).await {
+        Ok(Some(audit)) => shown.audit = audit,
+        Ok(None) => warn!(tx = %record.transaction_id, action, by, "the record was gone before its audit entry"),
+        // The action is done and answered; its audit entry is what failed, and the log keeps it (the answer
+        // shows the audit as stored, without it).
         Err(e) => warn!(tx = %record.transaction_id, action, by, error = %e, "the audit entry was not written"),
     }
     let status = match (action, record.status) {
@@ -423,8 +431,6 @@ async fn audited(c: &Coordinator, record: TransactionRecord, caller: &Caller, ac
         (_, Status::Preparing | Status::Prepared) => return Reply::answering(&record),
         _ => 200,
     };
-    let keep = shown.audit.len().saturating_sub(crate::record::MAX_AUDIT_ENTRIES);
-    shown.audit.drain(..keep);
     Reply { status, body: admin_view(&shown, now) }
 }
 

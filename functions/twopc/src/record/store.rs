@@ -240,13 +240,19 @@ impl TransactionStore {
         Ok(conditional(&self.client, vec![write], Sending::default()).await?.decided()?.applied())
     }
 
-    /// Appends `entry` to the record's audit, keeping the last [`MAX_AUDIT_ENTRIES`]: a read, then a write
-    /// conditional on the audit's last entry being the one read (another operator's entry in between is
-    /// kept: the write is made again from the record as it then is). Whether the record exists.
-    pub async fn append_audit(&self, id: &str, entry: AuditEntry) -> Result<bool, StoreError> {
+    /// Appends `entry` to `record`'s audit, keeping the last [`MAX_AUDIT_ENTRIES`]: a write conditional on
+    /// the audit's last entry being the one `record` holds. When another entry came in between, the
+    /// record is read again and the write made from it (that entry is kept). The audit as written, or
+    /// `None` when the record no longer exists.
+    pub async fn append_audit(
+        &self,
+        record: &TransactionRecord,
+        entry: AuditEntry,
+    ) -> Result<Option<Vec<AuditEntry>>, StoreError> {
+        let id = record.transaction_id.as_str();
+        let mut known = record.audit.clone();
         for _ in 0..8 {
-            let Some(record) = self.get(id).await? else { return Ok(false) };
-            let mut audit = record.audit.clone();
+            let mut audit = known.clone();
             audit.push(entry.clone());
             let keep_from = audit.len().saturating_sub(MAX_AUDIT_ENTRIES);
             let audit: Vec<AuditEntry> = audit.split_off(keep_from);
@@ -254,10 +260,10 @@ impl TransactionStore {
             let name = e.name(a::AUDIT);
             let value = serde_json::to_value(&audit).expect("audit entries serialize");
             let expression = format!("SET {name} = {}", e.value(crate::attr::to_attribute(&value)));
-            let condition = match record.audit.last() {
+            let condition = match known.last() {
                 None => format!("attribute_exists({}) AND attribute_not_exists({name})", e.name(a::ID)),
                 Some(last) => {
-                    let index = record.audit.len() - 1;
+                    let index = known.len() - 1;
                     let (at, by, action) = (e.name("at"), e.name("by"), e.name("action"));
                     format!(
                         "{name}[{index}].{at} = {} AND {name}[{index}].{by} = {} AND {name}[{index}].{action} = {}",
@@ -269,7 +275,11 @@ impl TransactionStore {
             };
             let write = Write::update(&self.table, Self::key(id), expression, condition, e);
             if conditional(&self.client, vec![write], Sending::default()).await?.decided()?.applied() {
-                return Ok(true);
+                return Ok(Some(audit));
+            }
+            match self.get(id).await? {
+                Some(now) => known = now.audit,
+                None => return Ok(None),
             }
         }
         Err(StoreError::internal("UpdateItem", &self.table, format!("the audit of {id} kept changing under its write")))
