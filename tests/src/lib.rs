@@ -24,6 +24,7 @@ use twopc_client::{Decimal, Transaction, op};
 
 pub mod contention;
 pub mod dynamo_faults;
+pub mod outcomes;
 pub use dynamo_faults::{DynamoFault, DynamoFaults, Rule};
 
 /// A DynamoDB client for the test binary's DynamoDB Local.

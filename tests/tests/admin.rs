@@ -10,6 +10,7 @@ use twopc::coordinator::{Coordinator, caller_idempotent_id};
 use twopc::faults::{CoordinatorCrash, Faults};
 use twopc::model::{Action, Status};
 use twopc_client::{Transaction, op};
+use twopc_fanout::outcomes::EventBridgeBus;
 use twopc_tests::contention::{a_held_by_an_older_transaction, abort_holder, assert_no_locks, refused_once};
 use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, FaultyInvoker, Rule, TestEnv, call_coordinator, rest_event};
 
@@ -340,11 +341,25 @@ async fn the_sweepers_census_counts_what_is_open_and_what_is_stuck() {
         held_transfer(&env, &c, &format!("A{i}"), &format!("B{i}"), 1, 600_000).await;
     }
     env.clock.advance(5_000);
-    let sweeper = env.sweeper(None);
+    let sweeper = env.sweeper(None).with_open_alerts_after(5_000);
     let census = sweeper.census().await.unwrap();
     assert_eq!(census.by_status, BTreeMap::from([("PREPARED".to_owned(), 2)]), "{census:?}");
     assert!(census.complete && census.oldest_age_ms >= 5_000, "{census:?}");
     assert_eq!(census.stuck, 0, "held within holdUntil, no stale lock: {census:?}");
+    // Both open 5 s: the age alerts, one event each on the bus (the real SDK client, a local endpoint).
+    let events = local_services::firehose::MemorySink::default();
+    let bridge = local_services::eventbridge::EventBridge::start(events.clone()).await.unwrap();
+    let bus = EventBridgeBus::new(twopc_tests::outcomes::event_bridge_client(bridge.url()), "outcomes");
+    assert_eq!(sweeper::send_age_alerts(&bus, &census).await, 2);
+    let alerts = events.json();
+    assert!(
+        alerts
+            .iter()
+            .all(|e| e["detail-type"] == "Transaction Open Too Long" && e["detail"]["ageMs"].as_u64() >= Some(5_000)),
+        "{alerts:?}"
+    );
+    let young = env.sweeper(None).with_open_alerts_after(60_000).census().await.unwrap();
+    assert!(young.open_too_long.is_empty(), "none open a minute: {young:?}");
 
     // A coordinator that stopped after its prepares leaves locks whose owner has no record.
     env.put_account("service-a", "C", "100").await;

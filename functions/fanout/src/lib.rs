@@ -34,6 +34,7 @@ pub mod convert;
 pub mod decide;
 pub mod lake;
 pub mod memory;
+pub mod outcomes;
 pub mod realtime;
 pub mod records;
 pub mod replay;

@@ -1,4 +1,6 @@
-//! The sweeper function: an EventBridge schedule runs one bounded sweep and reports what it recovered.
+//! The sweeper function: an EventBridge schedule runs one bounded sweep and reports what it recovered,
+//! then what is open after it: its gauges, and an event on the outcomes bus for each transaction open
+//! longer than `OPEN_ALERT_AFTER_MS` (sent again each run while it stays open: `outcomeId` is the same).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,9 +11,11 @@ use twopc::coordinator::Coordinator;
 use twopc::invoke::LambdaInvoker;
 use twopc::participant::DataTable;
 use twopc::record::TransactionStore;
-use twopc::sweeper::{SweepLimits, SweepReport, Sweeper};
+use twopc::sweeper::{OpenCensus, SweepLimits, SweepReport, Sweeper};
+use twopc_fanout::outcomes::{self, EventBridgeBus, OutcomeBus, OutcomeEvent};
 
-pub async fn from_env() -> Result<Sweeper, ConfigError> {
+/// The sweeper and the bus its age alerts go to (none without `EVENT_BUS_NAME`).
+pub async fn from_env() -> Result<(Sweeper, Option<EventBridgeBus>), ConfigError> {
     let registry = config::string_map(twopc::invoke::PARTICIPANTS)?;
     let tables = config::string_map(twopc::tables::PARTICIPANT_TABLES)?;
     let transactions =
@@ -29,17 +33,48 @@ pub async fn from_env() -> Result<Sweeper, ConfigError> {
         .with_keys(keys)
         .with_signature(twopc::auth::signature_from_env()?)
         .with_data_tables(tables.clone());
-    Ok(Sweeper::new(coordinator, tables, SweepLimits::default()))
+    let alert_after = match config::required(outcomes::OPEN_ALERT_AFTER_MS) {
+        Ok(text) => text.parse::<u64>().map_err(|_| ConfigError::Invalid {
+            name: outcomes::OPEN_ALERT_AFTER_MS,
+            message: format!("{text:?} is not a whole number of milliseconds"),
+        })?,
+        Err(_) => outcomes::DEFAULT_OPEN_ALERT_AFTER_MS,
+    };
+    let bus = config::required(outcomes::EVENT_BUS_NAME).ok().filter(|b| !b.is_empty());
+    let bus = bus.map(|name| EventBridgeBus::from_config(&aws, name));
+    let sweeper = Sweeper::new(coordinator, tables, SweepLimits::default()).with_open_alerts_after(alert_after);
+    Ok((sweeper, bus))
 }
 
 /// One sweep, counted in the metrics the function's `main` writes after it, then what is open after it
 /// (its gauges: open transactions by status, the oldest one's age, the stuck view's count). A census that
 /// fails fails the run: its gauges would otherwise keep the last run's values.
-pub async fn handle(sweeper: &Sweeper) -> Result<SweepReport, twopc::store::StoreError> {
+pub async fn handle<B: OutcomeBus>(
+    sweeper: &Sweeper,
+    bus: Option<&B>,
+) -> Result<SweepReport, twopc::store::StoreError> {
     let report = sweeper.sweep().await?;
     report.record_metrics();
     let census = sweeper.census().await?;
-    tracing::info!(?census, "open after the sweep");
+    tracing::info!(by_status = ?census.by_status, oldest_age_ms = census.oldest_age_ms, stuck = census.stuck, "open after the sweep");
     census.record_metrics();
+    if let Some(bus) = bus {
+        send_age_alerts(bus, &census).await;
+    }
     Ok(report)
+}
+
+/// One event per transaction the census found open too long. A refused one is logged: the next run
+/// sends it again while the transaction stays open.
+pub async fn send_age_alerts<B: OutcomeBus>(bus: &B, census: &OpenCensus) -> usize {
+    let alerts: Vec<OutcomeEvent> =
+        census.open_too_long.iter().map(|(record, age)| OutcomeEvent::open_too_long(record, *age)).collect();
+    let mut sent = 0;
+    for (alert, result) in alerts.iter().zip(outcomes::send(bus, &alerts).await) {
+        match result {
+            Ok(()) => sent += 1,
+            Err(message) => tracing::warn!(tx = %alert.transaction_id, %message, "age alert not accepted"),
+        }
+    }
+    sent
 }

@@ -10,11 +10,11 @@ use twopc::{config, telemetry};
 async fn main() -> Result<(), Error> {
     config::init_tracing();
     let metrics = telemetry::install_emf_from_env(telemetry::Zeros::Written);
-    let sweeper = sweeper::from_env().await?;
-    let sweeper = &sweeper;
+    let (sweeper, bus) = sweeper::from_env().await?;
+    let (sweeper, bus) = (&sweeper, bus.as_ref());
     // The scheduled event carries nothing the sweep needs: it runs on what the indexes hold.
     lambda_runtime::run(service_fn(move |_: LambdaEvent<serde_json::Value>| async move {
-        let report = sweeper::handle(sweeper).await;
+        let report = sweeper::handle(sweeper, bus).await;
         // A failed run found nothing out: its zeros would tell the stuck-transactions alarm it did.
         if report.is_ok() {
             telemetry::flush(metrics);

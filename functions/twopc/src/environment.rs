@@ -45,6 +45,12 @@ pub const WEBSOCKET_ENDPOINT: &str = "WEBSOCKET_ENDPOINT";
 /// on-failure records: shard and sequence ranges), which its `replay-dead-letters` action reads back
 /// (`twopc_fanout::replay`).
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
+/// Outcomes and sweeper: the EventBridge bus outcome events and the sweeper's age alerts go to
+/// (`twopc_fanout::outcomes`).
+pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
+/// Sweeper: an open transaction older than this many milliseconds is announced on the bus each run
+/// (default `twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS`).
+pub const OPEN_ALERT_AFTER_MS: &str = "OPEN_ALERT_AFTER_MS";
 
 /// The environment each function reads, for the template check in `tests/`.
 pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
@@ -79,8 +85,12 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             METRICS_NAMESPACE,
             PARTICIPANT_KEYS,
             PARTICIPANT_SIGNATURE,
+            EVENT_BUS_NAME,
+            OPEN_ALERT_AFTER_MS,
         ],
     ),
+    // The transactions table's second stream reader: request outcomes to the bus.
+    ("outcomes", &[TRANSACTIONS_TABLE_NAME, EVENT_BUS_NAME]),
     (
         "stream-processor",
         &[

@@ -15,6 +15,7 @@ use crate::coordinator::Coordinator;
 use crate::model::message::{Abort, Commit, Hold};
 use crate::model::{Message, Operation, STATUS_ABORTED, STATUS_COMMITTED, STATUS_NOT_PREPARED, Status};
 use crate::participant::store::{DataTable, Lock};
+use crate::record::TransactionRecord;
 use crate::recovery::{OwnerFate, owner_fate};
 use crate::store::{Item, StoreError};
 
@@ -74,14 +75,21 @@ impl SweepReport {
 /// oldest, and the operators' stuck view's count (`/admin/stuck`, with its default lock age). Read from
 /// the first [`CENSUS_LIMIT`] entries of the open index (in `sweepAt` order): `complete` says whether that
 /// was all of it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OpenCensus {
     pub by_status: BTreeMap<String, u32>,
     pub oldest_age_ms: u64,
     pub complete: bool,
     pub stuck: u32,
+    /// The open transactions older than the sweeper's alert age (`OPEN_ALERT_AFTER_MS`), with their age,
+    /// oldest first, at most [`OPEN_ALERTS_PER_RUN`]: the age alerts the sweeper sends.
+    #[serde(skip)]
+    pub open_too_long: Vec<(TransactionRecord, u64)>,
 }
+
+/// A run announces at most this many transactions open too long (the oldest).
+pub const OPEN_ALERTS_PER_RUN: usize = 100;
 
 /// A census reads at most this many open transactions (and their records) per run.
 pub const CENSUS_LIMIT: usize = 500;
@@ -106,6 +114,8 @@ pub struct Sweeper {
     /// service → its table, for the locks index.
     tables: BTreeMap<String, DataTable>,
     limits: SweepLimits,
+    /// A census lists the open transactions older than this (ms) in `open_too_long`; None: none.
+    open_alert_after_ms: Option<u64>,
 }
 
 enum TxOutcome {
@@ -126,7 +136,13 @@ impl Sweeper {
     /// A sweeper that drives transactions with `coordinator` (its store, its invoker, its clock) and finds
     /// expired locks in `tables` (service → its table).
     pub fn new(coordinator: Coordinator, tables: BTreeMap<String, DataTable>, limits: SweepLimits) -> Sweeper {
-        Sweeper { coordinator, tables, limits }
+        Sweeper { coordinator, tables, limits, open_alert_after_ms: None }
+    }
+
+    /// Its census lists the open transactions older than `ms` (the age alerts).
+    pub fn with_open_alerts_after(mut self, ms: u64) -> Sweeper {
+        self.open_alert_after_ms = Some(ms);
+        self
     }
 
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
@@ -208,7 +224,11 @@ impl Sweeper {
             for record in transactions.get_many(&ids).await? {
                 if !record.status.is_terminal() {
                     *census.by_status.entry(record.status.as_str().to_owned()).or_default() += 1;
-                    census.oldest_age_ms = census.oldest_age_ms.max(now.saturating_sub(record.age()));
+                    let age = now.saturating_sub(record.age());
+                    census.oldest_age_ms = census.oldest_age_ms.max(age);
+                    if self.open_alert_after_ms.is_some_and(|after| age >= after) {
+                        census.open_too_long.push((record, age));
+                    }
                 }
             }
             read += entries.len();
@@ -221,6 +241,8 @@ impl Sweeper {
                 break;
             }
         }
+        census.open_too_long.sort_by_key(|(_, age)| std::cmp::Reverse(*age));
+        census.open_too_long.truncate(OPEN_ALERTS_PER_RUN);
         census.stuck = self.coordinator.stuck_count(crate::coordinator::DEFAULT_LOCK_AGE_MS).await?;
         Ok(census)
     }

@@ -4,6 +4,8 @@
 //! - [`firehose::Firehose`]: Firehose's `PutRecordBatch`/`PutRecord` (AWS JSON 1.1); records go to a
 //!   [`firehose::RecordSink`] (memory for tests, NDJSON files under a lake folder for the local stack);
 //!   chosen entries or whole calls can be made to fail.
+//! - [`eventbridge::EventBridge`]: EventBridge's `PutEvents` (AWS JSON 1.1), the outcomes bus; each event is
+//!   an NDJSON line given to a [`firehose::RecordSink`] (the local stack's `.local/events/`).
 //! - [`apigw::ManagementApi`]: the WebSocket API's `@connections` management API; posts go to a
 //!   [`apigw::ConnectionRegistry`]; unknown connections answer 410 `GoneException`.
 //! - [`sqs::Sqs`]: an SQS queue (AWS JSON 1.0: `SendMessage`, `ReceiveMessage`, `DeleteMessage`,
@@ -15,6 +17,7 @@
 //! Servers bind 127.0.0.1 (port 0 unless told otherwise) and stop when dropped.
 
 pub mod apigw;
+pub mod eventbridge;
 pub mod firehose;
 pub mod payments;
 pub mod sqs;
