@@ -332,6 +332,27 @@ async fn page_routes(stack: &Stack, committed: &str) {
         "the newest lake files hold the transfer: {lake}"
     );
     assert!(listed.iter().all(|f| f["key"].as_str().is_some_and(|k| k.split('/').count() == 5)), "{lake}");
+    // The outcomes function (the transactions stream's second reader) sent the commit's event to the bus,
+    // which the stack keeps under its events folder and the page lists.
+    let wanted = format!("{committed}:COMMITTED");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let events = get_json("/local/events").await;
+        let found: Vec<&Value> = events["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter(|e| e["detail"]["outcomeId"] == wanted.as_str())
+            .collect();
+        if let Some(event) = found.first() {
+            assert_eq!(found.len(), 1, "one event per outcome: {events}");
+            assert_eq!(event["detail-type"], "Transaction Committed", "{event}");
+            assert_eq!(event["source"], "twopc", "{event}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no outcome event for {committed}: {events}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// CORS as the deployed API answers it: the preflight (API Gateway's, unsigned), the coordinator's own

@@ -814,6 +814,22 @@ async function renderLake() {
   }));
 }
 
+// The outcome events the bus received (the outcomes function's, one per request outcome, and the
+// sweeper's age alerts), newest first: what a service listening on the bus hears.
+async function renderEvents() {
+  let listed;
+  try { listed = await (await fetch('/local/events')).json(); } catch { return; }
+  $('#events-total').textContent = `${listed.total} event${listed.total === 1 ? '' : 's'}`;
+  $('#events').replaceChildren(...listed.events.map((e) => {
+    const d = e.detail || {};
+    const votes = (d.participants || []).map((p) => `${p.service}${p.vote ? ` ${p.vote}` : ''}`).join(', ');
+    return element('li', { class: `event ${d.status || ''}` },
+      element('span', { class: 'event-type', text: e['detail-type'] }), ' ',
+      element('code', { text: d.outcomeId || '' }),
+      element('span', { class: 'muted', text: ` ${e.time || ''}${votes ? ` · ${votes}` : ''}${d.reason ? ` · ${d.reason}` : ''}` }));
+  }));
+}
+
 // ---- start ---------------------------------------------------------------------------------
 
 // The services' items as they are now (the stack reads its tables: /local/items), each followed from
@@ -885,6 +901,8 @@ async function start() {
   connect(socketUrl());
   renderLake();
   setInterval(renderLake, 2000);
+  renderEvents();
+  setInterval(renderEvents, 2000);
   setUpOperators();
   checkOperator();
   setInterval(tickCountdowns, 250);

@@ -195,6 +195,7 @@ struct Demo<'a> {
     count: u32,
     tables: BTreeMap<String, String>,
     lake_dir: PathBuf,
+    events_dir: PathBuf,
     since: SystemTime,
     committed: Vec<String>,
     aborted: Vec<String>,
@@ -607,6 +608,7 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool, sweep_e
         count: 0,
         tables,
         lake_dir: endpoints.lake_dir.clone(),
+        events_dir: endpoints.events_dir.clone(),
         since,
         committed: vec![],
         aborted: vec![],
@@ -892,6 +894,23 @@ async fn scenario(stack: &Stack, recorder: &TraceRecorder, lambda: bool, sweep_e
         demo.aborted.len()
     );
     println!("   WebSocket {} messages received", demo.ws.received);
+    // The outcome events the bus received (the outcomes function reads the stream on its own: some may
+    // still be on their way).
+    let events = lake_lines(&demo.events_dir, demo.since);
+    let heard = |suffix: &str, ids: &[String]| {
+        ids.iter()
+            .filter(|id| events.iter().any(|(_, e)| e["detail"]["outcomeId"] == format!("{id}:{suffix}").as_str()))
+            .count()
+    };
+    println!(
+        "   events    {} outcome events so far in {}/: {} of the {} commits, {} of the {} aborts",
+        events.len(),
+        demo.events_dir.display(),
+        heard("COMMITTED", &demo.committed),
+        demo.committed.len(),
+        heard("ABORTED", &demo.aborted),
+        demo.aborted.len()
+    );
     if aborted_lines > 0 {
         return Err("a refused transaction reached the lake".into());
     }

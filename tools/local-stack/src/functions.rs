@@ -18,6 +18,7 @@ use twopc::participant::Participant;
 use twopc::record::TransactionStore;
 use twopc::sweeper::{SweepLimits, Sweeper};
 use twopc_fanout::connections::ConnectionStore;
+use twopc_fanout::outcomes::EventBridgeBus;
 use twopc_fanout::{ApiGatewayPoster, FanoutConfig, FirehoseSink, StreamProcessor};
 
 use crate::events::{self, HttpRequest, ProxyResponse, WebSocketConnection, WebSocketEvent};
@@ -32,6 +33,8 @@ pub(crate) struct Wiring {
     pub dynamodb_endpoint: String,
     pub tables: Tables,
     pub firehose_url: String,
+    /// The EventBridge endpoint of the outcomes bus.
+    pub events_url: String,
     pub stream_name: String,
     pub management_endpoint: String,
     /// The origin the REST API allows (`twopc::cors`); None: no CORS header.
@@ -120,6 +123,9 @@ pub struct InProcess {
     connections: ::connections::Connections,
     processor: Processor,
     sweeper: Sweeper,
+    /// The outcomes function's bus, and the transactions table it reads the stream of.
+    bus: EventBridgeBus,
+    outcome_tables: FanoutConfig,
 }
 
 pub struct Lambda {
@@ -135,7 +141,10 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// The deployment running every function but the participants.
 const SYSTEM: &str = "functions";
-const SYSTEM_FUNCTIONS: [&str; 5] = ["coordinator", "connections", "stream-processor", "sweeper", "authorizer"];
+const SYSTEM_FUNCTIONS: [&str; 6] =
+    ["coordinator", "connections", "stream-processor", "outcomes", "sweeper", "authorizer"];
+/// The outcomes bus's name.
+pub(crate) const EVENT_BUS: &str = "twopc-local-outcomes";
 
 impl Functions {
     pub(crate) fn in_process(wiring: &Wiring, dynamodb: aws_sdk_dynamodb::Client) -> Functions {
@@ -172,7 +181,11 @@ impl Functions {
             .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
             .collect();
         let coordinator = coordinator.with_data_tables(data_tables.clone());
-        let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default());
+        let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default())
+            .with_open_alerts_after(twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS);
+        let bus =
+            EventBridgeBus::from_config(&wiring.sdk.to_builder().endpoint_url(&wiring.events_url).build(), EVENT_BUS);
+        let outcome_tables = FanoutConfig::new(&BTreeMap::new(), &tables.transactions).expect("one table");
         let connections = ::connections::Connections::new(
             ConnectionStore::new(dynamodb.clone(), &tables.connections)
                 .with_access(wiring.access.clone(), Some(transactions))
@@ -188,6 +201,8 @@ impl Functions {
             connections,
             processor,
             sweeper,
+            bus,
+            outcome_tables,
         }))
     }
 
@@ -255,6 +270,8 @@ impl Functions {
         env.extend([
             ("AWS_ENDPOINT_URL_DYNAMODB", wiring.dynamodb_endpoint.clone()),
             ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
+            ("AWS_ENDPOINT_URL_EVENTBRIDGE", wiring.events_url.clone()),
+            (twopc_fanout::outcomes::EVENT_BUS_NAME, EVENT_BUS.to_owned()),
             (twopc::invoke::PARTICIPANTS, json!(registry).to_string()),
             (twopc::auth::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
             // Envelopes over the real wire, through each participant binary's entry.
@@ -361,6 +378,7 @@ impl Functions {
                 ),
             ),
             ("stream-processor", json!({"Records": []})),
+            ("outcomes", json!({"Records": []})),
             ("sweeper", events::scheduled_event()),
         ];
         let warm_system = system_events.iter().map(|(function, event)| invoke(&lambda.client, function, event));
@@ -503,23 +521,31 @@ impl Functions {
             }
             Functions::Lambda(f) => {
                 let event = serde_json::to_value(event).map_err(|e| e.to_string())?;
-                let answer = invoke(&f.client, "stream-processor", &event).await?;
-                let failures = answer.get("batchItemFailures").and_then(Value::as_array).ok_or_else(|| {
-                    format!("the stream processor answered {answer}, not a response with batchItemFailures")
-                })?;
-                Ok(failures
-                    .iter()
-                    .map(|f| f.get("itemIdentifier").and_then(Value::as_str).unwrap_or_default().to_owned())
-                    .collect())
+                batch_item_failures("the stream processor", &invoke(&f.client, "stream-processor", &event).await?)
             }
         }
     }
 
-    /// One sweep; its report.
+    /// The outcomes function: a batch of the transactions table's stream records in, the batch item
+    /// failures' sequence numbers out.
+    pub async fn outcomes(&self, event: &Event) -> Result<Vec<String>, String> {
+        match self {
+            Functions::InProcess(f) => {
+                let report = twopc_fanout::outcomes::publish(&f.bus, &f.outcome_tables, event).await;
+                Ok(report.retry_from.into_iter().collect())
+            }
+            Functions::Lambda(f) => {
+                let event = serde_json::to_value(event).map_err(|e| e.to_string())?;
+                batch_item_failures("outcomes", &invoke(&f.client, "outcomes", &event).await?)
+            }
+        }
+    }
+
+    /// One sweep (its age alerts sent to the bus); its report.
     pub async fn sweep(&self) -> Result<Value, String> {
         match self {
             Functions::InProcess(f) => {
-                let report = f.sweeper.sweep().await.map_err(|e| e.to_string())?;
+                let report = ::sweeper::handle(&f.sweeper, Some(&f.bus)).await.map_err(|e| e.to_string())?;
                 serde_json::to_value(report).map_err(|e| e.to_string())
             }
             Functions::Lambda(f) => invoke(&f.client, "sweeper", &events::scheduled_event()).await,
@@ -531,6 +557,18 @@ impl Functions {
             futures::future::join_all(f.watches.iter().map(Watch::stop)).await;
         }
     }
+}
+
+/// The sequence numbers of a stream function's answer (`DynamoDbEventResponse`).
+fn batch_item_failures(function: &str, answer: &Value) -> Result<Vec<String>, String> {
+    let failures = answer
+        .get("batchItemFailures")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("{function} answered {answer}, not a response with batchItemFailures"))?;
+    Ok(failures
+        .iter()
+        .map(|f| f.get("itemIdentifier").and_then(Value::as_str).unwrap_or_default().to_owned())
+        .collect())
 }
 
 impl Lambda {

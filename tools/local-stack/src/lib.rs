@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use local_services::apigw::ManagementApi;
+use local_services::eventbridge::EventBridge;
 use local_services::firehose::{Firehose, LakeSink};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -123,6 +124,8 @@ pub struct Config {
     /// The stand-in payment API the payments service charges cards at (started when the stack has it).
     pub payment_api_port: u16,
     pub lake_dir: PathBuf,
+    /// Where the outcome events go (the EventBridge bus's stand-in writes NDJSON files here).
+    pub events_dir: PathBuf,
     /// Prepended to every table name (tests share one DynamoDB Local).
     pub table_prefix: String,
     /// Participant services; each owns the table `{prefix}{service}-data`.
@@ -184,6 +187,7 @@ impl Default for Config {
             firehose_port: 0,
             payment_api_port: 0,
             lake_dir: local_dir().join("lake"),
+            events_dir: local_dir().join("events"),
             table_prefix: String::new(),
             services: DEFAULT_SERVICES.iter().map(|s| s.to_string()).collect(),
             sweep_interval: Duration::from_secs(5),
@@ -213,6 +217,7 @@ impl Config {
             api_port: 0,
             websocket_port: 0,
             dead_letter_dir: lake_dir.with_extension("dead-letters"),
+            events_dir: lake_dir.with_extension("events"),
             auth_dir: lake_dir.with_extension("auth"),
             lake_dir,
             table_prefix: format!("s{}-", &uuid::Uuid::new_v4().simple().to_string()[..10]),
@@ -275,6 +280,10 @@ pub struct Endpoints {
     /// The stand-in payment API, `http://127.0.0.1:PORT` (when the stack has the payments service).
     pub payment_api: Option<String>,
     pub lake_dir: PathBuf,
+    /// The outcome events (NDJSON files, EventBridge's envelope), `.local/events/` by default.
+    pub events_dir: PathBuf,
+    /// The EventBridge endpoint the outcomes function and the sweeper send them to.
+    pub events: String,
     /// The folder of dead letters (on-failure records of what the stream polling gave up on).
     pub dead_letter_dir: PathBuf,
     pub tables: Tables,
@@ -396,6 +405,7 @@ pub struct Stack {
     /// What the replay of dead letters reads and runs: the folder, the Streams client, the fan-out.
     replay: Replay,
     firehose: Firehose,
+    _event_bridge: EventBridge,
     payment_api: Option<Arc<local_services::payments::PaymentApi>>,
     issuer: Option<issuer::DevIssuer>,
     _management: ManagementApi,
@@ -488,6 +498,12 @@ impl Stack {
             Firehose::start_on(LakeSink::new(&config.lake_dir), &format!("127.0.0.1:{}", config.firehose_port))
                 .await
                 .map_err(|e| port_error(e, config.firehose_port, "the Firehose endpoint", "--firehose-port"))?;
+        // The outcomes bus: each event a line of a file under `events_dir`, as the lake's records are.
+        std::fs::create_dir_all(&config.events_dir)
+            .map_err(io_error(format!("creating the events folder {}", config.events_dir.display())))?;
+        let event_bridge = EventBridge::start(LakeSink::new(&config.events_dir))
+            .await
+            .map_err(io_error("starting the EventBridge endpoint".to_owned()))?;
         let registry = websocket::Registry::default();
         let management =
             ManagementApi::start_on(registry.clone(), &config.stage, &format!("127.0.0.1:{}", config.connections_port))
@@ -525,6 +541,7 @@ impl Stack {
             dynamodb_endpoint: dynamodb_endpoint.clone(),
             tables: tables.clone(),
             firehose_url: firehose.url().to_owned(),
+            events_url: event_bridge.url().to_owned(),
             stream_name: LAKE_STREAM.to_owned(),
             management_endpoint: management.endpoint().to_owned(),
             cors_allow_origin: config.cors_allow_origin.clone(),
@@ -548,6 +565,7 @@ impl Stack {
         streamed.push(&tables.transactions);
         let mut pollers = Vec::new();
         let dead_letters = Arc::new(twopc_fanout::replay::DirectoryDeadLetters::new(config.dead_letter_dir.clone()));
+        let mut outcome_pollers = Vec::new();
         for table in streamed {
             let arn = ddb
                 .describe_table()
@@ -573,21 +591,35 @@ impl Stack {
                 streams::Poller::new(
                     streams.clone(),
                     table.clone(),
-                    arn,
-                    start_at,
-                    checkpoint_path,
+                    arn.clone(),
+                    start_at.clone(),
+                    checkpoint_path.clone(),
                     functions.clone(),
                     config.poll_interval,
                 )
                 .with_dead_letters(dead_letters.clone()),
             );
+            if *table == tables.transactions {
+                // Its own checkpoint: the two readers move on the stream each at its own pace. What it gives
+                // up on is logged (deployed: its own queue; `twopc-local replay` replays the fan-out's only).
+                let checkpoint_path = checkpoint_path.map(|path| path.with_extension("outcomes.json"));
+                outcome_pollers.push(streams::Poller::new(
+                    streams.clone(),
+                    table.clone(),
+                    arn,
+                    start_at,
+                    checkpoint_path,
+                    Arc::new(streams::Outcomes(functions.clone())),
+                    config.poll_interval,
+                ));
+            }
         }
         if config.example_items {
             put_example_items(&functions, &tables, &config.stage).await;
         }
         let websocket_addr = local_addr(&websocket)?;
         let same_origin = same_origin::SameOrigin::new(api_addr, websocket_addr, config.cors_allow_origin.clone());
-        let pollers = Pollers::start(pollers)?;
+        let pollers = Pollers::start(pollers, outcome_pollers)?;
         let mut tasks = Tasks::default();
         tasks.0.push(tokio::spawn(websocket::serve(
             websocket,
@@ -602,6 +634,7 @@ impl Stack {
             websocket: format!("ws://{websocket_addr}"),
             tables: tables.participants.clone(),
             lake_dir: config.lake_dir.clone(),
+            events_dir: config.events_dir.clone(),
             dynamodb: ddb.clone(),
             payment_api: payment_api.as_ref().map(|api| api.url().to_owned()),
             http: twopc::https::client_builder().no_proxy().build().map_err(|e| Error::Io {
@@ -630,6 +663,8 @@ impl Stack {
             firehose: firehose.url().to_owned(),
             payment_api: payment_api.as_ref().map(|api| api.url().to_owned()),
             lake_dir: config.lake_dir.clone(),
+            events_dir: config.events_dir.clone(),
+            events: event_bridge.url().to_owned(),
             dead_letter_dir: config.dead_letter_dir.clone(),
             tables,
             lambda,
@@ -649,6 +684,7 @@ impl Stack {
             registry,
             replay,
             firehose,
+            _event_bridge: event_bridge,
             payment_api,
             issuer,
             _management: management,
@@ -788,10 +824,15 @@ struct Pollers {
 }
 
 impl Pollers {
-    fn start(pollers: Vec<streams::Poller>) -> Result<Pollers, Error> {
+    fn start(
+        pollers: Vec<streams::Poller>,
+        outcomes: Vec<streams::Poller<streams::Outcomes>>,
+    ) -> Result<Pollers, Error> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
-            futures::future::join_all(pollers.into_iter().map(|poller| poller.run(stopped.clone()))).await;
+            let fan_out = futures::future::join_all(pollers.into_iter().map(|poller| poller.run(stopped.clone())));
+            let outcomes = futures::future::join_all(outcomes.into_iter().map(|poller| poller.run(stopped.clone())));
+            futures::future::join(fan_out, outcomes).await;
         });
         Ok(Pollers { task, stop })
     }

@@ -194,6 +194,11 @@ impl StackArgs {
             lake_dir: self.lake_dir.clone().unwrap_or_else(|| {
                 if keep_data_by_default { defaults.lake_dir.clone() } else { local_stack::local_dir().join(DEMO_LAKE) }
             }),
+            events_dir: if keep_data_by_default {
+                defaults.events_dir.clone()
+            } else {
+                local_stack::local_dir().join(DEMO_EVENTS)
+            },
             table_prefix: self.table_prefix.clone(),
             cors_allow_origin: Some(self.cors_allow_origin.clone()).filter(|origin| !origin.is_empty()),
             sweep_interval: Duration::from_secs(self.sweep_secs.max(1)),
@@ -221,9 +226,11 @@ impl StackArgs {
 
 /// The demo's lake, under .local/.
 const DEMO_LAKE: &str = "demo-lake";
+/// The demo's outcome events, under .local/.
+const DEMO_EVENTS: &str = "demo-events";
 /// What `up` keeps under .local/ (besides DynamoDB Local's own install, which `reset` leaves).
 /// DynamoDB Local's data last: its folder holds the lock that keeps a stack from starting meanwhile.
-const KEPT: [&str; 6] = ["lake", DEMO_LAKE, "checkpoints", "dead-letters", AUTH, DATA];
+const KEPT: [&str; 8] = ["lake", DEMO_LAKE, "events", DEMO_EVENTS, "checkpoints", "dead-letters", AUTH, DATA];
 const DATA: &str = "dynamodb-data";
 /// The development issuer's key pair (`up --auth jwt`).
 const AUTH: &str = "auth";
@@ -307,6 +314,11 @@ fn print_endpoints(stack: &Stack, config: &Config) {
     println!("  DynamoDB      {:<28} {dynamodb}", e.dynamodb);
     println!("  lake          {:<28} NDJSON, YYYY/MM/DD/HH/ keys", format!("{}/", show(&e.lake_dir)));
     println!("  Firehose      {:<28} the stream processor writes the lake here", e.firehose);
+    println!(
+        "  events        {:<28} outcome events (EventBridge's envelope; the bus at {})",
+        format!("{}/", show(&e.events_dir)),
+        e.events
+    );
     println!(
         "  dead letters  {:<28} what the stream polling gave up on (`twopc-local replay`)",
         format!("{}/", show(&e.dead_letter_dir))

@@ -24,6 +24,8 @@ pub(crate) const ITEMS_PER_SERVICE: i32 = 100;
 
 /// How many lake files `/local/lake` lists, newest first, unless asked for fewer.
 const LAKE_FILES: usize = 20;
+/// How many outcome events `/local/events` lists, newest first.
+const EVENTS_SHOWN: usize = 30;
 /// How many of a file's records it shows (the last ones).
 const LAKE_RECORDS_PER_FILE: usize = 20;
 
@@ -33,6 +35,8 @@ pub(crate) struct Page {
     /// service → its data table (the entity topics name the table).
     pub tables: BTreeMap<String, String>,
     pub lake_dir: PathBuf,
+    /// The outcome events the stand-in EventBridge bus keeps.
+    pub events_dir: PathBuf,
     /// The services' tables, read by `/local/items`.
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// The stand-in payment API, whose authorizations `/local/payments` lists.
@@ -67,6 +71,7 @@ impl Page {
                     .map_or(LAKE_FILES, |n| n.min(LAKE_FILES));
                 Some(no_store(latest_lake_files(&self.lake_dir, limit)))
             }
+            "/local/events" => Some(no_store(latest_events(&self.events_dir, EVENTS_SHOWN))),
             _ => None,
         }
     }
@@ -133,6 +138,14 @@ fn shown_item(item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::
 fn no_store(body: Value) -> Response {
     ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")], body.to_string())
         .into_response()
+}
+
+/// The newest `limit` outcome events, newest first (each as EventBridge delivers it), and how many there are.
+fn latest_events(dir: &Path, limit: usize) -> Value {
+    let lines = local_services::firehose::LakeSink::read_lines(dir, None);
+    let events: Vec<Value> =
+        lines.iter().rev().take(limit).filter_map(|(_, line)| serde_json::from_str(line).ok()).collect();
+    json!({"events": events, "total": lines.len()})
 }
 
 /// The newest `limit` files of the lake, newest first: each key (relative to the lake, as in the

@@ -165,6 +165,16 @@ impl BatchTarget for Functions {
     }
 }
 
+/// The transactions table's second reader: the outcomes function (outcome events to the bus), as the
+/// deployed stack's second event source mapping on that stream.
+pub(crate) struct Outcomes(pub Arc<Functions>);
+
+impl BatchTarget for Outcomes {
+    async fn deliver(&self, event: &aws_lambda_events::event::dynamodb::Event) -> Result<Vec<String>, String> {
+        self.0.outcomes(event).await
+    }
+}
+
 pub(crate) struct Poller<T: BatchTarget = Functions> {
     client: Client,
     table: String,
