@@ -240,6 +240,7 @@ async fn a_caller_the_policy_does_not_name_as_an_operator_is_refused_everywhere_
         ("GET", "/admin/transactions".to_owned()),
         ("GET", format!("/admin/transactions/{id}")),
         ("GET", "/admin/stuck".to_owned()),
+        ("GET", "/admin/outcomes".to_owned()),
         ("POST", format!("/admin/transactions/{id}/retry")),
         ("POST", format!("/admin/transactions/{id}/abort")),
     ];
@@ -261,6 +262,12 @@ async fn a_caller_the_policy_does_not_name_as_an_operator_is_refused_everywhere_
     operator_jwt["requestContext"]["authorizer"] =
         twopc::jwt::authorizer_context(&twopc::access::Caller::jwt("https://issuer", "oncall", false).operating(true));
     assert_eq!(call_coordinator(&c, &operator_jwt).await.0, 200);
+    // Without the bus's log group (OUTCOME_LOG_GROUP) the recent outcomes cannot be read: 503, saying so.
+    let mut recent = admin_event("GET", "/admin/outcomes", None, IAM_ADMIN);
+    recent["requestContext"]["authorizer"] = operator_jwt["requestContext"]["authorizer"].clone();
+    let (status, answer) = call_coordinator(&c, &recent).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (503, Some("UNAVAILABLE")), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("OUTCOME_LOG_GROUP"), "{answer}");
 }
 
 /// The stuck view finds a lock whose owner never wrote a record (its coordinator stopped after the

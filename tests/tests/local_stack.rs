@@ -348,6 +348,18 @@ async fn page_routes(stack: &Stack, committed: &str) {
             assert_eq!(found.len(), 1, "one event per outcome: {events}");
             assert_eq!(event["detail-type"], "Transaction Committed", "{event}");
             assert_eq!(event["source"], "twopc", "{event}");
+            // The operators' recent outcomes read the same events back (CloudWatch Logs' API, the bus's
+            // log group), the terminal ones only.
+            let recent = get_json("/admin/outcomes?sinceMs=600000").await;
+            let outcomes = recent["outcomes"].as_array().unwrap_or_else(|| panic!("{recent}"));
+            assert!(
+                outcomes.iter().any(|o| o["outcomeId"] == wanted.as_str() && o["status"] == "COMMITTED"),
+                "{recent}"
+            );
+            assert!(
+                outcomes.iter().all(|o| ["COMMITTED", "ABORTED"].contains(&o["status"].as_str().unwrap())),
+                "{recent}"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "no outcome event for {committed}: {events}");

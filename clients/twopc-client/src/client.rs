@@ -231,6 +231,31 @@ impl Client {
         self.admin_call(Method::GET, url).await
     }
 
+    /// `GET /admin/outcomes` (operators only): the terminal outcomes announced in the last `since_ms`
+    /// (the server's default, an hour, when None), oldest first, a page of at most `limit`
+    /// (`{"outcomes": [...], "next": <token or null>, "fromMs"}`); pass the page's `next` back for the next.
+    pub async fn admin_outcomes(
+        &self,
+        since_ms: Option<u64>,
+        limit: Option<u32>,
+        next: Option<&str>,
+    ) -> Result<Value, Error> {
+        let mut url = self.url(&["admin", "outcomes"]);
+        {
+            let mut pairs = url.query_pairs_mut();
+            if let Some(since) = since_ms {
+                pairs.append_pair("sinceMs", &since.to_string());
+            }
+            if let Some(limit) = limit {
+                pairs.append_pair("limit", &limit.to_string());
+            }
+            if let Some(next) = next {
+                pairs.append_pair("next", next);
+            }
+        }
+        self.admin_call(Method::GET, url).await
+    }
+
     /// `POST /admin/transactions/{id}/retry` (operators only): drives a decided transaction now; the
     /// record as it then is. An undecided one: [`Error::Status`] 409 `NOT_DECIDED`.
     pub async fn admin_retry(&self, transaction_id: &str) -> Result<Value, Error> {

@@ -1,5 +1,7 @@
 //! The coordinator function: API Gateway REST proxy events in, the core's answers out.
 
+pub mod outcome_log;
+
 use std::sync::Arc;
 
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -30,7 +32,12 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
             message: format!("\"{unknown}\" has operations but is not in {}", twopc::invoke::PARTICIPANTS),
         });
     }
-    Ok(Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
+    let coordinator = match config::required(outcome_log::OUTCOME_LOG_GROUP).ok().filter(|g| !g.is_empty()) {
+        Some(group) => Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
+            .with_outcome_history(Arc::new(outcome_log::LogGroupHistory::from_config(&aws, group))),
+        None => Coordinator::new(transactions, Arc::new(invoker), services, clock::system()),
+    };
+    Ok(coordinator
         .with_keys(keys)
         .with_signature(twopc::auth::signature_from_env()?)
         .with_age_keys(age_keys)
@@ -100,7 +107,7 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
                 Some(Ok(admin)) => coordinator.admin(admin, &caller).await,
                 Some(Err(message)) => Reply::error(ErrorCode::InvalidRequest, message),
                 None => match segments.as_slice() {
-                    ["admin", "transactions" | "stuck"] | ["admin", "transactions", _] => {
+                    ["admin", "transactions" | "stuck" | "outcomes"] | ["admin", "transactions", _] => {
                         return method_not_allowed(method, &path, "GET");
                     }
                     ["admin", "transactions", _, "retry" | "abort"] => {

@@ -49,7 +49,10 @@ mod seen;
 mod submit;
 mod two_phase;
 
-pub use admin::{AdminRequest, DEFAULT_LOCK_AGE_MS, ListQuery, OPERATOR_ABORT_REASON, admin_view};
+pub use admin::{
+    AdminRequest, DEFAULT_LOCK_AGE_MS, DEFAULT_OUTCOMES_SINCE_MS, ListQuery, OPERATOR_ABORT_REASON, OutcomeHistory,
+    OutcomePage, OutcomesQuery, admin_view, listed_outcome,
+};
 pub use engine::Driven;
 use engine::PhaseEngine;
 pub use held::HELD_ABORT_REASON;
@@ -93,6 +96,8 @@ pub struct Coordinator {
     hot: Arc<crate::hot::HotItems>,
     /// service → its table, read (never written) by the operators' views of locks ([`admin`]).
     data_tables: Arc<BTreeMap<String, crate::participant::DataTable>>,
+    /// Where `GET /admin/outcomes` reads the outcome events back ([`admin::OutcomeHistory`]); None: 503.
+    outcome_history: Option<Arc<dyn admin::OutcomeHistory>>,
 }
 
 impl Coordinator {
@@ -120,6 +125,7 @@ impl Coordinator {
             hot: Arc::new(crate::hot::HotItems::default()),
             access: Arc::new(Policy::default()),
             data_tables: Arc::new(BTreeMap::new()),
+            outcome_history: None,
         }
     }
 
@@ -127,6 +133,11 @@ impl Coordinator {
     /// for the operators' views of locks.
     pub fn with_data_tables(self, tables: BTreeMap<String, crate::participant::DataTable>) -> Coordinator {
         Coordinator { data_tables: Arc::new(tables), ..self }
+    }
+
+    /// The same coordinator, answering `GET /admin/outcomes` from `history`.
+    pub fn with_outcome_history(self, history: Arc<dyn admin::OutcomeHistory>) -> Coordinator {
+        Coordinator { outcome_history: Some(history), ..self }
     }
 
     /// The same coordinator, authorizing callers as `policy` says (the function reads `ACCESS_POLICY`).

@@ -52,6 +52,10 @@ pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
 /// (default `twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS`).
 pub const OPEN_ALERT_AFTER_MS: &str = "OPEN_ALERT_AFTER_MS";
 
+/// Coordinator: the CloudWatch Logs group a rule on the outcomes bus writes every event to, which
+/// `GET /admin/outcomes` reads back (`coordinator::outcome_log`); unset, that route answers 503.
+pub const OUTCOME_LOG_GROUP: &str = "OUTCOME_LOG_GROUP";
+
 /// The environment each function reads, for the template check in `tests/`.
 pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
     (
@@ -69,6 +73,7 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             MAX_HOLD_MS,
             ACCESS_POLICY,
             PARTICIPANT_TABLES,
+            OUTCOME_LOG_GROUP,
         ],
     ),
     ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),

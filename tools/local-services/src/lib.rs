@@ -6,6 +6,8 @@
 //!   chosen entries or whole calls can be made to fail.
 //! - [`eventbridge::EventBridge`]: EventBridge's `PutEvents` (AWS JSON 1.1), the outcomes bus; each event is
 //!   an NDJSON line given to a [`firehose::RecordSink`] (the local stack's `.local/events/`).
+//! - [`logs::Logs`]: CloudWatch Logs' `FilterLogEvents` over those events, the log group the coordinator reads
+//!   recent outcomes from.
 //! - [`apigw::ManagementApi`]: the WebSocket API's `@connections` management API; posts go to a
 //!   [`apigw::ConnectionRegistry`]; unknown connections answer 410 `GoneException`.
 //! - [`sqs::Sqs`]: an SQS queue (AWS JSON 1.0: `SendMessage`, `ReceiveMessage`, `DeleteMessage`,
@@ -19,6 +21,7 @@
 pub mod apigw;
 pub mod eventbridge;
 pub mod firehose;
+pub mod logs;
 pub mod payments;
 pub mod sqs;
 pub mod streams;

@@ -50,6 +50,18 @@ pub enum AdminCommand {
         #[arg(long)]
         lock_age_ms: Option<u64>,
     },
+    /// Request outcomes of late (COMMITTED, ABORTED), oldest first, from the outcome events.
+    Outcomes {
+        /// How far back (milliseconds) [default: the API's, an hour].
+        #[arg(long)]
+        since_ms: Option<u64>,
+        /// At most this many (1 to 100).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// The page token the page before printed.
+        #[arg(long)]
+        next: Option<String>,
+    },
     /// Drive a decided (COMMITTING, ABORTING) transaction to its end now, as the sweeper would.
     Retry { id: String },
     /// Abort an undecided (PREPARING, PREPARED) transaction: its request ends.
@@ -88,6 +100,9 @@ pub async fn run(args: &AdminArgs) -> Result<String, String> {
         }
         AdminCommand::Show { id } => client.admin_show(id).await,
         AdminCommand::Stuck { lock_age_ms } => client.admin_stuck(*lock_age_ms).await,
+        AdminCommand::Outcomes { since_ms, limit, next } => {
+            client.admin_outcomes(*since_ms, *limit, next.as_deref()).await
+        }
         AdminCommand::Retry { id } => client.admin_retry(id).await,
         AdminCommand::Abort { id } => client.admin_abort(id).await,
     }
@@ -119,6 +134,24 @@ pub async fn run(args: &AdminArgs) -> Result<String, String> {
                 })
             )
         ),
+        AdminCommand::Outcomes { .. } => {
+            let mut text = table(
+                &["TIME", "TRANSACTION", "STATUS", "FIRST", "REASON"],
+                answer["outcomes"].as_array().into_iter().flatten().map(|o| {
+                    vec![
+                        text(&o["time"]),
+                        text(&o["transactionId"]),
+                        text(&o["status"]),
+                        text(&o["firstTransactionId"]),
+                        o["reason"].as_str().map_or_else(|| "-".to_owned(), str::to_owned),
+                    ]
+                }),
+            );
+            if let Some(next) = answer["next"].as_str() {
+                text.push_str(&format!("\nmore: --next {next}\n"));
+            }
+            text
+        }
         AdminCommand::Show { .. } | AdminCommand::Retry { .. } | AdminCommand::Abort { .. } => detail(&answer),
     })
 }

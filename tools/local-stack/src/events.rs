@@ -45,6 +45,7 @@ pub fn rest_resource(method: &str, path: &str) -> Option<(&'static str, Option<V
         }
         ("GET", ["admin", "transactions"]) => Some(("/admin/transactions", None)),
         ("GET", ["admin", "stuck"]) => Some(("/admin/stuck", None)),
+        ("GET", ["admin", "outcomes"]) => Some(("/admin/outcomes", None)),
         ("GET", ["admin", "transactions", id]) if !id.is_empty() => {
             Some(("/admin/transactions/{id}", Some(json!({"id": percent_decode(id)}))))
         }

@@ -35,6 +35,8 @@ pub(crate) struct Wiring {
     pub firehose_url: String,
     /// The EventBridge endpoint of the outcomes bus.
     pub events_url: String,
+    /// The CloudWatch Logs endpoint serving the bus's events as its log group ([`EVENT_BUS`]).
+    pub logs_url: String,
     pub stream_name: String,
     pub management_endpoint: String,
     /// The origin the REST API allows (`twopc::cors`); None: no CORS header.
@@ -143,7 +145,7 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const SYSTEM: &str = "functions";
 const SYSTEM_FUNCTIONS: [&str; 6] =
     ["coordinator", "connections", "stream-processor", "outcomes", "sweeper", "authorizer"];
-/// The outcomes bus's name.
+/// The outcomes bus's name, and the log group's its events are read back from.
 pub(crate) const EVENT_BUS: &str = "twopc-local-outcomes";
 
 impl Functions {
@@ -180,7 +182,10 @@ impl Functions {
             .iter()
             .map(|(service, table)| (service.clone(), DataTable::new(dynamodb.clone(), table)))
             .collect();
-        let coordinator = coordinator.with_data_tables(data_tables.clone());
+        let logs = wiring.sdk.to_builder().endpoint_url(&wiring.logs_url).build();
+        let coordinator = coordinator
+            .with_data_tables(data_tables.clone())
+            .with_outcome_history(Arc::new(::coordinator::outcome_log::LogGroupHistory::from_config(&logs, EVENT_BUS)));
         let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default())
             .with_open_alerts_after(twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS);
         let bus =
@@ -272,6 +277,8 @@ impl Functions {
             ("AWS_ENDPOINT_URL_FIREHOSE", wiring.firehose_url.clone()),
             ("AWS_ENDPOINT_URL_EVENTBRIDGE", wiring.events_url.clone()),
             (twopc_fanout::outcomes::EVENT_BUS_NAME, EVENT_BUS.to_owned()),
+            ("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", wiring.logs_url.clone()),
+            (::coordinator::outcome_log::OUTCOME_LOG_GROUP, EVENT_BUS.to_owned()),
             (twopc::invoke::PARTICIPANTS, json!(registry).to_string()),
             (twopc::auth::PARTICIPANT_KEYS, twopc::auth::LOCAL_KEYS.to_owned()),
             // Envelopes over the real wire, through each participant binary's entry.

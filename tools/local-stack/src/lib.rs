@@ -406,6 +406,7 @@ pub struct Stack {
     replay: Replay,
     firehose: Firehose,
     _event_bridge: EventBridge,
+    _outcome_log: local_services::logs::Logs,
     payment_api: Option<Arc<local_services::payments::PaymentApi>>,
     issuer: Option<issuer::DevIssuer>,
     _management: ManagementApi,
@@ -504,6 +505,9 @@ impl Stack {
         let event_bridge = EventBridge::start(LakeSink::new(&config.events_dir))
             .await
             .map_err(io_error("starting the EventBridge endpoint".to_owned()))?;
+        let outcome_log = local_services::logs::Logs::start(&config.events_dir, functions::EVENT_BUS)
+            .await
+            .map_err(io_error("starting the CloudWatch Logs endpoint".to_owned()))?;
         let registry = websocket::Registry::default();
         let management =
             ManagementApi::start_on(registry.clone(), &config.stage, &format!("127.0.0.1:{}", config.connections_port))
@@ -542,6 +546,7 @@ impl Stack {
             tables: tables.clone(),
             firehose_url: firehose.url().to_owned(),
             events_url: event_bridge.url().to_owned(),
+            logs_url: outcome_log.url().to_owned(),
             stream_name: LAKE_STREAM.to_owned(),
             management_endpoint: management.endpoint().to_owned(),
             cors_allow_origin: config.cors_allow_origin.clone(),
@@ -685,6 +690,7 @@ impl Stack {
             replay,
             firehose,
             _event_bridge: event_bridge,
+            _outcome_log: outcome_log,
             payment_api,
             issuer,
             _management: management,

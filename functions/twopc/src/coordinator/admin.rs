@@ -50,6 +50,65 @@ pub enum AdminRequest {
     Retry(String),
     /// `POST /admin/transactions/{id}/abort`.
     Abort(String),
+    /// `GET /admin/outcomes`: the request outcomes of late, read back from the outcome events.
+    Outcomes(OutcomesQuery),
+}
+
+/// `GET /admin/outcomes`'s query: outcomes announced in the last `sinceMs` (default
+/// [`DEFAULT_OUTCOMES_SINCE_MS`]), at most `limit` a page (default and most [`MAX_PAGE`]), `next` the token
+/// the page before answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutcomesQuery {
+    pub since_ms: u64,
+    pub limit: usize,
+    pub next: Option<String>,
+}
+
+/// `GET /admin/outcomes` looks this far back by default: an hour.
+pub const DEFAULT_OUTCOMES_SINCE_MS: u64 = 60 * 60 * 1000;
+
+/// A page of outcome events, oldest first: each `{outcomeId, type, time, transactionId,
+/// firstTransactionId, status, reason?, participants}`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OutcomePage {
+    pub outcomes: Vec<Value>,
+    pub next: Option<String>,
+}
+
+/// Where the outcome events can be read back: deployed, the CloudWatch Logs group a rule on the outcomes
+/// bus writes every event to (the coordinator function's `OUTCOME_LOG_GROUP`); the local stack, the same
+/// API over `.local/events/`. Not a table: an outcome costs no DynamoDB write to be listed.
+pub trait OutcomeHistory: Send + Sync {
+    /// The terminal outcomes (COMMITTED, ABORTED) announced from `from_ms` on, at most `limit`, after
+    /// the page `next` names.
+    fn terminal_outcomes<'a>(
+        &'a self,
+        from_ms: u64,
+        limit: usize,
+        next: Option<&'a str>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<OutcomePage, String>> + Send + 'a>>;
+}
+
+/// An outcome event (EventBridge's envelope) as `GET /admin/outcomes` lists it; None for another event.
+pub fn listed_outcome(event: &Value) -> Option<Value> {
+    let detail = event.get("detail")?;
+    let status = detail.get("status")?.as_str()?;
+    if !matches!(status, "COMMITTED" | "ABORTED") {
+        return None;
+    }
+    let mut listed = json!({
+        "outcomeId": detail.get("outcomeId")?,
+        "type": event.get("detail-type")?,
+        "time": event.get("time")?,
+        "transactionId": detail.get("transactionId")?,
+        "firstTransactionId": detail.get("firstTransactionId")?,
+        "status": status,
+        "participants": detail.get("participants").cloned().unwrap_or(json!([])),
+    });
+    if let Some(reason) = detail.get("reason").filter(|r| !r.is_null()) {
+        listed["reason"] = reason.clone();
+    }
+    Some(listed)
 }
 
 /// `GET /admin/transactions`'s query: `status`, `minAgeMs`, `limit` and `next` (the page token the page
@@ -77,6 +136,7 @@ impl AdminRequest {
                 .map(|age| AdminRequest::Stuck { lock_age_ms: age.unwrap_or(DEFAULT_LOCK_AGE_MS) }),
             ("POST", ["admin", "transactions", id, "retry"]) => Ok(AdminRequest::Retry((*id).to_owned())),
             ("POST", ["admin", "transactions", id, "abort"]) => Ok(AdminRequest::Abort((*id).to_owned())),
+            ("GET", ["admin", "outcomes"]) => parse_outcomes(query).map(AdminRequest::Outcomes),
             _ => return None,
         };
         Some(request)
@@ -100,6 +160,21 @@ fn only(query: &BTreeMap<String, String>, allowed: &[&str]) -> Result<(), String
         Some(unknown) => Err(format!("unknown query parameter {unknown}: this route takes {}", allowed.join(", "))),
         None => Ok(()),
     }
+}
+
+fn parse_outcomes(query: &BTreeMap<String, String>) -> Result<OutcomesQuery, String> {
+    only(query, &["sinceMs", "limit", "next"])?;
+    let limit = match number(query, "limit")? {
+        Some(limit) if !(1..=MAX_PAGE as u64).contains(&limit) => {
+            return Err(format!("limit must be 1 to {MAX_PAGE}, not {limit}"));
+        }
+        limit => limit.map_or(MAX_PAGE, |l| l as usize),
+    };
+    Ok(OutcomesQuery {
+        since_ms: number(query, "sinceMs")?.unwrap_or(DEFAULT_OUTCOMES_SINCE_MS),
+        limit,
+        next: query.get("next").cloned(),
+    })
 }
 
 fn parse_list(query: &BTreeMap<String, String>) -> Result<ListQuery, String> {
@@ -154,6 +229,7 @@ pub(super) async fn answer(c: &Coordinator, request: AdminRequest, caller: &Call
         AdminRequest::Stuck { lock_age_ms } => stuck_view(c, lock_age_ms).await,
         AdminRequest::Retry(id) => retry(c, &id, caller).await,
         AdminRequest::Abort(id) => abort(c, &id, caller).await,
+        AdminRequest::Outcomes(query) => return outcomes(c, query).await,
     };
     done.unwrap_or_else(|e| match e {
         DriveError::Store(e) | DriveError::Unrecorded { error: e, .. } => unavailable(&e, None),
@@ -210,6 +286,24 @@ async fn list(c: &Coordinator, query: ListQuery) -> Result<Reply, DriveError> {
         .collect();
     let next = entries.last().filter(|_| more).map(|(at, id)| encode_cursor(*at, id));
     Ok(Reply { status: 200, body: json!({"transactions": transactions, "next": next}) })
+}
+
+async fn outcomes(c: &Coordinator, query: OutcomesQuery) -> Reply {
+    let Some(history) = &c.outcome_history else {
+        return Reply::error(
+            ErrorCode::Unavailable,
+            "no outcome history is configured: the coordinator reads the outcome events from the log group \
+             OUTCOME_LOG_GROUP names",
+        );
+    };
+    let from = c.engine.clock.now_ms().saturating_sub(query.since_ms);
+    match history.terminal_outcomes(from, query.limit, query.next.as_deref()).await {
+        Ok(page) => Reply { status: 200, body: json!({"outcomes": page.outcomes, "next": page.next, "fromMs": from}) },
+        Err(message) => {
+            warn!(%message, "the outcome history could not be read");
+            Reply::error(ErrorCode::Unavailable, format!("the outcome history could not be read: {message}"))
+        }
+    }
 }
 
 async fn show(c: &Coordinator, id: &str) -> Result<Reply, DriveError> {
@@ -477,5 +571,30 @@ mod tests {
             Some(Ok(AdminRequest::Abort("tx-1".into())))
         );
         assert_eq!(AdminRequest::parse("DELETE", &["admin", "transactions", "tx-1"], &query(&[])), None);
+        assert_eq!(
+            AdminRequest::parse("GET", &["admin", "outcomes"], &query(&[("sinceMs", "60000")])),
+            Some(Ok(AdminRequest::Outcomes(OutcomesQuery { since_ms: 60_000, limit: MAX_PAGE, next: None })))
+        );
+        for (bad, says) in [(("limit", "0"), "limit"), (("sinceMs", "-5"), "sinceMs"), (("status", "x"), "status")] {
+            let parsed = AdminRequest::parse("GET", &["admin", "outcomes"], &query(&[bad])).unwrap();
+            assert!(parsed.unwrap_err().contains(says), "{bad:?}");
+        }
+    }
+
+    /// Only the terminal outcome events are listed, each with what an operator reads first.
+    #[test]
+    fn an_outcome_event_is_listed_only_when_terminal() {
+        let event = |status: &str, reason: Value| {
+            json!({"detail-type": "Transaction Aborted", "time": "2026-11-30T01:00:00Z", "detail": {
+                "outcomeId": format!("tx-1:{status}"), "transactionId": "tx-1", "firstTransactionId": "tx-1",
+                "status": status, "reason": reason, "participants": [{"service": "a", "vote": "REFUSED"}]}})
+        };
+        let listed = listed_outcome(&event("ABORTED", json!("refused by a"))).unwrap();
+        assert_eq!(
+            (listed["outcomeId"].as_str(), listed["reason"].as_str()),
+            (Some("tx-1:ABORTED"), Some("refused by a"))
+        );
+        assert!(listed_outcome(&event("COMMITTED", Value::Null)).unwrap().get("reason").is_none());
+        assert_eq!(listed_outcome(&event("PREPARED", Value::Null)), None, "a hold or an age alert is no outcome");
     }
 }

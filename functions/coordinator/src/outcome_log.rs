@@ -1,0 +1,63 @@
+//! The outcome history deployed: a rule on the outcomes bus writes every event to a CloudWatch Logs
+//! group (`OUTCOME_LOG_GROUP`), and `GET /admin/outcomes` reads it back with `FilterLogEvents`, the
+//! terminal ones only. The local stack serves the same API over its `.local/events/`.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+use twopc::coordinator::{OutcomeHistory, OutcomePage, listed_outcome};
+
+/// The log group the outcomes bus's rule writes to; unset, `GET /admin/outcomes` answers 503.
+pub use twopc::environment::OUTCOME_LOG_GROUP;
+
+/// The terminal outcomes among the events: what CloudWatch Logs filters the log group by.
+pub const TERMINAL_OUTCOMES: &str = r#"{ ($.detail.status = "COMMITTED") || ($.detail.status = "ABORTED") }"#;
+
+#[derive(Debug, Clone)]
+pub struct LogGroupHistory {
+    client: aws_sdk_cloudwatchlogs::Client,
+    group: String,
+}
+
+impl LogGroupHistory {
+    pub fn new(client: aws_sdk_cloudwatchlogs::Client, group: impl Into<String>) -> Self {
+        LogGroupHistory { client, group: group.into() }
+    }
+
+    pub fn from_config(sdk: &aws_config::SdkConfig, group: impl Into<String>) -> Self {
+        Self::new(aws_sdk_cloudwatchlogs::Client::new(sdk), group)
+    }
+
+    async fn read(&self, from_ms: u64, limit: usize, next: Option<&str>) -> Result<OutcomePage, String> {
+        let page = self
+            .client
+            .filter_log_events()
+            .log_group_name(&self.group)
+            .start_time(from_ms as i64)
+            .filter_pattern(TERMINAL_OUTCOMES)
+            .limit(limit as i32)
+            .set_next_token(next.map(str::to_owned))
+            .send()
+            .await
+            .map_err(|e| aws_smithy_types::error::display::DisplayErrorContext(&e).to_string())?;
+        let outcomes = page
+            .events()
+            .iter()
+            .filter_map(|event| serde_json::from_str::<Value>(event.message()?).ok())
+            .filter_map(|event| listed_outcome(&event))
+            .collect();
+        Ok(OutcomePage { outcomes, next: page.next_token().map(str::to_owned) })
+    }
+}
+
+impl OutcomeHistory for LogGroupHistory {
+    fn terminal_outcomes<'a>(
+        &'a self,
+        from_ms: u64,
+        limit: usize,
+        next: Option<&'a str>,
+    ) -> Pin<Box<dyn Future<Output = Result<OutcomePage, String>> + Send + 'a>> {
+        Box::pin(self.read(from_ms, limit, next))
+    }
+}
