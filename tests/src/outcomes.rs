@@ -81,6 +81,8 @@ pub struct OutcomeCheck {
     pub failed_entries: usize,
     pub failed_calls: usize,
     pub redelivered_batches: usize,
+    /// Each distinct event's detail, by its outcome id.
+    pub details: BTreeMap<String, Value>,
 }
 
 impl std::fmt::Display for OutcomeCheck {
@@ -168,6 +170,7 @@ pub async fn check_outcome_events(env: &TestEnv, seed: u64) -> Result<OutcomeChe
         }
     }
     check.distinct = details.len();
+    check.details = details.iter().map(|(id, detail)| (id.clone(), detail.clone())).collect();
 
     let stored: Vec<TransactionRecord> = env
         .scan(env.transactions.table())

@@ -172,6 +172,16 @@ async fn an_operator_aborts_a_held_transaction_once_and_its_caller_can_no_longer
     assert_eq!(record.audit.iter().map(|e| e.action.as_str()).collect::<Vec<_>>(), ["abort", "abort"]);
     assert!(record.retried_as.is_none() && !record.refused_for_contention, "no attempt follows an operator's abort");
     assert_eq!(env.balance("service-a", "A").await, "100");
+    // Its outcome is announced once, with the operator's reason: the audit entries written after the abort
+    // change no status, so they announce nothing.
+    let check = twopc_tests::outcomes::check_outcome_events(&env, 47).await.unwrap_or_else(|p| panic!("{p:?}"));
+    assert_eq!(
+        check.by_kind,
+        BTreeMap::from([("Transaction Aborted".to_owned(), 1), ("Transaction Held".to_owned(), 1)]),
+        "{check}"
+    );
+    let aborted = &check.details[&format!("{id}:ABORTED")];
+    assert_eq!(aborted["reason"], twopc::coordinator::OPERATOR_ABORT_REASON, "{aborted}");
 }
 
 /// An operator's abort racing the coordinator's commit: exactly one wins, the answers agree with it, and

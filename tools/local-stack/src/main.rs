@@ -44,8 +44,8 @@ enum Command {
     /// Start the stack on the kept data (as `up`), replay the dead letters of .local/dead-letters/
     /// (ranges of the streams the polling gave up on) through the stream processor, print the answer, stop.
     Replay(StackArgs),
-    /// Delete what the stack keeps under .local/: DynamoDB Local's data, the lakes (`up`'s and the
-    /// demo's), the stream checkpoints, the dead letters, the development issuer's key (auth/).
+    /// Delete what the stack keeps under .local/: DynamoDB Local's data, the lakes and the outcome events
+    /// (`up`'s and the demo's), the stream checkpoints, the dead letters, the development issuer's key (auth/).
     /// Refused while a stack uses the data: stop it first.
     Reset,
     /// Print the participant message in FILE (JSON, as `events/participant-*.json`) signed now with the
