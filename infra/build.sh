@@ -15,7 +15,7 @@
 # and the Rust target aarch64-unknown-linux-gnu.
 set -euo pipefail
 
-FUNCTIONS=(coordinator participant inventory payments sweeper stream-processor connections authorizer)
+FUNCTIONS=(coordinator participant inventory payments sweeper stream-processor outcomes connections authorizer)
 TARGET=aarch64-unknown-linux-gnu
 
 quick="${QUICK:-0}"

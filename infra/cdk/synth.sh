@@ -115,7 +115,7 @@ fi
 
 # --- the zips ----------------------------------------------------------------------------------------
 
-functions=(coordinator participant inventory payments sweeper stream-processor connections authorizer)
+functions=(coordinator participant inventory payments sweeper stream-processor outcomes connections authorizer)
 absolute() {
     case "$1" in
         /*) echo "$1" ;;

@@ -22,6 +22,7 @@ import { Construct } from 'constructs';
 /** The workspace's Lambda binaries (functions/<binary>, each a package of the same name); `inventory` is
  * the example service with its own participant (the participant library with its own operations),
  * `payments` the example resource participant (the participant library driving a payment API),
+ * `outcomes` the transactions stream's second reader (one EventBridge event per outcome),
  * `authorizer` the JWT authorizer of both APIs (deployed only when JwtIssuer is set, its zip needed
  * all the same). */
 export const BINARIES = [
@@ -31,6 +32,7 @@ export const BINARIES = [
   'payments',
   'sweeper',
   'stream-processor',
+  'outcomes',
   'connections',
   'authorizer',
 ] as const;

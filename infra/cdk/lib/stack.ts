@@ -298,6 +298,18 @@ export class TwoPhaseCommitStack extends Stack {
       minValue: 0,
       description: 'Concurrency reserved for the stream processor; 0 for no reservation.',
     });
+    // The sweeper's "Transaction Open Too Long" alerts on the outcomes bus (infra/DEPLOY.md, "Outcome
+    // events"): its OPEN_ALERT_AFTER_MS.
+    const openAlertAfterMs = parameter('OpenAlertAfterMs', {
+      type: 'Number',
+      default: 900000,
+      minValue: 60000,
+      description:
+        'How old an open transaction may get, in milliseconds, before each sweep run sends a "Transaction ' +
+        'Open Too Long" event for it to the outcomes event bus (the sweeper\'s OPEN_ALERT_AFTER_MS; default ' +
+        "900000, 15 minutes; at least 60000, the sweeper's one-minute period). Consumers deduplicate the " +
+        'repeated alerts of one transaction by detail.outcomeId.',
+    });
     const lakeDatabaseName = parameter('LakeDatabaseName', {
       type: 'String',
       default: 'twopc_lake',
@@ -993,6 +1005,24 @@ export class TwoPhaseCommitStack extends Stack {
       reservedConcurrency: [reserveCoordinator, coordinatorReservedConcurrency],
     });
 
+    // The outcome events' bus (its section below, "Outcome events"): the sweeper sends its "open too
+    // long" alerts there too. No resource policy: only this account's principals whose own policies
+    // allow it may put events on it or add rules to it (operators only: event details carry abort
+    // reasons that may name other principals' transactions).
+    const outcomesEventBus = new events.CfnEventBus(this, 'OutcomesEventBus', {
+      name: `${Aws.STACK_NAME}-outcomes`,
+      description:
+        'Transaction outcomes of the two-phase commit (source twopc: Transaction Committed, Aborted, Held, ' +
+        'Open Too Long; deduplicate on detail.outcomeId). Operators only: no resource policy.',
+    });
+    // PutEvents on the outcomes bus only (twopc_fanout::outcomes): the outcomes function and the sweeper.
+    const putOutcomeEvents: Statement = {
+      Sid: 'OutcomeEvents',
+      Effect: 'Allow',
+      Action: 'events:PutEvents',
+      Resource: outcomesEventBus.attrArn,
+    };
+
     // --- sweeper: every minute, finishes stuck transactions and resolves expired locks ---------------
     const sweeperLogGroup = functionLogGroup('SweeperLogGroup', 'sweeper');
     const sweeperRole = lambdaRole('SweeperRole', 'sweeper', sweeperLogGroup, [
@@ -1029,6 +1059,9 @@ export class TwoPhaseCommitStack extends Stack {
       },
       invokeRegisteredParticipants,
       readParticipantKeys,
+      // Its "Transaction Open Too Long" alerts (twopc_fanout::outcomes, PutEvents), on the outcomes bus
+      // only (infra/DEPLOY.md, "Outcome events").
+      putOutcomeEvents,
     ]);
     const sweeper = rust('SweeperFunction', 'sweeper', sweeperRole, sweeperLogGroup, {
       skips: [
@@ -1047,6 +1080,10 @@ export class TwoPhaseCommitStack extends Stack {
         PARTICIPANT_TABLES: participantTables,
         PARTICIPANT_KEYS: participantKeys,
         PARTICIPANT_SIGNATURE: participantSignature.valueAsString,
+        // Where its "Transaction Open Too Long" alerts go (the bus's name), and after how long an open
+        // transaction gets one (each run, deduplicated downstream by detail.outcomeId).
+        EVENT_BUS_NAME: outcomesEventBus.ref,
+        OPEN_ALERT_AFTER_MS: openAlertAfterMs.valueAsString,
       },
       // Recovery keeps running whatever the coordinator's load (0 reserves nothing).
       reservedConcurrency: [reserveSweeper, sweeperReservedConcurrency],
@@ -1515,6 +1552,73 @@ export class TwoPhaseCommitStack extends Stack {
       });
     }
 
+    // ---------------------------------------------------------------------------------------------
+    // Outcome events: the transactions table's stream -> outcomes -> the outcomes bus (above), one
+    // event per outcome (committed, aborted, held) (infra/DEPLOY.md, "Outcome events").
+    // ---------------------------------------------------------------------------------------------
+    // The outcomes mapping's on-failure destination: Lambda's on-failure records (shard and sequence
+    // range, not the records) of the batches it gave up on, whose outcome events were not all sent
+    // (OutcomesFailuresAlarm). Encrypted with the AWS-managed key aws/sqs, as StreamFailureQueue.
+    const outcomesFailureQueue = new sqs.CfnQueue(this, 'OutcomesFailureQueue', {
+      kmsMasterKeyId: 'alias/aws/sqs',
+      messageRetentionPeriod: 1209600,
+    });
+    outcomesFailureQueue.applyRemovalPolicy(RemovalPolicy.DESTROY);
+    const outcomesLogGroup = functionLogGroup('OutcomesLogGroup', 'outcomes');
+    const outcomesRole = lambdaRole('OutcomesRole', 'outcomes', outcomesLogGroup, [
+      // Its event source mapping reads the transactions table's stream, and no other.
+      {
+        Sid: 'ReadStreams',
+        Effect: 'Allow',
+        Action: ['dynamodb:DescribeStream', 'dynamodb:GetRecords', 'dynamodb:GetShardIterator'],
+        Resource: transactionsTable.attrStreamArn,
+      },
+      // dynamodb:ListStreams has no resource type in IAM: it can only be granted on "*". It lists stream
+      // ARNs, nothing else; Lambda's DynamoDB event source mapping needs it in the function's role, as the
+      // stream processor's.
+      { Sid: 'ListStreams', Effect: 'Allow', Action: 'dynamodb:ListStreams', Resource: '*' },
+      // Lambda's on-failure records of its event source mapping (sent with this role).
+      { Sid: 'FailedBatches', Effect: 'Allow', Action: 'sqs:SendMessage', Resource: outcomesFailureQueue.attrArn },
+      // One event per outcome (twopc_fanout::outcomes, PutEvents), on the outcomes bus only.
+      putOutcomeEvents,
+    ]);
+    const outcomes = rust('OutcomesFunction', 'outcomes', outcomesRole, outcomesLogGroup, {
+      skips: [
+        uncapped(
+          'its one event source runs at most one batch per shard of the transactions stream at a time; a reservation would only take concurrency from the others',
+        ),
+        [
+          'CKV_AWS_116',
+          'Invoked by a stream event source mapping whose on-failure destination is OutcomesFailureQueue (a function DLQ serves asynchronous invocations only)',
+        ],
+      ],
+      description: 'Sends one EventBridge event per transaction outcome (committed, aborted, held) to the outcomes bus',
+      // As the stream processor's: a batch of 100 records is at most 10 PutEvents calls.
+      timeout: 60,
+      environment: {
+        TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
+        // The bus's name (PutEvents' EventBusName).
+        EVENT_BUS_NAME: outcomesEventBus.ref,
+      },
+    });
+    // The transactions table's second reader (the stream processor is the first; DynamoDB Streams
+    // recommends at most two per shard: infra/DEPLOY.md, "Outcome events"). LATEST: a new stack, or an
+    // upgrade, sends the outcomes decided from then on, not the stream's last 24 h. Partial batch
+    // failures and bisection on error; a failing record is retried at most 10000 times and until it is
+    // 22 h old (two hours inside the stream's retention), then described in its own on-failure queue
+    // (OutcomesFailuresAlarm); OutcomesIteratorAgeAlarm fires within minutes of falling behind.
+    new lambda.CfnEventSourceMapping(this, 'OutcomesFunctionTransactionsStream', {
+      functionName: outcomes.functionName,
+      eventSourceArn: transactionsTable.attrStreamArn,
+      startingPosition: 'LATEST',
+      batchSize: 100,
+      functionResponseTypes: ['ReportBatchItemFailures'],
+      bisectBatchOnFunctionError: true,
+      maximumRetryAttempts: 10000,
+      maximumRecordAgeInSeconds: 79200,
+      destinationConfig: { onFailure: { destination: outcomesFailureQueue.attrArn } },
+    });
+
     // --- connections: the WebSocket routes and the subscription table ---------------------------------
     const connectionsLogGroup = functionLogGroup('ConnectionsLogGroup', 'connections');
     const connectionsRole = lambdaRole('ConnectionsRole', 'connections', connectionsLogGroup, [
@@ -1924,10 +2028,12 @@ export class TwoPhaseCommitStack extends Stack {
       participants,
       sweeper,
       streamProcessor,
+      outcomes,
       connections,
       authorizer,
       useJwt,
       streamFailureQueue,
+      outcomesFailureQueue,
       restApiName,
       restApiStage: apiStageName.valueAsString,
       webSocketApiId: webSocketApi.ref,
@@ -1988,7 +2094,22 @@ export class TwoPhaseCommitStack extends Stack {
       webSocketAccessLogGroup.logGroupName,
     );
     output('RestApiWebAclArn', "The AWS WAF web ACL of the REST API's stage (WafEnabled)", webAcl.attrArn).condition = useWaf;
-    output('StreamFailureQueueUrl', 'On-failure destination of the stream event sources', streamFailureQueue.ref);
+    output('StreamFailureQueueUrl', "On-failure destination of the stream processor's event sources", streamFailureQueue.ref);
+    output(
+      'OutcomesEventBusName',
+      'EventBridge bus of the transaction outcomes (source twopc; deduplicate on detail.outcomeId); operators only (infra/DEPLOY.md, Outcome events)',
+      outcomesEventBus.ref,
+    );
+    output(
+      'OutcomesEventBusArn',
+      "ARN of the EventBridge bus of the transaction outcomes (for operators' rules)",
+      outcomesEventBus.attrArn,
+    );
+    output(
+      'OutcomesFailureQueueUrl',
+      "On-failure destination of the outcomes function's event source (outcome events not sent)",
+      outcomesFailureQueue.ref,
+    );
     output('TransactionsTableName', 'Transactions table', transactionsTable.ref);
     for (const p of participants) {
       output(`Service${p.service.key}TableName`, `Data table of the ${p.service.ordinal} participant service`, p.table.ref);
@@ -2024,6 +2145,7 @@ export class TwoPhaseCommitStack extends Stack {
     output('SweeperRoleArn', "The sweeper's role, the other principal the participants' resource policies name", sweeperRole.attrArn);
     output('SweeperFunctionName', 'Sweeper function', sweeper.functionName);
     output('StreamProcessorFunctionName', 'Stream processor function', streamProcessor.functionName);
+    output('OutcomesFunctionName', 'Outcomes function (transaction outcomes to the outcomes event bus)', outcomes.functionName);
     output('ConnectionsFunctionName', 'WebSocket connections function', connections.functionName);
     output('AuthorizerFunctionName', 'JWT authorizer function of both APIs (JwtIssuer set)', authorizer.functionName).condition =
       useJwt;
@@ -2044,11 +2166,14 @@ interface MonitoringProps {
   readonly participants: readonly Participant[];
   readonly sweeper: lambda.Function;
   readonly streamProcessor: lambda.Function;
+  /** The outcomes function: the transactions stream's second reader. */
+  readonly outcomes: lambda.Function;
   readonly connections: lambda.Function;
   /** The JWT authorizer: it exists only under `useJwt`. */
   readonly authorizer: lambda.Function;
   readonly useJwt: CfnCondition;
   readonly streamFailureQueue: sqs.CfnQueue;
+  readonly outcomesFailureQueue: sqs.CfnQueue;
   readonly restApiName: string;
   readonly restApiStage: string;
   readonly webSocketApiId: string;
@@ -2077,7 +2202,7 @@ class Monitoring {
     private readonly stack: Stack,
     private readonly props: MonitoringProps,
   ) {
-    const { coordinator, participants, sweeper, streamProcessor, connections, authorizer, useJwt } = props;
+    const { coordinator, participants, sweeper, streamProcessor, outcomes, connections, authorizer, useJwt } = props;
     /** Every function that is always deployed, by dashboard label and alarm prefix. */
     const deployed: Array<[string, string, lambda.Function]> = [
       ['coordinator', 'Coordinator', coordinator],
@@ -2088,6 +2213,7 @@ class Monitoring {
       ]),
       ['sweeper', 'Sweeper', sweeper],
       ['stream processor', 'StreamProcessor', streamProcessor],
+      ['outcomes', 'Outcomes', outcomes],
       ['connections', 'Connections', connections],
     ];
     /** Every function's name, by dashboard label: the authorizer's rows name it only when it is
@@ -2113,6 +2239,23 @@ class Monitoring {
         namespace: 'AWS/SQS',
         metricName: 'ApproximateNumberOfMessagesVisible',
         dimensionsMap: { QueueName: props.streamFailureQueue.attrQueueName },
+        statistic: 'Maximum',
+        period: this.minute,
+      }),
+      evaluationPeriods: 1,
+      threshold: 0,
+    });
+    this.alarm('OutcomesFailuresAlarm', {
+      alarmDescription:
+        "A message is in the outcomes on-failure queue: the outcomes function's event source gave up on " +
+        'records of the transactions stream (described by shard and sequence range, not the records), so ' +
+        'outcome events of those transactions were not sent to the outcomes bus. Read the outcomes log ' +
+        'group for why, fix the cause, then send the missing outcomes again within two hours, while the ' +
+        'stream still has the records (infra/DEPLOY.md, "Outcome events").',
+      metric: new cloudwatch.Metric({
+        namespace: 'AWS/SQS',
+        metricName: 'ApproximateNumberOfMessagesVisible',
+        dimensionsMap: { QueueName: props.outcomesFailureQueue.attrQueueName },
         statistic: 'Maximum',
         period: this.minute,
       }),
@@ -2244,6 +2387,13 @@ class Monitoring {
           'on-failure queue. Read its log group.',
       ],
       [
+        'Outcomes',
+        outcomes,
+        'The outcomes function failed whole batches in the last 5 minutes (events EventBridge refused are ' +
+          'reported as item failures, not errors): the batches are retried and bisected, then described in ' +
+          'the outcomes on-failure queue. Read its log group.',
+      ],
+      [
         'Connections',
         connections,
         'The WebSocket connections function crashed or timed out in the last 5 minutes: clients could ' +
@@ -2304,6 +2454,11 @@ class Monitoring {
         'Lambda throttled the stream processor (above StreamProcessorReservedConcurrency): the fan-out falls behind.',
       ],
       [
+        'Outcomes',
+        outcomes,
+        "Lambda throttled the outcomes function (the account's concurrency is exhausted): outcome events fall behind.",
+      ],
+      [
         'Connections',
         connections,
         "Lambda throttled the connections function (the account's concurrency is exhausted): WebSocket clients are refused.",
@@ -2335,6 +2490,16 @@ class Monitoring {
         "processor's errors or throttles). Records are retried until 24 h old, then go to the " +
         'on-failure queue.',
       metric: this.lambdaMetric(streamProcessor.functionName, 'IteratorAge', 'Maximum'),
+      evaluationPeriods: 1,
+      threshold: 60000,
+    });
+    this.alarm('OutcomesIteratorAgeAlarm', {
+      alarmDescription:
+        'The outcomes function is more than a minute behind the transactions stream (IteratorAge maximum ' +
+        'over 5 minutes): outcome events reach the bus late (EventBridge refusing or throttling PutEvents, ' +
+        "the function's errors or throttles). Records are retried (up to 10000 times) until 22 h old, then " +
+        'go to the outcomes on-failure queue.',
+      metric: this.lambdaMetric(outcomes.functionName, 'IteratorAge', 'Maximum'),
       evaluationPeriods: 1,
       threshold: 60000,
     });
@@ -2625,8 +2790,13 @@ class Monitoring {
     );
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
-        title: 'Stream processor iterator age (ms)',
-        left: [this.lambdaMetric(props.streamProcessor.functionName, 'IteratorAge', 'Maximum', minute)],
+        title: "Stream readers' iterator age (ms): the stream processor, outcomes",
+        left: [
+          this.lambdaMetric(props.streamProcessor.functionName, 'IteratorAge', 'Maximum', minute).with({
+            label: 'stream processor',
+          }),
+          this.lambdaMetric(props.outcomes.functionName, 'IteratorAge', 'Maximum', minute).with({ label: 'outcomes' }),
+        ],
         leftAnnotations: alarmLine(60000),
         width: 8,
         height: 6,

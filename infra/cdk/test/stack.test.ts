@@ -81,10 +81,10 @@ test('no policy resources, managed policies, custom resources or CDK metadata', 
   assert.equal(template.Parameters.BootstrapVersion, undefined);
 });
 
-test('one role per function, nine functions on arm64 provided.al2023 with their own log group', () => {
+test('one role per function, ten functions on arm64 provided.al2023 with their own log group', () => {
   const functions = ofType(template, 'AWS::Lambda::Function');
-  // The authorizer among them, deployed only when JwtIssuer is set.
-  assert.equal(functions.length, 9);
+  // The authorizer among them, deployed only when JwtIssuer is set; the outcomes function always.
+  assert.equal(functions.length, 10);
   const roles = functions.map(([, f]) => JSON.stringify(f.Properties?.Role));
   assert.equal(new Set(roles).size, functions.length);
   const groups = functions.map(([, f]) => JSON.stringify((f.Properties?.LoggingConfig as Record<string, unknown>).LogGroup));
@@ -114,6 +114,10 @@ test('the SAM template logical ids of the main resources', () => {
     'ParticipantBInvokeBySweeper',
     'SweeperFunction',
     'StreamProcessorFunction',
+    'OutcomesFunction',
+    'OutcomesFunctionTransactionsStream',
+    'OutcomesFailureQueue',
+    'OutcomesEventBus',
     'ConnectionsFunction',
     'RestApi',
     'RestApiStage',
@@ -284,10 +288,13 @@ test('subscribe and unsubscribe answer the client, $connect and $disconnect do n
 });
 
 test('the fan-out retries until the stream drops a record, then the queue its replay reads', () => {
-  const mappings = ofType(template, 'AWS::Lambda::EventSourceMapping');
+  const mappings = ofType(template, 'AWS::Lambda::EventSourceMapping').filter(
+    ([, m]) => (m.Properties?.FunctionName as { Ref: string }).Ref === 'StreamProcessorFunction',
+  );
   // The transactions table and the four participant tables.
   assert.equal(mappings.length, 5);
   for (const [id, mapping] of mappings) {
+    assert.equal(mapping.Properties?.StartingPosition, 'TRIM_HORIZON', id);
     assert.equal(mapping.Properties?.MaximumRetryAttempts, -1, id);
     assert.equal(mapping.Properties?.MaximumRecordAgeInSeconds, 79200, id);
     assert.equal(mapping.Properties?.BisectBatchOnFunctionError, true, id);
@@ -296,6 +303,72 @@ test('the fan-out retries until the stream drops a record, then the queue its re
     (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
   assert.deepEqual(variables('StreamProcessorFunction').DEAD_LETTER_QUEUE_URL, { Ref: 'StreamFailureQueue' });
   assert.deepEqual(variables('ConnectionsFunction').MAX_TOPICS_PER_CONNECTION, { Ref: 'MaxTopicsPerConnection' });
+});
+
+test('outcome events: the bus, the outcomes function on the transactions stream from LATEST, PutEvents on the bus only', () => {
+  const resource = (id: string) => template.Resources[id] as { Type: string; Properties?: Record<string, unknown> };
+  // One bus, named after the stack, with no resource policy (operators only).
+  const buses = ofType(template, 'AWS::Events::EventBus');
+  assert.deepEqual(
+    buses.map(([id]) => id),
+    ['OutcomesEventBus'],
+  );
+  assert.deepEqual(resource('OutcomesEventBus').Properties?.Name, { 'Fn::Join': ['', [{ Ref: 'AWS::StackName' }, '-outcomes']] });
+  assert.equal(resource('OutcomesEventBus').Properties?.Policy, undefined);
+  assert.deepEqual(ofType(template, 'AWS::Events::EventBusPolicy'), []);
+  // The outcomes function's one mapping: the transactions table's stream, from LATEST, bounded, its own queue.
+  const outcomesMappings = ofType(template, 'AWS::Lambda::EventSourceMapping').filter(
+    ([, m]) => (m.Properties?.FunctionName as { Ref: string }).Ref === 'OutcomesFunction',
+  );
+  assert.deepEqual(
+    outcomesMappings.map(([id]) => id),
+    ['OutcomesFunctionTransactionsStream'],
+  );
+  const mapping = outcomesMappings[0][1].Properties ?? {};
+  assert.deepEqual(mapping.EventSourceArn, { 'Fn::GetAtt': ['TransactionsTable', 'StreamArn'] });
+  assert.equal(mapping.StartingPosition, 'LATEST');
+  assert.deepEqual(mapping.FunctionResponseTypes, ['ReportBatchItemFailures']);
+  assert.equal(mapping.BisectBatchOnFunctionError, true);
+  assert.equal(mapping.MaximumRetryAttempts, 10000);
+  assert.equal(mapping.MaximumRecordAgeInSeconds, 79200);
+  assert.deepEqual(mapping.DestinationConfig, {
+    OnFailure: { Destination: { 'Fn::GetAtt': ['OutcomesFailureQueue', 'Arn'] } },
+  });
+  assert.equal(resource('OutcomesFailureQueue').Properties?.KmsMasterKeyId, 'alias/aws/sqs');
+  // Its environment: the transactions table and the bus's name; the sweeper's: the bus and its parameter.
+  const variables = (id: string) =>
+    (template.Resources[id].Properties?.Environment as { Variables: Record<string, unknown> }).Variables;
+  assert.deepEqual(variables('OutcomesFunction'), {
+    TRANSACTIONS_TABLE_NAME: { Ref: 'TransactionsTable' },
+    EVENT_BUS_NAME: { Ref: 'OutcomesEventBus' },
+  });
+  assert.deepEqual(variables('SweeperFunction').EVENT_BUS_NAME, { Ref: 'OutcomesEventBus' });
+  assert.deepEqual(variables('SweeperFunction').OPEN_ALERT_AFTER_MS, { Ref: 'OpenAlertAfterMs' });
+  assert.deepEqual(template.Parameters.OpenAlertAfterMs, {
+    Type: 'Number',
+    Default: 900000,
+    MinValue: 60000,
+    Description: (template.Parameters.OpenAlertAfterMs as { Description: string }).Description,
+  });
+  // PutEvents: the outcomes function's and the sweeper's roles, on the bus's ARN only; no other role.
+  const putters: string[] = [];
+  for (const [id, role] of ofType(template, 'AWS::IAM::Role')) {
+    const policies = (role.Properties?.Policies ?? []) as Array<{ PolicyDocument: { Statement: unknown[] } }>;
+    for (const statement of policies.flatMap((p) => p.PolicyDocument.Statement)) {
+      const s = statement as { Action?: unknown; Resource?: unknown };
+      const actions = ([] as unknown[]).concat(s.Action ?? []);
+      if (actions.some((a) => String(a).startsWith('events:'))) {
+        assert.deepEqual(actions, ['events:PutEvents'], id);
+        assert.deepEqual(s.Resource, { 'Fn::GetAtt': ['OutcomesEventBus', 'Arn'] }, id);
+        putters.push(id);
+      }
+    }
+  }
+  assert.deepEqual(putters.sort(), ['OutcomesRole', 'SweeperRole']);
+  // Its alarms, with the stream processor's.
+  for (const id of ['OutcomesFailuresAlarm', 'OutcomesErrorsAlarm', 'OutcomesThrottlesAlarm', 'OutcomesIteratorAgeAlarm']) {
+    assert.equal(resource(id)?.Type, 'AWS::CloudWatch::Alarm', id);
+  }
 });
 
 test('the stream processor writes its metrics where the alarms read them', () => {
