@@ -78,13 +78,25 @@ def statement(stack: Stack, binary: str, action: str, index: int = 0, where: Any
     raise AssertionError(f"no statement granting {action} to {binary}")
 
 
-def mapping_of(stack: Stack, table_name: str) -> str:
-    """The event source mapping of a table's stream."""
+def mapping_of(stack: Stack, table_name: str, binary: str = "stream-processor") -> str:
+    """The event source mapping of a table's stream into the function of `binary` (the transactions
+    table's stream has two: the stream processor's and the outcomes function's)."""
     table_id = table(stack, table_name)
-    for name in stack.resources("AWS::Lambda::EventSourceMapping"):
-        if att_id(stack.props(name).get("EventSourceArn"), "StreamArn") == table_id:
+    targets = set(functions_of(stack, binary))
+    for name in sorted(stack.resources("AWS::Lambda::EventSourceMapping")):
+        props_ = stack.props(name)
+        if att_id(props_.get("EventSourceArn"), "StreamArn") == table_id and function_target(stack, props_.get("FunctionName")) in targets:
             return name
-    raise AssertionError(f"no mapping for {table_name}")
+    raise AssertionError(f"no mapping of {table_name} into {binary}")
+
+
+def stream_failure_queue(stack: Stack) -> str:
+    """The on-failure queue of the stream processor's mappings (its DEAD_LETTER_QUEUE_URL; the outcomes
+    function's mapping has a queue of its own)."""
+    destination = stack.props(mapping_of(stack, "transactions"))["DestinationConfig"]["OnFailure"]["Destination"]
+    queue = att_id(destination, "Arn")
+    assert queue, f"no on-failure queue of the stream processor: {destination!r}"
+    return queue
 
 
 def replace_in_strings(value: Any, old: str, new: str) -> Any:

@@ -49,7 +49,9 @@ from template_checks import (
     JWT_ISSUER_EXAMPLE,
     JWT_ISSUER_PARAMETER,
     METRICS_NAMESPACE,
+    OUTCOMES_BINARY,
     SDK_CALLS,
+    STREAM_READERS,
     check_participants_cannot_decide,
     connect_authorization_problems,
     expected_rest_authorization,
@@ -380,7 +382,7 @@ def required_alarms(stack: Stack) -> list[Required]:
                      and a.threshold is not None and a.threshold >= 0, "Sum above a threshold")
         )
         required.append(Required(f"Throttles of {function}", _lambda(stack, function, "Throttles"), _sum_above_zero, "Sum > 0"))
-    for processor in functions_of(stack, "stream-processor"):
+    for processor in [f for binary in STREAM_READERS for f in functions_of(stack, binary)]:
         required.append(
             Required(f"IteratorAge of {processor}", _lambda(stack, processor, "IteratorAge"),
                      lambda a: a.metrics[0].stat == "Maximum" and a.above(60_000) and a.window == 300,
@@ -603,7 +605,8 @@ def _lambda_shown(stack: Stack, graphs: list[Graph], function: str, name: str) -
 
 def check_dashboard(stack: Stack) -> list[str]:
     """A dashboard of the protocol's health: commits and aborts by reason per minute, the phase
-    latencies (p50, p99), 503s, the sweeper, the stream processor's iterator age, every function's
+    latencies (p50, p99), 503s, the sweeper, the stream readers' iterator age (the stream processor's and
+    the outcomes function's), every function's
     errors and throttles, the REST API's 5XX and latency, the lake's freshness."""
     graphs, expressions, problems = dashboard_metrics(stack)
     ns = METRICS_NAMESPACE
@@ -622,7 +625,7 @@ def check_dashboard(stack: Stack) -> list[str]:
     # The skew's worst case beside its p50 and p99: the alarm watches the maximum.
     if not _shows(graphs, ns, CLOCK_SKEW_METRIC, "Maximum"):
         problems.append(f"no {CLOCK_SKEW_METRIC} Maximum (what its alarm watches)")
-    for processor in functions_of(stack, "stream-processor"):
+    for processor in [f for binary in STREAM_READERS for f in functions_of(stack, binary)]:
         if not _lambda_shown(stack, graphs, processor, "IteratorAge"):
             problems.append(f"no IteratorAge of {processor}")
     for function in functions(stack):
@@ -1339,8 +1342,8 @@ def _notifies(stack: Stack, alarm: str) -> list[str]:
 
 def check_fanout_alarms(stack: Stack) -> list[str]:
     """Each on-failure queue has an alarm on its ApproximateNumberOfMessagesVisible (Maximum > 0,
-    within 5 minutes: any message is records the fan-out gave up on), and each stream processor an
-    IteratorAge alarm (Maximum) that fires within 10 minutes of the fan-out stalling (threshold plus
+    within 5 minutes: any message is records the fan-out, or the outcomes function, gave up on), and
+    each stream reader (the stream processor, the outcomes function) an IteratorAge alarm (Maximum) that fires within 10 minutes of the fan-out stalling (threshold plus
     window), both notifying AlarmActionArn."""
     problems = []
     found = alarms(stack)
@@ -1361,7 +1364,7 @@ def check_fanout_alarms(stack: Stack) -> list[str]:
             )
         for alarm in firing:
             problems += _notifies(stack, alarm.logical_id)
-    for processor in functions_of(stack, "stream-processor"):
+    for processor in [f for binary in STREAM_READERS for f in functions_of(stack, binary)]:
         matching = [a for a in found if _lambda(stack, processor, "IteratorAge")(a)]
         firing = [
             a
@@ -2719,6 +2722,7 @@ INVOKERS = {
     "participant": "the coordinator's and the sweeper's roles, on its live alias (and their grants)",
     "sweeper": "EventBridge, for the schedule rule that targets it (SourceArn that rule)",
     "stream-processor": "nobody: its event source mappings read the streams with its own role",
+    OUTCOMES_BINARY: "nobody: its event source mapping reads the transactions table's stream with its own role",
     "connections": "API Gateway, for the WebSocket API that integrates it (SourceArn on that API)",
     AUTHORIZER_BINARY: "API Gateway, for the authorizers of the template's APIs (SourceArn …/authorizers/…)",
 }
@@ -2789,7 +2793,7 @@ def _invoker_problems(stack: Stack) -> list[str]:
             invoked.setdefault(target, set()).add(str(principal))
     for function in functions(stack):
         binary = "participant" if function in participants else binary_of(stack, function)
-        if binary == "stream-processor":
+        if binary in STREAM_READERS:
             continue
         got = invoked.get(function, set())
         if binary == "participant":
@@ -2805,10 +2809,18 @@ def _invoker_problems(stack: Stack) -> list[str]:
                 problems.append(f"{role}: may invoke {resource!r}, no function of the template by name")
             elif target not in participants or role not in caller_roles:
                 problems.append(f"{role}: may invoke {target}; only the coordinator's and the sweeper's roles may invoke, and only participants")
+    transactions_stream = "${%s.StreamArn}" % table_ids(stack).get("transactions")
     for mapping in stack.resources("AWS::Lambda::EventSourceMapping"):
         target = function_target(stack, stack.props(mapping).get("FunctionName"))
-        if target is None or binary_of(stack, target) != "stream-processor":
-            problems.append(f"{mapping}: an event source mapping into {target}, not the stream processor")
+        binary = binary_of(stack, target) if target else None
+        source = stack.props(mapping).get("EventSourceArn")
+        if binary == OUTCOMES_BINARY and source == transactions_stream:
+            continue
+        if target is None or binary != "stream-processor":
+            problems.append(
+                f"{mapping}: an event source mapping into {target}, not the stream processor (nor the outcomes "
+                "function on the transactions table's stream)"
+            )
     for url in stack.resources("AWS::Lambda::Url"):
         problems.append(f"{url}: a function URL (anyone reaching it may invoke the function)")
     for function in functions_of(stack, "connections"):

@@ -44,7 +44,8 @@ from system import (
 STAR_RESOURCE_ALLOWED = {
     # IAM defines no resource type for dynamodb:ListStreams (Service Authorization Reference, and
     # cfn-lint's copy of it): it can only be granted on "*". It lists stream ARNs and reads nothing.
-    # Lambda's DynamoDB event source mapping needs it in the function's execution role.
+    # Lambda's DynamoDB event source mapping needs it in the function's execution role (the stream
+    # processor's and the outcomes function's).
     "dynamodb:liststreams": "IAM has no resource type for ListStreams; only stream ARNs are listed",
     # X-Ray defines no resource types for these two: a traced function sends its segments with them.
     "xray:puttracesegments": "IAM has no resource type for X-Ray trace segments",
@@ -152,13 +153,16 @@ SDK_CALLS = {
     # the participant message keys (twopc::auth, SecretsManagerKeys): the coordinator and the sweeper
     # read every service's key to sign, a participant its own to verify
     ".get_secret_value()": "secretsmanager:GetSecretValue",
+    # the outcome events (twopc_fanout::outcomes, aws-sdk-eventbridge): the outcomes function's one
+    # event per outcome and the sweeper's "open too long" alerts, on the outcomes bus
+    ".put_events()": "events:PutEvents",
 }
 # SDK calls that are not for IAM to grant to a function (table administration, local only).
 SDK_IGNORED = {".transact_write_items()", ".transact_get_items()"}
 SDK_ADMIN = {".create_table()", ".describe_table()", ".update_time_to_live()", ".delete_table()"}
 # Services whose actions a function's code calls (the stream-read, log and X-Ray actions are
 # Lambda's own, for the event source mapping, logging and tracing).
-CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs", "secretsmanager")
+CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs", "secretsmanager", "events")
 CODE_NOT_CALLED = {
     # Lambda's own: the event source mappings read the streams with the function's role.
     "dynamodb:DescribeStream",
@@ -170,6 +174,13 @@ CODE_NOT_CALLED = {
 # call them: the event sources' on-failure destination (sqs:SendMessage; the stream processor's code
 # sends to the same queue, so a grant missing for the code's call is still reported).
 LAMBDA_ALSO_USES = {"sqs:SendMessage"}
+
+# The outcomes function (functions/outcomes): the transactions table's second stream reader, beside
+# the stream processor; it sends one EventBridge event per outcome to the stack's outcomes bus.
+OUTCOMES_BINARY = "outcomes"
+# The functions whose event source mappings read table streams (with the stream-read grants and
+# dynamodb:ListStreams their mappings need).
+STREAM_READERS = ("stream-processor", OUTCOMES_BINARY)
 
 # Binaries deployed only when a parameter is set (not empty): the JWT authorizer (functions/authorizer)
 # exists only with JwtIssuer. Without it, no function of the template runs them, and none may.
@@ -505,9 +516,10 @@ def check_registry(stack: Stack) -> list[str]:
 
 def check_named_resources(stack: Stack) -> list[str]:
     """The other variables name what the code expects: its default table names, this stack's
-    delivery stream, WebSocket stage and metrics namespace."""
+    delivery stream, event bus, WebSocket stage and metrics namespace."""
     problems = []
     streams = {"${%s}" % s for s in stack.resources("AWS::KinesisFirehose::DeliveryStream")}
+    buses = {"${%s}" % s for s in stack.resources("AWS::Events::EventBus")}
     apis = "|".join(re.escape(a) for a in stack.resources("AWS::ApiGatewayV2::Api")) or "-"
     endpoint = re.compile(
         r"^https://\$\{(%s)\}\.execute-api\.\$\{AWS::Region\}\.(\$\{AWS::URLSuffix\}|amazonaws\.com)/[^/]+$" % apis
@@ -519,6 +531,8 @@ def check_named_resources(stack: Stack) -> list[str]:
                 problems.append(f"{function}: {variable} is {env[variable]!r}, not {default!r}")
         if "FIREHOSE_STREAM_NAME" in env and env["FIREHOSE_STREAM_NAME"] not in streams:
             problems.append(f"{function}: FIREHOSE_STREAM_NAME {env['FIREHOSE_STREAM_NAME']!r} is not a delivery stream of the template")
+        if "EVENT_BUS_NAME" in env and env["EVENT_BUS_NAME"] not in buses:
+            problems.append(f"{function}: EVENT_BUS_NAME {env['EVENT_BUS_NAME']!r} is not the name (Ref) of an event bus of the template")
         if "WEBSOCKET_ENDPOINT" in env and not endpoint.match(str(env["WEBSOCKET_ENDPOINT"])):
             problems.append(f"{function}: WEBSOCKET_ENDPOINT {env['WEBSOCKET_ENDPOINT']!r} is not a stage URL of the WebSocket API")
         if "METRICS_NAMESPACE" in env and env["METRICS_NAMESPACE"] != METRICS_NAMESPACE:
@@ -789,7 +803,7 @@ def check_permissions_complete(stack: Stack) -> list[str]:
         }
         for index in sorted(needed - queries):
             problems.append(f"{sweeper} may not query {index}")
-    for processor in functions_of(stack, "stream-processor"):
+    for processor in [f for binary in STREAM_READERS for f in functions_of(stack, binary)]:
         role = role_of(stack, processor)
         for action in ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"]:
             readable = set(granted(stack, role, action))
@@ -935,11 +949,16 @@ def _queue_encrypted(props: dict) -> bool:
     return str(props.get("SqsManagedSseEnabled")).lower() == "true" or "KmsMasterKeyId" in props
 
 
-def _check_mapping(stack: Stack, mapping: str, props: dict, processors: set[str]) -> list[str]:
+def _check_mapping(stack: Stack, mapping: str, props: dict, processors: set[str], outcomes: set[str] = frozenset()) -> list[str]:
     problems = []
     function = function_target(stack, props.get("FunctionName"))
-    if function not in processors:
-        problems.append(f"{mapping}: the stream {props.get('EventSourceArn')} goes to {function}, not the stream processor")
+    transactions = table_ids(stack).get("transactions")
+    on_transactions = att_id(props.get("EventSourceArn"), "StreamArn") == transactions
+    if function not in processors and not (function in outcomes and on_transactions):
+        problems.append(
+            f"{mapping}: the stream {props.get('EventSourceArn')} goes to {function}, not the stream processor "
+            "(nor the outcomes function, which reads the transactions table's stream only)"
+        )
     if "ReportBatchItemFailures" not in as_list(props.get("FunctionResponseTypes")):
         problems.append(f"{mapping}: no ReportBatchItemFailures")
     if str(props.get("BisectBatchOnFunctionError")).lower() != "true":
@@ -967,9 +986,11 @@ def _check_mapping(stack: Stack, mapping: str, props: dict, processors: set[str]
 def check_event_sources(stack: Stack) -> list[str]:
     """Every stream event source reports item failures, bisects, retries (-1: until the record ages
     out, or a count of at most 10000) records of a bounded age (at most the stream's 24 h) and then
-    describes them in an encrypted queue; every streamed table feeds the stream processor."""
+    describes them in an encrypted queue; every streamed table feeds the stream processor, and the
+    transactions table's stream the outcomes function too (its only stream)."""
     problems = []
     processors = set(functions_of(stack, "stream-processor"))
+    outcomes = set(functions_of(stack, OUTCOMES_BINARY))
     fed: set[str] = set()
     for mapping in stack.resources("AWS::Lambda::EventSourceMapping"):
         props = stack.props(mapping)
@@ -977,11 +998,16 @@ def check_event_sources(stack: Stack) -> list[str]:
         if table is None:
             problems.append(f"{mapping}: source {props.get('EventSourceArn')!r} is not the stream of a table of the template")
             continue
-        fed.add(table)
-        problems += _check_mapping(stack, mapping, props, processors)
+        if function_target(stack, props.get("FunctionName")) in processors:
+            fed.add(table)
+        problems += _check_mapping(stack, mapping, props, processors, outcomes)
     for table in stack.resources("AWS::DynamoDB::Table"):
         if "StreamSpecification" in stack.props(table) and table not in fed:
             problems.append(f"the stream of {table} feeds no stream processor")
+    transactions = table_ids(stack).get("transactions")
+    for function in sorted(outcomes):
+        if stream_sources(stack, function) != {"${%s.StreamArn}" % transactions}:
+            problems.append(f"{function} (outcomes): reads {sorted(stream_sources(stack, function))}, not the transactions table's stream alone")
     return problems
 
 

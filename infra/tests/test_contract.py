@@ -43,6 +43,8 @@ def test_contract_lists_the_expected_tables(contract):
         "payments",
         "sweeper",
         "stream-processor",
+        # the transactions stream's second reader: one EventBridge event per outcome
+        "outcomes",
         "connections",
         # the JWT authorizer, deployed only when JwtIssuer is set
         "authorizer",

@@ -660,7 +660,7 @@ BREAKAGES = {
     "dead-letter-url-is-the-arn": (
         "dead-letter-replay",
         lambda s: _function_props(s, "stream-processor")["Environment"]["Variables"].update(
-            DEAD_LETTER_QUEUE_URL=b.getatt(b.only(s, "AWS::SQS::Queue"), "Arn")
+            DEAD_LETTER_QUEUE_URL=b.getatt(b.stream_failure_queue(s), "Arn")
         ),
     ),
     "dead-letter-url-another-queue": (
@@ -712,12 +712,12 @@ BREAKAGES = {
     "dead-letter-send-grant-to-another-function": (
         "dead-letter-replay",
         lambda s: b.raw_statements(s, b.role_of(s, b.function(s, "sweeper")))[0].append(
-            {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": b.getatt(b.only(s, "AWS::SQS::Queue"), "Arn")}
+            {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": b.getatt(b.stream_failure_queue(s), "Arn")}
         ),
     ),
     "dead-letter-queue-too-small": (
         "dead-letter-replay",
-        lambda s: b.props(s, b.only(s, "AWS::SQS::Queue")).update(MaximumMessageSize=65536),
+        lambda s: b.props(s, b.stream_failure_queue(s)).update(MaximumMessageSize=65536),
     ),
     "replay-grant-to-another-function": (
         "dead-letter-replay",
@@ -725,7 +725,7 @@ BREAKAGES = {
             {
                 "Effect": "Allow",
                 "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
-                "Resource": b.getatt(b.only(s, "AWS::SQS::Queue"), "Arn"),
+                "Resource": b.getatt(b.stream_failure_queue(s), "Arn"),
             }
         ),
     ),
