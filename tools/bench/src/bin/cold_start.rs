@@ -25,8 +25,17 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 /// The functions of the workspace, as `infra/build.sh` and the templates name them.
-const FUNCTIONS: [&str; 8] =
-    ["coordinator", "participant", "inventory", "payments", "sweeper", "stream-processor", "connections", "authorizer"];
+const FUNCTIONS: [&str; 9] = [
+    "coordinator",
+    "participant",
+    "inventory",
+    "payments",
+    "sweeper",
+    "stream-processor",
+    "outcomes",
+    "connections",
+    "authorizer",
+];
 
 #[derive(Debug, Parser)]
 #[command(about = "Each Lambda function's zip size and init time, started as the Lambda runtime starts it")]
@@ -151,6 +160,8 @@ fn function_environment(function: &str) -> Vec<(&'static str, String)> {
             env.extend(participant("payments", "payments-data"));
             env.push((twopc::environment::PAYMENT_API_URL, "https://payments.example.invalid".to_owned()));
         }
+        // The transactions stream's second reader: the table and the outcomes bus (its name), nothing else.
+        "outcomes" => env.push((twopc_fanout::outcomes::EVENT_BUS_NAME, "twopc-outcomes".to_owned())),
         // The WebSocket $connect's authorizer, deployed with a JWT issuer (the key set is fetched on the first token).
         "authorizer" => env.extend([
             (twopc::jwt::JWT_ISSUER, "https://issuer.example.invalid/".to_owned()),
@@ -172,6 +183,12 @@ fn function_environment(function: &str) -> Vec<(&'static str, String)> {
             (twopc_fanout::lake::FIREHOSE_STREAM_NAME, "lake".to_owned()),
             (twopc_fanout::realtime::WEBSOCKET_ENDPOINT, "https://ws.example.invalid/prod".to_owned()),
             (twopc_fanout::connections::WEBSOCKET_API_ID, "ws".to_owned()),
+            // The sweeper's age alerts: the outcomes bus and the age that gets one.
+            (twopc_fanout::outcomes::EVENT_BUS_NAME, "twopc-outcomes".to_owned()),
+            (
+                twopc_fanout::outcomes::OPEN_ALERT_AFTER_MS,
+                twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS.to_string(),
+            ),
         ]),
     }
     env
