@@ -7,12 +7,24 @@ Each check returns a list of problems (empty: fine).
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 from cfn import REPO, Stack, as_list, att_id, number
 from production_checks import ENVIRONMENT_SOURCE, _lambda, _notifies, _parameter, _same_number, alarms, rust_constants
-from system import allow_statements, environment, function_target, functions, functions_of, granted, role_of, table_ids
+from system import (
+    allow_statements,
+    environment,
+    function_target,
+    functions,
+    functions_of,
+    granted,
+    log_group_of,
+    role_of,
+    table_ids,
+)
 from template_checks import OUTCOMES_BINARY
 
 BUS_KIND = "AWS::Events::EventBus"
@@ -112,8 +124,9 @@ def outcomes_queue(stack: Stack) -> str | None:
 def check_outcome_bus(stack: Stack) -> list[str]:
     """One EventBridge bus, named after the stack (`<stack>-outcomes`: two stacks in one account never
     share one), operators only: no resource policy (no Policy property, no AWS::Events::EventBusPolicy,
-    so no other account and no broad principal may put events on it or add rules to it), and no rule of
-    the template on it (consumers are the operators' own); outputs name it and its ARN."""
+    so no other account and no broad principal may put events on it or add rules to it), and no rule,
+    archive or pipe of the template on it but the operators' outcome history (a rule whose targets are
+    log groups of the template: check_outcome_history); outputs name it and its ARN."""
     problems = []
     buses = outcome_buses(stack)
     if len(buses) != 1:
@@ -129,8 +142,14 @@ def check_outcome_bus(stack: Stack) -> list[str]:
         for resource in stack.resources(kind):
             on = stack.props(resource)
             names = [on.get("EventBusName"), on.get("SourceArn"), on.get("Target")]
-            if any(str(n) in ("${%s}" % bus, "${%s.Arn}" % bus, "${%s.Name}" % bus) for n in names):
-                problems.append(f"{resource} ({kind}) is on the outcomes bus: the stack adds no policy, rule or consumer to it")
+            if not any(str(n) in ("${%s}" % bus, "${%s.Arn}" % bus, "${%s.Name}" % bus) for n in names):
+                continue
+            if kind == "AWS::Events::Rule" and _history_targets(stack, resource):
+                continue
+            problems.append(
+                f"{resource} ({kind}) is on the outcomes bus: the stack adds no policy or consumer to it but the "
+                "operators' outcome history (a rule into a log group of the template)"
+            )
     if stack.resources("AWS::Events::EventBusPolicy"):
         problems.append(f"{sorted(stack.resources('AWS::Events::EventBusPolicy'))}: an event bus policy (the outcomes bus is operators only)")
     values = [stack.resolve(o.get("Value")) for o in stack.template.get("Outputs", {}).values()]
@@ -138,6 +157,21 @@ def check_outcome_bus(stack: Stack) -> list[str]:
         if wanted not in values:
             problems.append(f"no output of the outcomes bus's {what} ({wanted})")
     return problems
+
+
+def _log_group_of_target(stack: Stack, arn: Any) -> str | None:
+    """The log group of the template an EventBridge target ARN names
+    (`arn:<partition>:logs:<region>:<account>:log-group:${Group}`)."""
+    match = re.match(r"^arn:\$\{AWS::Partition\}:logs:\$\{AWS::Region\}:\$\{AWS::AccountId\}:log-group:\$\{([A-Za-z0-9]+)\}$", str(arn))
+    group = match.group(1) if match else None
+    return group if group and stack.kind(group) == "AWS::Logs::LogGroup" else None
+
+
+def _history_targets(stack: Stack, rule: str) -> list[str]:
+    """The log groups of the template a rule's targets are, when every target is one (else [])."""
+    targets = as_list(stack.props(rule).get("Targets"))
+    groups = [_log_group_of_target(stack, t.get("Arn")) for t in targets]
+    return groups if groups and all(groups) else []
 
 
 def check_outcome_grants(stack: Stack) -> list[str]:
@@ -169,6 +203,101 @@ def check_outcome_grants(stack: Stack) -> list[str]:
         for function in functions_:
             if bus_arn not in granted(traced, role_of(traced, function), PUT_EVENTS):
                 problems.append(f"{function} ({binary}): its role may not {PUT_EVENTS} on the outcomes bus")
+    return problems
+
+
+# The operators' outcome history: the rule on the bus, its log group, who reads it.
+HISTORY_VARIABLE = "OUTCOME_LOG_GROUP"
+HISTORY_DETAIL_TYPES = ["Transaction Committed", "Transaction Aborted"]
+HISTORY_WRITERS = {"events.amazonaws.com", "delivery.logs.amazonaws.com"}
+HISTORY_WRITES = {"logs:CreateLogStream", "logs:PutLogEvents"}
+LOG_READS = ("logs:FilterLogEvents", "logs:GetLogEvents", "logs:StartQuery", "logs:StartLiveTail", "logs:GetLogRecord")
+
+
+def check_outcome_history(stack: Stack) -> list[str]:
+    """The operators' outcome history (GET /admin/outcomes): one enabled rule on the outcomes bus, for
+    the terminal outcomes (source twopc, Transaction Committed and Aborted), whose one target is a log
+    group of the template (no function's own, with a retention) taking the whole event (no input
+    transformation: the coordinator parses it) and no role; that log group's resource policy lets
+    EventBridge (events and delivery.logs, services only) create streams and put events there only, for
+    that rule only (aws:SourceArn); the coordinator's OUTCOME_LOG_GROUP names it, its role may
+    FilterLogEvents there and nowhere else, and no other role may read it."""
+    problems = []
+    buses = outcome_buses(stack)
+    if len(buses) != 1:
+        return [f"event buses {buses}, not one"]
+    bus = buses[0]
+    rules = [
+        r for r in sorted(stack.resources("AWS::Events::Rule"))
+        if str(stack.props(r).get("EventBusName")) in ("${%s}" % bus, "${%s.Arn}" % bus)
+    ]
+    if len(rules) != 1:
+        return [f"rules on the outcomes bus {rules}, not one (the outcome history's)"]
+    (rule,) = rules
+    props = stack.props(rule)
+    if props.get("State", "ENABLED") != "ENABLED":
+        problems.append(f"{rule}: not ENABLED")
+    pattern = props.get("EventPattern") or {}
+    if isinstance(pattern, str):
+        pattern = json.loads(pattern)
+    if as_list(pattern.get("source")) != ["twopc"] or sorted(as_list(pattern.get("detail-type"))) != sorted(HISTORY_DETAIL_TYPES):
+        problems.append(f"{rule}: pattern {pattern!r}, not source twopc and the terminal outcomes {HISTORY_DETAIL_TYPES}")
+    targets = as_list(props.get("Targets"))
+    groups = _history_targets(stack, rule)
+    if len(targets) != 1 or len(groups) != 1:
+        return problems + [f"{rule}: targets {targets!r}, not one log group of the template"]
+    (group,) = groups
+    target = targets[0]
+    for key in ["Input", "InputPath", "InputTransformer", "RoleArn"]:
+        if key in target:
+            problems.append(f"{rule}: its target has {key} (the history keeps the whole event, written under the log group's policy)")
+    if group in {log_group_of(stack, f) for f in functions(stack)}:
+        problems.append(f"{rule}: writes to {group}, a function's own log group")
+    if stack.props(group).get("RetentionInDays") is None:
+        problems.append(f"{group}: no retention")
+    # Who may write it: EventBridge, for this rule, under the log group's resource policy.
+    allowed = False
+    for policy in sorted(stack.resources("AWS::Logs::ResourcePolicy")):
+        try:
+            document = json.loads(str(stack.props(policy).get("PolicyDocument")))
+        except json.JSONDecodeError as error:
+            problems.append(f"{policy}: its PolicyDocument is not JSON ({error})")
+            continue
+        for statement in as_list(document.get("Statement")):
+            if statement.get("Effect") != "Allow":
+                continue
+            principal = statement.get("Principal")
+            services = set(as_list(principal.get("Service"))) if isinstance(principal, dict) and set(principal) == {"Service"} else None
+            if services is None or not services <= HISTORY_WRITERS:
+                problems.append(f"{policy}: allows {principal!r}, not only EventBridge ({sorted(HISTORY_WRITERS)})")
+                continue
+            actions, resources = set(as_list(statement.get("Action"))), as_list(statement.get("Resource"))
+            source = (statement.get("Condition") or {}).get("ArnEquals", {}).get("aws:SourceArn")
+            if not actions <= HISTORY_WRITES or resources != ["${%s.Arn}" % group] or source != "${%s.Arn}" % rule:
+                problems.append(
+                    f"{policy}: {sorted(actions)} on {resources} for {source!r}: EventBridge may only "
+                    f"{sorted(HISTORY_WRITES)} on {group} for {rule}"
+                )
+                continue
+            allowed = allowed or actions == HISTORY_WRITES
+    if not allowed:
+        problems.append(f"no log group resource policy lets EventBridge write {group} for {rule} ({sorted(HISTORY_WRITES)})")
+    # Who reads it: the coordinator, for the operators' API.
+    coordinators = functions_of(stack, "coordinator")
+    if not coordinators:
+        problems.append("no coordinator")
+    for coordinator in coordinators:
+        if environment(stack, coordinator).get(HISTORY_VARIABLE) != "${%s}" % group:
+            problems.append(f"{coordinator}: {HISTORY_VARIABLE} is {environment(stack, coordinator).get(HISTORY_VARIABLE)!r}, not {group}'s name")
+        reads = set(granted(stack, role_of(stack, coordinator), "logs:FilterLogEvents"))
+        if reads != {"${%s.Arn}" % group}:
+            problems.append(f"{coordinator}: logs:FilterLogEvents on {sorted(reads)}, not exactly {group}")
+    readers = {role_of(stack, c) for c in coordinators}
+    for role in sorted(stack.resources("AWS::IAM::Role")):
+        for action in LOG_READS:
+            for resource in granted(stack, role, action):
+                if role not in readers or action != "logs:FilterLogEvents":
+                    problems.append(f"{role}: may {action} on {resource} (only the coordinator reads the outcome history)")
     return problems
 
 
@@ -382,6 +511,7 @@ def check_open_alert(stack: Stack) -> list[str]:
 CHECKS = {
     "bus": check_outcome_bus,
     "grants": check_outcome_grants,
+    "history": check_outcome_history,
     "function": check_outcomes_function,
     "mapping": check_outcomes_mapping,
     "alarms": check_outcomes_alarms,
@@ -400,6 +530,10 @@ SAME_IN_BOTH = [
     "OutcomesErrorsAlarm",
     "OutcomesThrottlesAlarm",
     "OutcomesIteratorAgeAlarm",
+    "OutcomeHistoryLogGroup",
+    "OutcomeHistoryRule",
 ]
+# Compared as the JSON they hold (the SAM template writes the document with Fn::Sub, CDK with Fn::Join).
+SAME_POLICY_IN_BOTH = "OutcomeHistoryLogPolicy"
 SAME_FUNCTION_PROPERTIES = ["Description", "Timeout", "MemorySize", "Environment", "Role", "LoggingConfig", "Architectures", "Runtime", "Handler"]
-OUTPUTS = ["OutcomesEventBusName", "OutcomesEventBusArn", "OutcomesFailureQueueUrl", "OutcomesFunctionName"]
+OUTPUTS = ["OutcomesEventBusName", "OutcomesEventBusArn", "OutcomesFailureQueueUrl", "OutcomesFunctionName", "OutcomeHistoryLogGroupName"]

@@ -31,6 +31,7 @@ from system import (
     functions_of,
     granted,
     json_variable,
+    log_group_of,
     participant_deployments,
     participant_functions,
     alias_references,
@@ -156,19 +157,29 @@ SDK_CALLS = {
     # the outcome events (twopc_fanout::outcomes, aws-sdk-eventbridge): the outcomes function's one
     # event per outcome and the sweeper's "open too long" alerts, on the outcomes bus
     ".put_events()": "events:PutEvents",
+    # the operators' outcome history (GET /admin/outcomes, the coordinator's outcome_log): the log
+    # group the outcomes bus's rule writes, read back
+    ".filter_log_events()": "logs:FilterLogEvents",
 }
 # SDK calls that are not for IAM to grant to a function (table administration, local only).
 SDK_IGNORED = {".transact_write_items()", ".transact_get_items()"}
 SDK_ADMIN = {".create_table()", ".describe_table()", ".update_time_to_live()", ".delete_table()"}
 # Services whose actions a function's code calls (the stream-read, log and X-Ray actions are
 # Lambda's own, for the event source mapping, logging and tracing).
-CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs", "secretsmanager", "events")
+CODE_SERVICES = ("dynamodb", "firehose", "execute-api", "lambda", "sqs", "secretsmanager", "events", "logs")
 CODE_NOT_CALLED = {
     # Lambda's own: the event source mappings read the streams with the function's role.
     "dynamodb:DescribeStream",
     "dynamodb:GetRecords",
     "dynamodb:GetShardIterator",
     "dynamodb:ListStreams",
+    # Lambda's own logging into each function's log group, Firehose's into its error log stream and API
+    # Gateway's (its account role) into the access and execution logs: the services', never the code's.
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "logs:CreateLogGroup",
+    "logs:DescribeLogGroups",
+    "logs:DescribeLogStreams",
 }
 # Actions Lambda itself also takes with a function's role, so granted even where the code does not
 # call them: the event sources' on-failure destination (sqs:SendMessage; the stream processor's code
@@ -516,10 +527,12 @@ def check_registry(stack: Stack) -> list[str]:
 
 def check_named_resources(stack: Stack) -> list[str]:
     """The other variables name what the code expects: its default table names, this stack's
-    delivery stream, event bus, WebSocket stage and metrics namespace."""
+    delivery stream, event bus, outcome history log group, WebSocket stage and metrics namespace."""
     problems = []
     streams = {"${%s}" % s for s in stack.resources("AWS::KinesisFirehose::DeliveryStream")}
     buses = {"${%s}" % s for s in stack.resources("AWS::Events::EventBus")}
+    function_groups = {group for f in functions(stack) if (group := log_group_of(stack, f))}
+    log_groups = {"${%s}" % g for g in stack.resources("AWS::Logs::LogGroup") if g not in function_groups}
     apis = "|".join(re.escape(a) for a in stack.resources("AWS::ApiGatewayV2::Api")) or "-"
     endpoint = re.compile(
         r"^https://\$\{(%s)\}\.execute-api\.\$\{AWS::Region\}\.(\$\{AWS::URLSuffix\}|amazonaws\.com)/[^/]+$" % apis
@@ -531,6 +544,8 @@ def check_named_resources(stack: Stack) -> list[str]:
                 problems.append(f"{function}: {variable} is {env[variable]!r}, not {default!r}")
         if "FIREHOSE_STREAM_NAME" in env and env["FIREHOSE_STREAM_NAME"] not in streams:
             problems.append(f"{function}: FIREHOSE_STREAM_NAME {env['FIREHOSE_STREAM_NAME']!r} is not a delivery stream of the template")
+        if "OUTCOME_LOG_GROUP" in env and env["OUTCOME_LOG_GROUP"] not in log_groups:
+            problems.append(f"{function}: OUTCOME_LOG_GROUP {env['OUTCOME_LOG_GROUP']!r} is not the name (Ref) of a log group of the template (no function's own)")
         if "EVENT_BUS_NAME" in env and env["EVENT_BUS_NAME"] not in buses:
             problems.append(f"{function}: EVENT_BUS_NAME {env['EVENT_BUS_NAME']!r} is not the name (Ref) of an event bus of the template")
         if "WEBSOCKET_ENDPOINT" in env and not endpoint.match(str(env["WEBSOCKET_ENDPOINT"])):
@@ -1207,6 +1222,8 @@ ADMIN_ROUTES = [
     ("GET", "/admin/transactions"),
     ("GET", "/admin/transactions/{id}"),
     ("GET", "/admin/stuck"),
+    # the recent outcomes, read back from the outcome history (OUTCOME_LOG_GROUP)
+    ("GET", "/admin/outcomes"),
     ("POST", "/admin/transactions/{id}/retry"),
     ("POST", "/admin/transactions/{id}/abort"),
 ]

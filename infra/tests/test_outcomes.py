@@ -14,6 +14,7 @@ resources alike."""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 
 import pytest
@@ -26,6 +27,7 @@ from outcome_checks import (
     OUTPUTS,
     SAME_FUNCTION_PROPERTIES,
     SAME_IN_BOTH,
+    SAME_POLICY_IN_BOTH,
     outcomes_contract,
     outcomes_queue,
 )
@@ -57,8 +59,14 @@ def test_the_outcome_resources_are_the_same_in_both_templates(sam, cdk):
         assert logical_id in sam.template["Resources"] and logical_id in cdk.template["Resources"], logical_id
         assert sam.template["Resources"][logical_id]["Type"] == cdk.template["Resources"][logical_id]["Type"], logical_id
         assert sam.props(logical_id) == cdk.props(logical_id), logical_id
+    # The outcome history's log group policy: the same document (SAM writes it with Fn::Sub, CDK with
+    # Fn::Join), under the same name.
+    sam_policy, cdk_policy = sam.props(SAME_POLICY_IN_BOTH), cdk.props(SAME_POLICY_IN_BOTH)
+    assert sam_policy["PolicyName"] == cdk_policy["PolicyName"]
+    assert json.loads(sam_policy["PolicyDocument"]) == json.loads(cdk_policy["PolicyDocument"])
     for template in (sam, cdk):
         assert functions_of(template, "outcomes") == ["OutcomesFunction"], template.name
+    assert environment(sam, "CoordinatorFunction")["OUTCOME_LOG_GROUP"] == environment(cdk, "CoordinatorFunction")["OUTCOME_LOG_GROUP"]
     for key in SAME_FUNCTION_PROPERTIES:
         assert sam.props("OutcomesFunction").get(key) == cdk.props("OutcomesFunction").get(key), key
     # With tracing on too (the X-Ray statement of the role, the function's tracing).
@@ -102,6 +110,27 @@ def _outcomes_mapping(stack) -> dict:
 def _stream_processor_queue(stack):
     """The raw destination (the queue's ARN) of the stream processor's mapping of the transactions stream."""
     return copy.deepcopy(b.props(stack, b.mapping_of(stack, "transactions"))["DestinationConfig"]["OnFailure"]["Destination"])
+
+
+def _history_rule(stack) -> str:
+    bus = _bus(stack)
+    return next(r for r in sorted(stack.resources("AWS::Events::Rule")) if stack.props(r).get("EventBusName") == "${%s}" % bus)
+
+
+def _history_group(stack) -> str:
+    return next(g for g in stack.resources("AWS::Logs::LogGroup") if "/aws/events/" in str(stack.props(g).get("LogGroupName")))
+
+
+def _history_policy(stack) -> str:
+    return b.only(stack, "AWS::Logs::ResourcePolicy")
+
+
+def _edit_history_policy(stack, edit) -> None:
+    """Rewrites the history's log group policy (as the resolved JSON, edited)."""
+    policy = _history_policy(stack)
+    document = json.loads(stack.props(policy)["PolicyDocument"])
+    edit(document["Statement"][0])
+    b.props(stack, policy)["PolicyDocument"] = json.dumps(document)
 
 
 def _alarm_ids(stack, predicate) -> list[str]:
@@ -153,6 +182,32 @@ BREAKAGES = {
         s.template["Outputs"].pop(name)
         for name in [n for n, o in s.template["Outputs"].items() if s.resolve(o.get("Value")) == "${%s.Arn}" % _bus(s)]
     ]),
+    # the outcome history (GET /admin/outcomes)
+    "history-into-another-accounts-log-group": ("history", lambda s: b.props(s, _history_rule(s))["Targets"][0].update(
+        Arn="arn:aws:logs:us-east-1:111122223333:log-group:elsewhere"
+    )),
+    "history-into-a-functions-log-group": ("history", lambda s: b.props(s, _history_rule(s))["Targets"][0].update(
+        Arn={"Fn::Sub": "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:${%s}" % (
+            b.props(s, b.function(s, "coordinator"))["LoggingConfig"]["LogGroup"]["Ref"])}
+    )),
+    "history-transformed": ("history", lambda s: b.props(s, _history_rule(s))["Targets"][0].update(InputPath="$.detail")),
+    "history-of-every-event": ("history", lambda s: b.props(s, _history_rule(s))["EventPattern"].pop("detail-type")),
+    "history-disabled": ("history", lambda s: b.props(s, _history_rule(s)).update(State="DISABLED")),
+    "history-kept-forever": ("history", lambda s: b.props(s, _history_group(s)).pop("RetentionInDays")),
+    "history-policy-for-everyone": ("history", lambda s: _edit_history_policy(s, lambda st: st.update(Principal="*"))),
+    "history-policy-for-any-rule": ("history", lambda s: _edit_history_policy(s, lambda st: st.pop("Condition"))),
+    "history-policy-on-every-log-group": ("history", lambda s: _edit_history_policy(
+        s, lambda st: st.update(Resource="arn:aws:logs:us-east-1:123456789012:log-group:*")
+    )),
+    "history-policy-missing": ("history", lambda s: s.template["Resources"].pop(_history_policy(s))),
+    "history-not-the-coordinators": ("history", lambda s: b.variables(s, "coordinator").update(OUTCOME_LOG_GROUP="elsewhere")),
+    "history-read-by-the-sweeper": ("history", lambda s: _add_statement(s, "sweeper", {
+        "Effect": "Allow", "Action": "logs:FilterLogEvents", "Resource": b.getatt(_history_group(s), "Arn"),
+    })),
+    "history-unreadable-by-the-coordinator": ("history", lambda s: _drop_statements(s, "coordinator", "logs:FilterLogEvents")),
+    "a-second-rule-on-the-bus": ("history", lambda s: s.template["Resources"].update(
+        SecondHistory=copy.deepcopy(b.resource(s, _history_rule(s)))
+    )),
     # who may put events
     "put-events-on-every-bus": ("grants", lambda s: b.statement(s, "outcomes", "events:PutEvents").update(Resource="*")),
     "put-events-on-the-default-bus": ("grants", lambda s: b.statement(s, "sweeper", "events:PutEvents").update(
@@ -253,6 +308,16 @@ def test_invoker_check_catches_a_permission_on_the_outcomes_function(stack):
         "Properties": {"Action": "lambda:InvokeFunction", "FunctionName": b.getatt(b.function(stack, "outcomes"), "Arn"), "Principal": "events.amazonaws.com"},
     }
     assert check_invokers(stack) != []
+
+
+def test_named_resources_check_catches_a_history_of_no_template(stack):
+    b.variables(stack, "coordinator")["OUTCOME_LOG_GROUP"] = "/aws/events/elsewhere"
+    assert any("OUTCOME_LOG_GROUP" in p for p in check_named_resources(stack))
+
+
+def test_grant_check_catches_a_history_read_no_role_may(stack):
+    _drop_statements(stack, "coordinator", "logs:FilterLogEvents")
+    assert "the code calls logs:FilterLogEvents, no role may" in check_grants_match_code(stack)
 
 
 def test_named_resources_check_catches_a_bus_of_no_template(stack):

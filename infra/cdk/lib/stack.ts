@@ -942,6 +942,54 @@ export class TwoPhaseCommitStack extends Stack {
         'Under the AWS-managed key aws/secretsmanager by design: no key policy or grant to keep (infra/DEPLOY.md, Who may invoke a participant)',
       ],
     ]);
+    // The outcome events' bus (its section below, "Outcome events"): the sweeper sends its "open too
+    // long" alerts there too. No resource policy: only this account's principals whose own policies
+    // allow it may put events on it or add rules to it (operators only: event details carry abort
+    // reasons that may name other principals' transactions).
+    const outcomesEventBus = new events.CfnEventBus(this, 'OutcomesEventBus', {
+      name: `${Aws.STACK_NAME}-outcomes`,
+      description:
+        'Transaction outcomes of the two-phase commit (source twopc: Transaction Committed, Aborted, Held, ' +
+        'Open Too Long; deduplicate on detail.outcomeId). Operators only: no resource policy.',
+    });
+    // PutEvents on the outcomes bus only (twopc_fanout::outcomes): the outcomes function and the sweeper.
+    const putOutcomeEvents: Statement = {
+      Sid: 'OutcomeEvents',
+      Effect: 'Allow',
+      Action: 'events:PutEvents',
+      Resource: outcomesEventBus.attrArn,
+    };
+
+    // The operators' outcome history (GET /admin/outcomes, the operators' API): the stack's one rule on
+    // the bus writes the terminal outcomes (committed, aborted) to a log group of their own, which the
+    // coordinator reads back (OUTCOME_LOG_GROUP, FilterLogEvents); an operators' consumer like any rule
+    // on the bus. Kept LogRetentionInDays, as the functions' logs.
+    const outcomeHistoryLogGroup = logGroup('OutcomeHistoryLogGroup', `/aws/events/${Aws.STACK_NAME}/outcomes`);
+    const outcomeHistoryRule = new events.CfnRule(this, 'OutcomeHistoryRule', {
+      description:
+        'The terminal outcomes (committed, aborted) into the outcome history log group, which GET /admin/outcomes reads',
+      eventBusName: outcomesEventBus.ref,
+      eventPattern: { source: ['twopc'], 'detail-type': ['Transaction Committed', 'Transaction Aborted'] },
+      state: 'ENABLED',
+      targets: [
+        {
+          id: 'outcome-history',
+          arn: `arn:${Aws.PARTITION}:logs:${Aws.REGION}:${Aws.ACCOUNT_ID}:log-group:${outcomeHistoryLogGroup.logGroupName}`,
+        },
+      ],
+    });
+    // EventBridge writes to a log group under the log group's resource policy (it takes no role for
+    // CloudWatch Logs): this one lets it write to the outcome history only, for this rule only. One of the
+    // account's 10 CloudWatch Logs resource policies per region.
+    new logs.CfnResourcePolicy(this, 'OutcomeHistoryLogPolicy', {
+      policyName: `${Aws.STACK_NAME}-outcome-history`,
+      policyDocument:
+        '{"Version": "2012-10-17", "Statement": [{"Sid": "OutcomeHistory", "Effect": "Allow", "Principal": ' +
+        '{"Service": ["events.amazonaws.com", "delivery.logs.amazonaws.com"]}, "Action": ["logs:CreateLogStream", ' +
+        `"logs:PutLogEvents"], "Resource": "${outcomeHistoryLogGroup.logGroupArn}", "Condition": {"ArnEquals": ` +
+        `{"aws:SourceArn": "${outcomeHistoryRule.attrArn}"}}}]}`,
+    });
+
     const coordinatorLogGroup = functionLogGroup('CoordinatorLogGroup', 'coordinator');
     const coordinatorRole = lambdaRole('CoordinatorRole', 'coordinator', coordinatorLogGroup, [
       transactionRecords,
@@ -967,6 +1015,14 @@ export class TwoPhaseCommitStack extends Stack {
         Effect: 'Allow',
         Action: 'dynamodb:BatchGetItem',
         Resource: [transactionsTable.attrArn, ...participants.map((p) => p.table.attrArn)],
+      },
+      // The operators' outcome history (GET /admin/outcomes): it reads back the log group the outcomes
+      // bus's rule writes (OUTCOME_LOG_GROUP, FilterLogEvents), no other log group.
+      {
+        Sid: 'OutcomeHistory',
+        Effect: 'Allow',
+        Action: 'logs:FilterLogEvents',
+        Resource: outcomeHistoryLogGroup.logGroupArn,
       },
     ]);
     const coordinator = rust('CoordinatorFunction', 'coordinator', coordinatorRole, coordinatorLogGroup, {
@@ -999,29 +1055,14 @@ export class TwoPhaseCommitStack extends Stack {
         ACCESS_POLICY: accessPolicy.valueAsString,
         // The participants' tables, which the operators' views read (locks, the items a record names).
         PARTICIPANT_TABLES: participantTables,
+        // The operators' outcome history (GET /admin/outcomes): the log group the outcomes bus's rule
+        // writes the terminal outcomes to (its name).
+        OUTCOME_LOG_GROUP: outcomeHistoryLogGroup.logGroupName,
       },
       // Reserved so that a burst of transactions cannot take the concurrency the sweeper and the
       // stream processor need (it also caps the coordinator); 0 reserves nothing.
       reservedConcurrency: [reserveCoordinator, coordinatorReservedConcurrency],
     });
-
-    // The outcome events' bus (its section below, "Outcome events"): the sweeper sends its "open too
-    // long" alerts there too. No resource policy: only this account's principals whose own policies
-    // allow it may put events on it or add rules to it (operators only: event details carry abort
-    // reasons that may name other principals' transactions).
-    const outcomesEventBus = new events.CfnEventBus(this, 'OutcomesEventBus', {
-      name: `${Aws.STACK_NAME}-outcomes`,
-      description:
-        'Transaction outcomes of the two-phase commit (source twopc: Transaction Committed, Aborted, Held, ' +
-        'Open Too Long; deduplicate on detail.outcomeId). Operators only: no resource policy.',
-    });
-    // PutEvents on the outcomes bus only (twopc_fanout::outcomes): the outcomes function and the sweeper.
-    const putOutcomeEvents: Statement = {
-      Sid: 'OutcomeEvents',
-      Effect: 'Allow',
-      Action: 'events:PutEvents',
-      Resource: outcomesEventBus.attrArn,
-    };
 
     // --- sweeper: every minute, finishes stuck transactions and resolves expired locks ---------------
     const sweeperLogGroup = functionLogGroup('SweeperLogGroup', 'sweeper');
@@ -1867,6 +1908,8 @@ export class TwoPhaseCommitStack extends Stack {
       adminTransactions.addMethod('GET', coordinatorIntegration),
       adminTransaction.addMethod('GET', coordinatorIntegration),
       admin.addResource('stuck', preflight).addMethod('GET', coordinatorIntegration),
+      // The recent outcomes, read back from the outcome history (OUTCOME_LOG_GROUP).
+      admin.addResource('outcomes', preflight).addMethod('GET', coordinatorIntegration),
       adminTransaction.addResource('retry').addMethod('POST', coordinatorIntegration),
       adminTransaction.addResource('abort').addMethod('POST', coordinatorIntegration),
     );
@@ -2104,6 +2147,11 @@ export class TwoPhaseCommitStack extends Stack {
       'OutcomesEventBusArn',
       "ARN of the EventBridge bus of the transaction outcomes (for operators' rules)",
       outcomesEventBus.attrArn,
+    );
+    output(
+      'OutcomeHistoryLogGroupName',
+      'The terminal outcomes the outcomes bus\'s rule writes, which GET /admin/outcomes reads (operators only)',
+      outcomeHistoryLogGroup.logGroupName,
     );
     output(
       'OutcomesFailureQueueUrl',

@@ -305,7 +305,7 @@ test('the fan-out retries until the stream drops a record, then the queue its re
   assert.deepEqual(variables('ConnectionsFunction').MAX_TOPICS_PER_CONNECTION, { Ref: 'MaxTopicsPerConnection' });
 });
 
-test('outcome events: the bus, the outcomes function on the transactions stream from LATEST, PutEvents on the bus only', () => {
+test('outcome events: the bus, the outcomes function on the transactions stream from LATEST, PutEvents on the bus only, the history', () => {
   const resource = (id: string) => template.Resources[id] as { Type: string; Properties?: Record<string, unknown> };
   // One bus, named after the stack, with no resource policy (operators only).
   const buses = ofType(template, 'AWS::Events::EventBus');
@@ -365,6 +365,24 @@ test('outcome events: the bus, the outcomes function on the transactions stream 
     }
   }
   assert.deepEqual(putters.sort(), ['OutcomesRole', 'SweeperRole']);
+  // The stack's one rule on the bus: the operators' outcome history, the terminal outcomes into a log
+  // group of its own that EventBridge may write for this rule only and the coordinator reads back.
+  const onTheBus = ofType(template, 'AWS::Events::Rule').filter(
+    ([, r]) => JSON.stringify(r.Properties?.EventBusName) === JSON.stringify({ Ref: 'OutcomesEventBus' }),
+  );
+  assert.deepEqual(
+    onTheBus.map(([id]) => id),
+    ['OutcomeHistoryRule'],
+  );
+  assert.deepEqual(onTheBus[0][1].Properties?.EventPattern, {
+    source: ['twopc'],
+    'detail-type': ['Transaction Committed', 'Transaction Aborted'],
+  });
+  assert.deepEqual(
+    ofType(template, 'AWS::Logs::ResourcePolicy').map(([id]) => id),
+    ['OutcomeHistoryLogPolicy'],
+  );
+  assert.deepEqual(variables('CoordinatorFunction').OUTCOME_LOG_GROUP, { Ref: 'OutcomeHistoryLogGroup' });
   // Its alarms, with the stream processor's.
   for (const id of ['OutcomesFailuresAlarm', 'OutcomesErrorsAlarm', 'OutcomesThrottlesAlarm', 'OutcomesIteratorAgeAlarm']) {
     assert.equal(resource(id)?.Type, 'AWS::CloudWatch::Alarm', id);
