@@ -138,9 +138,9 @@ test('the SAM template logical ids of the main resources', () => {
 test('CORS: an unsigned preflight on each path, the origin from CorsAllowOrigin everywhere', () => {
   const origin = { 'Fn::Join': ['', ["'", { Ref: 'CorsAllowOrigin' }, "'"]] };
   const preflights = ofType(template, 'AWS::ApiGateway::Method').filter(([, m]) => m.Properties?.HttpMethod === 'OPTIONS');
-  // /transactions, /transactions/{id} and its /commit and /abort, and the operators' five paths, as
-  // SAM's Cors: not the root nor /admin, which serve nothing.
-  assert.equal(preflights.length, 9);
+  // /transactions, /transactions/{id} and its /commit and /abort, and the operators' six paths (the
+  // recent outcomes' among them), as SAM's Cors: not the root nor /admin, which serve nothing.
+  assert.equal(preflights.length, 10);
   for (const [id, method] of preflights) {
     assert.ok(!JSON.stringify(method.Properties?.ResourceId).includes('RootResourceId'), `${id} is on the root`);
     // The API's default (AWS_IAM) must not reach the preflight: browsers never sign it.
