@@ -25,6 +25,7 @@ use twopc_client::{Decimal, Transaction, op};
 pub mod contention;
 pub mod dynamo_faults;
 pub mod outcomes;
+pub mod streams;
 pub use dynamo_faults::{DynamoFault, DynamoFaults, Rule};
 
 /// A DynamoDB client for the test binary's DynamoDB Local.

@@ -6,19 +6,19 @@
 //! is made up, every hold is announced, and copies of an event carry the same id and the same detail.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
 use local_services::eventbridge::EventBridge;
 use local_services::firehose::MemorySink;
-use local_services::streams::{StartAt, StreamReader, lambda_event};
+use local_services::streams::lambda_event;
 use serde_json::Value;
 use twopc::record::TransactionRecord;
 use twopc_fanout::FanoutConfig;
 use twopc_fanout::outcomes::{self, EventBridgeBus};
 
 use crate::TestEnv;
+use crate::streams::{is_marker, read_stream};
 
 /// An EventBridge client for the endpoint at `url` (the SDK's standard retries, as deployed).
 pub fn event_bridge_client(url: &str) -> aws_sdk_eventbridge::Client {
@@ -31,43 +31,23 @@ pub fn event_bridge_client(url: &str) -> aws_sdk_eventbridge::Client {
     aws_sdk_eventbridge::Client::from_conf(config)
 }
 
-/// A DynamoDB Streams client for the test binary's DynamoDB Local.
-pub fn streams_client() -> aws_sdk_dynamodbstreams::Client {
-    let config = aws_sdk_dynamodbstreams::Config::builder()
-        .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
-        .region(aws_sdk_dynamodbstreams::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodbstreams::config::Credentials::new("local", "local", None, None, "tests"))
-        .endpoint_url(dynamodb_local::shared().endpoint())
-        .build();
-    aws_sdk_dynamodbstreams::Client::from_conf(config)
-}
-
-/// Every record of the transactions table's stream, from its start: read until a marker item written now
-/// shows up (the marker is deleted after; neither write is an outcome).
+/// Every record of the transactions table's stream, from its start (the marker [`read_stream`] writes is
+/// deleted after; neither write is an outcome, and neither is returned).
 pub async fn transactions_stream(env: &TestEnv) -> Vec<EventRecord> {
     let client = crate::dynamodb().await;
-    let table = env.transactions.table();
-    let marker = format!("zz-outcomes-marker-{}", uuid::Uuid::new_v4().simple());
-    let key = twopc::tables::tx_attr::ID;
-    client.put_item().table_name(table).item(key, AttributeValue::S(marker.clone())).send().await.expect("marker");
-    let described = client.describe_table().table_name(table).send().await.expect("describe");
-    let arn = described.table().and_then(|t| t.latest_stream_arn()).expect("the table streams").to_owned();
-    let mut reader = StreamReader::new(streams_client(), arn, StartAt::TrimHorizon);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut records = Vec::new();
-    let is_marker = |r: &EventRecord| matches!(r.change.keys.inner().get(key), Some(serde_dynamo::AttributeValue::S(id)) if *id == marker);
-    while !records.iter().any(is_marker) {
-        assert!(Instant::now() < deadline, "the marker never reached the stream of {table}");
-        records.extend(reader.poll().await.expect("stream read"));
+    let (table, key) = (env.transactions.table(), twopc::tables::tx_attr::ID);
+    let mut records = read_stream(&client, table, key).await;
+    let markers: Vec<String> = records.iter().filter_map(|r| is_marker(r, key)).map(str::to_owned).collect();
+    for marker in markers {
+        client
+            .delete_item()
+            .table_name(table)
+            .key(key, AttributeValue::S(marker))
+            .send()
+            .await
+            .expect("marker deleted");
     }
-    client
-        .delete_item()
-        .table_name(table)
-        .key(key, AttributeValue::S(marker.clone()))
-        .send()
-        .await
-        .expect("marker deleted");
-    records.retain(|r| !is_marker(r));
+    records.retain(|r| is_marker(r, key).is_none());
     records
 }
 

@@ -34,8 +34,8 @@ fn samples(prefix: &str) -> Vec<(String, String)> {
     found
 }
 
-const FUNCTIONS: [&str; 6] =
-    ["coordinator-", "participant-", "sweeper-", "stream-processor-", "connections-", "authorizer-"];
+const FUNCTIONS: [&str; 7] =
+    ["coordinator-", "participant-", "sweeper-", "stream-processor-", "outcomes-", "connections-", "authorizer-"];
 
 /// Authorizer: REQUEST authorizer events (REST method, WebSocket `$connect`) parse and are judged; their
 /// tokens are placeholders (a key nobody has), so the answer is the 401 or, with the issuer out of
@@ -202,6 +202,24 @@ fn stream_processor_samples_are_decided() {
         assert!(batch.commits + batch.outcomes > 0, "{name}: produces nothing");
     }
     assert_eq!(replays, 1, "one sample of the replay action");
+}
+
+/// Outcomes: the Lambda DynamoDB event of the transactions table's stream; each sample announces at least
+/// one outcome, and no record of it is unreadable.
+#[test]
+fn outcomes_samples_are_announced() {
+    let config = FanoutConfig::new(&BTreeMap::new(), "transactions").expect("a valid configuration");
+    let files = samples("outcomes-");
+    assert!(!files.is_empty());
+    for (name, text) in files {
+        let event: Event = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: not a DynamoDB event: {e}"));
+        let outcomes: Vec<_> = event
+            .records
+            .iter()
+            .map(|r| twopc_fanout::outcomes::outcome_of(&config, r).unwrap_or_else(|e| panic!("{name}: {e}")))
+            .collect();
+        assert!(outcomes.iter().flatten().count() > 0, "{name}: announces nothing");
+    }
 }
 
 /// Issue 34: the stream samples with their stream ARNs forged (another table's stream, a table ARN, no

@@ -11,7 +11,7 @@ use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_sdk_dynamodb::types::AttributeValue;
 use local_services::apigw::{ManagementApi, MemoryRegistry};
 use local_services::firehose::{self, CallFault, Firehose};
-use local_services::streams::{StartAt, StreamReader, lambda_event};
+use local_services::streams::lambda_event;
 use serde_json::{Value, json};
 use twopc::tables::{self, connection_attr};
 use twopc_client::{Transaction, op};
@@ -21,6 +21,7 @@ use twopc_fanout::{
     ApiGatewayPoster, FanoutConfig, FirehoseSink, Options, RetryPolicy, StreamProcessor, Topic, prepare,
 };
 use twopc_tests::dynamo_faults::faulty_client;
+use twopc_tests::streams::{read_stream, streams_client};
 use twopc_tests::{DynamoFault, DynamoFaults, Rule, TestEnv};
 
 const REGION: &str = "us-east-1";
@@ -53,16 +54,6 @@ fn management_client(endpoint: &str) -> aws_sdk_apigatewaymanagement::Client {
         .endpoint_url(endpoint)
         .build();
     aws_sdk_apigatewaymanagement::Client::from_conf(config)
-}
-
-fn streams_client() -> aws_sdk_dynamodbstreams::Client {
-    let config = aws_sdk_dynamodbstreams::Config::builder()
-        .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
-        .region(aws_sdk_dynamodbstreams::config::Region::new(REGION))
-        .credentials_provider(credentials())
-        .endpoint_url(dynamodb_local::shared().endpoint())
-        .build();
-    aws_sdk_dynamodbstreams::Client::from_conf(config)
 }
 
 /// Fast retries: the same bounded algorithm, without the waiting.
@@ -145,36 +136,6 @@ fn fanout_config(env: &TestEnv) -> FanoutConfig {
     let tables: BTreeMap<String, String> =
         env.participants.keys().map(|service| (service.clone(), env.table(service).to_owned())).collect();
     FanoutConfig::new(&tables, env.transactions.table()).expect("a valid configuration")
-}
-
-/// Reads a table's stream from its start until the record of a marker item, written now, shows up:
-/// every record written before it is then in hand. Polls; never sleeps in place of a condition.
-async fn read_stream(client: &aws_sdk_dynamodb::Client, table: &str, key_attribute: &str) -> Vec<EventRecord> {
-    let marker = unique("zz-marker");
-    client
-        .put_item()
-        .table_name(table)
-        .item(key_attribute, AttributeValue::S(marker.clone()))
-        .send()
-        .await
-        .expect("marker written");
-    let described = client.describe_table().table_name(table).send().await.expect("describe");
-    let arn = described.table().and_then(|t| t.latest_stream_arn()).expect("the table streams").to_owned();
-    let mut reader = StreamReader::new(streams_client(), arn, StartAt::TrimHorizon);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut records = Vec::new();
-    loop {
-        records.extend(reader.poll().await.expect("stream read"));
-        let seen = records.iter().any(|r: &EventRecord| {
-            twopc_fanout::convert::item_to_json(r.change.keys.inner()).ok().and_then(|k| k.get(key_attribute).cloned())
-                == Some(json!(marker))
-        });
-        if seen {
-            return records;
-        }
-        assert!(Instant::now() < deadline, "the marker never reached the stream of {table}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn post_ok(env: &TestEnv, body: Value, expected: u16) -> String {

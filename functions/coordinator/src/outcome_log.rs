@@ -1,4 +1,4 @@
-//! The outcome history deployed: a rule on the outcomes bus writes every event to a CloudWatch Logs
+//! The outcome history deployed: a rule on the outcomes bus writes the terminal events to a CloudWatch Logs
 //! group (`OUTCOME_LOG_GROUP`), and `GET /admin/outcomes` reads it back with `FilterLogEvents`, the
 //! terminal ones only. The local stack serves the same API over its `.local/events/`.
 

@@ -76,7 +76,7 @@ pub struct OutcomePage {
 }
 
 /// Where the outcome events can be read back: deployed, the CloudWatch Logs group a rule on the outcomes
-/// bus writes every event to (the coordinator function's `OUTCOME_LOG_GROUP`); the local stack, the same
+/// bus writes the terminal events to (the coordinator function's `OUTCOME_LOG_GROUP`); the local stack, the same
 /// API over `.local/events/`. Not a table: an outcome costs no DynamoDB write to be listed.
 pub trait OutcomeHistory: Send + Sync {
     /// The terminal outcomes (COMMITTED, ABORTED) announced from `from_ms` on, at most `limit`, after
