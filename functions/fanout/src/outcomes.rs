@@ -191,7 +191,6 @@ impl OutcomeBus for EventBridgeBus {
                     .source(SOURCE)
                     .detail_type(event.kind.detail_type())
                     .detail(event.detail_text())
-                    .resources(format!("twopc:transaction:{}", event.transaction_id))
                     .build()
             })
             .collect();

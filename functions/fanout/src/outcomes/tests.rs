@@ -182,3 +182,24 @@ async fn an_unreadable_record_is_reported_and_the_events_before_it_are_sent() {
     assert_eq!((report.sent, report.retry_from.as_deref()), (1, Some("2")));
     assert_eq!(*bus.calls.lock().unwrap(), vec![vec!["T1:COMMITTED".to_owned()]]);
 }
+
+/// EventBridge refuses a `PutEvents` call over 256 KB: the largest event a record can make (the most
+/// participants with long service names and refusals, the longest reason, a long principal) times the
+/// entries of one call stays well under it.
+#[test]
+fn a_full_call_of_the_largest_events_fits_eventbridges_limit() {
+    let mut record = stored("tx-0123456789abcdef0123456789abcdef", "ABORTED", json!({}));
+    let entry = record.participants[1].clone();
+    record.participants = (0..twopc::model::MAX_PARTICIPANTS)
+        .map(|i| {
+            let mut entry = entry.clone();
+            entry.service = format!("{i:02}-{}", "s".repeat(61));
+            entry
+        })
+        .collect();
+    record.reason = Some("é".repeat(twopc::record::MAX_REASON_BYTES / 2));
+    record.principal = Some(format!("arn:aws:sts::123456789012:assumed-role/{}/{}", "r".repeat(64), "s".repeat(2000)));
+    let event = OutcomeEvent::new(OutcomeKind::Aborted, &record, json!({"reason": record.reason}));
+    let bytes = SOURCE.len() + event.kind.detail_type().len() + event.detail_text().len() + 256;
+    assert!(bytes * MAX_ENTRIES_PER_CALL < 256 * 1024 / 2, "{bytes} bytes an event");
+}
