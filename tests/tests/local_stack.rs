@@ -360,6 +360,22 @@ async fn page_routes(stack: &Stack, committed: &str) {
                 outcomes.iter().all(|o| ["COMMITTED", "ABORTED"].contains(&o["status"].as_str().unwrap())),
                 "{recent}"
             );
+            // Page by page (one a page), the same outcomes once each, in the same window.
+            let mut paged = Vec::new();
+            let mut path = "/admin/outcomes?sinceMs=600000&limit=1".to_owned();
+            loop {
+                let page = get_json(&path).await;
+                paged.extend(page["outcomes"].as_array().unwrap().iter().map(|o| o["outcomeId"].clone()));
+                match page["next"].as_str() {
+                    Some(next) => path = format!("/admin/outcomes?limit=1&next={next}"),
+                    None => break,
+                }
+                assert!(paged.len() <= outcomes.len() + 1, "{paged:?}");
+            }
+            let whole: Vec<Value> = outcomes.iter().map(|o| o["outcomeId"].clone()).collect();
+            assert_eq!(paged[..whole.len().min(paged.len())], whole[..], "paged as listed whole");
+            let bad = get_json("/admin/outcomes?next=nonsense").await;
+            assert_eq!(bad["error"]["code"], "INVALID_REQUEST", "{bad}");
             break;
         }
         assert!(Instant::now() < deadline, "no outcome event for {committed}: {events}");

@@ -26,6 +26,8 @@ use serde_json::{Value, json};
 use tracing::{error, info, warn};
 use twopc::record::TransactionRecord;
 
+use twopc::tables::tx_attr;
+
 use crate::decide::{self, Decision, FanoutConfig};
 
 pub use twopc::environment::{EVENT_BUS_NAME, OPEN_ALERT_AFTER_MS};
@@ -87,31 +89,40 @@ impl OutcomeEvent {
         self.detail.to_string()
     }
 
-    fn new(kind: OutcomeKind, record: &TransactionRecord, extra: Value) -> OutcomeEvent {
-        let mut detail = json!({
-            "transactionId": record.transaction_id,
-            "firstTransactionId": record.first_id(),
-            "status": record.status.as_str(),
-            "createdAt": record.created_at,
-            "updatedAt": record.updated_at,
-            "participants": record.participants.iter().map(|p| {
-                let mut entry = json!({"service": p.service});
-                if let Some(vote) = &p.vote {
-                    entry["vote"] = json!(vote);
-                }
-                if let Some(code) = &p.code {
-                    entry["code"] = json!(code);
+    /// The event of `record` (its item as JSON: a stream image, or a record serialized), whose request's
+    /// first attempt is `first_id`. Only the fields an event carries are read: an operation of a shape this
+    /// version does not know (a newer coordinator's) cannot make a record unreadable here.
+    fn new(kind: OutcomeKind, record: &Value, first_id: &str, extra: Value) -> OutcomeEvent {
+        let transaction_id = record[tx_attr::ID].as_str().unwrap_or_default().to_owned();
+        let participants: Vec<Value> = record[tx_attr::PARTICIPANTS]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let mut entry = json!({"service": p["service"]});
+                for field in ["vote", "code"] {
+                    if let Some(value) = p.get(field).filter(|v| !v.is_null()) {
+                        entry[field] = value.clone();
+                    }
                 }
                 entry
-            }).collect::<Vec<_>>(),
+            })
+            .collect();
+        let mut detail = json!({
+            "transactionId": transaction_id,
+            "firstTransactionId": first_id,
+            "status": record[tx_attr::STATUS],
+            "createdAt": record[tx_attr::CREATED_AT],
+            "updatedAt": record[tx_attr::UPDATED_AT],
+            "participants": participants,
         });
-        if let Some(principal) = &record.principal {
-            detail["principal"] = json!(principal);
+        if let Some(principal) = record.get(tx_attr::PRINCIPAL).filter(|p| p.is_string()) {
+            detail["principal"] = principal.clone();
         }
         if let (Value::Object(detail), Value::Object(extra)) = (&mut detail, extra) {
             detail.extend(extra);
         }
-        let mut event = OutcomeEvent { kind, transaction_id: record.transaction_id.clone(), detail };
+        let mut event = OutcomeEvent { kind, transaction_id, detail };
         event.detail["outcomeId"] = json!(event.outcome_id());
         event
     }
@@ -122,20 +133,19 @@ impl OutcomeEvent {
         if let Some(hold_until) = record.hold_until {
             extra["holdUntil"] = json!(hold_until);
         }
-        OutcomeEvent::new(OutcomeKind::OpenTooLong, record, extra)
+        let json = serde_json::to_value(record).expect("records serialize");
+        OutcomeEvent::new(OutcomeKind::OpenTooLong, &json, record.first_id(), extra)
     }
 }
 
 /// The outcome a transactions-table stream record announces, if any. `Err` for a record that cannot be
-/// read (it may be an outcome: it is reported, never dropped).
+/// read (it may be an outcome: it is reported, never dropped), and for a record of another stream (this
+/// function reads the transactions table's alone: another is a deployment's mistake, to be seen).
 pub fn outcome_of(config: &FanoutConfig, record: &EventRecord) -> Result<Option<OutcomeEvent>, String> {
     let ended = match decide::decide(config, record) {
         Decision::Ended(ended) => ended,
         Decision::Unprocessable(message) => return Err(message),
-        Decision::Foreign(message) => {
-            warn!(event_id = %record.event_id, %message, "a record of another stream: no outcome");
-            return Ok(None);
-        }
+        Decision::Foreign(message) => return Err(format!("not the transactions table's stream: {message}")),
         Decision::Commit(_) | Decision::Skip(_) => return Ok(None),
     };
     // Its request goes on as the attempt it names: that attempt's end is the outcome.
@@ -143,15 +153,16 @@ pub fn outcome_of(config: &FanoutConfig, record: &EventRecord) -> Result<Option<
         return Ok(None);
     }
     let image = crate::convert::item_to_json(record.change.new_image.inner()).map_err(|e| e.to_string())?;
-    let stored: TransactionRecord = serde_json::from_value(image)
-        .map_err(|e| format!("transaction record {} is malformed: {e}", ended.transaction_id))?;
-    let event = match ended.status.as_str() {
-        "COMMITTED" => OutcomeEvent::new(OutcomeKind::Committed, &stored, json!({})),
-        "ABORTED" => OutcomeEvent::new(OutcomeKind::Aborted, &stored, json!({"reason": stored.reason})),
-        "PREPARED" => OutcomeEvent::new(OutcomeKind::Held, &stored, json!({"holdUntil": ended.hold_until})),
+    let first_id = ended.first_transaction_id.as_deref().unwrap_or(&ended.transaction_id);
+    let (kind, extra) = match ended.status.as_str() {
+        "COMMITTED" => (OutcomeKind::Committed, json!({})),
+        "ABORTED" => {
+            (OutcomeKind::Aborted, json!({"reason": image.get(tx_attr::REASON).cloned().unwrap_or(Value::Null)}))
+        }
+        "PREPARED" => (OutcomeKind::Held, json!({"holdUntil": ended.hold_until})),
         _ => return Ok(None),
     };
-    Ok(Some(event))
+    Ok(Some(OutcomeEvent::new(kind, &image, first_id, extra)))
 }
 
 /// One entry's fate in a `PutEvents` call.
@@ -221,9 +232,20 @@ impl OutcomeBus for EventBridgeBus {
 pub async fn send<B: OutcomeBus>(bus: &B, events: &[OutcomeEvent]) -> Vec<EntryResult> {
     let mut results = Vec::with_capacity(events.len());
     for chunk in events.chunks(MAX_ENTRIES_PER_CALL) {
-        match bus.put(chunk).await {
-            Ok(answered) => results.extend(answered),
-            Err(message) => results.extend(chunk.iter().map(|_| Err(message.clone()))),
+        let answered = match bus.put(chunk).await {
+            Ok(answered) if answered.len() == chunk.len() => answered,
+            Ok(answered) => {
+                let message = format!("the bus answered {} results for {} events", answered.len(), chunk.len());
+                chunk.iter().map(|_| Err(message.clone())).collect()
+            }
+            Err(message) => chunk.iter().map(|_| Err(message.clone())).collect(),
+        };
+        let failed = answered.iter().any(Result::is_err);
+        results.extend(answered);
+        // What follows is sent again with the batch's retry anyway: not now, into a bus that is failing.
+        if failed {
+            results.resize(events.len(), Err("not sent: an earlier call of the batch failed".to_owned()));
+            break;
         }
     }
     results
@@ -254,24 +276,24 @@ impl PublishReport {
 /// cannot be read, or whose event the bus did not accept, is reported as the batch's first failure:
 /// Lambda sends it and every record after it again (their events again too: the same `outcomeId`).
 pub async fn publish<B: OutcomeBus>(bus: &B, config: &FanoutConfig, event: &Event) -> PublishReport {
-    let mut events = Vec::new();
     // (index of the event's record, the event)
-    let mut first_unreadable = None;
+    let mut events = Vec::new();
+    let mut first_failed: Option<usize> = None;
     for (index, record) in event.records.iter().enumerate() {
         match outcome_of(config, record) {
             Ok(Some(outcome)) => events.push((index, outcome)),
             Ok(None) => {}
             Err(message) => {
+                // The ones after it are sent all the same (a retry sends them again, under the same ids):
+                // one record that cannot be read holds back no other outcome.
                 error!(event_id = %record.event_id, %message, "a transactions-table record that cannot be read");
-                first_unreadable = Some(index);
-                break;
+                first_failed = Some(first_failed.map_or(index, |f| f.min(index)));
             }
         }
     }
     let outcomes: Vec<OutcomeEvent> = events.iter().map(|(_, e)| e.clone()).collect();
     let results = send(bus, &outcomes).await;
     let mut report = PublishReport::default();
-    let mut first_failed = first_unreadable;
     for ((index, outcome), result) in events.iter().zip(results) {
         match result {
             Ok(()) => {

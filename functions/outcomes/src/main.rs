@@ -11,8 +11,9 @@ use twopc_fanout::outcomes::{self, EventBridgeBus};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     config::init_tracing();
-    let transactions =
-        config::or_default(twopc::record::TRANSACTIONS_TABLE_NAME, twopc::record::DEFAULT_TRANSACTIONS_TABLE);
+    // Required, not defaulted: a wrong name would make every record another stream's (each reported, so
+    // it shows, but nothing announced until the name is right).
+    let transactions = config::required(twopc::record::TRANSACTIONS_TABLE_NAME)?;
     // Only the transactions table: a record of any other stream is not this function's.
     let tables = FanoutConfig::new(&Default::default(), &transactions)?;
     let bus = EventBridgeBus::from_config(&config::aws().await, config::required(outcomes::EVENT_BUS_NAME)?);

@@ -33,13 +33,9 @@ pub async fn from_env() -> Result<(Sweeper, Option<EventBridgeBus>), ConfigError
         .with_keys(keys)
         .with_signature(twopc::auth::signature_from_env()?)
         .with_data_tables(tables.clone());
-    let alert_after = match config::required(outcomes::OPEN_ALERT_AFTER_MS) {
-        Ok(text) => text.parse::<u64>().map_err(|_| ConfigError::Invalid {
-            name: outcomes::OPEN_ALERT_AFTER_MS,
-            message: format!("{text:?} is not a whole number of milliseconds"),
-        })?,
-        Err(_) => outcomes::DEFAULT_OPEN_ALERT_AFTER_MS,
-    };
+    let alert_after =
+        config::positive_or_default(outcomes::OPEN_ALERT_AFTER_MS, outcomes::DEFAULT_OPEN_ALERT_AFTER_MS as usize)?
+            as u64;
     let bus = config::required(outcomes::EVENT_BUS_NAME).ok().filter(|b| !b.is_empty());
     let bus = bus.map(|name| EventBridgeBus::from_config(&aws, name));
     let sweeper = Sweeper::new(coordinator, tables, SweepLimits::default()).with_open_alerts_after(alert_after);
@@ -64,8 +60,9 @@ pub async fn handle<B: OutcomeBus>(
     Ok(report)
 }
 
-/// One event per transaction the census found open too long. A refused one is logged: the next run
-/// sends it again while the transaction stays open.
+/// One event per transaction the census found open too long. A refused one counts as a sweep error
+/// (`SweepErrors`, whose alarm says the run met trouble) and is logged; the next run sends it again while
+/// the transaction stays open.
 pub async fn send_age_alerts<B: OutcomeBus>(bus: &B, census: &OpenCensus) -> usize {
     let alerts: Vec<OutcomeEvent> =
         census.open_too_long.iter().map(|(record, age)| OutcomeEvent::open_too_long(record, *age)).collect();
@@ -73,7 +70,10 @@ pub async fn send_age_alerts<B: OutcomeBus>(bus: &B, census: &OpenCensus) -> usi
     for (alert, result) in alerts.iter().zip(outcomes::send(bus, &alerts).await) {
         match result {
             Ok(()) => sent += 1,
-            Err(message) => tracing::warn!(tx = %alert.transaction_id, %message, "age alert not accepted"),
+            Err(message) => {
+                metrics::counter!(twopc::telemetry::SWEEP_ERRORS).increment(1);
+                tracing::error!(tx = %alert.transaction_id, %message, "age alert not accepted");
+            }
         }
     }
     sent

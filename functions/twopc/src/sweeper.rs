@@ -82,14 +82,21 @@ pub struct OpenCensus {
     pub oldest_age_ms: u64,
     pub complete: bool,
     pub stuck: u32,
-    /// The open transactions older than the sweeper's alert age (`OPEN_ALERT_AFTER_MS`), with their age,
-    /// oldest first, at most [`OPEN_ALERTS_PER_RUN`]: the age alerts the sweeper sends.
+    /// The open transactions past their expiry (deadline, or a held one's `holdUntil`) by the sweeper's
+    /// alert age (`OPEN_ALERT_AFTER_MS`) or more, with their age since they started, oldest first, at most
+    /// [`OPEN_ALERTS_PER_RUN`]: the age alerts the sweeper sends. Their operations are left out (an alert
+    /// does not carry them), so a run keeps little of each.
     #[serde(skip)]
     pub open_too_long: Vec<(TransactionRecord, u64)>,
 }
 
 /// A run announces at most this many transactions open too long (the oldest).
 pub const OPEN_ALERTS_PER_RUN: usize = 100;
+
+fn keep_oldest(open: &mut Vec<(TransactionRecord, u64)>) {
+    open.sort_by_key(|(_, age)| std::cmp::Reverse(*age));
+    open.truncate(OPEN_ALERTS_PER_RUN);
+}
 
 /// A census reads at most this many open transactions (and their records) per run.
 pub const CENSUS_LIMIT: usize = 500;
@@ -226,8 +233,15 @@ impl Sweeper {
                     *census.by_status.entry(record.status.as_str().to_owned()).or_default() += 1;
                     let age = now.saturating_sub(record.age());
                     census.oldest_age_ms = census.oldest_age_ms.max(age);
-                    if self.open_alert_after_ms.is_some_and(|after| age >= after) {
-                        census.open_too_long.push((record, age));
+                    // A hold is open by design until its holdUntil: it is overdue only past it.
+                    let overdue = now.saturating_sub(record.expiry());
+                    if self.open_alert_after_ms.is_some_and(|after| overdue >= after) {
+                        let mut slim = record;
+                        slim.participants.iter_mut().for_each(|p| p.operations.clear());
+                        census.open_too_long.push((slim, age));
+                        if census.open_too_long.len() >= 2 * OPEN_ALERTS_PER_RUN {
+                            keep_oldest(&mut census.open_too_long);
+                        }
                     }
                 }
             }
@@ -241,8 +255,7 @@ impl Sweeper {
                 break;
             }
         }
-        census.open_too_long.sort_by_key(|(_, age)| std::cmp::Reverse(*age));
-        census.open_too_long.truncate(OPEN_ALERTS_PER_RUN);
+        keep_oldest(&mut census.open_too_long);
         census.stuck = self.coordinator.stuck_count(crate::coordinator::DEFAULT_LOCK_AGE_MS).await?;
         Ok(census)
     }

@@ -305,8 +305,8 @@ export class TwoPhaseCommitStack extends Stack {
       default: 900000,
       minValue: 60000,
       description:
-        'How old an open transaction may get, in milliseconds, before each sweep run sends a "Transaction ' +
-        'Open Too Long" event for it to the outcomes event bus (the sweeper\'s OPEN_ALERT_AFTER_MS; default ' +
+        'How long past its deadline (a held one\'s: its holdUntil) an open transaction may stay, in ' +
+        'milliseconds, before each sweep run sends a "Transaction Open Too Long" event for it to the outcomes event bus (the sweeper\'s OPEN_ALERT_AFTER_MS; default ' +
         "900000, 15 minutes; at least 60000, the sweeper's one-minute period). Consumers deduplicate the " +
         'repeated alerts of one transaction by detail.outcomeId.',
     });

@@ -153,10 +153,16 @@ fn batch(n: u64) -> Event {
 
 #[tokio::test]
 async fn a_batch_is_sent_ten_events_a_call_and_retried_from_its_first_refused_record() {
-    let bus = Scripted { refuse: vec!["T7:COMMITTED".into(), "T12:COMMITTED".into()], ..Scripted::default() };
+    let bus = Scripted { refuse: vec!["T12:COMMITTED".into()], ..Scripted::default() };
     let report = publish(&bus, &config(), &batch(14)).await;
     assert_eq!(bus.calls.lock().unwrap().iter().map(Vec::len).collect::<Vec<_>>(), [10, 4]);
-    assert_eq!((report.sent, report.retry_from.as_deref()), (12, Some("7")));
+    assert_eq!((report.sent, report.retry_from.as_deref()), (13, Some("12")));
+
+    // A call with a refusal ends the batch's sending: what follows goes with the retry.
+    let bus = Scripted { refuse: vec!["T7:COMMITTED".into(), "T12:COMMITTED".into()], ..Scripted::default() };
+    let report = publish(&bus, &config(), &batch(14)).await;
+    assert_eq!(bus.calls.lock().unwrap().iter().map(Vec::len).collect::<Vec<_>>(), [10]);
+    assert_eq!((report.sent, report.retry_from.as_deref()), (9, Some("7")));
     let response = report.response();
     assert_eq!(response.batch_item_failures.len(), 1);
     assert_eq!(response.batch_item_failures[0].item_identifier.as_deref(), Some("7"));
@@ -169,7 +175,7 @@ async fn a_batch_is_sent_ten_events_a_call_and_retried_from_its_first_refused_re
 }
 
 #[tokio::test]
-async fn an_unreadable_record_is_reported_and_the_events_before_it_are_sent() {
+async fn an_unreadable_record_is_reported_and_holds_back_no_other_outcome() {
     let mut event = batch(3);
     event.records[1].change.new_image = {
         let mut map: HashMap<String, serde_dynamo::AttributeValue> = HashMap::new();
@@ -179,8 +185,8 @@ async fn an_unreadable_record_is_reported_and_the_events_before_it_are_sent() {
     };
     let bus = Scripted::default();
     let report = publish(&bus, &config(), &event).await;
-    assert_eq!((report.sent, report.retry_from.as_deref()), (1, Some("2")));
-    assert_eq!(*bus.calls.lock().unwrap(), vec![vec!["T1:COMMITTED".to_owned()]]);
+    assert_eq!((report.sent, report.retry_from.as_deref()), (2, Some("2")));
+    assert_eq!(*bus.calls.lock().unwrap(), vec![vec!["T1:COMMITTED".to_owned(), "T3:COMMITTED".to_owned()]]);
 }
 
 /// EventBridge refuses a `PutEvents` call over 256 KB: the largest event a record can make (the most
@@ -199,7 +205,35 @@ fn a_full_call_of_the_largest_events_fits_eventbridges_limit() {
         .collect();
     record.reason = Some("é".repeat(twopc::record::MAX_REASON_BYTES / 2));
     record.principal = Some(format!("arn:aws:sts::123456789012:assumed-role/{}/{}", "r".repeat(64), "s".repeat(2000)));
-    let event = OutcomeEvent::new(OutcomeKind::Aborted, &record, json!({"reason": record.reason}));
+    let json = serde_json::to_value(&record).unwrap();
+    let event =
+        OutcomeEvent::new(OutcomeKind::Aborted, &json, &record.transaction_id, json!({"reason": record.reason}));
     let bytes = SOURCE.len() + event.kind.detail_type().len() + event.detail_text().len() + 256;
     assert!(bytes * MAX_ENTRIES_PER_CALL < 256 * 1024 / 2, "{bytes} bytes an event");
+}
+
+/// A record of another table's stream is this function's mistake to report (its only source is the
+/// transactions table's stream), and an operation of a shape this version does not know (a newer
+/// coordinator's) does not keep a record's outcome from being announced.
+#[test]
+fn another_stream_is_an_error_and_an_unknown_operation_is_no_obstacle() {
+    let committed = stored("T1", "COMMITTED", json!({}));
+    let mut elsewhere = change(1, None, &committed);
+    elsewhere.event_source_arn =
+        Some("arn:aws:dynamodb:us-east-1:123456789012:table/other/stream/2024-01-01T00:00:00.000".to_owned());
+    assert!(outcome_of(&config(), &elsewhere).unwrap_err().contains("not the transactions table's stream"));
+
+    let mut newer = change(2, None, &committed);
+    let mut image = newer.change.new_image.clone().into_inner();
+    let Some(serde_dynamo::AttributeValue::L(participants)) = image.get_mut("participants") else { panic!() };
+    let serde_dynamo::AttributeValue::M(first) = &mut participants[0] else { panic!() };
+    first.insert(
+        "operations".into(),
+        serde_dynamo::AttributeValue::L(vec![serde_dynamo::AttributeValue::M(HashMap::from([(
+            "op".to_owned(),
+            serde_dynamo::AttributeValue::S("teleport".into()),
+        )]))]),
+    );
+    newer.change.new_image = image.into();
+    assert_eq!(outcome_of(&config(), &newer).unwrap().map(|e| e.outcome_id()), Some("T1:COMMITTED".to_owned()));
 }

@@ -296,9 +296,22 @@ async fn outcomes(c: &Coordinator, query: OutcomesQuery) -> Reply {
              OUTCOME_LOG_GROUP names",
         );
     };
-    let from = c.engine.clock.now_ms().saturating_sub(query.since_ms);
-    match history.terminal_outcomes(from, query.limit, query.next.as_deref()).await {
-        Ok(page) => Reply { status: 200, body: json!({"outcomes": page.outcomes, "next": page.next, "fromMs": from}) },
+    // A page token carries the window's start, so every page of a listing reads the same window (the
+    // log's own token is for the query that made it).
+    let (from, next) = match query.next.as_deref().map(|token| token.split_once('.')) {
+        None => (c.engine.clock.now_ms().saturating_sub(query.since_ms), None),
+        Some(Some((from, next))) if from.parse::<u64>().is_ok() && !next.is_empty() => {
+            (from.parse::<u64>().expect("checked"), Some(next))
+        }
+        Some(_) => {
+            return Reply::error(ErrorCode::InvalidRequest, "next: not a page token this route answered");
+        }
+    };
+    match history.terminal_outcomes(from, query.limit, next).await {
+        Ok(page) => {
+            let next = page.next.map(|token| format!("{from}.{token}"));
+            Reply { status: 200, body: json!({"outcomes": page.outcomes, "next": next, "fromMs": from}) }
+        }
         Err(message) => {
             warn!(%message, "the outcome history could not be read");
             Reply::error(ErrorCode::Unavailable, format!("the outcome history could not be read: {message}"))
