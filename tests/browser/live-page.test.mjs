@@ -150,6 +150,14 @@ test('the lake shows the committed changes, and nothing of the refused ones', as
   assert.ok(!lake.includes('1000'), 'no line of the refused transfer');
 });
 
+test('the outcome events show each outcome, a refusal with its reason', async () => {
+  // The outcomes function (the transactions stream's second reader) sends them to the local bus, which
+  // keeps them under .local/events/; the page lists the newest.
+  await page.locator('#events li', { hasText: 'Transaction Committed' }).first().waitFor();
+  await page.locator('#events li', { hasText: 'Transaction Aborted' }).filter({ hasText: /balance/ }).first().waitFor();
+  assert.match(await page.locator('#events-total').textContent(), /^\d+ events?$/);
+});
+
 async function order(sku, quantity, account, amount, card = '', cents = '') {
   await page.fill('#order-sku', sku);
   await page.fill('#order-quantity', String(quantity));
