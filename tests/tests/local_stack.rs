@@ -839,13 +839,25 @@ async fn a_firehose_outage_loses_nothing_once_the_dead_letters_are_replayed() {
     let all = lake_lines(&lake);
     let changes = all.iter().filter(|(_, l)| l.get("kind").is_none()).count();
     assert_eq!(changes, 2 * committed.len(), "only the committed changes: {all:?}");
-    // And each committed transaction's own line, through the outage and the replay too.
-    let own: std::collections::BTreeSet<&str> = all
-        .iter()
-        .filter(|(_, l)| l["kind"] == "transaction")
-        .filter_map(|(_, l)| l["transactionId"].as_str())
-        .collect();
+    // And each committed transaction's own line, through the outage and the replay too. They come from
+    // the transactions table's stream, whose poller may still be backing off from the outage (it gave up
+    // on nothing, or later than the data tables' did): polled until they are in.
+    let transaction_lines = |all: &[(PathBuf, Value)]| -> std::collections::BTreeSet<String> {
+        all.iter()
+            .filter(|(_, l)| l["kind"] == "transaction")
+            .filter_map(|(_, l)| l["transactionId"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let deadline = Instant::now() + WAIT;
+    let mut all = all;
+    while transaction_lines(&all).len() < committed.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        all = lake_lines(&lake);
+    }
+    let own = transaction_lines(&all);
     assert_eq!(own.len(), committed.len(), "one transaction line per commit: {own:?}");
+    let changes = all.iter().filter(|(_, l)| l.get("kind").is_none()).count();
+    assert_eq!(changes, 2 * committed.len(), "still only the committed changes: {all:?}");
     assert_eq!(all.len() - changes, own.len(), "nothing but changes and transaction lines: {all:?}");
     stack.stop().await;
     let _ = std::fs::remove_dir_all(&lake);
