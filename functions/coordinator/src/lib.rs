@@ -32,10 +32,12 @@ pub async fn from_env() -> Result<Coordinator, ConfigError> {
             message: format!("\"{unknown}\" has operations but is not in {}", twopc::invoke::PARTICIPANTS),
         });
     }
+    let coordinator = Coordinator::new(transactions, Arc::new(invoker), services, clock::system());
     let coordinator = match config::required(outcome_log::OUTCOME_LOG_GROUP).ok().filter(|g| !g.is_empty()) {
-        Some(group) => Coordinator::new(transactions, Arc::new(invoker), services, clock::system())
-            .with_outcome_history(Arc::new(outcome_log::LogGroupHistory::from_config(&aws, group))),
-        None => Coordinator::new(transactions, Arc::new(invoker), services, clock::system()),
+        Some(group) => {
+            coordinator.with_outcome_history(Arc::new(outcome_log::LogGroupHistory::from_config(&aws, group)))
+        }
+        None => coordinator,
     };
     Ok(coordinator
         .with_keys(keys)
