@@ -31,7 +31,8 @@ use twopc::tables::tx_attr;
 use crate::decide::{self, Decision, FanoutConfig};
 
 pub use twopc::environment::{EVENT_BUS_NAME, OPEN_ALERT_AFTER_MS};
-/// The sweeper announces an open transaction older than this by default.
+/// The sweeper announces a transaction still open this long past its deadline (a hold: past its
+/// `holdUntil`) by default.
 pub const DEFAULT_OPEN_ALERT_AFTER_MS: u64 = 15 * 60 * 1000;
 /// Every event's `source`.
 pub const SOURCE: &str = "twopc";
@@ -276,12 +277,16 @@ impl PublishReport {
 /// cannot be read, or whose event the bus did not accept, is reported as the batch's first failure:
 /// Lambda sends it and every record after it again (their events again too: the same `outcomeId`).
 pub async fn publish<B: OutcomeBus>(bus: &B, config: &FanoutConfig, event: &Event) -> PublishReport {
-    // (index of the event's record, the event)
-    let mut events = Vec::new();
+    // Each event with the index of its record, to report the first that failed.
+    let mut indices = Vec::new();
+    let mut outcomes = Vec::new();
     let mut first_failed: Option<usize> = None;
     for (index, record) in event.records.iter().enumerate() {
         match outcome_of(config, record) {
-            Ok(Some(outcome)) => events.push((index, outcome)),
+            Ok(Some(outcome)) => {
+                indices.push(index);
+                outcomes.push(outcome);
+            }
             Ok(None) => {}
             Err(message) => {
                 // The ones after it are sent all the same (a retry sends them again, under the same ids):
@@ -291,10 +296,9 @@ pub async fn publish<B: OutcomeBus>(bus: &B, config: &FanoutConfig, event: &Even
             }
         }
     }
-    let outcomes: Vec<OutcomeEvent> = events.iter().map(|(_, e)| e.clone()).collect();
     let results = send(bus, &outcomes).await;
     let mut report = PublishReport::default();
-    for ((index, outcome), result) in events.iter().zip(results) {
+    for ((index, outcome), result) in indices.iter().zip(&outcomes).zip(results) {
         match result {
             Ok(()) => {
                 report.sent += 1;

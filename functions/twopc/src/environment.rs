@@ -48,8 +48,8 @@ pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 /// Outcomes and sweeper: the EventBridge bus outcome events and the sweeper's age alerts go to
 /// (`twopc_fanout::outcomes`).
 pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
-/// Sweeper: an open transaction older than this many milliseconds is announced on the bus each run
-/// (default `twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS`).
+/// Sweeper: a transaction still open this many milliseconds past its deadline (a hold: past its
+/// `holdUntil`) is announced on the bus each run (default `twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS`).
 pub const OPEN_ALERT_AFTER_MS: &str = "OPEN_ALERT_AFTER_MS";
 
 /// Coordinator: the CloudWatch Logs group a rule on the outcomes bus writes every event to, which
