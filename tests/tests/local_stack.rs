@@ -376,6 +376,11 @@ async fn page_routes(stack: &Stack, committed: &str) {
             assert_eq!(paged[..whole.len().min(paged.len())], whole[..], "paged as listed whole");
             let bad = get_json("/admin/outcomes?next=nonsense").await;
             assert_eq!(bad["error"]["code"], "INVALID_REQUEST", "{bad}");
+            // A token of the route's shape whose log token the history refuses (expired, say) is the
+            // caller's to mend too, not an outage.
+            let refused = get_json("/admin/outcomes?next=0.nonsense").await;
+            assert_eq!(refused["error"]["code"], "INVALID_REQUEST", "{refused}");
+            assert!(refused["error"]["message"].as_str().unwrap().contains("refused"), "{refused}");
             break;
         }
         assert!(Instant::now() < deadline, "no outcome event for {committed}: {events}");

@@ -5,8 +5,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use aws_sdk_cloudwatchlogs::error::ProvideErrorMetadata;
 use serde_json::Value;
-use twopc::coordinator::{OutcomeHistory, OutcomePage, listed_outcome};
+use tracing::warn;
+use twopc::coordinator::{HistoryError, OutcomeHistory, OutcomePage, listed_outcome};
 
 /// The log group the outcomes bus's rule writes to; unset, `GET /admin/outcomes` answers 503.
 pub use twopc::environment::OUTCOME_LOG_GROUP;
@@ -29,7 +31,7 @@ impl LogGroupHistory {
         Self::new(aws_sdk_cloudwatchlogs::Client::new(sdk), group)
     }
 
-    async fn read(&self, from_ms: u64, limit: usize, next: Option<&str>) -> Result<OutcomePage, String> {
+    async fn read(&self, from_ms: u64, limit: usize, next: Option<&str>) -> Result<OutcomePage, HistoryError> {
         let page = self
             .client
             .filter_log_events()
@@ -40,11 +42,30 @@ impl LogGroupHistory {
             .set_next_token(next.map(str::to_owned))
             .send()
             .await
-            .map_err(|e| aws_smithy_types::error::display::DisplayErrorContext(&e).to_string())?;
+            .map_err(|e| {
+                let message = aws_smithy_types::error::display::DisplayErrorContext(&e).to_string();
+                // The filter is this function's own, so a refused parameter on a page after the first is
+                // its token (CloudWatch Logs' tokens expire).
+                match e.code() {
+                    Some("InvalidParameterException") if next.is_some() => HistoryError::PageRefused(message),
+                    _ => HistoryError::Unavailable(message),
+                }
+            })?;
         let outcomes = page
             .events()
             .iter()
-            .filter_map(|event| serde_json::from_str::<Value>(event.message()?).ok())
+            .filter_map(|event| {
+                let message = event.message().unwrap_or_default();
+                match serde_json::from_str::<Value>(message) {
+                    Ok(event) => Some(event),
+                    Err(error) => {
+                        // Only the bus's rule writes to the group: a line that is not an event is worth a look.
+                        warn!(group = %self.group, event_id = event.event_id().unwrap_or_default(), %error,
+                              "a line of the outcome log group is not an event; it is left out");
+                        None
+                    }
+                }
+            })
             .filter_map(|event| listed_outcome(&event))
             .collect();
         Ok(OutcomePage { outcomes, next: page.next_token().map(str::to_owned) })
@@ -57,7 +78,7 @@ impl OutcomeHistory for LogGroupHistory {
         from_ms: u64,
         limit: usize,
         next: Option<&'a str>,
-    ) -> Pin<Box<dyn Future<Output = Result<OutcomePage, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<OutcomePage, HistoryError>> + Send + 'a>> {
         Box::pin(self.read(from_ms, limit, next))
     }
 }

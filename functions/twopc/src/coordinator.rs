@@ -50,8 +50,8 @@ mod submit;
 mod two_phase;
 
 pub use admin::{
-    AdminRequest, DEFAULT_LOCK_AGE_MS, DEFAULT_OUTCOMES_SINCE_MS, ListQuery, OPERATOR_ABORT_REASON, OutcomeHistory,
-    OutcomePage, OutcomesQuery, admin_view, listed_outcome,
+    AdminRequest, DEFAULT_LOCK_AGE_MS, DEFAULT_OUTCOMES_SINCE_MS, HistoryError, ListQuery, OPERATOR_ABORT_REASON,
+    OutcomeHistory, OutcomePage, OutcomesQuery, admin_view, listed_outcome,
 };
 pub use engine::Driven;
 use engine::PhaseEngine;

@@ -113,7 +113,12 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         Err(message) => return error("InvalidParameterException", &format!("filterPattern: {message}")),
     };
     let limit = input.limit.unwrap_or(10_000).clamp(1, 10_000);
-    let skip: usize = input.next_token.as_deref().and_then(|t| t.parse().ok()).unwrap_or(0);
+    // CloudWatch Logs refuses a token it did not answer (or one expired) as an invalid parameter.
+    let skip: usize = match input.next_token.as_deref().map(str::parse) {
+        None => 0,
+        Some(Ok(skip)) => skip,
+        Some(Err(_)) => return error("InvalidParameterException", "The specified nextToken is invalid."),
+    };
     let timestamp = |event: &Value| {
         event["time"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()).map(|t| t.timestamp_millis())
     };

@@ -86,7 +86,19 @@ pub trait OutcomeHistory: Send + Sync {
         from_ms: u64,
         limit: usize,
         next: Option<&'a str>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<OutcomePage, String>> + Send + 'a>>;
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<OutcomePage, HistoryError>> + Send + 'a>>;
+}
+
+/// Why the outcome history gave no page.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HistoryError {
+    /// The history refused the page token it was given (CloudWatch Logs' tokens expire after a day): the
+    /// caller's to mend, a 400.
+    #[error("the page token was refused: {0}")]
+    PageRefused(String),
+    /// The history could not be read: a 503, the request may be repeated.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// An outcome event (EventBridge's envelope) as `GET /admin/outcomes` lists it; None for another event.
@@ -312,7 +324,11 @@ async fn outcomes(c: &Coordinator, query: OutcomesQuery) -> Reply {
             let next = page.next.map(|token| format!("{from}.{token}"));
             Reply { status: 200, body: json!({"outcomes": page.outcomes, "next": next, "fromMs": from}) }
         }
-        Err(message) => {
+        Err(HistoryError::PageRefused(message)) => Reply::error(
+            ErrorCode::InvalidRequest,
+            format!("next: the outcome history refused this page token ({message}); list again without it"),
+        ),
+        Err(HistoryError::Unavailable(message)) => {
             warn!(%message, "the outcome history could not be read");
             Reply::error(ErrorCode::Unavailable, format!("the outcome history could not be read: {message}"))
         }
