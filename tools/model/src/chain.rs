@@ -21,6 +21,7 @@
 //! | commit, abort | `POST /transactions/{id}/commit` / `abort` (`decide_held`) for the held request, addressed to the key's first id or the id its POST answered; ([`ChainSwitches::routes_follow_chain`]) it follows `retriedAs` as a replay does (`live_attempt`), then writes its decision conditionally on the status read (`write_held_decision`): abort of PREPARING or PREPARED → ABORTING (200 ABORTED), commit of PREPARED → COMMITTING (200); a commit of a PREPARING attempt answers 503 and writes nothing (not a step: nothing changes). An abort's read of a PREPARING attempt and its write are two steps (the route's state between them: the attempt read and its status); a write conditional on PREPARED is taken with its read (nothing that moves a PREPARED record names a next attempt). A lost write ([`ChainSwitches::route_refollows_after_lost_write`]) follows the chain again from the record found and writes again on the attempt that lives, up to [`ROUTE_RETRIES`] times (then a non-final answer: the caller may send it again) |
 //! | operator's abort | issue 47, `POST /admin/transactions/{id}/abort` (`coordinator/admin.rs`, `abort` → `held::decide_on_chain`) for K1's request, held or not, sent to any attempt its coordinator created, once, at any moment: as the caller's abort (`decide_held`) without the hold, it follows `retriedAs` ([`ChainSwitches::operator_follows_chain`]; `live_attempt`, a named attempt without a record fenced), then writes status read → ABORTING ("aborted by an operator": no `refusedForContention`, no `retriedAs`, so no attempt follows it) conditionally on the status read ([`ChainSwitches::operator_writes_conditionally`]); its read of a PREPARING attempt and its write are two steps; lost → followed again from the record found, up to [`OPERATOR_RETRIES`] more writes; COMMITTED → 409 (the committed body), aborted → 200 |
 //! | expiry | a held PREPARED record past `holdUntil` aborted by a resolver (the sweeper, lock resolution, a route's `abort_expired`) at any moment; a PREPARING record past its deadline aborted by a resolver racing its slow coordinator (a budget) |
+//! | settle a link | issue 47, `Sweeper::settle_link` ([`ChainSwitches::sweeper_settles_links`]): an attempt decided abort whose `retriedAs` names an attempt without a record stays in the open index, and the sweeper fences that attempt (`fence_attempt`, as a replay's fence) at any moment (the code: past the deadline) |
 //!
 //! The model folds the second phase into the decision (COMMITTING and COMMITTED, ABORTING and ABORTED are
 //! one status each: every answer and every condition here reads them alike), and a route's hops along the
@@ -82,6 +83,14 @@ pub struct ChainSwitches {
     /// Issue 47: the operator's write is conditional on the status it read (PREPARING or PREPARED →
     /// ABORTING). Off: it writes ABORTING whatever the record says by then, over its coordinator's commit too.
     pub operator_writes_conditionally: bool,
+    /// Issue 47, one outcome per request. On: an attempt whose abort names its successor (`retriedAs`) stays
+    /// in the open-transactions index after its end, and the sweeper (`Sweeper::settle_link`) fences a named
+    /// attempt that has no record (`fence_attempt`: created ABORTED conditionally, as a replay's fence), so
+    /// a request whose coordinator stopped between the link and the next attempt's create ends without any
+    /// read of it. Off (before): the end takes the attempt out of the index, and only a replay, a route or
+    /// an operator's abort ever fences that successor: unread, the request never ends, and no outcome event
+    /// is ever sent for it.
+    pub sweeper_settles_links: bool,
 }
 
 impl Default for ChainSwitches {
@@ -95,6 +104,7 @@ impl Default for ChainSwitches {
             token_links_apart: true,
             operator_follows_chain: true,
             operator_writes_conditionally: true,
+            sweeper_settles_links: true,
         }
     }
 }
@@ -338,6 +348,8 @@ pub enum ChainEvent {
     OperatorAbortedHeld,
     /// Issue 47: the operator's abort followed `retriedAs` (on its read or after a lost write).
     OperatorFollowed,
+    /// Issue 47: the sweeper fenced an attempt named by its predecessor's abort and never created.
+    SweeperFenced,
 }
 
 /// Ghost facts, for the `always` properties of issue 47.
@@ -474,6 +486,9 @@ pub enum ChainAction {
     Operator(u8),
     /// Issue 47: the operator's write, conditional on PREPARING, on the attempt it read.
     OperatorWrite,
+    /// Issue 47: the sweeper finds this ended attempt, whose abort names its successor, still in the open
+    /// index, and fences the successor it names when that has no record.
+    SettleLink(Id),
 }
 
 #[derive(Clone, Debug)]
@@ -602,7 +617,7 @@ pub const OWN_OUTCOME: &str =
     "every answer agrees with its own request's attempts (409: none ever commits; 200: one committed)";
 pub const OWN_BODY: &str = "no key is answered from a record of another body";
 pub const LINKS: &str = "a link names only the attempt created to follow it, of the same body";
-pub const ALL_END: &str = "every request ends and every record is decided";
+pub const ALL_END: &str = "every request ends at an attempt with a record, and every record is decided";
 pub const DECISIONS: &str = "one decision per attempt: none is written both commit and abort";
 pub const OPERATOR_ENDS: &str = "an attempt an operator aborted names no successor and none follows it; \
      no attempt of its request begins after the operator's 200";
@@ -753,6 +768,20 @@ impl ChainModel {
             ChainAction::RouteWrite(commit) => self.route_write(&mut n, commit, &mut say)?,
             ChainAction::Operator(at) => self.operator(&mut n, at, &mut say)?,
             ChainAction::OperatorWrite => self.operator_write(&mut n, &mut say)?,
+            ChainAction::SettleLink(id) => {
+                let rec = n.record(id)?;
+                let next = self.link(&rec)?;
+                if !self.cfg.switches.sweeper_settles_links || n.record(next).is_some() {
+                    return None;
+                }
+                self.fence(&mut n, next, rec.body);
+                n.seen |= ChainEvent::SweeperFenced.bit();
+                say(format!(
+                    "the sweeper finds {} ended, still in the open index, naming {} which has no record: it fences it (ABORTED)",
+                    self.id_name(id),
+                    self.id_name(next)
+                ));
+            }
             ChainAction::Expire(id) => {
                 let rec = n.record(id)?;
                 match rec.status {
@@ -1489,6 +1518,9 @@ impl ChainModel {
         }) && s.replays.iter().flatten().all(|r| !matches!(r, RPc::At(_)))
             && s.op_read.is_none()
             && s.all_records().all(|(_, r)| !matches!(r.status, Status::Preparing | Status::Prepared))
+            // A request ends at an attempt with a record: one named but never begun leaves its request
+            // without an outcome (nothing announces it, no record says it ended).
+            && s.all_records().all(|(_, r)| self.link(&r).is_none_or(|next| s.record(next).is_some()))
     }
 
     fn could_start(&self, s: &ChainState, ex: Ex) -> bool {
@@ -1584,6 +1616,9 @@ impl Model for ChainModel {
             if matches!(r.status, Status::Preparing | Status::Prepared) {
                 out.push(ChainAction::Expire(id));
             }
+            if self.cfg.switches.sweeper_settles_links && self.link(&r).is_some_and(|next| s.record(next).is_none()) {
+                out.push(ChainAction::SettleLink(id));
+            }
         }
     }
 
@@ -1648,6 +1683,12 @@ impl Model for ChainModel {
             p.push(Property::<Self>::sometimes(
                 "sometimes a link to no record is fenced",
                 seen::<{ ChainEvent::Fenced as u32 }>,
+            ));
+        }
+        if b.crash > 0 && sw.sweeper_settles_links {
+            p.push(Property::<Self>::sometimes(
+                "sometimes the sweeper fences a link to no record",
+                seen::<{ ChainEvent::SweeperFenced as u32 }>,
             ));
         }
         if b.resolver > 0 {
@@ -1787,6 +1828,7 @@ impl Traced for ChainModel {
             ("token_links_apart", sw.token_links_apart),
             ("operator_follows_chain", sw.operator_follows_chain),
             ("operator_writes_conditionally", sw.operator_writes_conditionally),
+            ("sweeper_settles_links", sw.sweeper_settles_links),
         ]);
         let b = cfg.budget;
         format!(

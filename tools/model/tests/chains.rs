@@ -11,8 +11,8 @@
 //! operator's abort too (issue 47).
 
 use twopc_model::chain::{
-    Body, CAnswer, ChainBudget, ChainConfig, ChainModel, ChainSwitches, DECISIONS, Decider, FIRST, Id, KEY_ANSWERS,
-    LINKS, OPERATOR_ENDS, OWN_BODY, OWN_OUTCOME, OWN_REFUSAL, RPc, TOKEN_RETRY, check,
+    ALL_END, Body, CAnswer, CPc, ChainBudget, ChainConfig, ChainModel, ChainSwitches, DECISIONS, Decider, FIRST, Id,
+    KEY_ANSWERS, LINKS, OPERATOR_ENDS, OWN_BODY, OWN_OUTCOME, OWN_REFUSAL, RPc, TOKEN_RETRY, check,
 };
 
 /// A crash between a link and the next attempt, a failed token retry write, a resolver racing a slow
@@ -257,4 +257,30 @@ fn issue_47_an_unconditional_operator_abort_overwrites_its_coordinators_commit()
     // record it decided: the request goes on after the operator's abort.
     let run = check(model, Some(OPERATOR_ENDS));
     run.expect_violation(OPERATOR_ENDS);
+}
+
+/// Issue 47, one outcome per request (`sweeper_settles_links` off: an attempt's end takes it out of the open
+/// index even when it names its successor). A request is refused for contention and its coordinator names
+/// the next attempt in its abort, then crashes before creating it. Nobody reads the key again: no replay, no
+/// route, no operator. Nothing ever fences that attempt, so the request never ends: no record says how it ended, and the
+/// outcomes function, which announces an attempt's end only when it names no successor, never sends its
+/// outcome. With the fix the sweeper finds the refused attempt still in the index and fences the one it
+/// names (ABORTED), whose end is the request's outcome.
+#[test]
+fn issue_47_a_request_whose_coordinator_stopped_after_naming_its_next_attempt_never_ends_unread() {
+    let budget = ChainBudget { crash: 1, ..ChainBudget::default() };
+    let model = switched(ChainConfig::tokens(budget).max_attempts(2).replays(0), |s| s.sweeper_settles_links = false);
+    let run = check(model.clone(), Some(ALL_END));
+    let path = run.expect_counterexample(ALL_END);
+    let last = path.last_state();
+    let (_, named) = last
+        .all_records()
+        .find(|(_, r)| r.retried_as.is_some_and(|next| last.record(next).is_none()))
+        .expect("an attempt naming a successor that was never begun nor fenced");
+    assert!(named.status.abort() && named.by == Some(Decider::Own), "its own coordinator's abort named it");
+    let coordinator = named.ex.expect("created by a request's coordinator");
+    assert_eq!(last.coords[coordinator as usize].pc, CPc::Crashed, "which crashed before creating it");
+    // With the fix, the same configuration ends every request.
+    let fixed = check(ChainModel::new(ChainConfig::tokens(budget).max_attempts(2).replays(0)), None);
+    fixed.assert_all_hold();
 }
