@@ -480,6 +480,89 @@ async fn alices_request_stopped_after_naming(env: &TestEnv, key: &str, hold_ms: 
     first
 }
 
+/// Issue 47, one outcome per request: a request whose coordinator stopped once its refused attempt named
+/// the next one, before creating it, ends although nobody reads it again. The refused attempt stays in the
+/// open index after its end; before its deadline the sweeper leaves it (its coordinator may still create
+/// the next attempt); past it, the sweeper fences the attempt it names (ABORTED, its request's), whose end
+/// is the one outcome the outcomes function announces, and the refused attempt leaves the index. Keyed and
+/// not (an unkeyed attempt's abort is created ABORTED at once), stopped after the refused attempt's end or
+/// before it (the sweeper ends it, then fences the next), with the fence's reply and the index write's
+/// reply lost (the SDK's retries find their own writes) and two sweepers at the same time.
+#[tokio::test]
+async fn a_request_whose_coordinator_stopped_after_naming_its_next_attempt_is_ended_by_the_sweeper() {
+    // Stopped after the refused attempt's end, or (keyed) before it: then the sweeper ends it first.
+    let cases = [
+        (Some("stopped"), CoordinatorCrash::AfterClaim),
+        (None, CoordinatorCrash::AfterClaim),
+        (Some("early"), CoordinatorCrash::BeforeTerminal),
+    ];
+    for (key, crash) in cases {
+        let faults = DynamoFaults::new(4147);
+        let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+        a_held_by_an_older_transaction(&env).await;
+        let invoker = env.fresh_invoker();
+        let crashing = env.coordinator_with(&invoker, Faults::crash_at(crash));
+        let (status, crashed) = post_as(&crashing, &a_to_b("10", 3_000, None), key, None, Some(ALICE)).await;
+        assert_eq!(status, 500, "the injected crash: {crashed}");
+        let records = env.records().await;
+        let refused = records.iter().find(|r| r["retriedAs"].is_string()).expect("the refused attempt");
+        let (first, next) = (refused["transactionId"].as_str().unwrap(), refused["retriedAs"].as_str().unwrap());
+        let first = first.to_owned();
+        let next = next.to_owned();
+        let indexed = |item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>| {
+            item.contains_key("openShard") && item.contains_key("sweepAt")
+        };
+        let raw = env.raw_record(&first).await.unwrap();
+        let ended = if crash == CoordinatorCrash::AfterClaim { "ABORTED" } else { "ABORTING" };
+        assert_eq!(raw["status"].as_s().unwrap(), ended, "{raw:?}");
+        assert!(indexed(&raw), "an attempt naming its successor stays in the open index: {raw:?}");
+
+        env.sweeper(None).sweep().await.expect("sweep");
+        assert!(
+            env.transactions.get(&next).await.unwrap().is_none(),
+            "not before its deadline: left to its coordinator"
+        );
+
+        env.clock.advance(3_000 + twopc::sweeper::SweepLimits::default().grace_ms);
+        let table = env.transactions.table();
+        faults.add(Rule::new(DynamoFault::LoseReply).operation("PutItem").table(table).body_contains(&next).nth(1));
+        faults.add(Rule::new(DynamoFault::LoseReply).operation("UpdateItem").table(table).body_contains(&first).nth(1));
+        let (one, two) = (env.sweeper(None), env.sweeper(None));
+        let (a, b) = futures::join!(one.sweep(), two.sweep());
+        let fenced_here = a.expect("sweep").aborted + b.expect("sweep").aborted;
+        assert!(fenced_here <= 1, "one fence, counted at most once");
+        assert_eq!(faults.fired(), 2, "both replies lost");
+        faults.clear();
+
+        let fenced = env.transactions.get(&next).await.unwrap().expect("the named attempt is recorded");
+        assert_eq!(fenced.status, twopc::model::Status::Aborted);
+        assert_eq!(fenced.reason.as_deref(), Some(twopc::attempts::ATTEMPT_NOT_STARTED));
+        assert_eq!((fenced.first_id(), fenced.attempt_number()), (first.as_str(), 2), "its request's second attempt");
+        assert_eq!(fenced.principal.as_deref(), Some(ALICE));
+        let raw = env.raw_record(&first).await.unwrap();
+        assert_eq!(raw["status"].as_s().unwrap(), "ABORTED", "{raw:?}");
+        assert!(!indexed(&raw), "the refused attempt left the index: {raw:?}");
+        assert!(!indexed(&env.raw_record(&next).await.unwrap()), "the fence is not open");
+
+        // The request's outcome: one event, for the fenced attempt, under the request's first id.
+        let config = twopc_fanout::FanoutConfig::new(&Default::default(), table).expect("config");
+        let events: Vec<_> = twopc_tests::outcomes::transactions_stream(&env)
+            .await
+            .iter()
+            .filter_map(|r| twopc_fanout::outcomes::outcome_of(&config, r).expect("readable"))
+            .filter(|e| e.detail["firstTransactionId"] == first.as_str())
+            .collect();
+        let ids: Vec<String> = events.iter().map(|e| e.outcome_id()).collect();
+        assert_eq!(ids, vec![format!("{next}:ABORTED")], "{events:?}");
+        if let Some(key) = key {
+            let (status, answer) =
+                post_as(&env.coordinator, &a_to_b("10", 3_000, None), Some(key), None, Some(ALICE)).await;
+            assert_eq!((status, answer["transactionId"].as_str()), (409, Some(next.as_str())), "{answer}");
+        }
+        assert_eq!(env.balance("service-a", "A").await, "100");
+    }
+}
+
 /// Issue 42, item 2: a key's replay follows its chain only through attempts of its own request (its
 /// first attempt's caller and body). An attempt named by the chain but written by someone else (another
 /// caller, another body) is not followed: the key answers its own last attempt, and the other record is

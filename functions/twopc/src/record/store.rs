@@ -126,8 +126,11 @@ impl TransactionStore {
         reason: Option<&str>,
         extra: &[(&'static str, AttributeValue)],
     ) -> Result<Transition, StoreError> {
+        // An extra attribute overrides the update's own: a terminal status that stays in the open index
+        // keeps the attributes it would otherwise remove.
         let with_extra = |mut update: RecordUpdate| {
             for (name, value) in extra {
+                update.remove.retain(|removed| removed != name);
                 update = update.set(name, value.clone());
             }
             update
