@@ -180,5 +180,14 @@ pub async fn check_outcome_events(env: &TestEnv, seed: u64) -> Result<OutcomeChe
     for (first, ends) in per_request.iter().filter(|(_, ends)| ends.len() > 1) {
         problems.push(format!("the request {first} has several outcomes: {ends:?}"));
     }
+    // A request whose attempts have all ended has an outcome: not one whose last attempt names a
+    // successor that was never recorded (its coordinator stopped first, and nobody fenced it).
+    let mut ended: BTreeMap<&str, bool> = BTreeMap::new();
+    for record in &stored {
+        *ended.entry(record.first_id()).or_insert(true) &= record.status.is_terminal();
+    }
+    for (first, _) in ended.iter().filter(|(first, all)| **all && !per_request.contains_key(**first)) {
+        problems.push(format!("the request {first} has ended attempts and no outcome"));
+    }
     if problems.is_empty() { Ok(check) } else { Err(problems) }
 }
