@@ -15,10 +15,6 @@ use crate::store::StoreError;
 use crate::store::write::{Decided, Sending, Write, conditional};
 use crate::tables::tx_attr as a;
 
-/// The reason an attempt named by its predecessor's abort, never begun, is recorded ABORTED with (by a
-/// replay, a route, an operator or the sweeper: [`TransactionStore::fence_attempt`]).
-pub const ATTEMPT_NOT_STARTED: &str = "the coordinator stopped before this attempt began";
-
 /// What an attempt's abort records of its own making (issue 41): only this execution's own abort, written
 /// in the same conditional write, can say that it was a refusal for contention and name the next attempt.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -150,17 +146,6 @@ impl TransactionStore {
         reason: &str,
         earlier: &TransactionRecord,
     ) -> Result<TransactionRecord, StoreError> {
-        Ok(self.fence_attempt_here(id, now_ms, reason, earlier).await?.0)
-    }
-
-    /// [`TransactionStore::fence_attempt`], and whether this call created the record (false: it was there).
-    pub async fn fence_attempt_here(
-        &self,
-        id: &str,
-        now_ms: u64,
-        reason: &str,
-        earlier: &TransactionRecord,
-    ) -> Result<(TransactionRecord, bool), StoreError> {
         let mut record = absent_owner_record(id, now_ms, reason);
         record.request_hash = earlier.request_hash.clone();
         record.body_hash = earlier.body_hash.clone();
@@ -168,41 +153,6 @@ impl TransactionStore {
         record.hold_ms = earlier.hold_ms;
         record = record.as_attempt(earlier.age(), earlier.attempt_number() + 1, earlier.first_id().to_owned());
         record = record.ended(Status::Aborted, now_ms);
-        Ok(match self.create(&record).await? {
-            Some(existing) => (existing, false),
-            None => (record, true),
-        })
-    }
-
-    /// The end of a decided attempt (COMMITTING → COMMITTED, ABORTING → ABORTED) as
-    /// [`TransactionStore::transition`] writes it, except that an attempt whose abort names its successor
-    /// keeps its entry in the open-transactions index ([`TransactionRecord::stays_open_for_successor`]):
-    /// kept as it is, so the index is not written.
-    pub async fn end(&self, record: &TransactionRecord, to: Status, now_ms: u64) -> Result<Transition, StoreError> {
-        debug_assert!(to.is_terminal());
-        let id = &record.transaction_id;
-        let keep = match record.successor() {
-            Some(_) if to == Status::Aborted => vec![
-                (a::OPEN_SHARD, s(crate::record::open_shard(id))),
-                (a::SWEEP_AT, crate::expr::n(record.sweep_at.unwrap_or(record.deadline))),
-            ],
-            _ => vec![],
-        };
-        self.transition_with(id, record.status, to, record.is_keyed(), now_ms, None, None, &keep).await
-    }
-
-    /// Takes an ended attempt out of the open-transactions index once its successor has a record
-    /// ([`TransactionRecord::stays_open_for_successor`]): false if it was out already.
-    pub async fn leave_open_index(&self, id: &str) -> Result<bool, StoreError> {
-        let mut e = Expr::new();
-        let expression = format!("REMOVE {}, {}", e.name(a::OPEN_SHARD), e.name(a::SWEEP_AT));
-        let condition = format!(
-            "attribute_exists({}) AND {} = {}",
-            e.name(a::OPEN_SHARD),
-            e.name(a::STATUS),
-            e.value(s(Status::Aborted.as_str()))
-        );
-        let write = Write::update(&self.table, Self::key(id), expression, condition, e);
-        Ok(conditional(&self.client, vec![write], Sending::default()).await?.decided()?.applied())
+        Ok(self.create(&record).await?.unwrap_or(record))
     }
 }

@@ -265,22 +265,16 @@ impl Sweeper {
             return Ok(TxOutcome::Skipped);
         };
         if record.status.is_terminal() {
-            return self.settle_link(&record).await.map_err(|e| e.to_string());
+            return Ok(TxOutcome::Skipped);
         }
         let before = record.status;
         let attempts = record.sweep_attempts.unwrap_or(0) + 1;
         let failure = match self.coordinator.recover(record).await {
             Ok(crate::coordinator::Driven { record: after, finished_here, unacknowledged }) => {
                 info!(from = %before, to = %after.status, finished_here, "recovered");
-                // Its coordinator stopped after its refusal's abort: the attempt that abort names, if it was
-                // never begun, is its request's outcome to record, now rather than at the next run.
-                let settled = match after.stays_open_for_successor() {
-                    true => self.settle_link(&after).await.map_err(|e| e.to_string())?,
-                    false => TxOutcome::Skipped,
-                };
                 match after.status {
                     // Finished by someone else meanwhile (its coordinator, another sweeper): not this run's to count.
-                    _ if after.status.is_terminal() && !finished_here => return Ok(settled),
+                    _ if after.status.is_terminal() && !finished_here => return Ok(TxOutcome::Skipped),
                     Status::Committed => return Ok(TxOutcome::Committed),
                     Status::Aborted => return Ok(TxOutcome::Aborted),
                     // Within its deadline: its coordinator is still at work.
@@ -301,29 +295,6 @@ impl Sweeper {
         }
         warn!(attempts, error = %failure, retry_in_ms = delay, "could not finish the transaction");
         Err(failure)
-    }
-
-    /// An ended attempt found in the open index: one whose abort names its successor stays there until that
-    /// attempt has a record ([`TransactionRecord::stays_open_for_successor`]). Its coordinator creates it at
-    /// once; past the attempt's deadline it has stopped, or it is so late that its create loses to the
-    /// fence written here (`fence_attempt`: created ABORTED conditionally, a record found there is left as
-    /// it is), so the request ends, and its outcome is announced, though nobody reads it. Then the attempt
-    /// leaves the index. Aborted: this run recorded the request's abort.
-    async fn settle_link(&self, record: &TransactionRecord) -> Result<TxOutcome, StoreError> {
-        let transactions = self.coordinator.transactions();
-        let mut outcome = TxOutcome::Skipped;
-        if let Some(next) = record.successor()
-            && transactions.get(next).await?.is_none()
-        {
-            let now = self.coordinator.clock().now_ms();
-            let reason = crate::attempts::ATTEMPT_NOT_STARTED;
-            if transactions.fence_attempt_here(next, now, reason, record).await?.1 {
-                info!(next, "fenced an attempt its coordinator named and never began");
-                outcome = TxOutcome::Aborted;
-            }
-        }
-        transactions.leave_open_index(&record.transaction_id).await?;
-        Ok(outcome)
     }
 
     async fn resolve_lock(&self, service: &str, table: &DataTable, key: &Item) -> Result<LockOutcome, String> {

@@ -371,13 +371,14 @@ impl PhaseEngine {
             return Ok(Driven { record, finished_here: false, unacknowledged });
         }
         self.faults.check(CoordinatorCrash::BeforeTerminal)?;
-        let ended = retrying("status write", |_| self.transactions.end(&record, terminal, self.clock.now_ms())).await?;
-        let (record, finished_here) = match ended {
-            Transition::Done(done) => (done, true),
-            // A sweeper finished it at the same time: the outcome is the same.
-            Transition::Lost(Some(current)) => (current, false),
-            Transition::Lost(None) => (record, false),
-        };
+        let keyed = record.is_keyed();
+        let (record, finished_here) =
+            match self.transition_retrying(&record.transaction_id, record.status, terminal, keyed, None, None).await? {
+                Transition::Done(done) => (done, true),
+                // A sweeper finished it at the same time: the outcome is the same.
+                Transition::Lost(Some(current)) => (current, false),
+                Transition::Lost(None) => (record, false),
+            };
         Ok(Driven { record, finished_here, unacknowledged: vec![] })
     }
 

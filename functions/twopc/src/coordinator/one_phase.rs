@@ -56,13 +56,13 @@ pub(super) async fn run_one_phase(
             }
         }
         refused => {
-            let mut aborted = record.clone();
+            let mut aborted = record.clone().ended(Status::Aborted, now);
             cast(&mut aborted.participants[0], refused);
             aborted.reason = Some(aborted.participants.abort_reason());
+            aborted.updated_at = c.engine.clock.now_ms();
             let blocked_by = aborted.participants[0].blocked_by.clone();
             let own = c.contention_abort(&record, &aborted.participants, blocked_by.as_deref(), answer_by).await;
-            // Ended once its link is on it: an attempt that names its successor stays in the open index.
-            let aborted = own.applied_to(aborted).ended(Status::Aborted, c.engine.clock.now_ms());
+            let aborted = own.applied_to(aborted);
             // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record
             // wins.
             match c.engine.create_own(&aborted).await? {

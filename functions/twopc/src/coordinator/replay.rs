@@ -26,7 +26,7 @@ use crate::record::TransactionRecord;
 use crate::store::StoreError;
 
 /// Why an attempt recorded ABORTED by a retried key's replay never ran.
-pub(super) use crate::attempts::ATTEMPT_NOT_STARTED;
+pub(super) const ATTEMPT_NOT_STARTED: &str = "the coordinator stopped before this attempt began";
 /// A retried keyed request follows its attempts' `retriedAs` links at most this far.
 pub(super) const MAX_CHAIN_HOPS: usize = 256;
 

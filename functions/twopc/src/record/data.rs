@@ -475,8 +475,7 @@ impl TransactionRecord {
     }
 
     /// This record as a terminal one created at `now_ms`: out of the open-transactions index, with its
-    /// retention clock started (what [`TransactionStore::transition`] writes for a terminal status), unless
-    /// it names its successor ([`TransactionRecord::stays_open_for_successor`]).
+    /// retention clock started (what [`TransactionStore::transition`] writes for a terminal status).
     pub fn ended(mut self, status: Status, now_ms: u64) -> TransactionRecord {
         debug_assert!(status.is_terminal());
         self.status = status;
@@ -484,20 +483,7 @@ impl TransactionRecord {
         self.open_shard = None;
         self.sweep_at = None;
         self.expire_at = (!self.is_keyed()).then_some(now_ms / 1000 + RETENTION_SECONDS);
-        if self.stays_open_for_successor() {
-            self.open_shard = Some(open_shard(&self.transaction_id));
-            self.sweep_at = Some(self.deadline);
-        }
         self
-    }
-
-    /// Whether this attempt stays in the open-transactions index after its end: its abort names its
-    /// successor, and its request has no outcome until that attempt has a record. Its coordinator creates
-    /// it at once; were it to stop first, the sweeper finds this attempt at its deadline and fences the
-    /// successor ([`crate::sweeper::Sweeper`]'s `settle_link`), so the request ends, and its outcome is
-    /// announced, without anyone reading it.
-    pub fn stays_open_for_successor(&self) -> bool {
-        self.status.is_terminal() && self.successor().is_some()
     }
 
     /// Whether an `Idempotency-Key` named this transaction (its record is then kept for ever).

@@ -126,11 +126,8 @@ impl TransactionStore {
         reason: Option<&str>,
         extra: &[(&'static str, AttributeValue)],
     ) -> Result<Transition, StoreError> {
-        // An extra attribute overrides the update's own: a terminal status that stays in the open index
-        // keeps the attributes it would otherwise remove.
         let with_extra = |mut update: RecordUpdate| {
             for (name, value) in extra {
-                update.remove.retain(|removed| removed != name);
                 update = update.set(name, value.clone());
             }
             update
