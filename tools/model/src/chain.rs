@@ -21,7 +21,7 @@
 //! | commit, abort | `POST /transactions/{id}/commit` / `abort` (`decide_held`) for the held request, addressed to the key's first id or the id its POST answered; ([`ChainSwitches::routes_follow_chain`]) it follows `retriedAs` as a replay does (`live_attempt`), then writes its decision conditionally on the status read (`write_held_decision`): abort of PREPARING or PREPARED → ABORTING (200 ABORTED), commit of PREPARED → COMMITTING (200); a commit of a PREPARING attempt answers 503 and writes nothing (not a step: nothing changes). An abort's read of a PREPARING attempt and its write are two steps (the route's state between them: the attempt read and its status); a write conditional on PREPARED is taken with its read (nothing that moves a PREPARED record names a next attempt). A lost write ([`ChainSwitches::route_refollows_after_lost_write`]) follows the chain again from the record found and writes again on the attempt that lives, up to [`ROUTE_RETRIES`] times (then a non-final answer: the caller may send it again) |
 //! | operator's abort | issue 47, `POST /admin/transactions/{id}/abort` (`coordinator/admin.rs`, `abort` → `held::decide_on_chain`) for K1's request, held or not, sent to any attempt its coordinator created, once, at any moment: as the caller's abort (`decide_held`) without the hold, it follows `retriedAs` ([`ChainSwitches::operator_follows_chain`]; `live_attempt`, a named attempt without a record fenced), then writes status read → ABORTING ("aborted by an operator": no `refusedForContention`, no `retriedAs`, so no attempt follows it) conditionally on the status read ([`ChainSwitches::operator_writes_conditionally`]); its read of a PREPARING attempt and its write are two steps; lost → followed again from the record found, up to [`OPERATOR_RETRIES`] more writes; COMMITTED → 409 (the committed body), aborted → 200 |
 //! | expiry | a held PREPARED record past `holdUntil` aborted by a resolver (the sweeper, lock resolution, a route's `abort_expired`) at any moment; a PREPARING record past its deadline aborted by a resolver racing its slow coordinator (a budget) |
-//! | settle a link | issue 47, `Sweeper::settle_link` ([`ChainSwitches::sweeper_settles_links`]): an attempt decided abort whose `retriedAs` names an attempt without a record stays in the open index, and the sweeper fences that attempt (`fence_attempt`, as a replay's fence) at any moment (the code: past the deadline) |
+//! | link with record | issue 47 ([`ChainSwitches::link_with_record`]): the decide step's retrying abort creates the next attempt PREPARING in the same write; the next step begins it (or, found decided by a route, a resolver or an operator, follows it: 409); a crash after the write leaves it PREPARING, which the sweeper aborts (an expiry without budget: its coordinator stopped) |
 //!
 //! The model folds the second phase into the decision (COMMITTING and COMMITTED, ABORTING and ABORTED are
 //! one status each: every answer and every condition here reads them alike), and a route's hops along the
@@ -83,14 +83,15 @@ pub struct ChainSwitches {
     /// Issue 47: the operator's write is conditional on the status it read (PREPARING or PREPARED →
     /// ABORTING). Off: it writes ABORTING whatever the record says by then, over its coordinator's commit too.
     pub operator_writes_conditionally: bool,
-    /// Issue 47, one outcome per request. On: an attempt whose abort names its successor (`retriedAs`) stays
-    /// in the open-transactions index after its end, and the sweeper (`Sweeper::settle_link`) fences a named
-    /// attempt that has no record (`fence_attempt`: created ABORTED conditionally, as a replay's fence), so
-    /// a request whose coordinator stopped between the link and the next attempt's create ends without any
-    /// read of it. Off (before): the end takes the attempt out of the index, and only a replay, a route or
-    /// an operator's abort ever fences that successor: unread, the request never ends, and no outcome event
-    /// is ever sent for it.
-    pub sweeper_settles_links: bool,
+    /// Issue 47, one outcome per request. On: the coordinator's contention abort that retries writes the
+    /// link (`retriedAs`) and creates the next attempt's record (PREPARING, in the open index) in one
+    /// `TransactWriteItems` (`TransactionStore::decide_abort`, `create_with_successor`), so a link never
+    /// names an attempt without a record: a coordinator that stops after it leaves a PREPARING attempt,
+    /// which the sweeper aborts past its deadline like any other, and the request ends unread. Off (before):
+    /// the link, then the create, a step later; a coordinator that stops between them leaves a link to no
+    /// record, which only a replay, a route or an operator's abort ever fences: unread, the request never
+    /// ends, and no outcome event is ever sent for it.
+    pub link_with_record: bool,
 }
 
 impl Default for ChainSwitches {
@@ -104,7 +105,7 @@ impl Default for ChainSwitches {
             token_links_apart: true,
             operator_follows_chain: true,
             operator_writes_conditionally: true,
-            sweeper_settles_links: true,
+            link_with_record: true,
         }
     }
 }
@@ -348,8 +349,8 @@ pub enum ChainEvent {
     OperatorAbortedHeld,
     /// Issue 47: the operator's abort followed `retriedAs` (on its read or after a lost write).
     OperatorFollowed,
-    /// Issue 47: the sweeper fenced an attempt named by its predecessor's abort and never created.
-    SweeperFenced,
+    /// Issue 47: the sweeper aborted an attempt whose coordinator stopped (its record PREPARING, abandoned).
+    AbandonedAborted,
 }
 
 /// Ghost facts, for the `always` properties of issue 47.
@@ -486,9 +487,6 @@ pub enum ChainAction {
     Operator(u8),
     /// Issue 47: the operator's write, conditional on PREPARING, on the attempt it read.
     OperatorWrite,
-    /// Issue 47: the sweeper finds this ended attempt, whose abort names its successor, still in the open
-    /// index, and fences the successor it names when that has no record.
-    SettleLink(Id),
 }
 
 #[derive(Clone, Debug)]
@@ -768,26 +766,25 @@ impl ChainModel {
             ChainAction::RouteWrite(commit) => self.route_write(&mut n, commit, &mut say)?,
             ChainAction::Operator(at) => self.operator(&mut n, at, &mut say)?,
             ChainAction::OperatorWrite => self.operator_write(&mut n, &mut say)?,
-            ChainAction::SettleLink(id) => {
-                let rec = n.record(id)?;
-                let next = self.link(&rec)?;
-                if !self.cfg.switches.sweeper_settles_links || n.record(next).is_some() {
-                    return None;
-                }
-                self.fence(&mut n, next, rec.body);
-                n.seen |= ChainEvent::SweeperFenced.bit();
-                say(format!(
-                    "the sweeper finds {} ended, still in the open index, naming {} which has no record: it fences it (ABORTED)",
-                    self.id_name(id),
-                    self.id_name(next)
-                ));
-            }
             ChainAction::Expire(id) => {
                 let rec = n.record(id)?;
                 match rec.status {
                     Status::Prepared => {
                         n.seen |= ChainEvent::HoldExpired.bit();
                         say(format!("{}'s hold expires: a resolver aborts it (PREPARED → ABORTING)", self.id_name(id)));
+                    }
+                    // Its coordinator stopped after creating it (with the link): the sweeper aborts it once
+                    // past its deadline, with no coordinator left to race.
+                    Status::Preparing
+                        if self.cfg.switches.link_with_record
+                            && rec.ex.is_some_and(|e| n.coords[e as usize].pc == CPc::Crashed)
+                            && n.coords[rec.ex.expect("checked") as usize].cur != Some(id) =>
+                    {
+                        n.seen |= ChainEvent::AbandonedAborted.bit();
+                        say(format!(
+                            "{} is past its deadline, its coordinator stopped before beginning it: the sweeper aborts it (PREPARING → ABORTING)",
+                            self.id_name(id)
+                        ));
                     }
                     Status::Preparing if n.budget.resolver > 0 => {
                         n.budget.resolver -= 1;
@@ -951,6 +948,23 @@ impl ChainModel {
                     say(format!("{name}'s claim of {} is refused: 409 without a token", self.id_name(next)));
                 }
             }
+            CPc::Next if sw.link_with_record && sw.own_refusal_only => {
+                let cur = c.cur.expect("an attempt");
+                let next = Self::next_of(&s.record(cur).expect("decided"));
+                let created = s.record(next).expect("created with the link");
+                let c = &mut s.coords[ex as usize];
+                if created.status == Status::Preparing {
+                    c.cur = Some(next);
+                    c.pc = CPc::Collect;
+                    say(format!("{name} begins {} (created with the link): its prepares go out", self.id_name(next)));
+                } else {
+                    // A route, a resolver or an operator decided it first: it never begins.
+                    s.seen |= ChainEvent::LateCoordinatorStopped.bit();
+                    c.said = Some(Said { answer: CAnswer::Aborted, from: Some(next) });
+                    c.pc = CPc::Done;
+                    say(format!("{name} finds {} {:?} before it began: 409, it stops", self.id_name(next), created.status));
+                }
+            }
             CPc::Next => {
                 let cur = c.cur.expect("an attempt");
                 let rec = s.record(cur).expect("decided");
@@ -1053,10 +1067,18 @@ impl ChainModel {
                     if retry {
                         r.retried_as = Some(next);
                         s.coords[ex as usize].pc = CPc::Next;
+                        if sw.link_with_record {
+                            // The link's record in the same write: it never names an attempt without one.
+                            *s.record_mut(next) = Some(self.fresh(ex, rec.attempt + 1, rec.first, Some(cur), None));
+                            if ex == FIRST && s.op_said.is_some_and(|a| a.answer == CAnswer::AbortedOk) {
+                                s.ghost |= Ghost::BegunAfterOperator.bit();
+                            }
+                        }
                         say(format!(
                             "{name}: refused for contention; it will retry: PREPARING → ABORTING with \
-                             refusedForContention and retriedAs {} in one write",
-                            self.id_name(next)
+                             refusedForContention and retriedAs {}{} in one write",
+                            self.id_name(next),
+                            if sw.link_with_record { format!(", and {} created PREPARING", self.id_name(next)) } else { String::new() }
                         ));
                     } else {
                         finish(s, CAnswer::Aborted, cur, Some(cur));
@@ -1616,9 +1638,6 @@ impl Model for ChainModel {
             if matches!(r.status, Status::Preparing | Status::Prepared) {
                 out.push(ChainAction::Expire(id));
             }
-            if self.cfg.switches.sweeper_settles_links && self.link(&r).is_some_and(|next| s.record(next).is_none()) {
-                out.push(ChainAction::SettleLink(id));
-            }
         }
     }
 
@@ -1679,16 +1698,18 @@ impl Model for ChainModel {
                 })
             }));
         }
-        if b.crash > 0 && cfg.replays > 0 {
+        // A link to no record exists only when the link and the record are two writes.
+        let window = !(sw.link_with_record && sw.own_refusal_only);
+        if b.crash > 0 && cfg.replays > 0 && window {
             p.push(Property::<Self>::sometimes(
                 "sometimes a link to no record is fenced",
                 seen::<{ ChainEvent::Fenced as u32 }>,
             ));
         }
-        if b.crash > 0 && sw.sweeper_settles_links {
+        if b.crash > 0 && sw.link_with_record {
             p.push(Property::<Self>::sometimes(
-                "sometimes the sweeper fences a link to no record",
-                seen::<{ ChainEvent::SweeperFenced as u32 }>,
+                "sometimes the sweeper aborts an attempt its stopped coordinator created with the link",
+                seen::<{ ChainEvent::AbandonedAborted as u32 }>,
             ));
         }
         if b.resolver > 0 {
@@ -1717,7 +1738,7 @@ impl Model for ChainModel {
                     seen::<{ ChainEvent::RouteFollowed as u32 }>,
                 ));
             }
-            if sw.routes_follow_chain && sw.routes_fence_successor {
+            if sw.routes_follow_chain && sw.routes_fence_successor && window {
                 p.push(Property::<Self>::sometimes(
                     "sometimes the caller's commit or abort fences a linked attempt without a record",
                     seen::<{ ChainEvent::RouteFenced as u32 }>,
@@ -1762,10 +1783,12 @@ impl Model for ChainModel {
                     "sometimes the operator's abort follows retriedAs",
                     seen::<{ ChainEvent::OperatorFollowed as u32 }>,
                 ));
-                p.push(Property::<Self>::sometimes(
-                    "sometimes the operator's abort fences a linked attempt without a record",
-                    seen::<{ ChainEvent::OperatorFenced as u32 }>,
-                ));
+                if window {
+                    p.push(Property::<Self>::sometimes(
+                        "sometimes the operator's abort fences a linked attempt without a record",
+                        seen::<{ ChainEvent::OperatorFenced as u32 }>,
+                    ));
+                }
                 p.push(Property::<Self>::sometimes(
                     "sometimes the operator's write loses to the contention abort and follows the chain again",
                     seen::<{ ChainEvent::OperatorRefollowed as u32 }>,
@@ -1828,7 +1851,7 @@ impl Traced for ChainModel {
             ("token_links_apart", sw.token_links_apart),
             ("operator_follows_chain", sw.operator_follows_chain),
             ("operator_writes_conditionally", sw.operator_writes_conditionally),
-            ("sweeper_settles_links", sw.sweeper_settles_links),
+            ("link_with_record", sw.link_with_record),
         ]);
         let b = cfg.budget;
         format!(

@@ -134,8 +134,11 @@ fn defect_41_1_a_route_to_a_retried_attempt_answers_aborted_while_its_successor_
 /// route fences K1-2 (ABORTED), as a replay does, and the coordinator's create loses to the fence.
 #[test]
 fn design_41_a_route_that_stops_at_a_link_to_no_record_answers_aborted_before_the_successor_commits() {
+    // A link without a record (the two writes of the coordinator before `link_with_record`; since then, only
+    // records written by an older coordinator): the window the route meets.
     let model = switched(ChainConfig::held(ChainBudget::default()).max_attempts(2).replays(0), |s| {
-        s.routes_fence_successor = false
+        s.routes_fence_successor = false;
+        s.link_with_record = false;
     });
     let run = check(model, Some(KEY_ANSWERS));
     let path = run.expect_violation(KEY_ANSWERS);
@@ -259,17 +262,18 @@ fn issue_47_an_unconditional_operator_abort_overwrites_its_coordinators_commit()
     run.expect_violation(OPERATOR_ENDS);
 }
 
-/// Issue 47, one outcome per request (`sweeper_settles_links` off: an attempt's end takes it out of the open
-/// index even when it names its successor). A request is refused for contention and its coordinator names
-/// the next attempt in its abort, then crashes before creating it. Nobody reads the key again: no replay, no
-/// route, no operator. Nothing ever fences that attempt, so the request never ends: no record says how it ended, and the
-/// outcomes function, which announces an attempt's end only when it names no successor, never sends its
-/// outcome. With the fix the sweeper finds the refused attempt still in the index and fences the one it
-/// names (ABORTED), whose end is the request's outcome.
+/// Issue 47, one outcome per request (`link_with_record` off: the coordinator writes the link in its abort,
+/// then creates the next attempt a step later). A request is refused for contention and its coordinator
+/// names the next attempt in its abort, then crashes before creating it. Nobody reads the key again: no
+/// replay, no route, no operator. Nothing ever fences that attempt, so the request never ends: no record
+/// says how it ended, and the outcomes function, which announces an attempt's end only when it names no
+/// successor, never sends its outcome. With the fix the link and the next attempt's record are one write:
+/// the crash leaves that attempt PREPARING, the sweeper aborts it past its deadline, and its end is the
+/// request's outcome.
 #[test]
 fn issue_47_a_request_whose_coordinator_stopped_after_naming_its_next_attempt_never_ends_unread() {
     let budget = ChainBudget { crash: 1, ..ChainBudget::default() };
-    let model = switched(ChainConfig::tokens(budget).max_attempts(2).replays(0), |s| s.sweeper_settles_links = false);
+    let model = switched(ChainConfig::tokens(budget).max_attempts(2).replays(0), |s| s.link_with_record = false);
     let run = check(model.clone(), Some(ALL_END));
     let path = run.expect_counterexample(ALL_END);
     let last = path.last_state();
@@ -283,4 +287,18 @@ fn issue_47_a_request_whose_coordinator_stopped_after_naming_its_next_attempt_ne
     // With the fix, the same configuration ends every request.
     let fixed = check(ChainModel::new(ChainConfig::tokens(budget).max_attempts(2).replays(0)), None);
     fixed.assert_all_hold();
+}
+
+/// Issue 47: the chains an older coordinator wrote (a link, then the next attempt's create, two writes)
+/// still meet today's replays, routes and operator's abort during an upgrade: their fences of a link to no
+/// record keep every property (`held`, `operator_held` and `together` with `link_with_record` off). Without
+/// crashes: a coordinator that stopped between the two writes is the defect above, which today's
+/// coordinator does not have; here the routes and replays meet the window between them.
+#[test]
+fn links_written_before_the_link_came_with_its_record() {
+    let faults = ChainBudget { crash: 0, ..FAULTS };
+    for cfg in [ChainConfig::held(faults), ChainConfig::operator_held(faults), ChainConfig::together(faults)] {
+        let run = check(switched(cfg.max_attempts(3), |s| s.link_with_record = false), None);
+        run.assert_all_hold();
+    }
 }
