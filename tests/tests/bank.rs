@@ -139,7 +139,7 @@ fn draw_fault(rng: &mut Rng, rate_percent: u64, timeout: Duration, held: bool) -
         CoordinatorCrash::AfterCommits(1),
         CoordinatorCrash::BeforeTerminal,
         // Met only by a request refused for contention and retried: stopped once the refused attempt's
-        // abort names the next one, before creating it (the sweeper fences it past the deadline).
+        // abort names the next one (whose record the same write creates), before beginning it.
         CoordinatorCrash::AfterClaim,
     ];
     // A held transaction's hold messages (the locks' new expiry) meet the same faults as the others.
@@ -864,9 +864,13 @@ fn expected_records(outcome: &Outcome) -> Result<&'static [Option<&'static str>]
                         Some("ABORTING" | "ABORTED") => false,
                         // A held one crashed after recording PREPARED: its client or expiry decides.
                         Some("PREPARED") if outcome.held && outcome.route == Route::Post => return Ok(TERMINAL),
-                        // Stopped once its refused attempt named the next one, before creating it: that
-                        // attempt is fenced (the sweeper, past the deadline), and the request ends aborted.
-                        None if matches!(outcome.plan.fault, Fault::Crash(CoordinatorCrash::AfterClaim)) => false,
+                        // Stopped once its refused attempt named the next one (created with the link),
+                        // before beginning it: the sweeper aborts that attempt past the deadline.
+                        Some("PREPARING")
+                            if matches!(outcome.plan.fault, Fault::Crash(CoordinatorCrash::AfterClaim)) =>
+                        {
+                            false
+                        }
                         other => {
                             return Err(format!("it crashed after its decision, yet its record then was {other:?}"));
                         }

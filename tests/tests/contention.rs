@@ -63,9 +63,10 @@ async fn retries_survive_a_lost_abort_reply_and_late_duplicated_messages() {
     let faults = DynamoFaults::new(35);
     let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
     faults.add(
-        // The refused attempt's ABORTED record, created naming its successor (issue 41: in the abort itself).
+        // The refused attempt's ABORTED record, created naming its successor (issue 41: in the abort itself)
+        // with the successor's record (issue 47: one TransactWriteItems).
         Rule::new(DynamoFault::LoseReply)
-            .operation("PutItem")
+            .operation("TransactWriteItems")
             .table(env.transactions.table())
             .body_contains("retriedAs")
             .nth(1),
@@ -96,9 +97,10 @@ async fn retries_survive_a_lost_abort_reply_and_late_duplicated_messages() {
     assert_no_locks(&env).await;
 }
 
-/// A keyed request whose coordinator stops between claiming the next attempt and beginning it: a retry
-/// of the key follows the chain, records the missing attempt ABORTED (so it can never begin), and
-/// answers the abort; the late coordinator's attempt then loses to that record.
+/// A keyed request whose coordinator stops between naming the next attempt (created with the link,
+/// PREPARING) and beginning it: a retry of the key follows the chain to that attempt, waits for it while
+/// its coordinator may still begin it, aborts it once past its deadline (so it can never begin), and
+/// answers the abort; the late coordinator's attempt then finds it decided and stops.
 #[tokio::test]
 async fn a_retried_key_fences_an_attempt_its_stopped_coordinator_claimed_but_never_began() {
     let env = TestEnv::new().await;

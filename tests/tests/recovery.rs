@@ -337,38 +337,3 @@ async fn two_sweepers_at_once_never_double_apply() {
     }
     assert!(env.locked_items().await.is_empty());
 }
-
-/// Lock resolution meets a later attempt of a request (`<first>-2`, named by its predecessor's
-/// `retriedAs`) that locked items and never wrote its record (its coordinator stopped): the abort it
-/// records is that attempt's, with its request's first id, caller and key, so its outcome is announced
-/// under the id the caller knows. An id that only looks like an attempt's gets no links. Found in
-/// review of the outcome events (issue 47).
-#[tokio::test]
-async fn lock_resolution_records_an_abandoned_later_attempt_as_its_requests() {
-    let env = TestEnv::new().await;
-    let now = env.clock_now();
-    let first = "tx-lockres-first";
-    let earlier: twopc::record::TransactionRecord = serde_json::from_value(json!({
-        "transactionId": first, "status": "ABORTED", "participants": [], "createdAt": now, "updatedAt": now,
-        "deadline": now + 1_000, "retriedAs": format!("{first}-2"), "refusedForContention": true,
-        "principal": "arn:aws:iam::123456789012:user/alice", "requestHash": "h", "bodyHash": "b",
-    }))
-    .unwrap();
-    env.transactions.create(&earlier).await.unwrap();
-
-    let fate = twopc::recovery::owner_fate(&env.transactions, &format!("{first}-2"), now).await.unwrap();
-    assert_eq!(fate, twopc::recovery::OwnerFate::Abort);
-    let second = env.transactions.get(&format!("{first}-2")).await.unwrap().expect("recorded");
-    assert_eq!((second.status, second.first_id(), second.attempt_number()), (Status::Aborted, first, 2));
-    assert_eq!(
-        (second.principal.as_deref(), second.request_hash.as_deref()),
-        (earlier.principal.as_deref(), Some("h"))
-    );
-    let check = twopc_tests::outcomes::check_outcome_events(&env, 1).await.unwrap_or_else(|p| panic!("{p:?}"));
-    assert_eq!(check.details[&format!("{first}-2:ABORTED")]["firstTransactionId"], first);
-
-    // An id of the same shape no record names: aborted as an owner without a record, nothing more.
-    twopc::recovery::owner_fate(&env.transactions, "tx-unnamed-7", now).await.unwrap();
-    let unnamed = env.transactions.get("tx-unnamed-7").await.unwrap().unwrap();
-    assert_eq!((unnamed.first_id(), unnamed.principal.as_deref()), ("tx-unnamed-7", None));
-}

@@ -480,6 +480,110 @@ async fn alices_request_stopped_after_naming(env: &TestEnv, key: &str, hold_ms: 
     first
 }
 
+/// Issue 47, one outcome per request: a request whose coordinator stopped once its refused attempt named
+/// the next one ends although nobody reads it again. The link and the next attempt's record are one write:
+/// the crash leaves that attempt PREPARING, its request's (its caller, its key's hash, its place in the
+/// chain), in the open index; before the deadline the sweeper leaves it to its coordinator; past it, the
+/// sweeper aborts it as any abandoned attempt, and its end is the one outcome the outcomes function
+/// announces. Keyed and not (an unkeyed refused attempt's ABORTED record is created with the next one),
+/// stopped after the refused attempt's end or before it (the sweeper ends both), with the sweeper's abort
+/// reply lost (the SDK's retry finds its own write) and two sweepers at the same time.
+#[tokio::test]
+async fn a_request_whose_coordinator_stopped_after_naming_its_next_attempt_is_ended_by_the_sweeper() {
+    let cases = [
+        (Some("stopped"), CoordinatorCrash::AfterClaim),
+        (None, CoordinatorCrash::AfterClaim),
+        (Some("early"), CoordinatorCrash::BeforeTerminal),
+    ];
+    for (key, crash) in cases {
+        let faults = DynamoFaults::new(4147);
+        let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+        a_held_by_an_older_transaction(&env).await;
+        let invoker = env.fresh_invoker();
+        let crashing = env.coordinator_with(&invoker, Faults::crash_at(crash));
+        let (status, crashed) = post_as(&crashing, &a_to_b("10", 3_000, None), key, None, Some(ALICE)).await;
+        assert_eq!(status, 500, "the injected crash: {crashed}");
+        let records = env.records().await;
+        let refused = records.iter().find(|r| r["retriedAs"].is_string()).expect("the refused attempt");
+        let first = refused["transactionId"].as_str().unwrap().to_owned();
+        let next = refused["retriedAs"].as_str().unwrap().to_owned();
+
+        // The link's attempt has a record from the start: its request's, open, never begun.
+        let named = env.transactions.get(&next).await.unwrap().expect("the named attempt has a record");
+        assert_eq!(named.status, twopc::model::Status::Preparing, "{named:?}");
+        assert_eq!((named.first_id(), named.attempt_number()), (first.as_str(), 2), "its request's second attempt");
+        assert_eq!(named.principal.as_deref(), Some(ALICE));
+        assert!(env.raw_record(&next).await.unwrap().contains_key("openShard"), "in the open index");
+        assert!(invoker.calls().iter().all(|c| c.transaction_id != next), "never begun: nothing sent for it");
+
+        env.sweep_until_quiet().await;
+        let named = env.transactions.get(&next).await.unwrap().unwrap();
+        assert_eq!(named.status, twopc::model::Status::Preparing, "before its deadline it is its coordinator's");
+
+        env.clock.advance(3_000 + twopc::sweeper::SweepLimits::default().grace_ms);
+        let table = env.transactions.table();
+        faults.add(Rule::new(DynamoFault::LoseReply).operation("UpdateItem").table(table).body_contains(&next).nth(1));
+        let (one, two) = (env.sweeper(None), env.sweeper(None));
+        let (a, b) = futures::join!(one.sweep(), two.sweep());
+        a.expect("sweep");
+        b.expect("sweep");
+        assert_eq!(faults.fired(), 1, "the sweeper's write's reply lost once");
+        faults.clear();
+        env.sweep_until_quiet().await;
+
+        for id in [&first, &next] {
+            let record = env.transactions.get(id).await.unwrap().unwrap();
+            assert_eq!(record.status, twopc::model::Status::Aborted, "{record:?}");
+            assert!(!env.raw_record(id).await.unwrap().contains_key("openShard"), "{id} left the open index");
+        }
+
+        // The request's outcome: one event, for the attempt the sweeper aborted, under the request's first id.
+        let config = twopc_fanout::FanoutConfig::new(&Default::default(), table).expect("config");
+        let events: Vec<_> = twopc_tests::outcomes::transactions_stream(&env)
+            .await
+            .iter()
+            .filter_map(|r| twopc_fanout::outcomes::outcome_of(&config, r).expect("readable"))
+            .filter(|e| e.detail["firstTransactionId"] == first.as_str())
+            .collect();
+        let ids: std::collections::BTreeSet<String> = events.iter().map(|e| e.outcome_id()).collect();
+        assert_eq!(ids, [format!("{next}:ABORTED")].into(), "{events:?}");
+        if let Some(key) = key {
+            let (status, answer) =
+                post_as(&env.coordinator, &a_to_b("10", 3_000, None), Some(key), None, Some(ALICE)).await;
+            assert_eq!((status, answer["transactionId"].as_str()), (409, Some(next.as_str())), "{answer}");
+        }
+        assert_eq!(env.balance("service-a", "A").await, "100");
+    }
+}
+
+/// Issue 47: the coordinator's write of its refused attempt's abort with the next attempt's record (one
+/// `TransactWriteItems`) took effect and its reply was lost: the SDK's retry finds both written, the
+/// coordinator knows the attempt it created by its execution, begins it and commits once the older holder
+/// lets go: one commit, nothing applied twice.
+#[tokio::test]
+async fn the_link_and_its_records_write_survives_a_lost_reply() {
+    for key in [Some("lost-link"), None] {
+        let faults = DynamoFaults::new(4148);
+        let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+        a_held_by_an_older_transaction(&env).await;
+        let table = env.transactions.table().to_owned();
+        faults.add(Rule::new(DynamoFault::LoseReply).operation("TransactWriteItems").table(&table).nth(1));
+        let invoker = env.fresh_invoker();
+        let coordinator = env.coordinator_with(&invoker, Faults::default());
+        let release = async {
+            refused_once(&invoker).await;
+            abort_holder(&env, "tx-older", "A").await;
+        };
+        let body = a_to_b("10", 3_000, None);
+        let ((status, answer), ()) = futures::join!(post_as(&coordinator, &body, key, None, Some(ALICE)), release);
+        assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+        assert_eq!(faults.fired(), 1, "the link's write lost its reply");
+        assert_eq!(answer["attempts"], 2, "{answer}");
+        assert_eq!(env.balance("service-a", "A").await, "90", "applied once");
+        assert_eq!(env.balance("service-b", "B").await, "10", "applied once");
+    }
+}
+
 /// Issue 42, item 2: a key's replay follows its chain only through attempts of its own request (its
 /// first attempt's caller and body). An attempt named by the chain but written by someone else (another
 /// caller, another body) is not followed: the key answers its own last attempt, and the other record is

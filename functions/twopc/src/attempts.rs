@@ -1,16 +1,21 @@
 //! A request's attempts (issue 41): what links them, written only where the protocol lets it be.
 //!
 //! The coordinator retries its own refusal for contention as the next attempt, named (`retriedAs`) in the
-//! same conditional write as the refused attempt's abort ([`ContentionAbort`], [`TransactionStore::decide_abort`]);
-//! a caller's retry with an age token is a request of its own, whose claim of the refused attempt's age and
-//! whose record are one write ([`TransactionStore::claim_age`]); an attempt named but never begun is
-//! recorded ABORTED on its request's behalf ([`TransactionStore::fence_attempt`]).
+//! same conditional write as the refused attempt's abort, which also creates the next attempt's record
+//! ([`ContentionAbort`], [`TransactionStore::decide_abort`], [`TransactionStore::create_with_successor`]):
+//! a link never names an attempt without a record (issue 47), so a coordinator that stops after it leaves
+//! an attempt the sweeper aborts like any other. A caller's retry with an age token is a request of its
+//! own, whose claim of the refused attempt's age and whose record are one write
+//! ([`TransactionStore::claim_age`]). A link to an attempt without a record (written by an older
+//! coordinator, in two writes) is recorded ABORTED on its request's behalf ([`TransactionStore::fence_attempt`]).
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::expr::{Expr, s};
 use crate::model::Status;
-use crate::record::{ParticipantEntry, TransactionRecord, TransactionStore, Transition, absent_owner_record};
+use crate::record::{
+    ParticipantEntry, TransactionRecord, TransactionStore, Transition, absent_owner_record, transition_update,
+};
 use crate::store::StoreError;
 use crate::store::write::{Decided, Sending, Write, conditional};
 use crate::tables::tx_attr as a;
@@ -21,17 +26,53 @@ use crate::tables::tx_attr as a;
 pub struct ContentionAbort {
     /// Refused for contention only: an age token may carry the request's age on (`refusedForContention`).
     pub refused: bool,
-    /// The coordinator retries it as this attempt (`retriedAs`).
-    pub successor: Option<String>,
+    /// The coordinator retries it as this attempt (`retriedAs`), whose record (PREPARING, open) the same
+    /// write creates.
+    pub next: Option<Box<TransactionRecord>>,
 }
 
 impl ContentionAbort {
+    /// The id of the attempt it is retried as.
+    pub fn successor(&self) -> Option<&str> {
+        self.next.as_deref().map(|next| next.transaction_id.as_str())
+    }
+
     /// `record` with these attributes, for an abort that creates its record.
     pub fn applied_to(&self, mut record: TransactionRecord) -> TransactionRecord {
         record.refused_for_contention = self.refused;
-        record.retried_as = self.successor.clone();
+        record.retried_as = self.successor().map(str::to_owned);
         record
     }
+
+    /// The abort without its retry: what is written when the next attempt's record cannot be (its id
+    /// taken by a record of an older coordinator's, or the write too large).
+    fn without_retry(&self) -> ContentionAbort {
+        ContentionAbort { refused: self.refused, next: None }
+    }
+}
+
+/// What the creation of a refused attempt's ABORTED record with its next attempt's did
+/// ([`TransactionStore::create_with_successor`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// Both records written: the link names a record.
+    Linked,
+    /// The refused attempt's record written without the link (the next attempt's id was taken, or the
+    /// write too large): no retry follows it.
+    Unlinked,
+    /// A record was there already under the refused attempt's id.
+    Exists(Box<TransactionRecord>),
+}
+
+/// What a write with the next attempt's record did ([`TransactionStore::decide_abort`],
+/// [`TransactionStore::create_with_successor`]).
+enum Linked {
+    /// Both written.
+    Written,
+    /// The refused attempt's own write was refused: the record under its id as it is (None: not returned).
+    Refused(Option<Box<TransactionRecord>>),
+    /// The next attempt's id has a record of another's: the abort is written without its retry.
+    SuccessorTaken,
 }
 
 /// What a caller's retry with an age token found when it claimed the refused attempt's age and created its
@@ -127,11 +168,108 @@ impl TransactionStore {
         if contention.refused {
             extra.push((a::REFUSED_FOR_CONTENTION, AttributeValue::Bool(true)));
         }
-        if let Some(next) = &contention.successor {
-            extra.push((a::RETRIED_AS, s(next)));
+        let Some(next) = contention.next.as_deref() else {
+            return self
+                .transition_with(
+                    id,
+                    Status::Preparing,
+                    Status::Aborting,
+                    keyed,
+                    now_ms,
+                    Some(participants),
+                    reason,
+                    &extra,
+                )
+                .await;
+        };
+        extra.push((a::RETRIED_AS, s(&next.transaction_id)));
+        let mut update = transition_update(Status::Aborting, keyed, now_ms, Some(participants), reason);
+        for (name, value) in extra {
+            update = update.set(name, value);
         }
-        self.transition_with(id, Status::Preparing, Status::Aborting, keyed, now_ms, Some(participants), reason, &extra)
-            .await
+        let mut e = Expr::new();
+        let expression = update.expression(&mut e);
+        let condition = format!("{} = {}", e.name(a::STATUS), e.value(s(Status::Preparing.as_str())));
+        let abort = Write::update(&self.table, Self::key(id), expression, condition, e);
+        match self.with_successor(abort, next).await {
+            Ok(Linked::Written) => match self.get(id).await? {
+                Some(record) => Ok(Transition::Done(record)),
+                None => Err(StoreError::internal("GetItem", &self.table, format!("record {id} written but not found"))),
+            },
+            Ok(Linked::Refused(current)) => Ok(Transition::Lost(current.map(|c| *c))),
+            Ok(Linked::SuccessorTaken) | Err(StoreError { invalid: true, .. }) => {
+                let unlinked = contention.without_retry();
+                Box::pin(self.decide_abort(id, keyed, now_ms, participants, reason, &unlinked)).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates `record` (an attempt's ABORTED record, which names `next` as the attempt it is retried as)
+    /// and `next`'s record in one write. When `next`'s id is taken already (a fence of an older
+    /// coordinator's link) or the write is too large, `record` is created without the link.
+    pub async fn create_with_successor(
+        &self,
+        record: &TransactionRecord,
+        next: &TransactionRecord,
+    ) -> Result<Created, StoreError> {
+        let record = record.clone().bounded();
+        let mut e = Expr::new();
+        let not_there = format!("attribute_not_exists({})", e.name(a::ID));
+        let create = Write::put(&self.table, record.to_item(), not_there, e);
+        match self.with_successor(create, next).await {
+            Ok(Linked::Written) => Ok(Created::Linked),
+            Ok(Linked::Refused(Some(existing))) => Ok(Created::Exists(existing)),
+            Ok(Linked::Refused(None)) => match self.get(&record.transaction_id).await? {
+                Some(existing) => Ok(Created::Exists(Box::new(existing))),
+                None => Err(StoreError::internal(
+                    "TransactWriteItems",
+                    &self.table,
+                    format!("record {} reported but not found", record.transaction_id),
+                )),
+            },
+            Ok(Linked::SuccessorTaken) | Err(StoreError { invalid: true, .. }) => {
+                let mut unlinked = record.clone();
+                unlinked.retried_as = None;
+                Ok(match self.create(&unlinked).await? {
+                    None => Created::Unlinked,
+                    Some(existing) => Created::Exists(Box::new(existing)),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `write` (the refused attempt's abort, conditional) and the creation of `next`'s record, in one
+    /// `TransactWriteItems`.
+    async fn with_successor(&self, write: Write, next: &TransactionRecord) -> Result<Linked, StoreError> {
+        let next = next.clone().bounded();
+        let mut p = Expr::new();
+        let not_there = format!("attribute_not_exists({})", p.name(a::ID));
+        let create = Write::put(&self.table, next.to_item(), not_there, p);
+        let refusals = match conditional(&self.client, vec![write, create], Sending::default()).await?.decided()? {
+            Decided::Applied(_) => return Ok(Linked::Written),
+            Decided::Refused(refusals) => refusals,
+        };
+        let id = match &refusals.iter().find(|r| r.index == 1) {
+            Some(_) => next.transaction_id.clone(),
+            None => String::new(),
+        };
+        if let Some(refused) = refusals.into_iter().find(|r| r.index == 0) {
+            // The refused attempt moved on (decided by another), or this execution's own earlier try whose
+            // reply was lost: the record says which, and its reader knows its own write.
+            let current = match refused.item {
+                Some(item) => Some(Box::new(TransactionRecord::from_item(&item)?)),
+                None => None,
+            };
+            return Ok(Linked::Refused(current));
+        }
+        // Only the next attempt's id is taken: by this execution's own create (with its write, which then
+        // could not have been refused) or by a record of someone else's.
+        match self.get(&id).await? {
+            Some(existing) if existing.execution_id == next.execution_id => Ok(Linked::Written),
+            _ => Ok(Linked::SuccessorTaken),
+        }
     }
 
     /// Records ABORTED the attempt `id` that follows `earlier` (named by its `retriedAs`) when it has no

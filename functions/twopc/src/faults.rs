@@ -13,7 +13,8 @@ pub enum CoordinatorCrash {
     /// Once this many commit (or abort) answers have arrived.
     AfterCommits(usize),
     BeforeTerminal,
-    /// After an aborted attempt's successor is named (`retriedAs`, written with its abort), before it begins.
+    /// After an aborted attempt's successor is named (`retriedAs`, written with its abort and with the
+    /// successor's record), before it begins.
     AfterClaim,
 }
 

@@ -50,36 +50,16 @@ pub async fn owner_fate(transactions: &TransactionStore, owner: &str, now_ms: u6
     decide(transactions, record, now_ms).await
 }
 
-/// Records ABORTED an owner without a record. When it is a later attempt of a request, as the attempt
-/// before it names it (`retriedAs`, read and checked: never the id's shape alone), it is recorded as that
-/// request's attempt (its first id, caller and key, as the coordinator fences one): its abort is then its
-/// request's outcome, under the id the caller knows.
+/// Records ABORTED an owner without a record: only what recovery may write (the sweeper's role writes no
+/// request's attributes). A later attempt of a request always has its record before its prepares (it is
+/// created with the link that names it, [`TransactionStore::decide_abort`]), so an owner without one is an
+/// unkeyed first attempt whose coordinator stopped before its decision (presumed abort).
 async fn abort_absent_owner(
     transactions: &TransactionStore,
     owner: &str,
     now_ms: u64,
 ) -> Result<TransactionRecord, StoreError> {
-    if let Some(predecessor) = predecessor_id(owner)
-        && let Some(earlier) = transactions.get(&predecessor).await?
-        && earlier.successor() == Some(owner)
-    {
-        return transactions.fence_attempt(owner, now_ms, ABANDONED_REASON, &earlier).await;
-    }
     transactions.abort_if_absent(owner, now_ms, ABANDONED_REASON).await
-}
-
-/// The id of the attempt before `id` when `id` has an attempt's shape (`<first>-<n>`, n ≥ 2: the first
-/// attempt's id is `<first>` itself).
-fn predecessor_id(id: &str) -> Option<String> {
-    let (first, n) = id.rsplit_once('-')?;
-    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    match n.parse::<u32>().ok()? {
-        2 => Some(first.to_owned()),
-        n if n > 2 => Some(crate::record::attempt_id(first, n - 1)),
-        _ => None,
-    }
 }
 
 /// Resolves `owner` from its own record, for a participant that may not write one (issue 42): decided

@@ -962,7 +962,11 @@ impl ChainModel {
                     s.seen |= ChainEvent::LateCoordinatorStopped.bit();
                     c.said = Some(Said { answer: CAnswer::Aborted, from: Some(next) });
                     c.pc = CPc::Done;
-                    say(format!("{name} finds {} {:?} before it began: 409, it stops", self.id_name(next), created.status));
+                    say(format!(
+                        "{name} finds {} {:?} before it began: 409, it stops",
+                        self.id_name(next),
+                        created.status
+                    ));
                 }
             }
             CPc::Next => {
@@ -1078,7 +1082,11 @@ impl ChainModel {
                             "{name}: refused for contention; it will retry: PREPARING → ABORTING with \
                              refusedForContention and retriedAs {}{} in one write",
                             self.id_name(next),
-                            if sw.link_with_record { format!(", and {} created PREPARING", self.id_name(next)) } else { String::new() }
+                            if sw.link_with_record {
+                                format!(", and {} created PREPARING", self.id_name(next))
+                            } else {
+                                String::new()
+                            }
                         ));
                     } else {
                         finish(s, CAnswer::Aborted, cur, Some(cur));

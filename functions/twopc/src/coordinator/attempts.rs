@@ -17,7 +17,7 @@ use super::{Coordinator, MAX_ATTEMPTS, MIN_ATTEMPT_MS, NO_TIME_TO_BEGIN};
 use crate::attempts::ContentionAbort;
 use crate::faults::CoordinatorCrash;
 use crate::model::Status;
-use crate::record::{ParticipantEntry, TransactionRecord};
+use crate::record::{ParticipantEntry, TransactionRecord, Transition};
 
 /// Runs a request's attempts: each is an ordinary transaction; one refused for contention only is
 /// followed by the next, with the same age, which prepares one participant at a time starting where
@@ -45,31 +45,44 @@ pub(super) async fn run(
         } else {
             super::two_phase::run_two_phase(c, record, created, answer_by, first).await?
         };
-        created = false;
         let Some(refused) = attempted.refused else { return Ok(attempted.reply) };
         if let Some(at) = refused.blocked_at {
             c.hot.mark(&refused.record.participants[at]);
         }
-        let Some(next_id) = refused.record.successor().map(str::to_owned) else {
-            return Ok(c.with_age_token(attempted.reply, &refused.record, body_hash, timeout_ms).await);
+        let blocked_at = refused.blocked_at;
+        let deadline = refused.record.deadline;
+        let last = refused.record.clone();
+        let Some(next) = refused.next_attempt() else {
+            return Ok(c.with_age_token(attempted.reply, &last, body_hash, timeout_ms).await);
         };
         c.engine.faults.check(CoordinatorCrash::AfterClaim)?;
         // The refused attempt's second phase may have taken the time the next one needed: then the next
-        // one is fenced (it never begins) and its abort is the request's answer.
+        // one, created with the link and never begun, is ended (nothing was sent for it) and its abort is
+        // the request's answer. Conditional: a caller's or an operator's abort may have ended it first.
         let budget_left = answer_by.saturating_duration_since(Instant::now());
         let now = c.engine.clock.now_ms();
-        if now > refused.record.deadline.saturating_sub(MIN_ATTEMPT_MS)
-            || budget_left < Duration::from_millis(MIN_ATTEMPT_MS)
-        {
-            let fenced = c.engine.transactions.fence_attempt(&next_id, now, NO_TIME_TO_BEGIN, &refused.record).await?;
-            return Ok(Reply::for_record(&fenced));
+        if now > deadline.saturating_sub(MIN_ATTEMPT_MS) || budget_left < Duration::from_millis(MIN_ATTEMPT_MS) {
+            let id = &next.transaction_id;
+            let keyed = next.is_keyed();
+            let ended = c
+                .engine
+                .transition_retrying(id, Status::Preparing, Status::Aborted, keyed, None, Some(NO_TIME_TO_BEGIN))
+                .await?;
+            return match ended {
+                Transition::Done(ended) | Transition::Lost(Some(ended)) => Ok(Reply::for_record(&ended)),
+                Transition::Lost(None) => {
+                    let table = c.engine.transactions.table();
+                    Err(crate::store::StoreError::internal("UpdateItem", table, format!("record {id} disappeared"))
+                        .into())
+                }
+            };
         }
-        let attempt = refused.record.attempt_number() + 1;
-        let next = refused.record.next_attempt(next_id, attempt, c.engine.clock.now_ms());
-        info!(tx = %next.transaction_id, attempt, "retrying a refusal for contention");
+        info!(tx = %next.transaction_id, attempt = next.attempt_number(), "retrying a refusal for contention");
         *current.lock().expect("the attempt's id is never poisoned") = next.transaction_id.clone();
         record = next;
-        first = refused.blocked_at;
+        // Its record was created with the link.
+        created = true;
+        first = blocked_at;
     }
 }
 
@@ -125,8 +138,11 @@ impl Coordinator {
             && self.engine.clock.now_ms() <= last_start
             && budget_left >= Duration::from_millis(MIN_ATTEMPT_MS)
             && !self.held_blocker(blocked_by).await;
-        let successor = retried.then(|| crate::record::attempt_id(record.first_id(), attempt + 1));
-        ContentionAbort { refused, successor }
+        let next = retried.then(|| {
+            let id = crate::record::attempt_id(record.first_id(), attempt + 1);
+            Box::new(record.next_attempt(id, attempt + 1, self.engine.clock.now_ms()).opened())
+        });
+        ContentionAbort { refused, next }
     }
 
     /// Whether the transaction whose lock refused an attempt is held for its caller's decision (or cannot be

@@ -23,7 +23,7 @@ use tracing::{error, info, warn};
 
 use super::ballot::cast;
 use super::reply::{DriveError, Reply};
-use crate::attempts::ContentionAbort;
+use crate::attempts::{ContentionAbort, Created};
 use crate::auth::{KeySource, SignatureVersion};
 use crate::clock::SharedClock;
 use crate::faults::{CoordinatorCrash, Crashed, Faults};
@@ -213,7 +213,7 @@ impl PhaseEngine {
         record.participants = votes;
         record.reason = Some(reason);
         record.updated_at = self.clock.now_ms();
-        let (reply, aborted) = self.create_abort(own.applied_to(record)).await?;
+        let (reply, aborted) = self.create_abort(own.applied_to(record), own.next.as_deref()).await?;
         Ok(Decided::Ended { reply, aborted })
     }
 
@@ -317,14 +317,21 @@ impl PhaseEngine {
     /// the decision. The ABORTED record is created (conditionally: lock resolution may have written it
     /// first) while every participant releases what it may hold; the answer comes once they have. No one
     /// else can ever decide commit for it, so the releases need not wait for the record. The record comes
-    /// back with the answer when it was recorded.
-    async fn create_abort(&self, record: TransactionRecord) -> Result<(Reply, Option<TransactionRecord>), DriveError> {
+    /// back with the answer when it was recorded. An attempt retried as `next` is created with `next`'s record
+    /// in the same write ([`PhaseEngine::create_own_linked`]).
+    async fn create_abort(
+        &self,
+        record: TransactionRecord,
+        next: Option<&TransactionRecord>,
+    ) -> Result<(Reply, Option<TransactionRecord>), DriveError> {
         let record = record.ended(Status::Aborted, self.clock.now_ms());
-        let (created, released) = futures::join!(self.create_own(&record), self.abort_participants(&record));
+        let (created, released) =
+            futures::join!(self.create_own_linked(&record, next), self.abort_participants(&record));
         released?;
         let record = match created {
-            Ok(None) => record,
-            Ok(Some(existing)) => with_votes(existing, record.participants),
+            Ok(Created::Linked) => record,
+            Ok(Created::Unlinked) => TransactionRecord { retried_as: None, ..record },
+            Ok(Created::Exists(existing)) => with_votes(*existing, record.participants),
             Err(e) => {
                 error!(error = %e, "could not record the abort");
                 let mut reply = Reply::error(
@@ -544,6 +551,39 @@ impl PhaseEngine {
                     None
                 }
                 found => found,
+            })
+        })
+        .await
+    }
+
+    /// [`PhaseEngine::create_own`] of a refused attempt's ABORTED record with the record of `next`, the
+    /// attempt it is retried as, in one write ([`TransactionStore::create_with_successor`]); without `next`,
+    /// the record alone. A record found with this execution's id and status is its own earlier write: linked
+    /// when it names `next`.
+    pub(super) async fn create_own_linked(
+        &self,
+        record: &TransactionRecord,
+        next: Option<&TransactionRecord>,
+    ) -> Result<Created, StoreError> {
+        retrying("record write", |_| async move {
+            let created = match next {
+                Some(next) => self.transactions.create_with_successor(record, next).await?,
+                None => match self.transactions.create(record).await? {
+                    None => Created::Unlinked,
+                    Some(existing) => Created::Exists(Box::new(existing)),
+                },
+            };
+            Ok(match created {
+                Created::Exists(existing)
+                    if existing.execution_id.is_some()
+                        && existing.execution_id == record.execution_id
+                        && existing.status == record.status =>
+                {
+                    let linked =
+                        next.is_some_and(|n| existing.retried_as.as_deref() == Some(n.transaction_id.as_str()));
+                    if linked { Created::Linked } else { Created::Unlinked }
+                }
+                created => created,
             })
         })
         .await

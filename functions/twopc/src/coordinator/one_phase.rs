@@ -10,6 +10,7 @@ use tracing::info;
 use super::Coordinator;
 use super::ballot::{Votes, cast};
 use super::reply::{Attempted, DriveError, Refused, Reply};
+use crate::attempts::Created;
 use crate::custom::{Catalog, Catalogs};
 use crate::model::message::OnePhase;
 use crate::model::{Message, Operation, STATUS_COMMITTED, STATUS_RECORD_EXISTS, Status, Vote};
@@ -64,14 +65,19 @@ pub(super) async fn run_one_phase(
             let own = c.contention_abort(&record, &aborted.participants, blocked_by.as_deref(), answer_by).await;
             let aborted = own.applied_to(aborted);
             // Conditional: if the participant's write landed after all (a lost reply), its COMMITTED record
-            // wins.
-            match c.engine.create_own(&aborted).await? {
-                None => {
+            // wins. Retried: with the next attempt's record, in the same write.
+            let next = own.next.map(|n| *n);
+            match c.engine.create_own_linked(&aborted, next.as_ref()).await? {
+                Created::Exists(existing) => *existing,
+                created => {
+                    let record = match created {
+                        Created::Linked => aborted,
+                        _ => TransactionRecord { retried_as: None, ..aborted },
+                    };
                     let blocked_at = blocked_by.as_ref().map(|_| 0);
-                    let reply = Reply::for_record(&aborted);
-                    return Ok(Attempted { reply, refused: Some(Refused { record: aborted, blocked_at }) });
+                    let reply = Reply::for_record(&record);
+                    return Ok(Attempted { reply, refused: Some(Refused { record, blocked_at, next }) });
                 }
-                Some(existing) => existing,
             }
         }
     };

@@ -85,6 +85,16 @@ impl From<Reply> for Attempted {
 pub struct Refused {
     pub record: TransactionRecord,
     pub blocked_at: Option<usize>,
+    /// The next attempt this execution created with its abort (when the abort it wrote names it).
+    pub next: Option<TransactionRecord>,
+}
+
+impl Refused {
+    /// The attempt to begin next: the one this execution created, when the record's link names it.
+    pub fn next_attempt(self) -> Option<TransactionRecord> {
+        let next = self.next?;
+        (self.record.successor() == Some(next.transaction_id.as_str())).then_some(next)
+    }
 }
 
 /// Why driving a transaction stopped short of an answer.

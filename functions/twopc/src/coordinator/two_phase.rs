@@ -27,8 +27,10 @@ pub(super) async fn run_two_phase(
     first: Option<usize>,
 ) -> Result<Attempted, DriveError> {
     let started = Instant::now();
-    // A held transaction is recorded first too: its record is what its commit and abort find.
-    let recording = if record.is_keyed() || record.is_held() { Recording::RecordFirst } else { Recording::AtDecision };
+    // A held transaction is recorded first too: its record is what its commit and abort find. So is an
+    // attempt created with the link that names it (a retry: its record exists before it begins).
+    let recording =
+        if created || record.is_keyed() || record.is_held() { Recording::RecordFirst } else { Recording::AtDecision };
     if recording == Recording::RecordFirst && !created {
         // A keyed request must never run twice: the record is written first and only the writer prepares.
         if let Some(existing) = c.engine.create_own(&record.clone().opened()).await? {
@@ -42,13 +44,17 @@ pub(super) async fn run_two_phase(
     let prepared = started.elapsed();
     telemetry::phase(telemetry::PREPARE_LATENCY, prepared);
     let deciding = Instant::now();
+    // The next attempt its own contention abort creates, if it retries.
+    let mut next = None;
     let decided = match votes.verdict(c.engine.clock.now_ms() <= record.deadline) {
         Verdict::Commit if record.is_held() => Decided::Open(super::held::hold(c, &record, votes).await?),
         Verdict::Commit => c.engine.commit(record, votes, recording).await?,
         Verdict::Abort(reason) => {
             let blocker = blocked.map(|(_, blocker)| blocker.to_owned());
             let own = c.contention_abort(&record, &votes, blocker.as_deref(), answer_by).await;
-            c.engine.abort(record, votes, reason, &own, recording).await?
+            let decided = c.engine.abort(record, votes, reason, &own, recording).await?;
+            next = own.next.map(|n| *n);
+            decided
         }
     };
     let decided = match decided {
@@ -56,7 +62,7 @@ pub(super) async fn run_two_phase(
         Decided::Ended { reply, aborted } => {
             let status = reply.body["status"].as_str().unwrap_or("-").to_owned();
             info!(status, total_ms = started.elapsed().as_millis() as u64, "transaction answered");
-            return Ok(Attempted { reply, refused: aborted.map(|record| Refused { record, blocked_at }) });
+            return Ok(Attempted { reply, refused: aborted.map(|record| Refused { record, blocked_at, next }) });
         }
     };
     c.engine.faults.check(CoordinatorCrash::AfterDecision)?;
@@ -76,8 +82,11 @@ pub(super) async fn run_two_phase(
         "transaction answered"
     );
     let reply = Reply::for_record(&finished);
-    let refused = matches!(finished.status, Status::Aborting | Status::Aborted)
-        .then(|| Refused { record: super::engine::with_votes(finished, decided.participants), blocked_at });
+    let refused = matches!(finished.status, Status::Aborting | Status::Aborted).then(|| Refused {
+        record: super::engine::with_votes(finished, decided.participants),
+        blocked_at,
+        next,
+    });
     Ok(Attempted { reply, refused })
 }
 
