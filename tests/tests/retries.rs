@@ -584,6 +584,48 @@ async fn the_link_and_its_records_write_survives_a_lost_reply() {
     }
 }
 
+/// Review of the link with its record (issue 47): the caller's abort of a held request follows the chain to
+/// the attempt its coordinator created with the link, before that attempt began (the refused attempt's
+/// release is slow). The coordinator reads the attempt before beginning it, finds it aborted, answers 409
+/// from it and never prepares it: no lock is taken that nobody would release before it expires.
+#[tokio::test]
+async fn an_attempt_aborted_before_it_began_is_never_begun() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let invoker = env.fresh_invoker();
+    invoker.set("service-a", Action::Abort, EdgeFault::DelayReply(std::time::Duration::from_millis(400)));
+    let coordinator = env.coordinator_with(&invoker, Faults::default());
+    let first = caller_idempotent_id(Some(ALICE), "aborted-early");
+    let next = format!("{first}-2");
+    let body = a_to_b("10", 3_000, Some(5_000));
+    let caller = env.coordinator.access().iam(Some(ALICE));
+    let abort = async {
+        while env.transactions.get(&next).await.unwrap().is_none() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        env.coordinator.abort_held_by(&first, &caller).await
+    };
+    let ((status, answer), aborted) =
+        futures::join!(post_as(&coordinator, &body, Some("aborted-early"), None, Some(ALICE)), abort);
+
+    assert_eq!(
+        (aborted.status, aborted.body["transactionId"].as_str()),
+        (200, Some(next.as_str())),
+        "{}",
+        aborted.body
+    );
+    assert_eq!(
+        (status, answer["status"].as_str(), answer["transactionId"].as_str()),
+        (409, Some("ABORTED"), Some(next.as_str())),
+        "{answer}"
+    );
+    let prepared_next = invoker.calls().iter().any(|c| c.transaction_id == next && c.action == Action::Prepare);
+    assert!(!prepared_next, "the aborted attempt was never begun");
+    abort_holder(&env, "tx-older", "A").await;
+    assert_no_locks(&env).await;
+    assert_eq!(env.balance("service-a", "A").await, "100");
+}
+
 /// Issue 42, item 2: a key's replay follows its chain only through attempts of its own request (its
 /// first attempt's caller and body). An attempt named by the chain but written by someone else (another
 /// caller, another body) is not followed: the key answers its own last attempt, and the other record is

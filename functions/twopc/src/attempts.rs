@@ -192,11 +192,17 @@ impl TransactionStore {
         let condition = format!("{} = {}", e.name(a::STATUS), e.value(s(Status::Preparing.as_str())));
         let abort = Write::update(&self.table, Self::key(id), expression, condition, e);
         match self.with_successor(abort, next).await {
+            // Read back: what the write made (the answer and the second phase need the whole record).
             Ok(Linked::Written) => match self.get(id).await? {
-                Some(record) => Ok(Transition::Done(record)),
-                None => Err(StoreError::internal("GetItem", &self.table, format!("record {id} written but not found"))),
+                Some(record)
+                    if record.status == Status::Aborting && record.successor() == Some(&next.transaction_id) =>
+                {
+                    Ok(Transition::Done(record))
+                }
+                current => Ok(Transition::Lost(current)),
             },
-            Ok(Linked::Refused(current)) => Ok(Transition::Lost(current.map(|c| *c))),
+            Ok(Linked::Refused(Some(current))) => Ok(Transition::Lost(Some(*current))),
+            Ok(Linked::Refused(None)) => Ok(Transition::Lost(self.get(id).await?)),
             Ok(Linked::SuccessorTaken) | Err(StoreError { invalid: true, .. }) => {
                 let unlinked = contention.without_retry();
                 Box::pin(self.decide_abort(id, keyed, now_ms, participants, reason, &unlinked)).await
@@ -247,13 +253,11 @@ impl TransactionStore {
         let mut p = Expr::new();
         let not_there = format!("attribute_not_exists({})", p.name(a::ID));
         let create = Write::put(&self.table, next.to_item(), not_there, p);
-        let refusals = match conditional(&self.client, vec![write, create], Sending::default()).await?.decided()? {
+        // Idempotent: the SDK's retry after a lost reply is answered as the write it repeats.
+        let sending = Sending::default().idempotent();
+        let refusals = match conditional(&self.client, vec![write, create], sending).await?.decided()? {
             Decided::Applied(_) => return Ok(Linked::Written),
             Decided::Refused(refusals) => refusals,
-        };
-        let id = match &refusals.iter().find(|r| r.index == 1) {
-            Some(_) => next.transaction_id.clone(),
-            None => String::new(),
         };
         if let Some(refused) = refusals.into_iter().find(|r| r.index == 0) {
             // The refused attempt moved on (decided by another), or this execution's own earlier try whose
@@ -264,12 +268,9 @@ impl TransactionStore {
             };
             return Ok(Linked::Refused(current));
         }
-        // Only the next attempt's id is taken: by this execution's own create (with its write, which then
-        // could not have been refused) or by a record of someone else's.
-        match self.get(&id).await? {
-            Some(existing) if existing.execution_id == next.execution_id => Ok(Linked::Written),
-            _ => Ok(Linked::SuccessorTaken),
-        }
+        // Only the next attempt's id is taken, so nothing was written (the two are one write): by a record
+        // of someone else's (a fence of an older coordinator's link).
+        Ok(Linked::SuccessorTaken)
     }
 
     /// Records ABORTED the attempt `id` that follows `earlier` (named by its `retriedAs`) when it has no

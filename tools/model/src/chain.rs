@@ -1708,16 +1708,22 @@ impl Model for ChainModel {
         }
         // A link to no record exists only when the link and the record are two writes.
         let window = !(sw.link_with_record && sw.own_refusal_only);
-        if b.crash > 0 && cfg.replays > 0 && window {
+        if cfg.replays > 0 && window {
             p.push(Property::<Self>::sometimes(
                 "sometimes a link to no record is fenced",
                 seen::<{ ChainEvent::Fenced as u32 }>,
             ));
         }
-        if b.crash > 0 && sw.link_with_record {
+        if b.crash > 0 && !window {
             p.push(Property::<Self>::sometimes(
                 "sometimes the sweeper aborts an attempt its stopped coordinator created with the link",
                 seen::<{ ChainEvent::AbandonedAborted as u32 }>,
+            ));
+        }
+        if !window && (b.resolver > 0 || cfg.routes || cfg.operator) {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a coordinator finds the attempt it created decided before it began, and stops",
+                seen::<{ ChainEvent::LateCoordinatorStopped as u32 }>,
             ));
         }
         if b.resolver > 0 {

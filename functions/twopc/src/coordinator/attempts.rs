@@ -77,6 +77,20 @@ pub(super) async fn run(
                 }
             };
         }
+        // Read before it begins: a caller's held abort or an operator's abort, following the chain, may have
+        // ended it already, and its prepares would then lock items nobody releases before they expire.
+        match c.engine.transactions.get(&next.transaction_id).await? {
+            Some(found) if found.status == Status::Preparing && found.execution_id == next.execution_id => {}
+            Some(found) => {
+                info!(tx = %found.transaction_id, status = %found.status, "the next attempt was decided before it began");
+                return Ok(Reply::for_record(&found));
+            }
+            None => {
+                let table = c.engine.transactions.table();
+                let missing = format!("record {} written with its link but not found", next.transaction_id);
+                return Err(crate::store::StoreError::internal("GetItem", table, missing).into());
+            }
+        }
         info!(tx = %next.transaction_id, attempt = next.attempt_number(), "retrying a refusal for contention");
         *current.lock().expect("the attempt's id is never poisoned") = next.transaction_id.clone();
         record = next;
