@@ -310,6 +310,11 @@ pub struct Config {
     /// recorded), or never: `POST /transactions/{id}/commit` and `/abort`. Two calls race each other and
     /// the expiry; the same route twice is a repeated call.
     pub routes: Vec<(Tx, Route)>,
+    /// Issue 48 (`Prefer: respond-async`): a POST's own coordinator answers 202 COMMITTING as soon as it
+    /// knows its commit decision is durable (`two_phase.rs`, `answer_on_decision`), and drives the second
+    /// phase after answering (on Lambda in the coordinator's internal extension, `after_answer`); a crash
+    /// there leaves it to the sweeper. A retried key, a held decision and the sweeper answer as before.
+    pub answer_on_decision: bool,
     pub switches: Switches,
 }
 
@@ -403,6 +408,7 @@ impl Config {
             redeploy: false,
             resource: None,
             routes: vec![],
+            answer_on_decision: false,
             switches: Switches::default(),
         }
     }
@@ -531,6 +537,7 @@ impl Config {
             redeploy: false,
             resource: Some(SB),
             routes: vec![],
+            answer_on_decision: false,
             switches: Switches::default(),
         }
     }
@@ -563,6 +570,15 @@ impl Config {
         let mut cfg = Config::held(budget);
         cfg.name = "operator_held";
         cfg.routes.push((0, Route::Operator));
+        cfg
+    }
+
+    /// Issue 48: T1 (unkeyed) moves 1 from A to B and T2 (keyed, its key sent twice) moves 1 from B to A,
+    /// both asking to be answered on their commit decision (`Prefer: respond-async`).
+    pub fn answer_on_decision(budget: Budget) -> Config {
+        let txs = vec![transfer("T1", false, 1, (SA, A), (SB, B)), transfer("T2", true, 2, (SB, B), (SA, A))];
+        let mut cfg = Config::with("answer_on_decision", txs, budget);
+        cfg.answer_on_decision = true;
         cfg
     }
 

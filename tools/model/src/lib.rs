@@ -196,6 +196,12 @@ pub enum Event {
     /// Issue 47: a coordinator's commit decision (PREPARING → COMMITTING, or PREPARED) lost to an operator's
     /// abort: it follows the record and drives the abort.
     CommitLostToOperator,
+    /// Issue 48: a POST's coordinator answered 202 COMMITTING on its durable commit decision
+    /// ([`Config::answer_on_decision`]) and goes on with the second phase after answering.
+    AnsweredOnDecision,
+    /// Issue 48: a coordinator that answered on its decision crashed before the end: the sweeper (or lock
+    /// resolution) finishes the second phase.
+    CrashedAfterEarlyAnswer,
     /// Issue 32: a resolver (lock resolution, the sweeper, a route's or retry's `abort_expired`) aborted a
     /// PREPARED transaction past its `holdUntil` and twice the margin.
     HoldExpired,
@@ -1012,6 +1018,18 @@ impl TwoPc {
                 p.push(Property::<Self>::sometimes(
                     "sometimes an operator aborts a held (PREPARED) transaction",
                     seen::<{ Event::OperatorAbortedHeld as u32 }>,
+                ));
+            }
+        }
+        if cfg.answer_on_decision {
+            p.push(Property::<Self>::sometimes(
+                "sometimes a POST is answered 202 COMMITTING on its commit decision",
+                seen::<{ Event::AnsweredOnDecision as u32 }>,
+            ));
+            if cfg.budget.crash > 0 {
+                p.push(Property::<Self>::sometimes(
+                    "sometimes a coordinator answered on its decision crashes before the end, which others finish",
+                    seen::<{ Event::CrashedAfterEarlyAnswer as u32 }>,
                 ));
             }
         }

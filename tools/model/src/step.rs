@@ -367,6 +367,9 @@ impl TwoPc {
                 let tx = self.execs[ci as usize].0;
                 s.ghost.reason |= bit(tx);
                 ctx.note(|| format!("{} crashes", self.coord_name(ci)));
+                if s.coords[ci as usize].answer.is_some() {
+                    self.event(&mut s, Event::CrashedAfterEarlyAnswer);
+                }
                 self.answer(&mut s, ci, Answer::Crashed, &mut ctx);
             }
             Action::Duplicate(i) => {
@@ -1696,7 +1699,11 @@ impl TwoPc {
         for x in c.inv.iter_mut() {
             *x = Inv::Idle;
         }
-        c.answer = Some(a);
+        // Issue 48: an answer sent on the decision stays the caller's: what the execution does after it
+        // (its end, or its crash) answers nobody.
+        if c.answer.is_none() {
+            c.answer = Some(a);
+        }
         let unacked = c.abort_unacked;
         ctx.note(|| format!("  {} answers {:?}", self.coord_name(ci), a));
         self.progress(s);
@@ -1786,6 +1793,24 @@ impl TwoPc {
         }
         let (tx, _) = self.execs[ci as usize];
         let votes = s.coords[ci as usize].votes.clone();
+        // Issue 48: a POST's own execution (not a retried key's replay, not a route) knows the commit is
+        // decided: it answers now and drives the second phase after its answer.
+        let own_post = self.route_of[ci as usize].is_none() && !s.coords[ci as usize].replay;
+        if self.cfg.answer_on_decision
+            && own_post
+            && status == Status::Committing
+            && s.coords[ci as usize].answer.is_none()
+        {
+            s.coords[ci as usize].answer = Some(Answer::Accepted);
+            ctx.note(|| {
+                format!(
+                    "  {} answers {:?} on its decision; the second phase goes on",
+                    self.coord_name(ci),
+                    Answer::Accepted
+                )
+            });
+            self.event(s, Event::AnsweredOnDecision);
+        }
         self.invoke_all(s, ci, tx, status == Status::Committing, &votes, ctx);
         s.coords[ci as usize].pc = CPc::DriveAwait { status };
         self.check_drive_done(s, ci, ctx);

@@ -263,3 +263,13 @@ fn operator() {
 fn operator_held() {
     run(Config::operator_held, faults("crash,db_reply,refused", 1), false);
 }
+
+/// Issue 48: both POSTs ask to be answered on their commit decision (`Prefer: respond-async`): T1 unkeyed
+/// (its COMMITTING record created at the decision), T2 keyed and sent twice. The 202 COMMITTING comes as
+/// soon as the execution knows its decision is durable; the second phase goes on after it and may crash,
+/// lose messages or lose a DynamoDB reply, the sweeper and lock resolution finishing it. Every earlier
+/// property must hold: a 202 says the transaction commits, and it does.
+#[test]
+fn answer_on_decision() {
+    run(Config::answer_on_decision, faults("crash,db_reply,loss", 1), false);
+}
