@@ -142,7 +142,7 @@ def test_the_cors_values_are_read_from_the_code():
     assert cors_contract() == {
         "defaultOrigin": "*",
         "methods": "GET,POST,OPTIONS",
-        "headers": "Age-Token,Authorization,Content-Type,Idempotency-Key,X-Amz-Content-Sha256,X-Amz-Date,X-Amz-Security-Token",
+        "headers": "Age-Token,Authorization,Content-Type,Idempotency-Key,Prefer,X-Amz-Content-Sha256,X-Amz-Date,X-Amz-Security-Token",
         "maxAge": 600,
         "variable": "CORS_ALLOW_ORIGIN",
     }

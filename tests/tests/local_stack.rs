@@ -195,6 +195,30 @@ async fn held_transactions(stack: &Stack) {
     pushes.close().await.ok();
     wait_for_lake(&e.lake_dir, std::slice::from_ref(&id), 2).await;
 
+    // Issue 48, answer on decision (`Prefer: respond-async`): 202 COMMITTING at once, the second phase after
+    // the answer: in process a task of its own; under `cargo lambda watch` (whose runtime emulator has the
+    // extensions API) the coordinator function's internal extension, after the runtime posted the answer.
+    // Then the transfer ends committed.
+    let opened = api
+        .submit(
+            &Transaction::new()
+                .participant("service-a", [op::put("RA", json!({"balance": 10})).if_not_exists()])
+                .participant("service-b", [op::put("RB", json!({"balance": 0})).if_not_exists()]),
+        )
+        .await
+        .expect("the REST API answers");
+    assert!(opened.is_committed(), "{opened:?}");
+    let eager = Client::new(&e.api).expect("the API's URL").answering_on_decision();
+    let early = eager.submit(&transfer("RA", "RB", 10)).await.expect("the REST API answers");
+    let Outcome::Pending(state) = &early else { panic!("answered on the commit decision: {early:?}") };
+    assert_eq!((&state.status, early.http_status()), (&Status::Committing, 202), "{early:?}");
+    let early_id = early.transaction_id().to_owned();
+    let deadline = Instant::now() + WAIT;
+    while !api.get(&early_id).await.expect("the transaction is found").is_committed() {
+        assert!(Instant::now() < deadline, "{early_id} never committed after its early answer");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     // Rejected, through raw HTTP: the statuses as the contract writes them.
     let post = |path: String, body: Option<Vec<u8>>| {
         let request = http.post(format!("{}{path}", e.api)).header("content-type", "application/json");

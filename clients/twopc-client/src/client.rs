@@ -58,6 +58,7 @@ pub struct Client {
     signer: Option<Signer>,
     bearer: Option<String>,
     retry: Retry,
+    respond_async: bool,
 }
 
 impl Client {
@@ -81,7 +82,7 @@ impl Client {
         let tls = if base.scheme() == "https" { crate::tls::config()? } else { crate::tls::config_or_none_trusted() };
         http = http.use_preconfigured_tls((*tls).clone());
         let http = http.build().map_err(Error::Transport)?;
-        Ok(Client { http, base, signer: None, bearer: None, retry: Retry::default() })
+        Ok(Client { http, base, signer: None, bearer: None, retry: Retry::default(), respond_async: false })
     }
 
     /// Signs every request with SigV4 for an IAM-authorized API in `region`, with credentials from
@@ -99,6 +100,14 @@ impl Client {
 
     pub fn with_signer(mut self, signer: Signer) -> Client {
         self.signer = Some(signer);
+        self
+    }
+
+    /// Sends `Prefer: respond-async` with every `POST /transactions`: a commit is answered as soon as its
+    /// decision is durable ([`Outcome::Pending`](crate::Outcome::Pending) with status `COMMITTING`, HTTP 202), its second phase after the
+    /// answer. The outcome is final; the participants' items may not show it yet (docs/api.md).
+    pub fn answering_on_decision(mut self) -> Client {
+        self.respond_async = true;
         self
     }
 
@@ -329,6 +338,9 @@ impl Client {
         }
         if let Some(token) = age_token {
             headers.push(("age-token", token));
+        }
+        if self.respond_async && *method == Method::POST && url.path().ends_with("/transactions") {
+            headers.push(("prefer", "respond-async"));
         }
         if let Some(bearer) = &self.bearer {
             headers.push(("authorization", bearer));

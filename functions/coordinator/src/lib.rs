@@ -92,6 +92,12 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
     let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let method = request.method().as_str();
     let caller = caller(coordinator.access(), &request);
+    // `Prefer: respond-async` (RFC 7240): answered on the commit decision when the coordinator applies it.
+    let respond_async = request
+        .headers()
+        .get("prefer")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(twopc::after_answer::prefers_respond_async);
     let reply = match (method, segments.as_slice()) {
         (_, ["admin", ..]) => {
             let query: std::collections::BTreeMap<String, String> = request
@@ -128,9 +134,8 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
                 (_, Some(Err(_))) => Reply::error(ErrorCode::InvalidAgeToken, "Age-Token must be visible ASCII"),
                 (key, token) => {
                     let (key, token) = (key.and_then(Result::ok), token.and_then(Result::ok));
-                    coordinator
-                        .submit_retry_by(request.body().as_ref(), key.as_deref(), token.as_deref(), &caller)
-                        .await
+                    let body = request.body().as_ref();
+                    coordinator.submit_preferring(body, key.as_deref(), token.as_deref(), &caller, respond_async).await
                 }
             }
         }
@@ -161,7 +166,18 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
         let outcome = reply.body["status"].as_str().or(reply.body["code"].as_str()).unwrap_or("");
         twopc::xray::record("coordinator", id, outcome, started);
     }
-    to_response(reply)
+    let applied = respond_async
+        && coordinator.answers_on_decision()
+        && method == "POST"
+        && segments.as_slice() == ["transactions"]
+        && reply.status == 202
+        && reply.body["status"] == "COMMITTING";
+    let mut response = to_response(reply);
+    if applied {
+        let value = lambda_http::http::HeaderValue::from_static("respond-async");
+        response.headers_mut().insert(twopc::after_answer::PREFERENCE_APPLIED, value);
+    }
+    response
 }
 
 /// A 405 names the methods the resource has, as HTTP asks.

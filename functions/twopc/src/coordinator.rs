@@ -66,6 +66,10 @@ pub use submit::{parse_request, parse_request_with};
 /// applied then is answered 202 with its id, an abort 409, an undecided transaction 503 with its id;
 /// the sweeper finishes them.
 pub const ANSWER_BUDGET: Duration = Duration::from_millis(27_000);
+/// A second phase run after an answer on the decision (`Prefer: respond-async`) may go on this long past
+/// its request's answer budget: the invocation, which ends only when it does, stays within the coordinator
+/// function's 45 s timeout; what is left then is the sweeper's.
+pub const AFTER_ANSWER_BUDGET: Duration = Duration::from_millis(15_000);
 /// Past the answer budget, a step that has not returned (a DynamoDB call that hangs) is abandoned, as a
 /// crash would abandon it, and the answer is a 503 with the id: still a second before API Gateway's 29 s.
 const ABANDON_AFTER_BUDGET: Duration = Duration::from_millis(1_000);
@@ -98,6 +102,9 @@ pub struct Coordinator {
     data_tables: Arc<BTreeMap<String, crate::participant::DataTable>>,
     /// Where `GET /admin/outcomes` reads the outcome events back ([`admin::OutcomeHistory`]); None: 503.
     outcome_history: Option<Arc<dyn admin::OutcomeHistory>>,
+    /// Where a request answered on its commit decision finishes its second phase ([`crate::after_answer`]);
+    /// None: `Prefer: respond-async` is not applied (a preference may be ignored), the answer comes at the end.
+    after_answer: Option<Arc<dyn crate::after_answer::AfterAnswer>>,
 }
 
 impl Coordinator {
@@ -126,6 +133,7 @@ impl Coordinator {
             access: Arc::new(Policy::default()),
             data_tables: Arc::new(BTreeMap::new()),
             outcome_history: None,
+            after_answer: None,
         }
     }
 
@@ -136,6 +144,18 @@ impl Coordinator {
     }
 
     /// The same coordinator, answering `GET /admin/outcomes` from `history`.
+    /// Applies `Prefer: respond-async`: a request that asks is answered 202 COMMITTING once its commit
+    /// decision is durable, and `after` finishes its second phase ([`crate::after_answer`]).
+    pub fn with_after_answer(mut self, after: Arc<dyn crate::after_answer::AfterAnswer>) -> Coordinator {
+        self.after_answer = Some(after);
+        self
+    }
+
+    /// Whether `Prefer: respond-async` is applied ([`Coordinator::with_after_answer`]).
+    pub fn answers_on_decision(&self) -> bool {
+        self.after_answer.is_some()
+    }
+
     pub fn with_outcome_history(self, history: Arc<dyn admin::OutcomeHistory>) -> Coordinator {
         Coordinator { outcome_history: Some(history), ..self }
     }
@@ -238,8 +258,24 @@ impl Coordinator {
         age_token: Option<&str>,
         caller: &Caller,
     ) -> Reply {
+        self.submit_preferring(body, idempotency_key, age_token, caller, false).await
+    }
+
+    /// [`Coordinator::submit_retry_by`], answered on its commit decision when `respond_async` (the
+    /// caller's `Prefer: respond-async`) and the coordinator applies it ([`Coordinator::with_after_answer`]):
+    /// 202 COMMITTING once the decision is durable, the second phase after the answer. Not part of the
+    /// request's hash: a key's replay, an age token and the answer's outcome are the same either way.
+    pub async fn submit_preferring(
+        &self,
+        body: &[u8],
+        idempotency_key: Option<&str>,
+        age_token: Option<&str>,
+        caller: &Caller,
+        respond_async: bool,
+    ) -> Reply {
         let started = Instant::now();
-        let reply = submit::answer(self, body, idempotency_key, age_token, caller).await;
+        let on_decision = respond_async && self.after_answer.is_some();
+        let reply = submit::answer(self, body, idempotency_key, age_token, caller, on_decision).await;
         telemetry::answered(reply.status, &reply.body, started.elapsed());
         reply
     }

@@ -12,9 +12,10 @@ pub const CORS_ALLOW_ORIGIN: &str = "CORS_ALLOW_ORIGIN";
 /// SigV4-signed anyway, and no cookie is ever sent, so the origin protects nothing a signature does not.
 pub const DEFAULT_ALLOW_ORIGIN: &str = "*";
 pub const ALLOW_METHODS: &str = "GET,POST,OPTIONS";
-/// What a browser client sends: the body's type, the idempotency key, the age token and SigV4's headers.
+/// What a browser client sends: the body's type, the idempotency key, the age token, its preference to be
+/// answered on the commit decision (`Prefer: respond-async`) and SigV4's headers.
 pub const ALLOW_HEADERS: &str =
-    "Age-Token,Authorization,Content-Type,Idempotency-Key,X-Amz-Content-Sha256,X-Amz-Date,X-Amz-Security-Token";
+    "Age-Token,Authorization,Content-Type,Idempotency-Key,Prefer,X-Amz-Content-Sha256,X-Amz-Date,X-Amz-Security-Token";
 /// How long a browser may keep a preflight's answer.
 pub const MAX_AGE_SECONDS: u32 = 600;
 

@@ -6,6 +6,7 @@
 //! [`clock::Clock`]); DynamoDB is used for real, because its condition expressions are the protocol.
 
 pub mod access;
+pub mod after_answer;
 pub mod age;
 pub mod attempts;
 pub mod attr;

@@ -75,6 +75,7 @@ const CORS_ALLOW_HEADERS = [
   'Authorization',
   'Content-Type',
   'Idempotency-Key',
+  'Prefer',
   'X-Amz-Content-Sha256',
   'X-Amz-Date',
   'X-Amz-Security-Token',

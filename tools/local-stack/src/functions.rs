@@ -185,7 +185,10 @@ impl Functions {
         let logs = wiring.sdk.to_builder().endpoint_url(&wiring.logs_url).build();
         let coordinator = coordinator
             .with_data_tables(data_tables.clone())
-            .with_outcome_history(Arc::new(::coordinator::outcome_log::LogGroupHistory::from_config(&logs, EVENT_BUS)));
+            .with_outcome_history(Arc::new(::coordinator::outcome_log::LogGroupHistory::from_config(&logs, EVENT_BUS)))
+            // `Prefer: respond-async`: this process keeps running after an answer, so a task of its own
+            // finishes the second phase (deployed, the coordinator function's internal extension).
+            .with_after_answer(Arc::new(twopc::after_answer::Spawned));
         let sweeper = Sweeper::new(coordinator.clone(), data_tables, SweepLimits::default())
             .with_open_alerts_after(twopc_fanout::outcomes::DEFAULT_OPEN_ALERT_AFTER_MS);
         let bus =

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::ballot::Votes;
 use super::one_phase::takes_one_phase_as;
-use super::reply::{DriveError, Reply};
+use super::reply::{Answering, DriveError, Reply};
 use super::{Coordinator, MAX_ATTEMPTS, MIN_ATTEMPT_MS, NO_TIME_TO_BEGIN};
 use crate::attempts::ContentionAbort;
 use crate::faults::CoordinatorCrash;
@@ -30,7 +30,7 @@ pub(super) async fn run(
     c: &Coordinator,
     mut record: TransactionRecord,
     mut created: bool,
-    answer_by: Instant,
+    answering: Answering,
     body_hash: &str,
     timeout_ms: u64,
     current: &std::sync::Mutex<String>,
@@ -41,9 +41,9 @@ pub(super) async fn run(
         // A held transaction never commits in one phase: its decision is the caller's, later. Nor does one
         // whose record is written already (a token's retry): one phase creates its record as it commits.
         let attempted = if !created && takes_one_phase_as(&record, c.catalogs()) {
-            super::one_phase::run_one_phase(c, record, answer_by).await?
+            super::one_phase::run_one_phase(c, record, answering.by).await?
         } else {
-            super::two_phase::run_two_phase(c, record, created, answer_by, first).await?
+            super::two_phase::run_two_phase(c, record, created, answering, first).await?
         };
         let Some(refused) = attempted.refused else { return Ok(attempted.reply) };
         if let Some(at) = refused.blocked_at {
@@ -59,7 +59,7 @@ pub(super) async fn run(
         // The refused attempt's second phase may have taken the time the next one needed: then the next
         // one, created with the link and never begun, is ended (nothing was sent for it) and its abort is
         // the request's answer. Conditional: a caller's or an operator's abort may have ended it first.
-        let budget_left = answer_by.saturating_duration_since(Instant::now());
+        let budget_left = answering.by.saturating_duration_since(Instant::now());
         let now = c.engine.clock.now_ms();
         if now > deadline.saturating_sub(MIN_ATTEMPT_MS) || budget_left < Duration::from_millis(MIN_ATTEMPT_MS) {
             let id = &next.transaction_id;

@@ -1,6 +1,8 @@
 //! What the coordinator answers: the contract's HTTP replies, and the 503s that say what a caller may
 //! conclude when the transaction store failed or the coordinator stopped short.
 
+use std::time::Instant;
+
 use serde_json::{Value, json};
 use tracing::error;
 
@@ -66,6 +68,14 @@ impl Reply {
         }
         Reply { status, body }
     }
+}
+
+/// When, and on what, a request is answered: by `by` at the latest (its answer budget), and, when
+/// `on_decision` (the caller's `Prefer: respond-async`, applied), as soon as its commit decision is durable.
+#[derive(Debug, Clone, Copy)]
+pub struct Answering {
+    pub by: Instant,
+    pub on_decision: bool,
 }
 
 /// What one attempt of a request came to: its answer, and the attempt's record when it ended aborted (its

@@ -12,7 +12,7 @@ use tracing::{Instrument, error, info, info_span};
 use super::engine::retrying;
 use super::one_phase::{one_phase_id, one_phase_service};
 use super::replay::caller_idempotent_id;
-use super::reply::{Reply, drive_error_reply, unavailable};
+use super::reply::{Answering, Reply, drive_error_reply, unavailable};
 use super::{ABANDON_AFTER_BUDGET, Coordinator};
 use crate::access::{Caller, entity_ids};
 use crate::attempts::AgeClaim;
@@ -26,6 +26,7 @@ pub(super) async fn answer(
     idempotency_key: Option<&str>,
     age_token: Option<&str>,
     caller: &Caller,
+    on_decision: bool,
 ) -> Reply {
     let request = match parse_request_with(body, |s| c.services.contains(s), &c.catalogs) {
         Ok(request) => request,
@@ -45,7 +46,7 @@ pub(super) async fn answer(
         true => Vec::new(),
         false => request.participants.iter().map(|p| entity_ids(&p.operations)).collect(),
     };
-    let mut reply = answer_authorized(c, request, idempotency_key, age_token, caller).await;
+    let mut reply = answer_authorized(c, request, idempotency_key, age_token, caller, on_decision).await;
     c.access.redact_answer(caller, &mut reply.body, &items);
     super::seen::hide_others_transactions(c, caller, &mut reply.body).await;
     reply
@@ -57,6 +58,7 @@ pub(super) async fn answer_authorized(
     idempotency_key: Option<&str>,
     age_token: Option<&str>,
     caller: &Caller,
+    on_decision: bool,
 ) -> Reply {
     let answer_by = Instant::now() + c.answer_budget;
     let body_hash = request.canonical_hash();
@@ -199,7 +201,16 @@ pub(super) async fn answer_authorized(
     let current = std::sync::Mutex::new(id.clone());
     // Boxed: the attempts' state machine is large, and a caller's stack need not hold it.
     let run = Box::pin(
-        super::attempts::run(c, record, created, answer_by, &body_hash, request.timeout_ms, &current).instrument(span),
+        super::attempts::run(
+            c,
+            record,
+            created,
+            Answering { by: answer_by, on_decision },
+            &body_hash,
+            request.timeout_ms,
+            &current,
+        )
+        .instrument(span),
     );
     let ran = tokio::time::timeout_at(abandon_at, run).await;
     let id = current.lock().expect("the attempt's id is never poisoned").clone();

@@ -5,12 +5,12 @@
 
 use std::time::Instant;
 
-use tracing::info;
+use tracing::{Instrument, info, warn};
 
 use super::Coordinator;
 use super::ballot::{Verdict, Votes};
 use super::engine::{Decided, PrepareOrder, Recording};
-use super::reply::{Attempted, DriveError, Refused, Reply};
+use super::reply::{Answering, Attempted, DriveError, Refused, Reply};
 use crate::faults::CoordinatorCrash;
 use crate::model::Status;
 use crate::record::TransactionRecord;
@@ -23,9 +23,10 @@ pub(super) async fn run_two_phase(
     c: &Coordinator,
     record: TransactionRecord,
     created: bool,
-    answer_by: Instant,
+    answering: Answering,
     first: Option<usize>,
 ) -> Result<Attempted, DriveError> {
+    let answer_by = answering.by;
     let started = Instant::now();
     // A held transaction is recorded first too: its record is what its commit and abort find. So is an
     // attempt created with the link that names it (a retry: its record exists before it begins).
@@ -70,6 +71,9 @@ pub(super) async fn run_two_phase(
     if decided.status == Status::Prepared {
         return Ok(super::held::answer_held(c, decided).await.into());
     }
+    if answering.on_decision && decided.status == Status::Committing {
+        return Ok(answer_on_decision(c, decided, started, answer_by).into());
+    }
     let second_phase = Instant::now();
     let finished = c.engine.drive_within(decided.clone(), answer_by).await?;
     if decided.status == Status::Committing && finished.status.is_terminal() {
@@ -88,6 +92,34 @@ pub(super) async fn run_two_phase(
         next,
     });
     Ok(Attempted { reply, refused })
+}
+
+/// Issue 48: the 202 COMMITTING of a request that asked to be answered on its decision (`Prefer:
+/// respond-async`), now that the commit decision is durable; its second phase is handed to the after-answer
+/// work ([`crate::after_answer`]), until [`super::AFTER_ANSWER_BUDGET`] past the request's answer budget.
+/// Stopped there, the sweeper finishes it.
+fn answer_on_decision(c: &Coordinator, decided: TransactionRecord, started: Instant, answer_by: Instant) -> Reply {
+    let reply = Reply::for_record(&decided);
+    let Some(after) = &c.after_answer else { return reply };
+    let engine = c.engine.clone();
+    let finish_by = answer_by + super::AFTER_ANSWER_BUDGET;
+    let span = tracing::Span::current();
+    after.defer(Box::pin(
+        async move {
+            let second_phase = Instant::now();
+            match engine.drive_within(decided, finish_by).await {
+                Ok(finished) if finished.status.is_terminal() => {
+                    telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
+                    info!(status = %finished.status, "second phase finished after the answer");
+                }
+                Ok(finished) => info!(status = %finished.status, "second phase left to the sweeper"),
+                Err(e) => warn!(error = %e, "second phase after the answer stopped; the sweeper finishes it"),
+            }
+        }
+        .instrument(span),
+    ));
+    info!(total_ms = started.elapsed().as_millis() as u64, "transaction answered on its commit decision");
+    reply
 }
 
 impl Coordinator {
