@@ -110,6 +110,11 @@ pub struct Bench {
     /// The same, with every participant call delayed as a Lambda Invoke would be.
     pub delayed: Coordinator,
     pub delayed_sequential: Coordinator,
+    /// Issue 48: `coordinator` applying `Prefer: respond-async`, its second phases left in `after_answer`
+    /// until [`Bench::finish_after_answers`], as the deployed function's extension runs them after the
+    /// answer, before the instance takes its next request.
+    pub on_decision: Coordinator,
+    pub after_answer: Arc<twopc::after_answer::Deferred>,
 }
 
 /// Calls in-process participants after a delay: the round trip of a warm Lambda Invoke, which
@@ -199,7 +204,9 @@ impl Bench {
             twopc::clock::system(),
         );
         let delayed_sequential = delayed.with_sequential_prepares();
-        Ok(Bench { client, counter, coordinator, sequential, delayed, delayed_sequential })
+        let after_answer = Arc::new(twopc::after_answer::Deferred::default());
+        let on_decision = coordinator.clone().with_after_answer(after_answer.clone());
+        Ok(Bench { client, counter, coordinator, sequential, delayed, delayed_sequential, on_decision, after_answer })
     }
 
     /// Writes accounts as committed data (version 0, balance [`START_BALANCE`]), 16 at a time.
@@ -266,6 +273,19 @@ impl Bench {
             .and_then(|b| b.as_n().ok())
             .ok_or_else(|| format!("{}/{id} has no balance", table(*k)))?;
         Ok(balance.parse()?)
+    }
+
+    /// Sends a request body with `Prefer: respond-async` through [`Bench::on_decision`]: a commit answers
+    /// [`Outcome::Pending`] (202 COMMITTING) on its decision.
+    pub async fn submit_on_decision(&self, body: &[u8]) -> Outcome {
+        let caller = self.on_decision.access().iam(None);
+        let reply = self.on_decision.submit_preferring(body, None, None, &caller, true).await;
+        outcome_of(reply.status, &reply.body)
+    }
+
+    /// Runs the second phases left after answers on the decision, to their end.
+    pub async fn finish_after_answers(&self) {
+        self.after_answer.run().await;
     }
 
     /// Sends a request body through the coordinator (participants in-process).

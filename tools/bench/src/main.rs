@@ -433,6 +433,19 @@ fn targets(f: &Figures) -> Vec<Target> {
         }
         None => Target::missing("latency", d1),
     });
+    let d1b = "p50 of a 2-participant 2PC transfer answered on its decision ≤ 1.3× TransactWriteItems p50 (issue 48)";
+    t.push(match &f.latency {
+        Some(l) => {
+            let ratio = l.on_decision.p50 / l.baseline.p50;
+            Target::new(
+                "latency, answered on decision",
+                d1b,
+                format!("{:.2} ms vs {:.2} ms = {ratio:.2}×", l.on_decision.p50, l.baseline.p50),
+                ratio <= 1.3,
+            )
+        }
+        None => Target::missing("latency, answered on decision", d1b),
+    });
     let d2 = "p50 with 8 participants ≤ 1.3× p50 with 2 (parallel prepares)";
     t.push(match f.scaling.as_ref().and_then(|s| Some((point(s, 2)?, point(s, 8)?))) {
         Some((two, eight)) => {
@@ -854,13 +867,22 @@ fn report(f: &Figures, targets: &[Target], plan: &Plan, endpoint: &str, cores: u
             plan.latency_iterations, plan.latency_warmup
         );
         let mut rows = vec![];
-        for (name, s) in [("2PC through the coordinator", &l.twopc), ("TransactWriteItems", &l.baseline)] {
+        for (name, s) in [
+            ("2PC through the coordinator", &l.twopc),
+            ("2PC answered on its decision (Prefer: respond-async)", &l.on_decision),
+            ("TransactWriteItems", &l.baseline),
+        ] {
             let mut row = vec![name.to_owned()];
             row.extend(summary_cells(s));
             rows.push(row);
         }
         table(&mut o, "lrrrr", &["path", "p50", "p95", "p99", "mean"], &rows);
         let _ = writeln!(o, "  p50 ratio 2PC / TransactWriteItems: {:.2}×", l.twopc.p50 / l.baseline.p50);
+        let _ = writeln!(
+            o,
+            "  p50 ratio 2PC answered on its decision / TransactWriteItems: {:.2}×",
+            l.on_decision.p50 / l.baseline.p50
+        );
         let _ = writeln!(o);
     }
     if let Some(points) = &f.scaling {
@@ -1262,6 +1284,8 @@ fn figures_json(f: &Figures, targets: &[Target], plan: &Plan, cores: usize, elap
             "twopc": l.twopc.json(),
             "transactWriteItems": l.baseline.json(),
             "ratioP50": round(l.twopc.p50 / l.baseline.p50, 3),
+            "onDecision": l.on_decision.json(),
+            "onDecisionRatioP50": round(l.on_decision.p50 / l.baseline.p50, 3),
         })),
         "projection": f.projection.as_ref().map(|rows| rows.iter().map(|r| json!({
             "model": r.label,
