@@ -49,7 +49,8 @@ async fn a_request_preferring_respond_async_is_answered_on_its_commit_decision()
     let env = TestEnv::new().await;
     accounts(&env).await;
     let invoker = env.fresh_invoker();
-    invoker.set("service-b", Action::Commit, EdgeFault::DelayReply(Duration::from_millis(300)));
+    // Long enough that no pause of a loaded machine lets the second phase end before the record is read.
+    invoker.set("service-b", Action::Commit, EdgeFault::DelayReply(Duration::from_millis(1_500)));
     let coordinator = env.coordinator_with(&invoker, Faults::default()).with_after_answer(Arc::new(Spawned));
 
     let (status, answer) = post(&coordinator, &transfer("10"), None, true).await;
@@ -84,9 +85,9 @@ async fn an_abort_is_answered_at_its_end_whatever_the_preference() {
 }
 
 /// The second phase after the answer stops (a crash after the first commit), its commit messages are
-/// duplicated and delivered late: the sweeper finishes it past the deadline, applied once. A key's
+/// duplicated and delivered late: the sweeper finishes it past the deadline, applied once. Then the key's
 /// replay, with the preference or without (it is not part of the request's hash), answers the same
-/// transaction, never 422.
+/// transaction, committed, never 422.
 #[tokio::test]
 async fn a_second_phase_stopped_after_the_answer_is_finished_by_the_sweeper() {
     let env = TestEnv::new().await;
@@ -101,14 +102,22 @@ async fn a_second_phase_stopped_after_the_answer_is_finished_by_the_sweeper() {
     let (status, answer) = post(&crashing, &transfer("10"), Some("early"), true).await;
     assert_eq!((status, answer["status"].as_str()), (202, Some("COMMITTING")), "{answer}");
     let id = answer["transactionId"].as_str().unwrap().to_owned();
-    for respond_async in [true, false] {
-        let (status, replay) = post(&env.coordinator, &transfer("10"), Some("early"), respond_async).await;
-        assert!(matches!(status, 200 | 202), "{replay}");
-        assert_eq!(replay["transactionId"], id.as_str(), "the same transaction: {replay}");
-    }
+    // The crash ends the second phase after the answer: nothing finishes it but the sweeper.
+    let stopped = env.transactions.get(&id).await.unwrap().unwrap();
+    assert_eq!(stopped.status, Status::Committing, "{stopped:?}");
     env.clock.advance(2_000 + twopc::sweeper::SweepLimits::default().grace_ms);
-    env.sweep_until_quiet().await;
-    until_status(&env, &id, Status::Committed).await;
+    let reports = env.sweep_until_quiet().await;
+    assert_eq!(reports.iter().map(|r| r.committed).sum::<u32>(), 1, "the sweeper finished it: {reports:?}");
+    assert_eq!(env.transactions.get(&id).await.unwrap().unwrap().status, Status::Committed);
+    let replaying = env.coordinator_with(&env.fresh_invoker(), Faults::default()).with_after_answer(Arc::new(Spawned));
+    for respond_async in [true, false] {
+        let (status, replay) = post(&replaying, &transfer("10"), Some("early"), respond_async).await;
+        assert_eq!(
+            (status, replay["transactionId"].as_str()),
+            (200, Some(id.as_str())),
+            "the same transaction: {replay}"
+        );
+    }
     env.settle().await;
     assert_eq!(env.balance("service-a", "A").await, "90", "applied once");
     assert_eq!(env.balance("service-b", "B").await, "10", "applied once");

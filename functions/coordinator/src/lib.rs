@@ -195,6 +195,9 @@ fn method_not_allowed(method: &str, path: &str, allowed: &'static str) -> Respon
 pub fn allow_origin(mut response: Response<Body>, origin: Option<&str>) -> Response<Body> {
     if let Some(value) = origin.and_then(|o| lambda_http::http::HeaderValue::from_str(o).ok()) {
         response.headers_mut().insert("access-control-allow-origin", value);
+        // A page may read whether its `Prefer: respond-async` was applied.
+        let exposed = lambda_http::http::HeaderValue::from_static(twopc::after_answer::PREFERENCE_APPLIED);
+        response.headers_mut().insert("access-control-expose-headers", exposed);
     }
     response
 }

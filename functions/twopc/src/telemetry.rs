@@ -17,7 +17,8 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = "TwoPhaseCommit";
 pub const COMMITTED: &str = "Committed";
 /// Coordinator: transactions answered ABORTED (409), with the dimension [`REASON`].
 pub const ABORTED: &str = "Aborted";
-/// Coordinator: transactions answered 202 (the answer budget ran out; the sweeper finishes them).
+/// Coordinator: transactions answered 202 COMMITTING: the answer budget ran out (the sweeper finishes
+/// them), or the caller preferred the answer on the commit decision (`Prefer: respond-async`, issue 48).
 pub const ACCEPTED: &str = "Accepted";
 /// Coordinator: 503 answers (a store could not be reached, or refused a decision).
 pub const UNAVAILABLE: &str = "Unavailable";

@@ -71,8 +71,11 @@ pub(super) async fn run_two_phase(
     if decided.status == Status::Prepared {
         return Ok(super::held::answer_held(c, decided).await.into());
     }
-    if answering.on_decision && decided.status == Status::Committing {
-        return Ok(answer_on_decision(c, decided, started, answer_by).into());
+    if answering.on_decision
+        && decided.status == Status::Committing
+        && let Some(after) = &c.after_answer
+    {
+        return Ok(answer_on_decision(c, after.as_ref(), decided, started, answer_by).into());
     }
     let second_phase = Instant::now();
     let finished = c.engine.drive_within(decided.clone(), answer_by).await?;
@@ -98,9 +101,14 @@ pub(super) async fn run_two_phase(
 /// respond-async`), now that the commit decision is durable; its second phase is handed to the after-answer
 /// work ([`crate::after_answer`]), until [`super::AFTER_ANSWER_BUDGET`] past the request's answer budget.
 /// Stopped there, the sweeper finishes it.
-fn answer_on_decision(c: &Coordinator, decided: TransactionRecord, started: Instant, answer_by: Instant) -> Reply {
+fn answer_on_decision(
+    c: &Coordinator,
+    after: &dyn crate::after_answer::AfterAnswer,
+    decided: TransactionRecord,
+    started: Instant,
+    answer_by: Instant,
+) -> Reply {
     let reply = Reply::for_record(&decided);
-    let Some(after) = &c.after_answer else { return reply };
     let engine = c.engine.clone();
     let finish_by = answer_by + super::AFTER_ANSWER_BUDGET;
     let span = tracing::Span::current();
