@@ -27,7 +27,8 @@ dynamodb = boto3.client(
 
 # UNKNOWN_OPERATION: a service's own kind sent to another service (which service speaks which kind is
 # the registry's, as the service names are). INVALID_AGE_TOKEN and AGE_TOKEN_USED: whether an Age-Token is
-# one the coordinator signed for this caller and body, and unused, is the coordinator's to say.
+# one the coordinator signed for this caller and body, and unused, is the coordinator's to say. So is
+# whether a page token of GET /admin/outcomes is one the outcome history answered and has not expired.
 SERVER_JUDGED_CODES = {
     "UNKNOWN_SERVICE",
     "DUPLICATE_SERVICE",
@@ -40,6 +41,7 @@ SERVER_JUDGED_CODES = {
 }
 SERVER_JUDGED_MESSAGES = re.compile(
     r"is greater than max|significant digits|outside DynamoDB's range|nests too deep|(min|max) - delta"
+    r"|the outcome history refused this page token"
 )
 WRITES_NOTHING = {400, 404, 405, 413, 415, 422}
 

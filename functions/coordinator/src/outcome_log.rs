@@ -43,12 +43,15 @@ impl LogGroupHistory {
             .send()
             .await
             .map_err(|e| {
-                let message = aws_smithy_types::error::display::DisplayErrorContext(&e).to_string();
                 // The filter is this function's own, so a refused parameter on a page after the first is
-                // its token (CloudWatch Logs' tokens expire).
+                // its token (CloudWatch Logs' tokens expire): the service's own words, for the caller.
                 match e.code() {
-                    Some("InvalidParameterException") if next.is_some() => HistoryError::PageRefused(message),
-                    _ => HistoryError::Unavailable(message),
+                    Some("InvalidParameterException") if next.is_some() => {
+                        HistoryError::PageRefused(e.message().unwrap_or("the token was refused").to_owned())
+                    }
+                    _ => {
+                        HistoryError::Unavailable(aws_smithy_types::error::display::DisplayErrorContext(&e).to_string())
+                    }
                 }
             })?;
         let outcomes = page
