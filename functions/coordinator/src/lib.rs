@@ -93,11 +93,13 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
     let method = request.method().as_str();
     let caller = caller(coordinator.access(), &request);
     // `Prefer: respond-async` (RFC 7240): answered on the commit decision when the coordinator applies it.
+    // A client may send several `Prefer` fields: each is read.
     let respond_async = request
         .headers()
-        .get("prefer")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(twopc::after_answer::prefers_respond_async);
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(twopc::after_answer::prefers_respond_async);
     let reply = match (method, segments.as_slice()) {
         (_, ["admin", ..]) => {
             let query: std::collections::BTreeMap<String, String> = request
@@ -166,12 +168,7 @@ pub async fn handle(coordinator: &Coordinator, request: Request) -> Response<Bod
         let outcome = reply.body["status"].as_str().or(reply.body["code"].as_str()).unwrap_or("");
         twopc::xray::record("coordinator", id, outcome, started);
     }
-    let applied = respond_async
-        && coordinator.answers_on_decision()
-        && method == "POST"
-        && segments.as_slice() == ["transactions"]
-        && reply.status == 202
-        && reply.body["status"] == "COMMITTING";
+    let applied = reply.answered_on_decision;
     let mut response = to_response(reply);
     if applied {
         let value = lambda_http::http::HeaderValue::from_static("respond-async");

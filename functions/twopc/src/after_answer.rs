@@ -43,7 +43,8 @@ impl Deferred {
     }
 
     /// How many pieces wait.
-    pub fn waiting(&self) -> usize {
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
         self.work.lock().expect("the deferred work is never poisoned").len()
     }
 }
@@ -57,10 +58,28 @@ impl AfterAnswer for Deferred {
 /// Whether an HTTP `Prefer` header (RFC 7240: preferences separated by commas, each a token, an optional
 /// value and parameters after `;`, tokens case-insensitive) asks for `respond-async`.
 pub fn prefers_respond_async(prefer: &str) -> bool {
-    prefer.split(',').any(|preference| {
-        let token = preference.split([';', '=']).next().unwrap_or_default().trim();
-        token.eq_ignore_ascii_case("respond-async")
-    })
+    preferences(prefer).any(|token| token.eq_ignore_ascii_case("respond-async"))
+}
+
+/// The tokens of a `Prefer` field's preferences. A quoted value may hold commas, semicolons and escaped
+/// quotes (RFC 9110's quoted-string): they separate nothing.
+fn preferences(prefer: &str) -> impl Iterator<Item = &str> {
+    let mut pieces = vec![];
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (at, c) in prefer.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                pieces.push(&prefer[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    pieces.push(&prefer[start..]);
+    pieces.into_iter().map(|preference| preference.split([';', '=']).next().unwrap_or_default().trim())
 }
 
 /// The response header that says a preference was applied (RFC 7240).
@@ -78,6 +97,14 @@ mod tests {
         assert!(!prefers_respond_async("return=representation"));
         assert!(!prefers_respond_async("respond-asynchronously"));
         assert!(!prefers_respond_async(""));
+    }
+
+    #[test]
+    fn a_quoted_value_separates_no_preference() {
+        assert!(!prefers_respond_async("foo=\"a, respond-async, b\""));
+        assert!(!prefers_respond_async("foo=\"a \\\", respond-async\""));
+        assert!(prefers_respond_async("foo=\"a, b\", respond-async"));
+        assert!(prefers_respond_async("foo=\"a \\\" b\"; x=\";\", respond-async"));
     }
 
     #[tokio::test]

@@ -297,7 +297,7 @@ async fn list(c: &Coordinator, query: ListQuery) -> Result<Reply, DriveError> {
         .map(|r| admin_view(&r, now))
         .collect();
     let next = entries.last().filter(|_| more).map(|(at, id)| encode_cursor(*at, id));
-    Ok(Reply { status: 200, body: json!({"transactions": transactions, "next": next}) })
+    Ok(Reply::ok(json!({"transactions": transactions, "next": next})))
 }
 
 async fn outcomes(c: &Coordinator, query: OutcomesQuery) -> Reply {
@@ -322,7 +322,7 @@ async fn outcomes(c: &Coordinator, query: OutcomesQuery) -> Reply {
     match history.terminal_outcomes(from, query.limit, next).await {
         Ok(page) => {
             let next = page.next.map(|token| format!("{from}.{token}"));
-            Reply { status: 200, body: json!({"outcomes": page.outcomes, "next": next, "fromMs": from}) }
+            Reply::ok(json!({"outcomes": page.outcomes, "next": next, "fromMs": from}))
         }
         Err(HistoryError::PageRefused(message)) => Reply::error(
             ErrorCode::InvalidRequest,
@@ -343,7 +343,7 @@ async fn show(c: &Coordinator, id: &str) -> Result<Reply, DriveError> {
     let mut body = admin_view(&record, now);
     body["chain"] = json!(chain(c, &record).await?);
     body["locks"] = json!(locks_of(c, &record).await?);
-    Ok(Reply { status: 200, body })
+    Ok(Reply::ok(body))
 }
 
 /// The ids of the attempts of `record`'s request, first to last: from its first attempt, each successor
@@ -448,7 +448,7 @@ async fn stuck_view(c: &Coordinator, lock_age_ms: u64) -> Result<Reply, DriveErr
         "locks": found.locks,
         "lockAgeMs": lock_age_ms,
     });
-    Ok(Reply { status: 200, body })
+    Ok(Reply::ok(body))
 }
 
 /// `table`'s locks that expired before `expired_before` and whose owner has no record, or an ended one.
@@ -554,7 +554,7 @@ async fn audited(c: &Coordinator, record: TransactionRecord, caller: &Caller, ac
         (_, Status::Preparing | Status::Prepared) => return Reply::answering(&record),
         _ => 200,
     };
-    Reply { status, body: admin_view(&shown, now) }
+    Reply { status, body: admin_view(&shown, now), answered_on_decision: false }
 }
 
 #[cfg(test)]

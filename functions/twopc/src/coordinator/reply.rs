@@ -16,12 +16,22 @@ use crate::store::StoreError;
 pub struct Reply {
     pub status: u16,
     pub body: Value,
+    /// Answered on its commit decision, the second phase left for after the answer (the caller's `Prefer:
+    /// respond-async`, applied): the function says so in `Preference-Applied`. A 202 COMMITTING whose
+    /// answer budget ran out is not one.
+    pub answered_on_decision: bool,
 }
 
 impl Reply {
     /// The contract's error answer: `{"error": {"code", "message"}}`.
     pub fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
-        Reply { status: code.http_status(), body: json!({"error": {"code": code.as_str(), "message": message.into()}}) }
+        let body = json!({"error": {"code": code.as_str(), "message": message.into()}});
+        Reply { status: code.http_status(), body, answered_on_decision: false }
+    }
+
+    /// A 200 with `body`.
+    pub fn ok(body: Value) -> Reply {
+        Reply { status: 200, body, answered_on_decision: false }
     }
 
     pub(super) fn invalid(invalid: Invalid) -> Reply {
@@ -66,7 +76,7 @@ impl Reply {
         if record.status == Status::Aborting {
             body["status"] = Value::String(Status::Aborted.as_str().to_owned());
         }
-        Reply { status, body }
+        Reply { status, body, answered_on_decision: false }
     }
 }
 

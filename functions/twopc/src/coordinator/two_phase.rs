@@ -108,7 +108,7 @@ fn answer_on_decision(
     started: Instant,
     answer_by: Instant,
 ) -> Reply {
-    let reply = Reply::for_record(&decided);
+    let reply = Reply { answered_on_decision: true, ..Reply::for_record(&decided) };
     let engine = c.engine.clone();
     let finish_by = answer_by + super::AFTER_ANSWER_BUDGET;
     let span = tracing::Span::current();
