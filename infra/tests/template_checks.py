@@ -950,12 +950,21 @@ def check_functions(stack: Stack) -> list[str]:
             problems.append(f"{function}: package type {props.get('PackageType')!r}, not Zip")
     maximum_ms = stack.code["maxTransactionTimeoutMs"]
     needed_ms = maximum_ms + COMMIT_PHASE_MARGIN_MS
+    # An answer on the decision (`Prefer: respond-async`) is followed, in the same invocation, by its
+    # second phase: the invocation may last the answer budget and the after-answer budget together.
+    answered_ms = stack.code["answerBudgetMs"] + stack.code["afterAnswerBudgetMs"]
     for function in functions_of(stack, "coordinator"):
         timeout = number(stack.props(function).get("Timeout", 3))
         if timeout is None or timeout * 1000 < needed_ms:
             problems.append(
                 f"{function}: timeout {timeout} s; transactions may take {maximum_ms} ms to prepare, "
                 f"so it needs at least {needed_ms // 1000} s"
+            )
+        elif timeout * 1000 <= answered_ms:
+            problems.append(
+                f"{function}: timeout {timeout} s; an answer on the decision may take {stack.code['answerBudgetMs']} ms "
+                f"and its second phase {stack.code['afterAnswerBudgetMs']} ms more in the same invocation, "
+                f"so it needs more than {answered_ms // 1000} s"
             )
     return problems
 

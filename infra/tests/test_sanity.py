@@ -46,7 +46,7 @@ def test_schedule(stack):
 # --- the checks can fail ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("breakage", ["x86", "runtime", "handler", "coordinator-timeout"])
+@pytest.mark.parametrize("breakage", ["x86", "runtime", "handler", "coordinator-timeout", "coordinator-timeout-after-answer"])
 def test_function_check_catches(breakage, stack):
     if breakage == "x86":
         b.props(stack, b.participant(stack, 1)["function"])["Architectures"] = ["x86_64"]
@@ -57,6 +57,10 @@ def test_function_check_catches(breakage, stack):
     elif breakage == "coordinator-timeout":
         # no longer than the longest transaction the coordinator accepts
         b.props(stack, b.function(stack, "coordinator"))["Timeout"] = stack.code["maxTransactionTimeoutMs"] // 1000
+    elif breakage == "coordinator-timeout-after-answer":
+        # long enough to prepare, too short for an answer on the decision and its second phase after it
+        answered_s = (stack.code["answerBudgetMs"] + stack.code["afterAnswerBudgetMs"]) // 1000
+        b.props(stack, b.function(stack, "coordinator"))["Timeout"] = answered_s
     assert check_functions(stack) != []
 
 

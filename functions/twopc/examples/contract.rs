@@ -52,6 +52,11 @@ fn main() {
         "functionEnvironment": environment,
         // The longest `timeoutMs` the coordinator accepts: its Lambda timeout must be longer.
         "maxTransactionTimeoutMs": MAX_TIMEOUT_MS,
+        // How long a POST may take to answer, and how long its second phase may run after an answer on
+        // its decision (`Prefer: respond-async`) in the same invocation: the Lambda timeout must be longer
+        // than both together.
+        "answerBudgetMs": twopc::coordinator::ANSWER_BUDGET.as_millis() as u64,
+        "afterAnswerBudgetMs": twopc::coordinator::AFTER_ANSWER_BUDGET.as_millis() as u64,
         // The metrics the code writes (embedded metric format, namespace from METRICS_NAMESPACE):
         // the only names an alarm or the dashboard may watch.
         "metrics": {
