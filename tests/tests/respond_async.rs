@@ -36,6 +36,11 @@ async fn until_status(env: &TestEnv, id: &str, status: Status) {
     }
 }
 
+/// A coordinator that applies the preference: its after-answer work runs as a task of its own.
+fn answering_early(env: &TestEnv, invoker: &twopc_tests::FaultyInvoker, faults: Faults) -> Coordinator {
+    env.coordinator_with(invoker, faults).with_after_answer(Arc::new(Spawned))
+}
+
 async fn accounts(env: &TestEnv) {
     env.put_account("service-a", "A", "100").await;
     env.put_account("service-b", "B", "0").await;
@@ -51,7 +56,7 @@ async fn a_request_preferring_respond_async_is_answered_on_its_commit_decision()
     let invoker = env.fresh_invoker();
     // Long enough that no pause of a loaded machine lets the second phase end before the record is read.
     invoker.set("service-b", Action::Commit, EdgeFault::DelayReply(Duration::from_millis(1_500)));
-    let coordinator = env.coordinator_with(&invoker, Faults::default()).with_after_answer(Arc::new(Spawned));
+    let coordinator = answering_early(&env, &invoker, Faults::default());
 
     let (status, answer) = post(&coordinator, &transfer("10"), None, true).await;
 
@@ -77,8 +82,7 @@ async fn a_request_preferring_respond_async_is_answered_on_its_commit_decision()
 async fn an_abort_is_answered_at_its_end_whatever_the_preference() {
     let env = TestEnv::new().await;
     accounts(&env).await;
-    let coordinator =
-        env.coordinator_with(&env.fresh_invoker(), Faults::default()).with_after_answer(Arc::new(Spawned));
+    let coordinator = answering_early(&env, &env.fresh_invoker(), Faults::default());
     let (status, answer) = post(&coordinator, &transfer("500"), None, true).await;
     assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{answer}");
     twopc_tests::contention::assert_no_locks(&env).await;
@@ -95,9 +99,7 @@ async fn a_second_phase_stopped_after_the_answer_is_finished_by_the_sweeper() {
     let invoker = env.fresh_invoker();
     invoker.set("service-a", Action::Commit, EdgeFault::Duplicate);
     invoker.set("service-b", Action::Commit, EdgeFault::LateCopy(Duration::from_millis(200)));
-    let crashing = env
-        .coordinator_with(&invoker, Faults::crash_at(CoordinatorCrash::AfterCommits(1)))
-        .with_after_answer(Arc::new(Spawned));
+    let crashing = answering_early(&env, &invoker, Faults::crash_at(CoordinatorCrash::AfterCommits(1)));
 
     let (status, answer) = post(&crashing, &transfer("10"), Some("early"), true).await;
     assert_eq!((status, answer["status"].as_str()), (202, Some("COMMITTING")), "{answer}");
@@ -109,7 +111,7 @@ async fn a_second_phase_stopped_after_the_answer_is_finished_by_the_sweeper() {
     let reports = env.sweep_until_quiet().await;
     assert_eq!(reports.iter().map(|r| r.committed).sum::<u32>(), 1, "the sweeper finished it: {reports:?}");
     assert_eq!(env.transactions.get(&id).await.unwrap().unwrap().status, Status::Committed);
-    let replaying = env.coordinator_with(&env.fresh_invoker(), Faults::default()).with_after_answer(Arc::new(Spawned));
+    let replaying = answering_early(&env, &env.fresh_invoker(), Faults::default());
     for respond_async in [true, false] {
         let (status, replay) = post(&replaying, &transfer("10"), Some("early"), respond_async).await;
         assert_eq!(
@@ -132,7 +134,7 @@ async fn the_handler_says_when_it_applied_the_preference() {
     accounts(&env).await;
     let invoker = env.fresh_invoker();
     invoker.set("service-b", Action::Commit, EdgeFault::DelayReply(Duration::from_millis(200)));
-    let coordinator = env.coordinator_with(&invoker, Faults::default()).with_after_answer(Arc::new(Spawned));
+    let coordinator = answering_early(&env, &invoker, Faults::default());
     let body = transfer("10").to_string();
     for (prefer, applied) in [(Some("wait=5, Respond-Async"), true), (None, false)] {
         let headers = match prefer {
