@@ -719,3 +719,43 @@ async fn a_tokens_claim_of_an_attempt_of_another_caller_or_body_is_refused() {
         assert_eq!(record.age_claimed_by, None, "{foreign:?}");
     }
 }
+
+/// Issue 48's answer on decision meets a caller's token retry and a held request. A token retry that
+/// prefers `respond-async` is answered 202 COMMITTING on its decision, keeps the refused request's age
+/// (`ageOf`) and ends COMMITTED after the answer; a held request that prefers it is answered at its hold
+/// (202 PREPARED), not on a decision it does not have, and its caller's commit decides as before.
+#[tokio::test]
+async fn a_token_retry_and_a_held_request_meet_the_answer_on_decision() {
+    let env = TestEnv::new().await;
+    a_held_by_an_older_transaction(&env).await;
+    let body = a_to_b("10", 2_500, None);
+    let (refused, token) = refused_with_token(&env, &body, "refused-key").await;
+    abort_holder(&env, "tx-older", "A").await;
+    let early = env
+        .coordinator_with(&env.fresh_invoker(), Faults::default())
+        .with_after_answer(std::sync::Arc::new(twopc::after_answer::Spawned));
+    let caller = early.access().iam(None);
+
+    let bytes = body.to_string().into_bytes();
+    let retried = early.submit_preferring(&bytes, Some("retry-key"), Some(&token), &caller, true).await;
+    assert_eq!((retried.status, retried.body["status"].as_str()), (202, Some("COMMITTING")), "{}", retried.body);
+    assert!(retried.answered_on_decision);
+    assert_eq!(retried.body["ageOf"], refused["transactionId"], "{}", retried.body);
+    let id = retried.body["transactionId"].as_str().unwrap().to_owned();
+    // The second phase runs after the answer, as a task: until it ends the record, within a bound.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while env.get(&id).await.1["status"] != "COMMITTED" {
+        assert!(std::time::Instant::now() < until, "the second phase after the answer never ended {id}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let held = a_to_b("5", 2_500, Some(60_000)).to_string().into_bytes();
+    let answer = early.submit_preferring(&held, Some("held-key"), None, &caller, true).await;
+    assert_eq!((answer.status, answer.body["status"].as_str()), (202, Some("PREPARED")), "{}", answer.body);
+    assert!(!answer.answered_on_decision, "a hold is not a decision");
+    let committed = early.commit_held_by(answer.body["transactionId"].as_str().unwrap(), &caller).await;
+    assert_eq!((committed.status, committed.body["status"].as_str()), (200, Some("COMMITTED")), "{}", committed.body);
+    assert_eq!(env.balance("service-a", "A").await, "85");
+    assert_eq!(env.balance("service-b", "B").await, "15");
+    assert_no_locks(&env).await;
+}
