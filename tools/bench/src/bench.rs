@@ -408,14 +408,15 @@ async fn through_function(coordinator: &Coordinator, body: &[u8], headers: &[(&s
     let request = match request.body(lambda_http::Body::Text(String::from_utf8_lossy(body).into_owned())) {
         Ok(request) => request,
         Err(e) => {
-            return Reply { status: 0, body: json!({"error": format!("the bench could not build the request: {e}")}) };
+            let body = json!({"error": format!("the bench could not build the request: {e}")});
+            return Reply { status: 0, body, answered_on_decision: false };
         }
     };
     let response = coordinator::handle(coordinator, request).await;
     let status = response.status().as_u16();
     let body = serde_json::from_slice(response.body())
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(response.body()).into_owned()));
-    Reply { status, body }
+    Reply { status, body, answered_on_decision: false }
 }
 
 /// A `TransactionCanceledException`'s reason codes, `None` left out: "TransactionConflict",
