@@ -117,6 +117,31 @@ pub struct Switches {
     /// PREPARED); a decided record is followed. Off: it writes ABORTING whatever the record says by its write
     /// (a read of PREPARING before the coordinator's commit, then an unconditional write).
     pub operator_writes_conditionally: bool,
+    /// Issue 48, item 2 (fewer write units): not a fix but the planned change itself. On: a lock taken for an
+    /// attempt recorded first (keyed: PREPARING in the open-transactions index before any prepare is sent) that
+    /// is not held is written without `lockShard`/`lockExpiresAt`, so it is not in the locks index: the
+    /// sweeper's `expired_locks` never lists it (only the record's recovery, or another prepare meeting it, can
+    /// release it). Locks of attempts recorded at their decision, of held transactions, and a resource's
+    /// barrier entries stay indexed. Off (today): every lock write puts the item in the locks index.
+    pub unindexed_recorded_locks: bool,
+    /// Issue 48, the fix that makes `unindexed_recorded_locks` safe (its point 2). On: a recorded attempt that
+    /// aborts with an unclean prepare (one it sent and got no vote for: lost, late, its reply lost, timed out)
+    /// sends its releases at once but leaves its record ABORTING (open, `sweepAt` = its deadline) instead of
+    /// writing ABORTED; the sweeper, past deadline + 2M (after every participant's lock cutoff), re-sends the
+    /// releases and writes ABORTED, which releases a stray lock the late prepare wrote meanwhile. Off (the plan
+    /// without it): the coordinator writes ABORTED once its releases are acknowledged, as today.
+    pub revisit_unclean_prepares: bool,
+    /// Issue 48, the fix's point 1. On: a prepare of an attempt whose locks are unindexed is sent once (no SDK
+    /// retry of its Lambda invoke, an HTTPS participant called once): the network's `dup` fault never copies
+    /// it (loss and late delivery remain). Then a vote received means no other execution of that prepare is
+    /// in flight. Off: such a prepare may be duplicated, like every other message.
+    pub recorded_prepares_sent_once: bool,
+    /// Issue 48, a correction the model found (not in the plan): an operator's abort (issue 47) writes ABORTED
+    /// at once, whatever the clock, while a prepare of the attempt may still land after its release. On: for
+    /// an attempt with unindexed locks it leaves the record ABORTING (answering 200 ABORTED), for the sweeper to
+    /// finish past deadline + 2M, as an unclean abort. Off: it writes ABORTED once its releases are
+    /// acknowledged.
+    pub operator_abort_left_open: bool,
 }
 
 impl Default for Switches {
@@ -140,6 +165,10 @@ impl Default for Switches {
             resolver_extends_hold: true,
             participants_cannot_write_records: true,
             operator_writes_conditionally: true,
+            unindexed_recorded_locks: true,
+            revisit_unclean_prepares: true,
+            recorded_prepares_sent_once: true,
+            operator_abort_left_open: true,
         }
     }
 }

@@ -224,6 +224,9 @@ pub enum Event {
     SweeperMovesHeldLock,
     /// Issue 35: a prepare met a live lock whose owner is decided and resolved it at once.
     DecidedOwnerResolved,
+    /// Issue 48 (`revisit_unclean_prepares`): an abort with an unclean prepare (or an operator's) was answered
+    /// with its record left ABORTING for the sweeper.
+    UncleanAbortLeftOpen,
 }
 
 impl Event {
@@ -603,7 +606,12 @@ impl Model for TwoPc {
                     out.push(Action::Deliver(i, f, l));
                 }
             }
-            if s.budget.dup > 0 && s.budget.total > 0 {
+            // Issue 48, point 1 (`recorded_prepares_sent_once`): a prepare of an attempt whose locks are
+            // unindexed is sent once (its invoke without SDK retries, an HTTPS participant called once), so
+            // that a vote received means no other execution of it is in flight; it may still be lost or late.
+            let sent_once = matches!(m.req, Req::Prepare { tx, .. } if self.unindexed(tx))
+                && self.cfg.switches.recorded_prepares_sent_once;
+            if s.budget.dup > 0 && s.budget.total > 0 && !sent_once {
                 out.push(Action::Duplicate(i));
             }
             if s.budget.loss > 0 && s.budget.total > 0 {
@@ -1021,6 +1029,13 @@ impl TwoPc {
                 ));
             }
         }
+        let unindexed = (0..cfg.txs.len() as Tx).any(|tx| self.unindexed(tx));
+        if unindexed && cfg.switches.revisit_unclean_prepares && cfg.budget.loss > 0 {
+            p.push(Property::<Self>::sometimes(
+                "sometimes an abort with an unclean prepare leaves its record ABORTING for the sweeper",
+                seen::<{ Event::UncleanAbortLeftOpen as u32 }>,
+            ));
+        }
         if cfg.answer_on_decision {
             p.push(Property::<Self>::sometimes(
                 "sometimes a POST is answered 202 COMMITTING on its commit decision",
@@ -1234,7 +1249,9 @@ impl TwoPc {
         // one left by a loss, or (before issue 28's cutoff) one a prepare's retry wrote after the deadline.
         let two_phase_txs = cfg.txs.iter().filter(|t| !t.one_phase()).count();
         let stray_locks = b.dup > 0 || b.loss > 0 || cfg.sweeper_races_coordinators || !sw.lock_cutoff;
-        if b.crash > 0 && (two_phase_txs >= 2 && stray_locks || b.loss > 0) {
+        // Issue 48: the sweeper's lock pass sees only indexed locks (`unindexed_recorded_locks`).
+        let indexed_2pc = (0..cfg.txs.len()).any(|t| !cfg.txs[t].one_phase() && !self.unindexed(t as Tx));
+        if b.crash > 0 && (two_phase_txs >= 2 && stray_locks || b.loss > 0) && indexed_2pc {
             p.push(Property::<Self>::sometimes(
                 "sometimes the sweeper rolls a lock forward",
                 seen::<{ Event::SweeperRollForward as u32 }>,
@@ -1331,7 +1348,12 @@ impl TwoPc {
                 seen::<{ Event::ShortenedCommit as u32 }>,
             ));
         }
-        if b.dup > 0 && sw.token_check && one_phase && (b.loss > 0 || b.crash > 0) && b.total >= 2 {
+        // Issue 48: a prepare of an attempt with unindexed locks is never copied (`recorded_prepares_sent_once`).
+        let copied_prepares = (0..cfg.txs.len()).any(|t| {
+            let sent_once = self.unindexed(t as Tx) && sw.recorded_prepares_sent_once;
+            !cfg.txs[t].one_phase() && !sent_once
+        });
+        if b.dup > 0 && sw.token_check && one_phase && (b.loss > 0 || b.crash > 0) && b.total >= 2 && copied_prepares {
             p.push(Property::<Self>::sometimes(
                 "sometimes a commit releases a stray lock",
                 seen::<{ Event::StrayReleased as u32 }>,

@@ -123,6 +123,10 @@ fn switches_text(model: &TwoPc) -> String {
         ("held_undecided", s.held_undecided),
         ("resolver_extends_hold", s.resolver_extends_hold),
         ("operator_writes_conditionally", s.operator_writes_conditionally),
+        ("unindexed_recorded_locks", s.unindexed_recorded_locks),
+        ("revisit_unclean_prepares", s.revisit_unclean_prepares),
+        ("recorded_prepares_sent_once", s.recorded_prepares_sent_once),
+        ("operator_abort_left_open", s.operator_abort_left_open),
     ]);
     let b = model.cfg.budget;
     let budget = format!(

@@ -47,6 +47,10 @@ impl Status {
 /// `pending` is the item's `pending` written with the lock (issue 30): the new value a service's own
 /// operation computed at prepare, which its vote stands for and its commit applies (with `apply_pending`
 /// off, the code before the fix kept nothing: then it is a ghost, the value the vote stood for).
+/// `indexed` (issue 48): the lock write set `lockShard`/`lockExpiresAt`, the keys of the sparse locks index
+/// `locks-by-expiry`, so the sweeper's `expired_locks` can find it. With `unindexed_recorded_locks` a lock of
+/// an attempt recorded first (PREPARING before any prepare) and not held is written without them: only its
+/// record (recovery of an open record) or a contact (another prepare meeting it) can find it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Lock {
     pub tx: Tx,
@@ -55,6 +59,7 @@ pub struct Lock {
     pub margin: bool,
     pub pending: Option<i8>,
     pub held: bool,
+    pub indexed: bool,
 }
 
 impl std::hash::Hash for Lock {
@@ -64,6 +69,7 @@ impl std::hash::Hash for Lock {
         self.late.hash(h);
         self.pending.hash(h);
         self.held.hash(h);
+        self.indexed.hash(h);
     }
 }
 

@@ -674,8 +674,39 @@ impl TwoPc {
             self.event(s, Event::LockPastCutoff);
         }
         ctx.note(|| format!("  lock {} for {} (token {token})", self.cfg.items[item as usize].name, self.tx_name(tx)));
-        s.items[item as usize].lock = Some(Lock { tx, token, late, margin, pending, held: false });
+        let indexed = !self.unindexed(tx);
+        s.items[item as usize].lock = Some(Lock { tx, token, late, margin, pending, held: false, indexed });
         self.progress(s);
+    }
+
+    /// Issue 48 (`unindexed_recorded_locks`): `tx`'s lock writes leave the item out of the locks index: it is
+    /// recorded first (keyed, two phases: PREPARING before any prepare) and not held.
+    pub(crate) fn unindexed(&self, tx: Tx) -> bool {
+        let spec = &self.cfg.txs[tx as usize];
+        self.cfg.switches.unindexed_recorded_locks && spec.keyed && !spec.one_phase() && !spec.held
+    }
+
+    /// Issue 48: the lock in `slot` as the sweeper's `expired_locks` can see it (only one in the locks index).
+    pub(crate) fn slot_indexed_lock(&self, s: &State, slot: ItemId) -> Option<Lock> {
+        self.slot_lock(s, slot).filter(|l| l.indexed)
+    }
+
+    /// Issue 48 (`revisit_unclean_prepares`): a POST's own execution of an attempt with unindexed locks, aborting
+    /// with an unclean prepare (one it sent and got no vote for), or an operator's abort of such an attempt
+    /// (`operator_abort_left_open`: it cannot know whether a prepare is still in flight), leaves its record
+    /// ABORTING for the sweeper, which acts only past deadline + 2M, after every lock cutoff.
+    fn leaves_abort_open(&self, s: &State, ci: u8) -> bool {
+        let (tx, _) = self.execs[ci as usize];
+        let sw = self.cfg.switches;
+        let c = &s.coords[ci as usize];
+        if !self.unindexed(tx) {
+            return false;
+        }
+        match self.route_of[ci as usize] {
+            None => sw.revisit_unclean_prepares && !c.replay && c.votes.contains(&Vote::NoAnswer),
+            Some(crate::config::Route::Operator) => sw.operator_abort_left_open,
+            Some(_) => false,
+        }
     }
 
     /// Removes `lock` from `item`, checking that the owner's record allows it.
@@ -2433,12 +2464,20 @@ impl TwoPc {
     }
 
     fn check_drive_done(&self, s: &mut State, ci: u8, ctx: &mut Ctx) {
+        let leave_open = self.leaves_abort_open(s, ci);
         let c = &mut s.coords[ci as usize];
         let CPc::DriveAwait { status } = c.pc else { return };
         if c.inv.contains(&Inv::Waiting) {
             return;
         }
         if !c.inv.contains(&Inv::Failed) {
+            if status == Status::Aborting && leave_open {
+                // Issue 48: the releases are acknowledged, but a late prepare may still lock after them: the
+                // record stays open (ABORTING, `sweepAt` = the deadline), the sweeper finishes it.
+                self.event(s, Event::UncleanAbortLeftOpen);
+                ctx.note(|| "  an unclean prepare: ABORTING left open for the sweeper".into());
+                return self.answer_for(s, ci, status, ctx);
+            }
             c.pc = CPc::TerminalWrite { to: status.terminal_of() };
             return;
         }
@@ -2526,7 +2565,7 @@ impl TwoPc {
     /// Before the fix, `resolver_extends_hold` off, the run left it, changing nothing: `SweeperStuck`.)
     fn sweeper_work(&self, s: &State, r: Reading) -> bool {
         (0..self.cfg.txs.len() as Tx).any(|tx| self.open(s, tx) && self.record_reading(s, tx) == r)
-            || self.slots().any(|i| self.slot_lock(s, i).is_some_and(|_| self.slot_reading(s, i) == r))
+            || self.slots().any(|i| self.slot_indexed_lock(s, i).is_some_and(|_| self.slot_reading(s, i) == r))
     }
 
     fn open(&self, s: &State, tx: Tx) -> bool {
@@ -2540,7 +2579,7 @@ impl TwoPc {
             self.slots()
                 .filter(|&i| {
                     self.slot_svc(i) >= svc
-                        && self.slot_lock(s, i).is_some()
+                        && self.slot_indexed_lock(s, i).is_some()
                         && self.slot_reading(s, i) == Reading::Either
                 })
                 .count() as u32
@@ -2607,7 +2646,8 @@ impl TwoPc {
             if self.slot_svc(i) != svc {
                 continue;
             }
-            if let Some(l) = self.slot_lock(s, i)
+            // Issue 48: the locks index lists only indexed locks.
+            if let Some(l) = self.slot_indexed_lock(s, i)
                 && self.slot_reads_past(s, i, ctx)
             {
                 locked.push((l.tx, i));

@@ -150,7 +150,9 @@ fn design_literal_same_token_on_sdk_retry_applies_twice() {
     let cfg = Config::keyed(faults("dup,db_reply", 2))
         .sweeper_races_coordinators(false)
         .margin(false)
-        .switches(Switches { fresh_token_per_attempt: false, ..Switches::default() });
+        // Issue 48: the copy is of keyed T1's prepare, which `recorded_prepares_sent_once` never copies once its
+        // locks are unindexed: the locks indexed as before, to show this defect alone.
+        .switches(Switches { fresh_token_per_attempt: false, unindexed_recorded_locks: false, ..Switches::default() });
     let run = check(TwoPc::new(cfg), Some("each operation applied at most once"));
     let path = run.expect_counterexample("each operation applied at most once");
     assert!(path.last_state().ghost.applied.iter().any(|&n| n > 1));

@@ -64,6 +64,8 @@ impl TwoPc {
                 margin: false,
                 pending: None,
                 held: false,
+                // A barrier entry's lock is always in the locks index (issue 48 leaves the resource as it is).
+                indexed: true,
             }),
         }
     }
