@@ -64,6 +64,13 @@ pub enum EdgeFault {
     LateCopy(Duration),
     /// The participant fails before doing anything.
     Fail,
+    /// The caller gets no answer (an invoke that failed in transit), and the message itself is delivered
+    /// after this delay, in a task of its own: a request the network held back. Unlike
+    /// [`EdgeFault::LateCopy`], the only delivery is the late one, so the sender never saw a vote.
+    LateDelivery(Duration),
+    /// As [`EdgeFault::LateCopy`], even of a prepare the coordinator sends once (`recorded`): a copy made
+    /// by something between the two that retries on its own (a proxy), which this system never does.
+    ProxyCopy(Duration),
 }
 
 impl EdgeFault {
@@ -206,7 +213,16 @@ impl FaultyInvoker {
     async fn run(&self, service: &str, message: Message) -> Result<ParticipantResponse, InvokeError> {
         let started = std::time::Instant::now();
         let request = message.request();
-        let fault = self.faults.lock().unwrap().get(&(service.to_owned(), request.action)).copied();
+        let mut fault = self.faults.lock().unwrap().get(&(service.to_owned(), request.action)).copied();
+        // A prepare of an attempt recorded first is sent once (issue 48: no SDK retry of its invoke), so no
+        // copy of it exists to be duplicated or delivered again; only a proxy's could (`ProxyCopy`).
+        if request.action == Action::Prepare
+            && request.recorded
+            && matches!(fault, Some(EdgeFault::Duplicate | EdgeFault::LateCopy(_)))
+        {
+            tracing::info!(service, tx = %request.transaction_id, "a recorded prepare is sent once: no copy of it");
+            fault = None;
+        }
         let result = match fault {
             None => message.deliver(&self.inner, service).await,
             Some(EdgeFault::LoseReply) => {
@@ -222,10 +238,14 @@ impl FaultyInvoker {
                 tokio::time::sleep(delay).await;
                 result
             }
-            Some(EdgeFault::LateCopy(delay)) => {
+            Some(EdgeFault::LateCopy(delay) | EdgeFault::ProxyCopy(delay)) => {
                 let result = message.deliver(&self.inner, service).await;
                 self.send_late_copy(service, &message, delay);
                 result
+            }
+            Some(EdgeFault::LateDelivery(delay)) => {
+                self.send_late_copy(service, &message, delay);
+                Err(InvokeError::Transport { service: service.to_owned(), message: "no answer (injected)".into() })
             }
             Some(EdgeFault::Fail) => Err(InvokeError::FunctionError {
                 service: service.to_owned(),

@@ -204,6 +204,7 @@ fn the_schemas_lists_are_the_codes() {
         held: true,
         hold_until: Some(1),
         holds_no_locks: true,
+        recorded: true,
         signature: Some(twopc::auth::MessageSignature { key_id: "k".into(), signed_at: 1, mac: "m".into() }),
         ..ParticipantRequest::new(Action::Prepare, "tx")
     };

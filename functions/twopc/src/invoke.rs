@@ -8,7 +8,7 @@ use aws_sdk_lambda::primitives::Blob;
 use futures::future::BoxFuture;
 
 use crate::auth::Envelope;
-use crate::model::{ParticipantRequest, ParticipantResponse};
+use crate::model::{Action, ParticipantRequest, ParticipantResponse};
 use crate::participant::{Participant, ParticipantError};
 
 /// Coordinator and sweeper: the service registry, JSON `{"service": "function name or ARN"}`.
@@ -107,10 +107,40 @@ impl LambdaInvoker {
         LambdaInvoker { targets }
     }
 
-    async fn call(&self, service: &str, payload: Vec<u8>) -> Result<ParticipantResponse, InvokeError> {
+    /// Invokes `service` with `payload`. A prepare is sent `once` (issue 48): no retry may run it a second
+    /// time unseen, since its vote (or its failure) is what tells the coordinator whether a late lock
+    /// write may still come (an attempt with no vote from a participant is left open for the sweeper,
+    /// which releases after the participant's lock cutoff). The SDK's retries are off for it, and only a
+    /// throttled invoke, which Lambda refused before running the function, is sent again.
+    async fn call(&self, service: &str, payload: Vec<u8>, once: bool) -> Result<ParticipantResponse, InvokeError> {
         let (client, function) =
             self.targets.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
-        let result = client.invoke().function_name(function).payload(Blob::new(payload)).send().await;
+        let send = || {
+            let invoke = client.invoke().function_name(function).payload(Blob::new(payload.clone()));
+            match once {
+                true => invoke
+                    .customize()
+                    .config_override(
+                        aws_sdk_lambda::config::Builder::default()
+                            .retry_config(aws_sdk_lambda::config::retry::RetryConfig::disabled()),
+                    )
+                    .send(),
+                false => invoke.customize().send(),
+            }
+        };
+        let mut result = send().await;
+        for pause_ms in THROTTLED_PREPARE_PAUSES_MS {
+            let throttled = result
+                .as_ref()
+                .err()
+                .and_then(|e| e.as_service_error())
+                .is_some_and(|e| e.is_too_many_requests_exception());
+            if !once || !throttled {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+            result = send().await;
+        }
         let out = match result {
             Ok(out) => out,
             Err(err) => {
@@ -146,7 +176,8 @@ impl ParticipantInvoker for LambdaInvoker {
         service: &'a str,
         request: &'a ParticipantRequest,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        Box::pin(self.call(service, serde_json::to_vec(request).expect("requests serialize")))
+        let once = request.action == Action::Prepare;
+        Box::pin(self.call(service, serde_json::to_vec(request).expect("requests serialize"), once))
     }
 
     fn invoke_sealed<'a>(
@@ -154,8 +185,21 @@ impl ParticipantInvoker for LambdaInvoker {
         service: &'a str,
         envelope: &'a Envelope,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        Box::pin(self.call(service, serde_json::to_vec(envelope).expect("envelopes serialize")))
+        let once = sealed_action(envelope) == Some(Action::Prepare);
+        Box::pin(self.call(service, serde_json::to_vec(envelope).expect("envelopes serialize"), once))
     }
+}
+
+/// The pauses before a throttled prepare is sent again (the SDK's own retries are off for prepares).
+const THROTTLED_PREPARE_PAUSES_MS: [u64; 2] = [20, 80];
+
+/// The action of a sealed message, read from its message text.
+fn sealed_action(envelope: &Envelope) -> Option<Action> {
+    #[derive(serde::Deserialize)]
+    struct Only {
+        action: Action,
+    }
+    serde_json::from_str::<Only>(&envelope.message).ok().map(|m| m.action)
 }
 
 /// Calls participants in this process: the same core code the participant function runs.

@@ -511,7 +511,7 @@ async fn retry(c: &Coordinator, id: &str, caller: &Caller) -> Result<Reply, Driv
         }
         Status::Committing | Status::Aborting => {
             let answer_by = Instant::now() + c.answer_budget;
-            c.engine.drive_within(record, answer_by).await?
+            c.engine.drive_within(record, answer_by, false).await?
         }
         Status::Committed | Status::Aborted => record,
     };

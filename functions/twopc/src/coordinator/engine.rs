@@ -69,12 +69,15 @@ pub struct PrepareOrder {
     /// anywhere, so it may wait for any transaction's lock instead of being refused by an older one (no
     /// wait can close a cycle through a transaction that holds nothing), and a refused attempt locked little.
     pub one_at_a_time: bool,
+    /// The attempt's record was written, open, before any prepare is sent (and it is not held): its
+    /// participants leave its locks out of the locks index (`recorded`), since the record finds them.
+    pub recorded: bool,
 }
 
 impl PrepareOrder {
     /// Everyone at once, in the request's order.
     pub fn all_at_once(participants: usize) -> PrepareOrder {
-        PrepareOrder { order: (0..participants).collect(), one_at_a_time: false }
+        PrepareOrder { order: (0..participants).collect(), one_at_a_time: false, recorded: false }
     }
 
     /// One at a time, `first` first (when it names a participant), then in the request's order.
@@ -83,7 +86,7 @@ impl PrepareOrder {
             Some(f) => std::iter::once(f).chain((0..participants).filter(|&i| i != f)).collect(),
             None => (0..participants).collect(),
         };
-        PrepareOrder { order, one_at_a_time: true }
+        PrepareOrder { order, one_at_a_time: true, recorded: false }
     }
 }
 
@@ -141,6 +144,7 @@ impl PhaseEngine {
                     principal: record.principal.clone(),
                     held: record.is_held(),
                     holds_no_locks: sole || (order.one_at_a_time && position == 0),
+                    recorded: order.recorded,
                 });
                 async move {
                     let sent = self.clock.now_ms();
@@ -352,9 +356,10 @@ impl PhaseEngine {
         &self,
         decided: TransactionRecord,
         answer_by: Instant,
+        prepares_answered: bool,
     ) -> Result<TransactionRecord, DriveError> {
         let remaining = answer_by.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(remaining, self.drive(decided.clone())).await {
+        match tokio::time::timeout(remaining, self.drive_answered(decided.clone(), prepares_answered)).await {
             Ok(driven) => Ok(driven?.record),
             Err(_) => {
                 warn!(status = %decided.status, "answer budget spent before the second phase ended; the sweeper finishes it");
@@ -368,6 +373,22 @@ impl PhaseEngine {
     /// the record says so. Also tells whether this call wrote the terminal status, and which participants
     /// did not acknowledge and why.
     pub(super) async fn drive(&self, record: TransactionRecord) -> Result<Driven, DriveError> {
+        self.drive_answered(record, false).await
+    }
+
+    /// [`PhaseEngine::drive`], by a driver that knows whether every prepare of the attempt was answered
+    /// (`prepares_answered`: its own coordinator). Issue 48: the locks of an attempt recorded before its
+    /// prepares stay out of the locks index, so a lock write of a prepare still in flight, landing after
+    /// the releases, would be found by nobody once the record ended. An abort is therefore ended at once
+    /// only when every prepare answered (or the transaction is held: its locks are indexed). Otherwise,
+    /// until its deadline and the clock margins pass (after every participant's lock cutoff,
+    /// [`crate::clock::lock_cutoff`]), the releases are sent and the record left ABORTING: the sweeper,
+    /// which drives it only past them, releases again and ends it.
+    pub(super) async fn drive_answered(
+        &self,
+        record: TransactionRecord,
+        prepares_answered: bool,
+    ) -> Result<Driven, DriveError> {
         let (action, terminal) = match record.status {
             Status::Committing => (Action::Commit, Status::Committed),
             Status::Aborting => (Action::Abort, Status::Aborted),
@@ -376,6 +397,15 @@ impl PhaseEngine {
         let unacknowledged = self.second_phase(&record, action).await?;
         if !unacknowledged.is_empty() {
             return Ok(Driven { record, finished_here: false, unacknowledged });
+        }
+        let late_lock_possible = action == Action::Abort
+            && !prepares_answered
+            && !record.is_held()
+            && self.clock.now_ms() <= crate::clock::resolvable_after(record.deadline);
+        if late_lock_possible {
+            info!("released; a prepare may still lock out of the locks index, so the sweeper ends the abort");
+            let why = "a prepare's lock may still land: the sweeper releases again past the lock cutoff".to_owned();
+            return Ok(Driven { record, finished_here: false, unacknowledged: vec![why] });
         }
         self.faults.check(CoordinatorCrash::BeforeTerminal)?;
         let keyed = record.is_keyed();

@@ -186,7 +186,7 @@ pub(super) async fn decide_on_chain(
         };
     }
     if matches!(record.status, Status::Committing | Status::Aborting) {
-        record = c.engine.drive_within(record, answer_by).await?;
+        record = c.engine.drive_within(record, answer_by, false).await?;
     }
     Ok(Ok(record))
 }

@@ -153,7 +153,7 @@ pub(super) async fn replay(
     // recovery would, as far as the budget allows.
     record = super::recover::abort_expired(c, record).await?;
     if matches!(record.status, Status::Committing | Status::Aborting) {
-        record = c.engine.drive_within(record, answer_by).await?;
+        record = c.engine.drive_within(record, answer_by, false).await?;
     }
     // No age token from a replay: a request's token comes with its own answer and expires with it.
     Ok(Reply::answering(&record))

@@ -13,7 +13,7 @@ use super::engine::{Decided, PrepareOrder, Recording};
 use super::reply::{Answering, Attempted, DriveError, Refused, Reply};
 use crate::faults::CoordinatorCrash;
 use crate::model::Status;
-use crate::record::TransactionRecord;
+use crate::record::{ParticipantEntry, TransactionRecord};
 use crate::telemetry;
 
 /// One two-phase attempt over the phase engine; a retry prepares the participant at index `first` first (where its
@@ -39,7 +39,12 @@ pub(super) async fn run_two_phase(
         }
         c.engine.faults.check(CoordinatorCrash::AfterCreate)?;
     }
-    let votes = c.engine.prepare(&record, &c.prepare_order(&record, first)).await?;
+    let unindexed = recording == Recording::RecordFirst && !record.is_held();
+    let order = PrepareOrder { recorded: unindexed, ..c.prepare_order(&record, first) };
+    let votes = c.engine.prepare(&record, &order).await?;
+    // A prepare without a vote may still write its lock, out of the locks index: an abort is then left
+    // open for the sweeper ([`super::engine::PhaseEngine::drive_answered`]).
+    let late_locks_possible = unindexed && votes.iter().any(ParticipantEntry::unanswered);
     let blocked = votes.blocked();
     let blocked_at = blocked.map(|(at, _)| at);
     let prepared = started.elapsed();
@@ -78,7 +83,7 @@ pub(super) async fn run_two_phase(
         return Ok(answer_on_decision(c, after.as_ref(), decided, started, answer_by).into());
     }
     let second_phase = Instant::now();
-    let finished = c.engine.drive_within(decided.clone(), answer_by).await?;
+    let finished = c.engine.drive_within(decided.clone(), answer_by, !late_locks_possible).await?;
     if decided.status == Status::Committing && finished.status.is_terminal() {
         telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
     }
@@ -115,7 +120,7 @@ fn answer_on_decision(
     after.defer(Box::pin(
         async move {
             let second_phase = Instant::now();
-            match engine.drive_within(decided, finish_by).await {
+            match engine.drive_within(decided, finish_by, true).await {
                 Ok(finished) if finished.status.is_terminal() => {
                     telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
                     info!(status = %finished.status, "second phase finished after the answer");

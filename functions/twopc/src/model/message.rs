@@ -37,6 +37,8 @@ pub struct Prepare {
     pub held: bool,
     /// The transaction holds no lock anywhere while this prepare runs: it may wait for any lock.
     pub holds_no_locks: bool,
+    /// Its record, open, was written before this prepare: the locks stay out of the locks index.
+    pub recorded: bool,
 }
 
 /// Apply the operations and create `record` (COMMITTED) in the same write.
@@ -131,6 +133,7 @@ impl Message {
                 principal: request.principal.clone(),
                 held: request.held,
                 holds_no_locks: request.holds_no_locks,
+                recorded: request.recorded,
             }),
             (Action::Commit, Some(record)) => Message::OnePhase(OnePhase {
                 transaction_id,
@@ -166,6 +169,7 @@ impl Message {
                 principal: m.principal.clone(),
                 held: m.held,
                 holds_no_locks: m.holds_no_locks,
+                recorded: m.recorded,
                 ..base
             },
             Message::OnePhase(m) => ParticipantRequest {

@@ -108,6 +108,13 @@ pub struct ParticipantRequest {
     /// since a wait by a transaction that holds nothing can never close a cycle.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub holds_no_locks: bool,
+    /// Prepare (issue 48): the transaction's record was written before this prepare was sent, open and
+    /// naming this participant, so its locks need no entry in the locks index: whoever finishes the
+    /// transaction (its coordinator, or the sweeper through the open-transactions index) finds them
+    /// through the record. Never sent for a held transaction, whose locks the hold moves. A participant
+    /// that does not know the field indexes its locks, as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recorded: bool,
     /// The sender's signature over the whole message ([`crate::auth`]): a participant acts only on a
     /// message the coordinator or the sweeper signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +141,7 @@ impl ParticipantRequest {
             held: false,
             hold_until: None,
             holds_no_locks: false,
+            recorded: false,
             signature: None,
         }
     }

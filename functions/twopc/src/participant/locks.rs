@@ -58,6 +58,9 @@ pub struct Order {
     /// The transaction holds no lock anywhere ([`crate::model::ParticipantRequest::holds_no_locks`]): it may
     /// wait for any lock, whatever its age.
     pub holds_no_locks: bool,
+    /// The transaction's record was written before the prepare ([`crate::model::ParticipantRequest::recorded`]):
+    /// its locks stay out of the locks index.
+    pub recorded: bool,
 }
 
 impl Order {

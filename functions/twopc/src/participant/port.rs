@@ -213,12 +213,12 @@ impl Participant {
 
 /// Wait-die's place of a prepare.
 fn order_of_prepare(m: &Prepare) -> Order {
-    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: m.holds_no_locks }
+    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: m.holds_no_locks, recorded: m.recorded }
 }
 
 /// A one-phase commit is its transaction's only write: it holds nothing anywhere while it waits.
 fn order_of_one_phase(m: &OnePhase) -> Order {
-    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: true }
+    Order { started_at: m.started_at, deadline: m.deadline, holds_no_locks: true, recorded: false }
 }
 
 /// A resource that did not confirm or cancel is answered FAILED with why (the resource's own words,

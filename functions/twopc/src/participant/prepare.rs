@@ -124,13 +124,18 @@ impl Participant {
                 Attempt::Ready(ready, seen) => (ready, seen),
             };
             let token = uuid::Uuid::new_v4().simple().to_string();
-            let spec = LockSpec { tx, token: &token, expires_at, started_at };
+            // A held transaction's locks stay in the index whatever its message says: its hold moves them.
+            let indexed = held || !order.recorded;
+            let spec = LockSpec { tx, token: &token, expires_at, started_at, indexed };
             let timeout = cutoff.left(self.clock.now_ms());
             let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
                 Ok(locked) => locked,
                 // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
-                // then its own, and its token is the vote's.
-                Err(e) if attempt + 1 < LOCK_ATTEMPTS => {
+                // then its own, and its token is the vote's. Not after a write DynamoDB never answered, of
+                // a lock out of the index: it may land after that next attempt's lock was committed and the
+                // item changed again, a stray no index finds. The error, not a vote, leaves the abort to
+                // the sweeper, after the lock cutoff.
+                Err(e) if attempt + 1 < LOCK_ATTEMPTS && (e.answered || indexed) => {
                     warn!(error = %e, attempt, "lock write failed; trying again with a new token");
                     self.backoff(attempt, cutoff).await;
                     continue;

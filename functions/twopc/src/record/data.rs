@@ -269,6 +269,12 @@ pub struct ParticipantEntry {
 }
 
 impl ParticipantEntry {
+    /// Asked to prepare, and no vote came back (no answer before the deadline, the invoke failed): a
+    /// lock write of that prepare may still land.
+    pub fn unanswered(&self) -> bool {
+        self.vote.is_none() && self.code.is_some()
+    }
+
     /// A service's part before its prepare answered.
     pub fn new(service: String, operations: Vec<Operation>) -> ParticipantEntry {
         ParticipantEntry {

@@ -1,0 +1,176 @@
+//! Issue 48, fewer write units: an attempt whose record was written before its prepares (keyed, retried)
+//! locks its items out of the locks index (`recorded`), 2 index writes fewer per item; the record, open
+//! in the open-transactions index, is how the sweeper finds those locks. A prepare that went unanswered
+//! may still lock after the releases: such an abort is left open until the sweeper, past the lock cutoff,
+//! releases again. Against DynamoDB Local, with lost, late and duplicated messages, a coordinator that
+//! stops, and a lock write that took effect but whose reply was lost.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use twopc::faults::{CoordinatorCrash, Faults};
+use twopc::model::{Action, Status};
+use twopc_tests::contention::assert_no_locks;
+use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, Rule, TestEnv};
+
+fn transfer(amount: &str) -> Value {
+    let mut body = TestEnv::transfer(("service-a", "A"), ("service-b", "B"), amount);
+    body["timeoutMs"] = json!(2_000);
+    body
+}
+
+async fn accounts(env: &TestEnv) {
+    env.put_account("service-a", "A", "100").await;
+    env.put_account("service-b", "B", "0").await;
+}
+
+/// Whether the item carries a lock, and whether that lock is in the locks index.
+async fn lock_of(env: &TestEnv, service: &str, id: &str) -> (bool, bool) {
+    let item = env.item(service, id).await.unwrap();
+    (item.get("lock").is_some(), item.get("lockShard").is_some() && item.get("lockExpiresAt").is_some())
+}
+
+/// Expired locks the sweeper's locks index lists in a service's table, long past every deadline.
+async fn indexed_locks(env: &TestEnv, service: &str) -> usize {
+    let far = env.clock_now() + 3_600_000;
+    env.participants[service].table().expired_locks(far, 100).await.unwrap().len()
+}
+
+/// Past the deadline of a transaction of [`transfer`] and the sweeper's grace.
+fn past_deadline(env: &TestEnv) {
+    env.clock.advance(2_000 + twopc::sweeper::SweepLimits::default().grace_ms + 1);
+}
+
+/// A keyed request's coordinator stops after both prepares: its locks are in no index, yet the sweeper
+/// finds them through the record and aborts it. An unkeyed request's locks (recorded at its decision)
+/// are in the index as before, which is how the sweeper finds them.
+#[tokio::test]
+async fn a_recorded_attempts_locks_stay_out_of_the_index_and_its_record_finds_them() {
+    let env = TestEnv::new().await;
+    accounts(&env).await;
+    let crashing = env.coordinator_with(&env.invoker, Faults::crash_at(CoordinatorCrash::AfterPrepares(2)));
+    let caller = crashing.access().iam(None);
+    let keyed = crashing.submit_by(transfer("10").to_string().as_bytes(), Some("stops"), &caller).await;
+    assert_eq!(keyed.status, 500, "{}", keyed.body);
+
+    assert_eq!(lock_of(&env, "service-a", "A").await, (true, false), "locked, not indexed");
+    assert_eq!(lock_of(&env, "service-b", "B").await, (true, false), "locked, not indexed");
+    assert_eq!((indexed_locks(&env, "service-a").await, indexed_locks(&env, "service-b").await), (0, 0));
+
+    past_deadline(&env);
+    let reports = env.sweep_until_quiet().await;
+    assert_eq!(reports.iter().map(|r| r.aborted).sum::<u32>(), 1, "{reports:?}");
+    assert_no_locks(&env).await;
+
+    let unkeyed = crashing.submit_by(transfer("10").to_string().as_bytes(), None, &caller).await;
+    assert_eq!(unkeyed.status, 500, "{}", unkeyed.body);
+    assert_eq!(lock_of(&env, "service-a", "A").await, (true, true), "an unkeyed request's lock is indexed");
+    assert_eq!(indexed_locks(&env, "service-b").await, 1);
+    env.clock.advance(2_000 + twopc::sweeper::SweepLimits::default().grace_ms + 1);
+    env.sweep_until_quiet().await;
+    assert_no_locks(&env).await;
+    assert_eq!((env.balance("service-a", "A").await, env.balance("service-b", "B").await), ("100".into(), "0".into()));
+}
+
+/// The prepare to B is held back by the network: the coordinator gets no vote, aborts and releases A,
+/// and B's lock is written after that, out of the index. The abort is answered 409 ABORTED but its
+/// record stays ABORTING; past the deadline the sweeper releases B and ends it. (Before the rule, the
+/// abort was ended at once, and B's lock stayed for good: no index, no open record led to it.)
+#[tokio::test]
+async fn a_prepare_delivered_after_the_abort_is_released_by_the_sweeper() {
+    let env = TestEnv::new().await;
+    accounts(&env).await;
+    env.invoker.set("service-b", Action::Prepare, EdgeFault::LateDelivery(Duration::from_millis(300)));
+
+    let (status, answer) = env.post(&transfer("10"), Some("held-back")).await;
+    assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{answer}");
+    let id = answer["transactionId"].as_str().unwrap().to_owned();
+    env.settle().await;
+    assert_eq!(lock_of(&env, "service-b", "B").await, (true, false), "the late prepare locked, out of the index");
+    let record = env.transactions.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Aborting, "left open for the sweeper: {record:?}");
+
+    past_deadline(&env);
+    let reports = env.sweep_until_quiet().await;
+    assert_eq!(reports.iter().map(|r| r.aborted).sum::<u32>(), 1, "{reports:?}");
+    assert_eq!(env.transactions.get(&id).await.unwrap().unwrap().status, Status::Aborted);
+    assert_no_locks(&env).await;
+    let (status, replay) = env.post(&transfer("10"), Some("held-back")).await;
+    assert_eq!((status, &replay["transactionId"]), (409, &answer["transactionId"]), "{replay}");
+    assert_eq!((env.balance("service-a", "A").await, env.balance("service-b", "B").await), ("100".into(), "0".into()));
+}
+
+/// B's lock write takes effect and DynamoDB's answer is an error: B's next attempt finds its own lock and
+/// votes with it, and the transfer commits, applied once. When no answer comes at all, or B fails (an
+/// error, no vote), the abort is left open; the sweeper ends it. A refusal is a vote: every prepare
+/// answered, so that abort ends at once.
+#[tokio::test]
+async fn a_prepare_without_a_vote_leaves_its_abort_to_the_sweeper_and_a_refusal_does_not() {
+    let faults = DynamoFaults::new(0);
+    let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+    accounts(&env).await;
+    let table = env.table("service-b").to_owned();
+    faults
+        .add(Rule::new(DynamoFault::LoseReply).operation("UpdateItem").table(&table).body_contains("PREPARED").nth(1));
+    let (status, answer) = env.post(&transfer("10"), Some("lost-lock-reply")).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert_eq!(env.balance("service-b", "B").await, "10", "applied once");
+    assert_no_locks(&env).await;
+
+    // The connection fails after the write reached DynamoDB: no answer, so the request might still be on
+    // its way. B does not try again (that write could land after a retry's lock was committed): it
+    // answers an error, and the abort is left open. The coordinator's release already took the lock.
+    faults.add(
+        Rule::new(DynamoFault::DropConnection).operation("UpdateItem").table(&table).body_contains("PREPARED").nth(1),
+    );
+    let (status, answer) = env.post(&transfer("10"), Some("no-answer")).await;
+    assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{answer}");
+    let dropped = answer["transactionId"].as_str().unwrap().to_owned();
+    assert_no_locks(&env).await;
+
+    env.invoker.set("service-b", Action::Prepare, EdgeFault::Fail);
+    let (status, answer) = env.post(&transfer("10"), Some("failed")).await;
+    assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{answer}");
+    let id = answer["transactionId"].as_str().unwrap().to_owned();
+    for id in [&dropped, &id] {
+        assert_eq!(env.transactions.get(id).await.unwrap().unwrap().status, Status::Aborting, "{id}");
+    }
+    assert_no_locks(&env).await;
+    past_deadline(&env);
+    env.sweep_until_quiet().await;
+    for id in [&dropped, &id] {
+        assert_eq!(env.transactions.get(id).await.unwrap().unwrap().status, Status::Aborted, "{id}");
+    }
+
+    env.invoker.clear();
+    let (status, answer) = env.post(&transfer("500"), Some("refused")).await;
+    assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{answer}");
+    let refused = env.transactions.get(answer["transactionId"].as_str().unwrap()).await.unwrap().unwrap();
+    assert_eq!(refused.status, Status::Aborted, "every prepare answered: ended at once");
+    assert_no_locks(&env).await;
+}
+
+/// A copy of a prepare (which the coordinator never makes: a prepare goes once, without the SDK's retries;
+/// a proxy that retries could, and the invoker here copies a recorded prepare only when told so) lands after its transaction committed and another committed the item: its stray lock is
+/// in no index and no open record names it. It holds nothing back: the next transaction on the item
+/// meets it, finds its owner ended, releases it and commits; the operation was applied once.
+#[tokio::test]
+async fn a_duplicated_prepares_stray_lock_is_released_by_the_next_transaction_on_the_item() {
+    let env = TestEnv::new().await;
+    accounts(&env).await;
+    env.invoker.set("service-b", Action::Prepare, EdgeFault::ProxyCopy(Duration::from_millis(400)));
+    let (status, first) = env.post(&transfer("10"), Some("duplicated")).await;
+    assert_eq!((status, first["status"].as_str()), (200, Some("COMMITTED")), "{first}");
+    env.invoker.clear();
+    let (status, second) = env.post(&transfer("5"), Some("between")).await;
+    assert_eq!((status, second["status"].as_str()), (200, Some("COMMITTED")), "{second}");
+    env.settle().await;
+    let item = env.item("service-b", "B").await.unwrap();
+    assert_eq!(item["lock"]["transactionId"], first["transactionId"], "the stray lock: {item}");
+    assert_eq!(indexed_locks(&env, "service-b").await, 0);
+
+    let (status, third) = env.post(&transfer("1"), Some("after")).await;
+    assert_eq!((status, third["status"].as_str()), (200, Some("COMMITTED")), "{third}");
+    assert_no_locks(&env).await;
+    assert_eq!((env.balance("service-a", "A").await, env.balance("service-b", "B").await), ("84".into(), "16".into()));
+}
