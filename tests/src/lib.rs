@@ -71,6 +71,8 @@ pub enum EdgeFault {
     /// As [`EdgeFault::LateCopy`], even of a prepare the coordinator sends once (`recorded`): a copy made
     /// by something between the two that retries on its own (a proxy), which this system never does.
     ProxyCopy(Duration),
+    /// Lambda refuses the invoke before running the function (throttled): it never ran.
+    Throttled,
 }
 
 impl EdgeFault {
@@ -246,6 +248,9 @@ impl FaultyInvoker {
             Some(EdgeFault::LateDelivery(delay)) => {
                 self.send_late_copy(service, &message, delay);
                 Err(InvokeError::Transport { service: service.to_owned(), message: "no answer (injected)".into() })
+            }
+            Some(EdgeFault::Throttled) => {
+                Err(InvokeError::Throttled { service: service.to_owned(), message: "throttled (injected)".into() })
             }
             Some(EdgeFault::Fail) => Err(InvokeError::FunctionError {
                 service: service.to_owned(),

@@ -392,6 +392,8 @@ async fn old_record(env: &TestEnv, id: &str, status: Status, balance: i64, size:
                 service_code: None,
                 blocked_by: None,
                 unresolved_owner: None,
+                never_ran: false,
+                ended_without_vote: false,
             })
             .collect(),
         created_at: now - 60_000,

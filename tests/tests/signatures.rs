@@ -26,14 +26,16 @@ async fn funded() -> TestEnv {
 async fn sealed_messages_lost_duplicated_and_late_apply_once() {
     let env = funded().await;
     env.invoker.set("service-a", Action::Prepare, EdgeFault::LoseReply);
-    env.invoker.set("service-b", Action::Prepare, EdgeFault::LateCopy(std::time::Duration::from_millis(300)));
+    // A keyed request's prepare is sent once: late, it is the only delivery (its answer never seen).
+    env.invoker.set("service-b", Action::Prepare, EdgeFault::LateDelivery(std::time::Duration::from_millis(300)));
     env.invoker.set("service-a", Action::Commit, EdgeFault::Duplicate);
     env.invoker.set("service-b", Action::Commit, EdgeFault::LoseReply);
     let (status, answer) = env.post(&transfer("30"), Some("sealed-1")).await;
     assert!(matches!(status, 409 | 200 | 202), "{answer}");
     env.invoker.clear();
     env.settle().await;
-    // A late prepare's stray lock is the sweeper's once it expires.
+    // The late prepare's lock (out of the locks index) is the sweeper's, past the deadline: the abort
+    // waited for it, open.
     env.clock.advance(60_000);
     env.sweep_until_quiet().await;
     let (_, again) = env.post(&transfer("30"), Some("sealed-1")).await;

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use aws_sdk_lambda::operation::invoke::InvokeError as InvokeApiError;
 use aws_sdk_lambda::primitives::Blob;
 use futures::future::BoxFuture;
 
@@ -26,13 +27,31 @@ pub enum InvokeError {
     BadResponse { service: String, message: String },
     #[error("the message to participant {service} could not be signed: {message}")]
     Unsigned { service: String, message: String },
+    /// Lambda refused the invoke before running the function (`TooManyRequestsException`), every time.
+    #[error("participant {service} is throttled: {message}")]
+    Throttled { service: String, message: String },
 }
 
 impl InvokeError {
+    /// The message certainly never ran at the participant: never sent (no such service, not signed), or
+    /// refused by Lambda before the function ran. Anything else may have run, and may still.
+    pub fn never_ran(&self) -> bool {
+        matches!(self, InvokeError::UnknownService(_) | InvokeError::Unsigned { .. } | InvokeError::Throttled { .. })
+    }
+
+    /// The message ran at the participant and its execution is over (the function failed, or answered
+    /// something that is not a participant response): nothing of it is still to come but writes it gave
+    /// up on, which land within the clock margin. A transport failure proves neither: the invoke may
+    /// still be on its way.
+    pub fn execution_ended(&self) -> bool {
+        matches!(self, InvokeError::FunctionError { .. } | InvokeError::BadResponse { .. })
+    }
+
     /// What the caller of the REST API is told: which participant and what kind of failure, in this
     /// system's own words. The error itself (a function's error text, the SDK's) goes to the log only.
     pub fn public_reason(&self) -> String {
         match self {
+            InvokeError::Throttled { service, .. } => format!("participant {service} is throttled"),
             InvokeError::UnknownService(service) => format!("service {service} is not registered"),
             InvokeError::FunctionError { service, .. } => format!("participant {service} failed"),
             InvokeError::Transport { service, .. } => format!("could not reach participant {service}"),
@@ -107,11 +126,11 @@ impl LambdaInvoker {
         LambdaInvoker { targets }
     }
 
-    /// Invokes `service` with `payload`. A prepare is sent `once` (issue 48): no retry may run it a second
-    /// time unseen, since its vote (or its failure) is what tells the coordinator whether a late lock
-    /// write may still come (an attempt with no vote from a participant is left open for the sweeper,
-    /// which releases after the participant's lock cutoff). The SDK's retries are off for it, and only a
-    /// throttled invoke, which Lambda refused before running the function, is sent again.
+    /// Invokes `service` with `payload`. A prepare of a recorded attempt is sent `once` (issue 48): no retry
+    /// may run it a second time unseen, since its vote (or its failure) is what tells the coordinator
+    /// whether a late lock write out of the locks index may still come (an abort with no vote from a
+    /// participant is ended only after the participants' lock cutoff). The SDK's retries are off for it,
+    /// and only a throttled invoke, which Lambda refused before running the function, is sent again.
     async fn call(&self, service: &str, payload: Vec<u8>, once: bool) -> Result<ParticipantResponse, InvokeError> {
         let (client, function) =
             self.targets.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
@@ -128,18 +147,20 @@ impl LambdaInvoker {
                 false => invoke.customize().send(),
             }
         };
+        let throttled = |result: &Result<_, aws_sdk_lambda::error::SdkError<InvokeApiError, _>>| {
+            result.as_ref().err().and_then(|e| e.as_service_error()).is_some_and(|e| e.is_too_many_requests_exception())
+        };
         let mut result = send().await;
         for pause_ms in THROTTLED_PREPARE_PAUSES_MS {
-            let throttled = result
-                .as_ref()
-                .err()
-                .and_then(|e| e.as_service_error())
-                .is_some_and(|e| e.is_too_many_requests_exception());
-            if !once || !throttled {
+            if !once || !throttled(&result) {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
             result = send().await;
+        }
+        if once && throttled(&result) {
+            let message = result.err().map(|e| aws_smithy_types::error::display::DisplayErrorContext(&e).to_string());
+            return Err(InvokeError::Throttled { service: service.to_owned(), message: message.unwrap_or_default() });
         }
         let out = match result {
             Ok(out) => out,
@@ -176,7 +197,7 @@ impl ParticipantInvoker for LambdaInvoker {
         service: &'a str,
         request: &'a ParticipantRequest,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        let once = request.action == Action::Prepare;
+        let once = request.action == Action::Prepare && request.recorded;
         Box::pin(self.call(service, serde_json::to_vec(request).expect("requests serialize"), once))
     }
 
@@ -185,7 +206,7 @@ impl ParticipantInvoker for LambdaInvoker {
         service: &'a str,
         envelope: &'a Envelope,
     ) -> BoxFuture<'a, Result<ParticipantResponse, InvokeError>> {
-        let once = sealed_action(envelope) == Some(Action::Prepare);
+        let once = sent_once(envelope);
         Box::pin(self.call(service, serde_json::to_vec(envelope).expect("envelopes serialize"), once))
     }
 }
@@ -193,13 +214,15 @@ impl ParticipantInvoker for LambdaInvoker {
 /// The pauses before a throttled prepare is sent again (the SDK's own retries are off for prepares).
 const THROTTLED_PREPARE_PAUSES_MS: [u64; 2] = [20, 80];
 
-/// The action of a sealed message, read from its message text.
-fn sealed_action(envelope: &Envelope) -> Option<Action> {
+/// Whether a sealed message is a prepare the coordinator sends once (`recorded`), read from its text.
+fn sent_once(envelope: &Envelope) -> bool {
     #[derive(serde::Deserialize)]
     struct Only {
         action: Action,
+        #[serde(default)]
+        recorded: bool,
     }
-    serde_json::from_str::<Only>(&envelope.message).ok().map(|m| m.action)
+    serde_json::from_str::<Only>(&envelope.message).is_ok_and(|m| m.action == Action::Prepare && m.recorded)
 }
 
 /// Calls participants in this process: the same core code the participant function runs.

@@ -20,9 +20,6 @@ pub struct StoreError {
     pub message: String,
     /// Whether a write that failed so may still have taken effect.
     pub outcome: WriteOutcome,
-    /// DynamoDB answered (an error response came back): the request is no longer on its way. Without an
-    /// answer (a timeout, a connection that failed), it may still reach DynamoDB a little later.
-    pub answered: bool,
     /// DynamoDB refused the request as invalid (a `ValidationException`: an item over 400 KB, nesting too
     /// deep, an empty name): sent again as it is, it is refused again.
     pub invalid: bool,
@@ -46,7 +43,6 @@ impl StoreError {
             table: table.to_owned(),
             message: message.into(),
             outcome: WriteOutcome::NotApplied,
-            answered: true,
             invalid: false,
         }
     }
@@ -75,8 +71,7 @@ impl StoreError {
             SdkError::DispatchFailure(failure) if failure.is_io() => "could not connect".to_owned(),
             other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
         };
-        let answered = matches!(err, SdkError::ServiceError(_) | SdkError::ResponseError(_));
-        StoreError { operation, table: table.to_owned(), message, outcome, invalid, answered }
+        StoreError { operation, table: table.to_owned(), message, outcome, invalid }
     }
 }
 

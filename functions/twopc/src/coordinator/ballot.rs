@@ -126,6 +126,8 @@ pub fn cast(
             warn!(service = %entry.service, error = %e, "the participant failed to answer");
             entry.code = Some(RefusalCode::Unavailable);
             entry.reason = Some(e.public_reason());
+            entry.never_ran = e.never_ran();
+            entry.ended_without_vote = e.execution_ended();
         }
         Err(_) => {
             warn!(service = %entry.service, "no answer before the deadline");

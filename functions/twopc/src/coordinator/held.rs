@@ -254,7 +254,7 @@ pub(super) async fn write_held_decision(
         };
         // Decided: due for the sweeper as a transaction decided now would be (after its timeout), not at
         // holdUntil any more.
-        let sweep_at = now + record.deadline.saturating_sub(record.created_at);
+        let sweep_at = (now + record.deadline.saturating_sub(record.created_at)).max(record.deadline);
         c.engine.transactions.transition_due(id, from, to, keyed, now, reason, sweep_at).await
     })
     .await

@@ -39,12 +39,25 @@ pub(super) async fn run_two_phase(
         }
         c.engine.faults.check(CoordinatorCrash::AfterCreate)?;
     }
-    let unindexed = recording == Recording::RecordFirst && !record.is_held();
+    // Keyed only: a keyed record is kept for ever, so whoever meets a stray lock of it later finds its
+    // owner's outcome; an unkeyed retried attempt's record expires (TTL), and its locks stay indexed.
+    let unindexed = recording == Recording::RecordFirst && record.is_keyed() && !record.is_held();
     let order = PrepareOrder { recorded: unindexed, ..c.prepare_order(&record, first) };
     let votes = c.engine.prepare(&record, &order).await?;
     // A prepare without a vote may still write its lock, out of the locks index: an abort is then left
     // open for the sweeper ([`super::engine::PhaseEngine::drive_answered`]).
     let late_locks_possible = unindexed && votes.iter().any(ParticipantEntry::unanswered);
+    // By when any such write lands, by this coordinator's clock.
+    let answered_at = c.engine.clock.now_ms();
+    let locks_land_by = votes
+        .iter()
+        .filter(|v| v.unanswered())
+        .map(|v| match v.ended_without_vote {
+            true => answered_at + crate::clock::CLOCK_MARGIN_MS,
+            false => crate::clock::lock_cutoff(record.deadline),
+        })
+        .max()
+        .unwrap_or(0);
     let blocked = votes.blocked();
     let blocked_at = blocked.map(|(at, _)| at);
     let prepared = started.elapsed();
@@ -83,7 +96,10 @@ pub(super) async fn run_two_phase(
         return Ok(answer_on_decision(c, after.as_ref(), decided, started, answer_by).into());
     }
     let second_phase = Instant::now();
-    let finished = c.engine.drive_within(decided.clone(), answer_by, !late_locks_possible).await?;
+    let mut finished = c.engine.drive_within(decided.clone(), answer_by, !late_locks_possible).await?;
+    if late_locks_possible && finished.status == Status::Aborting {
+        finished = end_abort_when_landed(c, finished, locks_land_by, answer_by).await?;
+    }
     if decided.status == Status::Committing && finished.status.is_terminal() {
         telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
     }
@@ -100,6 +116,32 @@ pub(super) async fn run_two_phase(
         next,
     });
     Ok(Attempted { reply, refused })
+}
+
+/// Longest this coordinator waits for an unanswered prepare's lock write to land, to end an abort itself.
+const LANDING_WAIT: std::time::Duration = std::time::Duration::from_millis(1_000);
+
+/// An abort left open because a prepare went unanswered (its lock may still land, out of the index), when
+/// that write lands soon (`land_by`, this coordinator's clock): a participant whose execution failed (its
+/// abandoned writes land within the clock margin), or a prepare that gave no answer before the deadline
+/// (the participants' lock cutoff is a margin away). The coordinator waits for it, one more margin for
+/// the clocks' skew, releases again and ends the abort, rather than leaving every such request to the
+/// sweeper's next run. Farther away (an invoke that failed in transit early, which may still arrive),
+/// the record stays for the sweeper.
+async fn end_abort_when_landed(
+    c: &Coordinator,
+    open: TransactionRecord,
+    land_by: u64,
+    answer_by: Instant,
+) -> Result<TransactionRecord, DriveError> {
+    let ended_after = land_by + crate::clock::CLOCK_MARGIN_MS;
+    let wait = std::time::Duration::from_millis(ended_after.saturating_sub(c.engine.clock.now_ms()) + 1);
+    if wait > LANDING_WAIT || Instant::now() + wait >= answer_by {
+        return Ok(open);
+    }
+    tokio::time::sleep(wait).await;
+    // Every lock write of the attempt has landed: the releases now come after all of them.
+    c.engine.drive_within(open, answer_by, true).await
 }
 
 /// Issue 48: the 202 COMMITTING of a request that asked to be answered on its decision (`Prefer:

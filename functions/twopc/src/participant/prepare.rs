@@ -17,7 +17,7 @@ use crate::model::{
     Vote,
 };
 use crate::recovery::{OwnerFate, read_owner_fate};
-use crate::store::{Item, StoreError};
+use crate::store::{Item, StoreError, WriteOutcome};
 use crate::tables::item_attr as a;
 
 use super::locks::{
@@ -123,6 +123,11 @@ impl Participant {
                 Attempt::Again => continue,
                 Attempt::Ready(ready, seen) => (ready, seen),
             };
+            // Again just before the write: judging may have read the items for long (a rule's reads are
+            // retried), and a lock written past the cutoff could land after the sweeper's last release.
+            if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
+                return Ok(late);
+            }
             let token = uuid::Uuid::new_v4().simple().to_string();
             // A held transaction's locks stay in the index whatever its message says: its hold moves them.
             let indexed = held || !order.recorded;
@@ -131,11 +136,12 @@ impl Participant {
             let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
                 Ok(locked) => locked,
                 // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
-                // then its own, and its token is the vote's. Not after a write DynamoDB never answered, of
-                // a lock out of the index: it may land after that next attempt's lock was committed and the
-                // item changed again, a stray no index finds. The error, not a vote, leaves the abort to
-                // the sweeper, after the lock cutoff.
-                Err(e) if attempt + 1 < LOCK_ATTEMPTS && (e.answered || indexed) => {
+                // then its own, and its token is the vote's. For a lock out of the index, only after a write
+                // DynamoDB refused (not applied): one whose outcome is unknown (no answer, a server error)
+                // might still land after that next attempt's lock was committed and the item changed again,
+                // a stray no index finds. The error, not a vote, leaves the abort to the sweeper, after the
+                // lock cutoff.
+                Err(e) if attempt + 1 < LOCK_ATTEMPTS && (indexed || e.outcome == WriteOutcome::NotApplied) => {
                     warn!(error = %e, attempt, "lock write failed; trying again with a new token");
                     self.backoff(attempt, cutoff).await;
                     continue;

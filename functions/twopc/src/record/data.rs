@@ -266,13 +266,22 @@ pub struct ParticipantEntry {
     /// resolve (it has no record: the sweeper's): no retry can wait it out. Not recorded.
     #[serde(skip)]
     pub unresolved_owner: Option<String>,
+    /// No vote, and its prepare certainly never ran (never sent, or refused by Lambda before the
+    /// function ran): no lock write of it can come. Not recorded.
+    #[serde(skip)]
+    pub never_ran: bool,
+    /// No vote, and the prepare's execution ended (the function failed, or answered something else): a
+    /// lock write it made lands within the clock margin of its answer, not as late as the cutoff. Not
+    /// recorded.
+    #[serde(skip)]
+    pub ended_without_vote: bool,
 }
 
 impl ParticipantEntry {
     /// Asked to prepare, and no vote came back (no answer before the deadline, the invoke failed): a
     /// lock write of that prepare may still land.
     pub fn unanswered(&self) -> bool {
-        self.vote.is_none() && self.code.is_some()
+        self.vote.is_none() && self.code.is_some() && !self.never_ran
     }
 
     /// A service's part before its prepare answered.
@@ -288,6 +297,8 @@ impl ParticipantEntry {
             service_code: None,
             blocked_by: None,
             unresolved_owner: None,
+            never_ran: false,
+            ended_without_vote: false,
         }
     }
 }

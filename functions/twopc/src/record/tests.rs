@@ -28,6 +28,8 @@ fn record_at_the_bound(keyed: bool) -> TransactionRecord {
         service_code: None,
         blocked_by: None,
         unresolved_owner: None,
+        never_ran: false,
+        ended_without_vote: false,
     };
     let mut record = TransactionRecord {
         transaction_id: "tx-00000000000000000000000000000000".into(),
@@ -236,6 +238,8 @@ fn record_with_every_field(status: Status) -> TransactionRecord {
             service_code: Some("code".into()),
             blocked_by: None,
             unresolved_owner: None,
+            never_ran: false,
+            ended_without_vote: false,
         }],
         created_at: 1_764_000_000_000,
         updated_at: 1_764_000_000_001,
