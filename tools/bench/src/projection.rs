@@ -205,13 +205,15 @@ mod tests {
     }
 }
 
-/// One model's figures: a 2-service transfer through the coordinator, and `TransactWriteItems` of the
-/// same two updates.
+/// One model's figures: a 2-service transfer through the coordinator, the same answered on its commit
+/// decision (issue 48: `Prefer: respond-async`, its second phase run after the answer and before the next
+/// transfer), and `TransactWriteItems` of the same two updates.
 #[derive(Debug, Clone)]
 pub struct ProjectionRow {
     pub label: &'static str,
     pub model: LatencyModel,
     pub twopc: crate::stats::Summary,
+    pub on_decision: crate::stats::Summary,
     pub transact: crate::stats::Summary,
 }
 
@@ -235,7 +237,7 @@ pub async fn run(
             bench.seed(&[from.clone(), to.clone()]).await.map_err(|e| e.to_string())?;
         }
         let request = crate::bench::transfer_body(&from, &to, 1);
-        let (mut twopc, mut transact) = (Vec::new(), Vec::new());
+        let (mut twopc, mut on_decision, mut transact) = (Vec::new(), Vec::new(), Vec::new());
         let total = plan.projection_warmup + plan.projection_iterations;
         let bar = progress.bar(total as u64, &format!("7. projection ({})", index + 1));
         for i in 0..total {
@@ -245,8 +247,16 @@ pub async fn run(
             let started = Instant::now();
             crate::scenarios::committed(bench.transact_transfer(&from, &to, 1).await, "TransactWriteItems transfer")?;
             let ttransact = started.elapsed();
+            let started = Instant::now();
+            let early = bench.submit_on_decision(&request).await;
+            let tearly = started.elapsed();
+            if early != crate::bench::Outcome::Pending {
+                return Err(format!("2PC transfer answered on its decision: {early:?}, not 202 COMMITTING"));
+            }
+            bench.finish_after_answers().await;
             if i >= plan.projection_warmup {
                 twopc.push(t2pc);
+                on_decision.push(tearly);
                 transact.push(ttransact);
             }
             bar.inc(1);
@@ -256,6 +266,7 @@ pub async fn run(
             label,
             model,
             twopc: crate::stats::Summary::of(&twopc),
+            on_decision: crate::stats::Summary::of(&on_decision),
             transact: crate::stats::Summary::of(&transact),
         });
     }
