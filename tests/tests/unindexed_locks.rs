@@ -182,3 +182,30 @@ async fn a_duplicated_prepares_stray_lock_is_released_by_the_next_transaction_on
     assert_no_locks(&env).await;
     assert_eq!((env.balance("service-a", "A").await, env.balance("service-b", "B").await), ("84".into(), "16".into()));
 }
+
+/// The pairs: a held keyed request keeps its locks in the index (its hold moves their expiry there, where
+/// the sweeper looks for a hold that ran out), and a keyed request on the one-phase path takes no lock.
+#[tokio::test]
+async fn a_held_request_keeps_indexed_locks_and_a_one_phase_request_takes_none() {
+    let env = TestEnv::new().await;
+    accounts(&env).await;
+    let mut held = transfer("10");
+    held["holdMs"] = json!(60_000);
+    let (status, answer) = env.post(&held, Some("held")).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("PREPARED")), "{answer}");
+    assert_eq!(lock_of(&env, "service-a", "A").await, (true, true), "a held lock is indexed");
+    assert_eq!(lock_of(&env, "service-b", "B").await, (true, true), "a held lock is indexed");
+    let caller = env.coordinator.access().iam(None);
+    let id = answer["transactionId"].as_str().unwrap();
+    let committed = env.coordinator.commit_held_by(id, &caller).await;
+    assert_eq!(committed.body["status"], "COMMITTED", "{}", committed.body);
+    assert_no_locks(&env).await;
+
+    let mut sole = TestEnv::transfer(("service-a", "A"), ("service-a", "A"), "0");
+    sole["participants"] = json!([{"service": "service-a", "operations": [
+        {"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1}]}]);
+    let (status, answer) = env.post(&sole, Some("sole")).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert_no_locks(&env).await;
+    assert_eq!(env.balance("service-a", "A").await, "91");
+}
