@@ -141,20 +141,40 @@ async fn a_prepare_without_a_vote_is_ended_once_its_writes_have_landed() {
     assert_eq!((env.balance("service-a", "A").await, env.balance("service-b", "B").await), ("100".into(), "0".into()));
 }
 
-/// A prepare that answers only after the deadline: no vote, but the lock cutoff is near, so the
-/// coordinator waits for it (at most a second) and ends the abort itself, without the sweeper.
+/// A prepare held back in the network locks B after the abort's releases, before the participants' lock
+/// cutoff (deadline + the clock margin). The cutoff is under a second away, so the coordinator waits for
+/// it, releases again and ends the abort itself: no sweeper, no lock left. (Ending the abort at once would
+/// leave B's lock behind a terminal record.)
 #[tokio::test]
-async fn a_prepare_answered_after_the_deadline_is_ended_by_its_coordinator_at_the_cutoff() {
+async fn a_prepare_landing_before_the_cutoff_is_released_by_its_coordinator() {
     let env = TestEnv::new().await;
     accounts(&env).await;
     let mut body = transfer("10");
     body["timeoutMs"] = json!(300);
-    env.invoker.set("service-b", Action::Prepare, EdgeFault::DelayReply(Duration::from_millis(600)));
-    let (status, answer) = env.post(&body, Some("slow")).await;
+    env.invoker.set("service-b", Action::Prepare, EdgeFault::LateDelivery(Duration::from_millis(150)));
+    let (status, answer) = env.post(&body, Some("held-back-briefly")).await;
     assert_eq!((status, answer["status"].as_str()), (409, Some("ABORTED")), "{answer}");
     let record = env.transactions.get(answer["transactionId"].as_str().unwrap()).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Aborted, "ended by its coordinator: {record:?}");
     env.settle().await;
+    let late = env.invoker.calls().into_iter().filter(|c| c.late_copy).map(|c| c.answer).collect::<Vec<_>>();
+    assert_eq!(late, ["PREPARED"], "the held-back prepare locked B");
+    assert_no_locks(&env).await;
+}
+
+/// A lock write out of the index that DynamoDB refused (throttled: a 4xx, certainly not applied) is
+/// written again, and the transfer commits.
+#[tokio::test]
+async fn a_refused_lock_write_is_written_again() {
+    let faults = DynamoFaults::new(0);
+    let env = TestEnv::with_dynamo_faults(&["service-a", "service-b"], faults.clone()).await;
+    accounts(&env).await;
+    let table = env.table("service-b").to_owned();
+    faults.add(Rule::new(DynamoFault::Throttle).operation("UpdateItem").table(&table).body_contains("PREPARED").nth(1));
+    let (status, answer) = env.post(&transfer("10"), Some("throttled-write")).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    assert_eq!(faults.fired(), 1, "the first lock write was refused");
+    assert_eq!(env.balance("service-b", "B").await, "10");
     assert_no_locks(&env).await;
 }
 

@@ -94,12 +94,13 @@ pub trait ParticipantInvoker: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct LambdaInvoker {
     /// service → the client to call it with, and its function name or ARN.
-    targets: BTreeMap<String, (aws_sdk_lambda::Client, String)>,
+    targets: BTreeMap<String, Target>,
 }
 
 impl LambdaInvoker {
     pub fn new(client: aws_sdk_lambda::Client, functions: BTreeMap<String, String>) -> LambdaInvoker {
-        LambdaInvoker { targets: functions.into_iter().map(|(s, f)| (s, (client.clone(), f))).collect() }
+        let target = |function| Target { client: client.clone(), function, local: false };
+        LambdaInvoker { targets: functions.into_iter().map(|(s, f)| (s, target(f))).collect() }
     }
 
     /// From the registry (`PARTICIPANTS`). A value is a function name or ARN; for local development it
@@ -116,9 +117,10 @@ impl LambdaInvoker {
                         let config = aws_sdk_lambda::config::Builder::from(config)
                             .endpoint_url(format!("http://{authority}"))
                             .build();
-                        (aws_sdk_lambda::Client::from_conf(config), function.to_owned())
+                        let client = aws_sdk_lambda::Client::from_conf(config);
+                        Target { client, function: function.to_owned(), local: true }
                     }
-                    None => (shared.clone(), target),
+                    None => Target { client: shared.clone(), function: target, local: false },
                 };
                 (service, entry)
             })
@@ -132,7 +134,7 @@ impl LambdaInvoker {
     /// participant is ended only after the participants' lock cutoff). The SDK's retries are off for it,
     /// and only a throttled invoke, which Lambda refused before running the function, is sent again.
     async fn call(&self, service: &str, payload: Vec<u8>, once: bool) -> Result<ParticipantResponse, InvokeError> {
-        let (client, function) =
+        let Target { client, function, local } =
             self.targets.get(service).ok_or_else(|| InvokeError::UnknownService(service.to_owned()))?;
         let send = || {
             let invoke = client.invoke().function_name(function).payload(Blob::new(payload.clone()));
@@ -167,7 +169,10 @@ impl LambdaInvoker {
             Err(err) => {
                 // `cargo lambda watch` answers a handler error with HTTP 500 and the error as the body,
                 // where the service answers 200 with X-Amz-Function-Error: both mean the function failed.
-                if let Some(raw) = err.raw_response()
+                // Only from a local endpoint: the service's own 500 (ServiceException) proves nothing about
+                // the function, which may still run.
+                if *local
+                    && let Some(raw) = err.raw_response()
                     && raw.status().as_u16() == 500
                 {
                     let body = raw.body().bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
@@ -209,6 +214,15 @@ impl ParticipantInvoker for LambdaInvoker {
         let once = sent_once(envelope);
         Box::pin(self.call(service, serde_json::to_vec(envelope).expect("envelopes serialize"), once))
     }
+}
+
+/// A participant's function: the client to invoke it with, its name or ARN, and whether it is a local
+/// Invoke API (`cargo lambda watch`) rather than the Lambda service.
+#[derive(Debug, Clone)]
+struct Target {
+    client: aws_sdk_lambda::Client,
+    function: String,
+    local: bool,
 }
 
 /// The pauses before a throttled prepare is sent again (the SDK's own retries are off for prepares).

@@ -401,7 +401,7 @@ impl PhaseEngine {
         let late_lock_possible = action == Action::Abort
             && !prepares_answered
             && !record.is_held()
-            && self.clock.now_ms() < crate::clock::resolvable_after(record.deadline);
+            && self.clock.now_ms() <= crate::clock::resolvable_after(record.deadline);
         if late_lock_possible {
             info!("released; a prepare may still lock out of the locks index, so the sweeper ends the abort");
             let why = "a prepare's lock may still land: the sweeper releases again past the lock cutoff".to_owned();
