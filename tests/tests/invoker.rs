@@ -89,15 +89,36 @@ async fn a_function_error_from_the_service_is_a_failure_not_a_vote() {
     );
 }
 
+/// The registry's local form (`http://host:port/function`): one `cargo lambda watch`'s Invoke API.
+fn local_invoker(endpoint: &str) -> LambdaInvoker {
+    let credentials = aws_sdk_lambda::config::Credentials::new("local", "local", None, None, "tests");
+    let config = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_lambda::config::SharedCredentialsProvider::new(credentials))
+        .build();
+    LambdaInvoker::from_registry(&config, BTreeMap::from([("svc".into(), format!("{endpoint}/participant"))]))
+}
+
+/// `cargo lambda watch` answers a handler's error with a 500: from a local Invoke API, that is the
+/// function's failure (its execution is over). From the Lambda service, a 500 is the service's own error
+/// (ServiceException), which proves nothing about the function: a transport failure, never taken for an
+/// ended execution (issue 48: the coordinator would end an abort too soon on that word).
 #[tokio::test]
 async fn a_500_from_cargo_lambda_watch_is_a_function_failure_too() {
-    let endpoint =
-        invoke_api(500, &[], r#"{"errorType": "HandlerError", "errorMessage": "DynamoDB was unreachable"}"#).await;
-    let error = invoker(&endpoint).invoke("svc", &prepare()).await.unwrap_err();
+    let body = r#"{"errorType": "HandlerError", "errorMessage": "DynamoDB was unreachable"}"#;
+    let endpoint = invoke_api(500, &[], body).await;
+    let error = local_invoker(&endpoint).invoke("svc", &prepare()).await.unwrap_err();
     assert!(
         matches!(&error, InvokeError::FunctionError { message, .. } if message.contains("DynamoDB was unreachable")),
         "{error}"
     );
+    assert!(error.execution_ended());
+
+    let endpoint = invoke_api(500, &[], body).await;
+    let error = invoker(&endpoint).invoke("svc", &prepare()).await.unwrap_err();
+    assert!(matches!(&error, InvokeError::Transport { .. }), "{error}");
+    assert!(!error.execution_ended() && !error.never_ran());
 }
 
 #[tokio::test]
