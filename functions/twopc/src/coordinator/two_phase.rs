@@ -13,7 +13,7 @@ use super::engine::{Decided, PrepareOrder, Recording};
 use super::reply::{Answering, Attempted, DriveError, Refused, Reply};
 use crate::faults::CoordinatorCrash;
 use crate::model::Status;
-use crate::record::{ParticipantEntry, TransactionRecord};
+use crate::record::TransactionRecord;
 use crate::telemetry;
 
 /// One two-phase attempt over the phase engine; a retry prepares the participant at index `first` first (where its
@@ -44,20 +44,18 @@ pub(super) async fn run_two_phase(
     let unindexed = recording == Recording::RecordFirst && record.is_keyed() && !record.is_held();
     let order = PrepareOrder { recorded: unindexed, ..c.prepare_order(&record, first) };
     let votes = c.engine.prepare(&record, &order).await?;
-    // A prepare without a vote may still write its lock, out of the locks index: an abort is then left
-    // open for the sweeper ([`super::engine::PhaseEngine::drive_answered`]).
-    let late_locks_possible = unindexed && votes.iter().any(ParticipantEntry::unanswered);
-    // By when any such write lands, by this coordinator's clock.
+    // A prepare without a vote may still write its lock, out of the locks index: an abort then ends only
+    // once that write has landed ([`super::engine::PhaseEngine::drive_answered`]). By when, by this
+    // coordinator's clock; `None`: no such write can come.
     let answered_at = c.engine.clock.now_ms();
-    let locks_land_by = votes
+    let late_locks_land_by = votes
         .iter()
-        .filter(|v| v.unanswered())
+        .filter(|v| unindexed && v.unanswered())
         .map(|v| match v.ended_without_vote {
             true => answered_at + crate::clock::CLOCK_MARGIN_MS,
             false => crate::clock::lock_cutoff(record.deadline),
         })
-        .max()
-        .unwrap_or(0);
+        .max();
     let blocked = votes.blocked();
     let blocked_at = blocked.map(|(at, _)| at);
     let prepared = started.elapsed();
@@ -96,9 +94,11 @@ pub(super) async fn run_two_phase(
         return Ok(answer_on_decision(c, after.as_ref(), decided, started, answer_by).into());
     }
     let second_phase = Instant::now();
-    let mut finished = c.engine.drive_within(decided.clone(), answer_by, !late_locks_possible).await?;
-    if late_locks_possible && finished.status == Status::Aborting {
-        finished = end_abort_when_landed(c, finished, locks_land_by, answer_by).await?;
+    let mut finished = c.engine.drive_within(decided.clone(), answer_by, late_locks_land_by.is_none()).await?;
+    if let Some(land_by) = late_locks_land_by
+        && finished.status == Status::Aborting
+    {
+        finished = end_abort_when_landed(c, finished, land_by, answer_by).await?;
     }
     if decided.status == Status::Committing && finished.status.is_terminal() {
         telemetry::phase(telemetry::COMMIT_LATENCY, second_phase.elapsed());
