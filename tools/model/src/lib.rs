@@ -17,6 +17,8 @@ pub mod age;
 /// Issue 41: retry chains with holds and age tokens together, a model of its own.
 pub mod chain;
 pub mod config;
+/// Issue 48, item 3: escrow credits on hot receivers, a model of its own.
+pub mod escrow;
 pub mod report;
 pub mod state;
 mod step;

@@ -1,6 +1,6 @@
 //! Running the checker and printing what it found: states explored, and traces step by step. The runner
-//! serves the three models, the main one ([`TwoPc`]), issue 35's ([`crate::age::AgeModel`]) and issue 41's
-//! ([`crate::chain::ChainModel`]), through [`Traced`].
+//! serves the four models, the main one ([`TwoPc`]), issue 35's ([`crate::age::AgeModel`]), issue 41's
+//! ([`crate::chain::ChainModel`]) and issue 48's ([`crate::escrow::EscrowModel`]), through [`Traced`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
