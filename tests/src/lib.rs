@@ -576,12 +576,15 @@ impl TestEnv {
         normalized(&item["data"]["balance"].to_string())
     }
 
-    /// Every item of every participant table that still carries a lock, as (service, item).
+    /// Every item of every participant table that still carries a lock or a pending credit (or counts one),
+    /// as (service, item).
     pub async fn locked_items(&self) -> Vec<(String, Value)> {
         let mut locked = vec![];
         for (service, participant) in &self.participants {
             for item in self.scan(participant.table().name()).await {
-                if item.contains_key("lock") || item.contains_key("lockShard") {
+                let credits = item.keys().any(|name| name.starts_with(twopc::tables::item_attr::CREDIT_PREFIX))
+                    || twopc::participant::credits::pending(&item) != 0;
+                if item.contains_key("lock") || item.contains_key("lockShard") || credits {
                     locked.push((service.clone(), Value::Object(twopc::attr::item_to_json(&item))));
                 }
             }

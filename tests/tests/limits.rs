@@ -347,7 +347,9 @@ async fn a_record_at_the_bound_is_fenced_postponed_and_resolved() {
     assert_eq!(status, 500, "{}", shorten(&answer));
     let id = answer["transactionId"].as_str().unwrap().to_owned();
     env.clock.advance(11_000);
-    let deposit = json!({"participants": [{"service": "s05", "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1}]}]});
+    // With a `max`, the deposit takes the lock and waits for pending credits, so it meets the crashed
+    // keyed transaction's credit (a pending entry, which a credit without a guard would pass by).
+    let deposit = json!({"participants": [{"service": "s05", "operations": [{"op": "add", "key": {"entityId": "A"}, "field": "balance", "delta": 1, "max": 1_000_000}]}]});
     let (status, answer) = env.post(&deposit, None).await;
     assert_eq!(status, 200, "{}", shorten(&answer));
     let record = env.transactions.get(&id).await.unwrap().unwrap();

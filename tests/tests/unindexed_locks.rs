@@ -13,9 +13,12 @@ use twopc::model::{Action, Status};
 use twopc_tests::contention::assert_no_locks;
 use twopc_tests::{DynamoFault, DynamoFaults, EdgeFault, Rule, TestEnv};
 
+/// A transfer whose credit to B has a `max`: it takes B's lock, not a pending credit (whose entry, found the
+/// same way, `hot_receivers.rs` tests).
 fn transfer(amount: &str) -> Value {
     let mut body = TestEnv::transfer(("service-a", "A"), ("service-b", "B"), amount);
     body["timeoutMs"] = json!(2_000);
+    body["participants"][1]["operations"][0]["max"] = json!(1_000_000);
     body
 }
 

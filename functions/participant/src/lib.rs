@@ -17,13 +17,18 @@ pub async fn from_env() -> Result<Participant, ConfigError> {
     let aws = config::aws().await;
     let keys = twopc::auth::of_service(&aws, &service, &config::required(twopc::auth::PARTICIPANT_KEY)?);
     let client = aws_sdk_dynamodb::Client::new(&aws);
+    let pending_credits = config::parsed(
+        twopc::participant::PENDING_CREDITS,
+        twopc::participant::pending_credits_setting(std::env::var(twopc::participant::PENDING_CREDITS).ok().as_deref()),
+    )?;
     Ok(Participant::new(
         service,
         DataTable::new(client.clone(), table),
         TransactionStore::new(client, transactions),
         clock::system(),
     )
-    .with_keys(keys))
+    .with_keys(keys)
+    .with_pending_credits(pending_credits))
 }
 
 #[derive(Debug, thiserror::Error)]

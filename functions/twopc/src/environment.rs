@@ -14,7 +14,7 @@ use crate::custom::SERVICE_OPERATIONS;
 use crate::hold::{HOLD_POLICY, MAX_HOLD_MS};
 use crate::invoke::PARTICIPANTS;
 use crate::jwt::{JWKS_URL, JWT_AUDIENCE, JWT_ISSUER};
-use crate::participant::{DATA_TABLE_NAME, SERVICE_NAME};
+use crate::participant::{DATA_TABLE_NAME, PENDING_CREDITS, SERVICE_NAME};
 use crate::record::TRANSACTIONS_TABLE_NAME;
 use crate::tables::PARTICIPANT_TABLES;
 use crate::telemetry::METRICS_NAMESPACE;
@@ -76,11 +76,14 @@ pub const FUNCTION_ENVIRONMENT: &[(&str, &[&str])] = &[
             OUTCOME_LOG_GROUP,
         ],
     ),
-    ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
+    ("participant", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY, PENDING_CREDITS]),
     // The example service's own participant: the participant library, so the participant's settings.
-    ("inventory", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY]),
+    ("inventory", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY, PENDING_CREDITS]),
     // The example resource participant: the participant library's settings, and its payment API.
-    ("payments", &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY, PAYMENT_API_URL]),
+    (
+        "payments",
+        &[SERVICE_NAME, DATA_TABLE_NAME, TRANSACTIONS_TABLE_NAME, PARTICIPANT_KEY, PENDING_CREDITS, PAYMENT_API_URL],
+    ),
     (
         "sweeper",
         &[

@@ -80,6 +80,13 @@ pub mod item_attr {
     /// Present only while locked: what the commit will write, reserved by the prepare so that the item
     /// already has the size the commit gives it.
     pub const PENDING: &str = "pending";
+    /// The prefix of a pending credit's entry, `credit#<transaction>` (`participant::credits`): present
+    /// from a credit's prepare to its commit or abort.
+    pub const CREDIT_PREFIX: &str = "credit#";
+    /// How many credits are pending on the item (its `credit#` entries).
+    pub const PENDING_CREDITS: &str = "pendingCredits";
+    /// The marker of an exclusive lock waiting for the pending credits to drain: new credits wait behind it.
+    pub const DRAIN: &str = "drain";
     /// The table's TTL attribute (epoch seconds), on a resource's finished barrier entries only (no item
     /// of data carries it): DynamoDB deletes such an entry once nothing can need it
     /// (`participant::resource`, docs/participants.md, "Barrier entries expire").

@@ -182,6 +182,15 @@ export class TwoPhaseCommitStack extends Stack {
     const parameter = (name: string, options: ConstructorParameters<typeof CfnParameter>[2]) =>
       new CfnParameter(this, name, options);
 
+    const pendingCredits = parameter('PendingCredits', {
+      type: 'String',
+      default: 'on',
+      allowedValues: ['on', 'off'],
+      description:
+        "Whether a keyed request's credits (a positive add with no guard) take pending entries instead of the " +
+        "item's lock, so payments to one hot account prepare at once. Set \"off\" for the first deploy of an " +
+        'upgrade from a version without them, "on" in the next (DEPLOY.md).',
+    });
     const transactionsTableName = parameter('TransactionsTableName', {
       type: 'String',
       default: 'transactions',
@@ -873,6 +882,8 @@ export class TwoPhaseCommitStack extends Stack {
         environment: {
           SERVICE_NAME: name,
           DATA_TABLE_NAME: own.ref,
+          // On for payments to one account to prepare at once; off for an upgrade's first deploy.
+          PENDING_CREDITS: pendingCredits.valueAsString,
           TRANSACTIONS_TABLE_NAME: transactionsTable.ref,
           // Its own service's message key (the ARN of its secret): every message must be signed with it.
           PARTICIPANT_KEY: key.ref,

@@ -599,6 +599,7 @@ test('the inventory: a participant deployment of its own binary, its name fixed,
     DATA_TABLE_NAME: { Ref: 'ServiceInventoryTable' },
     TRANSACTIONS_TABLE_NAME: { Ref: 'TransactionsTable' },
     PARTICIPANT_KEY: { Ref: 'ServiceInventoryMessageKey' },
+    PENDING_CREDITS: { Ref: 'PendingCredits' },
   });
   // Each function names the binary it runs: the inventory its own, the other participants the generic one.
   const binary = (id: string) => template.Resources[id].Metadata?.[BINARY_METADATA];
@@ -643,6 +644,7 @@ test('the payments: a resource participant of its own binary, its payment API a 
     DATA_TABLE_NAME: { Ref: 'ServicePaymentsTable' },
     TRANSACTIONS_TABLE_NAME: { Ref: 'TransactionsTable' },
     PARTICIPANT_KEY: { Ref: 'ServicePaymentsMessageKey' },
+    PENDING_CREDITS: { Ref: 'PendingCredits' },
     PAYMENT_API_URL: { Ref: 'PaymentApiUrl' },
   });
   // PAYMENT_API_URL on the payments function only.

@@ -136,6 +136,38 @@ fn prepares_and_aborts_are_skipped() {
     assert_eq!(decide(&c, &manual), Decision::Skip(Skip::UnlockedRemove));
 }
 
+/// `image` with a pending credit of `tx` beside whatever it holds (issue 48's escrow entries).
+fn with_credit(mut image: Value, tx: &str, pending: &str) -> Value {
+    image[format!("credit#{tx}")] = json!({"M": {"token": {"S": "credit-1"}, "field": {"S": "balance"},
+        "delta": {"N": "3"}, "expiresAt": {"N": "1714564900000"}, "startedAt": {"N": "1714564800000"}}});
+    image["pendingCredits"] = json!({"N": pending});
+    image
+}
+
+/// A credit's entry written, or removed by an abort, leaves `lastTx` alone: skipped, whatever other credits
+/// are pending. Its commit moves `lastTx` (and removes the entry): one change, with the item's data and
+/// nothing of the entries. Two credits' commits in a row are two changes.
+#[test]
+fn pending_credits_are_skipped_and_each_credits_commit_is_a_change() {
+    let c = config();
+    let prepared = with_credit(with_credit(committed("T1", "1", "5"), "T2", "1"), "T3", "2");
+    let entry =
+        record("MODIFY", "service-a-data", key(), with_credit(committed("T1", "1", "5"), "T2", "1"), prepared.clone());
+    assert_eq!(decide(&c, &entry), Decision::Skip(Skip::LastTxUnchanged));
+    let abort =
+        record("MODIFY", "service-a-data", key(), prepared.clone(), with_credit(committed("T1", "1", "5"), "T2", "1"));
+    assert_eq!(decide(&c, &abort), Decision::Skip(Skip::LastTxUnchanged));
+
+    let first = with_credit(committed("T3", "2", "8"), "T2", "1");
+    let change = commit(decide(&c, &record("MODIFY", "service-a-data", key(), prepared, first.clone())));
+    assert_eq!((change.transaction_id.as_str(), change.version.as_u64()), ("T3", Some(2)));
+    let line = String::from_utf8(change.to_ndjson()).unwrap();
+    assert!(line.contains("\"data\":{\"balance\":8}") && !line.contains("credit"), "{line}");
+    let second = committed("T2", "3", "11");
+    let change = commit(decide(&c, &record("MODIFY", "service-a-data", key(), first, second)));
+    assert_eq!((change.transaction_id.as_str(), change.version.as_u64()), ("T2", Some(3)));
+}
+
 #[test]
 fn committed_delete_is_a_remove() {
     let old = with_lock(committed("T1", "7", "5"), "T9");

@@ -24,6 +24,7 @@ use super::replay::{MAX_CHAIN_HOPS, own_attempt};
 use super::reply::{DriveError, Reply, unavailable};
 use crate::access::Caller;
 use crate::model::{ErrorCode, Status};
+use crate::participant::credits::Credit;
 use crate::participant::store::{DataTable, Lock};
 use crate::record::{AuditEntry, TransactionRecord};
 use crate::store::{Item, StoreError};
@@ -391,7 +392,12 @@ async fn locks_of(c: &Coordinator, record: &TransactionRecord) -> Result<Vec<Val
                 let key = crate::attr::item_to_json(&key_of(item));
                 let lock = Lock::of(item);
                 let locked_by_it = lock.as_ref().is_some_and(|l| l.transaction_id == record.transaction_id);
-                json!({"key": key, "lock": lock.map(lock_json), "lockedByIt": locked_by_it})
+                // Issue 48: a credit of a keyed request is a pending entry beside the lock, not the lock.
+                let credit = Credit::of(item, &record.transaction_id);
+                let pending = crate::participant::credits::pending(item);
+                json!({"key": key, "lock": lock.map(lock_json), "lockedByIt": locked_by_it,
+                    "pendingCredit": credit.map(|c| json!({"delta": c.delta, "field": c.field, "expiresAt": c.expires_at})),
+                    "pendingCredits": pending})
             })
             .collect();
         shown.push(json!({"service": entry.service, "table": table.name(), "vote": entry.vote, "items": items}));

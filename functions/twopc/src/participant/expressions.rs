@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::credits;
 use super::operations::{Voted, apply, apply_voted, guard, reservation};
 use crate::expr::{Expr, n, s};
 use crate::model::Operation;
@@ -22,6 +23,13 @@ pub struct LockSpec<'a> {
     /// The lock enters the locks index (`lockShard`, `lockExpiresAt`), where the sweeper finds it: all
     /// but the locks of a transaction whose open record names them (issue 48: 2 index writes fewer each).
     pub indexed: bool,
+    /// Its credits take pending entries, not the lock ([`super::credits`]): a recorded prepare, not held,
+    /// of a participant that takes them.
+    pub credits: bool,
+    /// The service's rules judge the items: every exclusive lock waits for the pending credits to drain.
+    pub rules: bool,
+    /// The participant's clock when the write is sent (a drain marker past it holds nothing back).
+    pub now: u64,
 }
 
 /// The lock's status while its transaction is prepared.
@@ -33,6 +41,18 @@ const MAX_EXPRESSION_BYTES: usize = 4096;
 /// The lock write of one item: update and condition expressions, with their placeholders.
 pub(super) fn lock_expressions(spec: LockSpec<'_>, op: &Operation, seen: Seen) -> (String, String, Expr) {
     let mut e = Expr::new();
+    if spec.credits && credits::is_credit(op) {
+        let entry = credits::EntrySpec {
+            tx: spec.tx,
+            token: spec.token,
+            expires_at: spec.expires_at,
+            started_at: spec.started_at,
+            now: spec.now,
+        };
+        let (update, mut condition) = credits::entry_expressions(entry, op, &mut e);
+        condition += &seen.condition(&mut e);
+        return (update, condition, e);
+    }
     let lock = e.name(a::LOCK);
     let last_tx = e.name(a::LAST_TX);
     let lock_value = e.value(AttributeValue::M(HashMap::from([
@@ -61,6 +81,10 @@ pub(super) fn lock_expressions(spec: LockSpec<'_>, op: &Operation, seen: Seen) -
         format!("attribute_not_exists({lock}) AND (attribute_not_exists({last_tx}) OR {last_tx} <> {tx_value})");
     condition += &guard(&mut e, op);
     condition += &seen.condition(&mut e);
+    if credits::drains(op, spec.rules) {
+        condition += &credits::drained_condition(&mut e);
+        update += &format!(" REMOVE {}", e.name(a::DRAIN));
+    }
     (update, condition, e)
 }
 
@@ -188,7 +212,16 @@ pub fn check_list(operations: &[Operation], path: &str) -> Result<(), crate::mod
 pub fn check_expressible(op: &Operation) -> Result<(), String> {
     // Placeholders do not depend on the values, only on how many there are: any id of the usual length will do.
     let tx = "tx-00000000000000000000000000000000";
-    let spec = LockSpec { tx, token: tx, expires_at: u64::MAX, started_at: u64::MAX, indexed: true };
+    let spec = LockSpec {
+        tx,
+        token: tx,
+        expires_at: u64::MAX,
+        started_at: u64::MAX,
+        indexed: true,
+        credits: false,
+        rules: true,
+        now: u64::MAX,
+    };
     // A service's own operation locks with the data its prepare computes: one value, whatever its size.
     let computed;
     let locked = match op {
@@ -210,6 +243,17 @@ pub fn check_expressible(op: &Operation) -> Result<(), String> {
     let voted = Voted::of(op);
     let (voted_update, voted_condition, _) = voted_commit_expressions(tx, Some(tx), &voted, &voted.text());
     let (untokened_update, untokened_condition, _) = voted_commit_expressions(tx, None, &voted, &voted.text());
+    // A credit may instead take a pending entry, committed from it.
+    let entry_writes = match op {
+        Operation::Add { field, delta, .. } if credits::is_credit(op) => {
+            let credit = LockSpec { credits: true, ..spec };
+            let (update, condition, _) = lock_expressions(credit, op, Seen::Version(Some(u64::MAX)));
+            let (commit_update, commit_condition, _) =
+                credits::entry_commit_expressions(tx, tx, field, &delta.to_string());
+            vec![update, condition, commit_update, commit_condition]
+        }
+        _ => vec![],
+    };
     let longest = [
         Some(lock_update),
         Some(lock_condition),
@@ -222,6 +266,7 @@ pub fn check_expressible(op: &Operation) -> Result<(), String> {
     ]
     .into_iter()
     .flatten()
+    .chain(entry_writes)
     .map(|expression| expression.len())
     .max()
     .unwrap_or(0);

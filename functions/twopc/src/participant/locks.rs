@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::answers::refused;
+use super::credits;
 use super::operations;
 use super::store::Lock;
 use crate::clock::CLOCK_MARGIN_MS;
@@ -102,6 +103,10 @@ pub(super) struct Waiting<'a> {
     /// Rounds begun, and how many of them ended in a wait that saw the lock released.
     pub(super) rounds: std::sync::atomic::AtomicU32,
     pub(super) waits: std::sync::atomic::AtomicU32,
+    /// Its credits take pending entries ([`super::credits`]).
+    pub(super) credits: bool,
+    /// The service's rules judge its items: every exclusive lock waits for the credits to drain.
+    pub(super) rules: bool,
 }
 
 impl<'a> Waiting<'a> {
@@ -115,6 +120,23 @@ impl<'a> Waiting<'a> {
             cutoff: Cutoff::of(order),
             rounds: std::sync::atomic::AtomicU32::new(0),
             waits: std::sync::atomic::AtomicU32::new(0),
+            credits: false,
+            rules: false,
+        }
+    }
+
+    /// The same wait, for a prepare whose credits take entries (`credits`) and whose items the service's
+    /// `rules` judge.
+    pub(super) fn claiming(self, credits: bool, rules: bool) -> Waiting<'a> {
+        Waiting { credits, rules, ..self }
+    }
+
+    /// What this prepare's write takes on `op`'s item.
+    pub(super) fn claim(&self, op: &Operation) -> Claim {
+        if self.credits && credits::is_credit(op) {
+            Claim::Entry
+        } else {
+            Claim::Lock { drains: credits::drains(op, self.rules) }
         }
     }
 
@@ -172,8 +194,44 @@ pub enum LockFailure {
         /// The item's key as text: the reason is [`locked_by`] it and the owner.
         entity: String,
     },
+    /// A pending credit of `owner` past its expiry and twice the clock margin, with its `token`: resolved from
+    /// its owner's record before the item is taken.
+    ExpiredCredit {
+        owner: String,
+        token: String,
+    },
+    /// Pending credits (or, for a credit, a waiting exclusive lock's marker) are in the way: the owners that
+    /// wait-die orders against, and what to wait for.
+    Credits {
+        entity: String,
+        owners: Vec<(String, u64)>,
+        claim: Claim,
+    },
     /// The item no longer shows why the write failed (it changed since): try again.
     Unexplained,
+}
+
+/// What a prepare's write takes on an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The exclusive lock; `drains`: only once no credit is pending ([`super::credits::drains`]).
+    Lock { drains: bool },
+    /// A pending credit's entry ([`super::credits`]).
+    Entry,
+}
+
+impl Claim {
+    /// Whether `item` no longer keeps this claim out for the credits' sake: drained for a lock that waits for
+    /// them; for an entry, room in the map and no other transaction's marker holding credits back.
+    pub(super) fn clear_of_credits(self, tx: &str, item: &Item, now_ms: u64) -> bool {
+        match self {
+            Claim::Lock { drains } => !drains || credits::pending(item) == 0,
+            Claim::Entry => {
+                credits::pending(item) < credits::MAX_PENDING_CREDITS
+                    && !credits::Drain::of(item).is_some_and(|d| d.holds_back(tx, now_ms))
+            }
+        }
+    }
 }
 
 /// Why an item cannot be locked now: `owner`'s lock on `entity` (every refusal and wait names the holder).
@@ -183,7 +241,7 @@ pub(super) fn locked_by(entity: &str, owner: &str) -> String {
 
 /// Explains a failed lock from the item as it was (`None`: no such item). Which lock is in the way,
 /// and which guard failed, with the numbers.
-pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> LockFailure {
+pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64, claim: Claim) -> LockFailure {
     let key = op.key_text();
     let refuse = |code, reason: String| LockFailure::Refused { code, reason };
     if let Some(lock) = item.and_then(Lock::of) {
@@ -197,23 +255,50 @@ pub fn classify_lock_failure(tx: &str, op: &Operation, item: Option<&Item>, now_
         }
         return LockFailure::Held { entity: key, owner: lock.transaction_id, started_at: lock.started_at };
     }
+    if claim == Claim::Entry
+        && let Some(entry) = item.and_then(|item| credits::Credit::of(item, tx))
+    {
+        return LockFailure::Ours { token: Some(entry.token) };
+    }
     if let Some(item) = item
         && get_s(item, a::LAST_TX) == Some(tx)
     {
         return refuse(RefusalCode::Conflict, format!("transaction {tx} has already committed entity {key}"));
     }
-    match operations::guard_refusal(op, item) {
-        Some((code, reason)) => refuse(code, reason),
-        None => LockFailure::Unexplained,
+    if let Some((code, reason)) = operations::guard_refusal(op, item) {
+        return refuse(code, reason);
     }
+    match item {
+        Some(item) if !claim.clear_of_credits(tx, item, now_ms) => credits_in_the_way(tx, key, item, now_ms, claim),
+        _ => LockFailure::Unexplained,
+    }
+}
+
+/// The pending credits (and marker) that keep `claim` off the item: one to resolve first, or the owners to
+/// wait for.
+fn credits_in_the_way(tx: &str, entity: String, item: &Item, now_ms: u64, claim: Claim) -> LockFailure {
+    let entries = credits::Credit::all(item);
+    if let Some(expired) = entries.iter().find(|c| now_ms > crate::clock::resolvable_after(c.expires_at)) {
+        return LockFailure::ExpiredCredit { owner: expired.transaction_id.clone(), token: expired.token.clone() };
+    }
+    let marker = credits::Drain::of(item).filter(|d| d.holds_back(tx, now_ms));
+    let owners = match (claim, marker) {
+        // Behind another transaction's marker, a credit waits for that transaction only.
+        (Claim::Entry, Some(marker)) => vec![(marker.transaction_id, marker.started_at)],
+        _ => entries.into_iter().map(|c| (c.transaction_id, c.started_at)).collect(),
+    };
+    LockFailure::Credits { entity, owners, claim }
 }
 
 /// Evaluates a read-only `check` against the item as read: the same guards as its lock condition.
 /// Another transaction's lock counts against the check (classified first, as for a lock): a value under
 /// it may be about to change, and reading past it could order this transaction inconsistently with
 /// the lock holder.
+///
+/// Pending credits do not count against a check: it reads the committed value, and a credit, which reads
+/// nothing, commits after it in the order of the two transactions.
 pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> Result<(), LockFailure> {
-    match classify_lock_failure(tx, op, item, now_ms) {
+    match classify_lock_failure(tx, op, item, now_ms, Claim::Lock { drains: false }) {
         LockFailure::Unexplained | LockFailure::Ours { .. } => Ok(()),
         failure => Err(failure),
     }

@@ -47,6 +47,7 @@
 
 mod answers;
 mod barrier;
+pub mod credits;
 pub mod expressions;
 mod guard;
 mod locks;
@@ -70,6 +71,18 @@ use crate::model::Operation;
 /// Participant: the service it serves and the table it owns.
 pub const SERVICE_NAME: &str = "SERVICE_NAME";
 pub const DATA_TABLE_NAME: &str = "DATA_TABLE_NAME";
+/// `on` (the default) or `off`: whether a recorded prepare's credits take pending entries
+/// ([`Participant::with_pending_credits`]; `off` for the first deploy of an upgrade).
+pub const PENDING_CREDITS: &str = "PENDING_CREDITS";
+
+/// [`PENDING_CREDITS`]'s value: `on` or `off`.
+pub fn pending_credits_setting(value: Option<&str>) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(format!("must be \"on\" or \"off\", not \"{other}\"")),
+    }
+}
 
 /// A service's own rules, judged at prepare.
 pub trait Rules: Send + Sync + 'static {

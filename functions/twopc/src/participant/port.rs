@@ -9,10 +9,11 @@ use futures::future::try_join_all;
 use tracing::warn;
 
 use super::answers::{refused, status};
+use super::credits;
 use super::locks::Order;
 use super::protocol::{Participant, ParticipantError};
 use super::resource::{Driver, ResourceFailedOr};
-use super::store::CommitOutcome;
+use super::store::{CommitOutcome, Lock};
 use crate::model::message::{Abort, Commit, Hold, OnePhase, Prepare};
 use crate::model::{
     ErrorCode, Invalid, Message, Operation, ParticipantResponse, RefusalCode, STATUS_ABORTED, STATUS_COMMITTED,
@@ -205,8 +206,21 @@ impl Participant {
         tx: &str,
         operations: &[Operation],
     ) -> Result<ParticipantResponse, ParticipantError> {
-        let keys: Vec<Item> = operations.iter().filter_map(|op| self.table.key(op.key()).ok()).collect();
-        try_join_all(keys.iter().map(|key| self.table.release(tx, key, None, "abort"))).await?;
+        let held: Vec<(&Operation, Item)> =
+            operations.iter().filter_map(|op| self.table.key(op.key()).ok().map(|key| (op, key))).collect();
+        try_join_all(held.iter().map(|(op, key)| async move {
+            // A credit holds an entry or the lock (the abort does not say which): the entry first, and the
+            // lock only if the item, as the refused removal found it, holds one of this transaction.
+            if credits::is_credit(op) {
+                match self.table.drop_credit(tx, key, None).await? {
+                    None => return Ok(true),
+                    Some(Some(item)) if Lock::of(&item).is_none_or(|l| l.transaction_id != tx) => return Ok(false),
+                    Some(_) => {}
+                }
+            }
+            self.table.release(tx, key, None, "abort").await
+        }))
+        .await?;
         Ok(status(STATUS_ABORTED, None))
     }
 }

@@ -17,11 +17,12 @@ use crate::model::{
     Vote,
 };
 use crate::recovery::{OwnerFate, read_owner_fate};
-use crate::store::{Item, StoreError, WriteOutcome};
+use crate::store::{Item, StoreError, WriteOutcome, get_s};
 use crate::tables::item_attr as a;
 
+use super::credits::{self, Credit};
 use super::locks::{
-    Cutoff, LOCK_ATTEMPTS, LockFailure, OWNER_CHECK_AFTER_POLLS, Order, Waited, Waiting, check_holds,
+    Claim, Cutoff, LOCK_ATTEMPTS, LockFailure, OWNER_CHECK_AFTER_POLLS, Order, Waited, Waiting, check_holds,
     classify_lock_failure, locked_by,
 };
 use super::protocol::{Participant, ParticipantError};
@@ -52,7 +53,8 @@ impl Participant {
         let record = one_phase_record(tx, record)?;
         let cutoff = Cutoff::of(order);
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
-        let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
+        let waiting =
+            Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms).claiming(false, self.rules.is_some());
         while let Some(attempt) = waiting.next_attempt() {
             // As for a lock write: no attempt once the deadline and the clock margin passed (one that arrived
             // past it was answered by the guard).
@@ -64,7 +66,11 @@ impl Participant {
                 Attempt::Again => continue,
                 Attempt::Ready(ready, seen) => (ready, seen),
             };
-            match self.table.apply_one_phase(tx, &ready, self.transactions.table(), record.clone(), &seen).await? {
+            match self
+                .table
+                .apply_one_phase(tx, &ready, self.transactions.table(), record.clone(), &seen, self.rules.is_some())
+                .await?
+            {
                 OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
                 OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
                 OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
@@ -104,7 +110,10 @@ impl Participant {
             return self.prepare_read_only(tx, order, principal, operations, &keys).await;
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
-        let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms);
+        // A recorded prepare's credits take pending entries, not the lock (issue 48): its record finds them.
+        let credits = self.pending_credits && order.recorded && !held;
+        let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms).claiming(credits, self.rules.is_some());
+        let entries = credits && work.iter().any(|(op, _)| credits::is_credit(op));
         let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
         let started_at = order.priority().unwrap_or(now);
         while let Some(attempt) = waiting.next_attempt() {
@@ -128,10 +137,19 @@ impl Participant {
             if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
                 return Ok(late);
             }
-            let token = uuid::Uuid::new_v4().simple().to_string();
+            let token = credits::new_token(entries);
             // A held transaction's locks stay in the index whatever its message says: its hold moves them.
             let indexed = held || !order.recorded;
-            let spec = LockSpec { tx, token: &token, expires_at, started_at, indexed };
+            let spec = LockSpec {
+                tx,
+                token: &token,
+                expires_at,
+                started_at,
+                indexed,
+                credits,
+                rules: self.rules.is_some(),
+                now: self.clock.now_ms(),
+            };
             let timeout = cutoff.left(self.clock.now_ms());
             let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
                 Ok(locked) => locked,
@@ -166,7 +184,8 @@ impl Participant {
     }
 
     /// The guards held when the locks were taken; one thing they cannot express remains: that an `add`'s
-    /// result fits in a DynamoDB number. Checked here on the locked values, and the locks released if not.
+    /// result fits in a DynamoDB number, with every credit pending on its field committed or not. Checked
+    /// here on the locked values, and the locks (and entries) released if not.
     async fn verify_locked(
         &self,
         tx: &str,
@@ -184,11 +203,19 @@ impl Participant {
         } else {
             returned
         };
-        let problem =
-            adds.iter().find_map(|(op, key)| find(&items, key).and_then(|item| unrepresentable_result(op, item)));
+        let problem = adds.iter().find_map(|(op, key)| {
+            let item = find(&items, key)?;
+            unrepresentable_result(op, item).or_else(|| unrepresentable_with_credits(tx, op, item, token))
+        });
         let Some(problem) = problem else { return Ok(prepared(Some(token.to_owned()))) };
-        try_join_all(work.iter().map(|(_, key)| self.table.release(tx, key, Some(token), "unrepresentable result")))
-            .await?;
+        try_join_all(work.iter().map(|(op, key)| async move {
+            if credits::is_entry(op, Some(token)) {
+                self.table.drop_credit(tx, key, Some(token)).await.map(|dropped| dropped.is_none())
+            } else {
+                self.table.release(tx, key, Some(token), "unrepresentable result").await
+            }
+        }))
+        .await?;
         Ok(refused(RefusalCode::ConditionFailed, problem))
     }
 
@@ -211,7 +238,7 @@ impl Participant {
                 // Not every endpoint returns the item with the failure: read it.
                 None => self.table.get(key).await?,
             };
-            failures.push((key, classify_lock_failure(tx, op, item.as_ref(), now)));
+            failures.push((key, classify_lock_failure(tx, op, item.as_ref(), now, waiting.claim(op))));
         }
         let ours: Vec<&Option<String>> = failures
             .iter()
@@ -246,7 +273,32 @@ impl Participant {
     ) -> Result<Option<ParticipantResponse>, ParticipantError> {
         match failure {
             LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
-            LockFailure::Expired { owner } => self.resolve(&owner, key).await,
+            LockFailure::Expired { owner } => self.resolve(&owner, key, Holding::Lock).await,
+            LockFailure::ExpiredCredit { owner, token } => self.resolve(&owner, key, Holding::Credit(&token)).await,
+            LockFailure::Credits { entity, owners, claim } => {
+                // Wait-die as for a lock: a wait only ever goes from older to younger.
+                if let Some((owner, _)) =
+                    owners.iter().find(|(owner, started_at)| !waiting.may_wait_for(owner, *started_at))
+                {
+                    let why = match claim {
+                        Claim::Entry => format!("entity {entity} holds new credits back for transaction {owner}"),
+                        Claim::Lock { .. } => format!("entity {entity} has a pending credit of transaction {owner}"),
+                    };
+                    return Ok(Some(blocked(owner, why)));
+                }
+                let began = self.clock.now_ms();
+                match self.wait_for_credits(key, claim, waiting).await? {
+                    Waited::OutOfTime { .. } => Ok(Some(refused(
+                        RefusalCode::Timeout,
+                        format!(
+                            "entity {entity} kept pending credits in the way; waited {} ms for them, as long as the \
+                             deadline allows",
+                            self.clock.now_ms().saturating_sub(began)
+                        ),
+                    ))),
+                    _ => Ok(None),
+                }
+            }
             LockFailure::Held { owner, started_at, entity } => {
                 if !waiting.may_wait_for(&owner, started_at) {
                     // Wait-die: the younger one yields at once, and says to whom (its retry starts there), unless
@@ -294,7 +346,7 @@ impl Participant {
             Some(Status::Prepared) => {
                 Ok(Some(Some(blocked(owner, format!("{}, held for its caller's decision", locked_by(entity, owner))))))
             }
-            Some(_) => Ok(Some(self.resolve(owner, key).await?)),
+            Some(_) => Ok(Some(self.resolve(owner, key, Holding::Lock).await?)),
         }
     }
 
@@ -343,6 +395,38 @@ impl Participant {
             }
         }
         Ok(Waited::OutOfTime { owner })
+    }
+
+    /// Waits until the pending credits no longer keep `claim` off the item ([`Claim::clear_of_credits`]), or a
+    /// lock or an expired entry there asks for the next attempt to classify it. An exclusive lock that waits
+    /// leaves its marker first: new credits queue behind it, so that a stream of them cannot starve it.
+    async fn wait_for_credits(
+        &self,
+        key: &Item,
+        claim: Claim,
+        waiting: &Waiting<'_>,
+    ) -> Result<Waited, ParticipantError> {
+        if let Claim::Lock { .. } = claim {
+            let started_at = waiting.started_at.unwrap_or(0);
+            self.table.mark_drain(waiting.tx, key, started_at, waiting.until, self.clock.now_ms()).await?;
+        }
+        let mut polls = 0;
+        while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
+            tokio::time::sleep(pause).await;
+            polls += 1;
+            let item = self.table.get(key).await?;
+            let now = self.clock.now_ms();
+            let clear = item.as_ref().is_none_or(|item| {
+                Lock::of(item).is_some()
+                    || claim.clear_of_credits(waiting.tx, item, now)
+                    || Credit::all(item).iter().any(|c| now > crate::clock::resolvable_after(c.expires_at))
+            });
+            if clear {
+                waiting.waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Waited::Released);
+            }
+        }
+        Ok(Waited::OutOfTime { owner: String::new() })
     }
 
     /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
@@ -499,9 +583,14 @@ impl Participant {
         rules.check(&prepared).err().map(rule_refused)
     }
 
-    /// Resolves an expired lock of `owner` on one item. `Some` is the refusal to give when the owner is
-    /// still deciding; `None` means the item is free to try again.
-    async fn resolve(&self, owner: &str, key: &Item) -> Result<Option<ParticipantResponse>, ParticipantError> {
+    /// Resolves an expired lock (or pending credit) of `owner` on one item. `Some` is the refusal to give
+    /// when the owner is still deciding; `None` means the item is free to try again.
+    async fn resolve(
+        &self,
+        owner: &str,
+        key: &Item,
+        holding: Holding<'_>,
+    ) -> Result<Option<ParticipantResponse>, ParticipantError> {
         let now = self.clock.now_ms();
         // Read only: a participant may not write another transaction's decision (issue 42).
         let fate = read_owner_fate(&self.transactions, owner, now).await?;
@@ -525,6 +614,14 @@ impl Participant {
                     format!("entity is locked by transaction {owner}, which is still deciding"),
                 )));
             }
+            OwnerFate::Held(_) if matches!(holding, Holding::Credit(_)) => {
+                return Ok(Some(blocked(
+                    owner,
+                    format!(
+                        "entity has a pending credit of transaction {owner}, which is held for its caller's decision"
+                    ),
+                )));
+            }
             OwnerFate::Held(record) => {
                 // Its hold message may have been lost: the lock belongs at holdUntil, with the voted token.
                 let token =
@@ -537,8 +634,31 @@ impl Participant {
                     format!("entity is locked by transaction {owner}, which is held for its caller's decision"),
                 )));
             }
-            OwnerFate::Abort | OwnerFate::Committed => {
-                self.table.release(owner, key, None, "lock resolution").await?;
+            OwnerFate::Abort | OwnerFate::Committed => match holding {
+                Holding::Lock => {
+                    self.table.release(owner, key, None, "lock resolution").await?;
+                }
+                Holding::Credit(token) => {
+                    self.table.drop_credit(owner, key, Some(token)).await?;
+                }
+            },
+            OwnerFate::Commit(record) if matches!(holding, Holding::Credit(_)) => {
+                let Holding::Credit(token) = holding else { unreachable!() };
+                // Applied only with the token its owner's record lists: a late prepare's entry is removed. A
+                // record that keeps no token (written without votes) applies it, as it would a lock of the owner
+                // on an item the owner has not committed.
+                let voted = record
+                    .participants
+                    .iter()
+                    .find(|p| p.service == self.service)
+                    .and_then(|p| p.lock_token.as_deref());
+                let unproven = voted.is_none()
+                    && self.table.get(key).await?.is_some_and(|item| get_s(&item, a::LAST_TX) != Some(owner));
+                if voted == Some(token) || unproven {
+                    self.table.commit_credit(owner, key, token, None).await?;
+                } else {
+                    self.table.drop_credit(owner, key, Some(token)).await?;
+                }
             }
             OwnerFate::Commit(record) => {
                 let entry = record.participants.iter().find(|p| p.service == self.service);
@@ -569,6 +689,14 @@ impl Participant {
     }
 }
 
+/// What an expired owner holds on the item being resolved.
+#[derive(Debug, Clone, Copy)]
+enum Holding<'a> {
+    Lock,
+    /// A pending credit, with its token.
+    Credit(&'a str),
+}
+
 /// What judging a prepare's items by the service's rules and own operations came to.
 enum Attempt {
     Answered(ParticipantResponse),
@@ -583,6 +711,21 @@ enum Judged {
     /// The work to lock (custom operations with what they computed), and what each item was seen at, for
     /// the lock write's condition (empty: no condition).
     Ready(Vec<(Operation, Item)>, Vec<Seen>),
+}
+
+/// Why `op`'s field could not hold its committed value with every pending credit to it (this prepare's own
+/// entry is one of them; a lock's delta is not) applied, if it could not.
+fn unrepresentable_with_credits(tx: &str, op: &Operation, item: &Item, token: &str) -> Option<String> {
+    let Operation::Add { field, delta, .. } = op else { return None };
+    let (current, pending) = credits::highest_result(item, field)?;
+    if bigdecimal::Zero::is_zero(&pending) {
+        return None;
+    }
+    let own = if credits::is_entry(op, Some(token)) { bigdecimal::BigDecimal::from(0) } else { delta.value().clone() };
+    let result = &current + &pending + own;
+    crate::decimal::Decimal::from_big(result.clone()).err().map(|why| {
+        format!("{field} {current} with the credits pending on it ({pending}) and {tx}'s {delta} = {result} {why}")
+    })
 }
 
 /// An item's committed data (as JSON) and version, for a rule or an operation to look at.

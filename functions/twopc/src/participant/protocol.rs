@@ -54,6 +54,9 @@ pub struct Participant {
     pub(super) catalog: Catalog,
     /// The service's resource beyond DynamoDB, driven through try, confirm and cancel (none: items).
     pub(super) resource: Option<super::resource::Driver>,
+    /// A recorded prepare's credits take pending entries (issue 48, [`super::credits`]); off for the first
+    /// deploy of an upgrade, while participants that ignore entries may still run.
+    pub(super) pending_credits: bool,
 }
 
 impl std::fmt::Debug for dyn Operations {
@@ -86,6 +89,7 @@ impl Participant {
             operations: None,
             catalog: Catalog::default(),
             resource: None,
+            pending_credits: true,
         }
     }
 
@@ -142,6 +146,13 @@ impl Participant {
     /// The same participant letting an older transaction wait up to `wait` for a younger one's lock.
     pub fn with_max_lock_wait(self, wait: Duration) -> Participant {
         Participant { max_lock_wait_ms: wait.as_millis() as u64, ..self }
+    }
+
+    /// The same participant, taking pending credits for recorded credits (`true`, the default) or the lock
+    /// for every credit (`false`: the first deploy of an upgrade, `PENDING_CREDITS=off`). Either way it
+    /// commits, aborts and waits for the entries it finds.
+    pub fn with_pending_credits(self, pending_credits: bool) -> Participant {
+        Participant { pending_credits, ..self }
     }
 
     pub fn service(&self) -> &str {

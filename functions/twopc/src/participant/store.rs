@@ -6,6 +6,7 @@
 use aws_sdk_dynamodb::Client;
 use serde_json::Value;
 
+use super::credits::{self, Credit};
 use super::expressions::{
     LockSpec, Seen, commit_expressions, lock_expressions, lock_held_condition, release_names, voted_commit_expressions,
     voted_condition,
@@ -170,13 +171,18 @@ impl DataTable {
         record_table: &str,
         record: Item,
         seen: &[Seen],
+        rules: bool,
     ) -> Result<OnePhase, StoreError> {
         let mut writes = Vec::with_capacity(ops.len() + 1);
         for (i, (op, key)) in ops.iter().enumerate() {
             let mut e = Expr::new();
             let lock = e.name(a::LOCK);
             let unchanged = seen.get(i).copied().unwrap_or(Seen::Anything).condition(&mut e);
-            let condition = format!("attribute_not_exists({lock}){}{unchanged}", guard(&mut e, op));
+            let mut condition = format!("attribute_not_exists({lock}){}{unchanged}", guard(&mut e, op));
+            // As its lock would: what reads or replaces the item waits for the pending credits.
+            if credits::drains(op, rules) {
+                condition += &credits::drained_condition(&mut e);
+            }
             let key = key.clone();
             writes.push(match op {
                 Operation::Delete { .. } => Write::delete(&self.name, key, condition, e),
@@ -219,6 +225,9 @@ impl DataTable {
         key: &Item,
         token: Option<&str>,
     ) -> Result<CommitOutcome, StoreError> {
+        if let (true, Some(token), Operation::Add { field, delta, .. }) = (credits::is_entry(op, token), token, op) {
+            return self.commit_credit(tx, key, token, Some((field, &delta.to_string()))).await;
+        }
         let said = Voted::of(op);
         let item = match self.commit_voted(tx, &said, &said.text(), key, token).await? {
             None => return Ok(CommitOutcome::Applied),
@@ -252,6 +261,13 @@ impl DataTable {
             Some(item) => item,
         };
         let outcome = commit_outcome(tx, token, item.as_ref());
+        // Without a token (a record that keeps no votes), as for a lock: the transaction's pending credit, if
+        // the item shows no commit of it.
+        if let (CommitOutcome::NotPrepared { .. }, None, Some(entry)) =
+            (&outcome, token, item.as_ref().and_then(|item| Credit::of(item, tx)))
+        {
+            return self.commit_credit(tx, key, &entry.token, None).await;
+        }
         if let (CommitOutcome::NotPrepared { .. }, Some(stray)) = (&outcome, item.as_ref().and_then(Lock::of))
             && stray.transaction_id == tx
             && token.is_some()
@@ -262,6 +278,83 @@ impl DataTable {
             self.release(tx, key, stray.token.as_deref(), "stray lock of a late prepare").await?;
         }
         Ok(outcome)
+    }
+
+    /// Applies `tx`'s pending credit with the voted `token` and removes it, in one conditional write. `said`
+    /// is the field and delta the message names (None: a resolver's roll-forward, which reads the entry);
+    /// what is applied is the entry's own (its vote). No entry of `tx` means it was applied already: only
+    /// its commit removes the entry of a transaction decided to commit (`lastTx`, which other credits'
+    /// commits overwrite, proves nothing here). An entry with another token is a late prepare's: removed.
+    pub async fn commit_credit(
+        &self,
+        tx: &str,
+        key: &Item,
+        token: &str,
+        said: Option<(&str, &str)>,
+    ) -> Result<CommitOutcome, StoreError> {
+        let mut item = None;
+        if let Some((field, delta)) = said {
+            let (update, condition, e) = credits::entry_commit_expressions(tx, token, field, delta);
+            item = match self.update_or_delete(key, Some(update), condition, e).await? {
+                None => return Ok(CommitOutcome::Applied),
+                Some(returned) => returned,
+            };
+        }
+        let item = match item {
+            Some(item) => Some(item),
+            None => self.get(key).await?,
+        };
+        let Some(entry) = item.as_ref().and_then(|item| Credit::of(item, tx)) else {
+            return Ok(CommitOutcome::AlreadyCommitted);
+        };
+        if entry.token != token {
+            self.drop_credit(tx, key, Some(&entry.token)).await?;
+            return Ok(CommitOutcome::AlreadyCommitted);
+        }
+        if said.is_some() {
+            tracing::warn!(field = %entry.field, delta = %entry.delta, "commit names another credit than the vote: applying the vote");
+        }
+        let (update, condition, e) = credits::entry_commit_expressions(tx, token, &entry.field, &entry.delta);
+        match self.update_or_delete(key, Some(update), condition, e).await? {
+            None => Ok(CommitOutcome::Applied),
+            Some(returned) => {
+                let item = match returned {
+                    Some(item) => Some(item),
+                    None => self.get(key).await?,
+                };
+                match item.as_ref().and_then(|item| Credit::of(item, tx)) {
+                    // Gone in between: another delivery of the commit applied it.
+                    None => Ok(CommitOutcome::AlreadyCommitted),
+                    Some(_) => Err(self.unappliable(tx, "the write of the credit's own entry was refused")),
+                }
+            }
+        }
+    }
+
+    /// Removes `tx`'s pending credit (the one `token` names, when given) unapplied. None: removed; Some:
+    /// no such entry, with the item as it was when the endpoint returns it.
+    pub async fn drop_credit(
+        &self,
+        tx: &str,
+        key: &Item,
+        token: Option<&str>,
+    ) -> Result<Option<Option<Item>>, StoreError> {
+        let (update, condition, e) = credits::entry_drop_expressions(tx, token);
+        self.update_or_delete(key, Some(update), condition, e).await
+    }
+
+    /// Leaves `tx`'s marker on the item: new credits wait until the pending ones drained, or `until`.
+    /// Returns whether it was written (not if a lock is there, or another transaction's marker holds).
+    pub async fn mark_drain(
+        &self,
+        tx: &str,
+        key: &Item,
+        started_at: u64,
+        until: u64,
+        now: u64,
+    ) -> Result<bool, StoreError> {
+        let (update, condition, e) = credits::drain_expressions(tx, started_at, until, now);
+        Ok(self.update_or_delete(key, Some(update), condition, e).await?.is_none())
     }
 
     /// Whether `item` still holds `tx`'s lock (the one `token` names) keeping the vote `kept`.
