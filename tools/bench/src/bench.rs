@@ -62,6 +62,10 @@ pub enum Outcome {
 /// (compare.sh).
 pub const AGE_TOKEN_HEADER: &str = "Age-Token";
 
+/// The request header of a keyed request: the coordinator records the request under it before the
+/// prepares, as the typed client sends every request (a fresh key per retry with an age token).
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
 /// A coordinator's answer as a client reads it: the outcome, and what issue 35's coordinator adds to
 /// it. An answer without those fields (a coordinator from before) reads as one attempt and no token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -374,6 +378,28 @@ impl Bench {
         Ok(locked)
     }
 
+    /// The pending credits (`credit#<transaction>` entries, `pendingCredits`) left on the given items, as
+    /// `table/entityId (n)`: an item without either has none.
+    pub async fn pending_credits(&self, accounts: &[Account]) -> Result<Vec<String>, BoxError> {
+        let mut pending = Vec::new();
+        for (k, id) in accounts {
+            let out = self
+                .client
+                .get_item()
+                .table_name(table(*k))
+                .key("entityId", AttributeValue::S(id.clone()))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| DisplayErrorContext(&e).to_string())?;
+            let entries = out.item.as_ref().map_or(0, pending_credits_of);
+            if entries > 0 {
+                pending.push(format!("{}/{id} ({entries})", table(*k)));
+            }
+        }
+        Ok(pending)
+    }
+
     /// Transaction records by status.
     pub async fn records_by_status(&self) -> Result<BTreeMap<String, u64>, BoxError> {
         let mut counts = BTreeMap::new();
@@ -417,6 +443,13 @@ async fn through_function(coordinator: &Coordinator, body: &[u8], headers: &[(&s
     let body = serde_json::from_slice(response.body())
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(response.body()).into_owned()));
     Reply { status, body, answered_on_decision: false }
+}
+
+/// The credits pending on an item (issue 48, item 3): its `credit#<transaction>` entries, or what its
+/// `pendingCredits` counts if that says more (the two must agree once everything ended: both are 0).
+fn pending_credits_of(item: &HashMap<String, AttributeValue>) -> usize {
+    let entries = twopc::participant::credits::Credit::all(item).len();
+    entries.max(twopc::participant::credits::pending(item) as usize)
 }
 
 /// A `TransactionCanceledException`'s reason codes, `None` left out: "TransactionConflict",
@@ -586,6 +619,24 @@ mod tests {
         let refused = b.submit_with_headers(&b.coordinator, &request, &[("Idempotency-Key", &long_key)]).await;
         assert!(matches!(&refused.outcome, Outcome::Failed(m) if m.contains("INVALID_IDEMPOTENCY_KEY")), "{refused:?}");
         assert_eq!(b.balance(&to).await.expect("read"), i128::from(START_BALANCE) + 2);
+    }
+
+    #[test]
+    fn pending_credits_are_counted_from_the_entries_and_the_count() {
+        let entry = AttributeValue::M(HashMap::from([
+            ("token".to_owned(), AttributeValue::S("credit-1".to_owned())),
+            ("field".to_owned(), AttributeValue::S("balance".to_owned())),
+            ("delta".to_owned(), AttributeValue::N("1".to_owned())),
+        ]));
+        let none = HashMap::from([("pendingCredits".to_owned(), AttributeValue::N("0".to_owned()))]);
+        assert_eq!(pending_credits_of(&none), 0);
+        let one = HashMap::from([
+            ("credit#tx-1".to_owned(), entry),
+            ("pendingCredits".to_owned(), AttributeValue::N("1".to_owned())),
+        ]);
+        assert_eq!(pending_credits_of(&one), 1);
+        let counted = HashMap::from([("pendingCredits".to_owned(), AttributeValue::N("2".to_owned()))]);
+        assert_eq!(pending_credits_of(&counted), 2);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use twopc::coordinator::Coordinator;
 
 use crate::bench::{
-    AGE_TOKEN_HEADER, Account, Answer, Bench, Outcome, body, check_exists, fan_body, is_transaction_conflict,
-    participant, set_note, transfer_body,
+    AGE_TOKEN_HEADER, Account, Answer, Bench, IDEMPOTENCY_KEY_HEADER, Outcome, body, check_exists, fan_body,
+    is_transaction_conflict, participant, set_note, transfer_body,
 };
 use crate::capacity::{self, Capacity, Units};
 use crate::counter::{Counts, RequestCounter, Times};
@@ -54,6 +54,8 @@ pub struct Plan {
     /// Scenario 7, per model: transfers (and as many `TransactWriteItems`) measured after the warm-up.
     pub projection_warmup: usize,
     pub projection_iterations: usize,
+    /// Scenario 8: clients paying one hot merchant (and, in 8u, one merchant each).
+    pub hot_receiver_clients: usize,
 }
 
 impl Plan {
@@ -77,6 +79,7 @@ impl Plan {
             cost_transactions: 20,
             projection_warmup: 10,
             projection_iterations: 300,
+            hot_receiver_clients: 32,
         }
     }
 
@@ -668,31 +671,56 @@ async fn contended_client(b: Arc<Bench>, plan: Plan, c: usize, window: (Instant,
     let (left, right) = hot_accounts(&plan);
     let mut rng = Rng::new(0xC0FFEE + c as u64);
     let mut load = Load::default();
-    'transfers: while Instant::now() < window.1 {
+    while Instant::now() < window.1 {
         let (from, to) = hot_transfer(&mut rng, &left, &right);
         let request = transfer_body(from, to, 1);
-        let first = Instant::now();
-        // The last refusal's age token and its attempt number, sent back by the next request.
-        let mut carried: Option<(String, u32)> = None;
-        for requests in 1..=MAX_ATTEMPTS {
-            let age = carried.as_ref().map(|(token, _)| (AGE_TOKEN_HEADER, token.as_str()));
-            let answer = b.submit_with_headers(&b.coordinator, &request, age.as_slice()).await;
-            let now = Instant::now();
-            load.record(&answer.outcome, now, window, first);
-            let carried_attempts = carried.as_ref().map_or(0, |(_, n)| *n);
-            load.retries.answered(&answer, carried_attempts, requests, in_window(now, window));
-            if !matches!(answer.outcome, Outcome::Refused(_)) {
-                continue 'transfers;
-            }
-            if now >= window.1 {
-                break 'transfers;
-            }
-            carried = answer.age_token.map(|token| (token, answer.attempts));
-            back_off(&mut rng, requests).await;
+        if !transfer_with_retries(&b, &mut rng, &mut load, window, &request, false).await {
+            break;
         }
-        load.give_up(window);
     }
     load
+}
+
+/// Sends one 2PC transfer, and sends it again after each refusal (409) with the refusal's `Age-Token`
+/// when it has one, after a full-jitter backoff, at most [`MAX_ATTEMPTS`] requests; `keyed`: every
+/// request under a fresh `Idempotency-Key`, as the typed client sends a retry with an age token
+/// (`submit_with_age`). False when the window closed on a refusal (the client stops there).
+async fn transfer_with_retries(
+    b: &Bench,
+    rng: &mut Rng,
+    load: &mut Load,
+    window: (Instant, Instant),
+    request: &[u8],
+    keyed: bool,
+) -> bool {
+    let first = Instant::now();
+    // The last refusal's age token and its attempt number, sent back by the next request.
+    let mut carried: Option<(String, u32)> = None;
+    for requests in 1..=MAX_ATTEMPTS {
+        let key = keyed.then(|| uuid::Uuid::new_v4().to_string());
+        let mut headers = Vec::with_capacity(2);
+        if let Some(key) = &key {
+            headers.push((IDEMPOTENCY_KEY_HEADER, key.as_str()));
+        }
+        if let Some((token, _)) = &carried {
+            headers.push((AGE_TOKEN_HEADER, token.as_str()));
+        }
+        let answer = b.submit_with_headers(&b.coordinator, request, &headers).await;
+        let now = Instant::now();
+        load.record(&answer.outcome, now, window, first);
+        let carried_attempts = carried.as_ref().map_or(0, |(_, n)| *n);
+        load.retries.answered(&answer, carried_attempts, requests, in_window(now, window));
+        if !matches!(answer.outcome, Outcome::Refused(_)) {
+            return true;
+        }
+        if now >= window.1 {
+            return false;
+        }
+        carried = answer.age_token.map(|token| (token, answer.attempts));
+        back_off(rng, requests).await;
+    }
+    load.give_up(window);
+    true
 }
 
 /// Client `c` of 4b: the same transfers, each one `TransactWriteItems` (the debit guarded by
@@ -702,25 +730,42 @@ async fn contended_transact_client(b: Arc<Bench>, plan: Plan, c: usize, window: 
     let (left, right) = hot_accounts(&plan);
     let mut rng = Rng::new(0xC0FFEE + c as u64);
     let mut load = Load::default();
-    'transfers: while Instant::now() < window.1 {
+    while Instant::now() < window.1 {
         let (from, to) = hot_transfer(&mut rng, &left, &right);
-        let first = Instant::now();
-        for requests in 1..=MAX_ATTEMPTS {
-            let outcome = b.transact_transfer(from, to, 1).await;
-            let now = Instant::now();
-            load.record(&outcome, now, window, first);
-            load.retries.transacted(&outcome, requests, in_window(now, window));
-            if !is_transaction_conflict(&outcome) {
-                continue 'transfers;
-            }
-            if now >= window.1 {
-                break 'transfers;
-            }
-            back_off(&mut rng, requests).await;
+        if !transact_with_retries(&b, &mut rng, &mut load, window, from, to).await {
+            break;
         }
-        load.give_up(window);
     }
     load
+}
+
+/// One transfer as `TransactWriteItems`, sent again after a `TransactionConflict` (backoff as
+/// [`transfer_with_retries`], at most [`MAX_ATTEMPTS`] requests). False when the window closed on a
+/// conflict.
+async fn transact_with_retries(
+    b: &Bench,
+    rng: &mut Rng,
+    load: &mut Load,
+    window: (Instant, Instant),
+    from: &Account,
+    to: &Account,
+) -> bool {
+    let first = Instant::now();
+    for requests in 1..=MAX_ATTEMPTS {
+        let outcome = b.transact_transfer(from, to, 1).await;
+        let now = Instant::now();
+        load.record(&outcome, now, window, first);
+        load.retries.transacted(&outcome, requests, in_window(now, window));
+        if !is_transaction_conflict(&outcome) {
+            return true;
+        }
+        if now >= window.1 {
+            return false;
+        }
+        back_off(rng, requests).await;
+    }
+    load.give_up(window);
+    true
 }
 
 /// The sum of the hot accounts' balances.
@@ -772,6 +817,148 @@ pub async fn contention_transact(b: &Arc<Bench>, plan: &Plan, progress: Progress
     })
     .await?;
     Ok(ContentionPeer { load, balance_before, balance_after })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Hot receiver: many payers, one merchant (issue 48, item 3: credits that never wait)
+
+/// Scenario 8a's goodput before issue 48's item 3 (credits that never wait), committed payments/s:
+/// the median of three runs of `twopc-bench --only 8 --no-progress` (release build, full mode: 2 s
+/// warm-up, 10 s window per phase) of this bench on commit cfaff13 (the coordinator and participants
+/// before pending credits), alternated with three runs of the code with them, DynamoDB Local 3.1.0 in
+/// memory, 2 cores otherwise idle, measured 2026-11-30: 90.0, 79.9 and 94.8/s (8u 235.4, 236.8, 259.0/s;
+/// 8t 453.2, 416.2, 466.0/s). The hot-receiver target is [`HOT_RECEIVER_TARGET_FACTOR`] times this.
+pub const HOT_RECEIVER_GOODPUT_BEFORE: f64 = 90.0;
+/// The same runs' 8a in the projection (scenario 7's published latencies): 16.9, 16.5 and 16.9/s (p50
+/// 1.2–1.6 s: the merchant's lock is held for deployed round trips, and 32 clients queue for it).
+pub const HOT_RECEIVER_PROJECTED_BEFORE: f64 = 16.9;
+/// The hot-receiver target: 8a's goodput at least this many times [`HOT_RECEIVER_GOODPUT_BEFORE`].
+pub const HOT_RECEIVER_TARGET_FACTOR: f64 = 3.0;
+
+/// Scenario 8's figures: its three phases, and the state the payments left.
+#[derive(Debug, Clone)]
+pub struct HotReceiver {
+    /// 8a: every client pays the one hot merchant, 2PC (keyed requests, refusals sent again with their
+    /// `Age-Token`).
+    pub hot: Load,
+    /// 8u: the same clients, each paying a merchant of its own (the same requests, no shared item).
+    pub uncontended: Load,
+    /// 8t: the same clients paying the hot merchant, each payment one `TransactWriteItems`.
+    pub transact: Load,
+    /// What the hot merchant's balance gained during 8a (against 8a's committed answers over its phase).
+    pub merchant_gain: i128,
+    /// The payers' and the merchants' balances summed, before the three phases and after them.
+    pub balance_before: i128,
+    pub balance_after: i128,
+    /// Items of any participant table still locked after the phases.
+    pub locks_left: Vec<String>,
+    /// Merchants with pending credit entries left (`table/entityId (n)`).
+    pub pending_credits: Vec<String>,
+    /// 8a and 8t again in the projection (scenario 7's published latencies for every DynamoDB request and
+    /// Invoke): how they compare where a lock is held for a deployed round trip, not DynamoDB Local's.
+    pub projected_hot: Load,
+    pub projected_transact: Load,
+}
+
+fn payer(c: usize) -> Account {
+    acct(1, &format!("hr-payer-{c}"))
+}
+
+fn hot_merchant() -> Account {
+    acct(2, "hr-merchant")
+}
+
+fn own_merchant(c: usize) -> Account {
+    acct(2, &format!("hr-merchant-{c}"))
+}
+
+/// Client `c` of 8a or 8u: pays 1 from its own payer to `merchant` (a debit guarded by `min: 0`, a
+/// credit: a positive `add` without a guard), each request keyed as the typed client's; a refused
+/// payment is sent again with the refusal's `Age-Token`, as in 4.
+async fn paying_client(b: Arc<Bench>, merchant: Account, c: usize, window: (Instant, Instant)) -> Load {
+    let request = transfer_body(&payer(c), &merchant, 1);
+    let mut rng = Rng::new(0x8A00 + c as u64);
+    let mut load = Load::default();
+    while Instant::now() < window.1 {
+        if !transfer_with_retries(&b, &mut rng, &mut load, window, &request, true).await {
+            break;
+        }
+    }
+    load
+}
+
+/// Client `c` of 8t: the same payments to the hot merchant, each one `TransactWriteItems`, a
+/// `TransactionConflict` sent again as in 4b.
+async fn paying_transact_client(b: Arc<Bench>, c: usize, window: (Instant, Instant)) -> Load {
+    let (from, to) = (payer(c), hot_merchant());
+    let mut rng = Rng::new(0x8B00 + c as u64);
+    let mut load = Load::default();
+    while Instant::now() < window.1 {
+        if !transact_with_retries(&b, &mut rng, &mut load, window, &from, &to).await {
+            break;
+        }
+    }
+    load
+}
+
+pub async fn hot_receiver(
+    b: &Arc<Bench>,
+    endpoint: &str,
+    plan: &Plan,
+    progress: Progress,
+) -> Result<HotReceiver, String> {
+    let clients = plan.hot_receiver_clients;
+    let payers: Vec<Account> = (0..clients).map(payer).collect();
+    let mut merchants = vec![hot_merchant()];
+    merchants.extend((0..clients).map(own_merchant));
+    let accounts: Vec<Account> = payers.iter().chain(&merchants).cloned().collect();
+    b.seed(&accounts).await.map_err(|e| e.to_string())?;
+    let balance_before = hot_sum(b, &accounts).await?;
+    let phase = plan.load_warmup + plan.load_window;
+    let merchant_before = b.balance(&hot_merchant()).await.map_err(|e| e.to_string())?;
+    let hot = {
+        let _ticker = progress.timed(phase, "8a. hot receiver 2PC");
+        run_clients(&b.counter, clients, plan, |c, w| paying_client(b.clone(), hot_merchant(), c, w)).await
+    };
+    let merchant_gain = b.balance(&hot_merchant()).await.map_err(|e| e.to_string())? - merchant_before;
+    let uncontended = {
+        let _ticker = progress.timed(phase, "8u. own merchants 2PC");
+        run_clients(&b.counter, clients, plan, |c, w| paying_client(b.clone(), own_merchant(c), c, w)).await
+    };
+    let transact = {
+        let _ticker = progress.timed(phase, "8t. hot receiver TWI");
+        run_clients(&b.counter, clients, plan, |c, w| paying_transact_client(b.clone(), c, w)).await
+    };
+    // The projection: the same clients on the same tables, each request taking a deployed latency.
+    let projected = Arc::new(
+        Bench::projected(endpoint, crate::projection::Sampler::new(crate::projection::LatencyModel::published(), 48))
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    let projected_hot = {
+        let _ticker = progress.timed(phase, "8a, projected");
+        run_clients(&projected.counter, clients, plan, |c, w| paying_client(projected.clone(), hot_merchant(), c, w))
+            .await
+    };
+    let projected_transact = {
+        let _ticker = progress.timed(phase, "8t, projected");
+        run_clients(&projected.counter, clients, plan, |c, w| paying_transact_client(projected.clone(), c, w)).await
+    };
+    let balance_after = hot_sum(b, &accounts).await?;
+    let locks_left = b.locked_items().await.map_err(|e| e.to_string())?;
+    let pending_credits = b.pending_credits(&merchants).await.map_err(|e| e.to_string())?;
+    Ok(HotReceiver {
+        projected_hot,
+        projected_transact,
+        hot,
+        uncontended,
+        transact,
+        merchant_gain,
+        balance_before,
+        balance_after,
+        locks_left,
+        pending_credits,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
