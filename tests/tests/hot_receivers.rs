@@ -402,3 +402,73 @@ async fn unkeyed_held_and_old_style_credits_take_the_lock_and_every_kind_commits
     assert_eq!(env.balance("service-b", "M").await, "5");
     assert_no_locks(&env).await;
 }
+
+/// What the model leaves out, sizes: at most 32 credits are pending on an item (the 33rd, younger than all
+/// of them, is refused `CONFLICT` naming one, and its retry keeps its age); an entry that would take the
+/// item past 400 KB is refused `CONDITION_FAILED` with DynamoDB's reason and writes nothing; a credit
+/// whose result, with every credit pending on the field, would not fit a DynamoDB number is refused and
+/// its entry removed.
+#[tokio::test]
+async fn entries_are_capped_sized_and_counted_in_the_number_check() {
+    let env = TestEnv::new().await;
+    env.put_account("service-b", "M", "0").await;
+    let now = env.clock_now();
+    let mut prepared = Vec::new();
+    for i in 0..twopc::participant::credits::MAX_PENDING_CREDITS {
+        let prepare = credit_prepare(&env, &format!("tx-cap-{i:02}"), 1, now - 10_000 + i as u64, true);
+        let token = voted(&handle(&env, &prepare).await);
+        prepared.push((prepare, token));
+    }
+    let over = handle(&env, &credit_prepare(&env, "tx-cap-over", 1, now, true)).await;
+    assert_eq!((over.vote, over.code), (Some(Vote::Refused), Some(RefusalCode::Conflict)), "{over:?}");
+    assert!(over.blocked_by.as_deref().is_some_and(|owner| owner.starts_with("tx-cap-")), "{over:?}");
+    for (prepare, token) in &prepared {
+        assert_eq!(handle(&env, &commit(&env, prepare, token)).await.status.as_deref(), Some("COMMITTED"));
+    }
+    assert_eq!(env.balance("service-b", "M").await, "32");
+    assert_no_locks(&env).await;
+
+    // An item 60 bytes under 400 KB: its entry (more than 60 bytes) would pass the limit.
+    let sized = |note: usize| {
+        let item = json!({"entityId": "BIG", "data": {"balance": 0, "note": "x".repeat(note)}, "version": 0});
+        twopc::size::item_size(&twopc::attr::to_item(item.as_object().unwrap()))
+    };
+    let note = twopc::size::MAX_ITEM_BYTES - 60 - sized(0);
+    assert_eq!(sized(note), twopc::size::MAX_ITEM_BYTES - 60);
+    env.put_data("service-b", "BIG", &json!({"balance": 0, "note": "x".repeat(note)})).await;
+    let big = to_b(
+        &env,
+        json!({"action": "prepare", "transactionId": "tx-big", "deadline": now + 20_000, "startedAt": now,
+            "recorded": true,
+            "operations": [{"op": "add", "key": {"entityId": "BIG"}, "field": "balance", "delta": 1}]}),
+    );
+    let refused = handle(&env, &big).await;
+    assert_eq!((refused.vote, refused.code), (Some(Vote::Refused), Some(RefusalCode::ConditionFailed)), "{refused:?}");
+    assert!(refused.reason.as_deref().is_some_and(|r| r.contains("400 KB")), "{refused:?}");
+    assert!(entries(&env, "service-b", "BIG").await.is_empty());
+
+    // Pending with the balance of 32: a credit that makes it 38 nines, the most digits DynamoDB keeps; one
+    // more of 2 (10^38 + 1, 39 digits) could never be applied.
+    let large = to_b(
+        &env,
+        json!({"action": "prepare", "transactionId": "tx-nines", "deadline": now + 20_000, "startedAt": now,
+            "recorded": true,
+            "operations": [{"op": "add", "key": {"entityId": "M"}, "field": "balance",
+                "delta": format!("{}67", "9".repeat(36))}]}),
+    );
+    voted(&handle(&env, &large).await);
+    let one_more = handle(&env, &credit_prepare(&env, "tx-one-more", 2, now, true)).await;
+    assert_eq!(
+        (one_more.vote, one_more.code),
+        (Some(Vote::Refused), Some(RefusalCode::ConditionFailed)),
+        "{one_more:?}"
+    );
+    assert!(one_more.reason.as_deref().is_some_and(|r| r.contains("pending")), "{one_more:?}");
+    assert_eq!(
+        entries(&env, "service-b", "M").await,
+        vec!["tx-nines".to_owned()],
+        "the refused credit's entry is removed"
+    );
+    assert_eq!(handle(&env, &abort(&env, &large)).await.status.as_deref(), Some("ABORTED"));
+    assert_no_locks(&env).await;
+}

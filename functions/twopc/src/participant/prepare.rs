@@ -154,11 +154,12 @@ impl Participant {
             let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
                 Ok(locked) => locked,
                 // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
-                // then its own, and its token is the vote's. For a lock out of the index, only after a write
-                // DynamoDB refused (not applied): one whose outcome is unknown (no answer, a server error)
-                // might still land after that next attempt's lock was committed and the item changed again,
-                // a stray no index finds. The error, not a vote, leaves the abort to the sweeper, after the
-                // lock cutoff.
+                // then its own, and its token is the vote's. For a lock out of the index (or a pending
+                // credit), only after a write DynamoDB refused (not applied): one whose outcome is unknown (no
+                // answer, a server error) might still land after that next attempt's lock was committed and
+                // the item changed again, a stray no index finds. The error, not a vote, tells the
+                // coordinator that this execution is over: it ends the abort once the write can have landed
+                // (within the clock margin), or leaves it to the sweeper.
                 Err(e) if attempt + 1 < LOCK_ATTEMPTS && (indexed || e.outcome == WriteOutcome::NotApplied) => {
                     warn!(error = %e, attempt, "lock write failed; trying again with a new token");
                     self.backoff(attempt, cutoff).await;
