@@ -415,7 +415,7 @@ async fn entries_are_capped_sized_and_counted_in_the_number_check() {
     let now = env.clock_now();
     let mut prepared = Vec::new();
     for i in 0..twopc::participant::credits::MAX_PENDING_CREDITS {
-        let prepare = credit_prepare(&env, &format!("tx-cap-{i:02}"), 1, now - 10_000 + i as u64, true);
+        let prepare = credit_prepare(&env, &format!("tx-cap-{i:02}"), 1, now - 10_000 + i, true);
         let token = voted(&handle(&env, &prepare).await);
         prepared.push((prepare, token));
     }
