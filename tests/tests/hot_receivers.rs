@@ -341,8 +341,7 @@ async fn a_stray_entry_is_resolved_from_its_owners_record_by_the_next_exclusive_
 
 /// The pairs. An unkeyed payment, a held one and a participant that takes no entries (the first deploy of
 /// an upgrade) take the lock as before; the last still commits an entry another participant wrote. A
-/// one-phase credit applies at once. A participant with rules takes entries (conditioned on the version its
-/// rules saw) and commits them.
+/// one-phase credit applies at once. A participant with rules takes the lock for its credits.
 #[tokio::test]
 async fn unkeyed_held_and_old_style_credits_take_the_lock_and_every_kind_commits() {
     let env = TestEnv::new().await;
@@ -394,11 +393,13 @@ async fn unkeyed_held_and_old_style_credits_take_the_lock_and_every_kind_commits
             Ok(())
         }
     }
+    // Rules judge the item as it will be locked: a rule's credit takes the lock, not an entry (a rule would
+    // otherwise pass on a value that leaves out the credits already pending).
     let judged = env.participants["service-b"].clone().with_rules(Anything);
-    let entry = credit_prepare(&env, "tx-judged", 1, now, true);
-    let token = voted(&judged.handle(&entry).await.unwrap());
-    assert!(token.starts_with("credit-"), "{token}");
-    assert_eq!(judged.handle(&commit(&env, &entry, &token)).await.unwrap().status.as_deref(), Some("COMMITTED"));
+    let locked = credit_prepare(&env, "tx-judged", 1, now, true);
+    let token = voted(&judged.handle(&locked).await.unwrap());
+    assert!(!token.starts_with("credit-") && entries(&env, "service-b", "M").await.is_empty(), "{token}");
+    assert_eq!(judged.handle(&commit(&env, &locked, &token)).await.unwrap().status.as_deref(), Some("COMMITTED"));
     assert_eq!(env.balance("service-b", "M").await, "5");
     assert_no_locks(&env).await;
 }
@@ -470,5 +471,51 @@ async fn entries_are_capped_sized_and_counted_in_the_number_check() {
         "the refused credit's entry is removed"
     );
     assert_eq!(handle(&env, &abort(&env, &large)).await.status.as_deref(), Some("ABORTED"));
+    assert_no_locks(&env).await;
+}
+
+/// A one-phase `set` on the merchant (its only participant) waits for the pending credit, commits once it
+/// drained, and leaves no marker behind to hold later credits back. A read-only check of the merchant's
+/// `version` does not read past a pending credit (it waits for it); one of whether it exists does.
+#[tokio::test]
+async fn a_one_phase_set_and_a_version_check_wait_for_pending_credits_and_leave_no_marker() {
+    let env = TestEnv::new().await;
+    env.put_account("service-a", "P", "100").await;
+    env.put_account("service-b", "M", "0").await;
+    let now = env.clock_now();
+    let pending = credit_prepare(&env, "tx-pending", 5, now - 60_000, true);
+    let token = voted(&handle(&env, &pending).await);
+
+    let mut set = payment("P", "M", "0");
+    set["participants"] = json!([{"service": "service-b", "operations": [
+        {"op": "set", "key": {"entityId": "M"}, "set": {"owner": "shop"}}]}]);
+    let setting = async { env.post(&set, Some("one-phase-set")).await };
+    let checking = async {
+        let version = to_b(
+            &env,
+            json!({"action": "prepare", "transactionId": "tx-check", "deadline": now + 20_000, "startedAt": now - 90_000,
+                "operations": [{"op": "check", "key": {"entityId": "M"}, "version": 0}]}),
+        );
+        handle(&env, &version).await
+    };
+    let exists = to_b(
+        &env,
+        json!({"action": "prepare", "transactionId": "tx-exists", "deadline": now + 20_000, "startedAt": now,
+            "operations": [{"op": "check", "key": {"entityId": "M"}, "exists": true}]}),
+    );
+    let read = handle(&env, &exists).await;
+    assert_eq!((read.vote, read.read_only), (Some(Vote::Prepared), true), "{read:?}");
+    let committing = async {
+        until_item(&env, "service-b", "M", "marked", |item| item.get("drain").is_some()).await;
+        handle(&env, &commit(&env, &pending, &token)).await
+    };
+    let ((status, answer), check, committed) = tokio::join!(setting, checking, committing);
+    assert_eq!(committed.status.as_deref(), Some("COMMITTED"));
+    assert_eq!((status, answer["status"].as_str()), (200, Some("COMMITTED")), "{answer}");
+    // The check waited for the credit, and then found the version it moved.
+    assert_eq!((check.vote, check.code), (Some(Vote::Refused), Some(RefusalCode::ConditionFailed)), "{check:?}");
+    let item = env.item("service-b", "M").await.unwrap();
+    assert!(item.get("drain").is_none(), "no marker left: {item}");
+    assert_eq!((item["data"]["owner"].as_str(), item["data"]["balance"].as_i64()), (Some("shop"), Some(5)), "{item}");
     assert_no_locks(&env).await;
 }

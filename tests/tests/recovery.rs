@@ -171,10 +171,12 @@ async fn a_coordinator_decision_that_wins_makes_recovery_commit() {
     let env = TestEnv::new().await;
     env.put_account("service-a", "A", "100").await;
     env.put_account("service-b", "B", "0").await;
-    // Keyed, so the record is PREPARING while the participants prepare.
-    let id =
-        post_crashing_keyed(&env, &transfer("A", "B", 30), CoordinatorCrash::AfterPrepares(2), Some("decision-wins"))
-            .await;
+    // Keyed, so the record is PREPARING while the participants prepare. The decision below is written
+    // without the votes, so without tokens: B's credit has a `max` to take the lock (a pending credit, which
+    // only its token tells from a late copy's, is never committed without one).
+    let mut body = transfer("A", "B", 30);
+    body["participants"][1]["operations"][0]["max"] = serde_json::json!(1_000_000);
+    let id = post_crashing_keyed(&env, &body, CoordinatorCrash::AfterPrepares(2), Some("decision-wins")).await;
     // Recovery read the record while it was PREPARING...
     let stale = env.transactions.get(&id).await.unwrap().unwrap();
     assert_eq!(stale.status, Status::Preparing);

@@ -21,6 +21,10 @@ pub async fn from_env() -> Result<Participant, ConfigError> {
         twopc::participant::PENDING_CREDITS,
         twopc::participant::pending_credits_setting(std::env::var(twopc::participant::PENDING_CREDITS).ok().as_deref()),
     )?;
+    tracing::info!(
+        pending_credits,
+        "a keyed request's credits take pending entries: {pending_credits} (PENDING_CREDITS)"
+    );
     Ok(Participant::new(
         service,
         DataTable::new(client.clone(), table),

@@ -258,12 +258,45 @@ pub(super) fn drain_expressions(tx: &str, started_at: u64, until: u64, now: u64)
     (update, condition, e)
 }
 
-/// The sum of the item's pending credits to `field`, and the committed value: what the field may become.
-pub(super) fn highest_result(item: &Item, field: &str) -> Option<(BigDecimal, BigDecimal)> {
+/// The committed value of `field` on the item and every credit pending on it.
+pub(super) fn pending_on(item: &Item, field: &str) -> Option<(BigDecimal, Vec<BigDecimal>)> {
     let current = get_m(item, a::DATA)?.get(field)?.as_n().ok()?.parse::<BigDecimal>().ok()?;
-    let pending: BigDecimal =
-        Credit::all(item).iter().filter(|c| c.field == field).filter_map(|c| c.delta.parse::<BigDecimal>().ok()).sum();
+    let pending = Credit::all(item)
+        .iter()
+        .filter(|c| c.field == field)
+        .filter_map(|c| c.delta.parse::<BigDecimal>().ok())
+        .collect();
     Some((current, pending))
+}
+
+/// Why the field could fail to hold some value it may take, committed value `current`, credits `pending`
+/// (each may commit or abort, in any order) and a lock's `own` delta: a bound every partial sum keeps (the
+/// integer digits of the largest magnitude plus the most decimals among them) within the 38 significant
+/// digits DynamoDB keeps, or why not.
+pub(super) fn unrepresentable_in_any_order(
+    current: &BigDecimal,
+    pending: &[BigDecimal],
+    own: &BigDecimal,
+) -> Option<String> {
+    let all: BigDecimal = pending.iter().sum();
+    let ends = [current.clone(), current + own, current + &all, current + &all + own];
+    let largest = ends.iter().map(BigDecimal::abs).max()?;
+    let decimals = std::iter::once(current)
+        .chain(pending)
+        .chain(std::iter::once(own))
+        .map(|v| v.normalized().as_bigint_and_exponent().1.max(0))
+        .max()
+        .unwrap_or(0) as u64;
+    let integer_digits = largest.with_scale(0).abs().to_string().len() as u64;
+    (integer_digits + decimals > 38).then(|| {
+        format!(
+            "its value with the credits pending on it may need {} significant digits (up to {} with {} decimals), \
+             more than the 38 DynamoDB keeps",
+            integer_digits + decimals,
+            largest.with_scale(0),
+            decimals
+        )
+    })
 }
 
 #[cfg(test)]
@@ -331,7 +364,19 @@ mod tests {
         assert_eq!(Credit::all(&item).len(), 2);
         assert_eq!(Credit::of(&item, "tx-b").map(|c| c.token), Some("credit-b".to_owned()));
         assert_eq!(pending(&item), 2);
-        let (current, pending) = highest_result(&item, "balance").unwrap();
-        assert_eq!((current, pending), (BigDecimal::from(10), BigDecimal::from(5)));
+        let (current, pending) = pending_on(&item, "balance").unwrap();
+        assert_eq!((current, pending.iter().sum::<BigDecimal>()), (BigDecimal::from(10), BigDecimal::from(5)));
+    }
+
+    #[test]
+    fn a_value_is_checked_in_every_order_its_credits_may_commit_in() {
+        let n = |t: &str| t.parse::<BigDecimal>().unwrap();
+        let zero = BigDecimal::from(0);
+        // 37 nines and .5, with +0.5 and +1 pending: committing +1 first makes 1E37 + 0.5, 39 digits.
+        let current = n(&format!("{}.5", "9".repeat(37)));
+        assert!(unrepresentable_in_any_order(&current, &[n("0.5"), n("1")], &zero).is_some());
+        assert!(unrepresentable_in_any_order(&n("32"), &[n(&format!("{}67", "9".repeat(36)))], &zero).is_none());
+        assert!(unrepresentable_in_any_order(&n("32"), &[n(&format!("{}67", "9".repeat(36)))], &n("2")).is_some());
+        assert!(unrepresentable_in_any_order(&n("100"), &[n("1"), n("2.25")], &n("-50")).is_none());
     }
 }

@@ -107,6 +107,8 @@ pub(super) struct Waiting<'a> {
     pub(super) credits: bool,
     /// The service's rules judge its items: every exclusive lock waits for the credits to drain.
     pub(super) rules: bool,
+    /// The items on which this prepare left its drain marker: removed if it ends without the lock.
+    pub(super) marked: std::sync::Mutex<Vec<Item>>,
 }
 
 impl<'a> Waiting<'a> {
@@ -122,6 +124,7 @@ impl<'a> Waiting<'a> {
             waits: std::sync::atomic::AtomicU32::new(0),
             credits: false,
             rules: false,
+            marked: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -206,6 +209,8 @@ pub enum LockFailure {
         entity: String,
         owners: Vec<(String, u64)>,
         claim: Claim,
+        /// A credit held back by another transaction's marker (the owner named): it does not wait.
+        behind_marker: bool,
     },
     /// The item no longer shows why the write failed (it changed since): try again.
     Unexplained,
@@ -218,6 +223,10 @@ pub enum Claim {
     Lock { drains: bool },
     /// A pending credit's entry ([`super::credits`]).
     Entry,
+    /// A read-only check of the item's `version`: it reads past no pending credit (one that committed
+    /// after it, with another item of its transaction already committed, would order the two
+    /// inconsistently), and it writes no marker (it takes no lock that would remove one).
+    Read,
 }
 
 impl Claim {
@@ -226,6 +235,7 @@ impl Claim {
     pub(super) fn clear_of_credits(self, tx: &str, item: &Item, now_ms: u64) -> bool {
         match self {
             Claim::Lock { drains } => !drains || credits::pending(item) == 0,
+            Claim::Read => credits::pending(item) == 0,
             Claim::Entry => {
                 credits::pending(item) < credits::MAX_PENDING_CREDITS
                     && !credits::Drain::of(item).is_some_and(|d| d.holds_back(tx, now_ms))
@@ -282,12 +292,11 @@ fn credits_in_the_way(tx: &str, entity: String, item: &Item, now_ms: u64, claim:
         return LockFailure::ExpiredCredit { owner: expired.transaction_id.clone(), token: expired.token.clone() };
     }
     let marker = credits::Drain::of(item).filter(|d| d.holds_back(tx, now_ms));
-    let owners = match (claim, marker) {
-        // Behind another transaction's marker, a credit waits for that transaction only.
-        (Claim::Entry, Some(marker)) => vec![(marker.transaction_id, marker.started_at)],
-        _ => entries.into_iter().map(|c| (c.transaction_id, c.started_at)).collect(),
+    let (owners, behind_marker) = match (claim, marker) {
+        (Claim::Entry, Some(marker)) => (vec![(marker.transaction_id, marker.started_at)], true),
+        _ => (entries.into_iter().map(|c| (c.transaction_id, c.started_at)).collect(), false),
     };
-    LockFailure::Credits { entity, owners, claim }
+    LockFailure::Credits { entity, owners, claim, behind_marker }
 }
 
 /// Evaluates a read-only `check` against the item as read: the same guards as its lock condition.
@@ -295,10 +304,14 @@ fn credits_in_the_way(tx: &str, entity: String, item: &Item, now_ms: u64, claim:
 /// it may be about to change, and reading past it could order this transaction inconsistently with
 /// the lock holder.
 ///
-/// Pending credits do not count against a check: it reads the committed value, and a credit, which reads
-/// nothing, commits after it in the order of the two transactions.
+/// Pending credits count against a check of the item's `version` (each credit's commit moves it), not
+/// against one of whether it `exists` (which a credit never changes).
 pub fn check_holds(tx: &str, op: &Operation, item: Option<&Item>, now_ms: u64) -> Result<(), LockFailure> {
-    match classify_lock_failure(tx, op, item, now_ms, Claim::Lock { drains: false }) {
+    let claim = match op {
+        Operation::Check { version: Some(_), .. } => Claim::Read,
+        _ => Claim::Lock { drains: false },
+    };
+    match classify_lock_failure(tx, op, item, now_ms, claim) {
         LockFailure::Unexplained | LockFailure::Ours { .. } => Ok(()),
         failure => Err(failure),
     }

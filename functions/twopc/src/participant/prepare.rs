@@ -17,7 +17,7 @@ use crate::model::{
     Vote,
 };
 use crate::recovery::{OwnerFate, read_owner_fate};
-use crate::store::{Item, StoreError, WriteOutcome, get_s};
+use crate::store::{Item, StoreError, WriteOutcome};
 use crate::tables::item_attr as a;
 
 use super::credits::{self, Credit};
@@ -55,38 +55,43 @@ impl Participant {
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         let waiting =
             Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms).claiming(false, self.rules.is_some());
-        while let Some(attempt) = waiting.next_attempt() {
-            // As for a lock write: no attempt once the deadline and the clock margin passed (one that arrived
-            // past it was answered by the guard).
-            if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be committed before") {
-                return Ok(late);
-            }
-            let (ready, seen) = match self.judge_attempt(tx, principal, &work, &waiting, attempt).await? {
-                Attempt::Answered(answer) => return Ok(answer),
-                Attempt::Again => continue,
-                Attempt::Ready(ready, seen) => (ready, seen),
-            };
-            match self
-                .table
-                .apply_one_phase(tx, &ready, self.transactions.table(), record.clone(), &seen, self.rules.is_some())
-                .await?
-            {
-                OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
-                OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
-                OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
-                OnePhase::Contention => self.backoff(attempt, cutoff).await,
-                OnePhase::ConditionFailed { index, item } => {
-                    let failed = vec![(index, item)];
-                    if let Some(refusal) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
-                        return Ok(refusal);
+        let answer: Result<ParticipantResponse, ParticipantError> = async {
+            while let Some(attempt) = waiting.next_attempt() {
+                // As for a lock write: no attempt once the deadline and the clock margin passed (one that arrived
+                // past it was answered by the guard).
+                if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be committed before") {
+                    return Ok(late);
+                }
+                let (ready, seen) = match self.judge_attempt(tx, principal, &work, &waiting, attempt).await? {
+                    Attempt::Answered(answer) => return Ok(answer),
+                    Attempt::Again => continue,
+                    Attempt::Ready(ready, seen) => (ready, seen),
+                };
+                match self
+                    .table
+                    .apply_one_phase(tx, &ready, self.transactions.table(), record.clone(), &seen, self.rules.is_some())
+                    .await?
+                {
+                    OnePhase::Committed => return Ok(status(STATUS_COMMITTED, None)),
+                    OnePhase::RecordExists => return Ok(status(STATUS_RECORD_EXISTS, None)),
+                    OnePhase::Unstorable(message) => return Ok(refused(RefusalCode::ConditionFailed, message)),
+                    OnePhase::Contention => self.backoff(attempt, cutoff).await,
+                    OnePhase::ConditionFailed { index, item } => {
+                        let failed = vec![(index, item)];
+                        if let Some(refusal) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
+                            return Ok(refusal);
+                        }
                     }
                 }
             }
+            Ok(refused(
+                RefusalCode::Conflict,
+                format!("could not commit after {LOCK_ATTEMPTS} attempts: the items kept changing"),
+            ))
         }
-        Ok(refused(
-            RefusalCode::Conflict,
-            format!("could not commit after {LOCK_ATTEMPTS} attempts: the items kept changing"),
-        ))
+        .await;
+        self.clear_markers(tx, &waiting, &answer).await;
+        answer
     }
 
     /// Locks the items of `operations` for `tx` (a participant whose operations only `check` reads them and
@@ -111,77 +116,104 @@ impl Participant {
         }
         let work: Vec<(Operation, Item)> = operations.iter().cloned().zip(keys).collect();
         // A recorded prepare's credits take pending entries, not the lock (issue 48): its record finds them.
-        let credits = self.pending_credits && order.recorded && !held;
+        // Not where the service's rules judge the items: a rule would pass on a value that leaves out the
+        // credits already pending (those credits take the lock, and wait for the entries to drain).
+        let credits = self.pending_credits && order.recorded && !held && self.rules.is_none();
         let waiting = Waiting::new(tx, order, now, self.max_lock_wait_ms).claiming(credits, self.rules.is_some());
         let entries = credits && work.iter().any(|(op, _)| credits::is_credit(op));
-        let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
-        let started_at = order.priority().unwrap_or(now);
-        while let Some(attempt) = waiting.next_attempt() {
-            // Every attempt checks the cutoff first: no lock is written for a transaction whose deadline
-            // (and the clock margin) passed, however long the attempts before took.
-            if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
-                return Ok(late);
-            }
-            // Every attempt at the lock write carries a token no other request ever carried (the write is
-            // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
-            // request of this prepare that lands late — after the item was committed and changed again —
-            // can only take a lock whose token no vote reported, which commit releases without applying.
-            // With rules or own operations: judged on the items as they are, locked only if they still are.
-            let (ready, seen) = match self.judge_attempt(tx, principal, &work, &waiting, attempt).await? {
-                Attempt::Answered(answer) => return Ok(answer),
-                Attempt::Again => continue,
-                Attempt::Ready(ready, seen) => (ready, seen),
-            };
-            // Again just before the write: judging may have read the items for long (a rule's reads are
-            // retried), and a lock written past the cutoff could land after the sweeper's last release.
-            if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
-                return Ok(late);
-            }
-            let token = credits::new_token(entries);
-            // A held transaction's locks stay in the index whatever its message says: its hold moves them.
-            let indexed = held || !order.recorded;
-            let spec = LockSpec {
-                tx,
-                token: &token,
-                expires_at,
-                started_at,
-                indexed,
-                credits,
-                rules: self.rules.is_some(),
-                now: self.clock.now_ms(),
-            };
-            let timeout = cutoff.left(self.clock.now_ms());
-            let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
-                Ok(locked) => locked,
-                // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
-                // then its own, and its token is the vote's. For a lock out of the index (or a pending
-                // credit), only after a write DynamoDB refused (not applied): one whose outcome is unknown (no
-                // answer, a server error) might still land after that next attempt's lock was committed and
-                // the item changed again, a stray no index finds. The error, not a vote, tells the
-                // coordinator that this execution is over: it ends the abort once the write can have landed
-                // (within the clock margin), or leaves it to the sweeper.
-                Err(e) if attempt + 1 < LOCK_ATTEMPTS && (indexed || e.outcome == WriteOutcome::NotApplied) => {
-                    warn!(error = %e, attempt, "lock write failed; trying again with a new token");
-                    self.backoff(attempt, cutoff).await;
-                    continue;
+        let answer: Result<ParticipantResponse, ParticipantError> = async {
+            let expires_at = order.deadline.unwrap_or(now + DEFAULT_LOCK_MS);
+            let started_at = order.priority().unwrap_or(now);
+            while let Some(attempt) = waiting.next_attempt() {
+                // Every attempt checks the cutoff first: no lock is written for a transaction whose deadline
+                // (and the clock margin) passed, however long the attempts before took.
+                if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
+                    return Ok(late);
                 }
-                Err(e) => return Err(e.into()),
-            };
-            match locked {
-                LockAttempt::Locked(returned) => return self.verify_locked(tx, &token, &work, returned).await,
-                LockAttempt::Contention => self.backoff(attempt, cutoff).await,
-                LockAttempt::Unstorable(reason) => return Ok(refused(RefusalCode::ConditionFailed, reason)),
-                LockAttempt::ConditionFailed(failed) => {
-                    if let Some(answer) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
-                        return Ok(answer);
+                // Every attempt at the lock write carries a token no other request ever carried (the write is
+                // sent once, without SDK retries): the vote reports the token of the lock it saw taken, and a
+                // request of this prepare that lands late — after the item was committed and changed again —
+                // can only take a lock whose token no vote reported, which commit releases without applying.
+                // With rules or own operations: judged on the items as they are, locked only if they still are.
+                let (ready, seen) = match self.judge_attempt(tx, principal, &work, &waiting, attempt).await? {
+                    Attempt::Answered(answer) => return Ok(answer),
+                    Attempt::Again => continue,
+                    Attempt::Ready(ready, seen) => (ready, seen),
+                };
+                // Again just before the write: judging may have read the items for long (a rule's reads are
+                // retried), and a lock written past the cutoff could land after the sweeper's last release.
+                if let Some(late) = cutoff.passed(self.clock.now_ms(), "the items could not be locked before") {
+                    return Ok(late);
+                }
+                let token = credits::new_token(entries);
+                // A held transaction's locks stay in the index whatever its message says: its hold moves them.
+                let indexed = held || !order.recorded;
+                let spec = LockSpec {
+                    tx,
+                    token: &token,
+                    expires_at,
+                    started_at,
+                    indexed,
+                    credits,
+                    rules: self.rules.is_some(),
+                    now: self.clock.now_ms(),
+                };
+                let timeout = cutoff.left(self.clock.now_ms());
+                let locked = match self.table.lock_all(spec, &ready, timeout, &seen).await {
+                    Ok(locked) => locked,
+                    // Whether it took effect or not, the next attempt finds out: a lock of this transaction is
+                    // then its own, and its token is the vote's. For a lock out of the index (or a pending
+                    // credit), only after a write DynamoDB refused (not applied): one whose outcome is unknown (no
+                    // answer, a server error) might still land after that next attempt's lock was committed and
+                    // the item changed again, a stray no index finds. The error, not a vote, tells the
+                    // coordinator that this execution is over: it ends the abort once the write can have landed
+                    // (within the clock margin), or leaves it to the sweeper.
+                    Err(e) if attempt + 1 < LOCK_ATTEMPTS && (indexed || e.outcome == WriteOutcome::NotApplied) => {
+                        warn!(error = %e, attempt, "lock write failed; trying again with a new token");
+                        self.backoff(attempt, cutoff).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                match locked {
+                    LockAttempt::Locked(returned) => return self.verify_locked(tx, &token, &work, returned).await,
+                    LockAttempt::Contention => self.backoff(attempt, cutoff).await,
+                    LockAttempt::Unstorable(reason) => return Ok(refused(RefusalCode::ConditionFailed, reason)),
+                    LockAttempt::ConditionFailed(failed) => {
+                        if let Some(answer) = self.after_lock_failure(tx, &work, failed, &waiting, attempt).await? {
+                            return Ok(answer);
+                        }
                     }
                 }
             }
+            Ok(refused(
+                RefusalCode::Conflict,
+                format!("could not lock the items after {LOCK_ATTEMPTS} attempts: they kept changing"),
+            ))
         }
-        Ok(refused(
-            RefusalCode::Conflict,
-            format!("could not lock the items after {LOCK_ATTEMPTS} attempts: they kept changing"),
-        ))
+        .await;
+        self.clear_markers(tx, &waiting, &answer).await;
+        answer
+    }
+
+    /// The drain markers this prepare left, removed unless it took the locks (whose write removed them): a
+    /// marker left after its owner ended would hold new credits back until it runs out.
+    async fn clear_markers(
+        &self,
+        tx: &str,
+        waiting: &Waiting<'_>,
+        answer: &Result<ParticipantResponse, ParticipantError>,
+    ) {
+        let marked = std::mem::take(&mut *waiting.marked.lock().unwrap_or_else(|e| e.into_inner()));
+        let locked = matches!(answer, Ok(a) if a.vote == Some(Vote::Prepared));
+        if locked || marked.is_empty() {
+            return;
+        }
+        for key in marked {
+            if let Err(e) = self.table.clear_drain(tx, &key).await {
+                warn!(error = %e, "could not remove this prepare's drain marker; it runs out by itself");
+            }
+        }
     }
 
     /// The guards held when the locks were taken; one thing they cannot express remains: that an `add`'s
@@ -276,19 +308,18 @@ impl Participant {
             LockFailure::Refused { code, reason } => Ok(Some(refused(code, reason))),
             LockFailure::Expired { owner } => self.resolve(&owner, key, Holding::Lock).await,
             LockFailure::ExpiredCredit { owner, token } => self.resolve(&owner, key, Holding::Credit(&token)).await,
-            LockFailure::Credits { entity, owners, claim } => {
-                // Wait-die as for a lock: a wait only ever goes from older to younger.
-                if let Some((owner, _)) =
-                    owners.iter().find(|(owner, started_at)| !waiting.may_wait_for(owner, *started_at))
-                {
-                    let why = match claim {
-                        Claim::Entry => format!("entity {entity} holds new credits back for transaction {owner}"),
-                        Claim::Lock { .. } => format!("entity {entity} has a pending credit of transaction {owner}"),
-                    };
-                    return Ok(Some(blocked(owner, why)));
+            LockFailure::Credits { entity, owners, claim, behind_marker } => {
+                // A credit never waits behind another transaction's marker: that transaction waits for
+                // entries, and a credit's transaction may hold a lock it needs elsewhere. Otherwise wait-die
+                // as for a lock: a wait only ever goes from older to younger.
+                let yields =
+                    |(owner, started_at): &&(String, u64)| behind_marker || !waiting.may_wait_for(owner, *started_at);
+                if let Some((owner, _)) = owners.iter().find(yields) {
+                    return Ok(Some(blocked(owner, credits_block(&entity, owner, claim, behind_marker))));
                 }
                 let began = self.clock.now_ms();
                 match self.wait_for_credits(key, claim, waiting).await? {
+                    Waited::Settled(answer) => Ok(answer),
                     Waited::OutOfTime { .. } => Ok(Some(refused(
                         RefusalCode::Timeout,
                         format!(
@@ -407,24 +438,37 @@ impl Participant {
         claim: Claim,
         waiting: &Waiting<'_>,
     ) -> Result<Waited, ParticipantError> {
-        if let Claim::Lock { .. } = claim {
+        if let Claim::Lock { drains: true } = claim {
             let started_at = waiting.started_at.unwrap_or(0);
-            self.table.mark_drain(waiting.tx, key, started_at, waiting.until, self.clock.now_ms()).await?;
+            if self.table.mark_drain(waiting.tx, key, started_at, waiting.until, self.clock.now_ms()).await? {
+                waiting.marked.lock().unwrap_or_else(|e| e.into_inner()).push(key.clone());
+            }
         }
         let mut polls = 0;
         while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
             tokio::time::sleep(pause).await;
             polls += 1;
-            let item = self.table.get(key).await?;
+            let Some(item) = self.table.get(key).await? else { return Ok(Waited::Released) };
             let now = self.clock.now_ms();
-            let clear = item.as_ref().is_none_or(|item| {
-                Lock::of(item).is_some()
-                    || claim.clear_of_credits(waiting.tx, item, now)
-                    || Credit::all(item).iter().any(|c| now > crate::clock::resolvable_after(c.expires_at))
-            });
+            let entries = Credit::all(&item);
+            let clear = Lock::of(&item).is_some()
+                || claim.clear_of_credits(waiting.tx, &item, now)
+                || entries.iter().any(|c| now > crate::clock::resolvable_after(c.expires_at));
             if clear {
                 waiting.waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(Waited::Released);
+            }
+            // An entry (or a marker) written since the wait began may belong to one it may not wait for: the
+            // order is checked again at every look, as the first one was.
+            let entity = Value::Object(crate::attr::item_to_json(key)).to_string();
+            let marker = credits::Drain::of(&item).filter(|d| d.holds_back(waiting.tx, now));
+            if let (Claim::Entry, Some(marker)) = (claim, marker) {
+                let why = credits_block(&entity, &marker.transaction_id, claim, true);
+                return Ok(Waited::Settled(Some(blocked(&marker.transaction_id, why))));
+            }
+            if let Some(entry) = entries.iter().find(|c| !waiting.may_wait_for(&c.transaction_id, c.started_at)) {
+                let why = credits_block(&entity, &entry.transaction_id, claim, false);
+                return Ok(Waited::Settled(Some(blocked(&entry.transaction_id, why))));
             }
         }
         Ok(Waited::OutOfTime { owner: String::new() })
@@ -645,20 +689,28 @@ impl Participant {
             },
             OwnerFate::Commit(record) if matches!(holding, Holding::Credit(_)) => {
                 let Holding::Credit(token) = holding else { unreachable!() };
-                // Applied only with the token its owner's record lists: a late prepare's entry is removed. A
-                // record that keeps no token (written without votes) applies it, as it would a lock of the owner
-                // on an item the owner has not committed.
+                // Applied only with the token its owner's record lists: a late prepare's entry is removed.
                 let voted = record
                     .participants
                     .iter()
                     .find(|p| p.service == self.service)
                     .and_then(|p| p.lock_token.as_deref());
-                let unproven = voted.is_none()
-                    && self.table.get(key).await?.is_some_and(|item| get_s(&item, a::LAST_TX) != Some(owner));
-                if voted == Some(token) || unproven {
-                    self.table.commit_credit(owner, key, token, None).await?;
-                } else {
-                    self.table.drop_credit(owner, key, Some(token)).await?;
+                match voted {
+                    Some(voted) if voted == token => {
+                        if self.table.commit_credit(owner, key, token, None).await?.is_none() {
+                            self.table.commit_as_voted(owner, key, Some(token)).await?;
+                        }
+                    }
+                    Some(_) => {
+                        self.table.drop_credit(owner, key, Some(token)).await?;
+                    }
+                    // Only the voted token tells the entry from a late copy's: a record without it cannot.
+                    None => {
+                        return Err(ParticipantError::Unresolvable {
+                            owner: owner.to_owned(),
+                            detail: "its record keeps no token for a pending credit".to_owned(),
+                        });
+                    }
                 }
             }
             OwnerFate::Commit(record) => {
@@ -690,6 +742,17 @@ impl Participant {
     }
 }
 
+/// Why pending credits (or a marker) keep a claim off `entity`, naming `owner`.
+fn credits_block(entity: &str, owner: &str, claim: Claim, behind_marker: bool) -> String {
+    match (claim, behind_marker) {
+        (_, true) => format!("entity {entity} holds new credits back for transaction {owner}, which waits for them"),
+        (Claim::Entry, false) => {
+            format!("entity {entity} has as many pending credits as it takes, one of transaction {owner}")
+        }
+        _ => format!("entity {entity} has a pending credit of transaction {owner}"),
+    }
+}
+
 /// What an expired owner holds on the item being resolved.
 #[derive(Debug, Clone, Copy)]
 enum Holding<'a> {
@@ -718,15 +781,13 @@ enum Judged {
 /// entry is one of them; a lock's delta is not) applied, if it could not.
 fn unrepresentable_with_credits(tx: &str, op: &Operation, item: &Item, token: &str) -> Option<String> {
     let Operation::Add { field, delta, .. } = op else { return None };
-    let (current, pending) = credits::highest_result(item, field)?;
-    if bigdecimal::Zero::is_zero(&pending) {
+    let (current, pending) = credits::pending_on(item, field)?;
+    if pending.is_empty() {
         return None;
     }
     let own = if credits::is_entry(op, Some(token)) { bigdecimal::BigDecimal::from(0) } else { delta.value().clone() };
-    let result = &current + &pending + own;
-    crate::decimal::Decimal::from_big(result.clone()).err().map(|why| {
-        format!("{field} {current} with the credits pending on it ({pending}) and {tx}'s {delta} = {result} {why}")
-    })
+    credits::unrepresentable_in_any_order(&current, &pending, &own)
+        .map(|why| format!("{field} {current}, with {tx}'s {delta} and the credits pending on it: {why}"))
 }
 
 /// An item's committed data (as JSON) and version, for a rule or an operation to look at.

@@ -179,8 +179,10 @@ impl DataTable {
             let lock = e.name(a::LOCK);
             let unchanged = seen.get(i).copied().unwrap_or(Seen::Anything).condition(&mut e);
             let mut condition = format!("attribute_not_exists({lock}){}{unchanged}", guard(&mut e, op));
-            // As its lock would: what reads or replaces the item waits for the pending credits.
-            if credits::drains(op, rules) {
+            // As its lock would: what reads or replaces the item waits for the pending credits (and removes
+            // the marker it left while it waited).
+            let drains = credits::drains(op, rules);
+            if drains {
                 condition += &credits::drained_condition(&mut e);
             }
             let key = key.clone();
@@ -189,7 +191,8 @@ impl DataTable {
                 Operation::Check { .. } => Write::check(&self.name, key, condition, e),
                 _ => {
                     let sets = apply(&mut e, op, tx);
-                    Write::update(&self.name, key, format!("SET {sets}"), condition, e)
+                    let marker = if drains { format!(" REMOVE {}", e.name(a::DRAIN)) } else { String::new() };
+                    Write::update(&self.name, key, format!("SET {sets}{marker}"), condition, e)
                 }
             });
         }
@@ -225,8 +228,18 @@ impl DataTable {
         key: &Item,
         token: Option<&str>,
     ) -> Result<CommitOutcome, StoreError> {
+        // What commits is what the item holds for the vote, entry or lock, whatever the message says: the
+        // message's operation only picks which write is tried first.
         if let (true, Some(token), Operation::Add { field, delta, .. }) = (credits::is_entry(op, token), token, op) {
-            return self.commit_credit(tx, key, token, Some((field, &delta.to_string()))).await;
+            match self.commit_credit(tx, key, token, Some((field, &delta.to_string()))).await? {
+                Some(outcome) => return Ok(outcome),
+                None => {
+                    return self
+                        .commit_as_voted(tx, key, Some(token))
+                        .await
+                        .map(|o| o.unwrap_or(CommitOutcome::AlreadyCommitted));
+                }
+            }
         }
         let said = Voted::of(op);
         let item = match self.commit_voted(tx, &said, &said.text(), key, token).await? {
@@ -261,12 +274,19 @@ impl DataTable {
             Some(item) => item,
         };
         let outcome = commit_outcome(tx, token, item.as_ref());
-        // Without a token (a record that keeps no votes), as for a lock: the transaction's pending credit, if
-        // the item shows no commit of it.
-        if let (CommitOutcome::NotPrepared { .. }, None, Some(entry)) =
-            (&outcome, token, item.as_ref().and_then(|item| Credit::of(item, tx)))
+        // The vote was a pending credit (the message names another operation): its entry, with this token.
+        // Without a token (a record that keeps no votes) an entry is never applied: only its token tells the
+        // voted entry from a late copy's, and `lastTx` proves nothing for credits.
+        if let (CommitOutcome::NotPrepared { .. }, Some(entry)) =
+            (&outcome, item.as_ref().and_then(|item| Credit::of(item, tx)))
         {
-            return self.commit_credit(tx, key, &entry.token, None).await;
+            return match token {
+                Some(token) if entry.token == token => {
+                    Ok(self.commit_credit(tx, key, token, None).await?.unwrap_or(CommitOutcome::AlreadyCommitted))
+                }
+                Some(_) => Ok(outcome),
+                None => Err(self.unappliable(tx, "a commit without a token cannot tell its pending credit's vote")),
+            };
         }
         if let (CommitOutcome::NotPrepared { .. }, Some(stray)) = (&outcome, item.as_ref().and_then(Lock::of))
             && stray.transaction_id == tx
@@ -285,18 +305,20 @@ impl DataTable {
     /// what is applied is the entry's own (its vote). No entry of `tx` means it was applied already: only
     /// its commit removes the entry of a transaction decided to commit (`lastTx`, which other credits'
     /// commits overwrite, proves nothing here). An entry with another token is a late prepare's: removed.
+    ///
+    /// None: no entry of `tx`, but a lock of `tx` with this token (the vote was the lock's): commit that.
     pub async fn commit_credit(
         &self,
         tx: &str,
         key: &Item,
         token: &str,
         said: Option<(&str, &str)>,
-    ) -> Result<CommitOutcome, StoreError> {
+    ) -> Result<Option<CommitOutcome>, StoreError> {
         let mut item = None;
         if let Some((field, delta)) = said {
             let (update, condition, e) = credits::entry_commit_expressions(tx, token, field, delta);
             item = match self.update_or_delete(key, Some(update), condition, e).await? {
-                None => return Ok(CommitOutcome::Applied),
+                None => return Ok(Some(CommitOutcome::Applied)),
                 Some(returned) => returned,
             };
         }
@@ -305,18 +327,22 @@ impl DataTable {
             None => self.get(key).await?,
         };
         let Some(entry) = item.as_ref().and_then(|item| Credit::of(item, tx)) else {
-            return Ok(CommitOutcome::AlreadyCommitted);
+            let lock = item.as_ref().and_then(Lock::of);
+            if lock.is_some_and(|l| l.transaction_id == tx && l.token.as_deref() == Some(token)) {
+                return Ok(None);
+            }
+            return Ok(Some(CommitOutcome::AlreadyCommitted));
         };
         if entry.token != token {
             self.drop_credit(tx, key, Some(&entry.token)).await?;
-            return Ok(CommitOutcome::AlreadyCommitted);
+            return Ok(Some(CommitOutcome::AlreadyCommitted));
         }
         if said.is_some() {
             tracing::warn!(field = %entry.field, delta = %entry.delta, "commit names another credit than the vote: applying the vote");
         }
         let (update, condition, e) = credits::entry_commit_expressions(tx, token, &entry.field, &entry.delta);
         match self.update_or_delete(key, Some(update), condition, e).await? {
-            None => Ok(CommitOutcome::Applied),
+            None => Ok(Some(CommitOutcome::Applied)),
             Some(returned) => {
                 let item = match returned {
                     Some(item) => Some(item),
@@ -324,7 +350,7 @@ impl DataTable {
                 };
                 match item.as_ref().and_then(|item| Credit::of(item, tx)) {
                     // Gone in between: another delivery of the commit applied it.
-                    None => Ok(CommitOutcome::AlreadyCommitted),
+                    None => Ok(Some(CommitOutcome::AlreadyCommitted)),
                     Some(_) => Err(self.unappliable(tx, "the write of the credit's own entry was refused")),
                 }
             }
@@ -355,6 +381,16 @@ impl DataTable {
     ) -> Result<bool, StoreError> {
         let (update, condition, e) = credits::drain_expressions(tx, started_at, until, now);
         Ok(self.update_or_delete(key, Some(update), condition, e).await?.is_none())
+    }
+
+    /// Removes `tx`'s drain marker from the item, if it is still there.
+    pub async fn clear_drain(&self, tx: &str, key: &Item) -> Result<(), StoreError> {
+        let mut e = Expr::new();
+        let marker = e.name(a::DRAIN);
+        let owner = e.path(&[a::DRAIN, "transactionId"]);
+        let condition = format!("{owner} = {}", e.value(crate::expr::s(tx)));
+        self.update_or_delete(key, Some(format!("REMOVE {marker}")), condition, e).await?;
+        Ok(())
     }
 
     /// Whether `item` still holds `tx`'s lock (the one `token` names) keeping the vote `kept`.
@@ -535,6 +571,14 @@ impl DataTable {
             None => self.get(key).await?,
         };
         let Some(item) = item else { return Ok(false) };
+        // No lock of `tx`, but its pending credit (a vote the message did not name as a credit): released the
+        // same way, unapplied.
+        if kept.is_none()
+            && Lock::of(&item).is_none_or(|l| l.transaction_id != tx)
+            && Credit::of(&item, tx).is_some_and(|c| token.is_none_or(|t| c.token == t))
+        {
+            return Ok(self.drop_credit(tx, key, token).await?.is_none());
+        }
         let ours =
             Lock::of(&item).is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token));
         let keeps_vote = kept.is_none_or(|kept| matches!(Voted::of_lock(&item), Some(Ok((_, text))) if text == kept));
