@@ -257,8 +257,8 @@ impl Bench {
         Ok(())
     }
 
-    /// An account's balance, read consistently.
-    pub async fn balance(&self, (k, id): &Account) -> Result<i128, BoxError> {
+    /// An account's item, read consistently.
+    async fn item(&self, (k, id): &Account) -> Result<Option<HashMap<String, AttributeValue>>, BoxError> {
         let out = self
             .client
             .get_item()
@@ -268,14 +268,19 @@ impl Bench {
             .send()
             .await
             .map_err(|e| DisplayErrorContext(&e).to_string())?;
-        let balance = out
-            .item
+        Ok(out.item)
+    }
+
+    /// An account's balance, read consistently.
+    pub async fn balance(&self, account: &Account) -> Result<i128, BoxError> {
+        let item = self.item(account).await?;
+        let balance = item
             .as_ref()
             .and_then(|i| i.get("data"))
             .and_then(|d| d.as_m().ok())
             .and_then(|d| d.get("balance"))
             .and_then(|b| b.as_n().ok())
-            .ok_or_else(|| format!("{}/{id} has no balance", table(*k)))?;
+            .ok_or_else(|| format!("{}/{} has no balance", table(account.0), account.1))?;
         Ok(balance.parse()?)
     }
 
@@ -382,17 +387,9 @@ impl Bench {
     /// `table/entityId (n)`: an item without either has none.
     pub async fn pending_credits(&self, accounts: &[Account]) -> Result<Vec<String>, BoxError> {
         let mut pending = Vec::new();
-        for (k, id) in accounts {
-            let out = self
-                .client
-                .get_item()
-                .table_name(table(*k))
-                .key("entityId", AttributeValue::S(id.clone()))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| DisplayErrorContext(&e).to_string())?;
-            let entries = out.item.as_ref().map_or(0, pending_credits_of);
+        for account in accounts {
+            let (k, id) = account;
+            let entries = self.item(account).await?.as_ref().map_or(0, pending_credits_of);
             if entries > 0 {
                 pending.push(format!("{}/{id} ({entries})", table(*k)));
             }

@@ -225,7 +225,7 @@ pub enum Claim {
     Entry,
     /// A read-only check of the item's `version`: it reads past no pending credit (one that committed
     /// after it, with another item of its transaction already committed, would order the two
-    /// inconsistently), and it writes no marker (it takes no lock that would remove one).
+    /// inconsistently); its marker, while it waits, is removed when it answers.
     Read,
 }
 

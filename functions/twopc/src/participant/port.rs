@@ -218,7 +218,7 @@ impl Participant {
                     Some(_) => {}
                 }
             }
-            self.table.release(tx, key, None, "abort").await
+            self.table.release_any(tx, key, "abort").await
         }))
         .await?;
         Ok(status(STATUS_ABORTED, None))

@@ -90,7 +90,8 @@ impl Participant {
             ))
         }
         .await;
-        self.clear_markers(tx, &waiting, &answer).await;
+        // A one-phase write does not remove the marker: removed here, whatever the answer.
+        self.clear_markers(tx, &waiting, false).await;
         answer
     }
 
@@ -192,20 +193,15 @@ impl Participant {
             ))
         }
         .await;
-        self.clear_markers(tx, &waiting, &answer).await;
+        let locked = matches!(&answer, Ok(a) if a.vote == Some(Vote::Prepared));
+        self.clear_markers(tx, &waiting, locked).await;
         answer
     }
 
-    /// The drain markers this prepare left, removed unless it took the locks (whose write removed them): a
-    /// marker left after its owner ended would hold new credits back until it runs out.
-    async fn clear_markers(
-        &self,
-        tx: &str,
-        waiting: &Waiting<'_>,
-        answer: &Result<ParticipantResponse, ParticipantError>,
-    ) {
+    /// The drain markers this prepare left, removed unless it took the locks (`locked`: their write removed
+    /// them): a marker left after its owner ended would hold new credits back until it runs out.
+    async fn clear_markers(&self, tx: &str, waiting: &Waiting<'_>, locked: bool) {
         let marked = std::mem::take(&mut *waiting.marked.lock().unwrap_or_else(|e| e.into_inner()));
-        let locked = matches!(answer, Ok(a) if a.vote == Some(Vote::Prepared));
         if locked || marked.is_empty() {
             return;
         }
@@ -438,12 +434,7 @@ impl Participant {
         claim: Claim,
         waiting: &Waiting<'_>,
     ) -> Result<Waited, ParticipantError> {
-        if let Claim::Lock { drains: true } = claim {
-            let started_at = waiting.started_at.unwrap_or(0);
-            if self.table.mark_drain(waiting.tx, key, started_at, waiting.until, self.clock.now_ms()).await? {
-                waiting.marked.lock().unwrap_or_else(|e| e.into_inner()).push(key.clone());
-            }
-        }
+        self.mark(key, claim, waiting).await?;
         let mut polls = 0;
         while let Some(pause) = waiting.pause(polls, self.clock.now_ms()) {
             tokio::time::sleep(pause).await;
@@ -457,6 +448,13 @@ impl Participant {
             if clear {
                 waiting.waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(Waited::Released);
+            }
+            // Its marker may have been removed (another's lock or one-phase write took the item meanwhile):
+            // left again, so that new credits keep queueing behind this wait.
+            if credits::Drain::of(&item)
+                .is_none_or(|d| d.transaction_id != waiting.tx && !d.holds_back(waiting.tx, now))
+            {
+                self.mark(key, claim, waiting).await?;
             }
             // An entry (or a marker) written since the wait began may belong to one it may not wait for: the
             // order is checked again at every look, as the first one was.
@@ -474,6 +472,23 @@ impl Participant {
         Ok(Waited::OutOfTime { owner: String::new() })
     }
 
+    /// Leaves this wait's drain marker on the item, for a claim that waits for the credits to drain (new
+    /// credits queue behind it). The key is kept first: a write whose reply was lost may have landed.
+    async fn mark(&self, key: &Item, claim: Claim, waiting: &Waiting<'_>) -> Result<(), ParticipantError> {
+        if !matches!(claim, Claim::Lock { drains: true } | Claim::Read) {
+            return Ok(());
+        }
+        {
+            let mut marked = waiting.marked.lock().unwrap_or_else(|e| e.into_inner());
+            if !marked.contains(key) {
+                marked.push(key.clone());
+            }
+        }
+        let started_at = waiting.started_at.unwrap_or(0);
+        self.table.mark_drain(waiting.tx, key, started_at, waiting.until, self.clock.now_ms()).await?;
+        Ok(())
+    }
+
     /// A participant that only checks locks nothing: it votes on what it reads now and takes no part
     /// in the second phase. Its guarantee is that the checks held at the moment of prepare.
     async fn prepare_read_only(
@@ -485,32 +500,43 @@ impl Participant {
         keys: &[Item],
     ) -> Result<ParticipantResponse, ParticipantError> {
         let waiting = Waiting::new(tx, order, self.clock.now_ms(), self.max_lock_wait_ms);
-        while let Some(attempt) = waiting.next_attempt() {
-            if let Some(late) = waiting.cutoff.passed(self.clock.now_ms(), "the checked items could not be read before")
-            {
-                return Ok(late);
-            }
-            let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
-            let now = self.clock.now_ms();
-            let failure = operations
-                .iter()
-                .zip(&items)
-                .zip(keys)
-                .find_map(|((op, item), key)| check_holds(tx, op, item.as_ref(), now).err().map(|f| (f, key)));
-            let Some((failure, key)) = failure else {
-                // The service's rules judge what was read (nothing is locked: a check holds when it is read).
-                for (op, item) in operations.iter().zip(&items) {
-                    if let Some(refusal) = self.rule_refusal(tx, principal, op, item.as_ref()) {
-                        return Ok(refusal);
-                    }
+        let answer: Result<ParticipantResponse, ParticipantError> = async {
+            while let Some(attempt) = waiting.next_attempt() {
+                if let Some(late) =
+                    waiting.cutoff.passed(self.clock.now_ms(), "the checked items could not be read before")
+                {
+                    return Ok(late);
                 }
-                return Ok(ParticipantResponse { vote: Some(Vote::Prepared), read_only: true, ..Default::default() });
-            };
-            if let Some(refusal) = self.settle(failure, key, &waiting, attempt).await? {
-                return Ok(refusal);
+                let items = try_join_all(keys.iter().map(|key| self.table.get(key))).await?;
+                let now = self.clock.now_ms();
+                let failure = operations
+                    .iter()
+                    .zip(&items)
+                    .zip(keys)
+                    .find_map(|((op, item), key)| check_holds(tx, op, item.as_ref(), now).err().map(|f| (f, key)));
+                let Some((failure, key)) = failure else {
+                    // The service's rules judge what was read (nothing is locked: a check holds when it is read).
+                    for (op, item) in operations.iter().zip(&items) {
+                        if let Some(refusal) = self.rule_refusal(tx, principal, op, item.as_ref()) {
+                            return Ok(refusal);
+                        }
+                    }
+                    return Ok(ParticipantResponse {
+                        vote: Some(Vote::Prepared),
+                        read_only: true,
+                        ..Default::default()
+                    });
+                };
+                if let Some(refusal) = self.settle(failure, key, &waiting, attempt).await? {
+                    return Ok(refusal);
+                }
             }
+            Ok(refused(RefusalCode::Conflict, "the checked items kept changing".to_owned()))
         }
-        Ok(refused(RefusalCode::Conflict, "the checked items kept changing".to_owned()))
+        .await;
+        // A check locks nothing: a marker its wait left is removed whatever it answers.
+        self.clear_markers(tx, &waiting, false).await;
+        answer
     }
 
     /// The service's rules and own operations on the items as they are now: a refusal, or the work to lock
@@ -575,8 +601,11 @@ impl Participant {
                 }
                 op => op.clone(),
             };
+            // Only what a rule or the operation itself judged is conditioned on the version it saw: on a hot
+            // item, every credit's commit moves it.
+            let judged = self.rules.is_some() || matches!(op, Operation::Custom { .. });
+            seen.push(if judged { Seen::of(item) } else { Seen::Anything });
             ready.push((op, key.clone()));
-            seen.push(Seen::of(item));
         }
         Ok(Judged::Ready(ready, seen))
     }
@@ -681,7 +710,7 @@ impl Participant {
             }
             OwnerFate::Abort | OwnerFate::Committed => match holding {
                 Holding::Lock => {
-                    self.table.release(owner, key, None, "lock resolution").await?;
+                    self.table.release_any(owner, key, "lock resolution").await?;
                 }
                 Holding::Credit(token) => {
                     self.table.drop_credit(owner, key, Some(token)).await?;

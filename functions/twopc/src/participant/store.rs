@@ -179,10 +179,9 @@ impl DataTable {
             let lock = e.name(a::LOCK);
             let unchanged = seen.get(i).copied().unwrap_or(Seen::Anything).condition(&mut e);
             let mut condition = format!("attribute_not_exists({lock}){}{unchanged}", guard(&mut e, op));
-            // As its lock would: what reads or replaces the item waits for the pending credits (and removes
-            // the marker it left while it waited).
-            let drains = credits::drains(op, rules);
-            if drains {
+            // As its lock would: what reads or replaces the item waits for the pending credits (the marker
+            // it left while it waited is removed after, its own only).
+            if credits::drains(op, rules) {
                 condition += &credits::drained_condition(&mut e);
             }
             let key = key.clone();
@@ -191,8 +190,7 @@ impl DataTable {
                 Operation::Check { .. } => Write::check(&self.name, key, condition, e),
                 _ => {
                     let sets = apply(&mut e, op, tx);
-                    let marker = if drains { format!(" REMOVE {}", e.name(a::DRAIN)) } else { String::new() };
-                    Write::update(&self.name, key, format!("SET {sets}{marker}"), condition, e)
+                    Write::update(&self.name, key, format!("SET {sets}"), condition, e)
                 }
             });
         }
@@ -231,14 +229,9 @@ impl DataTable {
         // What commits is what the item holds for the vote, entry or lock, whatever the message says: the
         // message's operation only picks which write is tried first.
         if let (true, Some(token), Operation::Add { field, delta, .. }) = (credits::is_entry(op, token), token, op) {
-            match self.commit_credit(tx, key, token, Some((field, &delta.to_string()))).await? {
-                Some(outcome) => return Ok(outcome),
-                None => {
-                    return self
-                        .commit_as_voted(tx, key, Some(token))
-                        .await
-                        .map(|o| o.unwrap_or(CommitOutcome::AlreadyCommitted));
-                }
+            // None: a lock of this vote instead; the lock's path below applies it.
+            if let Some(outcome) = self.commit_credit(tx, key, token, Some((field, &delta.to_string()))).await? {
+                return Ok(outcome);
             }
         }
         let said = Voted::of(op);
@@ -284,7 +277,11 @@ impl DataTable {
                 Some(token) if entry.token == token => {
                     Ok(self.commit_credit(tx, key, token, None).await?.unwrap_or(CommitOutcome::AlreadyCommitted))
                 }
-                Some(_) => Ok(outcome),
+                // A late copy's entry: removed, never applied.
+                Some(_) => {
+                    self.drop_credit(tx, key, Some(&entry.token)).await?;
+                    Ok(outcome)
+                }
                 None => Err(self.unappliable(tx, "a commit without a token cannot tell its pending credit's vote")),
             };
         }
@@ -439,7 +436,7 @@ impl DataTable {
         let returned = match voted {
             // A check changes nothing: releasing the lock (and a placeholder the prepare made) is its commit.
             Voted::Check => {
-                return match self.release_if(tx, key, token, "commit", Some(kept)).await? {
+                return match self.release_if(tx, key, token, "commit", Some(kept), false).await? {
                     true => Ok(None),
                     false => Ok(Some(self.get(key).await?)),
                 };
@@ -535,7 +532,14 @@ impl DataTable {
         token: Option<&str>,
         why: &'static str,
     ) -> Result<bool, StoreError> {
-        self.release_if(tx, key, token, why, None).await
+        self.release_if(tx, key, token, why, None, false).await
+    }
+
+    /// [`DataTable::release`], or where the item holds no lock of `tx` but its pending credit (a vote the
+    /// message did not name as a credit), that entry removed unapplied: an abort, and lock resolution of an
+    /// owner that ended.
+    pub async fn release_any(&self, tx: &str, key: &Item, why: &'static str) -> Result<bool, StoreError> {
+        self.release_if(tx, key, None, why, None, true).await
     }
 
     /// [`DataTable::release`], and with `kept`, only a lock that keeps that vote (a check's commit).
@@ -546,6 +550,7 @@ impl DataTable {
         token: Option<&str>,
         why: &'static str,
         kept: Option<&str>,
+        entry_too: bool,
     ) -> Result<bool, StoreError> {
         let mut e = Expr::new();
         let mut held = lock_held_condition(&mut e, tx, token);
@@ -573,11 +578,8 @@ impl DataTable {
         let Some(item) = item else { return Ok(false) };
         // No lock of `tx`, but its pending credit (a vote the message did not name as a credit): released the
         // same way, unapplied.
-        if kept.is_none()
-            && Lock::of(&item).is_none_or(|l| l.transaction_id != tx)
-            && Credit::of(&item, tx).is_some_and(|c| token.is_none_or(|t| c.token == t))
-        {
-            return Ok(self.drop_credit(tx, key, token).await?.is_none());
+        if entry_too && Lock::of(&item).is_none_or(|l| l.transaction_id != tx) && Credit::of(&item, tx).is_some() {
+            return Ok(self.drop_credit(tx, key, None).await?.is_none());
         }
         let ours =
             Lock::of(&item).is_some_and(|l| l.transaction_id == tx && (token.is_none() || l.token.as_deref() == token));
